@@ -1,0 +1,287 @@
+//! From the end of a context to a draft tree: longest matching suffix, an even sample of its
+//! occurrences, a frequency trie of what followed them, and the best-supported connected subtree.
+
+use crate::error::{IndexError, Result};
+use crate::index::{Corpus, CorpusFn, Positions, Symbols};
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchParams {
+    /// Most nodes in the returned tree.
+    pub max_nodes: usize,
+    /// Longest continuation (tree depth) in tokens.
+    pub max_depth: usize,
+    /// Most occurrences of the matched suffix that are read.
+    pub max_matches: usize,
+    /// Shortest context suffix worth matching.
+    pub min_suffix: usize,
+    /// Longest context suffix tried first.
+    pub max_suffix: usize,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams { max_nodes: 64, max_depth: 10, max_matches: 256, min_suffix: 2, max_suffix: 16 }
+    }
+}
+
+impl SearchParams {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(IndexError::InvalidArgument(m.to_owned()));
+        if self.min_suffix == 0 {
+            return bad("min_suffix must be at least 1");
+        }
+        if self.max_suffix < self.min_suffix {
+            return bad("max_suffix must be >= min_suffix");
+        }
+        if self.max_depth > u16::MAX as usize {
+            return bad("max_depth must be <= 65535");
+        }
+        Ok(())
+    }
+}
+
+/// The flat tree of DESIGN.md: nodes in BFS order, the root (last context token) implicit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DraftTree {
+    pub tokens: Vec<u32>,
+    /// Index of the parent node, -1 for children of the root.
+    pub parents: Vec<i32>,
+    /// 1-based depth.
+    pub depth: Vec<u32>,
+    /// How many sampled occurrences continue through this node.
+    pub support: Vec<u32>,
+    /// Length of the context suffix that matched (0 when nothing matched).
+    pub match_len: usize,
+    /// Occurrences of that suffix in the datastore.
+    pub match_count: u64,
+    /// Occurrences actually read (<= max_matches).
+    pub sampled: usize,
+}
+
+impl DraftTree {
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// How the suffix at `pos` compares with `pattern`, a document end sorting before any token.
+/// `Equal` means the suffix starts with the whole pattern.
+fn compare<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pos: u64, pattern: &[u32]) -> Result<Ordering> {
+    let end = c.doc_end(pos)?;
+    let avail = (end - pos) as usize;
+    for (k, &want) in pattern.iter().enumerate() {
+        if k == avail {
+            return Ok(Ordering::Less);
+        }
+        match c.tokens.at(pos as usize + k).cmp(&want) {
+            Ordering::Equal => {}
+            other => return Ok(other),
+        }
+    }
+    Ok(Ordering::Equal)
+}
+
+/// Suffix-array interval [lo, hi) of the suffixes starting with `pattern`.
+fn find_range<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pattern: &[u32]) -> Result<(usize, usize)> {
+    let n = c.suffixes.len();
+    // First suffix not Less than the pattern.
+    let (mut a, mut b) = (0usize, n);
+    while a < b {
+        let mid = a + (b - a) / 2;
+        if compare(c, c.suffix(mid)?, pattern)? == Ordering::Less {
+            a = mid + 1;
+        } else {
+            b = mid;
+        }
+    }
+    let lo = a;
+    // First suffix Greater than the pattern.
+    let mut b = n;
+    while a < b {
+        let mid = a + (b - a) / 2;
+        if compare(c, c.suffix(mid)?, pattern)? == Ordering::Greater {
+            b = mid;
+        } else {
+            a = mid + 1;
+        }
+    }
+    Ok((lo, a))
+}
+
+/// The longest suffix of `context` (between min and max length) that occurs in the corpus.
+/// Occurrence is monotone in the length (x·P occurs => P occurs), so binary search over the
+/// length finds the same suffix as trying longest to shortest, with ~4 lookups instead of ~15.
+fn longest_match<T: Symbols + ?Sized, S: Positions + ?Sized>(
+    c: &Corpus<T, S>,
+    context: &[u32],
+    p: &SearchParams,
+) -> Result<Option<(usize, (usize, usize))>> {
+    let longest = p.max_suffix.min(context.len());
+    if longest < p.min_suffix || c.suffixes.len() == 0 {
+        return Ok(None);
+    }
+    let suffix = |len: usize| &context[context.len() - len..];
+    let first = find_range(c, suffix(p.min_suffix))?;
+    if first.0 == first.1 {
+        return Ok(None);
+    }
+    let mut best = (p.min_suffix, first);
+    let (mut lo, mut hi) = (p.min_suffix + 1, longest);
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        let r = find_range(c, suffix(mid))?;
+        if r.0 < r.1 {
+            best = (mid, r);
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Ok(Some(best))
+}
+
+/// `k` suffix-array indices spread evenly over [lo, hi): deterministic, and not biased
+/// towards the lexicographically smallest continuations as taking the first k would be.
+pub fn even_sample(lo: usize, hi: usize, k: usize) -> impl Iterator<Item = usize> {
+    let count = (hi - lo) as u128;
+    let k = k.min(hi - lo);
+    (0..k).map(move |i| lo + (i as u128 * count / k as u128) as usize)
+}
+
+struct TrieNode {
+    token: u32,
+    parent: usize,
+    depth: u32,
+    count: u32,
+    children: Vec<usize>,
+}
+
+/// Frequency trie of continuations; node 0 is the root.
+pub struct Trie {
+    nodes: Vec<TrieNode>,
+}
+
+impl Default for Trie {
+    fn default() -> Self {
+        Trie { nodes: vec![TrieNode { token: 0, parent: usize::MAX, depth: 0, count: 0, children: Vec::new() }] }
+    }
+}
+
+impl Trie {
+    pub fn insert(&mut self, path: impl IntoIterator<Item = u32>) {
+        let mut cur = 0;
+        for token in path {
+            let found = self.nodes[cur].children.iter().copied().find(|&ch| self.nodes[ch].token == token);
+            let next = match found {
+                Some(ch) => ch,
+                None => {
+                    let id = self.nodes.len();
+                    let depth = self.nodes[cur].depth + 1;
+                    self.nodes.push(TrieNode { token, parent: cur, depth, count: 0, children: Vec::new() });
+                    self.nodes[cur].children.push(id);
+                    id
+                }
+            };
+            self.nodes[next].count += 1;
+            cur = next;
+        }
+    }
+
+    /// The `max_nodes` best-supported nodes as a connected subtree, in BFS order.
+    ///
+    /// Best-first from the root: a child never has more support than its parent, so this is
+    /// the global top-k by support that stays connected. Ties go to the shallower node, then the
+    /// one whose parent was chosen first, then the smaller token id: deterministic.
+    pub fn top_subtree(&self, max_nodes: usize) -> DraftTree {
+        // (support, shallower, earlier parent, smaller token, node)
+        type Key = (u32, Reverse<u32>, Reverse<usize>, Reverse<u32>, usize);
+        let key = |id: usize, parent_rank: usize| -> Key {
+            let n = &self.nodes[id];
+            (n.count, Reverse(n.depth), Reverse(parent_rank), Reverse(n.token), id)
+        };
+        let mut heap: BinaryHeap<Key> = self.nodes[0].children.iter().map(|&ch| key(ch, 0)).collect();
+        let mut chosen: Vec<usize> = Vec::with_capacity(max_nodes);
+        while chosen.len() < max_nodes {
+            let Some((.., id)) = heap.pop() else { break };
+            chosen.push(id);
+            let rank = chosen.len();
+            heap.extend(self.nodes[id].children.iter().map(|&ch| key(ch, rank)));
+        }
+        self.bfs_order(&chosen)
+    }
+
+    /// Lay out chosen nodes by depth; siblings grouped under their parent, most supported first.
+    fn bfs_order(&self, chosen: &[usize]) -> DraftTree {
+        let mut out_index = vec![usize::MAX; self.nodes.len()];
+        let mut by_depth: Vec<Vec<usize>> = Vec::new();
+        for &id in chosen {
+            let d = self.nodes[id].depth as usize;
+            if by_depth.len() < d {
+                by_depth.resize_with(d, Vec::new);
+            }
+            by_depth[d - 1].push(id);
+        }
+        let mut tree = DraftTree::default();
+        for level in &mut by_depth {
+            level.sort_by_key(|&id| {
+                let n = &self.nodes[id];
+                let parent_out = if n.parent == 0 { 0 } else { out_index[n.parent] + 1 };
+                (parent_out, Reverse(n.count), n.token)
+            });
+            for &id in level.iter() {
+                let n = &self.nodes[id];
+                out_index[id] = tree.tokens.len();
+                tree.tokens.push(n.token);
+                tree.parents.push(if n.parent == 0 { -1 } else { out_index[n.parent] as i32 });
+                tree.depth.push(n.depth);
+                tree.support.push(n.count);
+            }
+        }
+        tree
+    }
+}
+
+/// One search, generic over the storage widths.
+pub struct Search<'a> {
+    pub context: &'a [u32],
+    pub params: &'a SearchParams,
+}
+
+impl CorpusFn<Result<DraftTree>> for Search<'_> {
+    fn call<T: Symbols + ?Sized, S: Positions + ?Sized>(self, c: &Corpus<T, S>) -> Result<DraftTree> {
+        search_corpus(c, self.context, self.params)
+    }
+}
+
+pub fn search_corpus<T: Symbols + ?Sized, S: Positions + ?Sized>(
+    c: &Corpus<T, S>,
+    context: &[u32],
+    p: &SearchParams,
+) -> Result<DraftTree> {
+    p.validate()?;
+    let Some((match_len, (lo, hi))) = longest_match(c, context, p)? else {
+        return Ok(DraftTree::default());
+    };
+    let mut trie = Trie::default();
+    let mut sampled = 0;
+    if p.max_depth > 0 && p.max_nodes > 0 {
+        for i in even_sample(lo, hi, p.max_matches) {
+            let pos = c.suffix(i)?;
+            let start = pos + match_len as u64;
+            let end = c.doc_end(pos)?.min(start + p.max_depth as u64);
+            trie.insert((start..end).map(|q| c.tokens.at(q as usize)));
+            sampled += 1;
+        }
+    }
+    let mut tree = trie.top_subtree(p.max_nodes);
+    tree.match_len = match_len;
+    tree.match_count = (hi - lo) as u64;
+    tree.sampled = sampled;
+    Ok(tree)
+}
