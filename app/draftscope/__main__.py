@@ -1,0 +1,3 @@
+from draftscope.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures (recorded in docs/benchmarks.md)."""

@@ -1,0 +1,69 @@
+"""``draftscope`` command line. With no arguments it will open the desktop app; until the GUI
+lands it prints what is available."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_index_info(args: argparse.Namespace) -> int:
+    from draftscope.retrieval import Reader
+
+    reader = Reader(args.path)
+    if args.verify:
+        reader.verify()
+    info = reader.info()
+    if args.verify:
+        info["checksum"] = "ok"
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _cmd_bench_retriever(args: argparse.Namespace) -> int:
+    from draftscope.bench.retriever import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="draftscope", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+
+    index = sub.add_parser("index", help="inspect datastore index files")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    info = index_sub.add_parser("info", help="print an index's header")
+    info.add_argument("path")
+    info.add_argument("--verify", action="store_true", help="also check the body checksum")
+    info.set_defaults(func=_cmd_index_info)
+
+    bench = sub.add_parser("bench", help="benchmarks that print figures")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    from draftscope.bench.retriever import add_arguments
+
+    retr = bench_sub.add_parser("retriever", help="index build and search figures (docs/benchmarks.md)")
+    add_arguments(retr)
+    retr.set_defaults(func=_cmd_bench_retriever)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        print("\nThe desktop app is not built yet; the commands above are what works today.")
+        return 0
+    try:
+        return args.func(args)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        print(f"draftscope: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("draftscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

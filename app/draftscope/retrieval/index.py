@@ -1,0 +1,205 @@
+"""Writer and Reader over the Rust index."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftscope import _retriever
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.retrieval.tokens import as_token_array
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """Knobs of one retrieval search (see ``Reader.search``)."""
+
+    max_nodes: int = 64
+    max_depth: int = 10
+    max_matches: int = 256
+    min_suffix: int = 2
+    max_suffix: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("max_nodes", "max_depth", "max_matches", "min_suffix", "max_suffix"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.min_suffix < 1:
+            raise ValueError("min_suffix must be at least 1")
+        if self.max_suffix < self.min_suffix:
+            raise ValueError(f"max_suffix ({self.max_suffix}) must be >= min_suffix ({self.min_suffix})")
+
+    def args(self) -> tuple[int, int, int, int, int]:
+        return (self.max_nodes, self.max_depth, self.max_matches, self.min_suffix, self.max_suffix)
+
+
+class Writer:
+    """Builds one index file from documents of token ids.
+
+    Nothing is written until :meth:`finalize`, which sorts the suffixes and writes the file
+    under a temporary name before renaming it, so an exception, a crash or :meth:`cancel` never
+    leaves a half-written index and never destroys the previous one. Documents are kept in
+    memory until then (4 bytes per token).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        vocab_size: int,
+        tokenizer_fingerprint: str = "",
+        *,
+        threads: int = 0,
+    ) -> None:
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+        self.path = Path(path)
+        if not self.path.parent.is_dir():
+            raise FileNotFoundError(f"directory for the index does not exist: {self.path.parent}")
+        self.vocab_size = vocab_size
+        self._entries = 0
+        self._inner = _retriever.IndexWriter(str(self.path), vocab_size, tokenizer_fingerprint, threads)
+
+    def add_entry(self, tokens: Iterable[int]) -> None:
+        """Add one document. Raises ValueError naming the entry and position of a bad token;
+        a rejected entry adds nothing."""
+        entry = self._entries
+        self._entries += 1
+        self._inner.add_entry(as_token_array(tokens, self.vocab_size, f"entry {entry}"))
+
+    def add_entries(self, entries: Iterable[Iterable[int]]) -> None:
+        for tokens in entries:
+            self.add_entry(tokens)
+
+    @property
+    def documents(self) -> int:
+        return self._inner.documents
+
+    @property
+    def tokens(self) -> int:
+        return self._inner.tokens
+
+    def cancel(self) -> None:
+        """Stop a ``finalize`` running on another thread; it raises BuildCancelled."""
+        self._inner.cancel()
+
+    def finalize(self) -> dict[str, Any]:
+        """Build and write the index. Returns statistics (documents, tokens, file_bytes,
+        token_width, sa_width, sa_seconds, finalize_seconds, ...)."""
+        return self._inner.finalize()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Finalize only on success; on an exception nothing is written.
+        if exc_type is None:
+            self.finalize()
+
+
+def _tree(raw: tuple) -> DraftTree:
+    tokens, parents, depth, support, match_len, match_count, sampled = raw
+    return DraftTree(
+        tokens=tokens,
+        parents=parents,
+        depth=depth,
+        support=support,
+        source=np.full(tokens.shape[0], DraftSource.RETRIEVAL, dtype=np.int8),
+        match_len=match_len,
+        match_count=match_count,
+        extra={"sampled": sampled},
+    )
+
+
+class Reader:
+    """A memory-mapped index. Opening reads only the header; searches release the GIL and one
+    Reader may be shared by any number of threads."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._inner = _retriever.IndexReader(str(self.path))
+
+    def search(
+        self,
+        context: Sequence[int] | np.ndarray,
+        *,
+        max_nodes: int = 64,
+        max_depth: int = 10,
+        max_matches: int = 256,
+        min_suffix: int = 2,
+        max_suffix: int = 16,
+    ) -> DraftTree:
+        """Draft tree continuing ``context``.
+
+        Tries suffixes of the context from ``max_suffix`` tokens down to ``min_suffix`` until
+        one occurs in the datastore; reads up to ``max_matches`` of its occurrences, spread evenly
+        over all of them; counts what followed (up to ``max_depth`` tokens, never past the end
+        of a document) in a trie; returns the ``max_nodes`` most supported nodes as a connected
+        tree in BFS order. An empty tree when nothing matches.
+        """
+        params = SearchParams(max_nodes, max_depth, max_matches, min_suffix, max_suffix)
+        ids = as_token_array(context, self.vocab_size, "context")
+        return _tree(self._inner.search(ids, *params.args()))
+
+    def search_batch(self, contexts: Iterable[Sequence[int] | np.ndarray], **params: int) -> list[DraftTree]:
+        """``search`` for many contexts at once, in parallel on all cores."""
+        p = SearchParams(**params)
+        arrays = [as_token_array(c, self.vocab_size, f"context {i}") for i, c in enumerate(contexts)]
+        return [_tree(raw) for raw in self._inner.search_batch(arrays, *p.args())]
+
+    def document(self, i: int) -> np.ndarray:
+        """Token ids of document ``i``."""
+        return self._inner.document(i)
+
+    def verify(self) -> None:
+        """Check the body checksum; raises IndexFormatError on corruption. Reads the whole file."""
+        self._inner.verify()
+
+    @property
+    def vocab_size(self) -> int:
+        return self._inner.vocab_size
+
+    @property
+    def token_count(self) -> int:
+        return self._inner.token_count
+
+    @property
+    def document_count(self) -> int:
+        return self._inner.document_count
+
+    @property
+    def token_width(self) -> int:
+        return self._inner.token_width
+
+    @property
+    def sa_width(self) -> int:
+        return self._inner.sa_width
+
+    @property
+    def format_version(self) -> int:
+        return self._inner.format_version
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        return self._inner.tokenizer_fingerprint
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "format_version": self.format_version,
+            "documents": self.document_count,
+            "tokens": self.token_count,
+            "vocab_size": self.vocab_size,
+            "token_width": self.token_width,
+            "sa_width": self.sa_width,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "file_bytes": self.path.stat().st_size,
+        }
+
+    def __repr__(self) -> str:
+        return f"Reader({str(self.path)!r}, documents={self.document_count}, tokens={self.token_count})"

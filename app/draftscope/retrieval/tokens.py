@@ -1,0 +1,53 @@
+"""Turning whatever the caller passes (list, numpy array, array('I'), generator) into an
+int64 array of token ids, with errors that name the entry and the position."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+
+import numpy as np
+
+
+def _is_token_int(value: object) -> bool:
+    # bool is an int subclass, but True is never meant as a token id.
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def as_token_array(tokens: Iterable[int], vocab_size: int, what: str) -> np.ndarray:
+    """Return ``tokens`` as a 1-D int64 array, every id in [0, vocab_size).
+
+    ``what`` names the input in errors, e.g. "entry 12" or "context".
+    """
+    if isinstance(tokens, (str, bytes)):
+        raise ValueError(f"{what}: expected a sequence of token ids, got {type(tokens).__name__}")
+    if not isinstance(tokens, np.ndarray) and not hasattr(tokens, "__len__"):
+        tokens = list(tokens)  # generators and other one-shot iterables
+    try:
+        arr = np.asarray(tokens)
+    except (ValueError, TypeError, OverflowError):
+        arr = np.asarray(list(tokens), dtype=object)
+    if arr.ndim != 1:
+        if arr.ndim == 0 or arr.size == 0:
+            return np.zeros(0, np.int64)
+        raise ValueError(f"{what}: expected a flat sequence of token ids, got an array of shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, np.int64)
+    if arr.dtype.kind not in "iu":
+        for position, value in enumerate(arr.tolist()):
+            if not _is_token_int(value):
+                raise ValueError(f"{what}: token at position {position} is not an int: {value!r}")
+        # All Python ints, but some too large for int64: locate the first out of range.
+        _raise_out_of_range(arr.tolist(), vocab_size, what)
+    low, high = arr.min(), arr.max()
+    if low < 0 or high >= vocab_size:
+        _raise_out_of_range(arr.tolist(), vocab_size, what)
+    return arr.astype(np.int64, copy=False)
+
+
+def _raise_out_of_range(values: list, vocab_size: int, what: str) -> None:
+    for position, value in enumerate(values):
+        if not 0 <= value < vocab_size:
+            raise ValueError(
+                f"{what}: token at position {position} is {value}, outside the vocabulary [0, {vocab_size})"
+            )
