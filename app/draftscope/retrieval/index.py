@@ -91,7 +91,9 @@ class Writer:
     def finalize(self) -> dict[str, Any]:
         """Build and write the index. Returns statistics (documents, tokens, file_bytes,
         token_width, sa_width, sa_seconds, finalize_seconds, ...)."""
-        return self._inner.finalize()
+        stats = self._inner.finalize()
+        stats["path"] = str(stats["path"])
+        return stats
 
     def __enter__(self) -> Writer:
         return self

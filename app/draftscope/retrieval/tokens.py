@@ -10,8 +10,7 @@ import numpy as np
 
 
 def _is_token_int(value: object) -> bool:
-    # bool is an int subclass, but True is never meant as a token id.
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, numbers.Integral)
 
 
 def as_token_array(tokens: Iterable[int], vocab_size: int, what: str) -> np.ndarray:
@@ -34,11 +33,13 @@ def as_token_array(tokens: Iterable[int], vocab_size: int, what: str) -> np.ndar
     if arr.size == 0:
         return np.zeros(0, np.int64)
     if arr.dtype.kind not in "iu":
-        for position, value in enumerate(arr.tolist()):
+        # Report the caller's own elements (numpy would have turned [1, 2.5] into floats).
+        originals = arr.tolist() if isinstance(tokens, np.ndarray) else list(tokens)
+        for position, value in enumerate(originals):
             if not _is_token_int(value):
                 raise ValueError(f"{what}: token at position {position} is not an int: {value!r}")
         # All Python ints, but some too large for int64: locate the first out of range.
-        _raise_out_of_range(arr.tolist(), vocab_size, what)
+        _raise_out_of_range(originals, vocab_size, what)
     low, high = arr.min(), arr.max()
     if low < 0 or high >= vocab_size:
         _raise_out_of_range(arr.tolist(), vocab_size, what)
