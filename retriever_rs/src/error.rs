@@ -38,8 +38,8 @@ pub enum IndexError {
     #[error("entry {entry}: token at position {position} is {value}, outside the vocabulary [0, {vocab_size})")]
     TokenOutOfRange { entry: u64, position: usize, value: i64, vocab_size: u32 },
 
-    #[error("context token at position {position} is {value}, outside the vocabulary [0, {vocab_size})")]
-    ContextTokenOutOfRange { position: usize, value: i64, vocab_size: u32 },
+    #[error("context{}: token at position {position} is {value}, outside the vocabulary [0, {vocab_size})", .context.map(|i| format!(" {i}")).unwrap_or_default())]
+    ContextTokenOutOfRange { context: Option<usize>, position: usize, value: i64, vocab_size: u32 },
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -18,7 +18,9 @@
 //!  72      4    body CRC-32 (everything after the header; checked by `verify`, not on open)
 //!  76      4    fingerprint length
 //!  80    128    tokenizer fingerprint (UTF-8, zero padded)
-//! 208     44    reserved (0)
+//! 208      8    document-end bitmap offset (ceil(tokens / 64) u64 words; bit p = token p
+//!               is the last of its document), so a search finds a boundary in one cache line
+//! 216     36    reserved (0)
 //! 252      4    header CRC-32 over bytes 0..252
 //! ```
 //! All integers little-endian; every section starts at a multiple of 8 so the memory map can be
@@ -55,6 +57,7 @@ pub struct Header {
 pub struct Layout {
     pub tokens_offset: u64,
     pub docs_offset: u64,
+    pub bits_offset: u64,
     pub sa_offset: u64,
     pub file_len: u64,
 }
@@ -99,10 +102,12 @@ impl Header {
         let tokens_bytes = self.token_count.checked_mul(self.token_width as u64)?;
         let docs_offset = align8(tokens_offset.checked_add(tokens_bytes)?);
         let docs_bytes = self.doc_count.checked_add(1)?.checked_mul(8)?;
-        let sa_offset = docs_offset.checked_add(docs_bytes)?;
+        let bits_offset = docs_offset.checked_add(docs_bytes)?;
+        let bits_bytes = self.token_count.div_ceil(64).checked_mul(8)?;
+        let sa_offset = bits_offset.checked_add(bits_bytes)?;
         let sa_bytes = self.token_count.checked_mul(self.sa_width as u64)?;
         let file_len = sa_offset.checked_add(sa_bytes)?;
-        Some(Layout { tokens_offset, docs_offset, sa_offset, file_len })
+        Some(Layout { tokens_offset, docs_offset, bits_offset, sa_offset, file_len })
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -124,6 +129,7 @@ impl Header {
         let fp = self.fingerprint.as_bytes();
         b[76..80].copy_from_slice(&(fp.len() as u32).to_le_bytes());
         b[80..80 + fp.len()].copy_from_slice(fp);
+        b[208..216].copy_from_slice(&layout.bits_offset.to_le_bytes());
         let crc = crc32fast::hash(&b[..HEADER_CRC_AT]);
         b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -191,8 +197,8 @@ impl Header {
         }
         let header = Header { version, token_width, sa_width, vocab_size, doc_count, token_count, body_crc, fingerprint };
         let layout = header.layout().ok_or_else(|| corrupt("section sizes overflow"))?;
-        if (u64_at(40), u64_at(48), u64_at(56), u64_at(64))
-            != (layout.tokens_offset, layout.docs_offset, layout.sa_offset, layout.file_len)
+        if (u64_at(40), u64_at(48), u64_at(208), u64_at(56), u64_at(64))
+            != (layout.tokens_offset, layout.docs_offset, layout.bits_offset, layout.sa_offset, layout.file_len)
         {
             return Err(corrupt("section offsets disagree with the counts"));
         }

@@ -42,7 +42,7 @@ impl Index {
     fn check_context(&self, context: &[u32]) -> Result<()> {
         let vocab = self.header().vocab_size;
         match context.iter().position(|&t| t >= vocab) {
-            Some(position) => Err(IndexError::ContextTokenOutOfRange { position, value: context[position] as i64, vocab_size: vocab }),
+            Some(position) => Err(IndexError::ContextTokenOutOfRange { context: None, position, value: context[position] as i64, vocab_size: vocab }),
             None => Ok(()),
         }
     }

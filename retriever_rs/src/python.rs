@@ -49,7 +49,7 @@ fn guarded<T>(f: impl FnOnce() -> crate::Result<T>) -> PyResult<T> {
     }
 }
 
-fn context_ids(context: &[i64], vocab_size: u32) -> PyResult<Vec<u32>> {
+fn context_ids(context: &[i64], vocab_size: u32, which: Option<usize>) -> PyResult<Vec<u32>> {
     context
         .iter()
         .enumerate()
@@ -57,7 +57,7 @@ fn context_ids(context: &[i64], vocab_size: u32) -> PyResult<Vec<u32>> {
             if (0..vocab_size as i64).contains(&t) {
                 Ok(t as u32)
             } else {
-                Err(to_py(IndexError::ContextTokenOutOfRange { position, value: t, vocab_size }))
+                Err(to_py(IndexError::ContextTokenOutOfRange { context: which, position, value: t, vocab_size }))
             }
         })
         .collect()
@@ -185,7 +185,7 @@ impl IndexReaderPy {
         min_suffix: usize,
         max_suffix: usize,
     ) -> PyResult<TreeTuple<'py>> {
-        let ids = context_ids(context.as_slice()?, self.index.header().vocab_size)?;
+        let ids = context_ids(context.as_slice()?, self.index.header().vocab_size, None)?;
         let params = SearchParams { max_nodes, max_depth, max_matches, min_suffix, max_suffix };
         let tree = py.detach(|| guarded(|| self.index.search(&ids, &params)))?;
         Ok(tree_to_py(py, tree))
@@ -205,7 +205,8 @@ impl IndexReaderPy {
         let vocab = self.index.header().vocab_size;
         let ids = contexts
             .iter()
-            .map(|c| context_ids(c.as_slice()?, vocab))
+            .enumerate()
+            .map(|(i, c)| context_ids(c.as_slice()?, vocab, Some(i)))
             .collect::<PyResult<Vec<_>>>()?;
         let params = SearchParams { max_nodes, max_depth, max_matches, min_suffix, max_suffix };
         let trees = py.detach(|| guarded(|| self.index.search_batch(&ids, &params)))?;

@@ -72,19 +72,42 @@ impl DraftTree {
 
 /// How the suffix at `pos` compares with `pattern`, a document end sorting before any token.
 /// `Equal` means the suffix starts with the whole pattern.
-fn compare<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pos: u64, pattern: &[u32]) -> Result<Ordering> {
-    let end = c.doc_end(pos)?;
-    let avail = (end - pos) as usize;
+fn compare<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pos: u64, pattern: &[u32]) -> Ordering {
+    let n = c.tokens.len() as u64;
     for (k, &want) in pattern.iter().enumerate() {
-        if k == avail {
-            return Ok(Ordering::Less);
+        let q = pos + k as u64;
+        if q >= n {
+            return Ordering::Less; // only on corrupt data: the suffix array is range-checked
         }
-        match c.tokens.at(pos as usize + k).cmp(&want) {
+        match c.tokens.at(q as usize).cmp(&want) {
             Ordering::Equal => {}
-            other => return Ok(other),
+            other => return other,
+        }
+        if k + 1 < pattern.len() && c.is_doc_last(q) {
+            return Ordering::Less; // the document ends inside the pattern
         }
     }
-    Ok(Ordering::Equal)
+    Ordering::Equal
+}
+
+/// Tokens following an occurrence that ends at `last` (inclusive), up to `max` of them and
+/// never past the end of its document.
+fn continuation<'c, T: Symbols + ?Sized, S: Positions + ?Sized>(
+    c: &'c Corpus<T, S>,
+    last: u64,
+    max: usize,
+) -> impl Iterator<Item = u32> + 'c {
+    let n = c.tokens.len() as u64;
+    let mut q = last;
+    let mut left = max;
+    std::iter::from_fn(move || {
+        if left == 0 || c.is_doc_last(q) || q + 1 >= n {
+            return None;
+        }
+        q += 1;
+        left -= 1;
+        Some(c.tokens.at(q as usize))
+    })
 }
 
 /// Suffix-array interval [lo, hi) of the suffixes starting with `pattern`.
@@ -94,7 +117,7 @@ fn find_range<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, patt
     let (mut a, mut b) = (0usize, n);
     while a < b {
         let mid = a + (b - a) / 2;
-        if compare(c, c.suffix(mid)?, pattern)? == Ordering::Less {
+        if compare(c, c.suffix(mid)?, pattern) == Ordering::Less {
             a = mid + 1;
         } else {
             b = mid;
@@ -105,7 +128,7 @@ fn find_range<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, patt
     let mut b = n;
     while a < b {
         let mid = a + (b - a) / 2;
-        if compare(c, c.suffix(mid)?, pattern)? == Ordering::Greater {
+        if compare(c, c.suffix(mid)?, pattern) == Ordering::Greater {
             b = mid;
         } else {
             a = mid + 1;
@@ -271,13 +294,21 @@ pub fn search_corpus<T: Symbols + ?Sized, S: Positions + ?Sized>(
     let mut trie = Trie::default();
     let mut sampled = 0;
     if p.max_depth > 0 && p.max_nodes > 0 {
+        // Three passes so the random reads of all occurrences are in flight together:
+        // suffix-array entries, then the text and boundary bits they point at, then the trie.
         for i in even_sample(lo, hi, p.max_matches) {
-            let pos = c.suffix(i)?;
-            let start = pos + match_len as u64;
-            let end = c.doc_end(pos)?.min(start + p.max_depth as u64);
-            trie.insert((start..end).map(|q| c.tokens.at(q as usize)));
-            sampled += 1;
+            c.suffixes.prefetch(i);
         }
+        let last_matched: Vec<u64> = even_sample(lo, hi, p.max_matches)
+            .map(|i| c.suffix(i).map(|pos| pos + match_len as u64 - 1))
+            .collect::<Result<_>>()?;
+        for &q in &last_matched {
+            c.prefetch_occurrence(q);
+        }
+        for &q in &last_matched {
+            trie.insert(continuation(c, q, p.max_depth));
+        }
+        sampled = last_matched.len();
     }
     let mut tree = trie.top_subtree(p.max_nodes);
     tree.match_len = match_len;

@@ -206,6 +206,8 @@ impl IndexWriter {
         out.pad_to_8()?;
         debug_assert_eq!(out.written, layout.docs_offset);
         self.write_doc_starts(&mut out)?;
+        debug_assert_eq!(out.written, layout.bits_offset);
+        self.write_doc_end_bits(&mut out)?;
         debug_assert_eq!(out.written, layout.sa_offset);
 
         // Rewrite the text in place as "position without separators" (-1 for a separator),
@@ -298,6 +300,20 @@ impl IndexWriter {
             self.check_cancel()?;
         }
         Ok(())
+    }
+
+    /// Bit p of the bitmap is set when token p is the last of its document.
+    fn write_doc_end_bits(&self, out: &mut ChecksummedWriter) -> Result<()> {
+        let mut words: Vec<u64> = vec![0; self.tokens().div_ceil(64) as usize];
+        let mut p = 0usize;
+        for &sym in &self.text {
+            if sym == 0 {
+                words[(p - 1) / 64] |= 1 << ((p - 1) % 64);
+            } else {
+                p += 1;
+            }
+        }
+        out.write(bytemuck::cast_slice(&words))
     }
 
     fn write_doc_starts(&self, out: &mut ChecksummedWriter) -> Result<()> {

@@ -125,6 +125,7 @@ class Reader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._inner = _retriever.IndexReader(str(self.path))
+        self._vocab_size = self._inner.vocab_size
 
     def search(
         self,
@@ -144,14 +145,14 @@ class Reader:
         of a document) in a trie; returns the ``max_nodes`` most supported nodes as a connected
         tree in BFS order. An empty tree when nothing matches.
         """
-        params = SearchParams(max_nodes, max_depth, max_matches, min_suffix, max_suffix)
-        ids = as_token_array(context, self.vocab_size, "context")
-        return _tree(self._inner.search(ids, *params.args()))
+        # Parameters and token range are checked in Rust: this is the per-step hot path.
+        ids = as_token_array(context, self._vocab_size, "context", check_range=False)
+        return _tree(self._inner.search(ids, max_nodes, max_depth, max_matches, min_suffix, max_suffix))
 
     def search_batch(self, contexts: Iterable[Sequence[int] | np.ndarray], **params: int) -> list[DraftTree]:
         """``search`` for many contexts at once, in parallel on all cores."""
         p = SearchParams(**params)
-        arrays = [as_token_array(c, self.vocab_size, f"context {i}") for i, c in enumerate(contexts)]
+        arrays = [as_token_array(c, self._vocab_size, f"context {i}", check_range=False) for i, c in enumerate(contexts)]
         return [_tree(raw) for raw in self._inner.search_batch(arrays, *p.args())]
 
     def document(self, i: int) -> np.ndarray:

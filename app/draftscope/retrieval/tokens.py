@@ -13,11 +13,14 @@ def _is_token_int(value: object) -> bool:
     return isinstance(value, numbers.Integral)
 
 
-def as_token_array(tokens: Iterable[int], vocab_size: int, what: str) -> np.ndarray:
+def as_token_array(tokens: Iterable[int], vocab_size: int, what: str, *, check_range: bool = True) -> np.ndarray:
     """Return ``tokens`` as a 1-D int64 array, every id in [0, vocab_size).
 
-    ``what`` names the input in errors, e.g. "entry 12" or "context".
+    ``what`` names the input in errors, e.g. "entry 12" or "context". With
+    ``check_range=False`` the caller leaves the range check to Rust (search contexts: the hot path).
     """
+    if type(tokens) is np.ndarray and tokens.dtype == np.int64 and tokens.ndim == 1 and not check_range:
+        return tokens
     if isinstance(tokens, (str, bytes)):
         raise ValueError(f"{what}: expected a sequence of token ids, got {type(tokens).__name__}")
     if not isinstance(tokens, np.ndarray) and not hasattr(tokens, "__len__"):
@@ -40,8 +43,9 @@ def as_token_array(tokens: Iterable[int], vocab_size: int, what: str) -> np.ndar
                 raise ValueError(f"{what}: token at position {position} is not an int: {value!r}")
         # All Python ints, but some too large for int64: locate the first out of range.
         _raise_out_of_range(originals, vocab_size, what)
-    low, high = arr.min(), arr.max()
-    if low < 0 or high >= vocab_size:
+    if arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
+        _raise_out_of_range(arr.tolist(), vocab_size, what)
+    if check_range and (arr.min() < 0 or arr.max() >= vocab_size):
         _raise_out_of_range(arr.tolist(), vocab_size, what)
     return arr.astype(np.int64, copy=False)
 

@@ -1,0 +1,1 @@
+"""Qt-free datastore building: sources -> tokens -> ``draftscope.retrieval.Writer``."""

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One-stop set-up for a fresh machine, then run the app or the whole test suite.
+#
+#   scripts/setup.sh run    install everything and launch Draftscope
+#   scripts/setup.sh test   install everything and run every test (cargo test + pytest)
+#   scripts/setup.sh        install everything only (also: rebuild the Rust extension after
+#                           a change under retriever_rs/)
+#
+# Installs into the Python that runs `python3` (use a virtual environment if you prefer; create
+# it with --system-site-packages to reuse a torch that is already installed).
+set -euo pipefail
+
+mode="${1:-install}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+PY="${PYTHON:-python3}"
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- System libraries Qt needs (installed only when missing) ---------------------------------
+qt_libs=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0)
+if command -v dpkg-query >/dev/null 2>&1; then
+    missing=()
+    for pkg in "${qt_libs[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        say "installing system libraries for Qt: ${missing[*]}"
+        if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; }; then
+            say "could not install ${missing[*]}; install them with your package manager for the GUI"
+        fi
+    fi
+fi
+
+# --- Rust toolchain (the extension is built from source) -------------------------------------
+if ! command -v cargo >/dev/null 2>&1; then
+    say "cargo not found: install Rust from https://rustup.rs (the retriever is a Rust extension)"
+    exit 1
+fi
+
+# --- torch: keep a compatible one (a GPU machine's CUDA build), else install from PyPI --------
+if "$PY" - <<'PYEOF' 2>/dev/null; then
+import sys
+import torch
+major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+sys.exit(0 if (major, minor) >= (2, 1) else 1)
+PYEOF
+    say "using installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+else
+    say "installing torch (several GB for the CUDA build; cached by pip afterwards)"
+    "$PY" -m pip install "torch>=2.1"
+fi
+
+# --- The package itself (maturin builds the Rust extension; editable, so Python edits apply) ---
+say "building the Rust extension and installing draftscope"
+"$PY" -m pip install -q -e ".[test]"
+
+case "$mode" in
+    run)
+        exec "$PY" -m draftscope "${@:2}"
+        ;;
+    test)
+        say "cargo test"
+        cargo test --workspace --quiet
+        say "pytest"
+        exec "$PY" -m pytest -q "${@:2}"
+        ;;
+    install)
+        say "done; run 'draftscope' to start"
+        ;;
+    *)
+        echo "usage: scripts/setup.sh [run|test|install]" >&2
+        exit 2
+        ;;
+esac
