@@ -130,3 +130,14 @@ def test_corrupt_body_is_found_by_verify(build_index):
     r = Reader(path)  # opening reads the header only
     with pytest.raises(IndexFormatError, match="body checksum"):
         r.verify()
+
+
+@pytest.mark.parametrize("in_thread_pool", [False, True])
+def test_rust_panic_becomes_a_python_exception(in_thread_pool):
+    from draftscope import _retriever
+
+    with pytest.raises(RuntimeError, match="internal error in the retriever.*deliberate panic"):
+        _retriever._panic_for_test(in_thread_pool)
+    # The interpreter and the extension keep working afterwards.
+    with pytest.raises(RuntimeError):
+        _retriever._panic_for_test(in_thread_pool)

@@ -3,7 +3,7 @@
 
 use crate::error::IndexError;
 use crate::{DraftTree, Index, IndexWriter, SearchParams, WriterOptions};
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -106,12 +106,26 @@ impl IndexWriterPy {
         Ok(IndexWriterPy { inner: Mutex::new(Some(writer)), cancel, path, vocab_size: vocab })
     }
 
-    /// Add one document of token ids (validated in full; a bad entry adds nothing).
-    fn add_entry(&self, py: Python<'_>, tokens: PyReadonlyArray1<'_, i64>) -> PyResult<()> {
-        let tokens = tokens.as_slice()?;
+    /// Add one document: a contiguous 1-D numpy array of any signed or unsigned integer type up
+    /// to 64 bits (u64 excepted), read in place. Validated in full; a bad entry adds nothing.
+    /// `entry` numbers the document in error messages.
+    fn add_entry(&self, py: Python<'_>, tokens: &Bound<'_, PyAny>, entry: u64) -> PyResult<()> {
         let mut guard = self.inner.lock().map_err(|_| PyRuntimeError::new_err("writer lock poisoned"))?;
         let writer = guard.as_mut().ok_or_else(|| to_py(IndexError::AlreadyFinalized))?;
-        py.detach(|| guarded(|| writer.add_document(tokens)))
+        macro_rules! try_dtype {
+            ($($t:ty),*) => {$(
+                if let Ok(array) = tokens.cast::<PyArray1<$t>>() {
+                    let view = array.readonly();
+                    let slice = view.as_slice()?;
+                    return py.detach(|| guarded(|| writer.add_numbered_document(slice, entry)));
+                }
+            )*};
+        }
+        try_dtype!(i64, i32, u32, u16, u8, i16, i8);
+        Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "entry {entry}: expected a 1-D numpy array of integers, got {}",
+            tokens.get_type().name()?
+        )))
     }
 
     /// Ask a running `finalize` (on another thread) to stop; it raises BuildCancelled.
@@ -283,11 +297,27 @@ fn raw_libsais_seconds(py: Python<'_>, documents: Vec<PyReadonlyArray1<'_, i64>>
     })
 }
 
+/// Panics inside the guarded boundary; lets the test suite prove a Rust panic surfaces as a
+/// RuntimeError instead of aborting the interpreter.
+#[pyfunction]
+fn _panic_for_test(py: Python<'_>, in_thread_pool: bool) -> PyResult<()> {
+    py.detach(|| {
+        guarded(|| {
+            if in_thread_pool {
+                use rayon::prelude::*;
+                (0..4).into_par_iter().for_each(|i| if i == 3 { panic!("deliberate panic in a worker") });
+            }
+            panic!("deliberate panic")
+        })
+    })
+}
+
 #[pymodule]
 fn _retriever(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<IndexWriterPy>()?;
     m.add_class::<IndexReaderPy>()?;
     m.add_function(wrap_pyfunction!(raw_libsais_seconds, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add("IndexFormatError", m.py().get_type::<IndexFormatError>())?;
     m.add("NewerIndexVersionError", m.py().get_type::<NewerIndexVersionError>())?;
     m.add("BuildCancelled", m.py().get_type::<BuildCancelled>())?;

@@ -133,7 +133,11 @@ impl IndexWriter {
 
     /// Add one document. The whole entry is validated first: a bad token adds nothing.
     pub fn add_document<T: Copy + Into<i64>>(&mut self, tokens: &[T]) -> Result<()> {
-        let entry = self.entries_seen;
+        self.add_numbered_document(tokens, self.entries_seen)
+    }
+
+    /// `add_document` for a caller that numbers entries itself (so errors name its numbering).
+    pub fn add_numbered_document<T: Copy + Into<i64>>(&mut self, tokens: &[T], entry: u64) -> Result<()> {
         self.entries_seen += 1;
         if let Some((position, &bad)) =
             tokens.iter().enumerate().find(|(_, &t)| !(0..self.vocab_size as i64).contains(&t.into()))

@@ -5,9 +5,13 @@ turns the end of a context into a :class:`~draftscope.draft_tree.DraftTree`. A
 DraftRetriever-compatible face lives in :mod:`draftscope.retrieval.draftretriever`.
 """
 
+from draftscope import _retriever
 from draftscope._retriever import BuildCancelled, IndexFormatError, NewerIndexVersionError
+from draftscope._stale_check import warn_if_extension_is_stale
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.retrieval.index import Reader, SearchParams, Writer
+
+warn_if_extension_is_stale(getattr(_retriever, "__file__", None))
 
 __all__ = [
     "BuildCancelled",

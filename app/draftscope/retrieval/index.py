@@ -70,7 +70,9 @@ class Writer:
         a rejected entry adds nothing."""
         entry = self._entries
         self._entries += 1
-        self._inner.add_entry(as_token_array(tokens, self.vocab_size, f"entry {entry}"))
+        # Rust checks the range and reads numpy integer arrays in place.
+        ids = as_token_array(tokens, self.vocab_size, f"entry {entry}", check_range=False, native=True)
+        self._inner.add_entry(ids, entry)
 
     def add_entries(self, entries: Iterable[Iterable[int]]) -> None:
         for tokens in entries:

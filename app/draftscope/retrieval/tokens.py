@@ -13,14 +13,23 @@ def _is_token_int(value: object) -> bool:
     return isinstance(value, numbers.Integral)
 
 
-def as_token_array(tokens: Iterable[int], vocab_size: int, what: str, *, check_range: bool = True) -> np.ndarray:
-    """Return ``tokens`` as a 1-D int64 array, every id in [0, vocab_size).
+# Integer arrays Rust reads in place (uint64 could hold ids past int64 and is converted).
+NATIVE_DTYPES = frozenset(np.dtype(t) for t in (np.int64, np.int32, np.uint32, np.uint16, np.uint8, np.int16, np.int8))
+
+
+def as_token_array(
+    tokens: Iterable[int], vocab_size: int, what: str, *, check_range: bool = True, native: bool = False
+) -> np.ndarray:
+    """Return ``tokens`` as a contiguous 1-D integer array, every id in [0, vocab_size).
 
     ``what`` names the input in errors, e.g. "entry 12" or "context". With
-    ``check_range=False`` the caller leaves the range check to Rust (search contexts: the hot path).
+    ``check_range=False`` the range check is left to Rust, which reports it the same way (the
+    hot paths: search contexts and large builds). With ``native=True`` any integer dtype Rust
+    reads in place is returned as is; otherwise the array is int64.
     """
-    if type(tokens) is np.ndarray and tokens.dtype == np.int64 and tokens.ndim == 1 and not check_range:
-        return tokens
+    if type(tokens) is np.ndarray and tokens.ndim == 1 and not check_range:
+        if tokens.dtype == np.int64 or (native and tokens.dtype in NATIVE_DTYPES):
+            return np.ascontiguousarray(tokens)
     if isinstance(tokens, (str, bytes)):
         raise ValueError(f"{what}: expected a sequence of token ids, got {type(tokens).__name__}")
     if not isinstance(tokens, np.ndarray) and not hasattr(tokens, "__len__"):
