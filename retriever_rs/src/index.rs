@@ -33,35 +33,26 @@ pub trait Symbols: Sync {
     fn prefetch(&self, i: usize);
 }
 
-impl Symbols for [u16] {
-    #[inline]
-    fn len(&self) -> usize {
-        <[u16]>::len(self)
-    }
-    #[inline]
-    fn at(&self, i: usize) -> u32 {
-        self[i] as u32
-    }
-    #[inline]
-    fn prefetch(&self, i: usize) {
-        prefetch(self, i)
-    }
+macro_rules! impl_storage {
+    ($trait:ident, $out:ty, $($t:ty),*) => {$(
+        impl $trait for [$t] {
+            #[inline]
+            fn len(&self) -> usize {
+                <[$t]>::len(self)
+            }
+            #[inline]
+            fn at(&self, i: usize) -> $out {
+                self[i] as $out
+            }
+            #[inline]
+            fn prefetch(&self, i: usize) {
+                prefetch(self, i)
+            }
+        }
+    )*};
 }
 
-impl Symbols for [u32] {
-    #[inline]
-    fn len(&self) -> usize {
-        <[u32]>::len(self)
-    }
-    #[inline]
-    fn at(&self, i: usize) -> u32 {
-        self[i]
-    }
-    #[inline]
-    fn prefetch(&self, i: usize) {
-        prefetch(self, i)
-    }
-}
+impl_storage!(Symbols, u32, u16, u32);
 
 /// Suffix-array storage of one width.
 pub trait Positions: Sync {
@@ -70,35 +61,7 @@ pub trait Positions: Sync {
     fn prefetch(&self, i: usize);
 }
 
-impl Positions for [u32] {
-    #[inline]
-    fn len(&self) -> usize {
-        <[u32]>::len(self)
-    }
-    #[inline]
-    fn at(&self, i: usize) -> u64 {
-        self[i] as u64
-    }
-    #[inline]
-    fn prefetch(&self, i: usize) {
-        prefetch(self, i)
-    }
-}
-
-impl Positions for [u64] {
-    #[inline]
-    fn len(&self) -> usize {
-        <[u64]>::len(self)
-    }
-    #[inline]
-    fn at(&self, i: usize) -> u64 {
-        self[i]
-    }
-    #[inline]
-    fn prefetch(&self, i: usize) {
-        prefetch(self, i)
-    }
-}
+impl_storage!(Positions, u64, u32, u64);
 
 /// The three sections of an index, typed.
 pub struct Corpus<'a, T: Symbols + ?Sized, S: Positions + ?Sized> {

@@ -110,11 +110,10 @@ fn continuation<'c, T: Symbols + ?Sized, S: Positions + ?Sized>(
     })
 }
 
-/// Suffix-array interval [lo, hi) of the suffixes starting with `pattern`.
-fn find_range<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pattern: &[u32]) -> Result<(usize, usize)> {
-    let n = c.suffixes.len();
-    // First suffix not Less than the pattern.
-    let (mut a, mut b) = (0usize, n);
+/// First suffix-array index whose suffix is not Less than `pattern`, and whether that suffix
+/// starts with the pattern (i.e. whether the pattern occurs at all).
+fn lower_bound<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pattern: &[u32]) -> Result<(usize, bool)> {
+    let (mut a, mut b) = (0usize, c.suffixes.len());
     while a < b {
         let mid = a + (b - a) / 2;
         if compare(c, c.suffix(mid)?, pattern) == Ordering::Less {
@@ -123,23 +122,43 @@ fn find_range<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, patt
             b = mid;
         }
     }
-    let lo = a;
-    // First suffix Greater than the pattern.
-    let mut b = n;
-    while a < b {
-        let mid = a + (b - a) / 2;
-        if compare(c, c.suffix(mid)?, pattern) == Ordering::Greater {
-            b = mid;
-        } else {
-            a = mid + 1;
-        }
-    }
-    Ok((lo, a))
+    let found = a < c.suffixes.len() && compare(c, c.suffix(a)?, pattern) == Ordering::Equal;
+    Ok((a, found))
 }
 
-/// The longest suffix of `context` (between min and max length) that occurs in the corpus.
-/// Occurrence is monotone in the length (x·P occurs => P occurs), so binary search over the
-/// length finds the same suffix as trying longest to shortest, with ~4 lookups instead of ~15.
+/// End of the run of suffixes starting with `pattern` that begins at `lo`. Galloping: most
+/// runs are short, and then only suffix-array entries next to `lo` are touched.
+fn run_end<T: Symbols + ?Sized, S: Positions + ?Sized>(c: &Corpus<T, S>, pattern: &[u32], lo: usize) -> Result<usize> {
+    let n = c.suffixes.len();
+    let matches = |i: usize| -> Result<bool> { Ok(compare(c, c.suffix(i)?, pattern) == Ordering::Equal) };
+    // Invariant: suffix `a` matches; suffix `b` does not (or b == n).
+    let (mut a, mut step) = (lo, 1usize);
+    let mut b = loop {
+        let probe = lo.saturating_add(step);
+        if probe >= n {
+            break n;
+        }
+        if !matches(probe)? {
+            break probe;
+        }
+        a = probe;
+        step *= 2;
+    };
+    while b - a > 1 {
+        let mid = a + (b - a) / 2;
+        if matches(mid)? {
+            a = mid;
+        } else {
+            b = mid;
+        }
+    }
+    Ok(b)
+}
+
+/// The longest suffix of `context` (between min and max length) that occurs in the corpus,
+/// with its suffix-array interval. Occurrence is monotone in the length (x·P occurs => P
+/// occurs), so binary search over the length finds the same suffix as trying longest to
+/// shortest; each probe is a single lower-bound search, and only the winner's run end is found.
 fn longest_match<T: Symbols + ?Sized, S: Positions + ?Sized>(
     c: &Corpus<T, S>,
     context: &[u32],
@@ -150,23 +169,24 @@ fn longest_match<T: Symbols + ?Sized, S: Positions + ?Sized>(
         return Ok(None);
     }
     let suffix = |len: usize| &context[context.len() - len..];
-    let first = find_range(c, suffix(p.min_suffix))?;
-    if first.0 == first.1 {
+    let (first_lo, found) = lower_bound(c, suffix(p.min_suffix))?;
+    if !found {
         return Ok(None);
     }
-    let mut best = (p.min_suffix, first);
+    let mut best = (p.min_suffix, first_lo);
     let (mut lo, mut hi) = (p.min_suffix + 1, longest);
     while lo <= hi {
         let mid = lo + (hi - lo) / 2;
-        let r = find_range(c, suffix(mid))?;
-        if r.0 < r.1 {
-            best = (mid, r);
+        let (at, found) = lower_bound(c, suffix(mid))?;
+        if found {
+            best = (mid, at);
             lo = mid + 1;
         } else {
             hi = mid - 1;
         }
     }
-    Ok(Some(best))
+    let (len, start) = best;
+    Ok(Some((len, (start, run_end(c, suffix(len), start)?))))
 }
 
 /// `k` suffix-array indices spread evenly over [lo, hi): deterministic, and not biased
@@ -177,12 +197,16 @@ pub fn even_sample(lo: usize, hi: usize, k: usize) -> impl Iterator<Item = usize
     (0..k).map(move |i| lo + (i as u128 * count / k as u128) as usize)
 }
 
+const NONE: u32 = u32::MAX;
+
+/// A trie node in a flat arena; children form a singly linked list (no allocation per node).
 struct TrieNode {
     token: u32,
-    parent: usize,
+    parent: u32,
+    first_child: u32,
+    next_sibling: u32,
     depth: u32,
     count: u32,
-    children: Vec<usize>,
 }
 
 /// Frequency trie of continuations; node 0 is the root.
@@ -192,22 +216,47 @@ pub struct Trie {
 
 impl Default for Trie {
     fn default() -> Self {
-        Trie { nodes: vec![TrieNode { token: 0, parent: usize::MAX, depth: 0, count: 0, children: Vec::new() }] }
+        Trie::with_capacity(1)
     }
 }
 
 impl Trie {
+    pub fn with_capacity(nodes: usize) -> Self {
+        let mut v = Vec::with_capacity(nodes.max(1));
+        v.push(TrieNode { token: 0, parent: NONE, first_child: NONE, next_sibling: NONE, depth: 0, count: 0 });
+        Trie { nodes: v }
+    }
+
+    fn children(&self, id: usize) -> impl Iterator<Item = usize> + '_ {
+        let mut next = self.nodes[id].first_child;
+        std::iter::from_fn(move || {
+            (next != NONE).then(|| {
+                let cur = next as usize;
+                next = self.nodes[cur].next_sibling;
+                cur
+            })
+        })
+    }
+
     pub fn insert(&mut self, path: impl IntoIterator<Item = u32>) {
-        let mut cur = 0;
+        let mut cur = 0usize;
         for token in path {
-            let found = self.nodes[cur].children.iter().copied().find(|&ch| self.nodes[ch].token == token);
+            let found = self.children(cur).find(|&ch| self.nodes[ch].token == token);
             let next = match found {
                 Some(ch) => ch,
                 None => {
                     let id = self.nodes.len();
-                    let depth = self.nodes[cur].depth + 1;
-                    self.nodes.push(TrieNode { token, parent: cur, depth, count: 0, children: Vec::new() });
-                    self.nodes[cur].children.push(id);
+                    let parent = &self.nodes[cur];
+                    let node = TrieNode {
+                        token,
+                        parent: cur as u32,
+                        first_child: NONE,
+                        next_sibling: parent.first_child,
+                        depth: parent.depth + 1,
+                        count: 0,
+                    };
+                    self.nodes.push(node);
+                    self.nodes[cur].first_child = id as u32;
                     id
                 }
             };
@@ -228,13 +277,13 @@ impl Trie {
             let n = &self.nodes[id];
             (n.count, Reverse(n.depth), Reverse(parent_rank), Reverse(n.token), id)
         };
-        let mut heap: BinaryHeap<Key> = self.nodes[0].children.iter().map(|&ch| key(ch, 0)).collect();
+        let mut heap: BinaryHeap<Key> = self.children(0).map(|ch| key(ch, 0)).collect();
         let mut chosen: Vec<usize> = Vec::with_capacity(max_nodes);
         while chosen.len() < max_nodes {
             let Some((.., id)) = heap.pop() else { break };
             chosen.push(id);
             let rank = chosen.len();
-            heap.extend(self.nodes[id].children.iter().map(|&ch| key(ch, rank)));
+            heap.extend(self.children(id).map(|ch| key(ch, rank)));
         }
         self.bfs_order(&chosen)
     }
@@ -254,14 +303,14 @@ impl Trie {
         for level in &mut by_depth {
             level.sort_by_key(|&id| {
                 let n = &self.nodes[id];
-                let parent_out = if n.parent == 0 { 0 } else { out_index[n.parent] + 1 };
+                let parent_out = if n.parent == 0 { 0 } else { out_index[n.parent as usize] + 1 };
                 (parent_out, Reverse(n.count), n.token)
             });
             for &id in level.iter() {
                 let n = &self.nodes[id];
                 out_index[id] = tree.tokens.len();
                 tree.tokens.push(n.token);
-                tree.parents.push(if n.parent == 0 { -1 } else { out_index[n.parent] as i32 });
+                tree.parents.push(if n.parent == 0 { -1 } else { out_index[n.parent as usize] as i32 });
                 tree.depth.push(n.depth);
                 tree.support.push(n.count);
             }
@@ -291,7 +340,7 @@ pub fn search_corpus<T: Symbols + ?Sized, S: Positions + ?Sized>(
     let Some((match_len, (lo, hi))) = longest_match(c, context, p)? else {
         return Ok(DraftTree::default());
     };
-    let mut trie = Trie::default();
+    let mut trie = Trie::with_capacity(p.max_matches.min(hi - lo).saturating_mul(p.max_depth).min(1 << 16) + 1);
     let mut sampled = 0;
     if p.max_depth > 0 && p.max_nodes > 0 {
         // Three passes so the random reads of all occurrences are in flight together:

