@@ -111,8 +111,12 @@ def test_search_limits(build_index):
     assert r.search([0, 1], max_depth=5, max_nodes=3).tokens.tolist() == [2, 3, 4]
     assert len(r.search([7])) == 0, "shorter than min_suffix"
     assert r.search([7], min_suffix=1).tokens[0] == 8
-    with pytest.raises(ValueError, match="max_suffix"):
+    with pytest.raises(ValueError, match="max_suffix must be >= min_suffix"):
         r.search([1, 2], min_suffix=4, max_suffix=3)
+    with pytest.raises(ValueError, match="min_suffix must be at least 1"):
+        r.search([1, 2], min_suffix=0)
+    with pytest.raises(ValueError, match="max_nodes must be a non-negative int, got -1"):
+        r.search([1, 2], max_nodes=-1)
 
 
 def test_search_batch_equals_single_searches_and_threads_share_a_reader(build_index):

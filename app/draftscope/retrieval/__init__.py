@@ -9,7 +9,7 @@ from draftscope import _retriever
 from draftscope._retriever import BuildCancelled, IndexFormatError, NewerIndexVersionError
 from draftscope._stale_check import warn_if_extension_is_stale
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.retrieval.index import Reader, SearchParams, Writer
+from draftscope.retrieval.index import Reader, Writer
 
 warn_if_extension_is_stale(getattr(_retriever, "__file__", None))
 
@@ -20,6 +20,5 @@ __all__ = [
     "IndexFormatError",
     "NewerIndexVersionError",
     "Reader",
-    "SearchParams",
     "Writer",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,28 +14,13 @@ from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.retrieval.tokens import as_token_array
 
 
-@dataclass(frozen=True)
-class SearchParams:
-    """Knobs of one retrieval search (see ``Reader.search``)."""
-
-    max_nodes: int = 64
-    max_depth: int = 10
-    max_matches: int = 256
-    min_suffix: int = 2
-    max_suffix: int = 16
-
-    def __post_init__(self) -> None:
-        for name in ("max_nodes", "max_depth", "max_matches", "min_suffix", "max_suffix"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        if self.min_suffix < 1:
-            raise ValueError("min_suffix must be at least 1")
-        if self.max_suffix < self.min_suffix:
-            raise ValueError(f"max_suffix ({self.max_suffix}) must be >= min_suffix ({self.min_suffix})")
-
-    def args(self) -> tuple[int, int, int, int, int]:
-        return (self.max_nodes, self.max_depth, self.max_matches, self.min_suffix, self.max_suffix)
+def _search_args(max_nodes: int, max_depth: int, max_matches: int, min_suffix: int, max_suffix: int) -> tuple:
+    """The search knobs, checked for type and sign (Rust checks how they relate)."""
+    args = (max_nodes, max_depth, max_matches, min_suffix, max_suffix)
+    for name, value in zip(("max_nodes", "max_depth", "max_matches", "min_suffix", "max_suffix"), args):
+        if type(value) is not int or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return args
 
 
 class Writer:
@@ -147,15 +131,25 @@ class Reader:
         of a document) in a trie; returns the ``max_nodes`` most supported nodes as a connected
         tree in BFS order. An empty tree when nothing matches.
         """
-        # Parameters and token range are checked in Rust: this is the per-step hot path.
+        # The token range is checked in Rust: this is the per-step hot path.
         ids = as_token_array(context, self._vocab_size, "context", check_range=False)
-        return _tree(self._inner.search(ids, max_nodes, max_depth, max_matches, min_suffix, max_suffix))
+        args = _search_args(max_nodes, max_depth, max_matches, min_suffix, max_suffix)
+        return _tree(self._inner.search(ids, *args))
 
-    def search_batch(self, contexts: Iterable[Sequence[int] | np.ndarray], **params: int) -> list[DraftTree]:
+    def search_batch(
+        self,
+        contexts: Iterable[Sequence[int] | np.ndarray],
+        *,
+        max_nodes: int = 64,
+        max_depth: int = 10,
+        max_matches: int = 256,
+        min_suffix: int = 2,
+        max_suffix: int = 16,
+    ) -> list[DraftTree]:
         """``search`` for many contexts at once, in parallel on all cores."""
-        p = SearchParams(**params)
+        args = _search_args(max_nodes, max_depth, max_matches, min_suffix, max_suffix)
         arrays = [as_token_array(c, self._vocab_size, f"context {i}", check_range=False) for i, c in enumerate(contexts)]
-        return [_tree(raw) for raw in self._inner.search_batch(arrays, *p.args())]
+        return [_tree(raw) for raw in self._inner.search_batch(arrays, *args)]
 
     def document(self, i: int) -> np.ndarray:
         """Token ids of document ``i``."""
