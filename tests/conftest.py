@@ -1,6 +1,20 @@
 import pytest
 
 from draftscope.retrieval import Reader, Writer
+from tokenizer_fixture import make_tokenizer_folder
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    """A folder holding a tiny trained BPE tokenizer with a ChatML chat template."""
+    return make_tokenizer_folder(tmp_path_factory.mktemp("tiny-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir))
 
 
 @pytest.fixture

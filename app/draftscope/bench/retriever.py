@@ -20,13 +20,14 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import resource
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from draftscope.sysinfo import peak_rss_mb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -158,18 +159,6 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def _peak_mb() -> float:
-    """Peak resident memory of this process. VmHWM, not ru_maxrss: Linux carries ru_maxrss over
-    exec, so a spawned child would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _build_child(corpus_paths: tuple[str, str, str, int, str], queue) -> None:
     """Build the index from memory-mapped token files and report timings and memory."""
     from draftscope.retrieval import Writer
@@ -185,7 +174,7 @@ def _build_child(corpus_paths: tuple[str, str, str, int, str], queue) -> None:
     t_add = time.perf_counter() - t0
     stats = writer.finalize()
     total = time.perf_counter() - t0
-    queue.put({"add_seconds": t_add, "build_seconds": total, "peak_rss_mb": _peak_mb(), "base_rss_mb": base, **stats})
+    queue.put({"add_seconds": t_add, "build_seconds": total, "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base, **stats})
 
 
 def _libsais_child(corpus_paths: tuple[str, str, int], queue) -> None:

@@ -1,0 +1,1 @@
+"""Subcommands of the `draftscope` command line, one module per group."""

@@ -1,0 +1,228 @@
+"""``draftscope datastore build | info | build-default``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
+
+
+def add_parser(sub) -> None:
+    ds = sub.add_parser("datastore", help="build and inspect datastores (what retrieval drafts come from)")
+    ds_sub = ds.add_subparsers(dest="datastore_command", required=True)
+
+    build = ds_sub.add_parser(
+        "build",
+        help="build a datastore from your files",
+        description="Build a datastore index from chat logs, code, text, JSONL or table files.",
+        epilog="Sources: chat:PATH (ShareGPT or OpenAI messages, .json/.jsonl), code:DIR, text:PATH (.txt/.md), "
+        "jsonl:PATH (with --text-field), table:PATH (parquet/arrow, with --text-field). Repeat --source to combine.",
+    )
+    build.add_argument("--model", default="default", help="model whose tokenizer and chat template to use "
+                       "(default: SmolLM2-135M-Instruct; or a model folder, a .gguf file, a hub id)")
+    build.add_argument("--source", action="append", required=True, metavar="KIND:PATH")
+    build.add_argument("--out", required=True, help="index file to write (replaced only when the build succeeds)")
+    build.add_argument("--chat-mode", choices=["assistant", "conversation"], default="assistant",
+                       help="chat logs: keep assistant turns only (REST's choice) or whole conversations")
+    build.add_argument("--dedupe", action="store_true", help="skip documents identical to one already added")
+    build.add_argument("--max-tokens", type=int, default=None, help="stop once the datastore holds this many tokens")
+    build.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching (repeatable)")
+    build.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files/folders matching")
+    build.add_argument("--text-field", default="text", help="jsonl/table: the field holding the text (dotted path)")
+    build.add_argument("--max-file-bytes", type=int, default=1 << 20, help="code/text: skip larger files")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("--json", action="store_true", help="print the summary as JSON")
+    build.set_defaults(func=cmd_build)
+
+    info = ds_sub.add_parser("info", help="what a datastore holds (its manifest and index header)")
+    info.add_argument("path")
+    info.add_argument("--verify", action="store_true", help="also check the index checksum")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(func=cmd_info)
+
+    default = ds_sub.add_parser("build-default", help="build the default chat datastore (ShareGPT, for the default model)")
+    default.add_argument("--out", default=None, help="where to write it (default: the user data folder)")
+    default.add_argument("--quiet", action="store_true")
+    default.add_argument("--json", action="store_true")
+    default.set_defaults(func=cmd_build_default)
+
+
+class _Bar:
+    """A tqdm bar over the bytes read, with tokens and rate alongside."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.bar = None
+        self.quiet = quiet
+        self.phase = None
+
+    def __call__(self, p) -> None:
+        if self.quiet:
+            return
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=p.bytes_total, unit="B", unit_scale=True, unit_divisor=1024, desc="reading",
+                            dynamic_ncols=True, file=sys.stderr)
+        if p.phase != self.phase:
+            self.phase = p.phase
+            self.bar.set_description({"reading": "reading", "indexing": "indexing (suffix sort)", "done": "done"}[p.phase])
+        self.bar.n = p.bytes_read
+        self.bar.set_postfix_str(f"{p.items:,} items, {p.tokens:,} tokens, {p.tokens_per_second / 1e3:,.0f}k tok/s")
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run_build(make_report, quiet: bool, as_json: bool) -> int:
+    from draftscope.datastore import CancelToken, DatastoreError
+    from draftscope.engine.models import ModelNotFoundError
+    from draftscope.retrieval import BuildCancelled
+
+    cancel = CancelToken()
+
+    def on_sigint(signum, frame):  # first Ctrl-C cancels cleanly; a second one kills
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        cancel.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    bar = _Bar(quiet)
+    try:
+        report = make_report(bar, cancel)
+    except BuildCancelled:
+        bar.close()
+        print("draftscope: build cancelled; nothing was written and any previous index is untouched", file=sys.stderr)
+        return EXIT_CANCELLED
+    except (DatastoreError, ModelNotFoundError) as exc:
+        bar.close()
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    bar.close()
+    summary = _summary(report)
+    print(json.dumps(summary, indent=2) if as_json else _format_summary(summary))
+    return EXIT_OK
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from draftscope.datastore import BuildOptions, DatastoreError, Source, SourceOptions, build_datastore
+    from draftscope.engine.models import load_tokenizer
+
+    source_options = SourceOptions(include=args.include, exclude=args.exclude, text_field=args.text_field,
+                                   max_file_bytes=args.max_file_bytes)
+    try:
+        sources = [Source.parse(s, source_options) for s in args.source]
+    except DatastoreError as exc:
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    options = BuildOptions(chat_mode=args.chat_mode, dedupe=args.dedupe, max_tokens=args.max_tokens)
+
+    def make(bar, cancel):
+        tokenizer = load_tokenizer(args.model)
+        return build_datastore(sources, tokenizer, args.out, model=args.model, options=options, progress=bar, cancel=cancel)
+
+    return _run_build(make, args.quiet, args.json)
+
+
+def cmd_build_default(args: argparse.Namespace) -> int:
+    from draftscope.datastore.default import build_default
+
+    def make(bar, cancel):
+        status = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr))
+        return build_default(Path(args.out) if args.out else None, progress=bar, cancel=cancel, on_status=status)
+
+    return _run_build(make, args.quiet, args.json)
+
+
+def _summary(report) -> dict:
+    return {
+        "path": str(report.path),
+        "manifest": str(report.manifest_path),
+        "documents": report.documents,
+        "tokens": report.tokens,
+        "file_bytes": report.index.get("file_bytes"),
+        "duplicates_skipped": report.duplicates,
+        "records_skipped": report.skipped.count,
+        "skipped_by_reason": dict(report.skipped.by_reason),
+        "skipped_examples": report.skipped.examples[:5],
+        "sources": [vars(s) for s in report.sources],
+        "seconds": {k: round(v, 2) for k, v in report.timings.items()},
+        "tokens_per_second": round(report.tokens / report.timings["total"]) if report.timings["total"] else None,
+        "peak_rss_mb": round(report.peak_rss_mb, 1),
+        "stopped_at_max_tokens": report.stopped_at_max_tokens,
+    }
+
+
+def _format_summary(s: dict) -> str:
+    t = s["seconds"]
+    lines = [
+        f"datastore   {s['path']}",
+        f"holds       {s['documents']:,} documents, {s['tokens']:,} tokens, {s['file_bytes'] / 2**20:,.1f} MiB",
+        f"time        {t['total']:.1f} s total: read {t['read']:.1f} s, tokenise {t['tokenise']:.1f} s, "
+        f"index {t['index']:.1f} s ({s['tokens_per_second']:,} tokens/s)",
+        f"memory      peak {s['peak_rss_mb']:,.0f} MiB resident",
+    ]
+    for src in s["sources"]:
+        lines.append(f"source      {src['spec']}: {src['files']:,} files, {src['items']:,} records, "
+                     f"{src['documents']:,} documents, {src['tokens']:,} tokens, {src['skipped']:,} skipped")
+    if s["duplicates_skipped"]:
+        lines.append(f"duplicates  {s['duplicates_skipped']:,} documents skipped")
+    if s["records_skipped"]:
+        reasons = ", ".join(f"{n:,} {r}" for r, n in s["skipped_by_reason"].items())
+        lines.append(f"skipped     {s['records_skipped']:,} records ({reasons}); e.g.")
+        lines += [f"              {e['location']}: {e['reason']}" for e in s["skipped_examples"]]
+    if s["stopped_at_max_tokens"]:
+        lines.append("note        stopped at --max-tokens")
+    lines.append(f"manifest    {s['manifest']}")
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from draftscope.datastore.manifest import read_manifest
+    from draftscope.retrieval import Reader
+
+    reader = Reader(args.path)
+    if args.verify:
+        reader.verify()
+    header = reader.info()
+    manifest = read_manifest(args.path)
+    if args.json:
+        print(json.dumps({"index": header, "manifest": manifest}, indent=2))
+        return EXIT_OK
+    lines = [
+        f"datastore   {header['path']}",
+        f"index       format v{header['format_version']}, {header['documents']:,} documents, {header['tokens']:,} tokens, "
+        f"{header['file_bytes'] / 2**20:,.1f} MiB, vocab {header['vocab_size']:,} (u{8 * header['token_width']} tokens)",
+        f"tokenizer   {header['tokenizer_fingerprint'] or '(none recorded)'}",
+    ]
+    if args.verify:
+        lines.append("checksum    ok")
+    if manifest is None:
+        lines.append("manifest    none (built without the datastore pipeline)")
+    else:
+        tpl = manifest.get("chat_template") or {}
+        tot = manifest.get("totals", {})
+        t = manifest.get("timings_seconds", {})
+        lines += [
+            f"built       {manifest.get('created')} by draftscope {manifest.get('draftscope_version')} "
+            f"for model {manifest.get('model') or '?'}",
+            f"chat        template {'applied' if tpl.get('applied') else 'not applied'}, mode {tpl.get('mode')}",
+            f"options     {json.dumps(manifest.get('options'))}",
+        ]
+        for src in manifest.get("sources", []):
+            lines.append(f"source      {src['spec']}: {src['items']:,} records, {src['documents']:,} documents, "
+                         f"{src['tokens']:,} tokens, {src['skipped']:,} skipped")
+        lines.append(f"skipped     {tot.get('records_skipped', 0):,} records, {tot.get('duplicates_skipped', 0):,} duplicates")
+        for reason, n in (manifest.get("skipped", {}).get("by_reason") or {}).items():
+            lines.append(f"              {n:,} {reason}")
+        if t:
+            lines.append(f"time        {t.get('total', 0):.1f} s (read {t.get('read', 0):.1f}, tokenise "
+                         f"{t.get('tokenise', 0):.1f}, index {t.get('index', 0):.1f}); peak {manifest.get('peak_rss_mb')} MiB")
+    print("\n".join(lines))
+    return EXIT_OK

@@ -1,0 +1,320 @@
+"""Sources -> text -> tokens (in batches, the fast tokenizer parallelises inside a batch) ->
+``retrieval.Writer`` -> index + manifest. Reading streams: only one batch of text is held at a
+time (the writer keeps 4 bytes per token until the final sort)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import draftscope
+from draftscope.datastore.chat_render import ChatRenderer
+from draftscope.datastore.fingerprint import tokenizer_fingerprint
+from draftscope.datastore.manifest import write_manifest
+from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
+from draftscope.datastore.records import Conversation, SkipLog
+from draftscope.datastore.sources import DatastoreError, Source
+from draftscope.retrieval import BuildCancelled, Writer
+from draftscope.sysinfo import peak_rss_mb
+
+
+@dataclass
+class BuildOptions:
+    chat_mode: str = "assistant"  # "assistant" (turns the model says) or "conversation"
+    dedupe: bool = False  # drop documents whose text was seen before
+    max_tokens: int | None = None  # stop reading once the datastore holds this many tokens
+    batch_chars: int = 1_000_000  # tokenise about this much text per call
+    threads: int = 0  # suffix-array threads (0 = all cores)
+
+
+@dataclass
+class SourceReport:
+    spec: str
+    files: int
+    items: int = 0
+    documents: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class BuildReport:
+    path: Path
+    manifest_path: Path
+    documents: int
+    tokens: int
+    duplicates: int
+    skipped: SkipLog
+    sources: list[SourceReport]
+    timings: dict[str, float]
+    peak_rss_mb: float
+    index: dict = field(default_factory=dict)
+    stopped_at_max_tokens: bool = False
+
+
+def batch_encoder(tokenizer):
+    """texts -> token-id lists, as ``tokenizer(texts, add_special_tokens=False)`` gives them.
+    The Rust backend's ``encode_batch_fast`` (no offsets) is used when present: same ids,
+    about 20% faster and far less memory per token."""
+    fast = getattr(getattr(tokenizer, "backend_tokenizer", None), "encode_batch_fast", None)
+    if fast is not None:
+        return lambda texts: [e.ids for e in fast(texts, add_special_tokens=False)]
+    return lambda texts: tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def tokenizer_vocab_size(tokenizer) -> int:
+    """Ids the tokenizer can emit: its base vocabulary plus added (special) tokens."""
+    return max(len(tokenizer), int(getattr(tokenizer, "vocab_size", 0) or 0))
+
+
+def remove_stale_temp_files(out: Path) -> None:
+    """Temp files of builds whose process is gone (a crash or a kill) are removed."""
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.(\d+)\.\d+\.tmp$")
+    for p in out.parent.glob(f".{out.name}.*.tmp"):
+        m = pattern.match(p.name)
+        if m and not _pid_alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Throttle:
+    """Calls the progress callback at most every `interval` seconds (and always when forced)."""
+
+    def __init__(self, callback: ProgressCallback | None, interval: float = 0.1) -> None:
+        self.callback, self.interval, self.last = callback, interval, 0.0
+
+    def __call__(self, make: callable, force: bool = False) -> None:
+        if self.callback is None:
+            return
+        now = time.monotonic()
+        if force or now - self.last >= self.interval:
+            self.last = now
+            self.callback(make())
+
+
+def build_datastore(
+    sources: list[Source],
+    tokenizer,
+    out: str | os.PathLike[str],
+    *,
+    model: str = "",
+    options: BuildOptions | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: CancelToken | None = None,
+) -> BuildReport:
+    """Build the index ``out`` (and its manifest) from ``sources``.
+
+    Raises DatastoreError for a problem the user must fix (missing source, nothing usable),
+    BuildCancelled when ``cancel`` fires. In both cases nothing is written and an existing index
+    at ``out`` is untouched.
+    """
+    options = options or BuildOptions()
+    cancel = cancel or CancelToken()
+    out = Path(out).expanduser()
+    if not sources:
+        raise DatastoreError("no sources given")
+    if not out.parent.is_dir():
+        raise DatastoreError(f"output folder does not exist: {out.parent}")
+    remove_stale_temp_files(out)
+
+    started = time.perf_counter()
+    file_lists = [s.files() for s in sources]
+    bytes_total = sum(_size(p) for files in file_lists for p in files)
+    renderer = ChatRenderer(tokenizer, options.chat_mode)
+    vocab_size = tokenizer_vocab_size(tokenizer)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    encode = batch_encoder(tokenizer)
+    writer = Writer(out, vocab_size, fingerprint, threads=options.threads)
+    cancel.on_cancel(writer.cancel)
+
+    skips = SkipLog()
+    seen: set[bytes] = set()
+    duplicates = 0
+    timings = {"read": 0.0, "tokenise": 0.0, "index": 0.0}
+    reports = [SourceReport(s.spec, len(files)) for s, files in zip(sources, file_lists)]
+    bytes_before = 0  # bytes of sources already finished
+    state = {"items": 0, "tokens": 0, "bytes": 0}
+    throttle = _Throttle(progress)
+
+    def snapshot(phase: str) -> Progress:
+        elapsed = time.perf_counter() - started
+        rate = state["tokens"] / elapsed if elapsed > 0 else 0.0
+        eta = None
+        if phase == "reading" and bytes_total and state["bytes"] > 0:
+            eta = elapsed * (bytes_total - state["bytes"]) / state["bytes"]
+        return Progress(phase, state["items"], state["tokens"], state["bytes"], bytes_total or None, elapsed, rate, eta)
+
+    def check_cancel() -> None:
+        if cancel.cancelled:
+            raise BuildCancelled("datastore build cancelled; nothing was written")
+
+    def flush(batch: list[str], report: SourceReport) -> None:
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        ids = encode(batch)
+        t1 = time.perf_counter()
+        for doc in ids:
+            if doc:
+                writer.add_entry(doc)
+                report.documents += 1
+                report.tokens += len(doc)
+                state["tokens"] += len(doc)
+        timings["tokenise"] += t1 - t0
+        timings["index"] += time.perf_counter() - t1
+        batch.clear()
+
+    stopped = False
+    for source, files, report in zip(sources, file_lists, reports):
+        check_cancel()
+        skipped_before = skips.count
+        batch: list[str] = []
+        batch_chars = 0
+        items = source.iter_items(files, skips)
+        t_read = time.perf_counter()
+        for item in items:
+            report.items += 1
+            state["items"] += 1
+            state["bytes"] = bytes_before + source.bytes_done[0]
+            texts = renderer.render(item, skips) if isinstance(item, Conversation) else [item.text]
+            for text in texts:
+                if options.dedupe:
+                    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                    if digest in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(digest)
+                batch.append(text)
+                batch_chars += len(text)
+            if batch_chars >= options.batch_chars:
+                timings["read"] += time.perf_counter() - t_read
+                flush(batch, report)
+                batch_chars = 0
+                check_cancel()
+                throttle(lambda: snapshot("reading"))
+                if options.max_tokens is not None and state["tokens"] >= options.max_tokens:
+                    stopped = True
+                    break
+                t_read = time.perf_counter()
+        else:
+            timings["read"] += time.perf_counter() - t_read
+        flush(batch, report)
+        check_cancel()
+        report.skipped = skips.count - skipped_before
+        report.bytes = sum(_size(p) for p in files)
+        bytes_before += report.bytes
+        state["bytes"] = bytes_before
+        if report.documents == 0:
+            first = skips.examples[-1] if report.skipped and skips.examples else None
+            reasons = ", ".join(f"{n} {r}" for r, n in skips.by_reason.items())
+            detail = f"; {report.skipped} records skipped ({reasons})" if report.skipped else ""
+            if first:
+                detail += f"; e.g. {first['location']}: {first['reason']}"
+            if not files:
+                detail = "; no matching files"
+            raise DatastoreError(f"{report.spec}: nothing usable{detail}")
+        if stopped:
+            break
+    throttle(lambda: snapshot("indexing"), force=True)
+
+    index_stats = _finalize(writer, cancel)
+    timings["index"] += index_stats["finalize_seconds"]
+    timings["total"] = time.perf_counter() - started
+
+    report = BuildReport(
+        path=out,
+        manifest_path=out,  # replaced below
+        documents=index_stats["documents"],
+        tokens=index_stats["tokens"],
+        duplicates=duplicates,
+        skipped=skips,
+        sources=reports,
+        timings=timings,
+        peak_rss_mb=peak_rss_mb(),
+        index=index_stats,
+        stopped_at_max_tokens=stopped,
+    )
+    report.manifest_path = write_manifest(out, _manifest(report, model, tokenizer, fingerprint, vocab_size, renderer, options))
+    throttle(lambda: snapshot("done"), force=True)
+    return report
+
+
+def _finalize(writer: Writer, cancel: CancelToken) -> dict:
+    """Sort and write on a helper thread so a cancel returns at once: the writer sees the flag at
+    its next check (after the suffix sort at the latest), deletes its temp file and stops."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["stats"] = writer.finalize()
+        except BaseException as exc:  # handed to the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, name="datastore-finalize", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        if cancel.wait(0.05):
+            thread.join(timeout=0.5)
+            if "stats" not in result:
+                raise BuildCancelled("datastore build cancelled; nothing was written")
+            break
+        thread.join(timeout=0.05)
+    if "error" in result:
+        raise result["error"]
+    return result["stats"]
+
+
+def _manifest(report: BuildReport, model: str, tokenizer, fingerprint: str, vocab_size: int, renderer: ChatRenderer,
+              options: BuildOptions) -> dict:
+    return {
+        "index": report.path.name,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "draftscope_version": draftscope.__version__,
+        "model": model,
+        "tokenizer": {
+            "name_or_path": str(getattr(tokenizer, "name_or_path", "")),
+            "fingerprint": fingerprint,
+            "vocab_size": vocab_size,
+        },
+        "chat_template": renderer.describe(),
+        "options": {
+            "chat_mode": options.chat_mode,
+            "dedupe": options.dedupe,
+            "max_tokens": options.max_tokens,
+        },
+        "sources": [vars(s) for s in report.sources],
+        "totals": {
+            "documents": report.documents,
+            "tokens": report.tokens,
+            "duplicates_skipped": report.duplicates,
+            "records_skipped": report.skipped.count,
+            "file_bytes": report.index.get("file_bytes"),
+            "stopped_at_max_tokens": report.stopped_at_max_tokens,
+        },
+        "skipped": report.skipped.to_dict(),
+        "timings_seconds": {k: round(v, 3) for k, v in report.timings.items()},
+        "peak_rss_mb": round(report.peak_rss_mb, 1),
+    }
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

