@@ -83,18 +83,20 @@ def sharegpt_corpus(work: Path, n_contexts: int, context_len: int) -> Corpus:
 
     from draftscope import assets
     from draftscope.datastore.fingerprint import tokenizer_fingerprint
-    from draftscope.datastore.sharegpt import assistant_turns, iter_conversations
+    from draftscope.datastore.records import SkipLog
+    from draftscope.datastore.sources import Source
 
     gguf = assets.fetch(assets.SMOLLM2_GGUF)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     fp = tokenizer_fingerprint(tokenizer)
-    convs = list(iter_conversations(assets.fetch(assets.SHAREGPT_JSON)))
+    source = Source.parse(f"chat:{assets.fetch(assets.SHAREGPT_JSON)}")
+    convs = [c.messages for c in source.iter_items(source.files(), SkipLog())]
     # The last 2% of conversations are held back: search contexts come from text not in the index.
     split = int(len(convs) * 0.98)
     t0 = time.perf_counter()
 
-    def tokenize(conversations: list[dict]) -> list[np.ndarray]:
-        texts = [t for c in conversations for t in assistant_turns(c)]
+    def tokenize(conversations: list[tuple[dict, ...]]) -> list[np.ndarray]:
+        texts = [m["content"] for c in conversations for m in c if m["role"] == "assistant" and m["content"]]
         docs = []
         for i in range(0, len(texts), 512):
             ids = tokenizer(texts[i : i + 512], add_special_tokens=False)["input_ids"]
