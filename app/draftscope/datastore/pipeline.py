@@ -9,6 +9,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +20,7 @@ from draftscope.datastore.fingerprint import tokenizer_fingerprint
 from draftscope.datastore.manifest import write_manifest
 from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
 from draftscope.datastore.records import Conversation, SkipLog
-from draftscope.datastore.sources import DatastoreError, Source
+from draftscope.datastore.sources import DatastoreError, Source, file_size
 from draftscope.retrieval import BuildCancelled, Writer
 from draftscope.sysinfo import peak_rss_mb
 
@@ -99,7 +100,7 @@ class _Throttle:
     def __init__(self, callback: ProgressCallback | None, interval: float = 0.1) -> None:
         self.callback, self.interval, self.last = callback, interval, 0.0
 
-    def __call__(self, make: callable, force: bool = False) -> None:
+    def __call__(self, make: Callable[[], Progress], force: bool = False) -> None:
         if self.callback is None:
             return
         now = time.monotonic()
@@ -135,7 +136,7 @@ def build_datastore(
 
     started = time.perf_counter()
     file_lists = [s.files() for s in sources]
-    bytes_total = sum(_size(p) for files in file_lists for p in files)
+    bytes_total = sum(file_size(p) for files in file_lists for p in files)
     renderer = ChatRenderer(tokenizer, options.chat_mode)
     vocab_size = tokenizer_vocab_size(tokenizer)
     fingerprint = tokenizer_fingerprint(tokenizer)
@@ -217,7 +218,7 @@ def build_datastore(
         flush(batch, report)
         check_cancel()
         report.skipped = skips.count - skipped_before
-        report.bytes = sum(_size(p) for p in files)
+        report.bytes = sum(file_size(p) for p in files)
         bytes_before += report.bytes
         state["bytes"] = bytes_before
         if report.documents == 0:
@@ -311,10 +312,3 @@ def _manifest(report: BuildReport, model: str, tokenizer, fingerprint: str, voca
         "timings_seconds": {k: round(v, 3) for k, v in report.timings.items()},
         "peak_rss_mb": round(report.peak_rss_mb, 1),
     }
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

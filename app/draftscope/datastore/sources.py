@@ -116,7 +116,7 @@ class Source:
                 skips.skip(str(path), "unreadable: permission denied")
             except OSError as exc:
                 skips.skip(str(path), f"unreadable: {exc.strerror or exc}")
-            done_before += _size(path)
+            done_before += file_size(path)
             self.bytes_done = [done_before]
 
     # ------------------------------------------------------------------ readers
@@ -130,7 +130,7 @@ class Source:
 
     def _code(self, path: Path, skips: SkipLog, progress: list[int]) -> Iterator[Document]:
         text = _read_small_text(path, self.options.max_file_bytes, skips)
-        progress[0] = _size(path)
+        progress[0] = file_size(path)
         if text is not None and text.strip():
             yield Document(text, str(path))
 
@@ -188,7 +188,7 @@ class Source:
                 batches = (b.select([column]) for b in reader)
                 rows_total = None
             row = 0
-            total = max(_size(path), 1)
+            total = max(file_size(path), 1)
             for batch in batches:
                 for value in batch.column(0).to_pylist():
                     where = f"{path}[row {row}]"
@@ -245,7 +245,7 @@ def _walk(root: Path, include: list[str], exclude: list[str]) -> Iterator[Path]:
                     yield path
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
     try:
         return path.stat().st_size
     except OSError:
@@ -253,7 +253,7 @@ def _size(path: Path) -> int:
 
 
 def _read_small_text(path: Path, limit: int, skips: SkipLog) -> str | None:
-    size = _size(path)
+    size = file_size(path)
     if size > limit:
         skips.skip(str(path), f"too large: {size:,} bytes (limit {limit:,})")
         return None
