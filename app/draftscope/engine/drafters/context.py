@@ -1,0 +1,63 @@
+"""Drafts from the live conversation (prompt + answer so far): the longest suffix of the context
+that occurred earlier in it, and what followed each occurrence, as a tree — prompt lookup, but
+branching. The n-gram index is updated incrementally as tokens are accepted."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafters.trie import PathTrie
+
+
+class ContextDrafter:
+    name = "context"
+    source = DraftSource.CONTEXT
+
+    def __init__(self, *, min_suffix: int = 2, max_suffix: int = 8, max_depth: int = 10, max_matches: int = 32) -> None:
+        self.min_suffix, self.max_suffix = min_suffix, max_suffix
+        self.max_depth, self.max_matches = max_depth, max_matches
+        self.tokens: list[int] = []
+        # n-gram (tuple) -> positions just after each occurrence, oldest first
+        self.index: dict[tuple[int, ...], list[int]] = defaultdict(list)
+
+    def reset(self, context_ids: Sequence[int]) -> None:
+        self.tokens = []
+        self.index.clear()
+        self._append(context_ids)
+
+    def observe(self, accepted_ids: Sequence[int]) -> None:
+        self._append(accepted_ids)
+
+    def _append(self, ids: Sequence[int]) -> None:
+        for tok in ids:
+            self.tokens.append(int(tok))
+            end = len(self.tokens)
+            for n in range(self.min_suffix, self.max_suffix + 1):
+                if end - n < 0:
+                    break
+                self.index[tuple(self.tokens[end - n : end])].append(end)
+
+    def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
+        if budget <= 0:
+            return DraftTree.empty()
+        if len(context_ids) != len(self.tokens):  # callers normally keep us in step via observe
+            self.reset(context_ids)
+        toks = self.tokens
+        end = len(toks)
+        for n in range(min(self.max_suffix, end), self.min_suffix - 1, -1):
+            # Occurrences before the current one (which ends at `end` and has no continuation).
+            positions = [p for p in self.index.get(tuple(toks[end - n :]), ()) if p < end]
+            if not positions:
+                continue
+            trie = PathTrie()
+            for p in positions[-self.max_matches :][::-1]:  # the most recent occurrences
+                cont = toks[p : min(end, p + self.max_depth)]
+                if cont:
+                    trie.add(cont, source=int(self.source))
+            tree, _ = trie.select(budget)
+            if len(tree):
+                return DraftTree(tree.tokens, tree.parents, tree.depth, tree.support, tree.source, match_len=n,
+                                 match_count=len(positions))
+        return DraftTree.empty()

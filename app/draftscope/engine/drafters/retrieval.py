@@ -1,0 +1,36 @@
+"""Drafts from a datastore: the Rust Reader's longest-suffix search."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.retrieval import Reader
+
+
+class RetrievalDrafter:
+    name = "retrieval"
+    source = DraftSource.RETRIEVAL
+
+    def __init__(self, reader: Reader | str, *, max_depth: int = 10, max_matches: int = 256, min_suffix: int = 2,
+                 max_suffix: int = 16) -> None:
+        self.reader = reader if isinstance(reader, Reader) else Reader(reader)
+        self.max_depth, self.max_matches = max_depth, max_matches
+        self.min_suffix, self.max_suffix = min_suffix, max_suffix
+
+    def reset(self, context_ids: Sequence[int]) -> None:
+        pass
+
+    def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
+        if budget <= 0:
+            return DraftTree.empty()
+        tail = np.asarray(context_ids[-self.max_suffix :], dtype=np.int64)
+        if tail.size and int(tail.max()) >= self.reader.vocab_size:
+            return DraftTree.empty()  # a token the datastore's tokenizer never produces
+        return self.reader.search(tail, max_nodes=budget, max_depth=self.max_depth, max_matches=self.max_matches,
+                                  min_suffix=self.min_suffix, max_suffix=self.max_suffix)
+
+    def observe(self, accepted_ids: Sequence[int]) -> None:
+        pass

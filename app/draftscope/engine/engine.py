@@ -1,0 +1,300 @@
+"""The decoder loop: draft a tree, verify it in one target forward, keep the accepted path,
+emit events. Plain decoding is the same loop with an empty tree, so baseline and speculative
+runs share model, cache and logit processing.
+
+State between steps: the KV cache holds every token of prompt + answer except the last one
+(the root). A step feeds [root] + tree tokens; logits at the root and at each node give the
+target's next-token distributions; verification picks the accepted path and the token the
+target adds itself; the cache keeps the root and the accepted nodes only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.budget import AdaptiveBudget, FixedBudget, measure_verify_costs
+from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, tree_to_dict
+from draftscope.engine.sampling import SamplingParams, probabilities
+from draftscope.engine.tree_attention import keep_cache_positions, tree_inputs
+from draftscope.engine.verify import verify_greedy, verify_sampling
+
+
+class PromptTooLongError(ValueError):
+    pass
+
+
+@dataclass
+class GenerationRequest:
+    prompt_ids: Sequence[int] | None = None
+    messages: Sequence[dict] | None = None  # rendered with the chat template when prompt_ids is None
+    max_new_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    drafters: Sequence = ()  # empty: plain decoding
+    budget: int | None = None  # nodes per step; None = adaptive
+    stop_strings: Sequence[str] = ()
+    cancel: threading.Event | None = None
+
+
+def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
+    """Drop nodes deeper than ``max_depth`` (they could only produce tokens past the limit)."""
+    if len(tree) == 0 or tree.max_depth <= max_depth:
+        return tree
+    keep = np.flatnonzero(tree.depth <= max_depth)
+    if keep.size == 0:
+        return DraftTree.empty()
+    remap = {int(old): new for new, old in enumerate(keep)}
+    parents = np.array([remap.get(int(tree.parents[i]), -1) for i in keep], dtype=np.int32)
+    q = tree.extra.get("q_probs")
+    extra = {"q_probs": {remap[i]: v for i, v in q.items() if i in remap}} if q else {}
+    return DraftTree(tree.tokens[keep], parents, tree.depth[keep], tree.support[keep], tree.source[keep],
+                     match_len=tree.match_len, match_count=tree.match_count, extra=extra)
+
+
+class _Detokenizer:
+    """Text of each new token, decoding a short window so multi-byte characters come out whole."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        start = max(0, len(self.ids) - 8)
+        window_before = self.tokenizer.decode(self.ids[start:-1], skip_special_tokens=True)
+        window_after = self.tokenizer.decode(self.ids[start:], skip_special_tokens=True)
+        piece = window_after[len(window_before):] if window_after.startswith(window_before) else ""
+        if piece.endswith("\ufffd"):
+            piece = ""  # incomplete UTF-8: the next token completes it; full text is re-decoded at the end
+        self.text += piece
+        return piece
+
+
+class Engine:
+    def __init__(self, model, tokenizer, *, name: str = "model", device=None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = device or next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.vocab = int(model.config.vocab_size)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+        eos = set()
+        for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                eos.add(source)
+            elif isinstance(source, (list, tuple)):
+                eos.update(int(x) for x in source)
+        self.eos_ids = eos
+        self.verify_costs: dict[int, float] | None = None
+        self.baseline_tokens_per_second: float | None = None
+
+    @classmethod
+    def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, measure: bool = True) -> Engine:
+        from draftscope.engine.loader import load_model
+
+        loaded = load_model(spec, device=device, dtype=dtype)
+        engine = cls(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device)
+        if measure:
+            engine.measure()
+        return engine
+
+    # ------------------------------------------------------------------ measuring
+
+    def measure(self) -> None:
+        """Verify cost by tree size (for the adaptive budget) and plain tokens/s (the baseline)."""
+        self.verify_costs = measure_verify_costs(self.model, self.device)
+        self.measure_baseline()
+
+    def measure_baseline(self, tokens: int = 24) -> float:
+        prompt = list(range(10, 74))
+        req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
+        final = None
+        for ev in self.generate(req, _ignore_eos=True):
+            final = ev
+        self.baseline_tokens_per_second = final.stats.tokens_per_second
+        return self.baseline_tokens_per_second
+
+    # ------------------------------------------------------------------ prompts
+
+    def encode_chat(self, messages: Sequence[dict]) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        text = "\n\n".join(m["content"] for m in messages)
+        return self.tokenizer(text)["input_ids"]
+
+    # ------------------------------------------------------------------ the loop
+
+    def generate(self, request: GenerationRequest, *, _ignore_eos: bool = False) -> Iterator[StepEvent | FinalEvent]:
+        prompt = list(request.prompt_ids) if request.prompt_ids is not None else self.encode_chat(request.messages or [])
+        if not prompt:
+            raise ValueError("empty prompt")
+        if len(prompt) >= self.max_context:
+            raise PromptTooLongError(
+                f"the prompt has {len(prompt):,} tokens; {self.name} reads at most {self.max_context:,} "
+                "(shorten the conversation or start a new one)"
+            )
+        if any(not 0 <= t < self.vocab for t in prompt):
+            raise ValueError(f"prompt token ids must be in [0, {self.vocab})")
+        try:
+            yield from self._loop(request, prompt, _ignore_eos)
+        except PromptTooLongError:
+            raise
+        except Exception as exc:  # reported as an event: the GUI shows it, the answer so far stays
+            yield FinalEvent("error", "", [], MessageStats(0, 0, 0.0, 0.0, 0.0, 0.0, None), error=f"{type(exc).__name__}: {exc}")
+
+    @torch.inference_mode()
+    def _loop(self, request: GenerationRequest, prompt: list[int], ignore_eos: bool) -> Iterator[StepEvent | FinalEvent]:
+        from transformers import DynamicCache
+
+        params = request.sampling
+        seed = params.seed if params.seed is not None else int(torch.seed() % (2**31))
+        generator = torch.Generator().manual_seed(seed)
+        drafters = list(request.drafters)
+        for i, d in enumerate(drafters):
+            if hasattr(d, "set_sampling"):
+                d.set_sampling(params, seed + 1 + i)
+            d.reset(prompt)
+        if not drafters:
+            budget = FixedBudget(0)
+        elif request.budget is not None:
+            budget = FixedBudget(request.budget)
+        else:
+            if self.verify_costs is None:
+                self.verify_costs = measure_verify_costs(self.model, self.device)
+            budget = AdaptiveBudget(self.verify_costs)
+        drafter = drafters[0] if len(drafters) == 1 else None
+        if len(drafters) > 1:
+            from draftscope.engine.drafters.composite import CompositeDrafter
+
+            drafter = CompositeDrafter(drafters)
+
+        limit = min(request.max_new_tokens, self.max_context - len(prompt))
+        ids = list(prompt)
+        seen = torch.zeros(self.vocab, dtype=torch.bool)
+        seen[torch.tensor(prompt)] = True
+        detok = _Detokenizer(self.tokenizer)
+        generated: list[int] = []
+        accepted_by_source: Counter = Counter()
+        cache = DynamicCache()
+        started = time.perf_counter()
+        first_token_at = None
+        if len(prompt) > 1:
+            pre = torch.tensor([prompt[:-1]], device=self.device)
+            self.model(input_ids=pre, past_key_values=cache, use_cache=True)
+        past = len(prompt) - 1
+        root = prompt[-1]
+        step = 0
+        finish = "length"
+        max_stop = max((len(s) for s in request.stop_strings), default=0)
+
+        while len(generated) < limit:
+            if request.cancel is not None and request.cancel.is_set():
+                finish = "cancel"
+                break
+            t0 = time.perf_counter()
+            size = budget.choose()
+            tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
+            tree = prune_depth(tree, limit - len(generated) - 1)
+            t1 = time.perf_counter()
+            input_ids, positions, mask = tree_inputs(root, tree, past, self.device, self.dtype)
+            logits = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+                                past_key_values=cache, use_cache=True).logits[0, :, : self.vocab]
+            row_seen = None
+            if params.repetition_penalty != 1.0:
+                row_seen = seen.repeat(len(tree) + 1, 1)
+                for i in range(len(tree)):
+                    row_seen[i + 1, torch.tensor(tree.token_path(i))] = True
+                row_seen = row_seen.to(logits.device)
+            probs = probabilities(logits, params, row_seen)
+            if params.greedy:
+                path, bonus = verify_greedy(tree, probs)
+            else:
+                path, bonus = verify_sampling(tree, probs.cpu(), generator, tree.extra.get("q_probs"))
+            keep = torch.cat([torch.arange(past + 1), torch.tensor(path, dtype=torch.long) + past + 1])
+            keep_cache_positions(cache, keep)
+            t2 = time.perf_counter()
+
+            emitted = [int(tree.tokens[i]) for i in path] + [bonus]
+            provenance = [SOURCE_NAMES[int(tree.source[i])] for i in path] + ["target"]
+            emitted = emitted[: limit - len(generated)]
+            stop_here = False
+            if not ignore_eos:
+                for k, tok in enumerate(emitted):
+                    if tok in self.eos_ids:
+                        emitted, stop_here, finish = emitted[: k + 1], True, "eos"
+                        break
+            provenance = provenance[: len(emitted)]
+            pieces = []
+            for tok in emitted:
+                pieces.append(detok.push(tok))
+                generated.append(tok)
+                if max_stop and any(s in detok.text[-(max_stop + 16):] for s in request.stop_strings):
+                    stop_here, finish = True, "stop"
+                    break
+            emitted = emitted[: len(pieces)]
+            provenance = provenance[: len(pieces)]
+            for src in provenance:
+                if src != "target":
+                    accepted_by_source[src] += 1
+            ids.extend(emitted)
+            seen[torch.tensor(emitted)] = True
+            past += 1 + len(path)
+            root = ids[-1]
+            budget.update(len(tree), len(path))
+            if drafter is not None:
+                drafter.observe(emitted)
+            step += 1
+            now = time.perf_counter()
+            if first_token_at is None:
+                first_token_at = now
+            elapsed = now - started
+            tps = len(generated) / elapsed if elapsed > 0 else 0.0
+            yield StepEvent(
+                step=step,
+                token_ids=emitted,
+                pieces=pieces,
+                provenance=provenance,
+                tree=tree_to_dict(tree),
+                accepted_path=path[: len(emitted)],  # nodes whose tokens were emitted (EOS may cut the path)
+                proposed=len(tree),
+                accepted=min(len(path), len(emitted)),
+                draft_ms=(t1 - t0) * 1000,
+                verify_ms=(t2 - t1) * 1000,
+                total_ms=(now - t0) * 1000,
+                tokens_total=len(generated),
+                steps_total=step,
+                tau=len(generated) / step,
+                tokens_per_second=tps,
+                speedup_estimate=tps / self.baseline_tokens_per_second if self.baseline_tokens_per_second else None,
+            )
+            if stop_here:
+                break
+
+        elapsed = time.perf_counter() - started
+        text = self.tokenizer.decode(generated, skip_special_tokens=True)
+        if finish == "stop":
+            cut = min((text.find(s) for s in request.stop_strings if s in text), default=len(text))
+            text = text[:cut]
+        tps = len(generated) / elapsed if elapsed > 0 else 0.0
+        stats = MessageStats(
+            tokens=len(generated),
+            steps=step,
+            tau=len(generated) / step if step else 0.0,
+            tokens_per_second=tps,
+            time_to_first_token_ms=((first_token_at or time.perf_counter()) - started) * 1000,
+            elapsed_s=elapsed,
+            speedup_estimate=tps / self.baseline_tokens_per_second if self.baseline_tokens_per_second else None,
+            drafters=[d.name for d in drafters],
+            accepted_by_source=dict(accepted_by_source),
+        )
+        yield FinalEvent(finish, text, generated, stats)

@@ -1,0 +1,85 @@
+"""Loading a causal LM for the engine: device and dtype per machine, and a safetensors copy of
+GGUF models in the user cache (dequantising a GGUF takes seconds; the copy loads fast)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from draftscope import assets
+from draftscope.engine.models import ModelNotFoundError, ModelSource, _file_digest, load_tokenizer, resolve_model
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    tokenizer: object
+    source: ModelSource
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def name(self) -> str:
+        return self.source.display_name
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    if requested and requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtype:
+    if requested and requested != "auto":
+        return getattr(torch, requested)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
+    from transformers import AutoModelForCausalLM
+
+    source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
+    dev = pick_device(device)
+    dt = pick_dtype(dev, dtype)
+    tokenizer = load_tokenizer(source)
+    try:
+        if source.kind == "gguf":
+            model = _load_gguf(source, dt)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source.location, dtype=dt)
+    except OSError as exc:
+        raise ModelNotFoundError(f"could not load model {source.location!r}: {exc}") from exc
+    model.to(dev).eval()
+    return LoadedModel(model, tokenizer, source, dev, dt)
+
+
+def _load_gguf(source: ModelSource, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    gguf = source.gguf_path
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"model file not found: {gguf}")
+    cached = assets.cache_dir() / "models" / _file_digest(gguf)[:24]
+    if (cached / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(str(cached), dtype=dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as exc:
+        raise ModelNotFoundError(f"{gguf} could not be loaded as a GGUF model: {exc}") from exc
+    partial = cached.with_name(cached.name + ".part")
+    model.save_pretrained(str(partial), safe_serialization=True)
+    partial.replace(cached)
+    return model.to(dtype)

@@ -1,0 +1,46 @@
+"""Turning a draft tree into one target forward: the input is [root] + tree tokens, each node
+attends to the cache, the root, its ancestors and itself, at position past + depth."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from draftscope.draft_tree import DraftTree
+
+
+def tree_inputs(root: int, tree: DraftTree, past_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids [1, n+1], position_ids [1, n+1], additive 4D mask [1, 1, n+1, past+n+1])."""
+    n = len(tree)
+    ids = np.empty(n + 1, dtype=np.int64)
+    ids[0] = root
+    ids[1:] = tree.tokens
+    positions = past_len + np.concatenate([[0], tree.depth.astype(np.int64)])
+    allowed = np.zeros((n + 1, n + 1), dtype=bool)
+    allowed[:, 0] = True
+    allowed[1:, 1:] = tree.ancestor_mask()
+    full = np.ones((n + 1, past_len + n + 1), dtype=bool)
+    full[:, past_len:] = allowed
+    mask = torch.zeros(full.shape, dtype=dtype)
+    mask.masked_fill_(torch.from_numpy(~full), torch.finfo(dtype).min)
+    return (
+        torch.from_numpy(ids).to(device).unsqueeze(0),
+        torch.from_numpy(positions).to(device).unsqueeze(0),
+        mask.to(device)[None, None],
+    )
+
+
+def keep_cache_positions(cache, keep: torch.Tensor) -> None:
+    """Keep only sequence positions ``keep`` (sorted indices) in every layer of a DynamicCache."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        idx = keep.to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, idx)
+        layer.values = layer.values.index_select(-2, idx)
+
+
+def crop_cache(cache, length: int) -> None:
+    current = cache.get_seq_length()
+    if current > length:
+        cache.crop(length)
