@@ -61,7 +61,7 @@ def measure_verify_costs(model, device, *, context: int = 256, sizes=SIZES, repe
     from transformers import DynamicCache
 
     from draftscope.draft_tree import DraftTree
-    from draftscope.engine.tree_attention import tree_inputs
+    from draftscope.engine.tree_attention import crop_cache, tree_inputs
 
     import numpy as np
 
@@ -90,6 +90,6 @@ def measure_verify_costs(model, device, *, context: int = 256, sizes=SIZES, repe
             if device.type == "cuda":
                 torch.cuda.synchronize()
             best = min(best, time.perf_counter() - t0)
-            cache.crop(context)
+            crop_cache(cache, context)
         costs[n] = best
     return costs

@@ -41,6 +41,9 @@ def keep_cache_positions(cache, keep: torch.Tensor) -> None:
 
 
 def crop_cache(cache, length: int) -> None:
-    current = cache.get_seq_length()
-    if current > length:
-        cache.crop(length)
+    """Keep the first ``length`` positions (sliced directly: ``Cache.crop``'s meaning changed
+    between transformers releases)."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel() and layer.keys.shape[-2] > length:
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]

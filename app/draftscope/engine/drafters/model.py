@@ -17,6 +17,7 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.sampling import SamplingParams, probabilities
+from draftscope.engine.tree_attention import crop_cache
 
 
 @dataclass
@@ -86,8 +87,7 @@ class ModelDrafter:
         limit = min(len(self.cached), len(context) - 1)  # feed at least the last token
         while common < limit and self.cached[common] == context[common]:
             common += 1
-        if self.cache.get_seq_length() > common:
-            self.cache.crop(common)
+        crop_cache(self.cache, common)
         query = torch.tensor([context[common:]], dtype=torch.long, device=self.device)
         out = draft(self.model, query, self.cache, n, self.sampling, eos_token_id=self.eos_token_id, generator=self.generator)
         drafted = out.token_ids[0].tolist()

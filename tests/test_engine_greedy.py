@@ -1,0 +1,171 @@
+"""Greedy speculative decoding is token-identical to Hugging Face generate, for every drafter."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.engine.drafters.model import ModelDrafter, draft
+from draftscope.engine.engine import Engine, GenerationRequest, PromptTooLongError
+from draftscope.engine.sampling import SamplingParams
+from draftscope.retrieval import Writer
+from engine_fixtures import IdTokenizer, tiny_llama
+
+VOCAB = 300
+PROMPTS = [[5 + i, 17, 33 + i, 90, 91 + i, 7] for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(VOCAB, seed=1)
+
+
+def hf_greedy(model, prompt, n, eos=None):
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture(scope="module")
+def references(model):
+    return [hf_greedy(model, p, 48) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def datastore(model, references, tmp_path_factory):
+    """The model's own continuations (so drafts get accepted) among random noise."""
+    path = tmp_path_factory.mktemp("ds") / "store.idx"
+    w = Writer(path, VOCAB)
+    rng = np.random.default_rng(0)
+    for p, r in zip(PROMPTS, references):
+        w.add_entry(rng.integers(0, VOCAB, 40))
+        w.add_entry(p + r[:30])  # part of each answer: later tokens must come from the target
+    w.finalize()
+    return path
+
+
+def run(engine, prompt, drafters, n=48, budget=16, **kw):
+    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=n, drafters=drafters, budget=budget, **kw)))
+    return events[:-1], events[-1]
+
+
+@pytest.mark.parametrize("which", ["plain", "retrieval", "context", "model", "composite", "adaptive"])
+def test_identical_to_hf_generate(model, references, datastore, which):
+    engine = Engine(model, IdTokenizer())
+    draft_model = tiny_llama(VOCAB, seed=2)  # a different model: its drafts are mostly wrong
+    make = {
+        "plain": lambda: [],
+        "retrieval": lambda: [RetrievalDrafter(str(datastore))],
+        "context": lambda: [ContextDrafter()],
+        "model": lambda: [ModelDrafter(draft_model, max_tokens=4)],
+        "composite": lambda: [RetrievalDrafter(str(datastore)), ContextDrafter(), ModelDrafter(draft_model, max_tokens=4)],
+        "adaptive": lambda: [RetrievalDrafter(str(datastore)), ContextDrafter()],
+    }[which]
+    accepted = 0
+    for prompt, ref in zip(PROMPTS, references):
+        steps, final = run(engine, prompt, make(), budget=None if which == "adaptive" else 16)
+        assert final.finish_reason == "length"
+        assert final.token_ids == ref
+        assert [t for s in steps for t in s.token_ids] == ref
+        assert final.stats.tokens == 48 and final.stats.steps == len(steps)
+        accepted += sum(s.accepted for s in steps)
+    if which in ("retrieval", "composite", "adaptive"):
+        assert accepted > 40, "the datastore holds the answers: drafts must be accepted"
+
+
+def test_self_drafting_accepts_every_draft_token(model, references):
+    engine = Engine(model, IdTokenizer())
+    steps, final = run(engine, PROMPTS[0], [ModelDrafter(model, max_tokens=5)])
+    assert final.token_ids == references[0]
+    for s in steps[:-1]:
+        assert s.proposed == 5 and s.accepted == 5, s
+    assert final.stats.accepted_by_source == {"model": sum(s.accepted for s in steps)}
+
+
+def test_draft_function_api(model):
+    """naive_speculate's draft(): query ids, a KV cache, n tokens, a strategy -> ids and logits."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    out = draft(model, torch.tensor([PROMPTS[0]]), cache, 5, SamplingParams())
+    assert out.token_ids.shape == (1, 5) and out.token_logits.shape == (1, 5, VOCAB)
+    assert out.token_ids[0].tolist() == hf_greedy(model, PROMPTS[0], 5)
+    assert cache.get_seq_length() == len(PROMPTS[0]) + 4  # the last draft token is not fed yet
+    eos = out.token_ids[0, 2].item()
+    cache2 = DynamicCache()
+    short = draft(model, torch.tensor([PROMPTS[0]]), cache2, 5, SamplingParams(), eos_token_id=eos)
+    assert short.token_ids.shape[1] == 3, "drafting stops at EOS"
+
+
+def test_eos_inside_an_accepted_draft_stops_there(model, references, datastore):
+    ref = references[0]
+    eos = ref[5]
+    expected = hf_greedy(model, PROMPTS[0], 48, eos=eos)
+    assert expected == ref[:6]
+    engine = Engine(model, IdTokenizer())
+    engine.eos_ids = {eos}
+    steps, final = run(engine, PROMPTS[0], [RetrievalDrafter(str(datastore))])
+    assert final.finish_reason == "eos"
+    assert final.token_ids == expected
+    assert len(steps) == 1, "the whole answer came from one accepted draft"
+    # EOS itself was a draft token: six accepted nodes, and nothing of the draft after it.
+    assert steps[0].accepted == 6 and steps[0].token_ids == expected
+    assert steps[0].provenance == ["retrieval"] * 6
+
+
+def test_stop_strings_cancel_and_limits(model, references):
+    engine = Engine(model, IdTokenizer())
+    ref = references[1]
+    stop = f" {ref[3]} {ref[4]}"
+    _, final = run(engine, PROMPTS[1], [ContextDrafter()], stop_strings=[stop])
+    assert final.finish_reason == "stop"
+    assert final.token_ids[: len(final.token_ids)] == ref[: len(final.token_ids)]
+    assert stop not in final.text and final.text == "".join(f" {t}" for t in ref[:3])
+
+    import threading
+
+    cancel = threading.Event()
+    gen = engine.generate(GenerationRequest(prompt_ids=PROMPTS[1], max_new_tokens=48, cancel=cancel))
+    first = next(gen)
+    cancel.set()
+    rest = list(gen)
+    assert len(rest) == 1 and rest[0].finish_reason == "cancel"
+    assert rest[0].token_ids == first.token_ids
+
+    _, final = run(engine, PROMPTS[1], [], n=3)
+    assert final.finish_reason == "length" and final.token_ids == ref[:3]
+
+
+def test_prompt_longer_than_the_context_is_a_clear_error(model):
+    engine = Engine(model, IdTokenizer())
+    with pytest.raises(PromptTooLongError, match="300 tokens.*at most 256"):
+        list(engine.generate(GenerationRequest(prompt_ids=[1] * 300)))
+    # Near the limit the answer is cut at the context size.
+    _, final = run(engine, [1] * 250, [], n=40)
+    assert final.finish_reason == "length" and len(final.token_ids) == 6
+
+
+def test_step_events_describe_the_tree(model, datastore):
+    engine = Engine(model, IdTokenizer())
+    steps, final = run(engine, PROMPTS[2], [RetrievalDrafter(str(datastore))])
+    s = steps[0]
+    assert s.proposed == len(s.tree["tokens"]) > 0
+    assert s.accepted == len(s.accepted_path)
+    path_tokens = [s.tree["tokens"][i] for i in s.accepted_path]
+    assert s.token_ids[: s.accepted] == path_tokens
+    assert s.provenance == ["retrieval"] * s.accepted + ["target"]
+    assert s.tau == s.tokens_total / s.steps_total
+    assert isinstance(s.tree["source"][0], str) and s.pieces == [f" {t}" for t in s.token_ids]
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    from draftscope.engine.models import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="model not found"):
+        Engine.load(str(tmp_path / "nope"), measure=False)
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf")
+    with pytest.raises(ModelNotFoundError, match="could not"):
+        Engine.load(str(bad), measure=False)
