@@ -23,7 +23,7 @@ from draftscope.draft_tree import DraftTree
 from draftscope.engine.budget import AdaptiveBudget, FixedBudget, measure_verify_costs
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, tree_to_dict
 from draftscope.engine.sampling import SamplingParams, probabilities
-from draftscope.engine.tree_attention import keep_cache_positions, tree_inputs
+from draftscope.engine.tree_attention import keep_accepted, tree_inputs
 from draftscope.engine.verify import verify_greedy, verify_sampling
 
 
@@ -114,14 +114,18 @@ class Engine:
         self.verify_costs = measure_verify_costs(self.model, self.device)
         self.measure_baseline()
 
-    def measure_baseline(self, tokens: int = 24) -> float:
-        prompt = list(range(10, 74))
+    def measure_baseline(self, tokens: int = 32) -> float:
+        """Plain decoding speed after the first token (prefill excluded), on a fixed prompt."""
+        prompt = list(range(10, 138))
         req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
-        final = None
-        for ev in self.generate(req, _ignore_eos=True):
-            final = ev
-        self.baseline_tokens_per_second = final.stats.tokens_per_second
+        final = [ev for ev in self.generate(req, _ignore_eos=True)][-1]
+        self.baseline_tokens_per_second = final.stats.decode_tokens_per_second
         return self.baseline_tokens_per_second
+
+    def _speedup(self, decode_tps: float | None) -> float | None:
+        if not decode_tps or not self.baseline_tokens_per_second:
+            return None
+        return decode_tps / self.baseline_tokens_per_second
 
     # ------------------------------------------------------------------ prompts
 
@@ -194,6 +198,7 @@ class Engine:
         past = len(prompt) - 1
         root = prompt[-1]
         step = 0
+        first_step_tokens = 0
         finish = "length"
         max_stop = max((len(s) for s in request.stop_strings), default=0)
 
@@ -220,8 +225,7 @@ class Engine:
                 path, bonus = verify_greedy(tree, probs)
             else:
                 path, bonus = verify_sampling(tree, probs.cpu(), generator, tree.extra.get("q_probs"))
-            keep = torch.cat([torch.arange(past + 1), torch.tensor(path, dtype=torch.long) + past + 1])
-            keep_cache_positions(cache, keep)
+            keep_accepted(cache, past, path)
             t2 = time.perf_counter()
 
             emitted = [int(tree.tokens[i]) for i in path] + [bonus]
@@ -259,6 +263,9 @@ class Engine:
                 first_token_at = now
             elapsed = now - started
             tps = len(generated) / elapsed if elapsed > 0 else 0.0
+            if step == 1:
+                first_step_tokens = len(generated)
+            decode_tps = (len(generated) - first_step_tokens) / (now - first_token_at) if now > first_token_at else None
             yield StepEvent(
                 step=step,
                 token_ids=emitted,
@@ -275,7 +282,7 @@ class Engine:
                 steps_total=step,
                 tau=len(generated) / step,
                 tokens_per_second=tps,
-                speedup_estimate=tps / self.baseline_tokens_per_second if self.baseline_tokens_per_second else None,
+                speedup_estimate=self._speedup(decode_tps),
             )
             if stop_here:
                 break
@@ -286,6 +293,9 @@ class Engine:
             cut = min((text.find(s) for s in request.stop_strings if s in text), default=len(text))
             text = text[:cut]
         tps = len(generated) / elapsed if elapsed > 0 else 0.0
+        decode_tps = None
+        if first_token_at is not None and step > 1:
+            decode_tps = (len(generated) - first_step_tokens) / (started + elapsed - first_token_at)
         stats = MessageStats(
             tokens=len(generated),
             steps=step,
@@ -293,7 +303,8 @@ class Engine:
             tokens_per_second=tps,
             time_to_first_token_ms=((first_token_at or time.perf_counter()) - started) * 1000,
             elapsed_s=elapsed,
-            speedup_estimate=tps / self.baseline_tokens_per_second if self.baseline_tokens_per_second else None,
+            speedup_estimate=self._speedup(decode_tps),
+            decode_tokens_per_second=decode_tps,
             drafters=[d.name for d in drafters],
             accepted_by_source=dict(accepted_by_source),
         )

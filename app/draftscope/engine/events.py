@@ -36,7 +36,7 @@ class StepEvent:
     steps_total: int
     tau: float  # tokens per step so far
     tokens_per_second: float
-    speedup_estimate: float | None  # tokens/s over the measured plain-decoding baseline
+    speedup_estimate: float | None  # decode rate so far over the measured plain decode rate
 
 
 @dataclass
@@ -44,10 +44,11 @@ class MessageStats:
     tokens: int
     steps: int
     tau: float
-    tokens_per_second: float
+    tokens_per_second: float  # all tokens over the whole time, prompt processing included
     time_to_first_token_ms: float
     elapsed_s: float
-    speedup_estimate: float | None
+    speedup_estimate: float | None  # decode rate over the measured plain decode rate
+    decode_tokens_per_second: float | None = None  # after the first step (prefill excluded)
     drafters: list[str] = field(default_factory=list)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
 

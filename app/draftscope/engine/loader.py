@@ -79,6 +79,12 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:
         raise ModelNotFoundError(f"{gguf} could not be loaded as a GGUF model: {exc}") from exc
+    # The weights are plain tensors once dequantised; drop the GGUF "quantizer" marking so the
+    # model saves as ordinary safetensors.
+    model.hf_quantizer = None
+    for attr in ("quantization_config",):
+        if hasattr(model.config, attr):
+            delattr(model.config, attr)
     partial = cached.with_name(cached.name + ".part")
     model.save_pretrained(str(partial), safe_serialization=True)
     partial.replace(cached)

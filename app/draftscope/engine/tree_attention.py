@@ -9,9 +9,12 @@ import torch
 from draftscope.draft_tree import DraftTree
 
 
-def tree_inputs(root: int, tree: DraftTree, past_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids [1, n+1], position_ids [1, n+1], additive 4D mask [1, 1, n+1, past+n+1])."""
+def tree_inputs(root: int, tree: DraftTree, past_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(input_ids [1, n+1], position_ids [1, n+1], additive 4D mask [1, 1, n+1, past+n+1]).
+    With an empty tree the mask is None: one token attends to everything, the model's own path."""
     n = len(tree)
+    if n == 0:
+        return (torch.tensor([[root]], device=device), torch.tensor([[past_len]], device=device), None)
     ids = np.empty(n + 1, dtype=np.int64)
     ids[0] = root
     ids[1:] = tree.tokens
@@ -30,14 +33,21 @@ def tree_inputs(root: int, tree: DraftTree, past_len: int, device, dtype) -> tup
     )
 
 
-def keep_cache_positions(cache, keep: torch.Tensor) -> None:
-    """Keep only sequence positions ``keep`` (sorted indices) in every layer of a DynamicCache."""
+def keep_accepted(cache, past_len: int, path: list[int]) -> None:
+    """After a tree forward the cache holds past + root + every node; keep past + root + the
+    accepted nodes. Only the tail moves: accepted entries are gathered into place and the rest
+    is cut off, so the cost is the path length, not the cache length."""
+    base = past_len + 1
+    contiguous = path == list(range(len(path)))  # plain steps and accepted chains: just cut
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        idx = keep.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, idx)
-        layer.values = layer.values.index_select(-2, idx)
+        if not contiguous:
+            idx = torch.tensor(path, dtype=torch.long, device=layer.keys.device) + base
+            layer.keys[..., base : base + len(path), :] = layer.keys.index_select(-2, idx)
+            layer.values[..., base : base + len(path), :] = layer.values.index_select(-2, idx)
+        layer.keys = layer.keys[..., : base + len(path), :]
+        layer.values = layer.values[..., : base + len(path), :]
 
 
 def crop_cache(cache, length: int) -> None:
