@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     retr = bench_sub.add_parser("retriever", help="index build and search figures (docs/benchmarks.md)")
     add_arguments(retr)
     retr.set_defaults(func=_cmd_bench_retriever)
+
+    from draftscope.bench import spec
+
+    spec_p = bench_sub.add_parser("spec", help="speculative decoding on Spec-Bench questions vs Hugging Face generate")
+    spec.add_arguments(spec_p)
+    spec_p.set_defaults(func=lambda a: spec.run(a))
     return parser
 
 

@@ -21,6 +21,7 @@ class DraftSource(IntEnum):
     CONTEXT = 2
     MODEL = 3
     RECURRENT = 4
+    ORACLE = 5  # benchmark only: drafts are the known answer (the ceiling of speculation)
 
 
 @dataclass(frozen=True, eq=False)
