@@ -38,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--verify", action="store_true", help="also check the body checksum")
     info.set_defaults(func=_cmd_index_info)
 
-    from draftscope.commands import datastore
+    from draftscope.commands import chat, datastore
 
     datastore.add_parser(sub)
+    chat.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)

@@ -1,0 +1,153 @@
+"""``draftscope chat`` (terminal chat, streaming, tau and tokens/s after each answer) and
+``draftscope generate`` (one prompt)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="default (SmolLM2-135M-Instruct), a model folder, a .gguf file or a hub id")
+    p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)")
+    p.add_argument("--drafters", default="auto", help="comma list of retrieval, context, model; 'none' for plain decoding")
+    p.add_argument("--draft-model", default=None, help="small model for the model drafter")
+    p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+
+
+def add_parser(sub) -> None:
+    chat = sub.add_parser("chat", help="chat in the terminal")
+    _common(chat)
+    chat.set_defaults(func=cmd_chat)
+    gen = sub.add_parser("generate", help="answer one prompt")
+    gen.add_argument("prompt")
+    _common(gen)
+    gen.add_argument("--quiet-stats", action="store_true", help="do not print statistics to stderr")
+    gen.set_defaults(func=cmd_generate)
+
+
+def _setup(args):
+    from draftscope.datastore.default import default_datastore_path
+    from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
+    from draftscope.engine.drafters.model import ModelDrafter
+    from draftscope.engine.engine import Engine
+    from draftscope.engine.loader import load_model
+    from draftscope.engine.sampling import SamplingParams
+
+    print(f"loading {args.model} ...", file=sys.stderr)
+    engine = Engine.load(args.model, device=args.device)
+    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
+    names = args.drafters.split(",") if args.drafters not in ("auto", "none") else []
+    if args.drafters == "auto":
+        names = ["retrieval", "context"] if datastore.is_file() else ["context"]
+    if "retrieval" in names and not datastore.is_file():
+        raise FileNotFoundError(f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)")
+    draft_model = load_model(args.draft_model, device=args.device).model if "model" in names and args.draft_model else None
+    if "model" in names and draft_model is None:
+        raise ValueError("the model drafter needs --draft-model")
+    unknown = set(names) - {"retrieval", "context", "model"}
+    if unknown:
+        raise ValueError(f"unknown drafter(s): {', '.join(sorted(unknown))}")
+
+    def drafters():
+        made = []
+        for n in names:
+            if n == "retrieval":
+                made.append(RetrievalDrafter(str(datastore)))
+            elif n == "context":
+                made.append(ContextDrafter())
+            else:
+                made.append(ModelDrafter(draft_model, eos_token_id=engine.tokenizer.eos_token_id))
+        return made
+
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
+    print(f"{engine.name} on {engine.device}; drafters: {', '.join(names) or 'none (plain decoding)'}; "
+          f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
+    return engine, drafters, sampling
+
+
+def _answer(engine, messages, drafters, sampling, args, out=sys.stdout):
+    from draftscope.engine.engine import GenerationRequest
+    from draftscope.engine.events import FinalEvent
+
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    try:
+        req = GenerationRequest(messages=messages, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                                drafters=drafters(), budget=args.budget, cancel=cancel)
+        for ev in engine.generate(req):
+            if isinstance(ev, FinalEvent):
+                return ev
+            out.write("".join(ev.pieces))
+            out.flush()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stats_line(final) -> str:
+    s = final.stats
+    speed = f" · {s.speedup_estimate:.2f}x plain" if s.speedup_estimate else ""
+    return (f"[{s.tokens} tokens · tau {s.tau:.2f} · {s.tokens_per_second:.1f} tokens/s{speed} · "
+            f"first token {s.time_to_first_token_ms:.0f} ms · {final.finish_reason}]")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    engine, drafters, sampling = _setup(args)
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + [{"role": "user", "content": args.prompt}]
+    final = _answer(engine, messages, drafters, sampling, args)
+    print()
+    if final.finish_reason == "error":
+        print(f"draftscope: {final.error}", file=sys.stderr)
+        return 1
+    if not args.quiet_stats:
+        print(_stats_line(final), file=sys.stderr)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    engine, drafters, sampling = _setup(args)
+    history = [{"role": "system", "content": args.system}] if args.system else []
+    print("Type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.", file=sys.stderr)
+    while True:
+        try:
+            line = input("\nyou> ").strip()
+        except EOFError:
+            print()
+            return 0
+        except KeyboardInterrupt:
+            print()
+            continue
+        if not line:
+            continue
+        if line in ("/exit", "/quit"):
+            return 0
+        if line == "/reset":
+            history = history[:1] if args.system else []
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        history.append({"role": "user", "content": line})
+        print("assistant> ", end="", flush=True)
+        try:
+            final = _answer(engine, history, drafters, sampling, args)
+        except ValueError as exc:  # e.g. the conversation outgrew the context window
+            history.pop()
+            print(f"\n[{exc}]", file=sys.stderr)
+            continue
+        print()
+        if final.finish_reason == "error":
+            print(f"[error: {final.error}]", file=sys.stderr)
+            history.pop()
+            continue
+        history.append({"role": "assistant", "content": final.text})
+        print(_stats_line(final), file=sys.stderr)
