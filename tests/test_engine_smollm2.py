@@ -1,0 +1,66 @@
+"""The real default model (SmolLM2-135M-Instruct, fetched once into the cache): greedy output of
+every drafter equals Hugging Face generate on Spec-Bench questions, and the CLI answers."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftscope.cli import main
+from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.retrieval import Writer
+
+QUESTIONS = [json.loads(line) for line in (Path(__file__).parent / "data" / "spec_bench_sample.jsonl").read_text().splitlines()]
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine.load("default", measure=False)
+
+
+@pytest.fixture(scope="module")
+def cases(engine, tmp_path_factory):
+    """(prompt ids, HF greedy answer) per question, and a datastore holding half of each answer."""
+    out = []
+    path = tmp_path_factory.mktemp("smol") / "answers.idx"
+    w = Writer(path, len(engine.tokenizer))
+    for q in QUESTIONS:
+        ids = engine.encode_chat([{"role": "user", "content": q["turns"][0]}])
+        ref = engine.model.generate(torch.tensor([ids]), max_new_tokens=NEW, do_sample=False,
+                                    pad_token_id=engine.tokenizer.eos_token_id)[0, len(ids):].tolist()
+        w.add_entry(ref[: NEW // 2])
+        out.append((ids, ref))
+    w.finalize()
+    return out, path
+
+
+def test_greedy_equals_hf_generate_for_every_drafter(engine, cases):
+    pairs, store = cases
+    makers = {
+        "retrieval": lambda: [RetrievalDrafter(str(store))],
+        "context": lambda: [ContextDrafter()],
+        "model-self": lambda: [ModelDrafter(engine.model, eos_token_id=engine.tokenizer.eos_token_id)],
+        "composite": lambda: [RetrievalDrafter(str(store)), ContextDrafter()],
+    }
+    for name, make in makers.items():
+        accepted = 0
+        for ids, ref in pairs:
+            events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=NEW, drafters=make(), budget=8)))
+            final = events[-1]
+            assert final.token_ids == ref, (name, final.error)
+            accepted += sum(e.accepted for e in events[:-1])
+        if name in ("retrieval", "model-self", "composite"):
+            assert accepted >= len(pairs) * 5, f"{name}: drafts should be accepted ({accepted})"
+
+
+def test_cli_generate_streams_an_answer(capsys):
+    code = main(["generate", "What is the capital of France? Answer in one word.", "--drafters", "context",
+                 "--max-new-tokens", "12"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "Paris" in captured.out
+    assert "tau" in captured.err and "tokens/s" in captured.err
