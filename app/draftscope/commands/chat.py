@@ -24,6 +24,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
 
 
 def add_parser(sub) -> None:
@@ -46,14 +47,14 @@ def _setup(args):
     from draftscope.engine.sampling import SamplingParams
 
     print(f"loading {args.model} ...", file=sys.stderr)
-    engine = Engine.load(args.model, device=args.device)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     datastore = Path(args.datastore) if args.datastore else default_datastore_path()
     names = args.drafters.split(",") if args.drafters not in ("auto", "none") else []
     if args.drafters == "auto":
         names = ["retrieval", "context"] if datastore.is_file() else ["context"]
     if "retrieval" in names and not datastore.is_file():
         raise FileNotFoundError(f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)")
-    draft_model = load_model(args.draft_model, device=args.device).model if "model" in names and args.draft_model else None
+    draft_model = load_model(args.draft_model, device=args.device, dtype=args.dtype).model if "model" in names and args.draft_model else None
     if "model" in names and draft_model is None:
         raise ValueError("the model drafter needs --draft-model")
     unknown = set(names) - {"retrieval", "context", "model"}
