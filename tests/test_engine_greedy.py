@@ -169,3 +169,35 @@ def test_missing_model_is_a_clear_error(tmp_path):
     bad.write_bytes(b"not a gguf")
     with pytest.raises(ModelNotFoundError, match="could not"):
         Engine.load(str(bad), measure=False)
+
+
+def test_composite_moves_budget_to_the_drafter_that_gets_accepted():
+    from draftscope.engine.drafters.composite import CompositeDrafter
+
+    def fixed(tokens, source):
+        class D:
+            def __init__(self):
+                self.source, self.name = source, source.name.lower()
+
+            def reset(self, ids):
+                pass
+
+            def observe(self, ids):
+                pass
+
+            def propose(self, ids, budget):
+                k = len(tokens)
+                return DraftTree(np.array(tokens), np.arange(-1, k - 1, dtype=np.int32), np.arange(1, k + 1, dtype=np.int32),
+                                 np.full(k, 10.0, np.float32), np.full(k, source, np.int8))
+
+        return D()
+
+    comp = CompositeDrafter([fixed([1, 2, 3], DraftSource.RETRIEVAL), fixed([4, 5, 6], DraftSource.CONTEXT)])
+    first = comp.propose([0], 3)
+    assert sorted(first.tokens.tolist()) == [1, 2, 4]  # equal weights: both first levels, then a tie
+    for _ in range(10):  # context drafts keep being accepted, retrieval drafts never
+        tree = comp.propose([0], 6)
+        accepted = [i for i in range(len(tree)) if tree.source[i] == DraftSource.CONTEXT]
+        comp.feedback(tree, accepted)
+    assert comp.acceptance[int(DraftSource.CONTEXT)] > 0.9 > 0.1 > comp.acceptance[int(DraftSource.RETRIEVAL)]
+    assert comp.propose([0], 3).tokens.tolist() == [4, 5, 6]

@@ -257,6 +257,8 @@ class Engine:
             budget.update(len(tree), len(path))
             if drafter is not None:
                 drafter.observe(emitted)
+                if hasattr(drafter, "feedback"):
+                    drafter.feedback(tree, path)
             step += 1
             now = time.perf_counter()
             if first_token_at is None:

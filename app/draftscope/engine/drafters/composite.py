@@ -5,6 +5,7 @@ Each node remembers the drafter that scored it highest."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,13 +25,28 @@ def path_scores(tree: DraftTree) -> np.ndarray:
 
 
 class CompositeDrafter:
+    """Budget goes where drafts get accepted: each source's scores are weighted by its recent
+    acceptance rate (accepted / proposed nodes, an exponential average fed by ``feedback``)."""
+
     name = "composite"
     source = DraftSource.TARGET  # mixed; each node says its own
 
-    def __init__(self, drafters: Sequence) -> None:
+    def __init__(self, drafters: Sequence, *, smoothing: float = 0.2) -> None:
         if not drafters:
             raise ValueError("a composite drafter needs at least one drafter")
         self.drafters = list(drafters)
+        self.smoothing = smoothing
+        self.acceptance = {int(d.source): 0.5 for d in self.drafters}
+
+    def feedback(self, tree: DraftTree, accepted_path: Sequence[int]) -> None:
+        """Which nodes of the last proposal the target accepted."""
+        if len(tree) == 0:
+            return
+        proposed = Counter(int(s) for s in tree.source.tolist())
+        accepted = Counter(int(tree.source[i]) for i in accepted_path)
+        for src, n in proposed.items():
+            rate = self.acceptance.get(src, 0.5)
+            self.acceptance[src] = rate + self.smoothing * (accepted[src] / n - rate)
 
     def reset(self, context_ids: Sequence[int]) -> None:
         for d in self.drafters:
@@ -49,14 +65,17 @@ class CompositeDrafter:
             return DraftTree.empty()
         if len(trees) == 1:
             return trees[0]
-        return merge_trees(trees, budget)
+        return merge_trees(trees, budget, self.acceptance)
 
 
-def merge_trees(trees: Sequence[DraftTree], budget: int) -> DraftTree:
+def merge_trees(trees: Sequence[DraftTree], budget: int, weights: dict[int, float] | None = None) -> DraftTree:
+    """Merge under one budget; ``weights`` scale each source's scores (default 1)."""
     trie = PathTrie()
     q_by_trie_node: dict[int, object] = {}
     for tree in trees:
         scores = path_scores(tree)
+        if weights and len(tree):
+            scores = scores * np.array([weights.get(int(s), 1.0) for s in tree.source.tolist()])
         q_probs = tree.extra.get("q_probs", {})
         for i in range(len(tree)):
             ids = trie.add(tree.token_path(i), 0.0, int(tree.source[i]), combine="max")
