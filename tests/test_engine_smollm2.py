@@ -61,6 +61,6 @@ def test_cli_generate_streams_an_answer(capsys):
     code = main(["generate", "What is the capital of France? Answer in one word.", "--drafters", "context",
                  "--max-new-tokens", "12"])
     captured = capsys.readouterr()
-    assert code == 0
+    assert code == 0, captured.err
     assert "Paris" in captured.out
     assert "tau" in captured.err and "tokens/s" in captured.err

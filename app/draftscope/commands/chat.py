@@ -78,10 +78,11 @@ def _setup(args):
     return engine, drafters, sampling
 
 
-def _answer(engine, messages, drafters, sampling, args, out=sys.stdout):
+def _answer(engine, messages, drafters, sampling, args, out=None):
     from draftscope.engine.engine import GenerationRequest
     from draftscope.engine.events import FinalEvent
 
+    out = out or sys.stdout  # looked up per call: sys.stdout may be replaced after import
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
