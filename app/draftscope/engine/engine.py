@@ -87,6 +87,11 @@ class Engine:
         self.dtype = next(model.parameters()).dtype
         self.vocab = int(model.config.vocab_size)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+        # Tree verification passes one full-attention mask to every layer; sliding-window layers
+        # (Gemma 3) keep only their window, so stay inside it rather than misread the cache.
+        window = getattr(model.config, "sliding_window", None)
+        if window and "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
+            self.max_context = min(self.max_context, int(window))
         eos = set()
         for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
             if isinstance(source, int):
