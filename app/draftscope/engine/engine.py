@@ -259,7 +259,7 @@ class Engine:
             seen[torch.tensor(emitted)] = True
             past += 1 + len(path)
             root = ids[-1]
-            budget.update(len(tree), len(path))
+            budget.update(len(tree), len(path), t2 - t1)
             if drafter is not None:
                 drafter.observe(emitted)
                 if hasattr(drafter, "feedback"):
