@@ -53,6 +53,8 @@ def verify_sampling(
             x = tokens[c]
             u = torch.rand((), generator=generator).item()
             q = q_probs.get(c) if sources[c] == DraftSource.MODEL else None
+            if q is not None and q.shape[0] != p.shape[0]:  # draft head padded differently
+                q = torch.nn.functional.pad(q[: p.shape[0]], (0, max(0, p.shape[0] - q.shape[0])))
             if q is not None:
                 qx = float(q[x])
                 if qx > 0 and u < min(1.0, float(p[x]) / qx):
