@@ -1,0 +1,180 @@
+"""Chat history in SQLite (WAL journal): conversations and their messages, each answer with its
+statistics and the drafter settings it was generated with.
+
+Every write is its own transaction, so a crash mid-answer loses at most that answer (the answer
+is written when it finishes). One store may be used from several threads (a lock serialises).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL,
+    created REAL NOT NULL,
+    stats TEXT,     -- JSON: tokens, tau, tokens/s, time to first token, speedup, ...
+    drafters TEXT   -- JSON: the drafter settings the answer was generated with
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+"""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    created: float
+    stats: dict | None
+    drafters: dict | None
+
+
+def history_path() -> Path:
+    override = os.environ.get("DRAFTSCOPE_DATA_DIR")
+    folder = Path(override) if override else Path(platformdirs.user_data_dir("draftscope", appauthor=False))
+    return folder / "history.sqlite3"
+
+
+class HistoryStore:
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path else history_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} was written by a newer Draftscope (schema {version})")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, args)
+
+    def _read(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # ------------------------------------------------------------------ conversations
+
+    def create_conversation(self, title: str = "New conversation") -> int:
+        now = time.time()
+        return self._write("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now)).lastrowid
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        self._write("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
+
+    def delete(self, conversation_id: int) -> None:
+        self._write("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def conversations(self) -> list[Conversation]:
+        """Most recently active first."""
+        rows = self._read("SELECT * FROM conversations ORDER BY updated DESC, id DESC")
+        return [Conversation(r["id"], r["title"], r["created"], r["updated"]) for r in rows]
+
+    def conversation(self, conversation_id: int) -> Conversation | None:
+        rows = self._read("SELECT * FROM conversations WHERE id = ?", (conversation_id,))
+        return Conversation(rows[0]["id"], rows[0]["title"], rows[0]["created"], rows[0]["updated"]) if rows else None
+
+    # ------------------------------------------------------------------ messages
+
+    def add_message(self, conversation_id: int, role: str, content: str, *, stats: dict | None = None,
+                    drafters: dict | None = None) -> int:
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                cur = self._db.execute(
+                    "INSERT INTO messages (conversation_id, role, content, created, stats, drafters) VALUES (?, ?, ?, ?, ?, ?)",
+                    (conversation_id, role, content, now, _json(stats), _json(drafters)),
+                )
+                self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return cur.lastrowid
+
+    def delete_messages_from(self, message_id: int) -> None:
+        """Remove a message and everything after it in its conversation (regenerate, edit-and-resend)."""
+        self._write(
+            "DELETE FROM messages WHERE conversation_id = (SELECT conversation_id FROM messages WHERE id = ?) AND id >= ?",
+            (message_id, message_id),
+        )
+
+    def messages(self, conversation_id: int) -> list[Message]:
+        rows = self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        return [Message(r["id"], r["conversation_id"], r["role"], r["content"], r["created"], _load(r["stats"]),
+                        _load(r["drafters"])) for r in rows]
+
+    def search(self, text: str) -> list[Conversation]:
+        """Conversations whose title or any message contains ``text`` (case-insensitive)."""
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._read(
+            """SELECT DISTINCT c.* FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id
+               WHERE c.title LIKE ? ESCAPE '\\' OR m.content LIKE ? ESCAPE '\\'
+               ORDER BY c.updated DESC, c.id DESC""",
+            (pattern, pattern),
+        )
+        return [Conversation(r["id"], r["title"], r["created"], r["updated"]) for r in rows]
+
+    def export_markdown(self, conversation_id: int) -> str:
+        conv = self.conversation(conversation_id)
+        if conv is None:
+            raise KeyError(f"no conversation {conversation_id}")
+        lines = [f"# {conv.title}", ""]
+        for m in self.messages(conversation_id):
+            lines += [f"## {m.role.capitalize()}", "", m.content.rstrip(), ""]
+            if m.stats:
+                s = m.stats
+                parts = [f"{s['tokens']} tokens" if "tokens" in s else None,
+                         f"tau {s['tau']:.2f}" if s.get("tau") else None,
+                         f"{s['tokens_per_second']:.1f} tokens/s" if s.get("tokens_per_second") else None,
+                         f"{s['speedup_estimate']:.2f}x" if s.get("speedup_estimate") else None]
+                lines += ["*" + " · ".join(p for p in parts if p) + "*", ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def _json(value: dict | None) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _load(text: str | None) -> dict | None:
+    return None if text is None else json.loads(text)

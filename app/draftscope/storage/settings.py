@@ -1,0 +1,123 @@
+"""User settings as a versioned JSON file in the platform's config folder.
+
+Loading never fails: a missing file gives the defaults; an unreadable, foreign or newer file
+gives the defaults plus a notice (and the old file is kept beside as ``settings.json.bad``); a
+field with a wrong type or value falls back to its default with a notice naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import platformdirs
+
+SETTINGS_VERSION = 1
+THEMES = ("system", "light", "dark")
+
+
+@dataclass
+class Settings:
+    model: str = "default"
+    datastore: str = ""  # empty: the default chat datastore when it exists
+    drafters: dict[str, bool] = field(default_factory=lambda: {"retrieval": True, "context": True, "model": False})
+    draft_model: str = ""
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 512
+    repetition_penalty: float = 1.0
+    system_prompt: str = ""
+    device: str = "auto"
+    theme: str = "system"
+    font_size: int = 11
+
+    def problems(self) -> list[str]:
+        """Fields whose value is out of range (names and why)."""
+        out = []
+        if not 0 <= self.temperature <= 5:
+            out.append("temperature must be between 0 and 5")
+        if not 0 < self.top_p <= 1:
+            out.append("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            out.append("top_k must be >= 0")
+        if not 1 <= self.max_new_tokens <= 1_000_000:
+            out.append("max_new_tokens must be positive")
+        if self.repetition_penalty <= 0:
+            out.append("repetition_penalty must be > 0")
+        if self.theme not in THEMES:
+            out.append(f"theme must be one of {', '.join(THEMES)}")
+        if not 6 <= self.font_size <= 48:
+            out.append("font_size must be between 6 and 48")
+        return out
+
+
+def settings_path() -> Path:
+    override = os.environ.get("DRAFTSCOPE_CONFIG_DIR")
+    folder = Path(override) if override else Path(platformdirs.user_config_dir("draftscope", appauthor=False))
+    return folder / "settings.json"
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
+    """(settings, notices for the user). Never raises for a bad file."""
+    path = path or settings_path()
+    if not path.exists():
+        return Settings(), []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return Settings(), [_set_aside(path, f"the settings file could not be read ({exc})")]
+    version = data.get("version")
+    if version != SETTINGS_VERSION:
+        why = f"the settings file has version {version!r}, this Draftscope writes version {SETTINGS_VERSION}"
+        return Settings(), [_set_aside(path, why)]
+    defaults = Settings()
+    values, notices = {}, []
+    for f in fields(Settings):
+        if f.name not in data:
+            continue
+        value, default = data[f.name], getattr(defaults, f.name)
+        if not _same_kind(value, default):
+            notices.append(f"setting {f.name!r} had an invalid value {value!r}; using the default")
+            continue
+        if isinstance(default, dict):
+            value = {k: bool(v) for k, v in value.items() if k in default and isinstance(v, bool)} | {
+                k: v for k, v in default.items() if k not in value}
+        values[f.name] = float(value) if isinstance(default, float) else value
+    settings = Settings(**values)
+    for problem in settings.problems():
+        name = problem.split()[0]
+        setattr(settings, name, getattr(defaults, name))
+        notices.append(f"setting {name!r} was out of range ({problem}); using the default")
+    return settings, notices
+
+
+def _same_kind(value, default) -> bool:
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, type(default))
+
+
+def _set_aside(path: Path, why: str) -> str:
+    backup = path.with_name(path.name + ".bad")
+    try:
+        path.replace(backup)
+        kept = f" (kept as {backup.name})"
+    except OSError:
+        kept = ""
+    return f"{why}; defaults restored{kept}"
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"version": SETTINGS_VERSION, **asdict(settings)}, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
