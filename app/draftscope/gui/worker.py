@@ -1,0 +1,79 @@
+"""Running the engine off the UI thread (superqt-style worker on a QThread).
+
+``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) runs
+``Engine.generate`` and reports through signals carrying plain data: ``started``, ``steps``
+(StepEvents batched to at most ~30 UI updates per second), ``finished`` / ``cancelled`` (the
+FinalEvent) and ``failed`` (a message). ``stop`` may be called from any thread: the engine
+checks the flag between steps, so an answer stops within one step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.events import FinalEvent
+
+UPDATE_INTERVAL_S = 1 / 30
+
+
+class GenerationWorker(QObject):
+    started = Signal()
+    steps = Signal(list)  # [StepEvent, ...] since the last emission
+    finished = Signal(object)  # FinalEvent
+    cancelled = Signal(object)  # FinalEvent (the answer so far)
+    failed = Signal(str)
+
+    def __init__(self, engine) -> None:
+        super().__init__()
+        self.engine = engine
+        self._cancel = threading.Event()
+
+    def stop(self) -> None:
+        self._cancel.set()
+
+    @Slot(object)
+    def generate(self, request: GenerationRequest) -> None:
+        self._cancel.clear()
+        request.cancel = self._cancel
+        self.started.emit()
+        pending, last = [], 0.0
+        try:
+            for event in self.engine.generate(request):
+                if isinstance(event, FinalEvent):
+                    if pending:
+                        self.steps.emit(pending)
+                    if event.finish_reason == "error":
+                        self.failed.emit(event.error or "generation failed")
+                    elif event.finish_reason == "cancel":
+                        self.cancelled.emit(event)
+                    else:
+                        self.finished.emit(event)
+                    return
+                pending.append(event)
+                now = time.monotonic()
+                if now - last >= UPDATE_INTERVAL_S:
+                    self.steps.emit(pending)
+                    pending, last = [], now
+        except Exception as exc:  # e.g. the prompt outgrew the context window
+            self.failed.emit(str(exc))
+
+
+class WorkerThread:
+    """A worker moved to a started QThread, and a clean way to end both."""
+
+    def __init__(self, worker: QObject) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName(type(worker).__name__)
+        self.worker = worker
+        worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def shutdown(self, timeout_ms: int = 5000) -> None:
+        if hasattr(self.worker, "stop"):
+            self.worker.stop()
+        self.thread.quit()
+        self.thread.wait(timeout_ms)

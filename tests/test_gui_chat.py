@@ -1,0 +1,125 @@
+"""The chat window with a tiny real model (offscreen Qt): streaming, stop, history across a
+restart, and the UI thread's responsiveness while an answer streams."""
+
+import os
+import time
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtWidgets import QDockWidget, QLabel, QListWidget, QPlainTextEdit, QPushButton, QTextBrowser  # noqa: E402
+
+from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.engine.engine import Engine  # noqa: E402
+from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def engine(tokenizer):
+    model = tiny_llama(len(tokenizer), seed=5, layers=2, hidden=64)
+    model.config.max_position_embeddings = 4096
+    return Engine(model, tokenizer, name="tiny")
+
+
+def make_window(qtbot, engine, db, max_new_tokens=40):
+    window = MainWindow(engine, HistoryStore(db), Settings(max_new_tokens=max_new_tokens), drafters=lambda: [ContextDrafter()])
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def send(qtbot, window, text):
+    box = window.findChild(QPlainTextEdit, "chatInput")
+    box.setPlainText(text)
+    qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), qtbot_left())
+
+
+def qtbot_left():
+    from PySide6.QtCore import Qt
+
+    return Qt.MouseButton.LeftButton
+
+
+def test_widgets_are_found_by_name(qtbot, engine, tmp_path):
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    for cls, name in [(QPlainTextEdit, "chatInput"), (QPushButton, "sendButton"), (QPushButton, "stopButton"),
+                      (QTextBrowser, "chatView"), (QListWidget, "conversationList"), (QLabel, "statusTokensPerSecond"),
+                      (QDockWidget, "draftsDock"), (QDockWidget, "trieDock"), (QDockWidget, "speedupDock")]:
+        assert w.findChild(cls, name) is not None, name
+
+
+def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    batches = []
+    w.worker.steps.connect(batches.append)
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+        send(qtbot, w, "Hello there")
+    final = done.args[0]
+    # The window handles the same signal through its own queued slot: wait for it.
+    qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+    assert final.stats.tokens == 40 and batches
+    assert sum(len(e.token_ids) for b in batches for e in b) == 40, "every token arrived through the stream"
+    assert len(batches) <= 40
+    messages = w.history.messages(w.conversation_id)
+    assert [m.role for m in messages] == ["user", "assistant"] and messages[1].content == final.text
+    assert messages[1].stats["tokens"] == 40 and "τ" in w.chat_view.toPlainText()
+    assert "tokens/s" in w.findChild(QLabel, "statusTokensPerSecond").text()
+    assert w.findChild(QPushButton, "sendButton").isEnabled()
+
+
+def test_stop_mid_answer(qtbot, engine, tmp_path):
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=3000)
+    with qtbot.waitSignal(w.worker.steps, timeout=60_000):
+        send(qtbot, w, "Tell me a very long story")
+    with qtbot.waitSignal(w.worker.cancelled, timeout=10_000) as stopped:
+        qtbot.mouseClick(w.findChild(QPushButton, "stopButton"), qtbot_left())
+    final = stopped.args[0]
+    assert final.finish_reason == "cancel" and 0 < final.stats.tokens < 3000
+    qtbot.waitUntil(lambda: not w.findChild(QPushButton, "stopButton").isEnabled(), timeout=5000)
+    last = w.history.messages(w.conversation_id)[-1]
+    assert (last.role, last.content) == (("assistant", final.text) if final.text.strip() else ("user", "Tell me a very long story"))
+
+
+def test_history_survives_a_restart(qtbot, engine, tmp_path):
+    db = tmp_path / "h.sqlite3"
+    w = make_window(qtbot, engine, db)
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        send(qtbot, w, "Remember this conversation")
+    qtbot.waitUntil(lambda: len(w.history.messages(w.conversation_id)) == 2, timeout=5000)
+    w.close()
+    w2 = make_window(qtbot, engine, db)
+    items = w2.findChild(QListWidget, "conversationList")
+    assert items.count() == 1 and items.item(0).text() == "Remember this conversation"
+    items.setCurrentRow(0)
+    assert "Remember this conversation" in w2.chat_view.toPlainText()
+
+
+def test_ui_thread_stays_responsive_while_streaming(qtbot, engine, tmp_path):
+    """A 10 ms timer records how late it fires; the UI thread must never be blocked > 50 ms."""
+    long_engine = Engine(engine.model, engine.tokenizer, name="tiny")
+    long_engine.eos_ids = set()  # a long answer: the random model would otherwise stop at its EOS
+    w = make_window(qtbot, long_engine, tmp_path / "h.sqlite3", max_new_tokens=2500)
+    lateness = []
+    last = [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        lateness.append((now - last[0]) * 1000 - 10)
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    timer.start()
+    with qtbot.waitSignal(w.worker.finished, timeout=120_000):
+        send(qtbot, w, "Stream a long answer")
+    timer.stop()
+    assert len(lateness) > 20
+    worst = max(lateness[1:])
+    print(f"timer lateness while streaming: max {worst:.1f} ms over {len(lateness)} ticks")
+    assert worst < 50, f"UI thread blocked for {worst:.1f} ms"
