@@ -1,3 +1,8 @@
+import os
+
+# Qt tests run without a display.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
 import pytest
 
 from draftscope.retrieval import Reader, Writer

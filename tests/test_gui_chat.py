@@ -123,3 +123,47 @@ def test_ui_thread_stays_responsive_while_streaming(qtbot, engine, tmp_path):
     worst = max(lateness[1:])
     print(f"timer lateness while streaming: max {worst:.1f} ms over {len(lateness)} ticks")
     assert worst < 50, f"UI thread blocked for {worst:.1f} ms"
+
+
+def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, tmp_path):
+    from PySide6.QtCore import QThread
+
+    from draftscope.gui.app import Launcher
+
+    loaded_on = []
+
+    def factory():
+        loaded_on.append(QThread.currentThread())
+        return engine
+
+    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(datastore=str(tmp_path / "none.idx")),
+                        notices=["settings were reset"])
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        launcher.start()
+    window = ready.args[0]
+    qtbot.addWidget(window)
+    assert loaded_on and loaded_on[0] is not QThread.currentThread(), "the model loads on a worker thread"
+    assert window.findChild(QLabel, "statusDatastore").text() == "datastore: none"
+    assert window.statusBar().currentMessage() == "settings were reset"
+
+
+def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
+    from draftscope.gui.app import Launcher
+
+    attempts = []
+
+    def factory():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise FileNotFoundError("model not found: /nope")
+        return engine
+
+    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings())
+    launcher.start()
+    qtbot.waitUntil(lambda: launcher.error_box is not None and launcher.error_box.isVisible(), timeout=10_000)
+    assert "model not found: /nope" in launcher.error_box.text()
+    retry = next(b for b in launcher.error_box.buttons() if b.text() == "Retry")
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        retry.click()
+    qtbot.addWidget(ready.args[0])
+    assert len(attempts) == 2

@@ -1,5 +1,4 @@
-"""``draftscope`` command line. With no arguments it will open the desktop app; until the GUI
-lands it prints what is available."""
+"""``draftscope`` command line. With no arguments it opens the desktop app."""
 
 from __future__ import annotations
 
@@ -63,9 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.print_help()
-        print("\nThe desktop app is not built yet; the commands above are what works today.")
-        return 0
+        try:
+            from draftscope.gui.app import main as gui_main
+        except ImportError as exc:  # PySide6 or its system libraries missing
+            print(f"draftscope: the desktop app cannot start ({exc}); `draftscope chat` works in the terminal",
+                  file=sys.stderr)
+            return 2
+        return gui_main()
     try:
         return args.func(args)
     except (FileNotFoundError, ValueError, OSError) as exc:

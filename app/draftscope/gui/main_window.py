@@ -53,6 +53,8 @@ class MainWindow(QMainWindow):
 
         self.conversation_list = QListWidget(objectName="conversationList")
         self.conversation_list.currentItemChanged.connect(self._on_conversation_selected)
+        self.conversation_list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.conversation_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         new_button = QPushButton("New conversation", objectName="newConversationButton")
         new_button.clicked.connect(self.new_conversation)
         left = QWidget()
