@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from draftscope import assets
-from draftscope.engine.models import ModelNotFoundError, ModelSource, _file_digest, load_tokenizer, resolve_model
+from draftscope.engine.models import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
 
 
 @dataclass
@@ -72,7 +72,7 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    cached = assets.cache_dir() / "models" / _file_digest(gguf)[:24]
+    cached = assets.cache_dir() / "models" / file_digest(gguf)[:24]
     if (cached / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(str(cached), dtype=dtype)
     try:

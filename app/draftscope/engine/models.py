@@ -5,6 +5,7 @@ the whole file, so the converted tokenizer is kept in the user cache, keyed by t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -59,7 +60,15 @@ def resolve_model(spec: str, *, fetch_default: bool = True) -> ModelSource:
     return ModelSource("hub", spec, spec.split("/")[-1])
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """sha256 of a model file; remembered per (path, size, mtime), since tokenizer and model
+    caches both key on it."""
+    st = path.stat()
+    return _digest(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
@@ -84,7 +93,7 @@ def load_tokenizer(spec: str | ModelSource):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    cached = assets.cache_dir() / "tokenizers" / _file_digest(gguf)[:24]
+    cached = assets.cache_dir() / "tokenizers" / file_digest(gguf)[:24]
     if (cached / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(str(cached))
     try:

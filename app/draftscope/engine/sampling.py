@@ -62,7 +62,3 @@ def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tens
         remove = remove_sorted.scatter(-1, order, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
     return logits.softmax(-1)
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator).item())
