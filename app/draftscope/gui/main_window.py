@@ -46,6 +46,7 @@ class MainWindow(QMainWindow):
         self.engine, self.history, self.settings = engine, history, settings
         self.make_drafters = drafters
         self.conversation_id: int | None = None
+        self._stored_cache: tuple = (None, [])
         self.streaming_text = ""
         self.streaming = False
         self.setWindowTitle("Draftscope")
@@ -143,6 +144,7 @@ class MainWindow(QMainWindow):
 
     def new_conversation(self) -> None:
         self.conversation_id = None
+        self._stored_cache = (object(), [])
         self.conversation_list.clearSelection()
         self._render()
 
@@ -209,15 +211,24 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ rendering
 
+    def _stored_markdown(self) -> list[str]:
+        """The stored messages as Markdown, read from the history only when they changed (not at
+        every streaming update)."""
+        key = (self.conversation_id, self.streaming)
+        if self._stored_cache[0] != key:
+            parts = []
+            if self.conversation_id is not None:
+                for m in self.history.messages(self.conversation_id):
+                    parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}**\n\n{m.content}\n")
+                    if m.stats:
+                        parts.append(f"<small>{html.escape(stats_line(m.stats))}</small>\n")
+            self._stored_cache = (key, parts)
+        return list(self._stored_cache[1])
+
     def _render(self) -> None:
         bar = self.chat_view.verticalScrollBar()
         follow = bar.value() >= bar.maximum() - 4  # auto-scroll pauses when the user scrolls up
-        parts = []
-        if self.conversation_id is not None:
-            for m in self.history.messages(self.conversation_id):
-                parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}**\n\n{m.content}\n")
-                if m.stats:
-                    parts.append(f"<small>{html.escape(stats_line(m.stats))}</small>\n")
+        parts = self._stored_markdown()
         if self.streaming:
             parts.append(f"**Assistant**\n\n{self.streaming_text}▌\n")
         self.chat_view.setMarkdown("\n".join(parts))
