@@ -4,22 +4,15 @@ cache and unpacked there. pip honours the user's own configuration (index, proxy
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
+from draftscope.paths import cache_dir
 
 
-def cache_dir() -> Path:
-    """Draftscope's cache folder (DRAFTSCOPE_CACHE_DIR overrides the platform default)."""
-    override = os.environ.get("DRAFTSCOPE_CACHE_DIR")
-    path = Path(override) if override else Path(platformdirs.user_cache_dir("draftscope", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @dataclass(frozen=True)

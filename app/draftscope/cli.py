@@ -26,6 +26,16 @@ def _cmd_bench_retriever(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_gui(args: argparse.Namespace | None = None) -> int:
+    try:
+        from draftscope.gui.app import main as gui_main
+    except ImportError as exc:  # PySide6 or its system libraries missing
+        print(f"draftscope: the desktop app cannot start ({exc}); `draftscope chat` works in the terminal",
+              file=sys.stderr)
+        return 2
+    return gui_main(model=getattr(args, "model", None), quit_after_ms=getattr(args, "quit_after", None))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="draftscope", description=__doc__)
     sub = parser.add_subparsers(dest="command")
@@ -36,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="also check the body checksum")
     info.set_defaults(func=_cmd_index_info)
+
+    gui = sub.add_parser("gui", help="open the desktop app (the default with no command)")
+    gui.add_argument("--model", help="model for this run (default: the one in the settings)")
+    gui.add_argument("--quit-after", type=int, metavar="MS",
+                     help="smoke test: quit MS milliseconds after the main window shows; exit 1 if it never does")
+    gui.set_defaults(func=_cmd_gui)
 
     from draftscope.commands import chat, datastore
 
@@ -62,13 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        try:
-            from draftscope.gui.app import main as gui_main
-        except ImportError as exc:  # PySide6 or its system libraries missing
-            print(f"draftscope: the desktop app cannot start ({exc}); `draftscope chat` works in the terminal",
-                  file=sys.stderr)
-            return 2
-        return gui_main()
+        return _cmd_gui()
     try:
         return args.func(args)
     except (FileNotFoundError, ValueError, OSError) as exc:

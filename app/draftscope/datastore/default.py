@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import platformdirs
+from draftscope.paths import data_dir
 
 from draftscope import assets
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
@@ -15,7 +15,7 @@ from draftscope.engine.models import DEFAULT_MODEL, load_tokenizer
 
 
 def datastores_dir() -> Path:
-    path = Path(platformdirs.user_data_dir("draftscope", appauthor=False)) / "datastores"
+    path = data_dir() / "datastores"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QMetaObject, QObject, Qt, Signal, Slot
+from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog
 
 from draftscope.gui.worker import WorkerThread
@@ -76,7 +76,8 @@ class Launcher(QObject):
     def _on_loaded(self, engine) -> None:
         from draftscope.gui.main_window import MainWindow
 
-        self.progress.close()
+        # close() would emit canceled (wired to quit): hide the dialog instead
+        self.progress.hide()
         self.loader_thread.shutdown()
         make, label = drafter_factory(self.settings)
         self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label)
@@ -108,7 +109,9 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def main() -> int:
+def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
+    """Run the app. ``quit_after_ms`` (``draftscope gui --quit-after``) is a smoke test for bundles:
+    quit that long after the main window shows, exit 1 if the model fails to load."""
     if not _has_display():
         print("draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the terminal "
               "chat, or set QT_QPA_PLATFORM.", file=sys.stderr)
@@ -119,8 +122,28 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Draftscope")
     settings, notices = load_settings()
+    if model:
+        settings.model = model
     history = HistoryStore()
     device = None if settings.device == "auto" else settings.device
     launcher = Launcher(lambda: Engine.load(settings.model, device=device), history, settings, notices)
+    if quit_after_ms is not None:
+        def shown(window):
+            print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
+
+            def done():
+                print(f"draftscope: still running after {quit_after_ms} ms; quitting", flush=True)
+                window.close()
+                QApplication.quit()
+
+            QTimer.singleShot(quit_after_ms, done)
+
+        def failed(message):
+            print(f"draftscope: the model could not be loaded: {message}", file=sys.stderr, flush=True)
+            QApplication.exit(1)
+
+        launcher.window_ready.connect(shown)
+        launcher.loader.failed.disconnect(launcher._on_failed)
+        launcher.loader.failed.connect(failed)
     launcher.start()
     return app.exec()

@@ -6,7 +6,7 @@ import html
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
-    QDockWidget, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMainWindow, QMessageBox, QPlainTextEdit,
+    QApplication, QDockWidget, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMainWindow, QMessageBox, QPlainTextEdit,
     QPushButton, QSplitter, QTextBrowser, QVBoxLayout, QWidget,
 )
 
@@ -126,6 +126,9 @@ class MainWindow(QMainWindow):
         self.worker.finished.connect(self._on_finished)
         self.worker.cancelled.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
+        # worker thread before Qt destroys it.
+        QApplication.instance().aboutToQuit.connect(self.worker_thread.shutdown)
 
         self._reload_conversations()
 

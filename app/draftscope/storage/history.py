@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
+from draftscope.paths import data_dir
 
 SCHEMA_VERSION = 1
 
@@ -59,9 +59,7 @@ class Message:
 
 
 def history_path() -> Path:
-    override = os.environ.get("DRAFTSCOPE_DATA_DIR")
-    folder = Path(override) if override else Path(platformdirs.user_data_dir("draftscope", appauthor=False))
-    return folder / "history.sqlite3"
+    return data_dir() / "history.sqlite3"
 
 
 class HistoryStore:

@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-import platformdirs
+from draftscope.paths import config_dir
 
 SETTINGS_VERSION = 1
 THEMES = ("system", "light", "dark")
@@ -55,9 +55,7 @@ class Settings:
 
 
 def settings_path() -> Path:
-    override = os.environ.get("DRAFTSCOPE_CONFIG_DIR")
-    folder = Path(override) if override else Path(platformdirs.user_config_dir("draftscope", appauthor=False))
-    return folder / "settings.json"
+    return config_dir() / "settings.json"
 
 
 def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:

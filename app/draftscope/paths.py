@@ -1,0 +1,33 @@
+"""Draftscope's folders: platformdirs defaults, each overridable by an environment variable
+(tests and portable installs point them elsewhere)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+_APP = "draftscope"
+
+
+def _folder(env: str, default: str) -> Path:
+    override = os.environ.get(env)
+    return Path(override) if override else Path(default)
+
+
+def config_dir() -> Path:
+    """Settings (DRAFTSCOPE_CONFIG_DIR)."""
+    return _folder("DRAFTSCOPE_CONFIG_DIR", platformdirs.user_config_dir(_APP, appauthor=False))
+
+
+def data_dir() -> Path:
+    """History and datastores (DRAFTSCOPE_DATA_DIR)."""
+    return _folder("DRAFTSCOPE_DATA_DIR", platformdirs.user_data_dir(_APP, appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Downloaded assets, converted models, benchmark work (DRAFTSCOPE_CACHE_DIR); created."""
+    path = _folder("DRAFTSCOPE_CACHE_DIR", platformdirs.user_cache_dir(_APP, appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
