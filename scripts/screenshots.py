@@ -1,4 +1,5 @@
-"""Render the main window with a real answer to docs/screenshots/ (offscreen Qt).
+"""Render the main window with real answers to docs/screenshots/, in the light and the dark
+theme (offscreen Qt).
 
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model default]
 """
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.gui.theme import app_icon, apply_theme, code_style  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -24,9 +26,11 @@ parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "
 args = parser.parse_args()
 
 app = QApplication([])
+app.setWindowIcon(app_icon())
+apply_theme(app, "light", 10)
 engine = Engine.load(args.model)
 window = MainWindow(engine, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), Settings(max_new_tokens=120),
-                    drafters=lambda: [ContextDrafter()], datastore_label="(none)")
+                    drafters=lambda: [ContextDrafter()], datastore_label="(none)", code_style=code_style("light"))
 window.show()
 for question in ("What is speculative decoding? Answer in two sentences.", "Give me a Python function that reverses a string."):
     loop = QEventLoop()
@@ -38,6 +42,11 @@ for question in ("What is speculative decoding? Answer in two sentences.", "Give
 QTimer.singleShot(200, app.quit)
 app.exec()
 Path(args.out).mkdir(parents=True, exist_ok=True)
-path = Path(args.out) / "main-window.png"
-window.grab().save(str(path))
-print(path)
+for theme in ("light", "dark"):
+    apply_theme(app, theme, 10)
+    window.set_code_style(code_style(theme), dark=theme == "dark")
+    QTimer.singleShot(200, app.quit)
+    app.exec()
+    path = Path(args.out) / ("main-window.png" if theme == "light" else "main-window-dark.png")
+    window.grab().save(str(path))
+    print(path)

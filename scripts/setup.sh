@@ -53,6 +53,9 @@ else
     "$PY" -m pip install "torch>=2.1"
 fi
 
+# --- pip >= 24.1 reports download progress in a form the first-run dialog can show -----------
+"$PY" -m pip install -q -U "pip>=24.1"
+
 # --- The package itself (maturin builds the Rust extension; editable, so Python edits apply) ---
 say "building the Rust extension and installing draftscope"
 "$PY" -m pip install -q -e ".[test]"
