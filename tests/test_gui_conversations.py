@@ -253,3 +253,16 @@ def test_a_prompt_longer_than_the_context_is_reported_and_the_question_kept(qtbo
     assert "18,014 tokens" in w.error_box.text() and "start a new one" in w.error_box.text()
     assert not w.streaming and w.findChild(QPushButton, "sendButton").isEnabled()
     assert [m.role for m in history.messages(w.conversation_id)] == ["user"], "the question is kept"
+
+
+def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, engine, tmp_path):
+    history = HistoryStore(tmp_path / "h.sqlite3")
+    w = make_window(qtbot, engine, history, max_new_tokens=4)
+    qtbot.keyClicks(w.chat_input, "first line")
+    qtbot.keyClick(w.chat_input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(w.chat_input, "second line")
+    assert w.chat_input.toPlainText() == "first line\nsecond line" and w.conversation_id is None
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        qtbot.keyClick(w.chat_input, Qt.Key.Key_Return)
+    assert history.messages(w.conversation_id)[0].content == "first line\nsecond line"
+    assert w.chat_input.toPlainText() == ""

@@ -1,0 +1,57 @@
+"""How long the UI thread spends per streaming update of the chat view, in a long conversation
+(offscreen Qt, no model: a stub engine stands in, only rendering is timed).
+
+    QT_QPA_PLATFORM=offscreen python scripts/bench_chat_render.py [exchanges ...]
+"""
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.storage import HistoryStore, Settings  # noqa: E402
+
+
+class StubEngine:  # the window reads only these before a generation starts
+    name, device = "stub", "cpu"
+
+
+CODE = "```python\n" + "\n".join(f"def f{i}(x):\n    return x * {i}" for i in range(20)) + "\n```\n"
+
+
+def run(exchanges: int, updates: int = 200) -> None:
+    history = HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3")
+    conv = history.create_conversation("long")
+    for i in range(exchanges):
+        history.add_message(conv, "user", f"question {i}")
+        history.add_message(conv, "assistant", f"answer {i}\n\n" + "words " * 80 + "\n\n" + CODE)
+    window = MainWindow(StubEngine(), history, Settings())
+    window.show()
+    t = time.perf_counter()
+    window.show_conversation(conv)
+    full_ms = (time.perf_counter() - t) * 1000
+    window.streaming, window.streaming_text = True, ""
+    window._render()
+    times = []
+    for k in range(updates):
+        window.streaming_text += "token " + ("\n\n```python\nx = 1\n" if k == updates // 2 else "")
+        t = time.perf_counter()
+        window._render(stream_only=True)
+        QApplication.processEvents()
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    print(f"{exchanges:4d} exchanges: open conversation {full_ms:6.1f} ms; streaming update median "
+          f"{times[len(times) // 2]:.1f} ms, p99 {times[int(len(times) * 0.99)]:.1f} ms, max {times[-1]:.1f} ms")
+    window.close()
+
+
+if __name__ == "__main__":
+    app = QApplication([])
+    for n in [int(a) for a in sys.argv[1:]] or [5, 60, 200]:
+        run(n)
