@@ -68,6 +68,8 @@ def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
     messages = w.history.messages(w.conversation_id)
     assert [m.role for m in messages] == ["user", "assistant"] and messages[1].content == final.text
     assert messages[1].stats["tokens"] == 40 and "τ" in w.chat_view.toPlainText()
+    kept = w.history.steps(messages[1].id)  # the steps are stored with the answer for the panels
+    assert len(kept) == final.stats.steps and [t for s in kept for t in s["token_ids"]] == final.token_ids
     assert "tokens/s" in w.findChild(QLabel, "statusTokensPerSecond").text()
     assert w.findChild(QPushButton, "sendButton").isEnabled()
 

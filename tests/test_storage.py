@@ -111,3 +111,39 @@ os._exit(9)
     store = HistoryStore(db)
     (conv,) = store.conversations()
     assert [m.content for m in store.messages(conv.id)] == ["question"]
+
+
+def test_answer_steps_are_kept_and_go_with_their_message(tmp_path):
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    conv = store.create_conversation("steps")
+    store.add_message(conv, "user", "hi")
+    steps = [{"step": i, "token_ids": [i, i + 1], "tree": {"tokens": [5, 6], "parents": [-1, 0]},
+              "accepted_path": [0], "pieces": ["a", "b"]} for i in range(300)]
+    answer = store.add_message(conv, "assistant", "ab" * 300, steps=steps)
+    store.close()
+    reopened = HistoryStore(tmp_path / "h.sqlite3")
+    assert reopened.steps(answer) == steps
+    reopened.delete_messages_from(answer)  # regenerate: the steps go with the answer
+    assert reopened.steps(answer) == []
+    assert reopened._read("SELECT COUNT(*) AS n FROM message_steps")[0]["n"] == 0
+
+
+def test_a_version_1_history_is_upgraded_in_place(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "h.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created REAL NOT NULL,
+                                    updated REAL NOT NULL);
+        CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL REFERENCES conversations(id)
+                               ON DELETE CASCADE, role TEXT NOT NULL, content TEXT NOT NULL, created REAL NOT NULL,
+                               stats TEXT, drafters TEXT);
+        INSERT INTO conversations VALUES (1, 'old', 0, 0);
+        INSERT INTO messages VALUES (1, 1, 'user', 'kept', 0, NULL, NULL);
+        PRAGMA user_version=1;""")
+    old.close()
+    store = HistoryStore(path)
+    assert [m.content for m in store.messages(1)] == ["kept"] and store.steps(1) == []
+    answer = store.add_message(1, "assistant", "new", steps=[{"step": 0}])
+    assert store.steps(answer) == [{"step": 0}]

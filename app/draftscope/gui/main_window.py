@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def stats_line(stats: dict) -> str:
 
 class MainWindow(QMainWindow):
     request_generation = Signal(object)
+    answer_started = Signal()  # a new answer begins streaming (panels reset)
+    steps_arrived = Signal(list)  # [StepEvent, ...] of the answer being streamed
 
     def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none",
                  code_style: str = "default", dark: bool = False) -> None:
@@ -64,6 +67,7 @@ class MainWindow(QMainWindow):
         self.code_blocks: dict[str, list[str]] = {}  # "<message id>" or "stream" -> code of each block
         self.streaming_text = ""
         self.streaming = False
+        self.current_steps: list = []  # StepEvents of the answer being streamed
         self.setWindowTitle("Draftscope")
         self.resize(1100, 720)
 
@@ -386,6 +390,8 @@ class MainWindow(QMainWindow):
             drafters=self.make_drafters(),
         )
         self.streaming, self.streaming_text = True, ""
+        self.current_steps = []
+        self.answer_started.emit()
         self._update_actions()
         self._render()
         self.request_generation.emit(request)
@@ -394,6 +400,8 @@ class MainWindow(QMainWindow):
         self.worker.stop()
 
     def _on_steps(self, events: list) -> None:
+        self.current_steps.extend(events)
+        self.steps_arrived.emit(events)
         self.streaming_text += "".join("".join(e.pieces) for e in events)
         last = events[-1]
         self.status_tps.setText(f"{last.tokens_per_second:.1f} tokens/s · τ {last.tau:.2f}")
@@ -405,7 +413,8 @@ class MainWindow(QMainWindow):
         stats["finish_reason"] = final.finish_reason
         drafters = {"drafters": final.stats.drafters, "accepted_by_source": final.stats.accepted_by_source}
         if final.text.strip() or final.finish_reason != "cancel":
-            self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats, drafters=drafters)
+            self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats, drafters=drafters,
+                                     steps=[dataclasses.asdict(e) for e in self.current_steps])
         self._end_stream()
 
     def _on_failed(self, message: str) -> None:

@@ -1,6 +1,10 @@
 """Chat history in SQLite (WAL journal): conversations and their messages, each answer with its
 statistics and the drafter settings it was generated with.
 
+Each answer's decoding steps (the StepEvents as plain dicts: draft trees, accepted paths,
+timings) are kept beside it, zlib-compressed JSON, so the inspection panels can replay a stored
+answer.
+
 Every write is its own transaction, so a crash mid-answer loses at most that answer (the answer
 is written when it finishes). One store may be used from several threads (a lock serialises).
 """
@@ -12,12 +16,13 @@ import os
 import sqlite3
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from draftscope.paths import data_dir
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: message_steps
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -36,6 +41,10 @@ CREATE TABLE IF NOT EXISTS messages (
     drafters TEXT   -- JSON: the drafter settings the answer was generated with
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS message_steps (
+    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+    data BLOB NOT NULL  -- zlib(JSON list of StepEvent dicts)
+);
 """
 
 
@@ -114,7 +123,7 @@ class HistoryStore:
     # ------------------------------------------------------------------ messages
 
     def add_message(self, conversation_id: int, role: str, content: str, *, stats: dict | None = None,
-                    drafters: dict | None = None) -> int:
+                    drafters: dict | None = None, steps: list[dict] | None = None) -> int:
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN")
@@ -123,6 +132,9 @@ class HistoryStore:
                     "INSERT INTO messages (conversation_id, role, content, created, stats, drafters) VALUES (?, ?, ?, ?, ?, ?)",
                     (conversation_id, role, content, now, _json(stats), _json(drafters)),
                 )
+                if steps:
+                    self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)",
+                                     (cur.lastrowid, zlib.compress(json.dumps(steps).encode(), 6)))
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -136,6 +148,16 @@ class HistoryStore:
             "DELETE FROM messages WHERE conversation_id = (SELECT conversation_id FROM messages WHERE id = ?) AND id >= ?",
             (message_id, message_id),
         )
+
+    def steps(self, message_id: int) -> list[dict]:
+        """The decoding steps stored with an answer ([] when none were kept)."""
+        rows = self._read("SELECT data FROM message_steps WHERE message_id = ?", (message_id,))
+        if not rows:
+            return []
+        try:
+            return json.loads(zlib.decompress(rows[0]["data"]))
+        except (zlib.error, ValueError):  # a damaged row loses the replay, never the message
+            return []
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
