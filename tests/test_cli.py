@@ -36,3 +36,30 @@ def test_bench_retriever_prints_every_figure(tmp_path, capsys):
     assert fig["hit_rate"] > 0.5
     assert fig["search_p99_us"] >= fig["search_p50_us"] > 0
     assert not list(tmp_path.glob("*.idx")), "benchmark cleans up its index"
+
+
+def test_the_desktop_app_starts_and_stays_up(tmp_path, tokenizer_dir, tokenizer):
+    """`draftscope gui --quit-after` as a user's launch would run it, on a tiny model folder: the
+    window shows and the app is still running when the timer ends (a regression: closing the
+    loading dialog used to quit the app right after the model loaded)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from engine_fixtures import tiny_llama
+
+    model_dir = tmp_path / "tiny-model"
+    shutil.copytree(tokenizer_dir, model_dir)
+    tiny_llama(len(tokenizer), seed=1).save_pretrained(model_dir)
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
+               DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"), DRAFTSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.run([sys.executable, "-m", "draftscope", "gui", "--model", str(model_dir), "--quit-after", "1500"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "main window shown (model tiny-model" in run.stdout
+    assert "still running after 1500 ms" in run.stdout
+
+    bad = subprocess.run([sys.executable, "-m", "draftscope", "gui", "--model", str(tmp_path / "nope"),
+                          "--quit-after", "1500"], env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "could not be loaded" in bad.stderr and "nope" in bad.stderr
