@@ -201,6 +201,7 @@ class MainWindow(QMainWindow):
         self.regenerate_action = action(chat_menu, "&Regenerate answer", lambda: self.regenerate(), "Ctrl+R", "regenerateAction")
         self.edit_action = action(chat_menu, "&Edit last message", self.edit_last, "Ctrl+E", "editAction")
         self.stop_action = action(chat_menu, "&Stop", self.stop, "Ctrl+.", "stopAction")
+        self.race_action = action(chat_menu, "R&ace plain vs speculative…", self.open_race, "Ctrl+Shift+R", "raceAction")
         chat_menu.addSeparator()
         self.rename_action = action(chat_menu, "Re&name conversation…", self.rename_current, "F2", "renameAction")
         self.delete_action = action(chat_menu, "&Delete conversation…", self.delete_current, None, "deleteAction")
@@ -398,6 +399,21 @@ class MainWindow(QMainWindow):
 
     def stop(self) -> None:
         self.worker.stop()
+
+    def open_race(self) -> None:
+        """The prompt in the input (or the last question) answered plain and speculatively."""
+        from draftscope.gui.race import RaceDialog
+
+        if self.streaming:
+            return
+        prompt = self.chat_input.toPlainText().strip()
+        if not prompt and self.conversation_id is not None:
+            users = [m for m in self.history.messages(self.conversation_id) if m.role == "user"]
+            prompt = users[-1].content if users else ""
+        self.race_dialog = RaceDialog(self.engine, self.settings, self.make_drafters, self)
+        self.race_dialog.setWindowModality(Qt.WindowModality.WindowModal)  # one model, one answer at a time
+        self.race_dialog.prompt.setPlainText(prompt)
+        self.race_dialog.open()
 
     def _on_steps(self, events: list) -> None:
         self.current_steps.extend(events)

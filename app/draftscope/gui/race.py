@@ -1,0 +1,230 @@
+"""Race mode: one prompt answered twice, plain decoding against speculative decoding, then both
+replayed side by side at the pace they were really produced — so the speedup is seen.
+
+One device runs one model at a time, so the two answers are generated one after the other (each
+streams live into its pane while it runs); every step's moment is recorded from the engine's own
+figures, and "Replay" plays both timelines together in real time.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QDialog, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextBrowser, QVBoxLayout,
+)
+
+from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.gui.worker import GenerationWorker, WorkerThread
+
+REPLAY_HZ = 30
+
+
+@dataclass
+class Lane:
+    """One side of the race: what it wrote and when (seconds since its start)."""
+
+    name: str
+    moments: list[tuple[float, str]] = field(default_factory=list)  # (elapsed, text so far)
+    tokens: int = 0
+    elapsed_s: float = 0.0
+
+    def add(self, events) -> None:
+        text = self.moments[-1][1] if self.moments else ""
+        for e in events:
+            text += "".join(e.pieces)
+            # the engine's running rate covers prompt processing too: tokens / rate = time so far
+            at = e.tokens_total / e.tokens_per_second if e.tokens_per_second else 0.0
+            self.moments.append((at, text))
+            self.tokens = e.tokens_total
+
+    def finish(self, final) -> None:
+        self.elapsed_s = final.stats.elapsed_s
+        self.tokens = final.stats.tokens
+        if not self.moments or self.moments[-1][1] != final.text:
+            self.moments.append((self.elapsed_s, final.text))
+
+    def text_at(self, t: float) -> str:
+        shown = ""
+        for at, text in self.moments:
+            if at > t:
+                break
+            shown = text
+        return shown
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.elapsed_s if self.elapsed_s else 0.0
+
+
+class RaceDialog(QDialog):
+    """``RaceDialog(engine, settings, make_drafters)``; ``race(prompt)`` starts; ``finished_race``
+    is emitted once both answers are in (the replay then starts by itself)."""
+
+    finished_race = Signal()
+    _request = Signal(object)
+
+    def __init__(self, engine, settings, make_drafters, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("raceDialog")
+        self.setWindowTitle("Race: plain decoding vs speculative decoding")
+        self.resize(1000, 600)
+        self.engine, self.settings, self.make_drafters = engine, settings, make_drafters
+        self.lanes: dict[str, Lane] = {}
+        self._queue: list[tuple[str, list]] = []
+        self._running: str | None = None
+        self._replay_start = 0.0
+
+        self.prompt = QPlainTextEdit(objectName="racePrompt")
+        self.prompt.setPlaceholderText("A prompt to answer twice")
+        self.prompt.setMaximumHeight(80)
+        self.start_button = QPushButton("Race", objectName="raceButton")
+        self.start_button.clicked.connect(lambda: self.race(self.prompt.toPlainText()))
+        self.replay_button = QPushButton("Replay", objectName="replayButton")
+        self.replay_button.setEnabled(False)
+        self.replay_button.clicked.connect(self.replay)
+        top = QHBoxLayout()
+        top.addWidget(self.prompt, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.replay_button)
+        top.addLayout(buttons)
+
+        grid = QGridLayout()
+        self.views, self.stats = {}, {}
+        for col, (key, title) in enumerate((("plain", "Plain decoding"), ("speculative", "Speculative decoding"))):
+            heading = QLabel(f"<b>{title}</b>")
+            view = QTextBrowser(objectName=f"race{key.capitalize()}View")
+            stats = QLabel("–", objectName=f"race{key.capitalize()}Stats")
+            stats.setTextFormat(Qt.TextFormat.RichText)
+            grid.addWidget(heading, 0, col)
+            grid.addWidget(view, 1, col)
+            grid.addWidget(stats, 2, col)
+            self.views[key], self.stats[key] = view, stats
+        self.verdict = QLabel("", objectName="raceVerdict")
+        self.verdict.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        font = self.verdict.font()
+        font.setPointSizeF(font.pointSizeF() * 1.6)
+        font.setBold(True)
+        self.verdict.setFont(font)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addLayout(grid, 1)
+        layout.addWidget(self.verdict)
+
+        self.worker = GenerationWorker(engine)
+        self.worker_thread = WorkerThread(self.worker)
+        self._request.connect(self.worker.generate)
+        self.worker.steps.connect(self._on_steps)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.cancelled.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / REPLAY_HZ))
+        self.timer.timeout.connect(self._replay_tick)
+
+    # ------------------------------------------------------------------ racing
+
+    def race(self, prompt: str) -> None:
+        prompt = prompt.strip()
+        if not prompt or self._running:
+            return
+        self.prompt.setPlainText(prompt)
+        self.timer.stop()
+        self.lanes = {"plain": Lane("plain"), "speculative": Lane("speculative")}
+        messages = [{"role": "user", "content": prompt}]
+        if self.settings.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.settings.system_prompt})
+        self._queue = [("plain", []), ("speculative", self.make_drafters())]
+        self._messages = messages
+        for key in self.views:
+            self.views[key].clear()
+            self.stats[key].setText("waiting…")
+        self.verdict.setText("")
+        self.start_button.setEnabled(False)
+        self.replay_button.setEnabled(False)
+        self._next()
+
+    def _next(self) -> None:
+        if not self._queue:
+            self._running = None
+            self.start_button.setEnabled(True)
+            self.replay_button.setEnabled(True)
+            self.finished_race.emit()
+            self.replay()
+            return
+        key, drafters = self._queue.pop(0)
+        self._running = key
+        self.stats[key].setText("running…")
+        s = self.settings
+        self._request.emit(GenerationRequest(
+            messages=self._messages, max_new_tokens=s.max_new_tokens,
+            sampling=SamplingParams(s.temperature, s.top_k, s.top_p, s.repetition_penalty), drafters=drafters))
+
+    def _on_steps(self, events) -> None:
+        lane = self.lanes[self._running]
+        lane.add(events)
+        self.views[self._running].setPlainText(lane.moments[-1][1])
+
+    def _on_finished(self, final) -> None:
+        lane = self.lanes[self._running]
+        lane.finish(final)
+        self._show_stats(self._running, lane.elapsed_s, lane.tokens)
+        self._next()
+
+    def _on_failed(self, message: str) -> None:
+        self.stats[self._running].setText(f"failed: {html.escape(message)}")
+        self._queue, self._running = [], None
+        self.start_button.setEnabled(True)
+
+    # ------------------------------------------------------------------ replay at real pace
+
+    def replay(self) -> None:
+        if not self.lanes or self._running:
+            return
+        self._replay_start = time.monotonic()
+        for view in self.views.values():
+            view.clear()
+        self.timer.start()
+
+    def _replay_tick(self) -> None:
+        t = time.monotonic() - self._replay_start
+        done = True
+        for key, lane in self.lanes.items():
+            shown = lane.text_at(t)
+            if shown != self.views[key].toPlainText():
+                self.views[key].setPlainText(shown)
+                self.views[key].verticalScrollBar().setValue(self.views[key].verticalScrollBar().maximum())
+            if t < lane.elapsed_s:
+                done = False
+                self._show_stats(key, t, 0, live=True)
+            else:
+                self._show_stats(key, lane.elapsed_s, lane.tokens)
+        if done:
+            self.timer.stop()
+            plain, spec = self.lanes["plain"], self.lanes["speculative"]
+            if spec.elapsed_s and plain.elapsed_s:
+                self.verdict.setText(f"Speculative decoding: {plain.elapsed_s / spec.elapsed_s:.2f}× the speed of plain "
+                                     f"decoding ({spec.elapsed_s:.1f} s vs {plain.elapsed_s:.1f} s)")
+
+    def _show_stats(self, key: str, elapsed: float, tokens: int, *, live: bool = False) -> None:
+        if live:
+            self.stats[key].setText(f"{elapsed:5.1f} s …")
+            return
+        rate = tokens / elapsed if elapsed else 0.0
+        self.stats[key].setText(f"<b>{elapsed:.2f} s</b> · {tokens} tokens · {rate:.1f} tokens/s")
+
+    def closeEvent(self, event) -> None:
+        self.timer.stop()
+        self.worker_thread.shutdown()
+        super().closeEvent(event)
+
+    def done(self, result: int) -> None:
+        self.timer.stop()
+        self.worker_thread.shutdown()
+        super().done(result)

@@ -1,0 +1,46 @@
+"""Race mode: plain and speculative answers to one prompt, both finished, then replayed."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser  # noqa: E402
+
+from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.engine.engine import Engine  # noqa: E402
+from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+
+
+def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
+    model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
+    engine = Engine(model, tokenizer, name="tiny")
+    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=60),
+                        drafters=lambda: [ContextDrafter()])
+    qtbot.addWidget(window)
+    window.show()
+    window.chat_input.setPlainText("one two three one two three one two three")
+    window.race_action.trigger()
+    race = window.race_dialog
+    assert race.isVisible() and race.prompt.toPlainText().startswith("one two three")
+    with qtbot.waitSignal(race.finished_race, timeout=120_000):
+        qtbot.mouseClick(race.findChild(QPushButton, "raceButton"), Qt.MouseButton.LeftButton)
+    plain, spec = race.lanes["plain"], race.lanes["speculative"]
+    assert plain.tokens > 0 and spec.tokens == plain.tokens
+    assert plain.moments[-1][1] == spec.moments[-1][1], "greedy: both sides write the same answer"
+    assert all(a[0] <= b[0] for a, b in zip(plain.moments, plain.moments[1:])), "moments in time order"
+    # the replay plays both at their real pace and ends with the full answers and a verdict
+    qtbot.waitUntil(lambda: not race.timer.isActive(), timeout=max(10_000, int(plain.elapsed_s * 1000) + 5000))
+    for key in ("Plain", "Speculative"):
+        assert race.findChild(QTextBrowser, f"race{key}View").toPlainText() == plain.moments[-1][1]
+        assert "tokens/s" in race.findChild(QLabel, f"race{key}Stats").text()
+    assert "× the speed of plain decoding" in race.findChild(QLabel, "raceVerdict").text()
+    # halfway through a replay, each side shows what it had written by then
+    half = plain.elapsed_s / 2
+    assert plain.text_at(half) == max((m for m in plain.moments if m[0] <= half), key=lambda m: m[0], default=(0, ""))[1]
+    race.close()
