@@ -44,3 +44,36 @@ def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
     half = plain.elapsed_s / 2
     assert plain.text_at(half) == max((m for m in plain.moments if m[0] <= half), key=lambda m: m[0], default=(0, ""))[1]
     race.close()
+
+
+def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, tokenizer, tmp_path):
+    from PySide6.QtGui import QTextCursor
+
+    model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
+    engine = Engine(model, tokenizer, name="tiny")
+    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=60),
+                        drafters=lambda: [ContextDrafter()])
+    qtbot.addWidget(window)
+    window.show()
+    window.chat_input.setPlainText("one two three one two three one two three")
+    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+        window.send()
+    qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
+    final = done.args[0]
+    steps = window.history.steps(window.history.messages(window.conversation_id)[-1].id)
+    drafted = [(s["step"], p) for s in steps for p, src in zip(s["pieces"], s["provenance"]) if src == "context"]
+    assert drafted, "the repetitive prompt gets drafts accepted from the conversation"
+    window.provenance_action.trigger()
+    assert window.findChild(QLabel, "provenanceLegend").isVisible()
+    doc = window.chat_view.document()
+    tips = set()
+    cursor = QTextCursor(doc)
+    while not cursor.atEnd():
+        cursor.movePosition(QTextCursor.MoveOperation.NextCharacter)
+        tips.add(cursor.charFormat().toolTip())
+    assert f"step {drafted[0][0]}: drafted from the conversation" in tips
+    assert any(t.endswith("written by the target model") for t in tips)
+    assert final.stats.tokens == sum(len(s["pieces"]) for s in steps)
+    window.provenance_action.trigger()  # back to Markdown: no token marks left
+    assert "drafted from" not in window.chat_view.document().toHtml()
+    assert not window.findChild(QLabel, "provenanceLegend").isVisible()

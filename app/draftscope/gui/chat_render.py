@@ -92,3 +92,35 @@ def _lexer_for(language: str, code: str):
         return lexer if lexer.analyse_text(code) >= 0.3 else TextLexer(stripnl=False)
     except ClassNotFound:
         return TextLexer(stripnl=False)
+
+
+# Where each token of an answer came from (the chat's "colour drafted tokens" view).
+PROVENANCE_COLOURS = {
+    "light": {"retrieval": "#cfe3ff", "context": "#d3f5d3", "model": "#ead9ff", "recurrent": "#ffe2c4"},
+    "dark": {"retrieval": "#1f3a5f", "context": "#1f4a2a", "model": "#3d2a5c", "recurrent": "#5a3a1a"},
+}
+PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "drafted from the conversation",
+                     "model": "drafted by the draft model", "recurrent": "drafted by the recurrent drafter",
+                     "target": "written by the target model"}
+
+
+def provenance_html(steps, *, dark: bool = False) -> str:
+    """An answer token by token, each coloured by its source, with a tooltip naming the step.
+    ``steps`` are StepEvents or their dicts (as stored in the history)."""
+    colours = PROVENANCE_COLOURS["dark" if dark else "light"]
+    out = []
+    for step in steps:
+        get = step.get if isinstance(step, dict) else lambda k, s=step: getattr(s, k)
+        for piece, source in zip(get("pieces"), get("provenance")):
+            text = html.escape(piece).replace("\n", "<br>")
+            tip = html.escape(f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}", quote=True)
+            colour = colours.get(source)
+            style = f' style="background-color:{colour};"' if colour else ""
+            out.append(f'<span title="{tip}"{style}>{text}</span>')
+    return '<p style="white-space:pre-wrap;">' + "".join(out) + "</p>"
+
+
+def provenance_legend(*, dark: bool = False) -> str:
+    colours = PROVENANCE_COLOURS["dark" if dark else "light"]
+    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "context", "model")]
+    return "<small>Drafted tokens: " + " ".join(items) + " · unmarked: the target model</small>"

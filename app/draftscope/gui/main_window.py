@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, ChatRenderer
+from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, ChatRenderer, provenance_html, provenance_legend
 from draftscope.gui.worker import GenerationWorker, WorkerThread
 
 
@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
         self.streaming_text = ""
         self.streaming = False
         self.current_steps: list = []  # StepEvents of the answer being streamed
+        self.show_provenance = False
         self.setWindowTitle("Draftscope")
         self.resize(1100, 720)
 
@@ -122,6 +123,9 @@ class MainWindow(QMainWindow):
         buttons.addWidget(self.send_button)
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
+        self.provenance_legend = QLabel(objectName="provenanceLegend")
+        self.provenance_legend.hide()
+        centre_layout.addWidget(self.provenance_legend)
         centre_layout.addWidget(self.chat_view, 1)
         centre_layout.addWidget(self.edit_banner)
         centre_layout.addWidget(self.chat_input)
@@ -206,6 +210,12 @@ class MainWindow(QMainWindow):
         self.rename_action = action(chat_menu, "Re&name conversation…", self.rename_current, "F2", "renameAction")
         self.delete_action = action(chat_menu, "&Delete conversation…", self.delete_current, None, "deleteAction")
         self.view_menu = self.menuBar().addMenu("&View")
+        self.provenance_action = QAction("&Colour drafted tokens", self, objectName="provenanceAction", checkable=True)
+        self.provenance_action.setShortcut(QKeySequence("Ctrl+D"))
+        self.provenance_action.setToolTip("Colour each token of the answers by where it came from; hover for its step")
+        self.provenance_action.toggled.connect(self.set_show_provenance)
+        self.view_menu.addAction(self.provenance_action)
+        self.view_menu.addSeparator()
 
     settings_requested = Signal()
 
@@ -513,11 +523,24 @@ class MainWindow(QMainWindow):
         """The next render starts from an empty view (another conversation, messages deleted)."""
         self._shown = []
 
+    def set_show_provenance(self, on: bool) -> None:
+        """Answers as tokens coloured by their source (instead of Markdown), hover for the step."""
+        self.show_provenance = on
+        self.provenance_legend.setText(provenance_legend(dark=self.renderer.dark))
+        self.provenance_legend.setVisible(on)
+        self._html_cache.clear()
+        self._invalidate()
+        self._render()
+
     def _message_block(self, m) -> str:
         if m.id not in self._html_cache:
-            blocks: list[str] = []
-            self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
-            self.code_blocks[str(m.id)] = blocks
+            steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" else []
+            if steps:
+                self._html_cache[m.id] = provenance_html(steps, dark=self.renderer.dark)
+            else:
+                blocks: list[str] = []
+                self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
+                self.code_blocks[str(m.id)] = blocks
         if m.role == "user":
             actions = [f'<a href="{ACTION_SCHEME}:copy/{m.id}">Copy</a>', f'<a href="{ACTION_SCHEME}:edit/{m.id}">Edit</a>']
         else:
@@ -557,7 +580,10 @@ class MainWindow(QMainWindow):
                 self._stream_start = self._append_html("")
         if self.streaming and self._stream_start is not None:
             blocks: list[str] = []
-            body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
+            if self.show_provenance:
+                body = provenance_html(self.current_steps, dark=self.renderer.dark)
+            else:
+                body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
             self.code_blocks["stream"] = blocks
             cursor = QTextCursor(doc)
             cursor.setPosition(self._stream_start)
