@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.events import StepEvent
 from draftscope.engine.sampling import SamplingParams
 from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, ChatRenderer, provenance_html, provenance_legend
 from draftscope.gui.worker import GenerationWorker, WorkerThread
@@ -51,6 +52,7 @@ class MainWindow(QMainWindow):
     request_generation = Signal(object)
     answer_started = Signal()  # a new answer begins streaming (panels reset)
     steps_arrived = Signal(list)  # [StepEvent, ...] of the answer being streamed
+    answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
 
     def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none",
                  code_style: str = "default", dark: bool = False) -> None:
@@ -410,6 +412,16 @@ class MainWindow(QMainWindow):
     def stop(self) -> None:
         self.worker.stop()
 
+    def inspect(self, message_id: int) -> None:
+        """Show a stored answer's steps in the inspection panels (and open them)."""
+        steps = [StepEvent(**d) for d in self.history.steps(message_id)]
+        if not steps:
+            self.statusBar().showMessage("No drafting steps were kept for this answer", 5000)
+            return
+        for name in ("draftsDock", "trieDock", "speedupDock"):
+            self.docks[name].show()
+        self.answer_selected.emit(message_id, steps)
+
     def open_race(self) -> None:
         """The prompt in the input (or the last question) answered plain and speculatively."""
         from draftscope.gui.race import RaceDialog
@@ -509,6 +521,8 @@ class MainWindow(QMainWindow):
                 self.regenerate(int(ident))
             elif verb == "edit" and ident.isdigit():
                 self.edit(int(ident))
+            elif verb == "inspect" and ident.isdigit():
+                self.inspect(int(ident))
             elif verb == "copy" and ident.isdigit():
                 for m in self.history.messages(self.conversation_id) if self.conversation_id else []:
                     if m.id == int(ident):
@@ -545,7 +559,8 @@ class MainWindow(QMainWindow):
             actions = [f'<a href="{ACTION_SCHEME}:copy/{m.id}">Copy</a>', f'<a href="{ACTION_SCHEME}:edit/{m.id}">Edit</a>']
         else:
             actions = [f'<a href="{ACTION_SCHEME}:copy/{m.id}">Copy</a>',
-                       f'<a href="{ACTION_SCHEME}:regenerate/{m.id}">Regenerate</a>']
+                       f'<a href="{ACTION_SCHEME}:regenerate/{m.id}">Regenerate</a>',
+                       f'<a href="{ACTION_SCHEME}:inspect/{m.id}">Inspect drafts</a>']
         return self._message_html(m.role, self._html_cache[m.id], actions, m.stats)
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""Race mode: plain and speculative answers to one prompt, both finished, then replayed."""
+"""Inspecting how answers were drafted: race mode, token provenance in the chat, a stored answer's steps."""
 
 import os
 
@@ -77,3 +77,30 @@ def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, 
     window.provenance_action.trigger()  # back to Markdown: no token marks left
     assert "drafted from" not in window.chat_view.document().toHtml()
     assert not window.findChild(QLabel, "provenanceLegend").isVisible()
+
+
+def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer, tmp_path):
+    model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
+    engine = Engine(model, tokenizer, name="tiny")
+    db = tmp_path / "h.sqlite3"
+    first = MainWindow(engine, HistoryStore(db), Settings(max_new_tokens=40), drafters=lambda: [ContextDrafter()])
+    qtbot.addWidget(first)
+    live = []
+    first.steps_arrived.connect(live.extend)
+    first.chat_input.setPlainText("one two three one two three")
+    with qtbot.waitSignal(first.worker.finished, timeout=60_000):
+        first.send()
+    qtbot.waitUntil(lambda: not first.streaming, timeout=5000)
+    conv = first.conversation_id
+    first.close()
+
+    window = MainWindow(engine, HistoryStore(db), Settings(), drafters=lambda: [ContextDrafter()])
+    qtbot.addWidget(window)
+    window.show()
+    window.show_conversation(conv)
+    answer = window.history.messages(conv)[-1]
+    with qtbot.waitSignal(window.answer_selected, timeout=5000) as picked:
+        window.chat_view.anchorClicked.emit(__import__("PySide6.QtCore", fromlist=["QUrl"]).QUrl(f"action:inspect/{answer.id}"))
+    message_id, steps = picked.args
+    assert message_id == answer.id and steps == live, "the stored steps equal the streamed StepEvents"
+    assert all(window.docks[n].isVisible() for n in ("draftsDock", "trieDock", "speedupDock"))
