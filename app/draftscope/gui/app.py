@@ -202,7 +202,7 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
     apply_theme(app, settings.theme, settings.font_size)
     if model:
         settings.model = model
-    elif needs_first_run():
+    elif needs_first_run() and quit_after_ms is None:  # a smoke test never waits for a person
         dialog = FirstRunDialog(settings)
         dialog.setWindowIcon(app.windowIcon())
         if dialog.exec() != QDialog.DialogCode.Accepted:
