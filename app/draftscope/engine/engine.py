@@ -101,6 +101,7 @@ class Engine:
         self.eos_ids = eos
         self.verify_costs: dict[int, float] | None = None
         self.baseline_tokens_per_second: float | None = None
+        self.baseline_measured_at: float | None = None  # time.monotonic() of the last measurement
 
     @classmethod
     def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, measure: bool = True) -> Engine:
@@ -125,6 +126,7 @@ class Engine:
         req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
         final = [ev for ev in self.generate(req, _ignore_eos=True)][-1]
         self.baseline_tokens_per_second = final.stats.decode_tokens_per_second
+        self.baseline_measured_at = time.monotonic()
         return self.baseline_tokens_per_second
 
     def _speedup(self, decode_tps: float | None) -> float | None:

@@ -21,6 +21,7 @@ from pygments.util import ClassNotFound
 
 COPY_SCHEME = "copy"  # copy:<block index>
 ACTION_SCHEME = "action"  # action:<verb>/<message id>
+STEP_SCHEME = "step"  # step:<message id or live>/<step index>: a token links to its decoding step
 
 
 @dataclass
@@ -104,19 +105,25 @@ PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "draf
                      "target": "written by the target model"}
 
 
-def provenance_html(steps, *, dark: bool = False) -> str:
+def provenance_html(steps, *, dark: bool = False, key: str | None = None, text_colour: str | None = None) -> str:
     """An answer token by token, each coloured by its source, with a tooltip naming the step.
-    ``steps`` are StepEvents or their dicts (as stored in the history)."""
+    ``steps`` are StepEvents or their dicts (as stored in the history). With ``key`` (the message
+    id, or "live"), each token links to ``step:KEY/INDEX`` so a click selects its step; the link
+    keeps the text colour and no underline, so the answer still reads as text."""
     colours = PROVENANCE_COLOURS["dark" if dark else "light"]
+    link_style = f"color:{text_colour or ('#e8e8e8' if dark else '#1a1a1a')};text-decoration:none;"
     out = []
-    for step in steps:
+    for index, step in enumerate(steps):
         get = step.get if isinstance(step, dict) else lambda k, s=step: getattr(s, k)
         for piece, source in zip(get("pieces"), get("provenance")):
             text = html.escape(piece).replace("\n", "<br>")
             tip = html.escape(f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}", quote=True)
             colour = colours.get(source)
-            style = f' style="background-color:{colour};"' if colour else ""
-            out.append(f'<span title="{tip}"{style}>{text}</span>')
+            style = f"background-color:{colour};" if colour else ""
+            if key is None:
+                out.append(f'<span title="{tip}" style="{style}">{text}</span>')
+            else:
+                out.append(f'<a href="{STEP_SCHEME}:{key}/{index}" title="{tip}" style="{link_style}{style}">{text}</a>')
     return '<p style="white-space:pre-wrap;">' + "".join(out) + "</p>"
 
 

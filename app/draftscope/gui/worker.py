@@ -3,7 +3,8 @@
 ``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) runs
 ``Engine.generate`` and reports through signals carrying plain data: ``started``, ``steps``
 (StepEvents batched to at most ~30 UI updates per second), ``finished`` / ``cancelled`` (the
-FinalEvent) and ``failed`` (a message). ``stop`` may be called from any thread: the engine
+FinalEvent) and ``failed`` (a message); ``measure_baseline`` re-measures plain decoding speed
+and reports it with ``baseline_measured``. ``stop`` may be called from any thread: the engine
 checks the flag between steps, so an answer stops within one step.
 """
 
@@ -26,6 +27,7 @@ class GenerationWorker(QObject):
     finished = Signal(object)  # FinalEvent
     cancelled = Signal(object)  # FinalEvent (the answer so far)
     failed = Signal(str)
+    baseline_measured = Signal(float)  # plain decoding tokens/s, measured again on this thread
 
     def __init__(self, engine) -> None:
         super().__init__()
@@ -60,6 +62,17 @@ class GenerationWorker(QObject):
                     pending, last = [], now
         except Exception as exc:  # e.g. the prompt outgrew the context window
             self.failed.emit(str(exc))
+
+    @Slot()
+    def measure_baseline(self) -> None:
+        """Measure plain decoding again (the machine's load and clocks drift; speedups must compare
+        with a fresh figure). Queued behind any answer, so it never runs during one."""
+        try:
+            rate = self.engine.measure_baseline()
+        except Exception:  # a failed measurement keeps the old figure; answers are unaffected
+            return
+        if rate:
+            self.baseline_measured.emit(float(rate))
 
 
 class WorkerThread:
