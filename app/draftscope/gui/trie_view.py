@@ -1,0 +1,494 @@
+"""The draft-tree view: one decoding step's draft tree as an interactive diagram.
+
+The tree is laid out left to right (root at the left, depth growing to the right): draft trees are
+wide and shallow, so sibling tokens stack vertically and their text stays readable. The accepted
+path is drawn strong, rejected branches dimmed, the node where verification stopped outlined, and
+the token the target wrote itself (the correction or bonus token) hangs under that node as a
+dashed node. Node fill follows the token's source with the chat's provenance colours.
+
+Feeding mirrors the other inspection panels: ``add_steps`` while streaming (only the newest step
+is drawn, and only while the view is on screen), ``set_steps`` for a stored answer,
+``select_step`` when another panel picked a step (never emits), ``step_selected`` when the user
+picks one here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import (QAction, QBrush, QColor, QFont, QFontMetricsF, QKeySequence, QPainter, QPainterPath,
+                           QPalette, QPen, QTransform)
+from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel,
+                               QPushButton, QVBoxLayout, QWidget)
+
+from draftscope.engine.events import StepEvent
+from draftscope.gui.chat_render import PROVENANCE_COLOURS, PROVENANCE_LABELS
+from draftscope.gui.drafts_panel import visible_text
+
+ROOT = -1
+TARGET = "target"
+MIN_SCALE = 0.5  # zooming out further shows nothing legible, not even the tree's shape
+FIT_MIN_SCALE = 0.8  # below this the node text is hard to read: "fit" stops here and the view scrolls
+MAX_SCALE = 3.0
+FIT_MAX_SCALE = 1.0  # "fit" never enlarges a small tree beyond its natural size
+ZOOM_STEP = 1.25
+LABEL_CHARS = 16  # longer token texts are elided (the tooltip has them whole)
+H_GAP = 34  # room between columns for the edges
+V_GAP = 6
+DIMMED = 0.45  # opacity of rejected branches
+STOP_COLOURS = {"light": "#e8590c", "dark": "#ff922b"}  # orange reads on both backgrounds
+
+
+def format_support(value: float) -> str:
+    """Counts as integers (thousands shortened), probabilities with two decimals."""
+    if value == int(value):
+        count = int(value)
+        return f"{count / 1000:.0f}k" if count >= 10_000 else str(count)
+    return f"{value:.2f}"
+
+
+def tidy_rows(children: dict) -> dict:
+    """Row of each node (fractional for inner nodes) in a tidy tree: leaves take consecutive rows in
+    depth-first order and a parent sits midway between its first and last child, so sibling
+    subtrees never overlap. ``children`` maps each key to its children, ROOT first."""
+    row: dict = {}
+    next_row = 0
+    stack = [(ROOT, False)]
+    while stack:  # iterative: a deep chain must not hit the recursion limit
+        key, done = stack.pop()
+        kids = children[key]
+        if done:
+            row[key] = (row[kids[0]] + row[kids[-1]]) / 2
+        elif not kids:
+            row[key] = next_row
+            next_row += 1
+        else:
+            stack.append((key, True))
+            stack.extend((kid, False) for kid in reversed(kids))
+    return row
+
+
+class NodeItem(QGraphicsItem):
+    """One token of the tree: a rounded box with the token text and, smaller, its support."""
+
+    def __init__(self, key, rect: QRectF, label: str, note: str, *, brush: QBrush, pen: QPen, text: QColor,
+                 font: QFont, note_font: QFont) -> None:
+        super().__init__()
+        self.key, self.rect, self.label, self.note = key, rect, label, note
+        self.brush, self.pen, self.text_colour = brush, pen, text
+        self.font, self.note_font = font, note_font
+        self.setZValue(1)
+        self.setAcceptHoverEvents(False)
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt's name)
+        half = self.pen.widthF() / 2 + 1
+        return self.rect.adjusted(-half, -half, half, half)
+
+    def paint(self, painter: QPainter, _option, _widget=None) -> None:
+        painter.setPen(self.pen)
+        painter.setBrush(self.brush)
+        painter.drawRoundedRect(self.rect, 5, 5)
+        inner = self.rect.adjusted(8, 0, -7, 0)
+        painter.setPen(self.text_colour)
+        painter.setFont(self.font)
+        painter.drawText(inner, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.label)
+        if self.note:
+            faint = QColor(self.text_colour)
+            faint.setAlphaF(0.65)
+            painter.setPen(faint)
+            painter.setFont(self.note_font)
+            painter.drawText(inner, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, self.note)
+
+
+class TreeGraphicsView(QGraphicsView):
+    """Ctrl+wheel zooms (clamped), dragging pans; "fit" is kept across resizes until the user zooms."""
+
+    def __init__(self, scene: QGraphicsScene, parent=None) -> None:
+        super().__init__(scene, parent)
+        self.auto_fit = True
+        self.focus_rect: QRectF | None = None  # what fit() scrolls to when the tree cannot fit
+        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
+        self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+
+    def scale_factor(self) -> float:
+        return self.transform().m11()
+
+    def zoom(self, factor: float) -> None:
+        self.auto_fit = False
+        target = min(MAX_SCALE, max(MIN_SCALE, self.scale_factor() * factor))
+        self.setTransform(QTransform.fromScale(target, target))
+
+    def fit(self) -> None:
+        self.auto_fit = True
+        rect = self.sceneRect()
+        if rect.isEmpty():
+            self.setTransform(QTransform())
+            return
+        view = self.viewport().rect()
+        scale = min(view.width() / rect.width(), view.height() / rect.height(), FIT_MAX_SCALE)
+        scale = max(FIT_MIN_SCALE, scale)
+        self.setTransform(QTransform.fromScale(scale, scale))
+        if self.focus_rect is not None:  # too big to fit readably: keep the accepted path's end in view
+            self.ensureVisible(self.focus_rect, 30, 30)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.zoom(ZOOM_STEP if event.angleDelta().y() > 0 else 1 / ZOOM_STEP)
+            event.accept()
+        else:
+            super().wheelEvent(event)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if self.auto_fit:
+            self.fit()
+
+
+class TrieView(QWidget):
+    step_selected = Signal(int)  # the user picked a step here (prev/next): index into the step list
+
+    def __init__(self, token_text: Callable[[int], str], parent=None) -> None:
+        super().__init__(parent, objectName="trieView")
+        self.token_text = token_text
+        self.steps: list = []
+        self._index: int | None = None
+        self._following = True
+        self._drawn = None  # the StepEvent whose tree is in the scene (drawing waits until it is on screen)
+        self._nodes: dict = {}
+        self._accepted: list[int] = []
+        self._stop = ROOT
+
+        self.scene = QGraphicsScene(self)
+        self.scene.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)  # rebuilt every step: no index to keep
+        self.view = TreeGraphicsView(self.scene, self)
+        self.view.setObjectName("trieGraphicsView")
+
+        self.prev_button = QPushButton("◀", objectName="prevStepButton", toolTip="Previous step")
+        self.next_button = QPushButton("▶", objectName="nextStepButton", toolTip="Next step")
+        self.step_label = QLabel(objectName="stepLabel")
+        self.zoom_out_button = QPushButton("−", objectName="zoomOutButton", toolTip="Zoom out (Ctrl+-)")
+        self.zoom_in_button = QPushButton("+", objectName="zoomInButton", toolTip="Zoom in (Ctrl+=)")
+        self.fit_button = QPushButton("Fit", objectName="fitButton", toolTip="Fit the tree in the view")
+        self.follow_button = QPushButton("Follow live", objectName="followLiveButton", checkable=True, checked=True,
+                                         toolTip="Show each new step as it is decoded")
+        for button in (self.prev_button, self.next_button, self.zoom_out_button, self.zoom_in_button):
+            button.setFixedWidth(button.fontMetrics().horizontalAdvance("◀") * 3 + 12)
+        self.legend = QLabel(objectName="trieLegend")
+        self.legend.setWordWrap(True)
+
+        self.prev_button.clicked.connect(lambda: self._user_step(-1))
+        self.next_button.clicked.connect(lambda: self._user_step(+1))
+        self.zoom_in_button.clicked.connect(lambda: self.view.zoom(ZOOM_STEP))
+        self.zoom_out_button.clicked.connect(lambda: self.view.zoom(1 / ZOOM_STEP))
+        self.fit_button.clicked.connect(self.view.fit)
+        self.follow_button.clicked.connect(self._on_follow_clicked)  # clicked: only the user's presses
+        for keys, slot in ((("Ctrl+=", "Ctrl++", QKeySequence.StandardKey.ZoomIn), lambda: self.view.zoom(ZOOM_STEP)),
+                           (("Ctrl+-", QKeySequence.StandardKey.ZoomOut), lambda: self.view.zoom(1 / ZOOM_STEP))):
+            action = QAction(self)
+            action.setShortcuts([QKeySequence(k) for k in keys])
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)  # the chat has its own
+            action.triggered.connect(slot)
+            self.addAction(action)
+
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.prev_button)
+        bar.addWidget(self.next_button)
+        bar.addWidget(self.step_label, 1)
+        for button in (self.zoom_out_button, self.zoom_in_button, self.fit_button, self.follow_button):
+            bar.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(bar)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.legend)
+        self._update_legend()
+        self._update_controls()
+
+    # ------------------------------------------------------------------ feeding
+
+    def reset(self) -> None:
+        self.steps, self._index, self._following = [], None, True
+        self._clear_scene()
+        self._update_controls()
+
+    def add_steps(self, events: list) -> None:
+        self.steps.extend(_as_event(e) for e in events)
+        if self._following and self.steps:
+            self._show(len(self.steps) - 1)  # only the newest step of the batch is drawn
+        else:
+            self._update_controls()
+
+    def set_steps(self, events: list) -> None:
+        self.steps = [_as_event(e) for e in events]
+        self._following = False
+        self._index = None
+        self._clear_scene()
+        if self.steps:
+            self._show(len(self.steps) - 1)
+        else:
+            self._update_controls()
+
+    def select_step(self, index: int) -> None:
+        """Show step ``index`` without emitting step_selected (another panel picked it)."""
+        if not 0 <= index < len(self.steps):
+            return
+        self._following = False
+        self._show(index)
+
+    def current_index(self) -> int | None:
+        return self._index
+
+    def follow_live(self) -> bool:
+        return self._following
+
+    # ------------------------------------------------------------------ what is drawn (for tests)
+
+    def node_items(self) -> dict:
+        self._sync()
+        return dict(self._nodes)
+
+    def accepted_nodes(self) -> list[int]:
+        self._sync()
+        return list(self._accepted)
+
+    def stop_node(self) -> int:
+        self._sync()
+        return self._stop
+
+    # ------------------------------------------------------------------ user actions
+
+    def _user_step(self, delta: int) -> None:
+        if self._index is None:
+            return
+        index = self._index + delta
+        if not 0 <= index < len(self.steps):
+            return
+        self._following = False
+        self._show(index)
+        self.step_selected.emit(index)
+
+    def _on_follow_clicked(self, checked: bool) -> None:
+        self._following = checked
+        if checked and self.steps:
+            self._show(len(self.steps) - 1)
+        else:
+            self._update_controls()
+
+    # ------------------------------------------------------------------ internals
+
+    def _show(self, index: int) -> None:
+        self._index = index
+        self._update_controls()
+        if self.isVisible():
+            self._sync()
+
+    def _sync(self) -> None:
+        """Draw the current step if the scene shows another one."""
+        if self._index is None:
+            return
+        event = self.steps[self._index]
+        if event is not self._drawn:
+            self._draw(event, self._previous_token(self._index))
+
+    def _previous_token(self, index: int) -> int | None:
+        # the root of a step is the last token emitted by the step before (the prompt's last for the first)
+        if index > 0 and self.steps[index - 1].token_ids:
+            return self.steps[index - 1].token_ids[-1]
+        return None
+
+    def _update_controls(self) -> None:
+        count = len(self.steps)
+        if self._index is None:
+            self.step_label.setText("No steps yet" if not count else f"{count} steps")
+        else:
+            ev = self.steps[self._index]
+            self.step_label.setText(f"Step {ev.step} of {count} · {ev.proposed} drafted · {ev.accepted} accepted")
+        self.prev_button.setEnabled(self._index is not None and self._index > 0)
+        self.next_button.setEnabled(self._index is not None and self._index < count - 1)
+        self.follow_button.setChecked(self._following)
+
+    def _clear_scene(self) -> None:
+        self.scene.clear()
+        self.scene.setSceneRect(QRectF())
+        self._drawn, self._nodes, self._accepted, self._stop = None, {}, [], ROOT
+        self.view.focus_rect = None
+
+    def _dark(self) -> bool:
+        return self.palette().color(QPalette.ColorRole.Base).lightness() < 128
+
+    def _draw(self, ev: StepEvent, previous: int | None) -> None:
+        self._clear_scene()
+        tree = ev.tree
+        tokens, parents = tree["tokens"], tree["parents"]
+        n = len(tokens)
+        accepted = list(ev.accepted_path)
+        stop = accepted[-1] if accepted else ROOT
+        target_token = ev.token_ids[len(accepted)] if len(ev.token_ids) > len(accepted) else None
+
+        children: dict = {ROOT: []}
+        depth = {ROOT: 0}
+        for i in range(n):  # BFS order: a parent always comes before its children
+            children[i] = []
+            children[parents[i]].append(i)
+            depth[i] = depth[parents[i]] + 1
+        if target_token is not None:
+            children[TARGET] = []
+            children[stop].append(TARGET)  # the target's choice sits beside the drafted children it rejected
+            depth[TARGET] = depth[stop] + 1
+
+        # what each node says
+        labels = {ROOT: visible_text(self.token_text(previous)) if previous is not None else "prompt"}
+        notes = {ROOT: "root"}
+        texts = {}
+        for i in range(n):
+            texts[i] = self.token_text(tokens[i])
+            labels[i] = visible_text(texts[i])
+            notes[i] = format_support(tree["support"][i])
+        if target_token is not None:
+            texts[TARGET] = self.token_text(target_token)
+            labels[TARGET] = visible_text(texts[TARGET])
+            notes[TARGET] = "target"
+
+        font = QFont(self.font())
+        bold = QFont(font)
+        bold.setBold(True)
+        note_font = QFont(font)
+        if font.pointSizeF() > 0:
+            note_font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
+        else:
+            note_font.setPixelSize(max(8, round(font.pixelSize() * 0.8)))
+        metrics, bold_metrics, note_metrics = QFontMetricsF(font), QFontMetricsF(bold), QFontMetricsF(note_font)
+        max_label = bold_metrics.averageCharWidth() * LABEL_CHARS
+        on_path = set(accepted) | {ROOT, TARGET}
+
+        widths: dict[int, float] = {}
+        for key, label in labels.items():
+            label = bold_metrics.elidedText(label, Qt.TextElideMode.ElideRight, max_label)
+            labels[key] = label
+            width = bold_metrics.horizontalAdvance(label) + note_metrics.horizontalAdvance(notes[key]) + 26
+            widths[depth[key]] = max(widths.get(depth[key], 0.0), width)
+        node_h = max(metrics.height(), note_metrics.height()) + 10
+        row_h = node_h + V_GAP
+
+        row = tidy_rows(children)
+        column_x = [0.0]
+        for d in range(1, max(widths) + 1):
+            column_x.append(column_x[-1] + widths[d - 1] + H_GAP)
+
+        # colours: the palette's, plus the chat's provenance colours for sources
+        palette = self.palette()
+        dark = self._dark()
+        theme = "dark" if dark else "light"
+        text = palette.color(QPalette.ColorRole.Text)
+        base = palette.color(QPalette.ColorRole.Base)
+        accent = palette.color(QPalette.ColorRole.Highlight)
+        plain_border = QColor(palette.color(QPalette.ColorRole.Text))
+        plain_border.setAlphaF(0.45)
+        stop_colour = QColor(STOP_COLOURS[theme])
+        fills = PROVENANCE_COLOURS[theme]
+        self.scene.setBackgroundBrush(base)
+
+        rects = {}
+        for key in labels:
+            d = depth[key]
+            rects[key] = QRectF(column_x[d], row[key] * row_h, widths[d], node_h)
+            if key == ROOT:
+                brush, pen = QBrush(palette.color(QPalette.ColorRole.Button)), QPen(accent, 2.5)
+            elif key == TARGET:
+                brush, pen = QBrush(base), QPen(accent, 2.5, Qt.PenStyle.DashLine)
+            else:
+                brush = QBrush(QColor(fills.get(tree["source"][key], base.name())))
+                pen = QPen(accent, 2.5) if key in on_path else QPen(plain_border, 1.0)
+            if key == stop:
+                pen = QPen(stop_colour, 3.5)
+            item = NodeItem(key, rects[key], labels[key], notes[key], brush=brush, pen=pen, text=text,
+                            font=bold if key in on_path else font, note_font=note_font)
+            item.setToolTip(self._tooltip(key, ev, texts, depth, stop, accepted))
+            if key not in on_path:
+                item.setOpacity(DIMMED)
+            self.scene.addItem(item)
+            self._nodes[key] = item
+
+        for parent, kids in children.items():
+            start = rects[parent]
+            for kid in kids:
+                end = rects[kid]
+                a = QPointF(start.right(), start.center().y())
+                b = QPointF(end.left(), end.center().y())
+                path = QPainterPath(a)
+                path.cubicTo(QPointF(a.x() + H_GAP / 2, a.y()), QPointF(b.x() - H_GAP / 2, b.y()), b)
+                edge = QGraphicsPathItem(path)
+                edge.setData(0, (parent, kid))
+                if kid == TARGET:
+                    edge.setPen(QPen(accent, 2.0, Qt.PenStyle.DashLine))
+                elif kid in on_path:
+                    edge.setPen(QPen(accent, 2.5))
+                else:
+                    edge.setPen(QPen(plain_border, 1.0))
+                    edge.setOpacity(DIMMED)
+                self.scene.addItem(edge)
+
+        bounds = self.scene.itemsBoundingRect().adjusted(-12, -12, 12, 12)
+        self.scene.setSceneRect(bounds)  # the scene's own rect only grows: set it, or old steps leave blank room
+        focus = rects[TARGET if target_token is not None else stop]
+        self.view.focus_rect = focus.united(rects[stop])
+        self._drawn, self._accepted, self._stop = ev, accepted, stop
+        if self.view.auto_fit:
+            self.view.fit()
+
+    def _tooltip(self, key, ev: StepEvent, texts: dict, depth: dict, stop, accepted: list[int]) -> str:
+        if key == ROOT:
+            lines = ["Root: the last token accepted before this step"]
+            if stop == ROOT:
+                lines.append("Verification stopped here: no drafted token was accepted")
+            return "\n".join(lines)
+        if key == TARGET:
+            token = ev.token_ids[len(accepted)]
+            if any(p == stop for p in ev.tree["parents"]):
+                drafted = "instead of the drafted tokens"
+            else:
+                drafted = "after the whole drafted branch" if accepted else "(nothing was drafted)"
+            return (f"Written by the target model {drafted}\ntoken {token} · {texts[key]!r}\n"
+                    f"depth {depth[key]}")
+        tree = ev.tree
+        source = tree["source"][key]
+        status = "accepted" if key in accepted else "rejected"
+        lines = [f"token {tree['tokens'][key]} · {texts[key]!r}",
+                 f"support {format_support(tree['support'][key])} · {PROVENANCE_LABELS.get(source, source)}",
+                 f"depth {depth[key]} · {status}"]
+        if key == stop:
+            lines.append("Verification stopped here")
+        return "\n".join(lines)
+
+    def _update_legend(self) -> None:
+        theme = "dark" if self._dark() else "light"
+        accent = self.palette().color(QPalette.ColorRole.Highlight).name()
+        swatches = " ".join(f'<span style="background-color:{colour};">&nbsp;{name}&nbsp;</span>'
+                            for name, colour in PROVENANCE_COLOURS[theme].items())
+        self.legend.setText(
+            f'<small><b style="color:{accent};">━━</b> accepted path · '
+            f'<b style="color:{STOP_COLOURS[theme]};">■</b> verification stopped here · '
+            f'<b style="color:{accent};">┅┅</b> written by the target · faint: rejected · {swatches}</small>')
+
+    # ------------------------------------------------------------------ Qt events
+
+    def showEvent(self, event) -> None:  # noqa: N802 (drawing waited while hidden)
+        super().showEvent(event)
+        self._sync()
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (a theme switch redraws with the new colours)
+        if event.type() in (event.Type.PaletteChange, event.Type.FontChange):
+            self._update_legend()
+            self._drawn = None
+            if self.isVisible():
+                self._sync()
+        super().changeEvent(event)
+
+
+def _as_event(event) -> StepEvent:
+    """Stored answers may hand over their steps as plain dicts."""
+    return StepEvent(**event) if isinstance(event, dict) else event
