@@ -1,0 +1,206 @@
+"""The speedup panel: its chart and big number agree with the StepEvents they were fed."""
+
+import os
+import random
+import time
+from itertools import accumulate
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+from PySide6.QtCharts import QChart  # noqa: E402
+from PySide6.QtCore import QPointF  # noqa: E402
+from PySide6.QtWidgets import QLabel  # noqa: E402
+
+from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
+from draftscope.engine.events import StepEvent  # noqa: E402
+from draftscope.gui.speedup_panel import SpeedupPanel, nice_ceiling  # noqa: E402
+from draftscope.gui.theme import _palette  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def real_run(tokenizer):
+    """StepEvents of a tiny Llama answering a repetitive prompt with context drafts, and its baseline."""
+    model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
+    engine = Engine(model, tokenizer, name="tiny")
+    baseline = engine.measure_baseline(16)
+    prompt = tokenizer("one two three one two three one two three one two three")["input_ids"]
+    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, drafters=[ContextDrafter()])))
+    steps = [ev for ev in events if isinstance(ev, StepEvent)]
+    return steps, baseline
+
+
+def expected_points(events, baseline):
+    xs = list(accumulate(ev.total_ms / 1000 for ev in events))
+    rates = [ev.speedup_estimate * baseline if ev.speedup_estimate is not None and baseline else ev.tokens_per_second
+             for ev in events]
+    taus = [float(len(ev.token_ids)) for ev in events]
+    return list(zip(xs, rates)), list(zip(xs, taus))
+
+
+def synthetic_steps(n=80, baseline=20.0, seed=1, with_speedup=True):
+    """Plausible figures: ~65 ms steps whose τ (1-6 tokens) grows as the answer repeats itself."""
+    rng = random.Random(seed)
+    events, tokens, elapsed, first_tokens, decode_s = [], 0, 0.15, 0, 0.0  # 0.15 s of prompt processing
+    for i in range(n):
+        mean = 1.6 + 1.7 * i / (n - 1)
+        k = max(1, min(6, round(rng.gauss(mean, 1.0))))
+        ms = rng.gauss(65, 6)
+        tokens += k
+        elapsed += ms / 1000
+        if i == 0:
+            first_tokens = tokens
+        else:
+            decode_s += ms / 1000
+        decode = (tokens - first_tokens) / decode_s if i else None
+        events.append(StepEvent(
+            step=i + 1, token_ids=list(range(k)), pieces=["x"] * k, provenance=["context"] * (k - 1) + ["target"],
+            tree={}, accepted_path=list(range(k - 1)), proposed=8, accepted=k - 1, draft_ms=2.0, verify_ms=ms - 2.0,
+            total_ms=ms, tokens_total=tokens, steps_total=i + 1, tau=tokens / (i + 1),
+            tokens_per_second=tokens / elapsed,
+            speedup_estimate=decode / baseline if decode and with_speedup else None))
+    return events
+
+
+def assert_axes_hold(panel):
+    points = panel.rate_points() + panel.baseline_points()
+    assert panel.x_axis.max() == panel.tau_x_axis.max(), "both charts show the same time span"
+    assert all(0 <= x <= panel.x_axis.max() for x, _ in points + panel.tau_points())
+    assert all(panel.rate_axis.min() <= y <= panel.rate_axis.max() for _, y in points)
+    assert all(panel.tau_axis.min() <= y <= panel.tau_axis.max() for _, y in panel.tau_points())
+
+
+def test_chart_and_number_follow_real_steps(qtbot, real_run):
+    steps, baseline = real_run
+    assert baseline and len(steps) > 3 and any(ev.accepted for ev in steps), "context drafts were accepted"
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.reset(baseline)
+    assert panel.rate_points() == [] and panel.speedup_text() == "—"
+    for start in range(0, len(steps), 7):  # as the worker batches them
+        panel.add_steps(steps[start:start + 7])
+    rate, tau = expected_points(steps, baseline)
+    assert panel.rate_points() == rate
+    assert panel.tau_points() == tau
+    assert panel.baseline_points() and {y for _, y in panel.baseline_points()} == {baseline}
+    assert panel.baseline_points()[0][0] == 0 and panel.baseline_points()[-1][0] >= rate[-1][0]
+    last = steps[-1]
+    label = panel.findChild(QLabel, "speedupLabel")
+    assert label.text() == panel.speedup_text() == f"{last.speedup_estimate:.2f}×"
+    caption = panel.findChild(QLabel, "speedupCaption").text()
+    assert f"vs {baseline:.1f} tokens/s plain" in caption and f"τ {last.tau:.2f}" in caption
+    assert_axes_hold(panel)
+    legend = panel.findChild(QLabel, "speedupLegend").text()
+    assert all(name in legend for name in ("tokens/s (this answer)", "plain decoding (measured)", "τ so far"))
+
+    # a stored answer redraws the same points
+    panel.reset(baseline / 2)
+    assert panel.rate_points() == [] and panel.tau_points() == [] and panel.speedup_text() == "—"
+    assert {y for _, y in panel.baseline_points()} == {baseline / 2}
+    panel.set_steps(steps, baseline)
+    assert panel.rate_points() == rate and panel.tau_points() == tau
+    assert panel.speedup_text() == f"{last.speedup_estimate:.2f}×"
+    assert_axes_hold(panel)
+
+    # selecting a step marks its x and rate, without echoing the pick back
+    with qtbot.assertNotEmitted(panel.step_selected):
+        panel.select_step(2)
+    assert panel.selected_point() == rate[2]
+    assert {p.x() for p in panel.marker_line.points()} == {rate[2][0]}
+    panel.select_step(None)
+    assert panel.selected_point() is None and panel.marker_line.points() == []
+
+
+def test_without_a_baseline_the_number_is_unknown_until_one_is_measured(qtbot):
+    events = synthetic_steps(30, with_speedup=False)  # what an engine that never measured plain decoding sends
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.reset(None)
+    panel.add_steps(events)
+    assert panel.speedup_text() == "—" and panel.baseline_points() == []
+    assert [y for _, y in panel.rate_points()] == pytest.approx([ev.tokens_per_second for ev in events])
+    assert "not measured" in panel.caption.text()
+    # measured afterwards: the decode rate (first step excluded) over the new figure
+    panel.set_baseline(20.0)
+    decode = (events[-1].tokens_total - events[0].tokens_total) / (sum(ev.total_ms for ev in events[1:]) / 1000)
+    assert panel.speedup_text() == f"{decode / 20.0:.2f}×"
+    assert {y for _, y in panel.baseline_points()} == {20.0}
+    assert_axes_hold(panel)
+
+
+def test_a_remeasured_baseline_moves_the_line_and_keeps_the_measured_rates(qtbot):
+    events = synthetic_steps(40, baseline=20.0)
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.reset(20.0)
+    panel.add_steps(events)
+    before = panel.rate_points()
+    assert panel.speedup_text() == f"{events[-1].speedup_estimate:.2f}×"
+    panel.set_baseline(25.0)
+    assert panel.rate_points() == before
+    assert {y for _, y in panel.baseline_points()} == {25.0}
+    assert panel.speedup_text() == f"{before[-1][1] / 25.0:.2f}×"
+    panel.set_baseline(None)
+    assert panel.speedup_text() == "—" and panel.baseline_points() == []
+
+
+def test_clicking_the_chart_picks_the_nearest_step(qtbot):
+    events = synthetic_steps(20)
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.set_steps(events, 20.0)
+    x5 = panel.rate_points()[5][0]
+    with qtbot.waitSignal(panel.step_selected, timeout=1000) as picked:
+        panel.rate_series.clicked.emit(QPointF(x5 + 0.001, 30.0))
+    assert picked.args == [5] and panel.selected_point()[0] == x5
+
+
+def test_axes_grow_in_round_steps_and_add_steps_is_cheap(qtbot):
+    assert [nice_ceiling(v) for v in (0.3, 1, 1.01, 3, 7, 42, 120)] == [0.3, 1, 1.5, 3, 8, 50, 150]
+    events = synthetic_steps(1000, seed=2)
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 450)
+    panel.show()
+    panel.reset(20.0)
+    ranges = set()
+    started = time.perf_counter()
+    for start in range(0, len(events), 3):  # ~30 batches/s of a fast answer
+        panel.add_steps(events[start:start + 3])
+        ranges.add((panel.x_axis.max(), panel.rate_axis.max(), panel.tau_axis.max()))
+    elapsed = time.perf_counter() - started
+    print(f"\nadd_steps: 1000 steps in {len(range(0, 1000, 3))} batches took {elapsed * 1000:.0f} ms")
+    qtbot.wait(10)  # one paint with all the points
+    assert len(panel.rate_points()) == 1000
+    assert len(ranges) < 40, "axes change now and then, not every batch"
+    assert_axes_hold(panel)
+
+
+def test_follows_light_and_dark_palettes_and_saves_screenshots(qtbot):
+    events = synthetic_steps(80)
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.setPalette(_palette("light"))
+    panel.resize(700, 450)
+    panel.show()
+    panel.set_steps(events, 20.0)
+    panel.select_step(55)
+    qtbot.wait(50)
+    assert panel.chart.theme() == QChart.ChartTheme.ChartThemeLight
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    assert panel.grab().save(str(SCREENSHOTS / "speedup-panel.png"))
+    panel.setPalette(_palette("dark"))
+    qtbot.wait(50)
+    assert panel.chart.theme() == QChart.ChartTheme.ChartThemeDark
+    assert panel.chart.backgroundBrush().color() == _palette("dark").window().color()
+    assert panel.grab().save("/tmp/speedup-dark.png")
+    # the data survives the theme switch
+    assert len(panel.rate_points()) == 80 and panel.selected_point() is not None
