@@ -96,9 +96,8 @@ def test_preview_reads_only_the_first_records(tmp_path):
         for rec in sharegpt(20_000):
             f.write(json.dumps(rec) + "\n")
     source = parse_source(f"chat:{big}")
-    started = time.monotonic()
     preview = preview_source(source, items=3)
-    assert preview.error is None and time.monotonic() - started < 1.0
+    assert preview.error is None
     assert "Question 0" in preview.text and "Answer 2" in preview.text and "Question 3:" not in preview.text
     assert source.bytes_done[0] < big.stat().st_size / 10  # stopped early
 

@@ -100,6 +100,7 @@ class Launcher(QObject):
         self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label,
                                  code_style=code_style(theme), dark=theme == "dark")
         self.window.settings_requested.connect(self.open_settings)
+        self.window.datastore_chosen.connect(self.use_datastore)
         if previous is not None:  # a reload: same place, same conversation
             self.window.restoreGeometry(previous.saveGeometry())
             self.window.show_conversation(previous.conversation_id)
@@ -166,6 +167,15 @@ class Launcher(QObject):
                 QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
                 return
             self.window.set_drafters(make, label)
+
+    def use_datastore(self, path: str) -> None:
+        """A datastore built in the wizard becomes the one drafts come from (retrieval on)."""
+        import dataclasses
+
+        drafters = dict(self.settings.drafters, retrieval=True)
+        self.apply_settings(dataclasses.replace(self.settings, datastore=path, drafters=drafters))
+        if self.window is not None:
+            self.window.statusBar().showMessage(f"Drafting from {Path(path).name} from now on", 8000)
 
     def reload(self) -> None:
         """Load the model again with the current settings (off the UI thread), then swap windows."""

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QTextCursor
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QPalette, QTextCursor
 from PySide6.QtWidgets import (
     QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit, QListWidget,
     QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSplitter, QTextBrowser,
-    QVBoxLayout, QWidget,
+    QTextEdit, QVBoxLayout, QWidget,
 )
 
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import StepEvent
 from draftscope.engine.sampling import SamplingParams
-from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, ChatRenderer, provenance_html, provenance_legend
+from draftscope.gui.chat_render import (
+    ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer, provenance_html, provenance_legend,
+)
+from draftscope.gui.drafts_panel import DraftsPanel
+from draftscope.gui.inspection import InspectionController
+from draftscope.gui.speedup_panel import SpeedupPanel
+from draftscope.gui.trie_view import TrieView
 from draftscope.gui.worker import GenerationWorker, WorkerThread
 
 
@@ -40,6 +48,11 @@ class _EnterSends(QObject):
         return False
 
 
+# Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
+# figure is older than this, after an answer (never during one).
+BASELINE_MAX_AGE_S = 600
+
+
 def stats_line(stats: dict) -> str:
     parts = [f"{stats['tokens']} tokens", f"τ {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
              f"first token {stats['time_to_first_token_ms']:.0f} ms"]
@@ -50,6 +63,8 @@ def stats_line(stats: dict) -> str:
 
 class MainWindow(QMainWindow):
     request_generation = Signal(object)
+    request_baseline = Signal()  # measure plain decoding speed again (on the worker thread)
+    datastore_chosen = Signal(str)  # a datastore built in the wizard, to be used from now on
     answer_started = Signal()  # a new answer begins streaming (panels reset)
     steps_arrived = Signal(list)  # [StepEvent, ...] of the answer being streamed
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
@@ -59,6 +74,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.engine, self.history, self.settings = engine, history, settings
         self.make_drafters = drafters
+        # the draft tree labels each node with its token's text; decoding is cached per window
+        self._token_text = functools.lru_cache(maxsize=65536)(lambda token_id: engine.tokenizer.decode([token_id]))
         self.conversation_id: int | None = None
         self.editing_message_id: int | None = None
         self.error_box: QMessageBox | None = None
@@ -142,20 +159,30 @@ class MainWindow(QMainWindow):
 
         self._build_menus()
         self.docks = {}
-        for name, title, text in (
-            ("draftsDock", "Accepted drafts", "The drafts of each step will be listed here."),
-            ("trieDock", "Draft tree", "The draft tree of the selected step will be drawn here."),
-            ("speedupDock", "Speedup", "Live tokens/s against plain decoding will be charted here."),
+        self.drafts_panel = DraftsPanel()
+        self.trie_view = TrieView(self._token_text)
+        self.speedup_panel = SpeedupPanel()
+        self.inspection = InspectionController(self.drafts_panel, self.trie_view, self.speedup_panel, self)
+        self.inspection.step_selected.connect(self._highlight_step)
+        for name, title, widget, area in (
+            ("trieDock", "Draft tree", self.trie_view, Qt.DockWidgetArea.RightDockWidgetArea),
+            ("speedupDock", "Speedup", self.speedup_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+            ("draftsDock", "Accepted drafts", self.drafts_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
         ):
             dock = QDockWidget(title, self, objectName=name)
-            label = QLabel(text)
-            label.setWordWrap(True)
-            label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-            dock.setWidget(label)
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            dock.setWidget(widget)
+            self.addDockWidget(area, dock)
             dock.hide()
             self.view_menu.addAction(dock.toggleViewAction())
             self.docks[name] = dock
+        self.show_panels_action = QAction("Show all inspection &panels", self, objectName="showPanelsAction")
+        self.show_panels_action.setShortcut(QKeySequence("Ctrl+I"))
+        self.show_panels_action.triggered.connect(self.show_panels)
+        self.view_menu.addAction(self.show_panels_action)
+        self.answer_started.connect(lambda: self.inspection.begin_live(self.engine.baseline_tokens_per_second))
+        self.steps_arrived.connect(self.inspection.add_live)
+        self.answer_selected.connect(
+            lambda message_id, steps: self.inspection.show_answer(message_id, steps, self._baseline_of(message_id)))
 
         status = self.statusBar()
         self.status_model = QLabel(f"model: {engine.name}", objectName="statusModel")
@@ -163,7 +190,12 @@ class MainWindow(QMainWindow):
         self.status_datastore = QLabel(f"datastore: {datastore_label}", objectName="statusDatastore")
         self.status_drafters = QLabel(objectName="statusDrafters")
         self.status_tps = QLabel("– tokens/s", objectName="statusTokensPerSecond")
-        for w in (self.status_model, self.status_device, self.status_datastore, self.status_drafters):
+        self.status_baseline = QLabel(objectName="statusBaseline")
+        self.status_baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
+                                        "and again when older than 10 minutes)")
+        self._show_baseline(engine.baseline_tokens_per_second)
+        for w in (self.status_model, self.status_device, self.status_datastore, self.status_drafters,
+                  self.status_baseline):
             status.addWidget(w)
         status.addPermanentWidget(self.status_tps)
         self._show_drafters()
@@ -175,6 +207,8 @@ class MainWindow(QMainWindow):
         self.worker.finished.connect(self._on_finished)
         self.worker.cancelled.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        self.worker.baseline_measured.connect(self._on_baseline)
+        self.request_baseline.connect(self.worker.measure_baseline)
         # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
         # worker thread before Qt destroys it.
         QApplication.instance().aboutToQuit.connect(self.worker_thread.shutdown)
@@ -197,6 +231,8 @@ class MainWindow(QMainWindow):
         action(file_menu, "&New conversation", self.new_conversation, "Ctrl+N", "newConversationAction")
         self.export_action = action(file_menu, "&Export conversation as Markdown…", self.export_current,
                                     "Ctrl+Shift+E", "exportAction")
+        self.wizard_action = action(file_menu, "&Build a datastore…", self.open_datastore_wizard, "Ctrl+Shift+B",
+                                    "datastoreWizardAction")
         file_menu.addSeparator()
         self.settings_action = action(file_menu, "&Settings…", lambda: self.settings_requested.emit(),
                                       QKeySequence.StandardKey.Preferences, "settingsAction")
@@ -208,6 +244,8 @@ class MainWindow(QMainWindow):
         self.edit_action = action(chat_menu, "&Edit last message", self.edit_last, "Ctrl+E", "editAction")
         self.stop_action = action(chat_menu, "&Stop", self.stop, "Ctrl+.", "stopAction")
         self.race_action = action(chat_menu, "R&ace plain vs speculative…", self.open_race, "Ctrl+Shift+R", "raceAction")
+        self.baseline_action = action(chat_menu, "&Measure plain decoding speed", self.measure_baseline, None,
+                                      "measureBaselineAction")
         chat_menu.addSeparator()
         self.rename_action = action(chat_menu, "Re&name conversation…", self.rename_current, "F2", "renameAction")
         self.delete_action = action(chat_menu, "&Delete conversation…", self.delete_current, None, "deleteAction")
@@ -418,9 +456,42 @@ class MainWindow(QMainWindow):
         if not steps:
             self.statusBar().showMessage("No drafting steps were kept for this answer", 5000)
             return
-        for name in ("draftsDock", "trieDock", "speedupDock"):
-            self.docks[name].show()
+        self.show_panels()
         self.answer_selected.emit(message_id, steps)
+
+    def show_panels(self) -> None:
+        for dock in self.docks.values():
+            dock.show()
+
+    def _baseline_of(self, message_id: int) -> float | None:
+        """The plain speed a stored answer was compared with (older answers: today's figure)."""
+        if self.conversation_id is not None:
+            for m in self.history.messages(self.conversation_id):
+                if m.id == message_id and m.stats and m.stats.get("baseline_tokens_per_second"):
+                    return m.stats["baseline_tokens_per_second"]
+        return self.engine.baseline_tokens_per_second
+
+    def measure_baseline(self) -> None:
+        self.status_baseline.setText("plain: measuring …")
+        self.request_baseline.emit()
+
+    def _on_baseline(self, rate: float) -> None:
+        self._show_baseline(rate)
+        self.inspection.set_baseline(rate)
+
+    def _show_baseline(self, rate: float | None) -> None:
+        self.status_baseline.setText(f"plain: {rate:.1f} tokens/s" if rate else "plain: not measured")
+
+    def open_datastore_wizard(self) -> None:
+        """Build a datastore from the user's files with the current model's tokenizer."""
+        from draftscope.gui.datastore_wizard import DatastoreWizard
+
+        tokenizer = self.engine.tokenizer
+        self.datastore_wizard = DatastoreWizard(self.settings.model, tokenizer_loader=lambda _spec: tokenizer,
+                                                parent=self)
+        self.datastore_wizard.datastore_built.connect(
+            lambda path, use_now: self.datastore_chosen.emit(path) if use_now else None)
+        self.datastore_wizard.open()
 
     def open_race(self) -> None:
         """The prompt in the input (or the last question) answered plain and speculatively."""
@@ -449,11 +520,17 @@ class MainWindow(QMainWindow):
         stats = {k: getattr(final.stats, k) for k in ("tokens", "steps", "tau", "tokens_per_second",
                                                       "time_to_first_token_ms", "elapsed_s", "speedup_estimate")}
         stats["finish_reason"] = final.finish_reason
+        stats["baseline_tokens_per_second"] = self.engine.baseline_tokens_per_second
         drafters = {"drafters": final.stats.drafters, "accepted_by_source": final.stats.accepted_by_source}
         if final.text.strip() or final.finish_reason != "cancel":
-            self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats, drafters=drafters,
-                                     steps=[dataclasses.asdict(e) for e in self.current_steps])
+            message_id = self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
+                                                  drafters=drafters,
+                                                  steps=[dataclasses.asdict(e) for e in self.current_steps])
+            self.inspection.finish_live(message_id)
         self._end_stream()
+        measured = self.engine.baseline_measured_at
+        if measured is not None and time.monotonic() - measured > BASELINE_MAX_AGE_S:
+            self.measure_baseline()
 
     def _on_failed(self, message: str) -> None:
         self._end_stream()
@@ -528,8 +605,64 @@ class MainWindow(QMainWindow):
                     if m.id == int(ident):
                         QApplication.clipboard().setText(m.content)
                         self.statusBar().showMessage("Message copied to the clipboard", 3000)
+        elif scheme == STEP_SCHEME:
+            key, _, index = url.path().partition("/")
+            if index.isdigit():
+                self.select_step(key, int(index))
         elif scheme in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
+
+    # ------------------------------------------------------------------ steps in the chat
+
+    def select_step(self, key: str, index: int) -> None:
+        """A token of the chat was clicked: its step, in every panel (``key``: message id or "live")."""
+        if key == "live":
+            if self.inspection.answer is not None or not self.streaming:
+                return  # the streamed answer has since been stored: its tokens now link by message id
+        elif not key.isdigit():
+            return
+        elif self.inspection.answer != int(key):
+            self.inspect(int(key))
+        self.show_panels()
+        self.inspection.select(index)
+
+    def _highlight_step(self, answer: int | None, index: int, *, scroll: bool = True) -> None:
+        """Mark the tokens of the selected step in the chat (they are links only while drafted
+        tokens are coloured; in Markdown view nothing maps tokens to text, so nothing is marked)."""
+        href = f"{STEP_SCHEME}:{'live' if answer is None else answer}/{index}"
+        marks = []
+        colour = self.chat_view.palette().color(QPalette.ColorRole.Highlight)
+        doc = self.chat_view.document()
+        # the live answer is the streamed region at the end: scan only that
+        start = self._stream_start if answer is None and self._stream_start is not None else 0
+        block = doc.findBlock(start)
+        while block.isValid():
+            fragments = block.begin()
+            while not fragments.atEnd():
+                fragment = fragments.fragment()
+                if fragment.charFormat().anchorHref() == href:
+                    mark = QTextEdit.ExtraSelection()
+                    mark.cursor = QTextCursor(self.chat_view.document())
+                    mark.cursor.setPosition(fragment.position())
+                    mark.cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
+                    mark.format.setBackground(colour)
+                    mark.format.setForeground(self.chat_view.palette().color(QPalette.ColorRole.HighlightedText))
+                    marks.append(mark)
+                fragments += 1
+            block = block.next()
+        self.chat_view.setExtraSelections(marks)
+        if marks and scroll:
+            cursor = QTextCursor(doc)
+            cursor.setPosition(marks[0].cursor.selectionStart())
+            self.chat_view.setTextCursor(cursor)
+            self.chat_view.ensureCursorVisible()
+
+    def _refresh_highlight(self) -> None:
+        """After the chat was re-rendered, mark the selected step again (positions changed)."""
+        if self.show_provenance and self.inspection.selected is not None:
+            self._highlight_step(self.inspection.answer, self.inspection.selected, scroll=False)
+        else:
+            self.chat_view.setExtraSelections([])
 
     # ------------------------------------------------------------------ rendering
 
@@ -546,11 +679,15 @@ class MainWindow(QMainWindow):
         self._invalidate()
         self._render()
 
+    def _text_colour(self) -> str:
+        return self.chat_view.palette().color(QPalette.ColorRole.Text).name()
+
     def _message_block(self, m) -> str:
         if m.id not in self._html_cache:
             steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" else []
             if steps:
-                self._html_cache[m.id] = provenance_html(steps, dark=self.renderer.dark)
+                self._html_cache[m.id] = provenance_html(steps, dark=self.renderer.dark, key=str(m.id),
+                                                         text_colour=self._text_colour())
             else:
                 blocks: list[str] = []
                 self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
@@ -596,7 +733,8 @@ class MainWindow(QMainWindow):
         if self.streaming and self._stream_start is not None:
             blocks: list[str] = []
             if self.show_provenance:
-                body = provenance_html(self.current_steps, dark=self.renderer.dark)
+                body = provenance_html(self.current_steps, dark=self.renderer.dark, key="live",
+                                       text_colour=self._text_colour())
             else:
                 body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
             self.code_blocks["stream"] = blocks
@@ -604,6 +742,7 @@ class MainWindow(QMainWindow):
             cursor.setPosition(self._stream_start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.insertHtml(self._message_html("assistant", body, [], None))
+        self._refresh_highlight()
         if follow:
             bar.setValue(bar.maximum())
 
