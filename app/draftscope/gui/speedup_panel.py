@@ -31,6 +31,7 @@ COLOURS = {
 }
 
 MAX_ALIGN_PX = 80  # the most a plot area is pushed in to line up with the other
+ALIGN_ROUNDS = 4  # re-alignments allowed per resize or axis change
 NICE_STEPS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)  # fine enough to fit a stored answer, coarse enough not to jitter
 
 
@@ -78,7 +79,9 @@ class SpeedupPanel(QWidget):
         self.selected: int | None = None
         self._rate_baseline: float | None = None  # the baseline the plotted rates were computed with
         self._theme: str | None = None
-        self._aligning = False
+        # Lining the plot areas up changes them, which signals again: a few rounds per layout change
+        # at most (a plot area and its labels can flip between two widths forever otherwise).
+        self._align_rounds = ALIGN_ROUNDS
 
         self.speedup_label = QLabel(UNKNOWN, objectName="speedupLabel")
         font = QFont(self.font())
@@ -301,20 +304,26 @@ class SpeedupPanel(QWidget):
             self.select_step(self.selected)  # the vertical lines span the new y ranges
 
     def _set_ticks(self) -> None:
-        """Round tick spacings, as many as the plot areas have room for (crowded labels get elided)."""
-        rate_area, tau_area = self.chart.plotArea(), self.tau_chart.plotArea()
-        most_x = max(2, min(8, int(tau_area.width() / 55))) if tau_area.width() > 0 else 6
+        """Round tick spacings, as many as the chart views have room for. Sized from the views, not
+        the plot areas: the plot areas depend on the tick labels, and that loop need not settle."""
+        self._align_rounds = ALIGN_ROUNDS
+        rate_size, tau_size = self.view.size(), self.tau_view.size()
+        most_x = max(2, min(8, int((tau_size.width() - 70) / 55))) if tau_size.width() > 70 else 6
         for axis in (self.x_axis, self.tau_x_axis):
             axis.setTickInterval(tick_interval(axis.max(), most_x))
-        most_rate = max(2, min(6, int(rate_area.height() / 28))) if rate_area.height() > 0 else 5
+        most_rate = max(2, min(6, int((rate_size.height() - 20) / 28))) if rate_size.height() > 20 else 5
         self.rate_axis.setTickInterval(tick_interval(self.rate_axis.max(), most_rate))
-        most_tau = max(1, min(5, int(tau_area.height() / 24))) if tau_area.height() > 0 else 3
+        most_tau = max(1, min(5, int((tau_size.height() - 50) / 24))) if tau_size.height() > 50 else 3
         self.tau_axis.setTickInterval(max(1.0, tick_interval(self.tau_axis.max(), most_tau)))  # whole tokens
 
-    def _on_plot_area_changed(self) -> None:
-        if self._aligning:
-            return
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name): more room, more ticks
+        super().resizeEvent(event)
         self._set_ticks()
+
+    def _on_plot_area_changed(self) -> None:
+        if self._align_rounds <= 0:
+            return
+        self._align_rounds -= 1
         self._align_plot_areas()
 
     def _align_plot_areas(self) -> None:
@@ -326,16 +335,12 @@ class SpeedupPanel(QWidget):
         natural = [(a.left() - c.margins().left(), a.right() + c.margins().right()) for c, a in zip(charts, areas)]
         left = max(n[0] for n in natural)
         right = min(n[1] for n in natural)
-        self._aligning = True
-        try:
-            for chart, (nat_left, nat_right) in zip(charts, natural):
-                # bounded: a chart view never lets its minimum size shrink again, so a wild value would stick
-                margins = QMargins(min(MAX_ALIGN_PX, round(left - nat_left)), 0,
-                                   min(MAX_ALIGN_PX, round(nat_right - right)), 0)
-                if margins != chart.margins():
-                    chart.setMargins(margins)
-        finally:
-            self._aligning = False
+        for chart, (nat_left, nat_right) in zip(charts, natural):
+            # bounded: a chart view never lets its minimum size shrink again, so a wild value would stick
+            margins = QMargins(min(MAX_ALIGN_PX, round(left - nat_left)), 0,
+                               min(MAX_ALIGN_PX, round(nat_right - right)), 0)
+            if margins != chart.margins():
+                chart.setMargins(margins)
 
     def _on_clicked(self, point: QPointF) -> None:
         if not self.xs:
