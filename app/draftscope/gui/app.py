@@ -11,6 +11,7 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QProgressDialog
 
 from draftscope.gui.worker import WorkerThread
+from draftscope.sysinfo import freeze_loaded_objects
 
 
 class ModelLoader(QObject):
@@ -24,7 +25,9 @@ class ModelLoader(QObject):
     @Slot()
     def load(self) -> None:
         try:
-            self.loaded.emit(self.factory())
+            engine = self.factory()
+            freeze_loaded_objects()  # here, off the UI thread, not as a pause in the middle of an answer
+            self.loaded.emit(engine)
         except Exception as exc:  # shown to the user with a retry
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 

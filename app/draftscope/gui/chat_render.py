@@ -105,26 +105,41 @@ PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "draf
                      "target": "written by the target model"}
 
 
-def provenance_html(steps, *, dark: bool = False, key: str | None = None, text_colour: str | None = None) -> str:
-    """An answer token by token, each coloured by its source, with a tooltip naming the step.
-    ``steps`` are StepEvents or their dicts (as stored in the history). With ``key`` (the message
-    id, or "live"), each token links to ``step:KEY/INDEX`` so a click selects its step; the link
-    keeps the text colour and no underline, so the answer still reads as text."""
+def token_marks(steps, *, dark: bool = False):
+    """(text, step index, source, background colour or None, tooltip) per token of an answer, a
+    token's text split at line breaks (each line its own paragraph: Qt lays out one paragraph at
+    a time, so a long answer stays cheap to extend). Line breaks come as ("\n", ...) entries.
+    ``steps`` are StepEvents or their dicts (as stored in the history)."""
     colours = PROVENANCE_COLOURS["dark" if dark else "light"]
-    link_style = f"color:{text_colour or ('#e8e8e8' if dark else '#1a1a1a')};text-decoration:none;"
-    out = []
     for index, step in enumerate(steps):
         get = step.get if isinstance(step, dict) else lambda k, s=step: getattr(s, k)
         for piece, source in zip(get("pieces"), get("provenance")):
-            text = html.escape(piece).replace("\n", "<br>")
-            tip = html.escape(f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}", quote=True)
-            colour = colours.get(source)
-            style = f"background-color:{colour};" if colour else ""
-            if key is None:
-                out.append(f'<span title="{tip}" style="{style}">{text}</span>')
-            else:
-                out.append(f'<a href="{STEP_SCHEME}:{key}/{index}" title="{tip}" style="{link_style}{style}">{text}</a>')
-    return '<p style="white-space:pre-wrap;">' + "".join(out) + "</p>"
+            tip = f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}"
+            for n, line in enumerate(piece.split("\n")):
+                if n:
+                    yield "\n", index, source, None, tip
+                if line:
+                    yield line, index, source, colours.get(source), tip
+
+
+def provenance_html(steps, *, dark: bool = False, key: str | None = None, text_colour: str | None = None) -> str:
+    """An answer token by token, each coloured by its source, with a tooltip naming the step.
+    With ``key`` (the message id, or "live"), each token links to ``step:KEY/INDEX`` so a click
+    selects its step; the link keeps the text colour and no underline, so it still reads as text."""
+    link_style = f"color:{text_colour or ('#e8e8e8' if dark else '#1a1a1a')};text-decoration:none;"
+    paragraph = '<p style="white-space:pre-wrap;">'
+    out = [paragraph]
+    for text, index, _source, colour, tip in token_marks(steps, dark=dark):
+        if text == "\n":
+            out.append("</p>" + paragraph)
+            continue
+        text, tip = html.escape(text), html.escape(tip, quote=True)
+        style = f"background-color:{colour};" if colour else ""
+        if key is None:
+            out.append(f'<span title="{tip}" style="{style}">{text}</span>')
+        else:
+            out.append(f'<a href="{STEP_SCHEME}:{key}/{index}" title="{tip}" style="{link_style}{style}">{text}</a>')
+    return "".join(out) + "</p>"
 
 
 def provenance_legend(*, dark: bool = False) -> str:

@@ -7,8 +7,8 @@ panels and the chat follow; ``select_step`` moves the selection without emitting
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, Qt, Signal
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QColor, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
 
 from draftscope.gui.chat_render import PROVENANCE_COLOURS, PROVENANCE_LABELS
@@ -31,49 +31,47 @@ def step_row(ev) -> tuple:
             round(ev.draft_ms, 1), round(ev.verify_ms, 1), sources[0] if len(sources) == 1 else None)
 
 
-class StepTableModel(QAbstractTableModel):
+class StepTableModel(QStandardItemModel):
+    """The rows as Qt-held items, not a Python model: a view paints by asking for every visible
+    cell's data, and each Python ``data()`` call would wait for the GIL while the decoding thread
+    holds it (tens of ms per repaint while streaming)."""
+
     def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self.rows: list[tuple] = []
+        super().__init__(0, len(COLUMNS), parent)
+        self.setHorizontalHeaderLabels(list(COLUMNS))
+        self.sources: list[str | None] = []  # the single source of each row's accepted tokens, for colours
         self.dark = False
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt's name)
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        row = self.rows[index.row()]
-        col = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            value = row[col]
-            return f"{value:.1f}" if isinstance(value, float) else value
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in NUMERIC:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.BackgroundRole and col in (3, 4) and row[7]:
-            return QColor(PROVENANCE_COLOURS["dark" if self.dark else "light"][row[7]])
-        if role == Qt.ItemDataRole.ToolTipRole and col == 4 and row[7]:
-            return PROVENANCE_LABELS.get(row[7], row[7])
-        return None
-
     def set_events(self, events: list) -> None:
-        self.beginResetModel()
-        self.rows = [step_row(ev) for ev in events]
-        self.endResetModel()
+        self.removeRows(0, self.rowCount())
+        self.sources = []
+        self.append_events(events)
 
     def append_events(self, events: list) -> None:
-        if not events:
+        for ev in events:
+            row = step_row(ev)
+            items = []
+            for col, value in enumerate(row[:len(COLUMNS)]):
+                item = QStandardItem()
+                item.setData(f"{value:.1f}" if isinstance(value, float) else value, Qt.ItemDataRole.DisplayRole)
+                if col in NUMERIC:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                items.append(item)
+            self.sources.append(row[7])
+            self._colour(items, row[7])
+            self.appendRow(items)
+
+    def recolour(self) -> None:
+        for r, source in enumerate(self.sources):
+            self._colour([self.item(r, c) for c in range(len(COLUMNS))], source)
+
+    def _colour(self, items: list, source: str | None) -> None:
+        if not source:
             return
-        start = len(self.rows)
-        self.beginInsertRows(QModelIndex(), start, start + len(events) - 1)
-        self.rows.extend(step_row(ev) for ev in events)
-        self.endInsertRows()
+        colour = QColor(PROVENANCE_COLOURS["dark" if self.dark else "light"][source])
+        for col in (3, 4):
+            items[col].setBackground(colour)
+        items[4].setToolTip(PROVENANCE_LABELS.get(source, source))
 
 
 class DraftsPanel(QWidget):
@@ -168,10 +166,12 @@ class DraftsPanel(QWidget):
                              f"accepted ({share:.0%}) · τ {last.tau:.2f} tokens per step")
 
     def _update_palette(self) -> None:
-        self.model.dark = self.palette().color(QPalette.ColorRole.Window).lightness() < 128
+        dark = self.palette().color(QPalette.ColorRole.Window).lightness() < 128
+        if dark != self.model.dark:
+            self.model.dark = dark
+            self.model.recolour()
 
     def changeEvent(self, event) -> None:  # noqa: N802 (a theme switch recolours the source cells)
         if event.type() == event.Type.PaletteChange:
             self._update_palette()
-            self.table.viewport().update()
         super().changeEvent(event)

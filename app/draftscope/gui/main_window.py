@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import html
 import time
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QPalette, QTextCursor
+from PySide6.QtGui import QAction, QColor, QDesktopServices, QKeySequence, QPalette, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit, QListWidget,
     QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSplitter, QTextBrowser,
@@ -20,7 +19,7 @@ from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import StepEvent
 from draftscope.engine.sampling import SamplingParams
 from draftscope.gui.chat_render import (
-    ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer, provenance_html, provenance_legend,
+    ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer, provenance_html, provenance_legend, token_marks,
 )
 from draftscope.gui.drafts_panel import DraftsPanel
 from draftscope.gui.inspection import InspectionController
@@ -83,6 +82,7 @@ class MainWindow(QMainWindow):
         self._shown: list[int] = []  # ids of the messages in the chat view, in order
         self._html_cache: dict[int, str] = {}  # message id -> rendered body (messages never change)
         self._stream_start: int | None = None  # where the answer being streamed begins in the chat
+        self._stream_steps_shown: int | None = None  # steps appended as coloured tokens (None: region fresh)
         self.code_blocks: dict[str, list[str]] = {}  # "<message id>" or "stream" -> code of each block
         self.streaming_text = ""
         self.streaming = False
@@ -516,7 +516,7 @@ class MainWindow(QMainWindow):
         self.status_tps.setText(f"{last.tokens_per_second:.1f} tokens/s · τ {last.tau:.2f}")
         self._render(stream_only=True)
 
-    def _on_finished(self, final) -> None:
+    def _on_finished(self, final, steps_blob: bytes = b"") -> None:
         stats = {k: getattr(final.stats, k) for k in ("tokens", "steps", "tau", "tokens_per_second",
                                                       "time_to_first_token_ms", "elapsed_s", "speedup_estimate")}
         stats["finish_reason"] = final.finish_reason
@@ -525,7 +525,7 @@ class MainWindow(QMainWindow):
         if final.text.strip() or final.finish_reason != "cancel":
             message_id = self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
                                                   drafters=drafters,
-                                                  steps=[dataclasses.asdict(e) for e in self.current_steps])
+                                                  steps=steps_blob or self.current_steps)
             self.inspection.finish_live(message_id)
         self._end_stream()
         measured = self.engine.baseline_measured_at
@@ -730,21 +730,53 @@ class MainWindow(QMainWindow):
             self._shown = ids
             if self.streaming:
                 self._stream_start = self._append_html("")
-        if self.streaming and self._stream_start is not None:
+                self._stream_steps_shown = None
+        if self.streaming and self._stream_start is not None and self.show_provenance:
+            self._stream_tokens()
+        elif self.streaming and self._stream_start is not None:
             blocks: list[str] = []
-            if self.show_provenance:
-                body = provenance_html(self.current_steps, dark=self.renderer.dark, key="live",
-                                       text_colour=self._text_colour())
-            else:
-                body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
+            body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
             self.code_blocks["stream"] = blocks
             cursor = QTextCursor(doc)
             cursor.setPosition(self._stream_start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.insertHtml(self._message_html("assistant", body, [], None))
+            self._stream_steps_shown = None
         self._refresh_highlight()
         if follow:
             bar.setValue(bar.maximum())
+
+    def _stream_tokens(self) -> None:
+        """Coloured tokens of the answer being streamed: only the new steps' tokens are appended
+        (as formatted text, no HTML to parse), so an update costs the same late in a long answer."""
+        cursor = QTextCursor(self.chat_view.document())
+        if self._stream_steps_shown is None:  # a fresh region: the header, then every step so far
+            cursor.setPosition(self._stream_start)
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+            cursor.insertHtml(self._message_html("assistant", "", [], None))
+            cursor.insertBlock()
+            self._stream_steps_shown = 0
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        new = self.current_steps[self._stream_steps_shown:]
+        text_colour = QColor(self._text_colour())
+        formats: dict[tuple, QTextCharFormat] = {}
+        for text, index, _source, colour, tip in token_marks(new, dark=self.renderer.dark):
+            if text == "\n":
+                cursor.insertBlock()
+                continue
+            index += self._stream_steps_shown
+            key = (index, colour, tip)
+            if key not in formats:
+                fmt = QTextCharFormat()
+                fmt.setAnchor(True)
+                fmt.setAnchorHref(f"{STEP_SCHEME}:live/{index}")
+                fmt.setToolTip(tip)
+                fmt.setForeground(text_colour)
+                if colour:
+                    fmt.setBackground(QColor(colour))
+                formats[key] = fmt
+            cursor.insertText(text, formats[key])
+        self._stream_steps_shown = len(self.current_steps)
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end of the chat in a new block; returns where it starts."""

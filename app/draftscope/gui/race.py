@@ -171,7 +171,7 @@ class RaceDialog(QDialog):
         lane.add(events)
         self.views[self._running].setPlainText(lane.moments[-1][1])
 
-    def _on_finished(self, final) -> None:
+    def _on_finished(self, final, _steps_blob: bytes = b"") -> None:
         lane = self.lanes[self._running]
         lane.finish(final)
         self._show_stats(self._running, lane.elapsed_s, lane.tokens)

@@ -19,7 +19,7 @@ from typing import Callable
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import (QAction, QBrush, QColor, QFont, QFontMetricsF, QKeySequence, QPainter, QPainterPath,
                            QPalette, QPen, QTransform)
-from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsView, QHBoxLayout, QLabel,
+from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QHBoxLayout, QLabel,
                                QPushButton, QVBoxLayout, QWidget)
 
 from draftscope.engine.events import StepEvent
@@ -69,36 +69,38 @@ def tidy_rows(children: dict) -> dict:
     return row
 
 
-class NodeItem(QGraphicsItem):
-    """One token of the tree: a rounded box with the token text and, smaller, its support."""
+class NodeItem(QGraphicsPathItem):
+    """One token of the tree: a rounded box with the token text and, smaller, its support.
+
+    Built from Qt's own items (a path and two simple text items), with no Python ``paint`` or
+    ``boundingRect``: painting then never calls into Python, so it never waits for the GIL
+    while the decoding thread holds it (a Python paint per node stalled the UI by 100s of ms)."""
 
     def __init__(self, key, rect: QRectF, label: str, note: str, *, brush: QBrush, pen: QPen, text: QColor,
                  font: QFont, note_font: QFont) -> None:
-        super().__init__()
+        outline = QPainterPath()
+        outline.addRoundedRect(rect, 5, 5)
+        super().__init__(outline)
         self.key, self.rect, self.label, self.note = key, rect, label, note
         self.brush, self.pen, self.text_colour = brush, pen, text
         self.font, self.note_font = font, note_font
+        self.setPen(pen)
+        self.setBrush(brush)
         self.setZValue(1)
-        self.setAcceptHoverEvents(False)
-
-    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt's name)
-        half = self.pen.widthF() / 2 + 1
-        return self.rect.adjusted(-half, -half, half, half)
-
-    def paint(self, painter: QPainter, _option, _widget=None) -> None:
-        painter.setPen(self.pen)
-        painter.setBrush(self.brush)
-        painter.drawRoundedRect(self.rect, 5, 5)
-        inner = self.rect.adjusted(8, 0, -7, 0)
-        painter.setPen(self.text_colour)
-        painter.setFont(self.font)
-        painter.drawText(inner, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.label)
-        if self.note:
-            faint = QColor(self.text_colour)
+        inner = rect.adjusted(8, 0, -7, 0)
+        label_item = QGraphicsSimpleTextItem(label, self)
+        label_item.setFont(font)
+        label_item.setBrush(text)
+        box = label_item.boundingRect()
+        label_item.setPos(inner.left(), rect.center().y() - box.height() / 2)
+        if note:
+            faint = QColor(text)
             faint.setAlphaF(0.65)
-            painter.setPen(faint)
-            painter.setFont(self.note_font)
-            painter.drawText(inner, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, self.note)
+            note_item = QGraphicsSimpleTextItem(note, self)
+            note_item.setFont(note_font)
+            note_item.setBrush(faint)
+            box = note_item.boundingRect()
+            note_item.setPos(inner.right() - box.width(), rect.center().y() - box.height() / 2)
 
 
 class TreeGraphicsView(QGraphicsView):

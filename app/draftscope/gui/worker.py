@@ -10,22 +10,48 @@ checks the flag between steps, so an answer stops within one step.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
+from draftscope.storage.history import encode_steps
 
 UPDATE_INTERVAL_S = 1 / 30
+DECODING_NICENESS = 5  # how far decoding yields the CPU to the UI thread (Linux nice levels)
+
+
+def lower_decoding_priority() -> None:
+    """Let the UI thread win the CPU over decoding (Linux): raise the nice level of the calling
+    thread and of torch's compute threads, which carry the process's name (Qt's own threads are
+    named, and the UI thread is the process's main thread). On a machine with few cores, decoding
+    otherwise keeps every core busy and the UI's repaints wait for a time slice."""
+    if not hasattr(os, "setpriority") or not os.path.isdir("/proc/self/task"):
+        return
+    main = os.getpid()  # the main thread's id is the process id
+    try:
+        tasks = Path("/proc/self/task")
+        process_name = (tasks / str(main) / "comm").read_text()
+        targets = {threading.get_native_id()}
+        for task in tasks.iterdir():
+            if int(task.name) != main and (task / "comm").read_text() == process_name:
+                targets.add(int(task.name))
+        for tid in targets - {main}:
+            if os.getpriority(os.PRIO_PROCESS, tid) < DECODING_NICENESS:
+                os.setpriority(os.PRIO_PROCESS, tid, DECODING_NICENESS)
+    except OSError:  # a thread ended meanwhile, or no permission: priorities are only a nicety
+        pass
 
 
 class GenerationWorker(QObject):
     started = Signal()
     steps = Signal(list)  # [StepEvent, ...] since the last emission
-    finished = Signal(object)  # FinalEvent
-    cancelled = Signal(object)  # FinalEvent (the answer so far)
+    finished = Signal(object, bytes)  # FinalEvent, its steps encoded for the history (encode_steps)
+    cancelled = Signal(object, bytes)  # FinalEvent (the answer so far), its steps encoded
     failed = Signal(str)
     baseline_measured = Signal(float)  # plain decoding tokens/s, measured again on this thread
 
@@ -41,8 +67,9 @@ class GenerationWorker(QObject):
     def generate(self, request: GenerationRequest) -> None:
         self._cancel.clear()
         request.cancel = self._cancel
+        lower_decoding_priority()
         self.started.emit()
-        pending, last = [], 0.0
+        pending, every, last = [], [], 0.0
         try:
             for event in self.engine.generate(request):
                 if isinstance(event, FinalEvent):
@@ -51,11 +78,12 @@ class GenerationWorker(QObject):
                     if event.finish_reason == "error":
                         self.failed.emit(event.error or "generation failed")
                     elif event.finish_reason == "cancel":
-                        self.cancelled.emit(event)
+                        self.cancelled.emit(event, encode_steps(every))
                     else:
-                        self.finished.emit(event)
+                        self.finished.emit(event, encode_steps(every))
                     return
                 pending.append(event)
+                every.append(event)
                 now = time.monotonic()
                 if now - last >= UPDATE_INTERVAL_S:
                     self.steps.emit(pending)

@@ -11,6 +11,7 @@ is written when it finishes). One store may be used from several threads (a lock
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -123,7 +124,9 @@ class HistoryStore:
     # ------------------------------------------------------------------ messages
 
     def add_message(self, conversation_id: int, role: str, content: str, *, stats: dict | None = None,
-                    drafters: dict | None = None, steps: list[dict] | None = None) -> int:
+                    drafters: dict | None = None, steps: list | bytes | None = None) -> int:
+        """``steps``: the answer's StepEvents (or their dicts), or :func:`encode_steps` of them (made
+        off the UI thread: encoding a long answer's trees takes tens of ms)."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN")
@@ -133,8 +136,8 @@ class HistoryStore:
                     (conversation_id, role, content, now, _json(stats), _json(drafters)),
                 )
                 if steps:
-                    self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)",
-                                     (cur.lastrowid, zlib.compress(json.dumps(steps).encode(), 6)))
+                    blob = steps if isinstance(steps, bytes) else encode_steps(steps)
+                    self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)", (cur.lastrowid, blob))
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -190,6 +193,12 @@ class HistoryStore:
                          f"{s['speedup_estimate']:.2f}x" if s.get("speedup_estimate") else None]
                 lines += ["*" + " · ".join(p for p in parts if p) + "*", ""]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def encode_steps(steps) -> bytes:
+    """Decoding steps as stored: StepEvents or their dicts, as zlib-compressed JSON."""
+    plain = [step if isinstance(step, dict) else dataclasses.asdict(step) for step in steps]
+    return zlib.compress(json.dumps(plain).encode(), 6)
 
 
 def _json(value: dict | None) -> str | None:
