@@ -41,8 +41,10 @@ engine = Engine.load(args.model)
 
 
 def settle(ms: int = 200) -> None:
-    QTimer.singleShot(ms, app.quit)
-    app.exec()
+    """Let Qt lay out and paint. A local loop: quitting the application's would close every window."""
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
 
 
 def wait_until(condition, timeout_ms: int = 120_000) -> None:
