@@ -742,7 +742,8 @@ class MainWindow(QMainWindow):
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.insertHtml(self._message_html("assistant", body, [], None))
             self._stream_steps_shown = None
-        self._refresh_highlight()
+        if not stream_only or self.inspection.answer is None:  # marks on older text track the edits
+            self._refresh_highlight()
         if follow:
             bar.setValue(bar.maximum())
 
