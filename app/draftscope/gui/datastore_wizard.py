@@ -42,7 +42,7 @@ from draftscope.datastore.records import Conversation, Document, SkipLog
 from draftscope.datastore.sources import CODE_EXTENSIONS, DatastoreError, Source, SourceOptions, _walk, file_size
 from draftscope.engine.models import DEFAULT_MODEL, DEFAULT_MODEL_NAME, ModelNotFoundError, load_tokenizer, resolve_model
 from draftscope.gui.first_run import (
-    _STEPS, _STRAGGLERS, POLL_INTERVAL_S, _eta, _JobWorker, _note, _progress_row, _wrapping_label, describe_error,
+    _STEPS, POLL_INTERVAL_S, _eta, _JobWorker, _note, _progress_row, _wrapping_label, describe_error, end_job_thread,
 )
 from draftscope.gui.worker import WorkerThread
 from draftscope.retrieval import BuildCancelled
@@ -1054,7 +1054,5 @@ class DatastoreWizard(QWizard):
         self._poll.stop()
         super().done(result)
         if self._thread is not None:
-            self._thread.shutdown(10_000)
-            if self._thread.thread.isRunning():
-                _STRAGGLERS.append(self._thread)  # destroying a running QThread aborts the process
+            end_job_thread(self._thread)
             self._thread = None

@@ -34,6 +34,14 @@ _STEPS = 1000  # progress bars count in permille: byte counts overflow a Qt int
 _STRAGGLERS: list[WorkerThread] = []  # worker threads still finishing a cancelled job
 
 
+def end_job_thread(thread: WorkerThread) -> None:
+    """End a job's thread as its dialog closes; one still running a job that ignores its cancel is
+    kept alive here, since destroying a running QThread aborts the process."""
+    thread.shutdown(10_000)
+    if thread.thread.isRunning():
+        _STRAGGLERS.append(thread)
+
+
 def needs_first_run(path: Path | str | None = None) -> bool:
     """True when there is no settings file yet (``path``: the settings file, default the user's)."""
     return not Path(path or settings_path()).exists()
@@ -594,10 +602,7 @@ class FirstRunDialog(QDialog):
         self._poll.stop()
         super().done(result)
         if self._thread is not None:
-            self._thread.shutdown(10_000)
-            if self._thread.thread.isRunning():
-                # a job that ignores its cancel: destroying a running QThread aborts the process
-                _STRAGGLERS.append(self._thread)
+            end_job_thread(self._thread)
             self._thread = None
 
 
