@@ -95,6 +95,7 @@ class DraftsPanel(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
+        header.setResizeContentsPrecision(0)  # size columns from the visible rows: a row per step adds up
         for col in range(len(COLUMNS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
