@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     spec_p = bench_sub.add_parser("spec", help="speculative decoding on Spec-Bench questions vs Hugging Face generate")
     spec.add_arguments(spec_p)
     spec_p.set_defaults(func=lambda a: spec.run(a))
+
+    from draftscope.bench import lossless
+
+    lossless_p = bench_sub.add_parser("lossless", help="exactness audit: greedy identity and sampling distribution tests",
+                                      description=lossless.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lossless.add_arguments(lossless_p)
+    lossless_p.set_defaults(func=lambda a: lossless.run(a))
     return parser
 
 

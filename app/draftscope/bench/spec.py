@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-    from draftscope.engine.drafters.model import ModelDrafter
+    from draftscope.engine.drafters.factory import drafter_maker
     from draftscope.engine.drafters.oracle import OracleDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.engine.loader import load_model
@@ -107,14 +106,12 @@ def run(args: argparse.Namespace) -> int:
             elif m == "hf-assisted":
                 results[m] = hf(ids, assistant_model=draft)
             else:
-                drafters = {
-                    "plain": lambda: [],
-                    "retrieval": lambda: [RetrievalDrafter(str(datastore))],
-                    "context": lambda: [ContextDrafter()],
-                    "composite": lambda: [RetrievalDrafter(str(datastore)), ContextDrafter()],
-                    "model": lambda: [ModelDrafter(draft, eos_token_id=tok.eos_token_id)],
-                    "oracle": lambda: [OracleDrafter(base_ids, len(ids))],
-                }[m]()
+                if m == "oracle":
+                    drafters = [OracleDrafter(base_ids, len(ids))]
+                else:
+                    names = {"plain": [], "composite": ["retrieval", "context"]}.get(m, [m])
+                    drafters = drafter_maker(names, datastore=datastore, draft_model=draft,
+                                             eos_token_id=tok.eos_token_id)()
                 results[m] = ours(ids, drafters)
         for m, (out, secs, steps) in results.items():
             rows.append({"question_id": q["question_id"], "category": q["category"], "method": m, "tokens": len(out),

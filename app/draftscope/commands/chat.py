@@ -13,7 +13,7 @@ from pathlib import Path
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="default (SmolLM2-135M-Instruct), a model folder, a .gguf file or a hub id")
     p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)")
-    p.add_argument("--drafters", default="auto", help="comma list of retrieval, context, model; 'none' for plain decoding")
+    p.add_argument("--drafters", default="auto", help="comma list of retrieval, context, model; 'auto' = all whose inputs exist; 'none' = plain decoding")
     p.add_argument("--draft-model", default=None, help="small model for the model drafter")
     p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -40,39 +40,21 @@ def add_parser(sub) -> None:
 
 def _setup(args):
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-    from draftscope.engine.drafters.model import ModelDrafter
+    from draftscope.engine.drafters.factory import drafter_maker, parse_drafter_names
     from draftscope.engine.engine import Engine
     from draftscope.engine.loader import load_model
     from draftscope.engine.sampling import SamplingParams
 
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
+    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
+    names = parse_drafter_names(args.drafters, have_datastore=datastore.is_file(), have_draft_model=bool(args.draft_model))
+    if "model" in names and not args.draft_model:
+        raise ValueError("the model drafter needs --draft-model")
     print(f"loading {args.model} ...", file=sys.stderr)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
-    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
-    names = args.drafters.split(",") if args.drafters not in ("auto", "none") else []
-    if args.drafters == "auto":
-        names = ["retrieval", "context"] if datastore.is_file() else ["context"]
-    if "retrieval" in names and not datastore.is_file():
-        raise FileNotFoundError(f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)")
-    draft_model = load_model(args.draft_model, device=args.device, dtype=args.dtype).model if "model" in names and args.draft_model else None
-    if "model" in names and draft_model is None:
-        raise ValueError("the model drafter needs --draft-model")
-    unknown = set(names) - {"retrieval", "context", "model"}
-    if unknown:
-        raise ValueError(f"unknown drafter(s): {', '.join(sorted(unknown))}")
-
-    def drafters():
-        made = []
-        for n in names:
-            if n == "retrieval":
-                made.append(RetrievalDrafter(str(datastore)))
-            elif n == "context":
-                made.append(ContextDrafter())
-            else:
-                made.append(ModelDrafter(draft_model, eos_token_id=engine.tokenizer.eos_token_id))
-        return made
-
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
+    draft_model = load_model(args.draft_model, device=args.device, dtype=args.dtype).model if "model" in names else None
+    drafters = drafter_maker(names, datastore=datastore, draft_model=draft_model,
+                             eos_token_id=engine.tokenizer.eos_token_id)
     print(f"{engine.name} on {engine.device}; drafters: {', '.join(names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
     return engine, drafters, sampling

@@ -41,6 +41,7 @@ class GenerationRequest:
     budget: int | None = None  # nodes per step; None = adaptive
     stop_strings: Sequence[str] = ()
     cancel: threading.Event | None = None
+    verify_rule: str = "auto"  # sampling: how sampled drafts are verified (verify.RULES); for benchmarks
 
 
 def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
@@ -52,8 +53,11 @@ def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
         return DraftTree.empty()
     remap = {int(old): new for new, old in enumerate(keep)}
     parents = np.array([remap.get(int(tree.parents[i]), -1) for i in keep], dtype=np.int32)
-    q = tree.extra.get("q_probs")
-    extra = {"q_probs": {remap[i]: v for i, v in q.items() if i in remap}} if q else {}
+    extra = dict(tree.extra)
+    if "q_probs" in extra:
+        extra["q_probs"] = {remap[i]: v for i, v in extra["q_probs"].items() if i in remap}
+    if "also_proposed" in extra:
+        extra["also_proposed"] = {remap[i] for i in extra["also_proposed"] if i in remap}
     return DraftTree(tree.tokens[keep], parents, tree.depth[keep], tree.support[keep], tree.source[keep],
                      match_len=tree.match_len, match_count=tree.match_count, extra=extra)
 
@@ -231,7 +235,9 @@ class Engine:
             if params.greedy:
                 path, bonus = verify_greedy(tree, probs)
             else:
-                path, bonus = verify_sampling(tree, probs.cpu(), generator, tree.extra.get("q_probs"))
+                path, bonus = verify_sampling(tree, probs.cpu(), generator, tree.extra.get("q_probs"),
+                                              also_proposed=tree.extra.get("also_proposed", frozenset()),
+                                              rule=request.verify_rule)
             keep_accepted(cache, past, path)
             t2 = time.perf_counter()
 

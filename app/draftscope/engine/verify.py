@@ -1,19 +1,36 @@
 """Lossless verification of a draft tree against the target's distributions.
 
 ``probs[0]`` is the target's (processed) distribution after the root, ``probs[1 + i]`` after
-node i. Greedy: follow the child equal to the argmax. Sampling (exact): at each node try the
-children in order; a deterministic child x is accepted with probability p(x), else p(x) <- 0 and
-p is renormalised; a model child with draft distribution q is accepted with probability
-min(1, p(x) / q(x)), else p <- normalise(max(0, p - q)). Descend into an accepted child; when
-all are rejected, sample from what is left of p; at an accepted leaf sample from its p. The
-result is distributed exactly as plain sampling (never "pick the best branch" afterwards).
+node i. Greedy: follow the child equal to the argmax.
+
+Sampling (exact; the argument is in docs/architecture.md, "Exact sampling"). At each node the
+children are tried one attempt at a time against the current distribution p:
+
+1. model attempts first: a child that a drafter *sampled* from its distribution q (the tree's
+   ``q_probs``) is accepted with probability min(1, p(x)/q(x)); on rejection
+   p <- normalise(max(0, p - q)), a residual that does not depend on x;
+2. then deterministic attempts: every child some drafter proposed without sampling (a sampled
+   child that a deterministic drafter also proposed gets this second chance) is accepted with
+   probability p(x); on rejection p(x) <- 0 and p is renormalised.
+
+Descend into an accepted child; when every attempt fails, sample from what is left of p. Each
+rule returns a token distributed as the p it started from, provided the model's x is distributed
+as q given everything that decided its attempt (the composite drafter keeps it so: sampled
+children are never merged away, reordered or pruned by their own value) and deterministic
+proposals use none of the target's random numbers.
+
+Per node, a sampled child may instead be verified with the deterministic rule (exact for any
+proposal). ``rule="auto"`` picks, from p, q and the deterministic tokens (never from x), the
+rule with the higher chance of accepting something at that node.
 """
 
 from __future__ import annotations
 
 import torch
 
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftTree
+
+RULES = ("auto", "model", "deterministic")
 
 
 def children_lists(tree: DraftTree) -> dict[int, list[int]]:
@@ -38,32 +55,88 @@ def verify_greedy(tree: DraftTree, probs: torch.Tensor) -> tuple[list[int], int]
         cur = nxt
 
 
+def fit_vocab(q: torch.Tensor, size: int) -> torch.Tensor:
+    """A draft distribution over the target's vocabulary (a draft head may be padded differently;
+    mass on ids the target lacks can never be accepted, so it is simply dropped)."""
+    if q.shape[0] == size:
+        return q
+    return torch.nn.functional.pad(q[:size], (0, max(0, size - q.shape[0])))
+
+
+def draft_distributions(q) -> list[torch.Tensor]:
+    """A sampled node's draft distributions: one per drafter that sampled it (two model drafters
+    may draw the same token; each draw is its own attempt)."""
+    return list(q) if isinstance(q, (list, tuple)) else [q]
+
+
+def model_rule_pays(p: torch.Tensor, q: torch.Tensor, det_tokens: list[int]) -> bool:
+    """Whether the model rule is likelier than the deterministic rule to accept a token here.
+
+    Both chances are expectations over the draft x ~ q, so the choice never looks at x:
+    model rule: sum min(p, q), then the deterministic tokens D against the residual;
+    deterministic rule: p(D) plus, when x falls outside D, p(x)."""
+    overlap = torch.minimum(p, q)
+    accept_model = float(overlap.sum())
+    det = torch.zeros_like(p, dtype=torch.bool)
+    if det_tokens:
+        det[torch.tensor(det_tokens)] = True
+    residual = p - overlap
+    left = float(residual.sum())
+    after = float(residual[det].sum()) / left if left > 0 else 0.0
+    model = accept_model + (1 - accept_model) * after
+    deterministic = float(p[det].sum()) + float((q * p)[~det].sum())
+    return model >= deterministic
+
+
 def verify_sampling(
-    tree: DraftTree, probs: torch.Tensor, generator: torch.Generator, q_probs: dict[int, torch.Tensor] | None = None
+    tree: DraftTree,
+    probs: torch.Tensor,
+    generator: torch.Generator,
+    q_probs: dict[int, torch.Tensor] | None = None,
+    *,
+    also_proposed: set[int] | frozenset[int] = frozenset(),
+    rule: str = "auto",
 ) -> tuple[list[int], int]:
+    """(accepted node indices root-down, the token sampled after them).
+
+    ``q_probs[i]``: node i was sampled from this distribution (or from each of a list of them);
+    other nodes
+    are deterministic proposals. ``also_proposed``: sampled nodes a deterministic drafter
+    proposed too. ``rule``: "auto" (per node), "model" or "deterministic" for sampled nodes."""
+    if rule not in RULES:
+        raise ValueError(f"unknown verification rule {rule!r} (one of {', '.join(RULES)})")
     kids = children_lists(tree)
     tokens = tree.tokens.tolist()
-    sources = tree.source.tolist()
     q_probs = q_probs or {}
     path, cur = [], -1
     while True:
         p = probs[cur + 1].clone()
+        children = kids.get(cur, [])
+        sampled = [c for c in children if c in q_probs]
+        deterministic = [c for c in children if c not in q_probs or c in also_proposed]
         accepted = None
-        for c in kids.get(cur, []):
+        for c, q in ((c, q) for c in sampled for q in draft_distributions(q_probs[c])):
+            q = fit_vocab(q, p.shape[0]).to(p.dtype)
+            use_model = rule == "model" or (
+                rule == "auto" and model_rule_pays(p, q, [tokens[d] for d in deterministic]))
+            if not use_model:
+                if c not in deterministic:
+                    deterministic.insert(0, c)
+                continue
             x = tokens[c]
             u = torch.rand((), generator=generator).item()
-            q = q_probs.get(c) if sources[c] == DraftSource.MODEL else None
-            if q is not None and q.shape[0] != p.shape[0]:  # draft head padded differently
-                q = torch.nn.functional.pad(q[: p.shape[0]], (0, max(0, p.shape[0] - q.shape[0])))
-            if q is not None:
-                qx = float(q[x])
-                if qx > 0 and u < min(1.0, float(p[x]) / qx):
-                    accepted = c
-                    break
-                residual = torch.clamp(p - q.to(p.dtype), min=0)
-                total = float(residual.sum())
-                p = residual / total if total > 0 else p
-            else:
+            qx = float(q[x])
+            if qx > 0 and u < min(1.0, float(p[x]) / qx):
+                accepted = c
+                break
+            residual = torch.clamp(p - q, min=0)
+            total = float(residual.sum())
+            if total > 0:  # zero only when p <= q everywhere, i.e. p == q: then x was accepted surely
+                p = residual / total
+        if accepted is None:
+            for c in deterministic:
+                x = tokens[c]
+                u = torch.rand((), generator=generator).item()
                 if u < float(p[x]):
                     accepted = c
                     break

@@ -35,22 +35,12 @@ class ModelLoader(QObject):
 def drafter_factory(settings):
     """A function making fresh drafters per answer from the settings (readers are shared)."""
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-    from draftscope.retrieval import Reader
+    from draftscope.engine.drafters.factory import drafter_maker
 
     path = Path(settings.datastore) if settings.datastore else default_datastore_path()
-    reader = Reader(path) if settings.drafters.get("retrieval") and path.is_file() else None
-    use_context = settings.drafters.get("context", True)
-
-    def make():
-        made = []
-        if reader is not None:
-            made.append(RetrievalDrafter(reader))
-        if use_context:
-            made.append(ContextDrafter())
-        return made
-
-    return make, (str(path) if reader is not None else "none")
+    use_retrieval = bool(settings.drafters.get("retrieval")) and path.is_file()
+    names = (["retrieval"] if use_retrieval else []) + (["context"] if settings.drafters.get("context", True) else [])
+    return drafter_maker(names, datastore=path), (str(path) if use_retrieval else "none")
 
 
 class Launcher(QObject):

@@ -1,10 +1,15 @@
 """Several drafters, one tree: every drafter proposes, their trees are merged (shared prefixes
 once), and the best nodes under one budget are kept. Scores are comparable across drafters:
 counts become the share of their drafter's matches, model drafts carry path probabilities.
-Each node remembers the drafter that scored it highest."""
+Each node remembers the drafter that scored it highest.
+
+Drafts a model *sampled* are the exception (sampling is exact only if each such draw reaches
+verification as it was drawn): they get a share of the budget fixed before drawing and keep
+it whatever they draw; the deterministic drafters share the rest by score."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -59,7 +64,13 @@ class CompositeDrafter:
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
         if budget <= 0:
             return DraftTree.empty()
-        trees = [d.propose(context_ids, budget) for d in self.drafters]
+        samplers = [d for d in self.drafters if getattr(d, "samples_drafts", False)]
+        # How many nodes each sampling drafter may draw is fixed here, before any is drawn.
+        sampler_budget = 0
+        if samplers:
+            share = self.sampler_share(samplers) if len(samplers) < len(self.drafters) else 1.0
+            sampler_budget = max(1, math.ceil(budget * share))
+        trees = [d.propose(context_ids, sampler_budget if d in samplers else budget) for d in self.drafters]
         trees = [t for t in trees if len(t)]
         if not trees:
             return DraftTree.empty()
@@ -67,27 +78,68 @@ class CompositeDrafter:
             return trees[0]
         return merge_trees(trees, budget, self.acceptance)
 
+    def sampler_share(self, samplers: Sequence) -> float:
+        """The budget share of drafters that sample, by their recent acceptance against the
+        best deterministic drafter's (history only: never this step's draws)."""
+        mine = max(self.acceptance[int(d.source)] for d in samplers)
+        others = max((self.acceptance[int(d.source)] for d in self.drafters if d not in samplers), default=0.0)
+        return mine / (mine + others) if mine + others > 0 else 0.5
+
 
 def merge_trees(trees: Sequence[DraftTree], budget: int, weights: dict[int, float] | None = None) -> DraftTree:
-    """Merge under one budget; ``weights`` scale each source's scores (default 1)."""
+    """Merge under one budget; ``weights`` scale each source's scores (default 1).
+
+    Trees a drafter sampled (they carry ``q_probs``) keep their first nodes, as many as the
+    drafter asked to draw before drawing (``slots``), whatever tokens came out; the others fill
+    the rest of the budget by score. A sampled node that a deterministic drafter proposed too is
+    one node, marked in ``also_proposed`` (verification tries it by both rules)."""
+    sampled = [t for t in trees if t.extra.get("q_probs")]
+    fixed = [t for t in trees if not t.extra.get("q_probs")]
+    kept, left = [], budget
+    for tree in sampled:
+        slots = min(int(tree.extra.get("slots", len(tree))), left)
+        kept.append((tree, min(slots, len(tree))))  # BFS prefix: for a chain, its first tokens
+        left -= slots
+
+    fixed_tree = _select_by_score(fixed, left, weights) if fixed and left > 0 else DraftTree.empty()
+    if not kept:
+        return fixed_tree
+    union = PathTrie()
+    deterministic: set[int] = set()
+    for i in range(len(fixed_tree)):
+        node = union.add(fixed_tree.token_path(i), 0.0, int(fixed_tree.source[i]), combine="max")[-1]
+        union.score[node] = float(fixed_tree.support[i])
+        deterministic.add(node)
+    draws: dict[int, list] = {}
+    for tree, n in kept:
+        q_probs = tree.extra["q_probs"]
+        for i in range(n):
+            node = union.add(tree.token_path(i), 0.0, int(tree.source[i]), combine="max")[-1]
+            union.source[node] = int(tree.source[i])
+            union.score[node] = max(union.score[node], float(tree.support[i]))
+            if i in q_probs:
+                draws.setdefault(node, []).append(q_probs[i])
+    merged, order = union.select(len(union.token) - 1)
+    q = {out: (d[0] if len(d) == 1 else d) for out, node in enumerate(order) if (d := draws.get(node))}
+    also = {out for out, node in enumerate(order) if node in draws and node in deterministic}
+    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source,
+                     extra={"q_probs": q, "also_proposed": also})
+
+
+def _select_by_score(trees: Sequence[DraftTree], budget: int, weights: dict[int, float] | None) -> DraftTree:
+    """Deterministic trees merged (shared prefixes once), the best ``budget`` nodes kept."""
+    if len(trees) == 1 and not weights and len(trees[0]) <= budget:
+        return trees[0]
     trie = PathTrie()
-    q_by_trie_node: dict[int, object] = {}
     for tree in trees:
         scores = path_scores(tree)
         if weights and len(tree):
             scores = scores * np.array([weights.get(int(s), 1.0) for s in tree.source.tolist()])
-        q_probs = tree.extra.get("q_probs", {})
         for i in range(len(tree)):
-            ids = trie.add(tree.token_path(i), 0.0, int(tree.source[i]), combine="max")
+            leaf = trie.add(tree.token_path(i), 0.0, int(tree.source[i]), combine="max")[-1]
             # Only the node itself gets this tree's score; its ancestors got theirs in BFS order.
-            leaf = ids[-1]
             if scores[i] >= trie.score[leaf]:
                 trie.score[leaf] = float(scores[i])
                 trie.source[leaf] = int(tree.source[i])
-            if i in q_probs and int(tree.source[i]) == DraftSource.MODEL:
-                q_by_trie_node[leaf] = q_probs[i]
-    merged, order = trie.select(budget)
-    q = {out: q_by_trie_node[node] for out, node in enumerate(order)
-         if node in q_by_trie_node and merged.source[out] == DraftSource.MODEL}
-    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source,
-                     extra={"q_probs": q} if q else {})
+    merged, _ = trie.select(budget)
+    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source)

@@ -10,7 +10,7 @@ last draft token included) and a rejected one both resync with no extra work.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -54,11 +54,15 @@ class ModelDrafter:
     name = "model"
     source = DraftSource.MODEL
 
-    def __init__(self, model, *, max_tokens: int = 6, eos_token_id: int | None = None) -> None:
+    def __init__(self, model, *, max_tokens: int = 6, eos_token_id: int | None = None,
+                 temperature: float | None = None) -> None:
         from transformers import DynamicCache
 
         self.model = model
         self.max_tokens = max_tokens
+        # Sample drafts at this temperature instead of the answer's (verification stays exact:
+        # it uses the distribution the drafts were really drawn from).
+        self.temperature = temperature
         self.eos_token_id = eos_token_id
         self._cache_cls = DynamicCache
         self.cache = DynamicCache()
@@ -68,8 +72,15 @@ class ModelDrafter:
         self.device = next(model.parameters()).device
 
     def set_sampling(self, params: SamplingParams, seed: int) -> None:
+        if self.temperature is not None and not params.greedy:
+            params = replace(params, temperature=self.temperature)
         self.sampling = params
         self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def samples_drafts(self) -> bool:
+        """True when drafts are drawn at random (then verified by the model rule)."""
+        return not self.sampling.greedy
 
     def reset(self, context_ids: Sequence[int]) -> None:
         self.cache = self._cache_cls()
@@ -107,5 +118,6 @@ class ModelDrafter:
             depth=np.arange(1, k + 1, dtype=np.int32),
             support=np.array(support, dtype=np.float32),
             source=np.full(k, DraftSource.MODEL, dtype=np.int8),
-            extra={"q_probs": {i: q[i] for i in range(k)}} if not self.sampling.greedy else {},
+            # slots: how many draws were asked for before drawing (EOS may end the chain sooner).
+            extra={"q_probs": {i: q[i] for i in range(k)}, "slots": n} if not self.sampling.greedy else {},
         )

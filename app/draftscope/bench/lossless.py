@@ -1,0 +1,515 @@
+"""``draftscope bench lossless``: an exactness audit anyone can run on a real model.
+
+- Greedy: the answer of every drafter (alone and together) equals Hugging Face ``generate`` on
+  sample prompts. In fp32 that is the test; in bf16/fp16 a verify pass over many tokens rounds
+  differently from a one-token pass, so the audit reports the agreement rate and, at each first
+  differing token, the gap between the target's two best logits next to the rounding noise
+  measured at that very position (the same logits from a one-token pass and a whole-prefix
+  pass). A gap inside the noise is rounding; a gap outside it is a bug.
+- Sampling (T > 0): (a) the exact joint of the first two tokens on a prompt (transformers' own
+  logits processors; one forward per likely first token) against seeded runs, chi-square;
+  (b) the randomized probability-integral transform of every sampled token under the target's
+  processed distribution given its prefix (one forward per answer): uniform (Kolmogorov-Smirnov)
+  and independent (lag-1 pairs, chi-square) when sampling is exact.
+- ``--biased`` runs the sampling tests again with a deliberately biased verifier, to show the
+  audit's power at the chosen sizes.
+
+Exit code 0 only when every test holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+P_LIMIT = 0.001  # a test fails below this p-value
+
+DEFAULT_PROMPTS = [
+    "Explain what a suffix array is and why it makes substring search fast.",
+    "Write a short poem about the sea at night.",
+    "Give three tips for writing clear emails.",
+    "What is the difference between a list and a tuple in Python?",
+    "Summarise the plot of Romeo and Juliet in a few sentences.",
+    "How do vaccines train the immune system?",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Describe a good morning routine for a student.",
+]
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def chi_square_p(stat: float, df: int) -> float:
+    """Upper tail of the chi-square distribution."""
+    import torch
+
+    if df <= 0:
+        return 1.0
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def chi_square_test(observed, expected, *, min_expected: float = 5.0) -> tuple[float, int, float]:
+    """(statistic, degrees of freedom, p) with cells expecting fewer than ``min_expected`` pooled."""
+    import numpy as np
+
+    observed, expected = np.asarray(observed, float), np.asarray(expected, float)
+    big = expected >= min_expected
+    obs = list(observed[big])
+    exp = list(expected[big])
+    if expected[~big].sum() > 0:
+        obs.append(observed[~big].sum())
+        exp.append(expected[~big].sum())
+    obs, exp = np.array(obs), np.array(exp)
+    if (obs[exp == 0] > 0).any():
+        return math.inf, len(obs) - 1, 0.0
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    df = int(keep.sum()) - 1
+    return stat, df, chi_square_p(stat, df)
+
+
+def ks_uniform(u) -> tuple[float, float]:
+    """Kolmogorov-Smirnov statistic and p-value of samples against U(0, 1) (asymptotic)."""
+    import numpy as np
+
+    u = np.sort(np.asarray(u, float))
+    n = len(u)
+    if n == 0:
+        return 0.0, 1.0
+    i = np.arange(1, n + 1)
+    d = float(max((i / n - u).max(), (u - (i - 1) / n).max()))
+    x = (math.sqrt(n) + 0.12 + 0.11 / math.sqrt(n)) * d
+    p = 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * x * x) for k in range(1, 101))
+    return d, min(1.0, max(0.0, p))
+
+
+def pairs_test(sequences, bins: int = 5) -> tuple[float, int, float]:
+    """Independence of consecutive PIT values: (u_i, u_i+1) in a bins x bins grid, chi-square."""
+    import numpy as np
+
+    grid = np.zeros((bins, bins))
+    for u in sequences:
+        b = np.minimum((np.asarray(u) * bins).astype(int), bins - 1)
+        for a, c in zip(b[:-1], b[1:]):
+            grid[a, c] += 1
+    n = grid.sum()
+    if n == 0:
+        return 0.0, 0, 1.0
+    return chi_square_test(grid.ravel(), np.full(bins * bins, n / bins / bins))
+
+
+# ----------------------------------------------------------------------------- reference distributions
+
+
+def hf_processors(params):
+    """transformers' own logits processors for these sampling settings (the reference)."""
+    from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                              TopKLogitsWarper, TopPLogitsWarper)
+
+    procs = LogitsProcessorList()
+    if params.repetition_penalty != 1.0:
+        procs.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
+    if params.temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k:
+        procs.append(TopKLogitsWarper(params.top_k))
+    if params.top_p < 1.0:
+        procs.append(TopPLogitsWarper(params.top_p))
+    return procs
+
+
+def reference_rows(engine, prompt: list[int], answer: list[int], params):
+    """The target's processed next-token distribution before each answer token: [len(answer), V]."""
+    import torch
+
+    ids = torch.tensor([prompt + answer[:-1]], device=engine.device)
+    with torch.inference_mode():
+        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:, : engine.vocab].float().cpu()
+    procs = hf_processors(params)
+    rows = []
+    # Each row sees its own prefix (repetition penalty); padding repeats a token already in it.
+    width = len(prompt) + len(answer)
+    for i in range(len(answer)):
+        prefix = prompt + answer[:i]
+        padded = torch.tensor([prefix + [prefix[0]] * (width - len(prefix))])
+        rows.append(procs(padded, logits[i : i + 1]).softmax(-1)[0])
+    return torch.stack(rows)
+
+
+# ----------------------------------------------------------------------------- biased controls
+
+
+def biased_verifier(tree, probs, generator, q_probs=None, **_):
+    """A deliberately wrong verifier: deterministic drafts accepted whenever the target gives them
+    5% or more (REST's bias), sampled drafts by min(1, p/q) but rejected into p itself instead
+    of the residual max(0, p - q)."""
+    import torch
+
+    from draftscope.engine.verify import children_lists, draft_distributions, fit_vocab
+
+    q_probs = q_probs or {}
+    kids = children_lists(tree)
+    path, cur = [], -1
+    while True:
+        p = probs[cur + 1]
+        nxt = None
+        for c in kids.get(cur, []):
+            x = int(tree.tokens[c])
+            if c in q_probs:
+                q = fit_vocab(draft_distributions(q_probs[c])[0], p.shape[0])
+                if torch.rand((), generator=generator).item() < min(1.0, float(p[x]) / max(float(q[x]), 1e-12)):
+                    nxt = c
+                    break
+            elif float(p[x]) >= 0.05:
+                nxt = c
+                break
+        if nxt is None:
+            return path, int(torch.multinomial(p, 1, generator=generator).item())
+        path.append(nxt)
+        cur = nxt
+
+
+# ----------------------------------------------------------------------------- the audit
+
+
+@dataclass
+class Check:
+    kind: str  # "greedy", "first-tokens", "pit-uniform", "pit-pairs"
+    config: str  # drafters
+    temperature: float
+    passed: bool
+    detail: str
+    p: float | None = None
+    biased: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class Progress:
+    """Units of work done, with a time-left estimate, on stderr."""
+
+    def __init__(self, total: int, quiet: bool = False) -> None:
+        self.total, self.done, self.start, self.quiet = max(total, 1), 0, time.perf_counter(), quiet
+
+    def step(self, units: int, what: str) -> None:
+        self.done += units
+        if self.quiet:
+            return
+        spent = time.perf_counter() - self.start
+        left = spent / self.done * (self.total - self.done) if self.done else 0
+        print(f"\r[{self.done / self.total:4.0%}] {what[:60]:60s} {_clock(spent)} spent, ~{_clock(left)} left",
+              end="", file=sys.stderr, flush=True)
+
+    def line(self, text: str) -> None:
+        if not self.quiet:
+            print("\r" + " " * 110 + "\r" + text, file=sys.stderr, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default")
+    p.add_argument("--draft-model", default=None,
+                   help="a model sharing the target's tokenizer, or 'self' (the target drafts for itself; "
+                        "use --draft-temperature so its q differs from p)")
+    p.add_argument("--draft-temperature", type=float, default=None, help="the model drafter samples at this temperature")
+    p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore)")
+    p.add_argument("--configs", default="auto",
+                   help="drafter sets to audit, ';'-separated comma lists (e.g. 'context;retrieval,context,model'); "
+                        "auto = each available drafter alone, then all together")
+    p.add_argument("--temperature", default="0,0.7,1", help="comma list; 0 = the greedy identity test")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--prompts", type=int, default=4, help="sample prompts (built in, or --questions)")
+    p.add_argument("--questions", default=None, help="Spec-Bench JSONL to take prompts from")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="greedy answers' length")
+    p.add_argument("--runs", type=int, default=600, help="seeded runs per first-tokens test")
+    p.add_argument("--pit-tokens", type=int, default=3000, help="sampled tokens per PIT test")
+    p.add_argument("--pit-length", type=int, default=96, help="tokens per sampled answer in the PIT test")
+    p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--biased", action="store_true", help="also run the sampling tests with a biased verifier")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
+    p.add_argument("--json", dest="json_out", default=None)
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _configs(text: str, names_available: list[str]) -> list[list[str]]:
+    if text == "auto":
+        alone = [[n] for n in names_available]
+        return alone + ([names_available] if len(names_available) > 1 else [])
+    from draftscope.engine.drafters.factory import parse_drafter_names
+
+    return [parse_drafter_names(c, have_datastore=True, have_draft_model=True) for c in text.split(";") if c.strip()]
+
+
+def _prompts(args, engine) -> list[list[int]]:
+    texts = DEFAULT_PROMPTS
+    if args.questions:
+        from draftscope.bench.spec import load_questions
+
+        texts = [q["turns"][0] for q in load_questions(args.questions, 10**6, set())]
+    texts = [texts[i % len(texts)] for i in range(args.prompts)]
+    return [engine.encode_chat([{"role": "user", "content": t}]) for t in texts]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from draftscope.datastore.default import default_datastore_path
+    from draftscope.engine.drafters.factory import drafter_maker
+    from draftscope.engine.engine import Engine
+    from draftscope.engine.loader import load_model
+    from draftscope.engine.sampling import SamplingParams
+
+    temps = [float(t) for t in args.temperature.split(",") if t.strip()]
+    if any(t < 0 for t in temps) or not temps:
+        raise ValueError("--temperature: give one or more values >= 0")
+    if args.runs < 50 or args.pit_tokens < 100:
+        raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
+    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, measure=args.budget is None)
+    draft_model = None
+    if args.draft_model == "self":
+        draft_model = engine.model
+    elif args.draft_model:
+        draft_model = load_model(args.draft_model, device=args.device, dtype=args.dtype).model
+    available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else [])
+    configs = _configs(args.configs, available)
+    makers = {",".join(c): drafter_maker(c, datastore=datastore, draft_model=draft_model,
+                                         eos_token_id=engine.tokenizer.eos_token_id,
+                                         draft_temperature=args.draft_temperature) for c in configs}
+    prompts = _prompts(args, engine)
+    print(f"draftscope bench lossless: {engine.name} on {engine.device} ({str(engine.dtype).replace('torch.', '')}), "
+          f"draft model {args.draft_model or 'none'}"
+          f"{f' at T={args.draft_temperature}' if args.draft_temperature is not None else ''}, "
+          f"datastore {datastore.name if 'retrieval' in available else 'none'}", file=sys.stderr)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
+          file=sys.stderr)
+
+    variants = [False, True] if args.biased else [False]
+    sampled_temps = [t for t in temps if t > 0]
+    work = (len(configs) + 1) * len(prompts) * (0 in temps)
+    work += len(sampled_temps) * len(configs) * len(variants) * (args.runs // 10 + args.pit_tokens // 10)
+    progress = Progress(work, args.quiet)
+    checks: list[Check] = []
+    if 0 in temps:
+        checks += greedy_checks(engine, prompts, makers, args, progress)
+    for t in sampled_temps:
+        params = SamplingParams(temperature=t, top_k=args.top_k, top_p=args.top_p,
+                                repetition_penalty=args.repetition_penalty, seed=None)
+        for biased in variants:
+            for name, make in makers.items():
+                checks += sampling_checks(engine, prompts, name, make, params, args, progress, biased=biased)
+    progress.line("")
+    print(format_report(checks))
+    real = [c for c in checks if not c.biased]
+    ok = all(c.passed for c in real)
+    if args.biased:
+        caught = [c for c in checks if c.biased and not c.passed]
+        print(f"power: the biased verifier was rejected by {len(caught)} of {sum(c.biased for c in checks)} tests "
+              f"(at {args.runs} runs per first-tokens test, {args.pit_tokens} tokens per PIT test)")
+    print("verdict: " + ("every test holds: speculation changed nothing but the speed" if ok else
+                         "FAILED: " + "; ".join(f"{c.kind} [{c.config}, T={c.temperature:g}]" for c in real if not c.passed)))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([asdict(c) for c in checks], indent=2))
+    return 0 if ok else 1
+
+
+# ----------------------------------------------------------------------------- greedy
+
+
+def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
+    import torch
+
+    from draftscope.engine.engine import GenerationRequest
+
+    model = engine.model
+    eos = sorted(engine.eos_ids)
+    refs = []
+    for ids in prompts:
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=args.max_new_tokens,
+                                 do_sample=False, temperature=None, top_p=None, top_k=None,
+                                 eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
+        refs.append(out[0, len(ids):].tolist())
+        progress.step(1, "greedy: Hugging Face generate")
+    exact = engine.dtype == torch.float32
+    checks = []
+    for name, make in {"plain": lambda: [], **makers}.items():
+        same, gaps, accepted = 0, [], 0
+        for ids, ref in zip(prompts, refs):
+            events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+                                                            drafters=make(), budget=args.budget)))
+            final = events[-1]
+            if final.finish_reason == "error":
+                raise RuntimeError(final.error)
+            accepted += sum(e.accepted for e in events[:-1])
+            if final.token_ids == ref:
+                same += 1
+            else:
+                gaps.append(divergence(engine, ids, ref, final.token_ids))
+            progress.step(1, f"greedy: {name}")
+        explained = all(g["within_noise"] for g in gaps)
+        passed = same == len(prompts) if exact else explained
+        detail = f"{same}/{len(prompts)} identical to HF generate, {accepted} draft tokens accepted"
+        if gaps:
+            detail += "; first divergences: " + ", ".join(
+                f"gap {g['gap']:.3f} vs noise {g['noise']:.3f}" for g in gaps)
+        if name != "plain" and accepted == 0:
+            detail += " (no draft accepted: this proves little)"
+        checks.append(Check("greedy", name, 0.0, passed, detail, extra={"agreement": same / len(prompts), "gaps": gaps}))
+        progress.line(f"greedy [{name}]: {detail}")
+    return checks
+
+
+def divergence(engine, prompt, ref, got) -> dict:
+    """At the first differing token: the gap between the target's two best logits, and the
+    rounding noise on those logits (one-token pass with a cache vs one pass over the prefix)."""
+    import torch
+    from transformers import DynamicCache
+
+    k = next(i for i, (a, b) in enumerate(zip(ref + [None], got + [None])) if a != b)
+    prefix = prompt + ref[:k]
+    with torch.inference_mode():
+        whole = engine.model(input_ids=torch.tensor([prefix], device=engine.device)).logits[0, -1].float()
+        cache = DynamicCache()
+        engine.model(input_ids=torch.tensor([prefix[:-1]], device=engine.device), past_key_values=cache, use_cache=True)
+        one = engine.model(input_ids=torch.tensor([[prefix[-1]]], device=engine.device), past_key_values=cache,
+                           use_cache=True).logits[0, -1].float()
+    top = torch.topk(whole, 2)
+    a, b = top.indices.tolist()
+    gap = float(top.values[0] - top.values[1])
+    noise = float(max(abs(whole[a] - one[a]), abs(whole[b] - one[b])) * 2)
+    return {"position": k, "gap": gap, "noise": noise, "within_noise": gap <= noise,
+            "tokens": [int(a), int(b)], "ref_token": ref[k] if k < len(ref) else None,
+            "got_token": got[k] if k < len(got) else None}
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def sampling_checks(engine, prompts, name, make, params, args, progress, *, biased: bool) -> list[Check]:
+    import contextlib
+    from unittest import mock
+
+    import draftscope.engine.engine as engine_mod
+
+    patch = mock.patch.object(engine_mod, "verify_sampling", biased_verifier) if biased else contextlib.nullcontext()
+    with patch:
+        first = first_tokens_check(engine, prompts[0], name, make, params, args, progress, biased)
+        pit = pit_checks(engine, prompts, name, make, params, args, progress, biased)
+    return [first, *pit]
+
+
+def first_tokens_check(engine, prompt, name, make, params, args, progress, biased) -> Check:
+    """Joint of the first two tokens: exact cells for the likeliest first tokens, the rest pooled."""
+    import numpy as np
+    import torch
+
+    from draftscope.engine.engine import GenerationRequest
+    from draftscope.engine.sampling import SamplingParams
+
+    procs = hf_processors(params)
+    with torch.inference_mode():
+        ids = torch.tensor([prompt], device=engine.device)
+        first = procs(ids.cpu(), engine.model(input_ids=ids).logits[:, -1, : engine.vocab].float().cpu()).softmax(-1)[0]
+        top_first = torch.argsort(first, descending=True)[:8].tolist()
+        top_first = [a for a in top_first if float(first[a]) * args.runs >= 5] or top_first[:1]
+        seqs = torch.tensor([prompt + [a] for a in top_first], device=engine.device)
+        second_logits = engine.model(input_ids=seqs).logits[:, -1, : engine.vocab].float().cpu()
+        second = procs(seqs.cpu(), second_logits).softmax(-1)
+    cells: dict[tuple, int] = {}
+    expected: list[float] = []
+    for i, a in enumerate(top_first):
+        row = second[i]
+        likely = [b for b in torch.argsort(row, descending=True)[:8].tolist() if float(first[a] * row[b]) > 0]
+        for b in likely:
+            cells[(a, b)] = len(expected)
+            expected.append(float(first[a] * row[b]))
+        cells[(a, None)] = len(expected)
+        expected.append(float(first[a]) * (1 - float(row[likely].sum())))
+    cells[(None, None)] = len(expected)
+    expected.append(max(0.0, 1 - float(first[top_first].sum())))
+    counts = np.zeros(len(expected))
+    accepted = 0
+    for r in range(args.runs):
+        p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
+                           seed=args.seed * 1_000_003 + r)
+        # EOS counts as a token here (the exact joint does not stop at it either).
+        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=2, sampling=p, drafters=make(),
+                                                        budget=args.budget), _ignore_eos=True))
+        a, b = events[-1].token_ids[:2]
+        accepted += sum(e.accepted for e in events[:-1])
+        key = (a, b) if (a, b) in cells else (a, None) if (a, None) in cells else (None, None)
+        counts[cells[key]] += 1
+        if r % 10 == 9:
+            progress.step(1, f"T={params.temperature:g} {'biased ' if biased else ''}{name}: first tokens")
+    stat, df, p_value = chi_square_test(counts, np.array(expected) * args.runs)
+    detail = f"chi2 {stat:.1f}, df {df}, p {p_value:.3g}; {accepted} draft tokens accepted in {args.runs} runs"
+    check = Check("first-tokens", name, params.temperature, p_value >= P_LIMIT, detail, p_value, biased)
+    progress.line(f"{'[biased] ' if biased else ''}first tokens [{name}, T={params.temperature:g}]: {detail}")
+    return check
+
+
+def pit_checks(engine, prompts, name, make, params, args, progress, biased) -> list[Check]:
+    import numpy as np
+
+    from draftscope.engine.engine import GenerationRequest
+    from draftscope.engine.sampling import SamplingParams
+
+    rng = np.random.default_rng(args.seed + 17)
+    sequences, drafted_u = [], []
+    total, run_no, accepted = 0, 0, 0
+    while total < args.pit_tokens:
+        prompt = prompts[run_no % len(prompts)]
+        p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
+                           seed=args.seed * 7_919 + 100_000 + run_no)
+        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p,
+                                                        drafters=make(), budget=args.budget)))
+        run_no += 1
+        answer = events[-1].token_ids
+        if not answer:
+            continue
+        from_draft = [src != "target" for e in events[:-1] for src in e.provenance]
+        accepted += sum(from_draft)
+        rows = reference_rows(engine, prompt, answer, params).double().numpy()
+        tok = np.array(answer)
+        below = np.array([row[:t].sum() for row, t in zip(rows, tok)])
+        mass = rows[np.arange(len(tok)), tok]
+        u = np.clip(below + rng.random(len(tok)) * mass, 0.0, 1.0)
+        sequences.append(u)
+        drafted_u.extend(u[np.array(from_draft[: len(u)], dtype=bool)])
+        total += len(answer)
+        progress.step(len(answer) // 10, f"T={params.temperature:g} {'biased ' if biased else ''}{name}: PIT")
+    allu = np.concatenate(sequences)
+    d, p_ks = ks_uniform(allu)
+    stat, df, p_pairs = pairs_test(sequences)
+    tag = f"{len(allu)} tokens ({accepted} from drafts) in {run_no} answers"
+    uniform = Check("pit-uniform", name, params.temperature, p_ks >= P_LIMIT, f"KS D {d:.4f}, p {p_ks:.3g}; {tag}", p_ks,
+                    biased)
+    pairs = Check("pit-pairs", name, params.temperature, p_pairs >= P_LIMIT,
+                  f"lag-1 chi2 {stat:.1f}, df {df}, p {p_pairs:.3g}", p_pairs, biased)
+    progress.line(f"{'[biased] ' if biased else ''}PIT [{name}, T={params.temperature:g}]: {uniform.detail}; {pairs.detail}")
+    return [uniform, pairs]
+
+
+def format_report(checks: list[Check]) -> str:
+    lines = ["| test | drafters | T | verifier | result | detail |", "|---|---|---|---|---|---|"]
+    for c in checks:
+        verdict = ("holds" if c.passed else "REJECTED") if not c.biased else ("rejected (as it should)" if not c.passed
+                                                                             else "not caught")
+        lines.append(f"| {c.kind} | {c.config} | {c.temperature:g} | {'biased' if c.biased else 'ours'} | {verdict} | "
+                     f"{c.detail} |")
+    return "\n".join(lines)

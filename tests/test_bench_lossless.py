@@ -1,0 +1,77 @@
+"""`draftscope bench lossless`: the audit's statistics, a full run on a tiny model folder, and a
+broken verifier making it fail."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from draftscope.bench.lossless import chi_square_p, chi_square_test, ks_uniform, pairs_test
+from draftscope.cli import main
+from engine_fixtures import tiny_llama
+
+
+def test_statistics_reject_what_is_not_uniform_or_independent():
+    assert chi_square_p(3.841, 1) == pytest.approx(0.05, abs=1e-3)
+    assert chi_square_p(18.307, 10) == pytest.approx(0.05, abs=1e-3)
+    rng = np.random.default_rng(0)
+    assert ks_uniform(rng.random(20_000))[1] > 0.01
+    assert ks_uniform(rng.random(20_000) ** 1.1)[1] < 1e-6, "a slight skew over 20k values is caught"
+    walk = np.cumsum(rng.normal(size=5000)) % 1.0  # each value close to the last: dependent
+    assert pairs_test([rng.random(5000)])[2] > 0.01
+    assert pairs_test([walk])[2] < 1e-6
+    stat, df, p = chi_square_test([50, 50, 0, 0], [25, 25, 25, 25])
+    assert p < 1e-10 and df == 3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
+    folder = tmp_path_factory.mktemp("audit") / "tiny-model"
+    shutil.copytree(tokenizer_dir, folder)
+    tiny_llama(len(tokenizer), seed=1, sharpen=3.0).save_pretrained(folder)
+    return folder
+
+
+def audit(model_dir, out, *extra):
+    return main(["bench", "lossless", "--model", str(model_dir), "--draft-model", "self", "--draft-temperature", "1.5",
+                 "--configs", "context,model", "--prompts", "2", "--max-new-tokens", "12", "--runs", "100",
+                 "--pit-tokens", "300", "--budget", "6", "--quiet", "--json", str(out), *extra])
+
+
+def test_audit_passes_on_a_tiny_model_and_writes_its_report(model_dir, tmp_path, capsys):
+    code = audit(model_dir, tmp_path / "report.json", "--temperature", "0,1")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "every test holds" in out
+    checks = json.loads((tmp_path / "report.json").read_text())
+    kinds = {(c["kind"], c["config"]) for c in checks}
+    assert {("greedy", "plain"), ("greedy", "context,model"), ("first-tokens", "context,model"),
+            ("pit-uniform", "context,model"), ("pit-pairs", "context,model")} <= kinds
+    assert all(c["passed"] for c in checks)
+    greedy = next(c for c in checks if c["kind"] == "greedy" and c["config"] == "context,model")
+    assert greedy["extra"]["agreement"] == 1.0 and "0 draft tokens accepted" not in greedy["detail"]
+
+
+def test_audit_fails_when_verification_is_wrong(model_dir, tmp_path, capsys, monkeypatch):
+    """A verifier that follows the first child whatever the target says changes the answer."""
+    import draftscope.engine.engine as engine_mod
+    from draftscope.engine.verify import children_lists
+
+    def careless(tree, probs):
+        kids, path, cur = children_lists(tree), [], -1
+        while kids.get(cur):
+            cur = kids[cur][0]
+            path.append(cur)
+        return path, int(probs[cur + 1].argmax())
+
+    monkeypatch.setattr(engine_mod, "verify_greedy", careless)
+    code = audit(model_dir, tmp_path / "report.json", "--temperature", "0")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAILED: greedy [context,model, T=0]" in out
+
+
+def test_bad_arguments_are_named(model_dir, capsys):
+    assert main(["bench", "lossless", "--model", str(model_dir), "--temperature", "-1"]) == 2
+    assert "--temperature" in capsys.readouterr().err

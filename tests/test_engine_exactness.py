@@ -1,0 +1,284 @@
+"""Sampling with speculation draws from exactly the distribution of plain sampling.
+
+On a tiny random Llama with 8 tokens, the exact joint distribution of the first three tokens is
+computed with transformers' own logits processors (repetition penalty, temperature, top-k,
+top-p): one forward per prefix. Thousands of seeded runs of the engine per case, with trees
+deep enough to produce all three tokens in one step (siblings at every level), are compared
+with it by a chi-square test at p = 0.001. Every case has drafts accepted, and deliberately
+biased variants (REST's deterministic rule, a model rule without its residual, the old mixing
+of sampled drafts into the score-ranked tree) are rejected by the same test, so it can fail.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                          TopKLogitsWarper, TopPLogitsWarper)
+
+import draftscope.engine.drafters.composite as composite_mod
+import draftscope.engine.engine as engine_mod
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.engine.verify import children_lists
+from draftscope.retrieval import Writer
+from engine_fixtures import IdTokenizer, tiny_llama
+
+V = 8
+PROMPT = [3, 5, 1, 3]  # "3" recurs: the context drafter has something to propose
+TOKENS = 3
+RUNS = 2500
+
+T1 = SamplingParams(temperature=1.0)
+PROCESSED = SamplingParams(temperature=0.8, top_k=4, repetition_penalty=1.3)
+TOP_P = SamplingParams(temperature=0.7, top_p=0.9)
+
+
+class FixedTree:
+    """A deterministic drafter: the same tree every step, siblings at both levels."""
+
+    name = "retrieval"
+    source = DraftSource.RETRIEVAL
+
+    def reset(self, context_ids):
+        pass
+
+    def observe(self, ids):
+        pass
+
+    def propose(self, context_ids, budget):
+        return DraftTree(
+            tokens=np.array([3, 5, 1, 2, 7, 0, 4, 6], dtype=np.int64),
+            parents=np.array([-1, -1, -1, 0, 0, 1, 1, 2], dtype=np.int32),
+            depth=np.array([1, 1, 1, 2, 2, 2, 2, 2], dtype=np.int32),
+            support=np.array([8, 6, 4, 5, 3, 4, 2, 3], np.float32),
+            source=np.full(8, DraftSource.RETRIEVAL, np.int8),
+        )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: thread hand-offs cost more than they save (the runs are ~20% faster)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(V, seed=3, layers=1, hidden=32, sharpen=10.0)
+
+
+@pytest.fixture(scope="module")
+def draft_model():
+    return tiny_llama(V, seed=4, layers=1, hidden=32, sharpen=6.0)
+
+
+@pytest.fixture(scope="module")
+def datastore(tmp_path_factory):
+    path = tmp_path_factory.mktemp("exact") / "store.idx"
+    rng = np.random.default_rng(7)
+    w = Writer(path, V)
+    for _ in range(40):
+        w.add_entry(rng.integers(0, V, 30))
+    w.finalize()
+    return path
+
+
+def hf_processors(params: SamplingParams) -> LogitsProcessorList:
+    procs = LogitsProcessorList()
+    if params.repetition_penalty != 1.0:
+        procs.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
+    if params.temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k:
+        procs.append(TopKLogitsWarper(params.top_k))
+    if params.top_p < 1.0:
+        procs.append(TopPLogitsWarper(params.top_p))
+    return procs
+
+
+@torch.no_grad()
+def exact_joint(model, params: SamplingParams) -> np.ndarray:
+    """P(first TOKENS tokens) under plain sampling, from transformers' processors: [V ** TOKENS]."""
+    procs = hf_processors(params)
+    joint = np.ones(1)
+    prefixes = [[]]
+    for _ in range(TOKENS):
+        ids = torch.tensor([PROMPT + p for p in prefixes])
+        logits = model(ids).logits[:, -1].float()
+        probs = procs(ids, logits).softmax(-1).double().numpy()
+        joint = (joint[:, None] * probs).ravel()
+        prefixes = [p + [t] for p in prefixes for t in range(V)]
+    return joint
+
+
+def sample_runs(target, params, make_drafters, *, budget, seed0=1000, runs=RUNS, rule="auto"):
+    """Counts of the first TOKENS tokens over seeded runs, and the draft tokens accepted."""
+    engine = Engine(target, IdTokenizer())
+    counts = np.zeros(V ** TOKENS)
+    accepted = 0
+    for r in range(runs):
+        p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty, seed=seed0 + r)
+        events = list(engine.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=TOKENS, sampling=p,
+                                                        drafters=make_drafters(), budget=budget, verify_rule=rule)))
+        final = events[-1]
+        assert final.finish_reason == "length", final.error
+        a, b, c = final.token_ids
+        counts[(a * V + b) * V + c] += 1
+        accepted += sum(ev.accepted for ev in events[:-1])
+    return counts, accepted
+
+
+def chi_square(counts, probs):
+    """(statistic, critical value at p = 0.001); cells expecting fewer than 5 are pooled."""
+    expected = probs * counts.sum()
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert (obs[exp == 0] == 0).all(), "a sequence with probability 0 was sampled"
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    df = len(obs) - 1
+    z = 3.09  # one-sided 0.001
+    critical = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3  # Wilson-Hilferty
+    return stat, critical
+
+
+def drafters_for(case, draft_model, datastore):
+    # Two draws: a three-token answer prunes every tree to depth 2 anyway.
+    model = lambda: ModelDrafter(draft_model, max_tokens=2)  # noqa: E731
+    return {
+        "plain": lambda: [],
+        "tree": lambda: [FixedTree()],
+        "model": lambda: [model()],
+        "context": lambda: [ContextDrafter(min_suffix=1)],
+        "tree+model": lambda: [FixedTree(), model()],
+        "context+model": lambda: [ContextDrafter(min_suffix=1), model()],
+        "retrieval+context+model": lambda: [RetrievalDrafter(str(datastore), min_suffix=1), ContextDrafter(min_suffix=1),
+                                            model()],
+    }[case]
+
+
+CASES = [
+    # (drafters, params, budget): budgets below (4) and above (16) what the drafters propose
+    ("tree", PROCESSED, 16),
+    ("model", T1, 8),
+    ("model", TOP_P, 8),
+    ("context", PROCESSED, 8),
+    ("tree+model", T1, 16),
+    ("tree+model", PROCESSED, 4),
+    ("tree+model", TOP_P, 8),
+    ("context+model", T1, 8),
+    ("retrieval+context+model", PROCESSED, 16),
+]
+
+
+def _id(case):
+    drafters, params, budget = case
+    p = {T1: "t1", PROCESSED: "t0.8-topk4-rep1.3", TOP_P: "t0.7-topp0.9"}[params]
+    return f"{drafters}-{p}-b{budget}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_first_three_tokens_follow_the_exact_distribution(target, draft_model, datastore, case):
+    drafters, params, budget = case
+    counts, accepted = sample_runs(target, params, drafters_for(drafters, draft_model, datastore), budget=budget or 0)
+    stat, critical = chi_square(counts, exact_joint(target, params))
+    print(f"{_id(case)}: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} draft tokens accepted")
+    assert stat <= critical, f"chi2 {stat:.1f} > {critical:.1f}: the distribution differs from plain sampling"
+    if drafters != "plain":
+        assert accepted > RUNS // 4, f"only {accepted} draft tokens accepted in {RUNS} runs: the case proves little"
+
+
+@pytest.mark.parametrize("rule", ["model", "deterministic"])
+def test_either_rule_alone_is_exact_on_a_mixed_tree(target, draft_model, datastore, rule):
+    counts, accepted = sample_runs(target, T1, drafters_for("tree+model", draft_model, datastore), budget=8, rule=rule)
+    stat, critical = chi_square(counts, exact_joint(target, T1))
+    print(f"tree+model-t1-b8, {rule} rule: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} accepted")
+    assert stat <= critical, f"rule {rule}: chi2 {stat:.1f} > {critical:.1f}"
+
+
+# ----------------------------------------------------------------------------- biased controls
+
+
+def rest_style(tree, probs, generator, q_probs=None, **_):
+    """REST's bias: accept a draft whenever the target gives it enough mass, no coin."""
+    kids = children_lists(tree)
+    path, cur = [], -1
+    while True:
+        p = probs[cur + 1]
+        nxt = next((c for c in kids.get(cur, []) if float(p[int(tree.tokens[c])]) > 0.05), None)
+        if nxt is None:
+            return path, int(torch.multinomial(p, 1, generator=generator).item())
+        path.append(nxt)
+        cur = nxt
+
+
+def model_rule_without_residual(tree, probs, generator, q_probs=None, **_):
+    """min(1, p/q) acceptance, but a rejection samples from p instead of max(0, p - q)."""
+    kids = children_lists(tree)
+    path, cur = [], -1
+    while True:
+        p = probs[cur + 1]
+        nxt = None
+        for c in kids.get(cur, []):
+            q = q_probs[c]
+            x = int(tree.tokens[c])
+            if torch.rand((), generator=generator).item() < min(1.0, float(p[x]) / max(float(q[x]), 1e-12)):
+                nxt = c
+            break
+        if nxt is None:
+            return path, int(torch.multinomial(p, 1, generator=generator).item())
+        path.append(nxt)
+        cur = nxt
+
+
+def score_ranked_merge(trees, budget, weights=None):
+    """The old composite: sampled drafts compete with the others by score (so their own sampled
+    probability decides whether they stay) and merge into equal deterministic nodes."""
+    from draftscope.engine.drafters.trie import PathTrie
+
+    trie = PathTrie()
+    q_by_node = {}
+    for tree in trees:
+        scores = composite_mod.path_scores(tree)
+        q_probs = tree.extra.get("q_probs", {})
+        for i in range(len(tree)):
+            leaf = trie.add(tree.token_path(i), 0.0, int(tree.source[i]), combine="max")[-1]
+            if scores[i] >= trie.score[leaf]:
+                trie.score[leaf] = float(scores[i])
+                trie.source[leaf] = int(tree.source[i])
+            if i in q_probs:
+                q_by_node[leaf] = q_probs[i]
+    merged, order = trie.select(budget)
+    q = {out: q_by_node[n] for out, n in enumerate(order) if n in q_by_node and merged.source[out] == DraftSource.MODEL}
+    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support, merged.source, extra={"q_probs": q})
+
+
+BIASED = [
+    ("REST-style deterministic rule", "verify", rest_style, "tree", T1, 16),
+    ("model rule without residual", "verify", model_rule_without_residual, "model", T1, 8),
+    ("sampled drafts ranked by score", "merge", score_ranked_merge, "tree+model", PROCESSED, 4),
+]
+
+
+@pytest.mark.parametrize("name,where,variant,drafters,params,budget", BIASED, ids=[b[0] for b in BIASED])
+def test_the_check_rejects_a_biased_variant(target, draft_model, datastore, monkeypatch, name, where, variant,
+                                            drafters, params, budget):
+    if where == "verify":
+        monkeypatch.setattr(engine_mod, "verify_sampling", variant)
+    else:
+        monkeypatch.setattr(composite_mod, "merge_trees", variant)
+    counts, _ = sample_runs(target, params, drafters_for(drafters, draft_model, datastore), budget=budget, seed0=5000)
+    stat, critical = chi_square(counts, exact_joint(target, params))
+    print(f"{name}: chi2 {stat:.1f} (critical {critical:.1f})")
+    assert stat > critical, f"{name} not detected (chi2 {stat:.1f} <= {critical:.1f})"
