@@ -6,11 +6,13 @@
   differing token, the gap between the target's two best logits next to the rounding noise
   measured at that very position (the same logits from a one-token pass and a whole-prefix
   pass). A gap inside the noise is rounding; a gap outside it is a bug.
-- Sampling (T > 0): (a) the exact joint of the first two tokens on a prompt (transformers' own
-  logits processors; one forward per likely first token) against seeded runs, chi-square;
+- Sampling (T > 0): (a) the exact joint of the next two tokens after a prompt and the start of
+  its answer (transformers' own logits processors; one forward per likely first token) against
+  seeded runs, chi-square;
   (b) the randomized probability-integral transform of every sampled token under the target's
-  processed distribution given its prefix (one forward per answer): uniform (Kolmogorov-Smirnov)
-  and independent (lag-1 pairs, chi-square) when sampling is exact.
+  processed distribution given its prefix (one forward per answer; tokens ordered by
+  probability): uniform (Kolmogorov-Smirnov) and independent (lag-1 pairs, chi-square) when
+  sampling is exact.
 - ``--biased`` runs the sampling tests again with a deliberately biased verifier, to show the
   audit's power at the chosen sizes.
 
@@ -219,8 +221,8 @@ def _clock(seconds: float) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--draft-model", default=None,
-                   help="a model sharing the target's tokenizer, or 'self' (the target drafts for itself; "
-                        "use --draft-temperature so its q differs from p)")
+                   help="a model sharing the target's tokenizer; 'self' (the target drafts for itself: use "
+                        "--draft-temperature so its q differs from p) or 'self:N' (the target's first N layers)")
     p.add_argument("--draft-temperature", type=float, default=None, help="the model drafter samples at this temperature")
     p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore)")
     p.add_argument("--configs", default="auto",
@@ -264,13 +266,29 @@ def _prompts(args, engine) -> list[list[int]]:
     return [engine.encode_chat([{"role": "user", "content": t}]) for t in texts]
 
 
+def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
+    """None, 'self', 'self:N' (the target's first N layers) or a model spec."""
+    from draftscope.engine.loader import load_model, truncated_model
+
+    if not spec:
+        return None
+    if spec == "self":
+        return engine.model
+    if spec.startswith("self:"):
+        try:
+            layers = int(spec[5:])
+        except ValueError:
+            raise ValueError(f"--draft-model {spec}: give the number of layers, e.g. self:8") from None
+        return truncated_model(engine.model, layers)
+    return load_model(spec, device=device, dtype=dtype).model
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from draftscope.datastore.default import default_datastore_path
     from draftscope.engine.drafters.factory import drafter_maker
     from draftscope.engine.engine import Engine
-    from draftscope.engine.loader import load_model
     from draftscope.engine.sampling import SamplingParams
 
     temps = [float(t) for t in args.temperature.split(",") if t.strip()]
@@ -280,11 +298,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
     datastore = Path(args.datastore) if args.datastore else default_datastore_path()
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, measure=args.budget is None)
-    draft_model = None
-    if args.draft_model == "self":
-        draft_model = engine.model
-    elif args.draft_model:
-        draft_model = load_model(args.draft_model, device=args.device, dtype=args.dtype).model
+    draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
     available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else [])
     configs = _configs(args.configs, available)
     makers = {",".join(c): drafter_maker(c, datastore=datastore, draft_model=draft_model,
@@ -408,9 +422,21 @@ def sampling_checks(engine, prompts, name, make, params, args, progress, *, bias
 
     patch = mock.patch.object(engine_mod, "verify_sampling", biased_verifier) if biased else contextlib.nullcontext()
     with patch:
-        first = first_tokens_check(engine, prompts[0], name, make, params, args, progress, biased)
+        first = first_tokens_check(engine, mid_answer(engine, prompts[0]), name, make, params, args, progress, biased)
         pit = pit_checks(engine, prompts, name, make, params, args, progress, biased)
     return [first, *pit]
+
+
+def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
+    """The prompt plus the start of the target's greedy answer: drafters have text to continue
+    there, so the first-tokens test sees drafts accepted (at an answer's very start few are)."""
+    import torch
+
+    with torch.inference_mode():
+        out = engine.model.generate(torch.tensor([prompt], device=engine.device), max_new_tokens=tokens,
+                                    do_sample=False, temperature=None, top_p=None, top_k=None,
+                                    pad_token_id=0, eos_token_id=None)
+    return out[0].tolist()
 
 
 def first_tokens_check(engine, prompt, name, make, params, args, progress, biased) -> Check:
@@ -424,11 +450,12 @@ def first_tokens_check(engine, prompt, name, make, params, args, progress, biase
     procs = hf_processors(params)
     with torch.inference_mode():
         ids = torch.tensor([prompt], device=engine.device)
-        first = procs(ids.cpu(), engine.model(input_ids=ids).logits[:, -1, : engine.vocab].float().cpu()).softmax(-1)[0]
+        logits = engine.model(input_ids=ids, logits_to_keep=1).logits[:, -1, : engine.vocab].float().cpu()
+        first = procs(ids.cpu(), logits).softmax(-1)[0]
         top_first = torch.argsort(first, descending=True)[:8].tolist()
         top_first = [a for a in top_first if float(first[a]) * args.runs >= 5] or top_first[:1]
         seqs = torch.tensor([prompt + [a] for a in top_first], device=engine.device)
-        second_logits = engine.model(input_ids=seqs).logits[:, -1, : engine.vocab].float().cpu()
+        second_logits = engine.model(input_ids=seqs, logits_to_keep=1).logits[:, -1, : engine.vocab].float().cpu()
         second = procs(seqs.cpu(), second_logits).softmax(-1)
     cells: dict[tuple, int] = {}
     expected: list[float] = []
@@ -486,8 +513,11 @@ def pit_checks(engine, prompts, name, make, params, args, progress, biased) -> l
         accepted += sum(from_draft)
         rows = reference_rows(engine, prompt, answer, params).double().numpy()
         tok = np.array(answer)
-        below = np.array([row[:t].sum() for row, t in zip(rows, tok)])
         mass = rows[np.arange(len(tok)), tok]
+        # Tokens ordered by probability (ties by id): a bias towards likely tokens (e.g. drafts
+        # accepted too easily) moves u towards 0 instead of scattering it over [0, 1].
+        ids = np.arange(rows.shape[1])
+        below = np.array([row[(row > m) | ((row == m) & (ids < t))].sum() for row, m, t in zip(rows, mass, tok)])
         u = np.clip(below + rng.random(len(tok)) * mass, 0.0, 1.0)
         sequences.append(u)
         drafted_u.extend(u[np.array(from_draft[: len(u)], dtype=bool)])

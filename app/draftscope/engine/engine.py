@@ -205,7 +205,7 @@ class Engine:
         first_token_at = None
         if len(prompt) > 1:
             pre = torch.tensor([prompt[:-1]], device=self.device)
-            self.model(input_ids=pre, past_key_values=cache, use_cache=True)
+            self.model(input_ids=pre, past_key_values=cache, use_cache=True, logits_to_keep=1)  # logits unused: skip the head
         past = len(prompt) - 1
         root = prompt[-1]
         step = 0

@@ -89,3 +89,30 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     model.save_pretrained(str(partial), safe_serialization=True)
     partial.replace(cached)
     return model.to(dtype)
+
+
+def truncated_model(model, layers: int):
+    """An early-exit draft model: the target's first ``layers`` decoder layers with its own final
+    norm and head, sharing the target's weights (no extra memory) and tokenizer. Its
+    distribution differs from the target's, which is what a draft model's should do."""
+    import copy
+
+    inner = getattr(model, model.base_model_prefix, None)
+    blocks = getattr(inner, "layers", None)
+    if blocks is None:
+        raise ValueError(f"{type(model).__name__} has no decoder layer list to truncate")
+    if not 0 < layers < len(blocks):
+        raise ValueError(f"a truncated draft needs 1..{len(blocks) - 1} layers, got {layers}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types)[:layers]
+    short = copy.copy(inner)
+    short._modules = dict(inner._modules)  # copy.copy shares the module dicts: give it its own
+    short._modules["layers"] = torch.nn.ModuleList(list(blocks)[:layers])
+    short.config = config
+    draft = copy.copy(model)
+    draft._modules = dict(model._modules)
+    draft._modules[model.base_model_prefix] = short
+    draft.config = config
+    return draft

@@ -32,7 +32,9 @@ def draft(model, query_token_ids: torch.Tensor, kv_cache, num_draft_tokens: int,
     past = kv_cache.get_seq_length()
     q_len = query_token_ids.shape[1]
     positions = torch.arange(past, past + q_len, device=query_token_ids.device)[None]
-    logits = model(input_ids=query_token_ids, position_ids=positions, past_key_values=kv_cache, use_cache=True).logits[:, -1]
+    # Only the last position's logits are used: the head over a long query is most of its cost.
+    logits = model(input_ids=query_token_ids, position_ids=positions, past_key_values=kv_cache, use_cache=True,
+                   logits_to_keep=1).logits[:, -1]
     ids, all_logits = [], []
     for k in range(num_draft_tokens):
         probs = probabilities(logits, sample_strategy)
