@@ -1,8 +1,7 @@
 """Accepted draft tokens per step under each exact verification rule for sampled drafts
-(issue 12): "model" (min(1, p/q) first, then a deterministic second chance), "deterministic"
-(accept with p(x), for every draft) and "auto" (per node, the rule likelier to accept, chosen
-from p, q and the deterministic tokens). Same prompts, seeds and drafters for every rule, the
-rules alternated per prompt.
+(issue 12): "model" (min(1, p/q) first, then a deterministic second chance) and
+"deterministic" (accept with p(x), for every draft). Same prompts, seeds and drafters for both
+rules, which one runs first alternated per prompt.
 
     python scripts/bench_verify_rules.py [--model default] [--draft-temperature 1.3] [--prompts 6]
 
@@ -26,7 +25,7 @@ from draftscope.engine.drafters.factory import drafter_maker
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 
-RULES = ("auto", "model", "deterministic")
+RULES = ("model", "deterministic")
 
 
 def main() -> None:
@@ -54,7 +53,7 @@ def main() -> None:
     for t in [float(x) for x in args.temperatures.split(",")]:
         totals = defaultdict(lambda: [0, 0, 0])  # accepted draft tokens, steps, tokens
         for i, prompt in enumerate(prompts):
-            order = RULES[i % 3:] + RULES[: i % 3]  # alternate which rule runs first
+            order = RULES[i % 2:] + RULES[: i % 2]  # alternate which rule runs first
             for rule in order:
                 req = GenerationRequest(prompt_ids=prompt, max_new_tokens=args.max_new_tokens, drafters=make(),
                                         budget=args.budget, verify_rule=rule,

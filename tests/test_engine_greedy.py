@@ -23,6 +23,18 @@ def model():
     return tiny_llama(VOCAB, seed=1)
 
 
+def noisy_copy(model, scale=0.6, seed=0):
+    """The target with noise on its head: a draft model that agrees with it most of the time."""
+    import copy
+
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        w = draft.lm_head.weight
+        w.add_(torch.randn(w.shape, generator=gen) * w.std() * scale)
+    return draft
+
+
 def hf_greedy(model, prompt, n, eos=None):
     out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=0)
     return out[0, len(prompt):].tolist()
@@ -54,7 +66,7 @@ def run(engine, prompt, drafters, n=48, budget=16, **kw):
 @pytest.mark.parametrize("which", ["plain", "retrieval", "context", "model", "composite", "adaptive"])
 def test_identical_to_hf_generate(model, references, datastore, which):
     engine = Engine(model, IdTokenizer())
-    draft_model = tiny_llama(VOCAB, seed=2)  # a different model: its drafts are mostly wrong
+    draft_model = noisy_copy(model)  # right often, wrong sometimes: both paths of verification run
     make = {
         "plain": lambda: [],
         "retrieval": lambda: [RetrievalDrafter(str(datastore))],
@@ -71,8 +83,8 @@ def test_identical_to_hf_generate(model, references, datastore, which):
         assert [t for s in steps for t in s.token_ids] == ref
         assert final.stats.tokens == 48 and final.stats.steps == len(steps)
         accepted += sum(s.accepted for s in steps)
-    if which in ("retrieval", "composite", "adaptive"):
-        assert accepted > 40, "the datastore holds the answers: drafts must be accepted"
+    # A drafter that never gets a token accepted would prove nothing about verification.
+    assert which == "plain" or accepted > 20, f"only {accepted} draft tokens accepted"
 
 
 def test_self_drafting_accepts_every_draft_token(model, references):

@@ -41,7 +41,7 @@ class GenerationRequest:
     budget: int | None = None  # nodes per step; None = adaptive
     stop_strings: Sequence[str] = ()
     cancel: threading.Event | None = None
-    verify_rule: str = "auto"  # sampling: how sampled drafts are verified (verify.RULES); for benchmarks
+    verify_rule: str = "model"  # sampling: how sampled drafts are verified (verify.RULES); for benchmarks
 
 
 def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:

@@ -19,9 +19,10 @@ as q given everything that decided its attempt (the composite drafter keeps it s
 children are never merged away, reordered or pruned by their own value) and deterministic
 proposals use none of the target's random numbers.
 
-Per node, a sampled child may instead be verified with the deterministic rule (exact for any
-proposal). ``rule="auto"`` picks, from p, q and the deterministic tokens (never from x), the
-rule with the higher chance of accepting something at that node.
+A sampled child may instead be verified by the deterministic rule (exact for any proposal;
+``rule="deterministic"``). The model rule is the default: at every node it is at least as
+likely to accept something (min(p, q) >= p * q), and it kept more tokens on SmolLM2 at T = 1
+(docs/benchmarks.md, "Exact sampling").
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch
 
 from draftscope.draft_tree import DraftTree
 
-RULES = ("auto", "model", "deterministic")
+RULES = ("model", "deterministic")
 
 
 def children_lists(tree: DraftTree) -> dict[int, list[int]]:
@@ -69,25 +70,6 @@ def draft_distributions(q) -> list[torch.Tensor]:
     return list(q) if isinstance(q, (list, tuple)) else [q]
 
 
-def model_rule_pays(p: torch.Tensor, q: torch.Tensor, det_tokens: list[int]) -> bool:
-    """Whether the model rule is likelier than the deterministic rule to accept a token here.
-
-    Both chances are expectations over the draft x ~ q, so the choice never looks at x:
-    model rule: sum min(p, q), then the deterministic tokens D against the residual;
-    deterministic rule: p(D) plus, when x falls outside D, p(x)."""
-    overlap = torch.minimum(p, q)
-    accept_model = float(overlap.sum())
-    det = torch.zeros_like(p, dtype=torch.bool)
-    if det_tokens:
-        det[torch.tensor(det_tokens)] = True
-    residual = p - overlap
-    left = float(residual.sum())
-    after = float(residual[det].sum()) / left if left > 0 else 0.0
-    model = accept_model + (1 - accept_model) * after
-    deterministic = float(p[det].sum()) + float((q * p)[~det].sum())
-    return model >= deterministic
-
-
 def verify_sampling(
     tree: DraftTree,
     probs: torch.Tensor,
@@ -95,14 +77,14 @@ def verify_sampling(
     q_probs: dict[int, torch.Tensor] | None = None,
     *,
     also_proposed: set[int] | frozenset[int] = frozenset(),
-    rule: str = "auto",
+    rule: str = "model",
 ) -> tuple[list[int], int]:
     """(accepted node indices root-down, the token sampled after them).
 
     ``q_probs[i]``: node i was sampled from this distribution (or from each of a list of them);
     other nodes
     are deterministic proposals. ``also_proposed``: sampled nodes a deterministic drafter
-    proposed too. ``rule``: "auto" (per node), "model" or "deterministic" for sampled nodes."""
+    proposed too. ``rule``: "model" or "deterministic", for sampled nodes."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule {rule!r} (one of {', '.join(RULES)})")
     kids = children_lists(tree)
@@ -117,9 +99,7 @@ def verify_sampling(
         accepted = None
         for c, q in ((c, q) for c in sampled for q in draft_distributions(q_probs[c])):
             q = fit_vocab(q, p.shape[0]).to(p.dtype)
-            use_model = rule == "model" or (
-                rule == "auto" and model_rule_pays(p, q, [tokens[d] for d in deterministic]))
-            if not use_model:
+            if rule == "deterministic":
                 if c not in deterministic:
                     deterministic.insert(0, c)
                 continue
