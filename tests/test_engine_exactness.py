@@ -121,7 +121,7 @@ def exact_joint(model, params: SamplingParams, prompt=PROMPT) -> np.ndarray:
     return joint
 
 
-def sample_runs(target, params, make_drafters, *, budget, seed0=1000, runs=RUNS, rule="auto", prompt=PROMPT):
+def sample_runs(target, params, make_drafters, *, budget, seed0=1000, runs=RUNS, rule="model", prompt=PROMPT):
     """Counts of the first TOKENS tokens over seeded runs, and the draft tokens accepted."""
     engine = Engine(target, IdTokenizer())
     counts = np.zeros(V ** TOKENS)
