@@ -237,7 +237,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--questions", default=None, help="Spec-Bench JSONL to take prompts from")
     p.add_argument("--max-new-tokens", type=int, default=64, help="greedy answers' length")
     p.add_argument("--runs", type=int, default=600, help="seeded runs per first-tokens test")
-    p.add_argument("--pit-tokens", type=int, default=3000, help="sampled tokens per PIT test")
+    p.add_argument("--pit-tokens", type=int, default=3000,
+                   help="sampled tokens per PIT test (about 2,000 reject a REST-style bias on SmolLM2)")
     p.add_argument("--pit-length", type=int, default=96, help="tokens per sampled answer in the PIT test")
     p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--biased", action="store_true", help="also run the sampling tests with a biased verifier")
