@@ -82,8 +82,7 @@ def verify_sampling(
     """(accepted node indices root-down, the token sampled after them).
 
     ``q_probs[i]``: node i was sampled from this distribution (or from each of a list of them);
-    other nodes
-    are deterministic proposals. ``also_proposed``: sampled nodes a deterministic drafter
+    other nodes are deterministic proposals. ``also_proposed``: sampled nodes a deterministic drafter
     proposed too. ``rule``: "model" or "deterministic", for sampled nodes."""
     if rule not in RULES:
         raise ValueError(f"unknown verification rule {rule!r} (one of {', '.join(RULES)})")
