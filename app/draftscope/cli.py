@@ -53,10 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="smoke test: quit MS milliseconds after the main window shows; exit 1 if it never does")
     gui.set_defaults(func=_cmd_gui)
 
-    from draftscope.commands import chat, datastore
+    from draftscope.commands import chat, datastore, models
 
     datastore.add_parser(sub)
     chat.add_parser(sub)
+    models.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         return _cmd_gui()
     try:
+        if args.command != "models":
+            from draftscope.commands.models import fetch_named_models
+
+            fetch_named_models(args)
         return args.func(args)
     except (FileNotFoundError, ValueError, OSError) as exc:
         print(f"draftscope: error: {exc}", file=sys.stderr)

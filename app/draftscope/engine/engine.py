@@ -89,6 +89,7 @@ class Engine:
         self.name = name
         self.device = device or next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.dtype_reason = ""  # why this dtype (set by load)
         self.vocab = int(model.config.vocab_size)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         # Tree verification passes one full-attention mask to every layer; sliding-window layers
@@ -113,6 +114,7 @@ class Engine:
 
         loaded = load_model(spec, device=device, dtype=dtype)
         engine = cls(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device)
+        engine.dtype_reason = loaded.dtype_reason
         if measure:
             engine.measure()
         return engine

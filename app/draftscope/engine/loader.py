@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from draftscope import assets
+from draftscope.engine import precision
 from draftscope.engine.models import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
 
 
@@ -18,6 +19,7 @@ class LoadedModel:
     source: ModelSource
     device: torch.device
     dtype: torch.dtype
+    dtype_reason: str = ""
 
     @property
     def name(self) -> str:
@@ -39,13 +41,7 @@ def pick_device(requested: str | None = None) -> torch.device:
 
 
 def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtype:
-    if requested and requested != "auto":
-        return getattr(torch, requested)
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if device.type == "mps":
-        return torch.float16
-    return torch.float32
+    return precision.choose(device, requested).dtype
 
 
 def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
@@ -53,7 +49,8 @@ def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     dev = pick_device(device)
-    dt = pick_dtype(dev, dtype)
+    chosen = precision.choose(dev, dtype)
+    dt = chosen.dtype
     tokenizer = load_tokenizer(source)
     try:
         if source.kind == "gguf":
@@ -63,7 +60,7 @@ def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str
     except OSError as exc:
         raise ModelNotFoundError(f"could not load model {source.location!r}: {exc}") from exc
     model.to(dev).eval()
-    return LoadedModel(model, tokenizer, source, dev, dt)
+    return LoadedModel(model, tokenizer, source, dev, dt, chosen.reason)
 
 
 def _load_gguf(source: ModelSource, dtype: torch.dtype):
@@ -72,7 +69,8 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    cached = assets.cache_dir() / "models" / file_digest(gguf)[:24]
+    # kept in the dtype it runs in: a 1.5B model read as fp32 and then cast would need twice the memory
+    cached = assets.cache_dir() / "models" / f"{file_digest(gguf)[:24]}-{str(dtype).removeprefix('torch.')}"
     if (cached / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(str(cached), dtype=dtype)
     try:
@@ -85,10 +83,11 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     for attr in ("quantization_config",):
         if hasattr(model.config, attr):
             delattr(model.config, attr)
+    model = model.to(dtype)
     partial = cached.with_name(cached.name + ".part")
     model.save_pretrained(str(partial), safe_serialization=True)
     partial.replace(cached)
-    return model.to(dtype)
+    return model
 
 
 def truncated_model(model, layers: int):

