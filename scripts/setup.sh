@@ -18,7 +18,16 @@ PY="${PYTHON:-python3}"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- System libraries Qt needs (installed only when missing) ---------------------------------
-qt_libs=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libdbus-1-3 libglib2.0-0)
+# The xcb (X11) platform plugin's libraries are those `ldd` lists for PySide6's
+# Qt/plugins/platforms/libqxcb.so and Qt/lib/libQt6XcbQpa.so.6 (Debian 12 package names; a fresh
+# Debian desktop lacks libxcb-cursor0, libxcb-icccm4 and libxcb-keysyms1, and Qt then aborts).
+qt_libs=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libfreetype6 libdbus-1-3 libglib2.0-0
+         libx11-6 libx11-xcb1 libxcb1 libxcb-cursor0 libxcb-glx0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1
+         libxcb-randr0 libxcb-render0 libxcb-render-util0 libxcb-shape0 libxcb-shm0 libxcb-sync1 libxcb-util1
+         libxcb-xfixes0 libxcb-xkb1)
+if [ "$mode" = test ]; then
+    qt_libs+=(xvfb)  # the tests also start the app on a virtual X server (tests/test_gui_xcb_start.py)
+fi
 if command -v dpkg-query >/dev/null 2>&1; then
     missing=()
     for pkg in "${qt_libs[@]}"; do
@@ -31,6 +40,12 @@ if command -v dpkg-query >/dev/null 2>&1; then
         if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; }; then
             say "could not install ${missing[*]}; install them with your package manager for the GUI"
         fi
+    fi
+elif [ "$(uname -s)" = Linux ]; then
+    say "not a Debian/Ubuntu system: for the GUI install Qt's X11 libraries with your package manager"
+    say "(libxcb-cursor, xcb-util-wm, xcb-util-keysyms, xcb-util-image, xcb-util-renderutil, libxkbcommon-x11)"
+    if [ "$mode" = test ]; then
+        say "and Xvfb (xorg-x11-server-Xvfb or xvfb) for the test that starts the app on X11"
     fi
 fi
 

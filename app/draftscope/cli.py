@@ -33,7 +33,13 @@ def _cmd_gui(args: argparse.Namespace | None = None) -> int:
         print(f"draftscope: the desktop app cannot start ({exc}); `draftscope chat` works in the terminal",
               file=sys.stderr)
         return 2
-    return gui_main(model=getattr(args, "model", None), quit_after_ms=getattr(args, "quit_after", None))
+    screenshot = getattr(args, "screenshot", None)
+    if screenshot and getattr(args, "quit_after", None) is None:
+        print("draftscope: error: --screenshot needs --quit-after MS (it is taken just before quitting)",
+              file=sys.stderr)
+        return 2
+    return gui_main(model=getattr(args, "model", None), quit_after_ms=getattr(args, "quit_after", None),
+                    screenshot=screenshot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     gui.add_argument("--model", help="model for this run (default: the one in the settings)")
     gui.add_argument("--quit-after", type=int, metavar="MS",
                      help="smoke test: quit MS milliseconds after the main window shows; exit 1 if it never does")
+    gui.add_argument("--screenshot", metavar="PATH",
+                     help="with --quit-after: save the main window as the screen shows it to PATH (PNG) before quitting")
     gui.set_defaults(func=_cmd_gui)
 
     from draftscope.commands import chat, datastore, models

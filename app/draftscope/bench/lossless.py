@@ -300,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--temperature: give one or more values >= 0")
     if args.runs < 50 or args.pit_tokens < 100:
         raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
-    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
+    datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, measure=args.budget is None)
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
     available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else [])

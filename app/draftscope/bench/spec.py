@@ -3,8 +3,10 @@ one process, greedy. Prints per category and overall: tau (tokens per target for
 speedup over Hugging Face ``generate``, and whether the output equals the baseline's.
 
 Methods: ``hf`` (baseline), ``hf-pld`` (HF prompt lookup), ``hf-assisted`` (with --draft-model),
-ours: ``plain``, ``retrieval``, ``context``, ``composite`` (retrieval + context), ``model`` (with
---draft-model), and ``oracle`` (drafts = the baseline's answer: the ceiling).
+ours: ``plain``, ``retrieval``, ``context``, ``composite`` (every drafter at hand: retrieval,
+context and, with --draft-model, the model), ``model`` (with --draft-model), and ``oracle``
+(drafts = the baseline's answer: the ceiling). ``--code-prompts N`` adds N HumanEval-style
+function-writing prompts (our own, category "code").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
+CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
 ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "plain", "retrieval", "context", "composite", "model", "oracle"]
 
 
@@ -32,7 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", default=None, help="a small model for hf-assisted and our model drafter")
     p.add_argument("--methods", default=",".join(ALL_METHODS))
     p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--code-prompts", type=int, default=0, help="also this many HumanEval-style code prompts")
     p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
+                   "method runs in the same dtype)")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
 
@@ -54,23 +60,26 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters.factory import drafter_maker
+    from draftscope.engine.drafters.factory import setup_drafters
     from draftscope.engine.drafters.oracle import OracleDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
-    from draftscope.engine.loader import load_model
+    from draftscope.engine.loader import load_draft_model
 
     methods = [m for m in args.methods.split(",") if m]
     if not args.draft_model:
         methods = [m for m in methods if m not in ("hf-assisted", "model")]
     questions = load_questions(args.questions, args.per_category, {c for c in args.categories.split(",") if c})
-    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
+    if args.code_prompts:
+        questions += load_questions(str(CODE_PROMPTS), args.code_prompts, set())
+    datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
     if any(m in methods for m in ("retrieval", "composite")) and not datastore.is_file():
         raise FileNotFoundError(f"datastore not found: {datastore} (build it with `draftscope datastore build-default`)")
 
-    engine = Engine.load(args.model, device=args.device)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     model, tok = engine.model, engine.tokenizer
-    draft = load_model(args.draft_model, device=args.device).model if args.draft_model else None
-    print(f"draftscope bench spec: {engine.name} on {engine.device} ({engine.dtype}), {len(questions)} questions, "
+    draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
+    print(f"draftscope bench spec: {engine.name} on {engine.device} ({engine.dtype}: {engine.dtype_reason}), "
+          f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
           f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}; "
           f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
@@ -109,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
                 if m == "oracle":
                     drafters = [OracleDrafter(base_ids, len(ids))]
                 else:
-                    names = {"plain": [], "composite": ["retrieval", "context"]}.get(m, [m])
-                    drafters = drafter_maker(names, datastore=datastore, draft_model=draft,
-                                             eos_token_id=tok.eos_token_id)()
+                    every = ["retrieval", "context"] + (["model"] if draft is not None else [])
+                    names = {"plain": [], "composite": every}.get(m, [m])
+                    drafters = setup_drafters(",".join(names) or "none", datastore=datastore, draft_model=draft,
+                                              eos_token_id=tok.eos_token_id).make()
                 results[m] = ours(ids, drafters)
         for m, (out, secs, steps) in results.items():
             rows.append({"question_id": q["question_id"], "category": q["category"], "method": m, "tokens": len(out),

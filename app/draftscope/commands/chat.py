@@ -11,10 +11,12 @@ from pathlib import Path
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default", help="default (SmolLM2-135M-Instruct), a model folder, a .gguf file or a hub id")
+    p.add_argument("--model", default="default", help="a catalogue name (draftscope models list; default: SmolLM2-135M), "
+                   "a model folder, a .gguf file or a hub id")
     p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)")
     p.add_argument("--drafters", default="auto", help="comma list of retrieval, context, model; 'auto' = all whose inputs exist; 'none' = plain decoding")
-    p.add_argument("--draft-model", default=None, help="small model for the model drafter")
+    p.add_argument("--draft-model", default=None, help="small model with the same tokenizer for the model drafter "
+                   "(a catalogue name, folder or .gguf)")
     p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -24,7 +26,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
+                   "natively, else float32)")
+    p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
 def add_parser(sub) -> None:
@@ -40,24 +44,32 @@ def add_parser(sub) -> None:
 
 def _setup(args):
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters.factory import drafter_maker, parse_drafter_names
+    from draftscope.engine.drafters.factory import setup_drafters
     from draftscope.engine.engine import Engine
-    from draftscope.engine.loader import load_model
+    from draftscope.engine.loader import load_draft_model
     from draftscope.engine.sampling import SamplingParams
 
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
-    datastore = Path(args.datastore) if args.datastore else default_datastore_path()
-    names = parse_drafter_names(args.drafters, have_datastore=datastore.is_file(), have_draft_model=bool(args.draft_model))
-    if "model" in names and not args.draft_model:
-        raise ValueError("the model drafter needs --draft-model")
+    datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
+    wants_draft = bool(args.draft_model) and (args.drafters == "auto" or "model" in args.drafters.split(","))
     print(f"loading {args.model} ...", file=sys.stderr)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
-    draft_model = load_model(args.draft_model, device=args.device, dtype=args.dtype).model if "model" in names else None
-    drafters = drafter_maker(names, datastore=datastore, draft_model=draft_model,
-                             eos_token_id=engine.tokenizer.eos_token_id)
-    print(f"{engine.name} on {engine.device}; drafters: {', '.join(names) or 'none (plain decoding)'}; "
+    draft_model = load_draft_model(args.draft_model, engine, device=args.device, dtype=args.dtype).model if wants_draft else None
+    setup = setup_drafters(args.drafters, datastore=datastore, draft_model=draft_model,
+                           eos_token_id=engine.tokenizer.eos_token_id)
+    print(f"{engine.name} on {engine.device} ({_dtype_name(engine)}); drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
-    return engine, drafters, sampling
+    if args.verbose:
+        print(f"precision: {_dtype_name(engine)} ({engine.dtype_reason or 'as loaded'})", file=sys.stderr)
+        print(f"datastore: {setup.label}; draft model: {args.draft_model if draft_model is not None else 'none'}",
+              file=sys.stderr)
+        for note in setup.notes:
+            print(f"note: {note}", file=sys.stderr)
+    return engine, setup.make, sampling
+
+
+def _dtype_name(engine) -> str:
+    return str(engine.dtype).removeprefix("torch.")
 
 
 def _answer(engine, messages, drafters, sampling, args, out=None):

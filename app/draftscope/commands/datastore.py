@@ -44,7 +44,9 @@ def add_parser(sub) -> None:
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=cmd_info)
 
-    default = ds_sub.add_parser("build-default", help="build the default chat datastore (ShareGPT, for the default model)")
+    default = ds_sub.add_parser("build-default", help="build a model's default chat datastore (ShareGPT; code models: "
+                                                      "also the Python standard library)")
+    default.add_argument("--model", default="default", help="the model it is for: a catalogue name, folder or .gguf")
     default.add_argument("--out", default=None, help="where to write it (default: the user data folder)")
     default.add_argument("--quiet", action="store_true")
     default.add_argument("--json", action="store_true")
@@ -135,7 +137,8 @@ def cmd_build_default(args: argparse.Namespace) -> int:
 
     def make(bar, cancel):
         status = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr))
-        return build_default(Path(args.out) if args.out else None, progress=bar, cancel=cancel, on_status=status)
+        return build_default(Path(args.out) if args.out else None, model=args.model, progress=bar, cancel=cancel,
+                             on_status=status)
 
     return _run_build(make, args.quiet, args.json)
 

