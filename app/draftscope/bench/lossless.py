@@ -272,7 +272,7 @@ def _prompts(args, engine) -> list[list[int]]:
 
 def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
     """None, 'self', 'self:N' (the target's first N layers) or a model spec."""
-    from draftscope.engine.loader import load_model, truncated_model
+    from draftscope.engine.loader import load_draft_model, truncated_model
 
     if not spec:
         return None
@@ -284,7 +284,7 @@ def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
         except ValueError:
             raise ValueError(f"--draft-model {spec}: give the number of layers, e.g. self:8") from None
         return truncated_model(engine.model, layers)
-    return load_model(spec, device=device, dtype=dtype).model
+    return load_draft_model(spec, engine, device=device, dtype=dtype).model
 
 
 def run(args: argparse.Namespace) -> int:
