@@ -186,11 +186,13 @@ class MainWindow(QMainWindow):
 
         status = self.statusBar()
         self.status_model = QLabel(f"model: {engine.name}", objectName="statusModel")
+        self.status_model.setToolTip(engine.name)
         precision = str(getattr(engine, "dtype", "")).removeprefix("torch.")
         self.status_device = QLabel(f"device: {engine.device} · {precision}", objectName="statusDevice")
         self.status_device.setToolTip(f"Runs in {precision}" + (f": {engine.dtype_reason}" if getattr(
             engine, "dtype_reason", "") else "") + ". Settings ▸ Model ▸ Precision changes it.")
-        self.status_datastore = QLabel(f"datastore: {datastore_label}", objectName="statusDatastore")
+        self.status_datastore = QLabel(objectName="statusDatastore")
+        self._show_datastore(datastore_label)
         self.status_drafters = QLabel(objectName="statusDrafters")
         self.status_tps = QLabel("– tokens/s", objectName="statusTokensPerSecond")
         self.status_baseline = QLabel(objectName="statusBaseline")
@@ -563,8 +565,14 @@ class MainWindow(QMainWindow):
     def set_drafters(self, make, datastore_label: str) -> None:
         """New drafters from the next answer on (settings changed)."""
         self.make_drafters = make
-        self.status_datastore.setText(f"datastore: {datastore_label}")
+        self._show_datastore(datastore_label)
         self._show_drafters()
+
+    def _show_datastore(self, label: str) -> None:
+        # the file's name in the status bar (a full path crowds out the rest), the path on hover
+        self.status_datastore.setText(f"datastore: {Path(label).name if label != 'none' else label}")
+        self.status_datastore.setToolTip(label if label != "none" else "No datastore: drafts come from the "
+                                         "conversation (and the draft model, if one is set)")
 
     def set_code_style(self, code_style: str, *, dark: bool) -> None:
         """Re-highlight code for another theme."""
