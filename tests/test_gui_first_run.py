@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton  # noqa: E402
 
 from draftscope import assets, catalog  # noqa: E402
+from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.datastore.progress import Progress  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog, needs_first_run  # noqa: E402
 from draftscope.retrieval import BuildCancelled  # noqa: E402
@@ -374,8 +375,9 @@ def test_datastore_out_of_space_then_retry_and_finish(qtbot, dirs, tmp_path):
     assert dialog.result() == QDialog.DialogCode.Accepted
     settings, notices = load_settings()
     assert notices == []
-    assert settings.model == "default" and settings.datastore == str(attempts[1])
-    assert Path(settings.datastore).read_bytes() == b"index"
+    # the model's default datastore stays implicit ("" = the default of whichever model is chosen)
+    assert settings.model == "default" and settings.datastore == ""
+    assert Path(attempts[1]) == default_datastore_path("default") and Path(attempts[1]).read_bytes() == b"index"
 
 
 def test_cancelling_a_build_writes_nothing(qtbot, dirs, tmp_path):

@@ -65,7 +65,7 @@ def test_the_app_builds_a_model_drafter_from_its_settings(folders, tmp_path, mon
                         drafters={"retrieval": True, "context": True, "model": True}, dtype="float32")
     engine = load_engine(settings)
     assert engine.draft_model is not None and engine.notices == []
-    make, label, notes = drafter_factory(settings, engine.draft_model)
+    make, label, notes = drafter_factory(settings, engine.draft_model, engine.vocab)
     drafters = make()
     assert [d.name for d in drafters] == ["context", "model"] and isinstance(drafters[1], ModelDrafter)
     assert label == "none" and any("no datastore" in n for n in notes)
@@ -80,6 +80,22 @@ def test_the_app_builds_a_model_drafter_from_its_settings(folders, tmp_path, mon
     assert [d.name for d in make()] == ["context"] and any("draft model drafter is off" in n for n in notes)
     # switched off in the settings: no draft model is loaded at all
     assert load_engine(Settings(model=str(folders["target"]), draft_model=str(folders["draft"]))).draft_model is None
+
+
+def test_a_datastore_for_another_tokenizer_is_not_used(tmp_path, tokenizer):
+    from draftscope.datastore.pipeline import build_datastore
+    from draftscope.datastore.sources import Source
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("def main():\n    print('hello world')\n" * 20)
+    index = build_datastore([Source.parse(f"text:{text}")], tokenizer, tmp_path / "t.idx").path
+    switches = {"retrieval": True, "context": True, "model": False}
+    assert setup_drafters(switches, datastore=index, vocab_size=len(tokenizer)).names == ["retrieval", "context"]
+    smaller = setup_drafters(switches, datastore=index, vocab_size=50)
+    assert smaller.names == ["context"] and smaller.label == "none"
+    assert any("built for a tokenizer of" in n and "the model has 50" in n for n in smaller.notes)
+    with pytest.raises(ValueError, match="built for a tokenizer of"):
+        setup_drafters("retrieval,context", datastore=index, vocab_size=50)
 
 
 def test_setup_drafters_from_a_list_refuses_what_cannot_run(tmp_path):

@@ -54,7 +54,8 @@ class CatalogModel:
 
     def memory_needed(self, dtype: str) -> int:
         """Bytes of memory to run it in ``dtype``: the weights plus ~25% for activations, the KV cache
-        of a long chat and the runtime (measured: docs/benchmarks.md, "Real models")."""
+        of a long chat and the runtime (compare the measured peaks in docs/benchmarks.md, "Real models";
+        the first load of a GGUF peaks higher, as it dequantises in fp32 before caching)."""
         return int(self.parameters * DTYPE_BYTES.get(dtype, 4) * 1.25) + 400_000_000
 
 

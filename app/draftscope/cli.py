@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, OSError) as exc:
         print(f"draftscope: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a failed download (AssetFetchError), a device torch does not know
+        print(f"draftscope: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("draftscope: interrupted", file=sys.stderr)
         return 130

@@ -51,12 +51,12 @@ def _setup(args):
 
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.repetition_penalty, args.seed)
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
-    wants_draft = bool(args.draft_model) and (args.drafters == "auto" or "model" in args.drafters.split(","))
+    wants_draft = bool(args.draft_model) and (args.drafters == "auto" or "model" in [n.strip() for n in args.drafters.split(",")])
     print(f"loading {args.model} ...", file=sys.stderr)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     draft_model = load_draft_model(args.draft_model, engine, device=args.device, dtype=args.dtype).model if wants_draft else None
     setup = setup_drafters(args.drafters, datastore=datastore, draft_model=draft_model,
-                           eos_token_id=engine.tokenizer.eos_token_id)
+                           eos_token_id=engine.tokenizer.eos_token_id, vocab_size=engine.vocab)
     print(f"{engine.name} on {engine.device} ({_dtype_name(engine)}); drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
     if args.verbose:

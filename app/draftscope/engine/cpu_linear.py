@@ -43,7 +43,10 @@ def _probe(weight: torch.Tensor, rows: int = 8, repeats: int = 5) -> float:
 def use_fast_layout(model) -> str:
     """Switch ``model``'s linear layers to the transposed layout when that is faster on this CPU;
     returns what was decided, in words (empty for a model not on the CPU)."""
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if getattr(model, "hf_quantizer", None) is not None:
+        return ""
+    # plain nn.Linear only: subclasses (routers, quantised or decoupled layers) do more than x @ W.T
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     if not linears or linears[0].weight.device.type != "cpu":
         return ""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

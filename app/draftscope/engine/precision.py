@@ -1,6 +1,6 @@
 """Which dtype to run in: bf16 where the hardware computes it natively (GPUs that support it, CPUs
 with AVX512-BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and many times slower (seen
-on an AVX2-only EPYC: a 16-row bf16 matmul 65x slower than fp32). Every choice comes with the
+on an AVX2-only EPYC: bf16 matmuls 35-65x slower than fp32). Every choice comes with the
 reason in words, for the status bar and ``--verbose``."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class ModelLoader(QObject):
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
-def drafter_factory(settings, draft_model=None):
+def drafter_factory(settings, draft_model=None, vocab_size=None):
     """(make fresh drafters per answer, datastore label, notes) from the settings; ``draft_model``
     is the one loaded with the engine (None when none is set or it could not be used)."""
     from draftscope.datastore.default import default_datastore_path
@@ -45,7 +45,7 @@ def drafter_factory(settings, draft_model=None):
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     draft_temperature = settings.temperature if settings.temperature > 0 else None
     setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
-                           draft_temperature=draft_temperature)
+                           draft_temperature=draft_temperature, vocab_size=vocab_size)
     return setup.make, setup.label, setup.notes
 
 
@@ -63,7 +63,7 @@ def load_engine(settings):
     if settings.draft_model and settings.drafters.get("model"):
         try:
             engine.draft_model = load_draft_model(settings.draft_model, engine).model
-        except (ValueError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading
             engine.notices.append(f"Draft model not used: {exc}")
     return engine
 
@@ -112,7 +112,8 @@ class Launcher(QObject):
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.progress.hide()
         self.loader_thread.shutdown()
-        make, label, notes = drafter_factory(self.settings, getattr(engine, "draft_model", None))
+        make, label, notes = drafter_factory(self.settings, getattr(engine, "draft_model", None),
+                                             getattr(engine, "vocab", None))
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
         self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label,
@@ -185,7 +186,8 @@ class Launcher(QObject):
         self.window.settings = new
         if changed & {"datastore", "drafters"}:
             try:
-                make, label, notes = drafter_factory(new, getattr(self.window.engine, "draft_model", None))
+                make, label, notes = drafter_factory(new, getattr(self.window.engine, "draft_model", None),
+                                                     getattr(self.window.engine, "vocab", None))
             except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
                 QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
                 return

@@ -601,7 +601,8 @@ class FirstRunDialog(QDialog):
             self.fetch_status.setText(f"{model.title} is ready.")
             self._model_chosen(setting_name(model))
         else:
-            self.settings.datastore = str(result)
+            # the model's default datastore stays implicit, so a later model switch picks its own
+            self.settings.datastore = "" if Path(result) == default_datastore_path(self.settings.model) else str(result)
             self._datastore_built = True
             self.datastore_progress.setRange(0, _STEPS)
             self.datastore_progress.setValue(_STEPS)

@@ -54,20 +54,44 @@ class DrafterSetup:
 
 
 def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
-                   eos_token_id: int | None = None, draft_temperature: float | None = None) -> DrafterSetup:
+                   eos_token_id: int | None = None, draft_temperature: float | None = None,
+                   vocab_size: int | None = None) -> DrafterSetup:
     """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
     left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
     whose inputs are missing is an error)."""
     have_datastore = datastore is not None and Path(datastore).is_file()
+    mismatch = _datastore_mismatch(datastore, vocab_size) if have_datastore else None
+    if mismatch and not isinstance(requested, str):
+        have_datastore = False  # settings: leave retrieval out and say why below
+    elif mismatch:
+        raise ValueError(mismatch)
     if isinstance(requested, str):
         names = parse_drafter_names(requested, have_datastore=have_datastore, have_draft_model=draft_model is not None)
         notes = []
     else:
         names, notes = names_from_switches(requested, have_datastore=have_datastore,
                                            have_draft_model=draft_model is not None)
+    if mismatch and requested.get("retrieval"):
+        notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
     make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
                          draft_temperature=draft_temperature)
     return DrafterSetup(names, make, str(datastore) if "retrieval" in names else "none", notes)
+
+
+def _datastore_mismatch(datastore, vocab_size: int | None) -> str | None:
+    """Why a datastore cannot draft for a model with ``vocab_size`` ids (made for another tokenizer)."""
+    if not vocab_size:
+        return None
+    from draftscope.retrieval import Reader
+
+    try:
+        stored = Reader(str(datastore)).vocab_size
+    except Exception:  # noqa: BLE001 - a damaged index is reported when it is opened for drafting
+        return None
+    if stored > vocab_size:
+        return (f"retrieval drafts are off: {Path(datastore).name} was built for a tokenizer of {stored:,} ids, "
+                f"the model has {vocab_size:,} (build one for this model: File ▸ Build a datastore)")
+    return None
 
 
 def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
