@@ -4,11 +4,17 @@ The panels know nothing of each other: each emits ``step_selected(index)`` when 
 step, and this controller passes the pick to the others with ``select_step`` (which never emits,
 so there is no echo) and to the chat through its own ``step_selected(answer, index)`` signal.
 ``answer`` is the message id of a stored answer, or None for the one being streamed.
+
+A live answer's steps reach the panels at most every LIVE_UPDATE_MS: a table, a tree and a chart
+redrawn for every batch (30 a second) starve the UI thread on a small machine, and an eye follows
+ten updates a second as well.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
+
+LIVE_UPDATE_MS = 100
 
 
 class InspectionController(QObject):
@@ -22,12 +28,16 @@ class InspectionController(QObject):
         self.steps: list = []
         self.selected: int | None = None
         self.baseline: float | None = None
+        self._pending: list = []  # live steps not yet handed to the panels
+        self._flush_timer = QTimer(self, singleShot=True, interval=LIVE_UPDATE_MS)
+        self._flush_timer.timeout.connect(self.flush)
         for panel in self.panels:
             panel.step_selected.connect(self.select)
 
     def begin_live(self, baseline_tps: float | None) -> None:
         """A new answer starts streaming: every panel is cleared and follows it."""
         self.answer, self.steps, self.selected, self.baseline = None, [], None, baseline_tps
+        self._pending = []
         self.drafts.reset()
         self.trie.reset()
         self.speedup.reset(baseline_tps)
@@ -36,16 +46,27 @@ class InspectionController(QObject):
         if self.answer is not None:  # the user is looking at a stored answer: leave it on screen
             return
         self.steps.extend(events)
-        for panel in self.panels:
-            panel.add_steps(events)
+        self._pending.extend(events)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def flush(self) -> None:
+        """Hand the live steps that arrived since the last update to the panels."""
+        self._flush_timer.stop()
+        if self._pending and self.answer is None:
+            events, self._pending = self._pending, []
+            for panel in self.panels:
+                panel.add_steps(events)
 
     def finish_live(self, message_id: int) -> None:
         """The streamed answer was stored as ``message_id``: the panels keep showing it."""
         if self.answer is None:
+            self.flush()
             self.answer = message_id
 
     def show_answer(self, message_id: int, steps: list, baseline_tps: float | None) -> None:
         """A stored answer's steps in every panel, its last step selected."""
+        self._pending = []
         self.answer, self.steps, self.baseline = message_id, list(steps), baseline_tps
         self.drafts.set_steps(self.steps)
         self.trie.set_steps(self.steps)
@@ -64,6 +85,7 @@ class InspectionController(QObject):
         """Step ``index`` of the shown answer, in every panel and (through the signal) the chat."""
         if not 0 <= index < len(self.steps):
             return
+        self.flush()
         self.selected = index
         for panel in self.panels:
             panel.select_step(index)

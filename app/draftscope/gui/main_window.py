@@ -548,6 +548,7 @@ class MainWindow(QMainWindow):
         self.error_box = box
 
     def _end_stream(self) -> None:
+        self.inspection.flush()
         self.streaming = False
         self.streaming_text = ""
         self._update_actions()
