@@ -1,33 +1,96 @@
-"""The adaptive tree size: speculate when drafts are accepted and verification is cheap, decode
-plainly when they are not, and recover from a bad cost measurement."""
+"""The per-step policy: a tree when the step's drafts can pay for their verification, plain
+decoding when they cannot, learned acceptance, and drafting itself skipped while it does not pay."""
 
-from draftscope.engine.budget import AdaptiveBudget
+import numpy as np
+import torch
 
-CPU_LIKE = {0: 0.060, 4: 0.080, 8: 0.090, 16: 0.100, 32: 0.130, 64: 0.190}
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.policy import StepPolicy, shares, subtree
 
-
-def test_good_drafts_grow_the_tree_and_bad_ones_stop_speculation():
-    b = AdaptiveBudget(dict(CPU_LIKE))
-    for _ in range(20):
-        n = b.choose()
-        b.update(n, accepted=min(n, 6))  # nearly everything accepted
-    assert b.choose() >= 16
-    late = []
-    for _ in range(40):
-        n = b.choose()
-        b.update(n, accepted=0)
-        late.append(n)
-    # Plain decoding, but for the periodic exploration step.
-    assert late[-16:].count(0) >= 14, f"speculation that never pays falls back to plain decoding: {late}"
+# Seconds per verify forward by tree size, shaped like a small model on this CPU.
+CPU_LIKE = {0: 0.060, 2: 0.066, 4: 0.072, 8: 0.085, 16: 0.100, 32: 0.130, 64: 0.190}
 
 
-def test_plain_decoding_still_explores_and_costs_recover_from_a_spike():
+def true_cost(n):
+    return StepPolicy(dict(CPU_LIKE)).cost(n)
+
+
+def chain(n, source=DraftSource.RETRIEVAL, support=100.0):
+    """A chain every match agrees on (share 1 at every level)."""
+    return DraftTree(np.arange(10, 10 + n), np.arange(-1, n - 1, dtype=np.int32), np.arange(1, n + 1, dtype=np.int32),
+                     np.full(n, support, np.float32), np.full(n, source, np.int8))
+
+
+def scattered(n, source=DraftSource.RETRIEVAL):
+    """n first-level candidates, one match each: no candidate is likelier than 1/n."""
+    return DraftTree(np.arange(10, 10 + n), np.full(n, -1, np.int32), np.ones(n, np.int32), np.ones(n, np.float32),
+                     np.full(n, source, np.int8))
+
+
+def test_a_tree_the_matches_agree_on_is_verified_and_scattered_guesses_are_not():
+    policy = StepPolicy(dict(CPU_LIKE))
+    kept = policy.trim(chain(8))
+    assert len(kept) >= 4 and policy.last.reason == "tree", policy.last
+    assert len(policy.trim(scattered(32))) == 0 and policy.last.reason == "plain: drafts cannot pay"
+
+
+def test_acceptance_is_learned_per_drafter():
+    policy = StepPolicy(dict(CPU_LIKE))
+    for _ in range(60):  # the datastore's unanimous chains are always rejected here
+        tree = policy.trim(chain(8))
+        policy.update(tree, [], draft_seconds=0.001, verify_seconds=true_cost(len(tree)), drafted=True)
+    verified = [len(policy.trim(chain(8))) for _ in range(12)]
+    # No longer verified, but for one node now and then (to notice when they start to be accepted).
+    assert max(verified) <= 1 and sum(verified) <= 2, verified
+    for _ in range(30):  # while the conversation's chains are accepted whole
+        tree = policy.trim(chain(8, DraftSource.CONTEXT))
+        policy.update(tree, list(range(len(tree))), draft_seconds=0.001, verify_seconds=true_cost(len(tree)),
+                      drafted=True)
+    assert len(policy.trim(chain(8, DraftSource.CONTEXT))) == 8
+    assert len(policy.trim(chain(8))) <= 1
+
+
+def test_drafting_that_does_not_pay_stops_except_to_explore():
+    policy = StepPolicy(dict(CPU_LIKE), explore_every=4)
+    asked = []
+    for _ in range(24):
+        n = policy.draft_budget()
+        asked.append(n)
+        # Slow drafting (a draft model) whose drafts are rejected: every drafting step loses.
+        policy.update(DraftTree.empty(), [], draft_seconds=0.05 if n else 0.0, verify_seconds=CPU_LIKE[0], drafted=n > 0)
+    assert asked[0] > 0 and asked[-8:].count(0) == 6, asked
+    for _ in range(12):  # drafts start to win (a copy-heavy stretch): drafting resumes
+        n = policy.draft_budget()
+        asked.append(n)
+        policy.update(chain(6), list(range(6)) if n else [], draft_seconds=0.002 if n else 0.0,
+                      verify_seconds=CPU_LIKE[8] if n else CPU_LIKE[0], drafted=n > 0)
+    assert all(n > 0 for n in asked[-4:]), asked
+
+
+def test_costs_recover_from_a_spike():
     spiked = {n: (c if n == 0 else c * 4) for n, c in CPU_LIKE.items()}  # measured while the machine was busy
-    b = AdaptiveBudget(spiked, alpha=0.8, explore_every=4)
-    chosen = []
-    for _ in range(40):
-        n = b.choose()
-        chosen.append(n)
-        b.update(n, accepted=min(n, 4), seconds=CPU_LIKE[min(CPU_LIKE, key=lambda k: abs(k - n))])
-    assert chosen[0] == 0 and any(n > 0 for n in chosen[:8]), "explores despite the spike"
-    assert all(n > 0 for n in chosen[-10:]), "real costs learned: speculation resumes"
+    policy = StepPolicy(spiked)
+    for _ in range(20):
+        tree = chain(4)
+        policy.update(tree, list(range(4)), draft_seconds=0.001, verify_seconds=CPU_LIKE[4], drafted=True)
+    assert abs(policy.cost(4) - CPU_LIKE[4]) < 0.01
+    assert len(policy.trim(chain(8))) > 0
+
+
+def test_sampled_drafts_are_never_trimmed_by_what_they_drew():
+    q = {i: torch.full((8,), 1 / 8) for i in range(3)}
+    unlikely = DraftTree(np.array([1, 2, 3]), np.array([-1, 0, 1], np.int32), np.array([1, 2, 3], np.int32),
+                         np.array([1e-4, 1e-8, 1e-12], np.float32), np.full(3, DraftSource.MODEL, np.int8),
+                         extra={"q_probs": q})
+    kept = StepPolicy(dict(CPU_LIKE)).trim(unlikely)
+    assert len(kept) == 3 and set(kept.extra["q_probs"]) == {0, 1, 2}
+
+
+def test_subtree_keeps_parents_and_renumbers_sampling_bookkeeping():
+    tree = DraftTree(np.array([5, 6, 7, 8]), np.array([-1, -1, 0, 1], np.int32), np.array([1, 1, 2, 2], np.int32),
+                     np.array([3, 1, 3, 1], np.float32), np.full(4, DraftSource.MODEL, np.int8),
+                     extra={"q_probs": {1: "q1", 3: "q3"}, "also_proposed": {3}})
+    sub = subtree(tree, np.array([False, True, False, True]))
+    assert sub.tokens.tolist() == [6, 8] and sub.parents.tolist() == [-1, 0]
+    assert sub.extra["q_probs"] == {0: "q1", 1: "q3"} and sub.extra["also_proposed"] == {1}
+    assert np.allclose(shares(tree), [0.75, 0.25, 1.0, 1.0])

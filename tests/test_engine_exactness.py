@@ -121,9 +121,12 @@ def exact_joint(model, params: SamplingParams, prompt=PROMPT) -> np.ndarray:
     return joint
 
 
-def sample_runs(target, params, make_drafters, *, budget, seed0=1000, runs=RUNS, rule="model", prompt=PROMPT):
-    """Counts of the first TOKENS tokens over seeded runs, and the draft tokens accepted."""
+def sample_runs(target, params, make_drafters, *, budget, seed0=1000, runs=RUNS, rule="model", prompt=PROMPT,
+                costs=None):
+    """Counts of the first TOKENS tokens over seeded runs, and the draft tokens accepted.
+    ``budget`` None: the step policy decides each tree, from the verify ``costs`` given."""
     engine = Engine(target, IdTokenizer())
+    engine.verify_costs = costs
     counts = np.zeros(V ** TOKENS)
     accepted = 0
     for r in range(runs):
@@ -206,6 +209,73 @@ def test_either_rule_alone_is_exact_on_a_mixed_tree(target, draft_model, datasto
     stat, critical = chi_square(counts, exact_joint(target, T1))
     print(f"tree+model-t1-b8, {rule} rule: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} accepted")
     assert stat <= critical, f"rule {rule}: chi2 {stat:.1f} > {critical:.1f}"
+
+
+# ----------------------------------------------------------------------------- the step policy
+
+# Relative verify costs by tree size, held fixed (a tiny model's real costs are flat): every extra
+# node must earn its place, so the policy trims trees, or verifies none, by what each step drafted.
+STEEP_COSTS = {0: 1.0, 2: 1.15, 4: 1.3, 8: 1.6, 16: 2.2, 32: 3.4, 64: 5.8}
+
+
+@pytest.fixture
+def policy_trims(monkeypatch):
+    """Costs stay as given, and the trims are counted (the cases must exercise them)."""
+    from draftscope.engine.policy import StepPolicy
+
+    monkeypatch.setattr(StepPolicy, "_learn_cost", lambda self, n, seconds: None)
+    counts = {"trimmed": 0, "steps": 0}
+    trim = StepPolicy.trim
+
+    def counting(self, tree, asked=None):
+        kept = trim(self, tree, asked)
+        counts["steps"] += 1
+        counts["trimmed"] += len(kept) < len(tree)
+        return kept
+
+    monkeypatch.setattr(StepPolicy, "trim", counting)
+    return counts
+
+
+POLICY_CASES = [("tree+model", T1), ("retrieval+context+model", PROCESSED)]
+
+
+@pytest.mark.parametrize("drafters,params", POLICY_CASES, ids=[f"{d}-policy" for d, _ in POLICY_CASES])
+def test_trees_the_policy_trims_keep_the_exact_distribution(target, draft_model, datastore, policy_trims, drafters,
+                                                            params):
+    prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
+    counts, accepted = sample_runs(target, params, drafters_for(drafters, draft_model, datastore), budget=None,
+                                   prompt=prompt, costs=dict(STEEP_COSTS), runs=1500)
+    stat, critical = chi_square(counts, exact_joint(target, params, prompt))
+    print(f"{drafters} with the step policy: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} accepted, "
+          f"{policy_trims['trimmed']} of {policy_trims['steps']} trees trimmed")
+    assert stat <= critical, f"chi2 {stat:.1f} > {critical:.1f}: the distribution differs from plain sampling"
+    assert accepted > 1500 // 4 and policy_trims["trimmed"] > policy_trims["steps"] // 10, policy_trims
+
+
+def trim_sampled_drafts_by_their_draw(self, tree, asked=None):
+    """A policy that drops sampled drafts the draft model found unlikely after drawing them (below
+    a probability of 0.3: a third of the draws here)."""
+    from draftscope.engine.policy import shares, subtree
+
+    share = shares(tree)
+    keep = np.ones(len(tree), dtype=bool)
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        keep[i] = share[i] >= 0.3 and (parent < 0 or keep[parent])
+    return subtree(tree, keep)
+
+
+def test_the_check_rejects_a_policy_that_trims_sampled_drafts_by_their_draw(target, draft_model, datastore,
+                                                                             monkeypatch):
+    from draftscope.engine.policy import StepPolicy
+
+    monkeypatch.setattr(StepPolicy, "trim", trim_sampled_drafts_by_their_draw)
+    counts, _ = sample_runs(target, PROCESSED, drafters_for("model", draft_model, datastore), budget=None, seed0=5000,
+                            runs=1000, costs=dict(STEEP_COSTS))
+    stat, critical = chi_square(counts, exact_joint(target, PROCESSED))
+    print(f"sampled drafts trimmed by their draw: chi2 {stat:.1f} (critical {critical:.1f})")
+    assert stat > critical, f"a biased policy not detected (chi2 {stat:.1f} <= {critical:.1f})"
 
 
 # ----------------------------------------------------------------------------- biased controls

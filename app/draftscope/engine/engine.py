@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.budget import AdaptiveBudget, FixedBudget, measure_verify_costs
+from draftscope.engine.budget import FixedBudget, measure_verify_costs
+from draftscope.engine.policy import Calibration, StepPolicy, subtree
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, tree_to_dict
 from draftscope.engine.sampling import SamplingParams, probabilities
 from draftscope.engine.tree_attention import keep_accepted, tree_inputs
@@ -48,18 +49,7 @@ def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
     """Drop nodes deeper than ``max_depth`` (they could only produce tokens past the limit)."""
     if len(tree) == 0 or tree.max_depth <= max_depth:
         return tree
-    keep = np.flatnonzero(tree.depth <= max_depth)
-    if keep.size == 0:
-        return DraftTree.empty()
-    remap = {int(old): new for new, old in enumerate(keep)}
-    parents = np.array([remap.get(int(tree.parents[i]), -1) for i in keep], dtype=np.int32)
-    extra = dict(tree.extra)
-    if "q_probs" in extra:
-        extra["q_probs"] = {remap[i]: v for i, v in extra["q_probs"].items() if i in remap}
-    if "also_proposed" in extra:
-        extra["also_proposed"] = {remap[i] for i in extra["also_proposed"] if i in remap}
-    return DraftTree(tree.tokens[keep], parents, tree.depth[keep], tree.support[keep], tree.source[keep],
-                     match_len=tree.match_len, match_count=tree.match_count, extra=extra)
+    return subtree(tree, tree.depth <= max_depth)
 
 
 class _Detokenizer:
@@ -106,6 +96,8 @@ class Engine:
                 eos.update(int(x) for x in source)
         self.eos_ids = eos
         self.verify_costs: dict[int, float] | None = None
+        # What the step policy learned of each drafter mix's acceptance, kept across answers.
+        self.calibrations: dict[tuple[str, ...], Calibration] = {}
         self.baseline_tokens_per_second: float | None = None
         self.baseline_measured_at: float | None = None  # time.monotonic() of the last measurement
 
@@ -189,7 +181,8 @@ class Engine:
         else:
             if self.verify_costs is None:
                 self.verify_costs = measure_verify_costs(self.model, self.device)
-            budget = AdaptiveBudget(self.verify_costs)
+            budget = StepPolicy(self.verify_costs)
+            budget.calibration = self.calibrations.setdefault(tuple(sorted(d.name for d in drafters)), Calibration())
         drafter = drafters[0] if len(drafters) == 1 else None
         if len(drafters) > 1:
             from draftscope.engine.drafters.composite import CompositeDrafter
@@ -221,9 +214,9 @@ class Engine:
                 finish = "cancel"
                 break
             t0 = time.perf_counter()
-            size = budget.choose()
+            size = budget.draft_budget()
             tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
-            tree = prune_depth(tree, limit - len(generated) - 1)
+            tree = budget.trim(prune_depth(tree, limit - len(generated) - 1), size)
             t1 = time.perf_counter()
             input_ids, positions, mask = tree_inputs(root, tree, past, self.device, self.dtype)
             logits = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
@@ -270,7 +263,8 @@ class Engine:
             seen[torch.tensor(emitted)] = True
             past += 1 + len(path)
             root = ids[-1]
-            budget.update(len(tree), len(path), t2 - t1)
+            budget.update(tree, path, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
+                          drafted=drafter is not None and size > 0)
             if drafter is not None:
                 drafter.observe(emitted)
                 if hasattr(drafter, "feedback"):

@@ -1,0 +1,240 @@
+"""Each step's tree, decided from that step's evidence: speculation that never pays for a tree it
+cannot expect to win.
+
+Before drafting, ``draft_budget`` says how many nodes are worth asking the drafters for, from
+history only (drafters that *sample* fix their draws here, before drawing, which keeps sampling
+exact). Drafting too is a cost: while the steps that drafted have lately produced fewer tokens per
+second than plain steps, the policy decodes plainly and drafts only every ``explore_every``-th step.
+
+After drafting, ``trim`` keeps the nodes whose expected tokens pay for their verification. Each
+node gets a probability of being accepted given that its parent was, from a calibration table
+learned online: by drafter (source), depth and the node's *share* (its support over its parent's:
+the fraction of matches, or the draft model's probability, that chose this token). A node's path
+probability is the product down the tree; the tree kept is the top-k nodes by path probability
+(always a connected tree) with k maximising (1 + expected accepted) / cost(k), k = 0 being plain
+decoding. Costs come from a measured curve of verify time by tree size, kept fresh by the steps
+actually run. Sampled nodes (``q_probs``) are never trimmed by what they drew.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from draftscope.draft_tree import DraftTree
+
+SHARE_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # buckets of a node's share of its parent's support
+DEPTH_EDGES = (1, 2, 4)  # depth 1, 2, 3-4, 5+
+PRIOR_WEIGHT = 4.0  # how many observations the prior (the share itself, discounted) is worth
+PRIOR_DISCOUNT = 0.6  # before evidence, a share of s is taken as a s * 0.6 chance of acceptance
+
+
+def _bucket(value: float, edges) -> int:
+    for i, edge in enumerate(edges):
+        if value < edge:
+            return i
+    return len(edges)
+
+
+@dataclass
+class Decision:
+    """What the policy did this step, for the panels and the bench."""
+
+    asked: int  # nodes asked of the drafters
+    proposed: int  # nodes they proposed
+    kept: int  # nodes verified
+    expected: float  # expected accepted tokens of the kept tree
+    reason: str  # "tree", "plain: drafts cannot pay", "plain: drafting does not pay lately", "explore"
+
+
+def shares(tree: DraftTree) -> np.ndarray:
+    """Each node's support over its parent's, in [0, 1]. First-level nodes: over the first
+    level's total when supports are counts; as they are when they are already probabilities
+    (a draft model's, or a merged tree's, whose first level sums to at most 1)."""
+    support = tree.support.astype(np.float64)
+    n = len(tree)
+    out = np.zeros(n)
+    top = tree.parents == -1
+    total = support[top].sum()
+    top_base = total if total > 1.0 + 1e-6 else 1.0
+    for i in range(n):
+        parent = int(tree.parents[i])
+        base = top_base if parent < 0 else support[parent]
+        out[i] = support[i] / base if base > 0 else 0.0
+    return np.clip(out, 0.0, 1.0)
+
+
+def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
+    """The nodes where ``keep`` is True (their ancestors must be kept too), in the same order,
+    with the sampling bookkeeping (``q_probs``, ``also_proposed``) renumbered."""
+    index = np.flatnonzero(keep)
+    if index.size == len(tree):
+        return tree
+    if index.size == 0:
+        return DraftTree.empty()
+    remap = {int(old): new for new, old in enumerate(index)}
+    parents = np.array([remap[int(tree.parents[i])] if tree.parents[i] >= 0 else -1 for i in index], dtype=np.int32)
+    extra = dict(tree.extra)
+    if "q_probs" in extra:
+        extra["q_probs"] = {remap[i]: v for i, v in extra["q_probs"].items() if i in remap}
+    if "also_proposed" in extra:
+        extra["also_proposed"] = {remap[i] for i in extra["also_proposed"] if i in remap}
+    return DraftTree(tree.tokens[index], parents, tree.depth[index], tree.support[index], tree.source[index],
+                     match_len=tree.match_len, match_count=tree.match_count, extra=extra)
+
+
+class Calibration:
+    """P(a node is accepted | its parent was), by (source, depth bucket, share bucket), learned
+    from every node whose parent was accepted, with the share itself as a weak prior."""
+
+    def __init__(self) -> None:
+        self.tested: dict[tuple, float] = {}
+        self.accepted: dict[tuple, float] = {}
+
+    @staticmethod
+    def key(source: int, depth: int, share: float) -> tuple:
+        return int(source), _bucket(depth, DEPTH_EDGES), _bucket(share, SHARE_EDGES)
+
+    def probability(self, source: int, depth: int, share: float) -> float:
+        k = self.key(source, depth, share)
+        prior = PRIOR_DISCOUNT * share
+        return (self.accepted.get(k, 0.0) + PRIOR_WEIGHT * prior) / (self.tested.get(k, 0.0) + PRIOR_WEIGHT)
+
+    def observe(self, tree: DraftTree, path: list[int]) -> None:
+        if len(tree) == 0:
+            return
+        on_path = set(path)
+        share = shares(tree)
+        for i in range(len(tree)):
+            parent = int(tree.parents[i])
+            if parent >= 0 and parent not in on_path:
+                continue  # never tested: verification stopped above it
+            k = self.key(int(tree.source[i]), int(tree.depth[i]), float(share[i]))
+            self.tested[k] = self.tested.get(k, 0.0) + 1.0
+            if i in on_path:
+                self.accepted[k] = self.accepted.get(k, 0.0) + 1.0
+
+
+class StepPolicy:
+    def __init__(self, costs: dict[int, float], *, max_size: int = 64, explore_every: int = 6,
+                 smoothing: float = 0.3) -> None:
+        self.costs = {n: c for n, c in sorted(costs.items()) if n <= max_size}
+        if 0 not in self.costs:
+            raise ValueError("the cost curve needs the cost of a plain step (size 0)")
+        self.max_size = max(self.costs)
+        self.explore_every = explore_every
+        self.smoothing = smoothing
+        self.calibration = Calibration()
+        # Tokens and seconds of recent steps that drafted (an exponential average), against plain ones.
+        self._draft_tokens: float | None = None
+        self._draft_seconds: float | None = None
+        self._idle = 0  # steps since drafting was last tried
+        self._unverified = 0  # steps whose drafts were all trimmed since one was last verified
+        self.last = Decision(0, 0, 0, 0.0, "tree")
+
+    # ------------------------------------------------------------------ costs
+
+    def cost(self, n: int) -> float:
+        sizes = list(self.costs)
+        if n in self.costs:
+            return self.costs[n]
+        if n >= sizes[-1]:
+            return self.costs[sizes[-1]] * n / sizes[-1]
+        hi = next(s for s in sizes if s >= n)
+        lo = max(s for s in sizes if s <= n)
+        w = (n - lo) / (hi - lo)
+        return self.costs[lo] * (1 - w) + self.costs[hi] * w
+
+    def _learn_cost(self, n: int, seconds: float) -> None:
+        nearest = min(self.costs, key=lambda s: abs(s - n))
+        if abs(nearest - n) <= max(1, nearest // 4):
+            self.costs[nearest] += self.smoothing * (seconds - self.costs[nearest])
+
+    # ------------------------------------------------------------------ before drafting
+
+    def drafting_pays(self) -> bool:
+        """Whether recent drafting steps produced more tokens per second than plain steps do."""
+        if self._draft_seconds is None:
+            return True
+        return self._draft_tokens / self._draft_seconds > 1.0 / self.costs[0]
+
+    def draft_budget(self) -> int:
+        if self.drafting_pays():
+            self._idle = 0
+            return self.max_size
+        self._idle += 1
+        if self._idle >= self.explore_every:
+            self._idle = 0
+            return self.max_size
+        return 0
+
+    # ------------------------------------------------------------------ after drafting
+
+    def path_probabilities(self, tree: DraftTree) -> np.ndarray:
+        share = shares(tree)
+        p = np.zeros(len(tree))
+        for i in range(len(tree)):  # BFS order: a parent comes before its children
+            parent = int(tree.parents[i])
+            above = 1.0 if parent < 0 else p[parent]
+            p[i] = above * self.calibration.probability(int(tree.source[i]), int(tree.depth[i]), float(share[i]))
+        return p
+
+    def trim(self, tree: DraftTree, asked: int | None = None) -> DraftTree:
+        n = len(tree)
+        asked = n if asked is None else asked
+        if n == 0:
+            self.last = Decision(asked, 0, 0, 0.0, "plain: no drafts" if asked else "plain: drafting does not pay lately")
+            return tree
+        p = self.path_probabilities(tree)
+        sampled = set(tree.extra.get("q_probs", {}))
+        fixed = np.zeros(n, dtype=bool)
+        fixed[list(sampled)] = True
+        # Children never outrank their parent (p only shrinks down a path); ties go to the shallower.
+        order = [i for i in sorted(range(n), key=lambda i: (-p[i], int(tree.depth[i]), i)) if not fixed[i]]
+        base_gain = 1.0 + float(p[fixed].sum())
+        base = int(fixed.sum())
+        best_k, best_rate, gain = 0, base_gain / self.cost(base), base_gain
+        best_gain = base_gain
+        for k, i in enumerate(order, start=1):
+            gain += p[i]
+            rate = gain / self.cost(base + k)
+            if rate > best_rate:
+                best_k, best_rate, best_gain = k, rate, gain
+        reason = "tree"
+        if best_k == 0 and base == 0:
+            self._unverified += 1
+            reason = "plain: drafts cannot pay"
+            if self._unverified >= self.explore_every and order:
+                # Verify the likeliest node now and then: drafts that start to be accepted (a
+                # stretch the datastore knows) are only noticed if some are verified.
+                best_k, best_gain, reason = 1, 1.0 + p[order[0]], "explore"
+        if best_k or base:
+            self._unverified = 0
+        keep = fixed.copy()
+        keep[order[:best_k]] = True
+        self.last = Decision(asked, n, int(keep.sum()), best_gain - 1.0, reason)
+        return subtree(tree, keep)
+
+    # ------------------------------------------------------------------ after verifying
+
+    def update(self, tree: DraftTree, path: list[int], *, draft_seconds: float, verify_seconds: float,
+               drafted: bool) -> None:
+        self.calibration.observe(tree, path)
+        if verify_seconds > 0:
+            self._learn_cost(len(tree), verify_seconds)
+        if drafted:
+            tokens, seconds = 1.0 + len(path), draft_seconds + verify_seconds
+            if self._draft_seconds is None:
+                self._draft_tokens, self._draft_seconds = tokens, seconds
+            else:
+                a = self.smoothing
+                self._draft_tokens += a * (tokens - self._draft_tokens)
+                self._draft_seconds += a * (seconds - self._draft_seconds)
+
+    # Interface shared with FixedBudget (the engine calls these)
+    def expected_rate(self) -> float:
+        if self._draft_seconds is None:
+            return math.nan
+        return self._draft_tokens / self._draft_seconds
