@@ -21,7 +21,8 @@ from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QProgressBar, QWizard  # noqa: E402
 
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.app import drafter_factory  # noqa: E402
+from draftscope.datastore.learned import LearnedStore  # noqa: E402
+from draftscope.gui.app import engine_drafters  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.gui.theme import app_icon, apply_theme, code_style  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -38,6 +39,8 @@ app = QApplication([])
 app.setWindowIcon(app_icon())
 apply_theme(app, "light", 10)
 engine = Engine.load(args.model)
+# As a first session: nothing learned yet (the app learns each answer as it is given).
+engine.learned = LearnedStore("screenshots", engine.vocab, Path(tempfile.mkdtemp()))
 
 
 def settle(ms: int = 200) -> None:
@@ -64,7 +67,7 @@ def save(widget, name: str) -> None:
 
 
 def window_shots() -> None:
-    make, label = drafter_factory(Settings())
+    make, label, _notes = engine_drafters(Settings(), engine)
     window = MainWindow(engine, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), Settings(max_new_tokens=160),
                         drafters=make, datastore_label=label, code_style=code_style("light"))
     window.resize(1500, 940)

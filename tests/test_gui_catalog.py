@@ -268,8 +268,8 @@ def test_no_catalogue_draft_for_smollm2(qtbot):
 def test_changing_the_model_resets_a_draft_model_that_no_longer_fits(qtbot):
     put_on_disk(QWEN)
     put_on_disk(QWEN_SMALL)
-    s = Settings(model=QWEN.name, draft_model=QWEN_SMALL.name, drafters={"retrieval": True, "context": True,
-                                                                           "model": True})
+    s = Settings(model=QWEN.name, draft_model=QWEN_SMALL.name, drafters={"retrieval": True, "learned": True,
+                                                                           "context": True, "model": True})
     d = settings_dialog(qtbot, s)
     drafts, drafter = w(d, QComboBox, "draftModelCombo"), w(d, QCheckBox, "drafterModel")
     assert drafts.currentData() == QWEN_SMALL.name and drafter.isEnabled()

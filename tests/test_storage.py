@@ -13,7 +13,8 @@ from draftscope.storage import HistoryStore, Settings, load_settings, save_setti
 def test_settings_round_trip(tmp_path):
     path = tmp_path / "settings.json"
     s = Settings(model="/models/x.gguf", temperature=0.7, top_p=0.9, theme="dark", font_size=14,
-                 drafters={"retrieval": False, "context": True, "model": False}, system_prompt="Be brief.")
+                 drafters={"retrieval": False, "learned": False, "context": True, "model": False},
+                 system_prompt="Be brief.")
     save_settings(s, path)
     back, notices = load_settings(path)
     assert back == s and notices == []
@@ -46,7 +47,7 @@ def test_bad_fields_fall_back_one_by_one(tmp_path):
                                 "drafters": {"retrieval": False, "bogus": True}, "unknown_key": 1}))
     s, notices = load_settings(path)
     assert s.font_size == 13 and s.temperature == 0.0 and s.top_p == 1.0 and s.theme == "system"
-    assert s.drafters == {"retrieval": False, "context": True, "model": False}
+    assert s.drafters == {"retrieval": False, "learned": True, "context": True, "model": False}
     assert len(notices) == 3 and any("'temperature'" in n for n in notices) and any("'top_p'" in n for n in notices)
 
 

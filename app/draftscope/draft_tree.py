@@ -22,6 +22,7 @@ class DraftSource(IntEnum):
     MODEL = 3
     RECURRENT = 4
     ORACLE = 5  # benchmark only: drafts are the known answer (the ceiling of speculation)
+    LEARNED = 6  # the model's own past answers (datastore.learned)
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,10 +3,18 @@ one process, greedy. Prints per category and overall: tau (tokens per target for
 speedup over Hugging Face ``generate``, and whether the output equals the baseline's.
 
 Methods: ``hf`` (baseline), ``hf-pld`` (HF prompt lookup), ``hf-assisted`` (with --draft-model),
-ours: ``plain``, ``retrieval``, ``context``, ``composite`` (every drafter at hand: retrieval,
-context and, with --draft-model, the model), ``model`` (with --draft-model), and ``oracle``
-(drafts = the baseline's answer: the ceiling). ``--code-prompts N`` adds N HumanEval-style
-function-writing prompts (our own, category "code").
+ours: ``auto`` (what the app does out of the box: the settings' default drafters — retrieval from
+the default datastore, the model's learned answers, the conversation — plus the draft model when
+one is given, under the step policy), ``plain``, ``retrieval``, ``context``, ``learned``,
+``composite`` (every drafter at hand), ``model`` (with --draft-model), and ``oracle`` (drafts = the
+baseline's answer: the ceiling). ``--code-prompts N`` adds N HumanEval-style function-writing
+prompts (our own, category "code"). ``--second-turns`` also runs each question's second turn,
+with the model's own first answer in the context.
+
+Learned answers: the run starts from an empty learned store (or ``--learn-from`` a distilled
+answers file, its first ``--learned-answers`` N) and, as the app does, learns each ``auto``
+answer once it is measured. ``--learning-curve 0,50,200,1000`` instead measures ``auto`` on
+``--held-out`` ShareGPT prompts absent from the answers file after N of them were learned.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from pathlib import Path
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
-ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "plain", "retrieval", "context", "composite", "model", "oracle"]
+ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "auto", "plain", "retrieval", "context", "learned", "composite", "model",
+               "oracle"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,6 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
                    "method runs in the same dtype)")
+    p.add_argument("--second-turns", action="store_true", help="also each question's second turn (after the "
+                   "model's own first answer)")
+    p.add_argument("--learn-from", default=None, help="a distilled answers file (`datastore distill` writes "
+                   "<out>.answers.jsonl) whose answers are learned before the run")
+    p.add_argument("--learned-answers", type=int, default=None, help="learn only the first N of --learn-from")
+    p.add_argument("--learning-curve", default=None, help="e.g. 0,50,200,1000: auto's speedup on held-out "
+                   "ShareGPT prompts after N answers of --learn-from were learned")
+    p.add_argument("--held-out", type=int, default=12, help="prompts per point of the learning curve")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
 
@@ -57,17 +74,26 @@ def load_questions(path: str, per_category: int, categories: set[str]) -> list[d
 
 
 def run(args: argparse.Namespace) -> int:
+    import tempfile
+
     import torch
 
     from draftscope.datastore.default import default_datastore_path
+    from draftscope.datastore.learned import LearnedStore
     from draftscope.engine.drafters.factory import setup_drafters
     from draftscope.engine.drafters.oracle import OracleDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.engine.loader import load_draft_model
+    from draftscope.storage.settings import Settings
 
     methods = [m for m in args.methods.split(",") if m]
     if not args.draft_model:
         methods = [m for m in methods if m not in ("hf-assisted", "model")]
+    unknown = sorted(set(methods) - set(ALL_METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s): {', '.join(unknown)} (known: {', '.join(ALL_METHODS)})")
+    if args.learning_curve and not args.learn_from:
+        raise ValueError("--learning-curve needs --learn-from (a distilled answers file)")
     questions = load_questions(args.questions, args.per_category, {c for c in args.categories.split(",") if c})
     if args.code_prompts:
         questions += load_questions(str(CODE_PROMPTS), args.code_prompts, set())
@@ -78,9 +104,15 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     model, tok = engine.model, engine.tokenizer
     draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
+    scratch = tempfile.TemporaryDirectory(prefix="draftscope-bench-")
+    learned = LearnedStore("bench", engine.vocab, Path(scratch.name))
+    answers = _distilled(args.learn_from) if args.learn_from else []
+    if answers and not args.learning_curve:
+        learn_answers(learned, engine, answers[: args.learned_answers])
     print(f"draftscope bench spec: {engine.name} on {engine.device} ({engine.dtype}: {engine.dtype_reason}), "
           f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
-          f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}")
+          f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}; "
+          f"learned answers at the start: {learned.stats().answers}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}; "
           f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
 
@@ -98,40 +130,59 @@ def run(args: argparse.Namespace) -> int:
             raise RuntimeError(final.error)
         return final.token_ids, time.perf_counter() - t0, final.stats.steps
 
+    def make_drafters(m, ids, base_ids, store=None):
+        store = store or learned
+        if m == "oracle":
+            return [OracleDrafter(base_ids, len(ids))]
+        if m == "auto":  # the app's default switches (Settings), the draft model when one is given
+            switches = dict(Settings().drafters, model=draft is not None)
+            return setup_drafters(switches, datastore=datastore, draft_model=draft, eos_token_id=tok.eos_token_id,
+                                  vocab_size=engine.vocab, learned=store).make()
+        every = ["retrieval", "learned", "context"] + (["model"] if draft is not None else [])
+        names = {"plain": [], "composite": every}.get(m, [m])
+        return setup_drafters(",".join(names) or "none", datastore=datastore, draft_model=draft,
+                              eos_token_id=tok.eos_token_id, learned=store).make()
+
     warm = engine.encode_chat([{"role": "user", "content": "Hi"}])
     hf(warm)
     ours(warm, [])
+    if args.learning_curve:
+        return learning_curve(args, engine, answers, hf, ours, make_drafters, Path(scratch.name))
 
     rows = []
     for qi, q in enumerate(questions):
-        ids = engine.encode_chat([{"role": "user", "content": q["turns"][0]}])
-        base_ids, base_t, _ = hf(ids)
-        results = {"hf": (base_ids, base_t, None)}
-        for m in methods:
-            if m == "hf":
-                continue
-            if m == "hf-pld":
-                results[m] = hf(ids, prompt_lookup_num_tokens=10)
-            elif m == "hf-assisted":
-                results[m] = hf(ids, assistant_model=draft)
-            else:
-                if m == "oracle":
-                    drafters = [OracleDrafter(base_ids, len(ids))]
+        turns = q["turns"][: 2 if args.second_turns else 1]
+        messages = []
+        for turn, text in enumerate(turns, start=1):
+            messages.append({"role": "user", "content": text})
+            ids = engine.encode_chat(messages)
+            base_ids, base_t, _ = hf(ids)
+            results = {"hf": (base_ids, base_t, None)}
+            for m in methods:
+                if m == "hf":
+                    continue
+                if m == "hf-pld":
+                    results[m] = hf(ids, prompt_lookup_num_tokens=10)
+                elif m == "hf-assisted":
+                    results[m] = hf(ids, assistant_model=draft)
                 else:
-                    every = ["retrieval", "context"] + (["model"] if draft is not None else [])
-                    names = {"plain": [], "composite": every}.get(m, [m])
-                    drafters = setup_drafters(",".join(names) or "none", datastore=datastore, draft_model=draft,
-                                              eos_token_id=tok.eos_token_id).make()
-                results[m] = ours(ids, drafters)
-        for m, (out, secs, steps) in results.items():
-            rows.append({"question_id": q["question_id"], "category": q["category"], "method": m, "tokens": len(out),
-                         "seconds": secs, "steps": steps, "equal": out == base_ids})
-        line = ", ".join(f"{m} {len(r[0]) / r[1]:.1f}" for m, r in results.items())
-        print(f"[{qi + 1}/{len(questions)}] {q['category']}: tok/s {line}", flush=True)
+                    results[m] = ours(ids, make_drafters(m, ids, base_ids))
+            for m, (out, secs, steps) in results.items():
+                rows.append({"question_id": q["question_id"], "category": q["category"], "turn": turn, "method": m,
+                             "tokens": len(out), "seconds": secs, "steps": steps, "equal": out == base_ids,
+                             "speedup": (len(out) / secs) / (len(base_ids) / base_t) if secs and base_ids else None})
+            if "auto" in results:  # as the app does: the answer is learned once it is given
+                learned.add(ids, results["auto"][0])
+                learned.rebuild()
+            messages.append({"role": "assistant", "content": tok.decode(base_ids, skip_special_tokens=True)})
+            line = ", ".join(f"{m} {len(r[0]) / r[1]:.1f}" for m, r in results.items())
+            print(f"[{qi + 1}/{len(questions)}] {q['category']}{' (turn 2)' if turn == 2 else ''}: tok/s {line}",
+                  flush=True)
 
     table = summarise(rows, methods)
-    text = format_table(table, methods)
+    text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods)
     print(text)
+    print(f"learned answers at the end: {learned.stats().answers}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"rows": rows, "summary": table}, indent=2))
     if args.markdown:
@@ -139,10 +190,64 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _distilled(path: str) -> list:
+    from draftscope.datastore.distill import load_answers
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"answers file not found: {path} (`draftscope datastore distill` writes "
+                                "<out>.answers.jsonl)")
+    return list(load_answers(Path(path)).values())
+
+
+def learn_answers(store, engine, answers) -> None:
+    """Distilled answers (text) into a learned store, tokenised as the engine does."""
+    for a in answers:
+        prompt = engine.encode_chat([{"role": "user", "content": a.prompt}])
+        ids = engine.tokenizer(a.answer, add_special_tokens=False)["input_ids"]
+        if a.finished and engine.tokenizer.eos_token_id is not None:
+            ids = ids + [engine.tokenizer.eos_token_id]
+        store.add(prompt, ids)
+    store.rebuild()
+
+
+def learning_curve(args, engine, answers, hf, ours, make_drafters, scratch: Path) -> int:
+    """auto's speedup on ShareGPT prompts the answers file does not hold, after N answers learned."""
+    from draftscope.datastore.distill import prompt_id, read_prompts
+    from draftscope.datastore.learned import LearnedStore
+
+    seen = {a.id for a in answers}
+    pool = read_prompts(None, limit=len(seen) + 10 * args.held_out)
+    held_out = [p for p in pool if prompt_id(p) not in seen][-args.held_out:]  # from the end: never distilled
+    points = [int(x) for x in args.learning_curve.split(",") if x.strip()]
+    print(f"learning curve: {len(held_out)} held-out ShareGPT prompts; {len(answers)} answers available")
+    lines = ["| answers learned | tokens learned | auto τ | auto speedup over hf | worst prompt |", "|---|---|---|---|---|"]
+    for n in points:
+        store = LearnedStore(f"curve-{n}", engine.vocab, scratch)
+        learn_answers(store, engine, answers[:n])
+        base_tokens = base_secs = tokens = secs = steps = 0
+        worst = float("inf")
+        for prompt in held_out:
+            ids = engine.encode_chat([{"role": "user", "content": prompt}])
+            base_ids, base_t, _ = hf(ids)
+            out, t, st = ours(ids, make_drafters("auto", ids, base_ids, store))
+            base_tokens, base_secs = base_tokens + len(base_ids), base_secs + base_t
+            tokens, secs, steps = tokens + len(out), secs + t, steps + st
+            worst = min(worst, (len(out) / t) / (len(base_ids) / base_t))
+        speedup = (tokens / secs) / (base_tokens / base_secs)
+        line = f"| {min(n, len(answers))} | {store.stats().tokens:,} | {tokens / steps:.2f} | {speedup:.2f}x | {worst:.2f}x |"
+        print(line, flush=True)
+        lines.append(line)
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def summarise(rows: list[dict], methods: list[str]) -> dict:
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[r["category"]].append(r)
+        if r.get("turn", 1) == 2:
+            groups["second turns"].append(r)
         groups["overall"].append(r)
     out = {}
     for cat, rs in groups.items():
@@ -171,7 +276,8 @@ def _tps(rows: list[dict]) -> float:
 def format_table(table: dict, methods: list[str]) -> str:
     head = "| category | " + " | ".join(methods) + " |"
     lines = [head, "|" + "---|" * (len(methods) + 1)]
-    cats = [c for c in table if c != "overall"] + ["overall"]
+    cats = [c for c in table if c not in ("overall", "second turns")] + [c for c in ("second turns", "overall")
+                                                                       if c in table]
     for cat in cats:
         cells = []
         for m in methods:
@@ -183,4 +289,18 @@ def format_table(table: dict, methods: list[str]) -> str:
             eq = "" if v["equal"] == 1 else f", same {v['equal']:.0%}"
             cells.append(f"{tau}{v['tokens_per_s']:.1f}/s, {v['speedup']:.2f}x{eq}")
         lines.append(f"| {cat} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def worst_prompts(rows: list[dict], methods: list[str]) -> str:
+    """Each method's slowest prompt against HF generate on the same prompt."""
+    lines = ["| method | worst prompt (speedup over hf) | prompts below 0.95x |", "|---|---|---|"]
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m and r["speedup"] is not None]
+        if m == "hf" or not mine:
+            continue
+        worst = min(mine, key=lambda r: r["speedup"])
+        below = sum(r["speedup"] < 0.95 for r in mine)
+        lines.append(f"| {m} | {worst['speedup']:.2f}x ({worst['category']} #{worst['question_id']}, turn "
+                     f"{worst.get('turn', 1)}) | {below} of {len(mine)} |")
     return "\n".join(lines)

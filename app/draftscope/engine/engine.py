@@ -320,4 +320,4 @@ class Engine:
             drafters=[d.name for d in drafters],
             accepted_by_source=dict(accepted_by_source),
         )
-        yield FinalEvent(finish, text, generated, stats)
+        yield FinalEvent(finish, text, generated, stats, prompt_tail=prompt[-8:])

@@ -24,7 +24,7 @@ class StepEvent:
     step: int
     token_ids: list[int]
     pieces: list[str]  # decoded text of each new token
-    provenance: list[str]  # per token: "retrieval", "context", "model", "recurrent" or "target"
+    provenance: list[str]  # per token: "retrieval", "context", "model", "recurrent", "learned" or "target"
     tree: dict  # the step's draft tree (tree_to_dict)
     accepted_path: list[int]  # node indices, root-down
     proposed: int
@@ -60,3 +60,4 @@ class FinalEvent:
     token_ids: list[int]
     stats: MessageStats
     error: str | None = None
+    prompt_tail: list[int] = field(default_factory=list)  # the prompt's last tokens (what led into the answer)

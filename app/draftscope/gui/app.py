@@ -32,9 +32,10 @@ class ModelLoader(QObject):
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
-def drafter_factory(settings, draft_model=None, vocab_size=None):
+def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None):
     """(make fresh drafters per answer, datastore label, notes) from the settings; ``draft_model``
-    is the one loaded with the engine (None when none is set or it could not be used)."""
+    is the one loaded with the engine (None when none is set or it could not be used);
+    ``learned`` the model's LearnedStore."""
     from draftscope.datastore.default import default_datastore_path
     from draftscope.engine.drafters.factory import setup_drafters
 
@@ -45,8 +46,25 @@ def drafter_factory(settings, draft_model=None, vocab_size=None):
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     draft_temperature = settings.temperature if settings.temperature > 0 else None
     setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
-                           draft_temperature=draft_temperature, vocab_size=vocab_size)
+                           draft_temperature=draft_temperature, vocab_size=vocab_size, learned=learned)
     return setup.make, setup.label, setup.notes
+
+
+def engine_drafters(settings, engine):
+    """drafter_factory for a loaded engine (its draft model, vocabulary and learned answers)."""
+    return drafter_factory(settings, getattr(engine, "draft_model", None), getattr(engine, "vocab", None),
+                           getattr(engine, "learned", None))
+
+
+def open_learned(model: str, engine):
+    """The model's learned answers (datastore.learned); None, with a notice, if they cannot be kept."""
+    from draftscope.datastore.learned import LearnedStore, model_key
+
+    try:
+        return LearnedStore(model_key(model), engine.vocab)
+    except Exception as exc:  # noqa: BLE001 - learning is a nicety: the model still loads
+        engine.notices.append(f"Learning from answers is off: {exc}")
+        return None
 
 
 def load_engine(settings):
@@ -60,6 +78,7 @@ def load_engine(settings):
     dtype = None if settings.dtype == "auto" else settings.dtype
     engine = Engine.load(settings.model, device=device, dtype=dtype)
     engine.notices = []
+    engine.learned = open_learned(settings.model, engine)
     if settings.draft_model and settings.drafters.get("model"):
         try:
             engine.draft_model = load_draft_model(settings.draft_model, engine).model
@@ -112,8 +131,7 @@ class Launcher(QObject):
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.progress.hide()
         self.loader_thread.shutdown()
-        make, label, notes = drafter_factory(self.settings, getattr(engine, "draft_model", None),
-                                             getattr(engine, "vocab", None))
+        make, label, notes = engine_drafters(self.settings, engine)
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
         self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label,
@@ -156,7 +174,7 @@ class Launcher(QObject):
             if self.window is not None:
                 self.window.statusBar().showMessage("Settings can be changed once the answer is done", 5000)
             return
-        self.settings_dialog = SettingsDialog(self.settings, self.window)
+        self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.learned_text())
         self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
         self.settings_dialog.open()
 
@@ -186,8 +204,7 @@ class Launcher(QObject):
         self.window.settings = new
         if changed & {"datastore", "drafters"}:
             try:
-                make, label, notes = drafter_factory(new, getattr(self.window.engine, "draft_model", None),
-                                                     getattr(self.window.engine, "vocab", None))
+                make, label, notes = engine_drafters(new, self.window.engine)
             except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
                 QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
                 return

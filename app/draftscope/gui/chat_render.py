@@ -97,11 +97,14 @@ def _lexer_for(language: str, code: str):
 
 # Where each token of an answer came from (the chat's "colour drafted tokens" view).
 PROVENANCE_COLOURS = {
-    "light": {"retrieval": "#cfe3ff", "context": "#d3f5d3", "model": "#ead9ff", "recurrent": "#ffe2c4"},
-    "dark": {"retrieval": "#1f3a5f", "context": "#1f4a2a", "model": "#3d2a5c", "recurrent": "#5a3a1a"},
+    "light": {"retrieval": "#cfe3ff", "context": "#d3f5d3", "model": "#ead9ff", "recurrent": "#ffe2c4",
+              "learned": "#fff3b0"},
+    "dark": {"retrieval": "#1f3a5f", "context": "#1f4a2a", "model": "#3d2a5c", "recurrent": "#5a3a1a",
+             "learned": "#4d4418"},
 }
 PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "drafted from the conversation",
                      "model": "drafted by the draft model", "recurrent": "drafted by the recurrent drafter",
+                     "learned": "drafted from the model's past answers",
                      "target": "written by the target model"}
 
 
@@ -144,5 +147,5 @@ def provenance_html(steps, *, dark: bool = False, key: str | None = None, text_c
 
 def provenance_legend(*, dark: bool = False) -> str:
     colours = PROVENANCE_COLOURS["dark" if dark else "light"]
-    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "context", "model")]
+    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "learned", "context", "model")]
     return "<small>Drafted tokens: " + " ".join(items) + " · unmarked: the target model</small>"

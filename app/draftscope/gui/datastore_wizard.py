@@ -13,8 +13,13 @@
    the sources page with the message; other failures are shown here with Retry.
 4. **Summary** (``summaryPage``): what went in and what was skipped, and "Use this datastore now".
 
+Instead of files, the sources page offers the model's own answers ("learn its style"): with the
+loaded model passed in (``model=``), the build has the model answer N ShareGPT prompts and indexes
+the answers (:func:`draftscope.datastore.distill.distill`); a cancelled build keeps the answers
+and the next build of the same name continues from them.
+
 Finish emits ``datastore_built(path, use_now)``; ``result_path()`` and ``use_now()`` say the same.
-The tokenizer loader and the builder can be injected (tests).
+The tokenizer loader, the builder and the distiller can be injected (tests).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope.datastore.default import datastores_dir
+from draftscope.datastore.distill import DistillProgress, DistillReport, distill, read_prompts
 from draftscope.datastore.jsonstream import iter_jsonl
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
 from draftscope.datastore.progress import CancelToken, Progress
@@ -55,6 +61,7 @@ PREVIEW_MAX_SKIPS = 50
 PREVIEW_SECONDS = 2.0
 PREVIEW_MAX_FILES = 10_000
 PREVIEW_PATHS = 15
+DISTILL_PROMPTS = 200  # prompts the model answers by default when it learns its own style
 
 KIND_LABELS = {"chat": "Chat log", "code": "Code folder", "text": "Text", "jsonl": "JSONL", "table": "Table"}
 _ERROR_STYLE = "color: #c62828;"
@@ -293,6 +300,12 @@ def suggested_name(sources: list[Source]) -> str:
     return stem if len(sources) == 1 else f"{stem}-and-more"
 
 
+def distill_name(model_spec: str) -> str:
+    """The suggested name of a datastore of ``model_spec``'s own answers."""
+    stem = re.sub(r"[^\w.-]+", "-", model_display_name(model_spec)).strip("-.").lower() or "model"
+    return f"{stem}-own-answers"
+
+
 # --------------------------------------------------------------------------------------- pages
 
 
@@ -368,10 +381,47 @@ class SourcesPage(QWizardPage):
         error_row = QHBoxLayout()
         error_row.addWidget(self.error_label, 1)
         error_row.addWidget(self.recheck_button, 0, Qt.AlignmentFlag.AlignTop)
+        self._files_box = splitter
 
         layout = QVBoxLayout(self)
         layout.addWidget(splitter, 1)
         layout.addLayout(error_row)
+        layout.addWidget(self._distill_box())
+        self._update()
+
+    def _distill_box(self) -> QWidget:
+        """"Learn the model's own style": its answers to ShareGPT prompts instead of files (shown
+        only when the wizard has the loaded model to answer with)."""
+        self.distill_check = QCheckBox("Learn the model's own style: its answers to", objectName="distillCheck")
+        self.distill_check.toggled.connect(self._on_distill_toggled)
+        self.distill_count = QSpinBox(objectName="distillPromptsSpin")
+        self.distill_count.setRange(1, 100_000)
+        self.distill_count.setValue(DISTILL_PROMPTS)
+        self.distill_count.setSuffix(" ShareGPT prompts")
+        self.distill_count.setGroupSeparatorShown(True)
+        self.distill_count.setEnabled(False)
+        note = _note("Instead of files: the model answers these questions and the datastore holds its answers, so "
+                     "drafts sound like the model and more of them are accepted. The model writes every answer, which "
+                     "takes a while; a cancelled build keeps the answers and the next one continues from them.")
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.distill_check)
+        row.addWidget(self.distill_count)
+        row.addStretch(1)
+        box = QWidget(objectName="distillBox")
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 6, 0, 0)
+        column.addLayout(row)
+        column.addWidget(note)
+        box.setVisible(self._wiz.can_distill())
+        return box
+
+    def distilling(self) -> bool:
+        return self._wiz.can_distill() and self.distill_check.isChecked()
+
+    def _on_distill_toggled(self, on: bool) -> None:
+        self.distill_count.setEnabled(on)
+        self._files_box.setEnabled(not on)
         self._update()
 
     # --- adding and removing ---------------------------------------------------------------------
@@ -449,7 +499,7 @@ class SourcesPage(QWizardPage):
             self.preview.setPlainText(entry.preview.text)
 
     def _update(self) -> None:
-        errors = [e.error for e in self.entries if e.error]
+        errors = [e.error for e in self.entries if e.error] if not self.distilling() else []
         if errors:
             self._show_error("\n".join(errors))
         else:
@@ -465,6 +515,8 @@ class SourcesPage(QWizardPage):
         self.recheck_button.setVisible(bool(self.entries))
 
     def isComplete(self) -> bool:  # noqa: N802 (Qt's name)
+        if self.distilling():
+            return True
         return bool(self.entries) and all(e.error is None for e in self.entries)
 
     def cleanupPage(self) -> None:  # noqa: N802 (keep the sources when going back)
@@ -571,11 +623,15 @@ class OptionsPage(QWizardPage):
         name = model_display_name(spec)
         self.tokenizer_field.setText(name if name == spec else f"{name}  ({spec})")
         self.tokenizer_field.setToolTip(spec)
-        has_chat = any(s.kind == "chat" for s in self._wiz.sources())
+        distilling = self._wiz.distilling()
+        has_chat = any(s.kind == "chat" for s in self._wiz.sources()) and not distilling
         self.assistant_check.setEnabled(has_chat)
         self.assistant_note.setEnabled(has_chat)
+        # The model's answers are indexed like the default datastore: assistant turns, all of them.
+        self.dedupe_check.setEnabled(not distilling)
+        self.max_tokens.setEnabled(not distilling)
         if not self._name_edited or not self.name_edit.text().strip():
-            self.name_edit.setText(suggested_name(self._wiz.sources()))
+            self.name_edit.setText(distill_name(spec) if distilling else suggested_name(self._wiz.sources()))
         self._check_output()
 
     def cleanupPage(self) -> None:  # noqa: N802 (keep the choices when going back)
@@ -623,6 +679,11 @@ class OptionsPage(QWizardPage):
 
 
 class BuildPage(QWizardPage):
+    CANCEL_NOTE = ("Cancel stops the build without writing anything: an older datastore of the same name stays as "
+                   "it was.")
+    DISTILL_CANCEL_NOTE = ("Cancel stops the build without writing the datastore; the answers so far are kept and "
+                           "building again continues from them.")
+
     def __init__(self, wizard: DatastoreWizard) -> None:
         super().__init__()
         self._wiz = wizard
@@ -653,9 +714,9 @@ class BuildPage(QWizardPage):
         for text, label in (("Phase:", self.phase_label), ("Read:", self.read_label), ("Tokens:", self.tokens_label),
                             ("Speed:", self.rate_label), ("Time left:", self.eta_label)):
             form.addRow(text, label)
+        self._stats_form = form
 
-        self.cancel_note = _note("Cancel stops the build without writing anything: an older datastore of the "
-                                 "same name stays as it was.")
+        self.cancel_note = _note(self.CANCEL_NOTE)
         self.status_label = _wrapping_label(objectName="buildStatus")
         self.error_label = _wrapping_label(objectName="buildError")
         self.error_label.setStyleSheet(_ERROR_STYLE)
@@ -680,8 +741,13 @@ class BuildPage(QWizardPage):
         wiz = self._wiz
         n = len(wiz.sources())
         path = wiz.options_page.output_path()
-        self.setSubTitle(f"{path.name if path else 'The datastore'} from {n} source{'s' if n != 1 else ''}, "
-                         f"with {model_display_name(wiz.model_spec)}'s tokenizer.")
+        name = path.name if path else "The datastore"
+        model = model_display_name(wiz.model_spec)
+        if wiz.distilling():
+            count = wiz.sources_page.distill_count.value()
+            self.setSubTitle(f"{name}: {model}'s answers to {count:,} ShareGPT prompts, then indexed.")
+        else:
+            self.setSubTitle(f"{name} from {n} source{'s' if n != 1 else ''}, with {model}'s tokenizer.")
         QTimer.singleShot(0, wiz.start_build)
 
     def cleanupPage(self) -> None:  # noqa: N802
@@ -700,6 +766,9 @@ class BuildPage(QWizardPage):
         self.stats.show()
         for label in (self.read_label, self.tokens_label, self.rate_label, self.eta_label):
             label.setText("–")
+        distilling = self._wiz.distilling()
+        self._stats_form.labelForField(self.read_label).setText("Answers:" if distilling else "Read:")
+        self.cancel_note.setText(self.DISTILL_CANCEL_NOTE if distilling else self.CANCEL_NOTE)
         self.phase_label.setText("Starting")
         self.status_label.clear()
         self.status_label.hide()
@@ -750,6 +819,25 @@ class BuildPage(QWizardPage):
         self.read_label.setText(f"{_size(p.bytes_read)}{total} · {p.items:,} records")
         self.tokens_label.setText(f"{p.tokens:,}")
         self.rate_label.setText(f"{p.tokens_per_second:,.0f} tokens/s")
+
+    def show_distill_progress(self, p: DistillProgress) -> None:
+        if p.phase == "generating":
+            self.phase_label.setText("The model is answering the prompts")
+            self.progress.setRange(0, _STEPS)
+            self.progress.setValue(int(_STEPS * (p.fraction or 0.0)))
+            self.eta_label.setText("–" if p.eta_seconds is None else (_eta(p.eta_seconds) or "less than a second"))
+        elif p.phase == "indexing":
+            self.phase_label.setText("Indexing the answers …")
+            self.progress.setRange(0, 0)
+            self.eta_label.setText("–")
+        else:
+            self.phase_label.setText("Done")
+            self.progress.setRange(0, _STEPS)
+            self.progress.setValue(_STEPS)
+            self.eta_label.setText("–")
+        self.read_label.setText(f"{p.answers:,} of {p.total:,}")
+        self.tokens_label.setText(f"{p.tokens:,} generated")
+        self.rate_label.setText(f"{p.tokens_per_second:,.1f} tokens/s")
 
 
 class SummaryPage(QWizardPage):
@@ -822,6 +910,11 @@ class SummaryPage(QWizardPage):
         self.examples.setText("\n".join(lines))
         self.examples.setVisible(bool(lines))
         notes = []
+        distilled = self._wiz.distill_report()
+        if distilled is not None:
+            notes.append(f"{distilled.answers:,} answers of the model ({distilled.generated:,} written now"
+                         + (f" at {distilled.tokens_per_second:,.1f} tokens/s" if distilled.generated else "")
+                         + f"), kept in {distilled.answers_path.name}.")
         if report.stopped_at_max_tokens:
             notes.append("Reading stopped at the size limit.")
         if self._wiz.finished_despite_cancel:
@@ -861,7 +954,10 @@ class DatastoreWizard(QWizard):
     ``sources``: specs (``chat:PATH``, ``code:DIR``, ``text:PATH``, ``jsonl:PATH#field``,
     ``table:PATH#field``) or Source objects to start with. ``tokenizer_loader(model_spec)`` and
     ``builder`` (:func:`build_datastore`'s signature) can be replaced; ``out_dir`` defaults to
-    ``datastores_dir()``.
+    ``datastores_dir()``. ``model``: the loaded model (a transformers causal LM with the
+    tokenizer's vocabulary); with it the sources page offers its own answers, generated by
+    ``distiller`` (:func:`distill`'s signature) for prompts from ``distill_prompts`` (a
+    ``chat:FILE`` spec; default ShareGPT's).
     """
 
     datastore_built = Signal(str, bool)
@@ -870,10 +966,13 @@ class DatastoreWizard(QWizard):
 
     def __init__(self, model_spec: str = DEFAULT_MODEL, *, sources: Iterable[str | Source] = (),
                  tokenizer_loader: Callable = load_tokenizer, builder: Callable = build_datastore,
-                 out_dir: Path | None = None, parent: QWidget | None = None) -> None:
+                 out_dir: Path | None = None, model=None, distiller: Callable = distill,
+                 distill_prompts: str | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model_spec = model_spec
         self._loader, self._builder = tokenizer_loader, builder
+        self._model, self._distiller, self._distill_prompts = model, distiller, distill_prompts
+        self._distill_report: DistillReport | None = None
         self._out_dir = Path(out_dir) if out_dir is not None else None
         self._tokenizer = None
         self._report: BuildReport | None = None
@@ -924,6 +1023,17 @@ class DatastoreWizard(QWizard):
         """The report of the finished build (None before)."""
         return self._report
 
+    def distill_report(self) -> DistillReport | None:
+        """The report of the finished build when it was of the model's own answers (else None)."""
+        return self._distill_report
+
+    def can_distill(self) -> bool:
+        """Whether the model is here to answer prompts (its own style is offered on the sources page)."""
+        return self._model is not None
+
+    def distilling(self) -> bool:
+        return self.sources_page.distilling()
+
     def result_path(self) -> Path | None:
         """The built index (None until a build succeeded)."""
         return self._result
@@ -942,37 +1052,69 @@ class DatastoreWizard(QWizard):
         out = self.output_path()
         if out is None:
             return
-        sources = [Source(s.kind, s.path, s.options) for s in self.sources()]  # fresh read counters
-        options = self.options_page.build_options()
         token = CancelToken()
-        loader, builder, spec = self._loader, self._builder, self.model_spec
-        cached = self._tokenizer
         holder: dict = {}
-
-        def job(report, status):
-            tokenizer = cached
-            if tokenizer is None:
-                status(f"Loading {model_display_name(spec)}'s tokenizer …")
-                tokenizer = loader(spec)
-                holder["tokenizer"] = tokenizer
-            if token.cancelled:
-                raise BuildCancelled("datastore build cancelled; nothing was written")
-            status("Reading the sources …")
-            return builder(sources, tokenizer, out, model=spec, options=options, progress=report, cancel=token)
-
+        job = self._distill_job(out, token, holder) if self.distilling() else self._build_job(out, token, holder)
         self._job_holder = holder
         if self._thread is None:
             self._worker = _JobWorker()
             self._thread = WorkerThread(self._worker)
         self._building, self._cancelled, self._cancel = True, False, token
         self.finished_despite_cancel = False
-        self._report = self._result = None
+        self._report = self._result = self._distill_report = None
         self.build_page.show_running()
         self._lock_back(True)
         self._worker.take()  # nothing left over from an earlier build
         self._worker.job = job
         QMetaObject.invokeMethod(self._worker, "run", Qt.ConnectionType.QueuedConnection)
         self._poll.start()
+
+    def _tokenizer_step(self, token: CancelToken, holder: dict) -> Callable:
+        """The job's first step: the tokenizer, loaded once (kept in ``holder`` for the next build)."""
+        loader, spec, cached = self._loader, self.model_spec, self._tokenizer
+
+        def tokenizer(status):
+            loaded = cached
+            if loaded is None:
+                status(f"Loading {model_display_name(spec)}'s tokenizer …")
+                loaded = holder["tokenizer"] = loader(spec)
+            if token.cancelled:
+                raise BuildCancelled("datastore build cancelled; nothing was written")
+            return loaded
+
+        return tokenizer
+
+    def _build_job(self, out: Path, token: CancelToken, holder: dict) -> Callable:
+        sources = [Source(s.kind, s.path, s.options) for s in self.sources()]  # fresh read counters
+        options = self.options_page.build_options()
+        builder, spec = self._builder, self.model_spec
+        get_tokenizer = self._tokenizer_step(token, holder)
+
+        def job(report, status):
+            tokenizer = get_tokenizer(status)
+            status("Reading the sources …")
+            return builder(sources, tokenizer, out, model=spec, options=options, progress=report, cancel=token)
+
+        return job
+
+    def _distill_job(self, out: Path, token: CancelToken, holder: dict) -> Callable:
+        """The model answers the prompts (on the worker thread), then the answers are indexed."""
+        model, distiller, prompts_spec = self._model, self._distiller, self._distill_prompts
+        count = self.sources_page.distill_count.value()
+        name = model_display_name(self.model_spec)
+        get_tokenizer = self._tokenizer_step(token, holder)
+
+        def job(report, status):
+            tokenizer = get_tokenizer(status)
+            status("Reading the prompts …" if prompts_spec
+                   else "Reading the ShareGPT prompts (fetched first if needed) …")
+            prompts = read_prompts(prompts_spec, limit=count)
+            if token.cancelled:
+                raise BuildCancelled("datastore build cancelled; nothing was written")
+            status(f"{name} is answering {len(prompts):,} prompts …")
+            return distiller(model, tokenizer, prompts, out, progress=report, cancel=token, model_name=name)
+
+        return job
 
     def cancel_build(self) -> None:
         if self._building and self._cancel is not None and not self._cancelled:
@@ -989,6 +1131,8 @@ class DatastoreWizard(QWizard):
                 self.build_page.show_phase(status.strip().rstrip("."))
             if isinstance(progress, Progress):
                 self.build_page.show_progress(progress)
+            elif isinstance(progress, DistillProgress):
+                self.build_page.show_distill_progress(progress)
         if outcome is not None:
             self._poll.stop()
             what, value = outcome
@@ -1000,14 +1144,20 @@ class DatastoreWizard(QWizard):
             self._lock_back(False)
             (self._on_built if what == "done" else self._on_failed)(value)
 
-    def _on_built(self, report: BuildReport) -> None:
+    def _on_built(self, report: BuildReport | DistillReport) -> None:
         self.finished_despite_cancel = self._cancelled
+        if isinstance(report, DistillReport):
+            self._distill_report, report = report, report.build
         self._report, self._result = report, Path(report.path)
         self.build_page.completeChanged.emit()
         self.next()
 
     def _on_failed(self, exc: BaseException) -> None:
         page = self.build_page
+        if (self._cancelled or isinstance(exc, BuildCancelled)) and self.distilling():
+            page.show_idle("Build cancelled; the datastore was not written. The answers so far are kept: build again "
+                           "to continue from them, or go back to change something.", error="")
+            return
         if self._cancelled or isinstance(exc, BuildCancelled):
             page.show_idle("Build cancelled; nothing was written"
                            + (" and the existing datastore is as it was." if (self.output_path() or Path()).is_file()

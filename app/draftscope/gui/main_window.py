@@ -67,6 +67,7 @@ class MainWindow(QMainWindow):
     answer_started = Signal()  # a new answer begins streaming (panels reset)
     steps_arrived = Signal(list)  # [StepEvent, ...] of the answer being streamed
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
+    learned_changed = Signal(object)  # LearnedStats, after the learned answers were re-indexed (any thread)
 
     def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none",
                  code_style: str = "default", dark: bool = False) -> None:
@@ -199,8 +200,9 @@ class MainWindow(QMainWindow):
         self.status_baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
                                         "and again when older than 10 minutes)")
         self._show_baseline(engine.baseline_tokens_per_second)
+        self.status_learned = QLabel(objectName="statusLearned")
         for w in (self.status_model, self.status_device, self.status_datastore, self.status_drafters,
-                  self.status_baseline):
+                  self.status_learned, self.status_baseline):
             status.addWidget(w)
         status.addPermanentWidget(self.status_tps)
         self._show_drafters()
@@ -217,6 +219,17 @@ class MainWindow(QMainWindow):
         # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
         # worker thread before Qt destroys it.
         QApplication.instance().aboutToQuit.connect(self.worker_thread.shutdown)
+
+        # The model's own answers feed its learned datastore, indexed on a background thread.
+        self.learner = None
+        store = getattr(engine, "learned", None)
+        if store is not None:
+            from draftscope.datastore.learned import Learner
+
+            self.learner = Learner(store, on_change=self.learned_changed.emit)
+            self.learned_changed.connect(self._show_learned)
+            QApplication.instance().aboutToQuit.connect(self.learner.close)
+        self._show_learned()
 
         self._reload_conversations()
         self._update_actions()
@@ -238,6 +251,8 @@ class MainWindow(QMainWindow):
                                     "Ctrl+Shift+E", "exportAction")
         self.wizard_action = action(file_menu, "&Build a datastore…", self.open_datastore_wizard, "Ctrl+Shift+B",
                                     "datastoreWizardAction")
+        self.forget_action = action(file_menu, "&Forget the learned answers…", self.forget_learned, None,
+                                    "forgetLearnedAction")
         file_menu.addSeparator()
         self.settings_action = action(file_menu, "&Settings…", lambda: self.settings_requested.emit(),
                                       QKeySequence.StandardKey.Preferences, "settingsAction")
@@ -488,12 +503,13 @@ class MainWindow(QMainWindow):
         self.status_baseline.setText(f"plain: {rate:.1f} tokens/s" if rate else "plain: not measured")
 
     def open_datastore_wizard(self) -> None:
-        """Build a datastore from the user's files with the current model's tokenizer."""
+        """Build a datastore from the user's files with the current model's tokenizer, or from the
+        model's own answers (the loaded model is handed over for that)."""
         from draftscope.gui.datastore_wizard import DatastoreWizard
 
         tokenizer = self.engine.tokenizer
         self.datastore_wizard = DatastoreWizard(self.settings.model, tokenizer_loader=lambda _spec: tokenizer,
-                                                parent=self)
+                                                model=getattr(self.engine, "model", None), parent=self)
         self.datastore_wizard.datastore_built.connect(
             lambda path, use_now: self.datastore_chosen.emit(path) if use_now else None)
         self.datastore_wizard.open()
@@ -527,6 +543,9 @@ class MainWindow(QMainWindow):
         stats["finish_reason"] = final.finish_reason
         stats["baseline_tokens_per_second"] = self.engine.baseline_tokens_per_second
         drafters = {"drafters": final.stats.drafters, "accepted_by_source": final.stats.accepted_by_source}
+        if final.finish_reason in ("eos", "length", "stop") and self.learner is not None \
+                and self.settings.drafters.get("learned", True):
+            self.learner.submit(final.prompt_tail, final.token_ids)  # returns at once: indexed in the background
         if final.text.strip() or final.finish_reason != "cancel":
             message_id = self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
                                                   drafters=drafters,
@@ -568,6 +587,7 @@ class MainWindow(QMainWindow):
         self.make_drafters = make
         self._show_datastore(datastore_label)
         self._show_drafters()
+        self._show_learned()
 
     def _show_datastore(self, label: str) -> None:
         # the file's name in the status bar (a full path crowds out the rest), the path on hover
@@ -589,6 +609,39 @@ class MainWindow(QMainWindow):
         self._invalidate()
         self._update_actions()
         self._render()
+
+    # ------------------------------------------------------------------ learned answers
+
+    def learned_text(self) -> str:
+        """What the model has learned from its answers, in words ("" when learning is unavailable)."""
+        if self.learner is None:
+            return ""
+        stats = self.learner.store.stats()
+        text = stats.describe()
+        if not self.settings.drafters.get("learned", True):
+            text += " (off)"
+        return text
+
+    def _show_learned(self, _stats=None) -> None:
+        text = self.learned_text()
+        self.status_learned.setVisible(bool(text))
+        self.status_learned.setText(text)
+        self.status_learned.setToolTip(
+            "Drafts also come from this model's own past answers, which grow as you chat "
+            "(indexed in the background). Settings ▸ Drafting turns it off; File ▸ Forget the learned "
+            "answers clears them.")
+        self.forget_action.setEnabled(self.learner is not None and self.learner.store.stats().answers > 0)
+
+    def forget_learned(self, *, confirm: bool = True) -> None:
+        if self.learner is None:
+            return
+        if confirm:
+            answer = QMessageBox.question(
+                self, "Draftscope", f"Forget the {self.learner.store.stats().answers:,} answers this model has "
+                "learned from? Drafts then come from the datastore and the conversation only.")
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.learner.clear()
 
     def _show_drafters(self) -> None:
         names = ", ".join(d.name for d in self.make_drafters()) or "none"
@@ -812,6 +865,8 @@ class MainWindow(QMainWindow):
         self._stream_start = None
 
     def closeEvent(self, event) -> None:
+        if self.learner is not None:
+            self.learner.close()
         self.worker_thread.shutdown()
         super().closeEvent(event)
 

@@ -203,11 +203,12 @@ class SettingsDialog(QDialog):
     download (tests)."""
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *,
-                 devices: Sequence[str] | None = None, fetch_model=catalog.fetch_model) -> None:
+                 devices: Sequence[str] | None = None, fetch_model=catalog.fetch_model, learned: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings")
         self._original = copy.deepcopy(settings)
+        self._learned = learned  # what the model has learned from its answers, in words
         self._devices = list(devices) if devices is not None else available_devices()
         self._fetch_model = fetch_model
         self._precisions: dict[str, object] = {}  # device -> what auto picks there (run_precision)
@@ -335,12 +336,22 @@ class SettingsDialog(QDialog):
         self._update_datastore_hint()
 
         self.drafter_retrieval = QCheckBox("Retrieval (suffix search in the datastore)", objectName="drafterRetrieval")
+        self.drafter_learned = QCheckBox("Learned (this model's own past answers; learns as you chat)",
+                                         objectName="drafterLearned")
+        self.drafter_learned.setToolTip("Each answer is added to a datastore of the model's own answers, indexed in "
+                                        "the background; drafts that sound like the model get accepted more. "
+                                        "Off: nothing is recorded and nothing drafted from it.")
         self.drafter_context = QCheckBox("Context (repeats from this conversation)", objectName="drafterContext")
         self.drafter_model = QCheckBox("Draft model", objectName="drafterModel")
         drafters = QWidget()
         column = QVBoxLayout(drafters)
         column.setContentsMargins(0, 0, 0, 0)
-        for box in (self.drafter_retrieval, self.drafter_context, self.drafter_model):
+        for box in (self.drafter_retrieval, self.drafter_learned):
+            column.addWidget(box)
+        if self._learned:
+            column.addWidget(_hint(self._learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears "
+                                   "them)", objectName="learnedHint"))
+        for box in (self.drafter_context, self.drafter_model):
             column.addWidget(box)
         form.addRow("Drafters:", drafters)
         return tab
@@ -410,6 +421,7 @@ class SettingsDialog(QDialog):
             self._filling = False
         self.datastore_edit.setText(s.datastore)
         self.drafter_retrieval.setChecked(s.drafters.get("retrieval", False))
+        self.drafter_learned.setChecked(s.drafters.get("learned", True))
         self.drafter_context.setChecked(s.drafters.get("context", False))
         self.drafter_model.setChecked(s.drafters.get("model", False))
         self.temperature_spin.setValue(s.temperature)
@@ -643,6 +655,7 @@ class SettingsDialog(QDialog):
             model=self._model_spec(),
             datastore=self.datastore_edit.text().strip(),
             drafters={**o.drafters, "retrieval": self.drafter_retrieval.isChecked(),
+                      "learned": self.drafter_learned.isChecked(),
                       "context": self.drafter_context.isChecked(), "model": self.drafter_model.isChecked()},
             draft_model=self._draft_spec(),
             temperature=self._float(self.temperature_spin, o.temperature),

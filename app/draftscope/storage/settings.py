@@ -23,7 +23,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # as engine.precision.DTYPE
 class Settings:
     model: str = "default"
     datastore: str = ""  # empty: the default chat datastore when it exists
-    drafters: dict[str, bool] = field(default_factory=lambda: {"retrieval": True, "context": True, "model": False})
+    drafters: dict[str, bool] = field(
+        default_factory=lambda: {"retrieval": True, "learned": True, "context": True, "model": False})
     draft_model: str = ""
     temperature: float = 0.0
     top_p: float = 1.0

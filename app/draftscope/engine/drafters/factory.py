@@ -1,4 +1,4 @@
-"""The one place drafters are built: names (``retrieval``, ``context``, ``model``) and what
+"""The one place drafters are built: names (``retrieval``, ``learned``, ``context``, ``model``) and what
 they need become a function that makes fresh drafters for each answer (readers and models are
 shared; each drafter's own state is per answer). The desktop app (settings switches), ``draftscope
 chat/generate`` and ``draftscope bench spec`` (a ``--drafters`` list) all come through
@@ -10,15 +10,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DRAFTER_NAMES = ("retrieval", "context", "model")
+DRAFTER_NAMES = ("retrieval", "learned", "context", "model")
+ON_BY_DEFAULT = ("retrieval", "learned", "context")  # what the app drafts with out of the box (Settings)
 
 
-def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bool) -> list[str]:
-    """``auto`` = every drafter whose inputs exist; ``none`` = plain decoding; else a comma list."""
+def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bool,
+                        have_learned: bool = False) -> list[str]:
+    """``auto`` = what the app uses by default (Settings), for the inputs that exist, plus the
+    draft model when one is given; ``none`` = plain decoding; else a comma list."""
     if text == "none":
         return []
     if text == "auto":
-        return [n for n, ok in (("retrieval", have_datastore), ("context", True), ("model", have_draft_model)) if ok]
+        have = {"retrieval": have_datastore, "learned": have_learned, "context": True, "model": have_draft_model}
+        return [n for n in DRAFTER_NAMES if (n in ON_BY_DEFAULT or n == "model") and have[n]]
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = sorted(set(names) - set(DRAFTER_NAMES))
     if unknown:
@@ -27,12 +31,14 @@ def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bo
 
 
 def names_from_switches(switches: Mapping[str, bool], *, have_datastore: bool,
-                        have_draft_model: bool) -> tuple[list[str], list[str]]:
+                        have_draft_model: bool, have_learned: bool = True) -> tuple[list[str], list[str]]:
     """The drafters switched on in the settings that can run, and a note for each that cannot."""
     names, notes = [], []
     for name in DRAFTER_NAMES:
-        if not switches.get(name, name == "context"):
+        if not switches.get(name, name in ("context", "learned")):
             continue
+        if name == "learned" and not have_learned:
+            continue  # nothing learned for this model yet: nothing to say
         if name == "retrieval" and not have_datastore:
             notes.append("retrieval drafts are off: no datastore for this model (File ▸ Build a datastore)")
         elif name == "model" and not have_draft_model:
@@ -55,7 +61,7 @@ class DrafterSetup:
 
 def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
                    eos_token_id: int | None = None, draft_temperature: float | None = None,
-                   vocab_size: int | None = None) -> DrafterSetup:
+                   vocab_size: int | None = None, learned=None) -> DrafterSetup:
     """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
     left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
     whose inputs are missing is an error)."""
@@ -66,15 +72,18 @@ def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path
     elif mismatch:
         raise ValueError(mismatch)
     if isinstance(requested, str):
-        names = parse_drafter_names(requested, have_datastore=have_datastore, have_draft_model=draft_model is not None)
+        names = parse_drafter_names(requested, have_datastore=have_datastore, have_draft_model=draft_model is not None,
+                                    have_learned=learned is not None and learned.stats().answers > 0)
         notes = []
+        if "learned" in names and learned is None:
+            raise ValueError("the learned drafter needs the model's learned answers (none are kept for it)")
     else:
         names, notes = names_from_switches(requested, have_datastore=have_datastore,
-                                           have_draft_model=draft_model is not None)
+                                           have_draft_model=draft_model is not None, have_learned=learned is not None)
     if mismatch and requested.get("retrieval"):
         notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
     make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
-                         draft_temperature=draft_temperature)
+                         draft_temperature=draft_temperature, learned=learned)
     return DrafterSetup(names, make, str(datastore) if "retrieval" in names else "none", notes)
 
 
@@ -95,12 +104,14 @@ def _datastore_mismatch(datastore, vocab_size: int | None) -> str | None:
 
 
 def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
-                  eos_token_id: int | None = None, draft_temperature: float | None = None) -> Callable[[], list]:
+                  eos_token_id: int | None = None, draft_temperature: float | None = None,
+                  learned=None) -> Callable[[], list]:
     """A function returning fresh drafters named ``names``. ``datastore``: an index path or an
-    open Reader; ``draft_model``: a loaded causal LM for the model drafter."""
+    open Reader; ``draft_model``: a loaded causal LM for the model drafter; ``learned``: the
+    model's LearnedStore (its newest index is opened for each answer; none yet: no drafter)."""
     from draftscope.engine.drafters.context import ContextDrafter
     from draftscope.engine.drafters.model import ModelDrafter
-    from draftscope.engine.drafters.retrieval import RetrievalDrafter
+    from draftscope.engine.drafters.retrieval import LearnedDrafter, RetrievalDrafter
     from draftscope.retrieval import Reader
 
     reader = None
@@ -122,6 +133,10 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
         for name in names:
             if name == "retrieval":
                 made.append(RetrievalDrafter(reader))
+            elif name == "learned":
+                learned_reader = learned.reader() if learned is not None else None
+                if learned_reader is not None:
+                    made.append(LearnedDrafter(learned_reader))
             elif name == "context":
                 made.append(ContextDrafter())
             elif name == "model":

@@ -1,4 +1,6 @@
-"""Drafts from a datastore: the Rust Reader's longest-suffix search."""
+"""Drafts from a datastore: the Rust Reader's longest-suffix search. The same drafter serves the
+model's learned answers (``LearnedDrafter``: another source, so the panels and the step policy
+tell them apart)."""
 
 from __future__ import annotations
 
@@ -29,8 +31,18 @@ class RetrievalDrafter:
         tail = np.asarray(context_ids[-self.max_suffix :], dtype=np.int64)
         if tail.size and int(tail.max()) >= self.reader.vocab_size:
             return DraftTree.empty()  # a token the datastore's tokenizer never produces
-        return self.reader.search(tail, max_nodes=budget, max_depth=self.max_depth, max_matches=self.max_matches,
+        tree = self.reader.search(tail, max_nodes=budget, max_depth=self.max_depth, max_matches=self.max_matches,
                                   min_suffix=self.min_suffix, max_suffix=self.max_suffix)
+        if self.source != DraftSource.RETRIEVAL and len(tree):
+            tree.source[:] = self.source
+        return tree
 
     def observe(self, accepted_ids: Sequence[int]) -> None:
         pass
+
+
+class LearnedDrafter(RetrievalDrafter):
+    """Drafts from the model's own past answers (datastore.learned)."""
+
+    name = "learned"
+    source = DraftSource.LEARNED
