@@ -98,8 +98,10 @@ def test_greedy_output_is_unchanged_with_learning_on(tmp_path):
     with Writer(other, VOCAB) as w:
         for seed in range(10):
             w.add_entry(answer(seed, 40))
-    for mix in ("learned", "learned,context", "retrieval,learned,context"):
-        make = setup_drafters(mix, datastore=other, learned=store).make
+    draft = tiny_llama(VOCAB, seed=12, layers=1, hidden=32)
+    for mix in ("learned", "learned,context", "retrieval,learned,context", "learned,model",
+                "retrieval,learned,context,model"):
+        make = setup_drafters(mix, datastore=other, learned=store, draft_model=draft).make
         for p, out in zip(prompts, plain):
             events = list(engine.generate(GenerationRequest(prompt_ids=p, max_new_tokens=24, drafters=make())))
             assert events[-1].token_ids == out, mix

@@ -141,9 +141,12 @@ def test_the_transposed_linear_layout_computes_the_same(monkeypatch):
     x = torch.randint(0, 64, (1, 7))
     with torch.no_grad():
         before = model(x).logits
-    monkeypatch.setattr(cpu_linear, "_probe", lambda weight: 1.0)
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert cpu_linear._probe(model, linears) > 0
+    assert not any("forward" in m.__dict__ for m in linears), "the probe leaves the usual layout in place"
+    monkeypatch.setattr(cpu_linear, "_probe", lambda model, linears: 1.0)
     assert cpu_linear.use_fast_layout(model).startswith("linear layers as usual")
-    monkeypatch.setattr(cpu_linear, "_probe", lambda weight: 3.0)
+    monkeypatch.setattr(cpu_linear, "_probe", lambda model, linears: 3.0)
     assert "transposed" in cpu_linear.use_fast_layout(model)
     with torch.no_grad():
         after = model(x).logits

@@ -30,9 +30,22 @@ class FixedBudget:
         pass
 
 
+def monotone(costs: dict[int, float]) -> dict[int, float]:
+    """A bigger tree never costs less than a smaller one: a smaller tree can always be verified at
+    the price of a bigger one, so each size costs at most what any larger size measured (timing
+    noise otherwise makes one size look dearer than the next and the policy avoids it)."""
+    out, cheapest = {}, float("inf")
+    for n in sorted(costs, reverse=True):
+        cheapest = min(cheapest, costs[n])
+        out[n] = cheapest
+    return dict(sorted(out.items()))
+
+
 @torch.inference_mode()
 def measure_verify_costs(model, device, *, context: int = 256, sizes=SIZES, repeats: int = 3) -> dict[int, float]:
-    """Seconds for one forward of 1 + n tokens (root + chain of n) over a ``context``-token cache."""
+    """Seconds for one forward of 1 + n tokens (root + chain of n) over a ``context``-token cache:
+    the best of ``repeats`` rounds, each round over every size (a load spike then hits one round,
+    not every try of one size), made monotone in n."""
     from transformers import DynamicCache
 
     from draftscope.draft_tree import DraftTree
@@ -46,7 +59,7 @@ def measure_verify_costs(model, device, *, context: int = 256, sizes=SIZES, repe
     prompt = torch.randint(0, vocab, (1, context), generator=gen).to(device)
     cache = DynamicCache()
     model(input_ids=prompt, past_key_values=cache, use_cache=True)
-    costs = {}
+    inputs = {}
     for n in sizes:
         tree = DraftTree(
             tokens=np.random.default_rng(n).integers(0, vocab, size=n),
@@ -55,16 +68,17 @@ def measure_verify_costs(model, device, *, context: int = 256, sizes=SIZES, repe
             support=np.ones(n, np.float32),
             source=np.ones(n, np.int8),
         )
-        ids, pos, mask = tree_inputs(1, tree, context, device, dtype)
-        best = float("inf")
-        for _ in range(repeats):
+        inputs[n] = tree_inputs(1, tree, context, device, dtype)
+    best = {n: float("inf") for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            ids, pos, mask = inputs[n]
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
+            best[n] = min(best[n], time.perf_counter() - t0)
             crop_cache(cache, context)
-        costs[n] = best
-    return costs
+    return monotone(best)

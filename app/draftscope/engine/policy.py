@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.budget import monotone
 
 SHARE_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # buckets of a node's share of its parent's support
 DEPTH_EDGES = (1, 2, 4)  # depth 1, 2, 3-4, 5+
@@ -120,7 +121,7 @@ class Calibration:
 class StepPolicy:
     def __init__(self, costs: dict[int, float], *, max_size: int = 64, explore_every: int = 6,
                  smoothing: float = 0.3) -> None:
-        self.costs = {n: c for n, c in sorted(costs.items()) if n <= max_size}
+        self.costs = monotone({n: c for n, c in costs.items() if n <= max_size})
         if 0 not in self.costs:
             raise ValueError("the cost curve needs the cost of a plain step (size 0)")
         self.max_size = max(self.costs)
@@ -151,6 +152,7 @@ class StepPolicy:
         nearest = min(self.costs, key=lambda s: abs(s - n))
         if abs(nearest - n) <= max(1, nearest // 4):
             self.costs[nearest] += self.smoothing * (seconds - self.costs[nearest])
+            self.costs = monotone(self.costs)
 
     # ------------------------------------------------------------------ before drafting
 
