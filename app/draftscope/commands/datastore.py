@@ -65,7 +65,8 @@ def add_parser(sub) -> None:
     distill.add_argument("--prompts", default=None, metavar="chat:FILE", help="conversations whose first user turns "
                          "are the prompts (ShareGPT or OpenAI messages; default: ShareGPT's)")
     distill.add_argument("--limit", type=_positive, default=None, help="at most this many prompts (default: all)")
-    distill.add_argument("--batch-size", type=_positive, default=8, help="prompts answered together (default: 8)")
+    distill.add_argument("--batch-size", type=_positive, default=16,
+                         help="prompts answered together (default: 16, the fastest measured on a 2-core CPU)")
     distill.add_argument("--max-new-tokens", type=_positive, default=256, help="longest answer (default: 256)")
     distill.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     distill.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app picks)")

@@ -298,7 +298,7 @@ def _answer_of(generated: list[int], stops: list[int], tokenizer) -> Generated:
 # -------------------------------------------------------------------------------------- distill
 
 
-def distill(model, tokenizer, prompts: Iterable[str], out: str | os.PathLike[str], *, batch_size: int = 8,
+def distill(model, tokenizer, prompts: Iterable[str], out: str | os.PathLike[str], *, batch_size: int = 16,
             max_new_tokens: int = 256, progress: DistillCallback | None = None, cancel: CancelToken | None = None,
             model_name: str = "") -> DistillReport:
     """Greedy answers of ``model`` to ``prompts``, kept in ``<out>.answers.jsonl`` and indexed at

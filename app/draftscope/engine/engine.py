@@ -96,8 +96,9 @@ class Engine:
                 eos.update(int(x) for x in source)
         self.eos_ids = eos
         self.verify_costs: dict[int, float] | None = None
-        # What the step policy learned of each drafter mix's acceptance, kept across answers.
-        self.calibrations: dict[tuple[str, ...], Calibration] = {}
+        # What the step policy learned of each drafter's acceptance (per source), kept across answers.
+        self.calibration = Calibration()
+        self.drafter_gates: dict[str, dict] = {}  # which slow drafters earn their time (CompositeDrafter)
         self.baseline_tokens_per_second: float | None = None
         self.baseline_measured_at: float | None = None  # time.monotonic() of the last measurement
 
@@ -181,13 +182,13 @@ class Engine:
         else:
             if self.verify_costs is None:
                 self.verify_costs = measure_verify_costs(self.model, self.device)
-            budget = StepPolicy(self.verify_costs)
-            budget.calibration = self.calibrations.setdefault(tuple(sorted(d.name for d in drafters)), Calibration())
+            budget = StepPolicy(self.verify_costs, calibration=self.calibration)
         drafter = drafters[0] if len(drafters) == 1 else None
         if len(drafters) > 1:
             from draftscope.engine.drafters.composite import CompositeDrafter
 
-            drafter = CompositeDrafter(drafters)
+            step_cost = self.verify_costs.get(0) if self.verify_costs else None
+            drafter = CompositeDrafter(drafters, step_cost=step_cost, memory=self.drafter_gates)
 
         limit = min(request.max_new_tokens, self.max_context - len(prompt))
         ids = list(prompt)

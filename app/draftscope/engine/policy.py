@@ -120,18 +120,19 @@ class Calibration:
 
 class StepPolicy:
     def __init__(self, costs: dict[int, float], *, max_size: int = 64, explore_every: int = 6,
-                 smoothing: float = 0.3) -> None:
+                 smoothing: float = 0.3, calibration: Calibration | None = None) -> None:
         self.costs = monotone({n: c for n, c in costs.items() if n <= max_size})
         if 0 not in self.costs:
             raise ValueError("the cost curve needs the cost of a plain step (size 0)")
         self.max_size = max(self.costs)
         self.explore_every = explore_every
         self.smoothing = smoothing
-        self.calibration = Calibration()
+        self.calibration = calibration or Calibration()
         # Tokens and seconds of recent steps that drafted (an exponential average), against plain ones.
         self._draft_tokens: float | None = None
         self._draft_seconds: float | None = None
         self._idle = 0  # steps since drafting was last tried
+        self._retry = explore_every  # steps to wait before trying again (doubles while it loses)
         self._unverified = 0  # steps whose drafts were all trimmed since one was last verified
         self.last = Decision(0, 0, 0, 0.0, "tree")
 
@@ -164,11 +165,13 @@ class StepPolicy:
 
     def draft_budget(self) -> int:
         if self.drafting_pays():
-            self._idle = 0
+            self._idle, self._retry = 0, self.explore_every
             return self.max_size
         self._idle += 1
-        if self._idle >= self.explore_every:
-            self._idle = 0
+        if self._idle >= self._retry:
+            # Try again, and wait twice as long next time if it still does not pay: a slow drafter
+            # (a draft model) costs a lot per try.
+            self._idle, self._retry = 0, min(2 * self._retry, 8 * self.explore_every)
             return self.max_size
         return 0
 

@@ -3,6 +3,11 @@ once), and the best nodes under one budget are kept. Scores are comparable acros
 counts become the share of their drafter's matches, model drafts carry path probabilities.
 Each node remembers the drafter that scored it highest.
 
+A drafter that takes time (a draft model) runs only while what it gets accepted pays for its
+time: tokens accepted from it per step × the time of a plain step ≥ its drafting time (both
+recent averages). Otherwise it sits out, and tries again after an interval that doubles each time
+it still does not pay — decided from history before any drafting, so sampling stays exact.
+
 Drafts a model *sampled* are the exception (sampling is exact only if each such draw reaches
 verification as it was drawn): they get a share of the budget fixed before drawing and keep
 it whatever they draw; the deterministic drafters share the rest by score."""
@@ -10,6 +15,7 @@ it whatever they draw; the deterministic drafters share the rest by score."""
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Sequence
 
@@ -36,19 +42,48 @@ class CompositeDrafter:
     name = "composite"
     source = DraftSource.TARGET  # mixed; each node says its own
 
-    def __init__(self, drafters: Sequence, *, smoothing: float = 0.2) -> None:
+    SLOW_SHARE = 0.05  # a drafter slower than this share of a plain step must earn its time
+    FIRST_RETRY, LAST_RETRY = 6, 64  # steps a drafter that does not pay sits out (doubling)
+
+    def __init__(self, drafters: Sequence, *, smoothing: float = 0.2, step_cost: float | None = None,
+                 memory: dict | None = None) -> None:
         if not drafters:
             raise ValueError("a composite drafter needs at least one drafter")
         self.drafters = list(drafters)
         self.smoothing = smoothing
         self.acceptance = {int(d.source): 0.5 for d in self.drafters}
+        self.step_cost = step_cost  # seconds of a plain step (the engine's cost curve); None: never gate
+        # Per drafter (by name; ``memory`` carries it from answer to answer): recent drafting seconds,
+        # accepted tokens per step it ran (None: not seen yet, so it runs), and its sitting out.
+        memory = {} if memory is None else memory
+        self._gate = [memory.setdefault(d.name, {"seconds": 0.0, "tokens": None, "idle": 0, "retry": self.FIRST_RETRY})
+                      for d in self.drafters]
+        self._ran: list[bool] = [False] * len(self.drafters)
+
+    def _should_run(self, i: int) -> bool:
+        g = self._gate[i]
+        if self.step_cost is None or g["tokens"] is None or g["seconds"] <= self.SLOW_SHARE * self.step_cost:
+            return True
+        if g["tokens"] * self.step_cost >= g["seconds"]:
+            g["retry"] = self.FIRST_RETRY
+            return True
+        g["idle"] += 1
+        if g["idle"] >= g["retry"]:
+            g["idle"], g["retry"] = 0, min(2 * g["retry"], self.LAST_RETRY)
+            return True
+        return False
 
     def feedback(self, tree: DraftTree, accepted_path: Sequence[int]) -> None:
         """Which nodes of the last proposal the target accepted."""
+        accepted = Counter(int(tree.source[i]) for i in accepted_path)
+        for i, d in enumerate(self.drafters):
+            if self._ran[i]:
+                got, before = accepted[int(d.source)], self._gate[i]["tokens"]
+                self._gate[i]["tokens"] = got if before is None else before + self.smoothing * (got - before)
+        self._ran = [False] * len(self.drafters)  # a step that drafted nothing teaches nothing
         if len(tree) == 0:
             return
         proposed = Counter(int(s) for s in tree.source.tolist())
-        accepted = Counter(int(tree.source[i]) for i in accepted_path)
         for src, n in proposed.items():
             rate = self.acceptance.get(src, 0.5)
             self.acceptance[src] = rate + self.smoothing * (accepted[src] / n - rate)
@@ -70,7 +105,15 @@ class CompositeDrafter:
         if samplers:
             share = self.sampler_share(samplers) if len(samplers) < len(self.drafters) else 1.0
             sampler_budget = max(1, math.ceil(budget * share))
-        trees = [d.propose(context_ids, sampler_budget if d in samplers else budget) for d in self.drafters]
+        trees = []
+        for i, d in enumerate(self.drafters):
+            self._ran[i] = self._should_run(i)
+            if not self._ran[i]:
+                continue
+            started = time.perf_counter()
+            trees.append(d.propose(context_ids, sampler_budget if d in samplers else budget))
+            seconds, g = time.perf_counter() - started, self._gate[i]
+            g["seconds"] = seconds if not g["seconds"] else g["seconds"] + self.smoothing * (seconds - g["seconds"])
         trees = [t for t in trees if len(t)]
         if not trees:
             return DraftTree.empty()
