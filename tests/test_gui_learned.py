@@ -98,6 +98,8 @@ def test_learning_off_records_nothing_and_forget_clears(qtbot, model, tokenizer,
     w.set_drafters(*engine_drafters(w.settings, w.engine)[:2])
     ask(qtbot, w, "Hello again")
     qtbot.waitUntil(lambda: store.stats().indexed_answers == 1, timeout=10_000)
+    # the first index makes the learned drafter usable, and the status bar names it
+    qtbot.waitUntil(lambda: "learned" in w.findChild(QLabel, "statusDrafters").text(), timeout=5_000)
     qtbot.waitUntil(lambda: w.forget_action.isEnabled(), timeout=5_000)
     w.forget_learned(confirm=False)
     qtbot.waitUntil(lambda: w.findChild(QLabel, "statusLearned").text() == "learned from no answers yet",

@@ -631,6 +631,8 @@ class MainWindow(QMainWindow):
             "(indexed in the background). Settings ▸ Drafting turns it off; File ▸ Forget the learned "
             "answers clears them.")
         self.forget_action.setEnabled(self.learner is not None and self.learner.store.stats().answers > 0)
+        if _stats is not None:
+            self._show_drafters()  # the first index makes the learned drafter usable
 
     def forget_learned(self, *, confirm: bool = True) -> None:
         if self.learner is None:
