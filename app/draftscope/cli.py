@@ -61,11 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --quit-after: save the main window as the screen shows it to PATH (PNG) before quitting")
     gui.set_defaults(func=_cmd_gui)
 
-    from draftscope.commands import chat, datastore, models
+    from draftscope.commands import chat, datastore, drafter, models
 
     datastore.add_parser(sub)
     chat.add_parser(sub)
     models.add_parser(sub)
+    drafter.add_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)

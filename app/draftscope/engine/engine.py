@@ -189,6 +189,9 @@ class Engine:
 
             step_cost = self.verify_costs.get(0) if self.verify_costs else None
             drafter = CompositeDrafter(drafters, step_cost=step_cost, memory=self.drafter_gates)
+        # Drafters that read the target's hidden state (the recurrent head) get it from the
+        # forwards the loop runs anyway: the prefill, then each verify step.
+        wants_hidden = drafter is not None and getattr(drafter, "wants_hidden", False)
 
         limit = min(request.max_new_tokens, self.max_context - len(prompt))
         ids = list(prompt)
@@ -202,7 +205,10 @@ class Engine:
         first_token_at = None
         if len(prompt) > 1:
             pre = torch.tensor([prompt[:-1]], device=self.device)
-            self.model(input_ids=pre, past_key_values=cache, use_cache=True, logits_to_keep=1)  # logits unused: skip the head
+            out = self.model(input_ids=pre, past_key_values=cache, use_cache=True, logits_to_keep=1,  # logits unused
+                             output_hidden_states=wants_hidden)
+            if wants_hidden:
+                drafter.set_hidden(out.hidden_states[-1][0, -1])
         past = len(prompt) - 1
         root = prompt[-1]
         step = 0
@@ -220,8 +226,9 @@ class Engine:
             tree = budget.trim(prune_depth(tree, limit - len(generated) - 1), size)
             t1 = time.perf_counter()
             input_ids, positions, mask = tree_inputs(root, tree, past, self.device, self.dtype)
-            logits = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                                past_key_values=cache, use_cache=True).logits[0, :, : self.vocab]
+            out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+                             past_key_values=cache, use_cache=True, output_hidden_states=wants_hidden)
+            logits = out.logits[0, :, : self.vocab]
             row_seen = None
             if params.repetition_penalty != 1.0:
                 row_seen = seen.repeat(len(tree) + 1, 1)
@@ -236,6 +243,8 @@ class Engine:
                                               also_proposed=tree.extra.get("also_proposed", frozenset()),
                                               rule=request.verify_rule)
             keep_accepted(cache, past, path)
+            if wants_hidden:  # the position that predicted the bonus token, the next root
+                drafter.set_hidden(out.hidden_states[-1][0, 1 + path[-1] if path else 0])
             t2 = time.perf_counter()
 
             emitted = [int(tree.tokens[i]) for i in path] + [bonus]

@@ -25,11 +25,14 @@ from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.drafters.trie import PathTrie
 
 
+PROBABILITY_SOURCES = (DraftSource.MODEL, DraftSource.RECURRENT)  # supports that are path probabilities
+
+
 def path_scores(tree: DraftTree) -> np.ndarray:
     """A probability-like score per node: model trees already hold path probabilities; counts
     are divided by the number of matches behind the first level."""
     support = tree.support.astype(np.float64)
-    if len(tree) == 0 or (tree.source == DraftSource.MODEL).all():
+    if len(tree) == 0 or np.isin(tree.source, PROBABILITY_SOURCES).all():
         return support
     total = support[tree.parents == -1].sum()
     return support / total if total > 0 else support
@@ -95,6 +98,15 @@ class CompositeDrafter:
     def observe(self, accepted_ids: Sequence[int]) -> None:
         for d in self.drafters:
             d.observe(accepted_ids)
+
+    @property
+    def wants_hidden(self) -> bool:
+        return any(getattr(d, "wants_hidden", False) for d in self.drafters)
+
+    def set_hidden(self, hidden) -> None:
+        for d in self.drafters:
+            if getattr(d, "wants_hidden", False):
+                d.set_hidden(hidden)
 
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
         if budget <= 0:

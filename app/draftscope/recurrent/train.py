@@ -1,0 +1,411 @@
+"""Training a recurrent head for a model: knowledge distillation from the target.
+
+The corpus is packed into sequences; one forward of the (frozen) target per batch gives its
+last hidden states h_t and its next-token distributions. For every position t the head, fed the
+corpus tokens x_{t+1..t+L} (teacher forcing) and h_t, learns at depth k the *target's*
+distribution after x_{<=t+k} (soft cross-entropy over the draft vocabulary), so it predicts what
+the model would write, not what the corpus says.
+
+Everything a run does follows from its options and seed (data order, initialisation, learning
+rate schedule), and a checkpoint holds the rest (head, optimiser, step, figures), so a run that
+was cancelled and resumed ends with the same head as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from draftscope.datastore.progress import CancelToken
+from draftscope.recurrent.files import save_head, target_identity
+from draftscope.recurrent.head import RecurrentHead
+
+ANSWERS_KIND = "answers"  # answers:PATH, distilled answers (datastore distill): the model's own text
+
+
+class TrainError(ValueError):
+    """A problem with the options or the data the user has to fix (shown as is)."""
+
+
+class TrainCancelled(Exception):
+    def __init__(self, checkpoint: Path) -> None:
+        super().__init__(f"training cancelled; a checkpoint is at {checkpoint} (run again with --resume to continue)")
+        self.checkpoint = checkpoint
+
+
+@dataclass
+class TrainOptions:
+    data: list[str]  # source specs: chat:, text:, jsonl:, code:, table: (datastore sources) or answers:
+    tokens: int = 200_000  # training positions to see (batches x sequence length)
+    seq_len: int = 256
+    batch: int = 8  # sequences per step
+    length: int = 4  # depths trained (the longest beam the head drafts well)
+    draft_vocab: int = 8192
+    layers: int = 2
+    lr: float = 2e-3
+    seed: int = 0
+    val_sequences: int = 16
+    val_every: int = 0  # steps between validations; 0: about ten times per run
+    checkpoint_every: int = 25  # steps
+
+    def validate(self) -> None:
+        if not self.data:
+            raise TrainError("no training data given (--data chat:FILE, text:PATH, jsonl:PATH or answers:FILE)")
+        for name in ("tokens", "seq_len", "batch", "length", "draft_vocab", "val_sequences", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise TrainError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.seq_len <= self.length + 1:
+            raise TrainError(f"seq_len ({self.seq_len}) must be longer than length + 1 ({self.length + 1})")
+        if not self.lr > 0:
+            raise TrainError(f"the learning rate must be > 0, got {self.lr}")
+
+    @property
+    def steps(self) -> int:
+        return max(1, math.ceil(self.tokens / (self.batch * self.seq_len)))
+
+    def fingerprint(self) -> str:
+        """What a checkpoint must match to be resumed (everything that shapes the result)."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    phase: str  # "reading", "training", "validating", "done"
+    step: int
+    steps: int
+    tokens: int  # training positions seen
+    tokens_per_second: float
+    eta_seconds: float | None
+    loss: float | None
+    validation: dict | None = None  # the latest validation figures
+
+
+@dataclass
+class TrainReport:
+    out: Path
+    steps: int
+    tokens: int
+    seconds: float  # training time of all runs together (resumes included)
+    tokens_per_second: float
+    validation: dict
+    curve: list[dict] = field(default_factory=list)  # validation by training tokens
+    head_parameters: int = 0
+
+
+# ------------------------------------------------------------------ data
+
+
+def _render_texts(specs: list[str], tokenizer) -> Iterator[str]:
+    from draftscope.datastore.chat_render import ChatRenderer
+    from draftscope.datastore.records import Conversation, SkipLog
+    from draftscope.datastore.sources import DatastoreError, Source
+
+    renderer = ChatRenderer(tokenizer, "conversation")
+    skips = SkipLog()
+    for spec in specs:
+        kind, _, path = spec.partition(":")
+        if kind == ANSWERS_KIND:
+            yield from _answer_texts(Path(path).expanduser(), tokenizer)
+            continue
+        try:
+            source = Source.parse(spec)
+            files = source.files()
+        except DatastoreError as exc:
+            raise TrainError(str(exc)) from None
+        for item in source.iter_items(files, skips):
+            if isinstance(item, Conversation):
+                yield from renderer.render(item, skips)
+            else:
+                yield item.text
+
+
+def _answer_texts(path: Path, tokenizer) -> Iterator[str]:
+    from draftscope.datastore.distill import load_answers
+
+    if not path.is_file():
+        raise TrainError(f"answers:{path}: no such file (datastore distill writes NAME.answers.jsonl)")
+    for answer in load_answers(path).values():
+        messages = [{"role": "user", "content": answer.prompt}, {"role": "assistant", "content": answer.answer}]
+        if getattr(tokenizer, "chat_template", None):
+            yield tokenizer.apply_chat_template(messages, tokenize=False)
+        else:
+            yield answer.prompt + "\n\n" + answer.answer
+
+
+def read_sequences(specs: list[str], tokenizer, count: int, seq_len: int,
+                   cancel: CancelToken | None = None) -> np.ndarray:
+    """Up to ``count`` sequences of ``seq_len`` tokens: documents tokenised and packed end to end
+    (an end-of-text token between them), in the order the sources give them."""
+    from draftscope.datastore.pipeline import batch_encoder
+
+    encode = batch_encoder(tokenizer)
+    sep = tokenizer.eos_token_id
+    need = count * seq_len
+    buf: list[int] = []
+    batch: list[str] = []
+
+    def flush() -> None:
+        for ids in encode(batch):
+            buf.extend(ids)
+            if sep is not None:
+                buf.append(int(sep))
+        batch.clear()
+
+    for text in _render_texts(specs, tokenizer):
+        if cancel is not None and cancel.cancelled:
+            break
+        if text.strip():
+            batch.append(text)
+        if len(batch) >= 64:
+            flush()
+            if len(buf) >= need:
+                break
+    if batch and len(buf) < need:
+        flush()
+    n = min(count, len(buf) // seq_len)
+    if n == 0:
+        raise TrainError(f"the training data has {len(buf):,} tokens: not even one sequence of {seq_len}")
+    return np.asarray(buf[: n * seq_len], dtype=np.int64).reshape(n, seq_len)
+
+
+def draft_vocabulary(sequences: np.ndarray, size: int, target_vocab: int, always: tuple[int, ...] = ()) -> torch.Tensor:
+    """The ``size`` most frequent tokens of the training data (ties by id), the end tokens always in."""
+    counts = np.bincount(sequences.ravel(), minlength=target_vocab)[:target_vocab].astype(np.float64)
+    for t in always:
+        if 0 <= t < target_vocab:
+            counts[t] = np.inf
+    size = min(size, target_vocab)
+    order = np.lexsort((np.arange(target_vocab), -counts))[:size]
+    return torch.from_numpy(np.sort(order))
+
+
+# ------------------------------------------------------------------ the steps
+
+
+def target_outputs(model, ids: torch.Tensor, lm_rows: torch.Tensor, *, full_logits: bool = False):
+    """The frozen target on a batch: hidden states [B, T, H], its logits over the draft vocabulary
+    [B, T, R], the input embeddings, and (``full_logits``) its greedy next tokens over the whole
+    vocabulary."""
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True, logits_to_keep=0 if full_logits else 1)
+        hidden = out.hidden_states[-1].float()
+        emb = model.get_input_embeddings()(ids).float()
+        greedy = out.logits.argmax(-1) if full_logits else None
+        return hidden, hidden @ lm_rows.T, emb, greedy
+
+
+def head_losses(head: RecurrentHead, hidden: torch.Tensor, teacher: torch.Tensor, emb: torch.Tensor, length: int):
+    """Per-depth soft cross-entropy against the target (a list of scalars) and the head's logits
+    per depth; position t is drafted from h_t and the tokens after it."""
+    n = hidden.shape[1] - length
+    h = hidden[:, :n]
+    losses, logits_by_depth = [], []
+    state = None
+    for k in range(1, length + 1):
+        e = emb[:, k:k + n]
+        state = head.first_state(e) if state is None else head.next_state(state, e)
+        logits = head.logits(state, h)
+        target = teacher[:, k:k + n].softmax(-1)
+        losses.append(-(target * F.log_softmax(logits, dim=-1)).sum(-1).mean())
+        logits_by_depth.append(logits)
+    return losses, logits_by_depth
+
+
+@torch.no_grad()
+def validate(head: RecurrentHead, model, sequences: np.ndarray, length: int, lm_rows: torch.Tensor,
+             device, batch: int = 8) -> dict:
+    """Figures on held-out sequences: per depth, how often the head's first choice is the target's
+    own greedy next token (over the full vocabulary) and how often it is among the head's first
+    four; the expected tokens per step of a greedy chain (1 + leading matches, teacher-forced: the
+    exact figure when the data is the model's own greedy text); the loss."""
+    top1 = np.zeros(length)
+    top4 = np.zeros(length)
+    lead_total, positions, loss_total, batches = 0.0, 0, 0.0, 0
+    for start in range(0, len(sequences), batch):
+        ids = torch.from_numpy(sequences[start:start + batch]).to(device)
+        hidden, teacher, emb, greedy = target_outputs(model, ids, lm_rows, full_logits=True)
+        losses, logits_by_depth = head_losses(head, hidden, teacher, emb, length)
+        n = ids.shape[1] - length
+        leading = torch.ones(ids.shape[0], n, dtype=torch.bool, device=device)
+        lead = torch.zeros(ids.shape[0], n, device=device)
+        for k, logits in enumerate(logits_by_depth, start=1):
+            want = greedy[:, k:k + n]
+            best = head.vocab_ids[logits.topk(4, dim=-1).indices]
+            hit1 = best[..., 0] == want
+            top1[k - 1] += float(hit1.sum())
+            top4[k - 1] += float((best == want[..., None]).any(-1).sum())
+            leading &= hit1
+            lead += leading
+        lead_total += float(lead.sum())
+        positions += ids.shape[0] * n
+        loss_total += float(sum(losses)) / length
+        batches += 1
+    return {
+        "top1_by_depth": [round(x / positions, 4) for x in top1],
+        "top4_by_depth": [round(x / positions, 4) for x in top4],
+        "tau_chain": round(1 + lead_total / positions, 3),
+        "loss": round(loss_total / max(1, batches), 4),
+        "positions": positions,
+    }
+
+
+def _lr(step: int, steps: int, peak: float) -> float:
+    warmup = max(1, steps // 20)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def checkpoint_path(out: str | os.PathLike[str]) -> Path:
+    return Path(out).with_suffix(".ckpt")
+
+
+# ------------------------------------------------------------------ the run
+
+
+def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[str], *, model_name: str = "",
+               resume: bool = False, progress: Callable[[TrainProgress], None] | None = None,
+               cancel: CancelToken | None = None, log: Callable[[str], None] = lambda s: None) -> TrainReport:
+    """Train a head for ``model`` and write it to ``out`` (.safetensors + .json).
+
+    ``resume``: continue from ``out``'s checkpoint (options must match). Cancelling saves a
+    checkpoint and raises TrainCancelled; without ``resume`` an existing checkpoint is replaced."""
+    options.validate()
+    cancel = cancel or CancelToken()
+    out = Path(out).expanduser().with_suffix(".safetensors")
+    if not out.parent.exists():
+        raise TrainError(f"output folder does not exist: {out.parent}")
+    ckpt = checkpoint_path(out)
+    device = next(model.parameters()).device
+    model.eval()
+    report = progress or (lambda p: None)
+
+    steps = options.steps
+    report(TrainProgress("reading", 0, steps, 0, 0.0, None, None))
+    log(f"reading {', '.join(options.data)} ...")
+    sequences = read_sequences(options.data, tokenizer, steps * options.batch + options.val_sequences, options.seq_len,
+                               cancel)
+    if cancel.cancelled:
+        raise TrainCancelled(ckpt)
+    rng = np.random.default_rng(options.seed)
+    order = rng.permutation(len(sequences))
+    n_val = min(options.val_sequences, max(1, len(sequences) // 10))
+    val, train = sequences[order[:n_val]], sequences[order[n_val:]]
+    if len(train) == 0:
+        raise TrainError(f"the training data gives only {len(sequences)} sequence(s) of {options.seq_len} tokens: "
+                         "all of them are held out for validation (give more data or a shorter --seq-len)")
+    eos = tuple(sorted({int(t) for t in [tokenizer.eos_token_id] if t is not None}))
+    vocab_ids = draft_vocabulary(train, options.draft_vocab, int(model.config.vocab_size), eos)
+    log(f"{len(train)} training sequences of {options.seq_len} tokens, {n_val} held out; "
+        f"draft vocabulary: {len(vocab_ids):,} tokens")
+
+    torch.manual_seed(options.seed)
+    head = RecurrentHead.for_target(model, vocab_ids, layers=options.layers).to(device)
+    lm_rows = model.get_output_embeddings().weight.detach()[vocab_ids.to(device)].float()
+    optimizer = torch.optim.AdamW(head.parameters(), lr=options.lr, weight_decay=0.0)
+    step, seconds, curve = 0, 0.0, []
+    if resume and ckpt.exists():
+        state = _load_checkpoint(ckpt, options)
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, seconds, curve = state["step"], state["seconds"], state["curve"]
+        log(f"resuming at step {step} of {steps}")
+    elif ckpt.exists():
+        ckpt.unlink()
+
+    val_every = options.val_every or max(1, steps // 10)
+    latest = curve[-1] if curve else None
+    run_started = time.perf_counter()
+    step_at_start = step
+    loss = None
+    while step < steps:
+        if cancel.cancelled:
+            _save_checkpoint(ckpt, options, head, optimizer, step, seconds + time.perf_counter() - run_started, curve)
+            raise TrainCancelled(ckpt)
+        batch = _batch(train, step, options.batch, options.seed)
+        ids = torch.from_numpy(batch).to(device)
+        for group in optimizer.param_groups:
+            group["lr"] = _lr(step, steps, options.lr)
+        head.train()
+        losses, _ = head_losses(head, *target_outputs(model, ids, lm_rows)[:3], options.length)
+        total = sum(losses) / len(losses)
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        head.eval()
+        loss = float(total)
+        step += 1
+        done_seconds = time.perf_counter() - run_started
+        rate = (step - step_at_start) * options.batch * options.seq_len / done_seconds if done_seconds > 0 else 0.0
+        eta = (steps - step) * options.batch * options.seq_len / rate if rate > 0 else None
+        if step % val_every == 0 or step == steps:
+            report(TrainProgress("validating", step, steps, step * options.batch * options.seq_len, rate, eta, loss, latest))
+            figures = validate(head, model, val, options.length, lm_rows, device)
+            latest = {"tokens": step * options.batch * options.seq_len, "step": step, **figures}
+            curve.append(latest)
+            log(f"step {step}/{steps}: validation τ {figures['tau_chain']:.2f} (greedy chain), top-1 by depth "
+                f"{', '.join(f'{x:.2f}' for x in figures['top1_by_depth'])}")
+        if step % options.checkpoint_every == 0 and step < steps:
+            _save_checkpoint(ckpt, options, head, optimizer, step, seconds + time.perf_counter() - run_started, curve)
+        report(TrainProgress("training", step, steps, step * options.batch * options.seq_len, rate, eta, loss, latest))
+
+    seconds += time.perf_counter() - run_started
+    tokens = steps * options.batch * options.seq_len
+    training = {
+        "data": options.data,
+        "options": asdict(options),
+        "steps": steps,
+        "tokens": tokens,
+        "seconds": round(seconds, 1),
+        "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
+        "device": str(device),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "validation": latest,
+        "curve": curve,
+    }
+    save_head(head, out, target=target_identity(model, model_name), training=training)
+    ckpt.unlink(missing_ok=True)
+    report(TrainProgress("done", steps, steps, tokens, tokens / seconds if seconds else 0.0, 0.0, loss, latest))
+    return TrainReport(out, steps, tokens, seconds, tokens / seconds if seconds else 0.0, latest or {}, curve,
+                       head.parameter_count())
+
+
+def _batch(train: np.ndarray, step: int, size: int, seed: int) -> np.ndarray:
+    """Batch ``step``: epochs walk a fresh seeded permutation of the sequences (wrapping as needed)."""
+    n = len(train)
+    picks = []
+    for i in range(step * size, (step + 1) * size):
+        epoch, pos = divmod(i, n)
+        perm = np.random.default_rng([seed, epoch]).permutation(n)
+        picks.append(perm[pos])
+    return train[picks]
+
+
+def _save_checkpoint(path: Path, options: TrainOptions, head, optimizer, step: int, seconds: float, curve) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"options": options.fingerprint(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
+                "step": step, "seconds": seconds, "curve": curve}, tmp)
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, options: TrainOptions) -> dict:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint gets the same advice
+        raise TrainError(f"{path}: the checkpoint cannot be read ({type(exc).__name__}); delete it to start over") from None
+    if not isinstance(state, dict) or state.get("options") != options.fingerprint():
+        raise TrainError(f"{path} is a checkpoint of a run with other options (data, sizes or seed): resume with the "
+                         "same options, or start over without --resume")
+    return state
