@@ -29,8 +29,9 @@ from pathlib import Path
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
-ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "auto", "plain", "retrieval", "context", "learned", "composite", "model",
-               "oracle"]
+ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "auto", "auto-no-recurrent", "plain", "retrieval", "context", "learned",
+               "recurrent", "composite", "model", "oracle"]
+NEEDS_HEAD = ("recurrent", "auto-no-recurrent")  # methods that only make sense with a recurrent head
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--datastore", default=None, help="index for retrieval (default: the default chat datastore)")
     p.add_argument("--draft-model", default=None, help="a small model for hf-assisted and our model drafter")
     p.add_argument("--methods", default=",".join(ALL_METHODS))
+    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
+                   "for --model, when one was trained)")
     p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--code-prompts", type=int, default=0, help="also this many HumanEval-style code prompts")
     p.add_argument("--device", default=None)
@@ -103,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
 
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     model, tok = engine.model, engine.tokenizer
+    recurrent = _recurrent(args, engine)
+    if recurrent is None:
+        methods = [m for m in methods if m not in NEEDS_HEAD]
     draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
     scratch = tempfile.TemporaryDirectory(prefix="draftscope-bench-")
     learned = LearnedStore("bench", engine.vocab, Path(scratch.name))
@@ -112,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"draftscope bench spec: {engine.name} on {engine.device} ({engine.dtype}: {engine.dtype_reason}), "
           f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
           f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}; "
+          f"recurrent head {recurrent.path if recurrent else 'none'}; "
           f"learned answers at the start: {learned.stats().answers}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}; "
           f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
@@ -120,28 +127,33 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         out = model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=args.max_new_tokens,
                              do_sample=False, pad_token_id=tok.eos_token_id, **kw)
-        return out[0, len(ids):].tolist(), time.perf_counter() - t0, None
+        return out[0, len(ids):].tolist(), time.perf_counter() - t0, None, None
 
     def ours(ids, drafters):
         t0 = time.perf_counter()
-        final = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
-                                                       drafters=drafters, budget=args.budget)))[-1]
+        events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+                                                        drafters=drafters, budget=args.budget)))
+        final = events[-1]
         if final.finish_reason == "error":
             raise RuntimeError(final.error)
-        return final.token_ids, time.perf_counter() - t0, final.stats.steps
+        draft_ms = [ev.draft_ms for ev in events[:-1] if ev.proposed]
+        return final.token_ids, time.perf_counter() - t0, final.stats.steps, (sum(draft_ms) / len(draft_ms)
+                                                                                if draft_ms else None)
 
     def make_drafters(m, ids, base_ids, store=None):
         store = store or learned
         if m == "oracle":
             return [OracleDrafter(base_ids, len(ids))]
-        if m == "auto":  # the app's default switches (Settings), the draft model when one is given
+        if m in ("auto", "auto-no-recurrent"):  # the app's default switches (Settings), the draft model if given
             switches = dict(Settings().drafters, model=draft is not None)
+            if m == "auto-no-recurrent":
+                switches["recurrent"] = False
             return setup_drafters(switches, datastore=datastore, draft_model=draft, eos_token_id=tok.eos_token_id,
-                                  vocab_size=engine.vocab, learned=store).make()
+                                  vocab_size=engine.vocab, learned=store, recurrent=recurrent).make()
         every = ["retrieval", "learned", "context"] + (["model"] if draft is not None else [])
         names = {"plain": [], "composite": every}.get(m, [m])
         return setup_drafters(",".join(names) or "none", datastore=datastore, draft_model=draft,
-                              eos_token_id=tok.eos_token_id, learned=store).make()
+                              eos_token_id=tok.eos_token_id, learned=store, recurrent=recurrent).make()
 
     warm = engine.encode_chat([{"role": "user", "content": "Hi"}])
     hf(warm)
@@ -156,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
         for turn, text in enumerate(turns, start=1):
             messages.append({"role": "user", "content": text})
             ids = engine.encode_chat(messages)
-            base_ids, base_t, _ = hf(ids)
-            results = {"hf": (base_ids, base_t, None)}
+            base_ids, base_t, _, _ = hf(ids)
+            results = {"hf": (base_ids, base_t, None, None)}
             for m in methods:
                 if m == "hf":
                     continue
@@ -167,9 +179,10 @@ def run(args: argparse.Namespace) -> int:
                     results[m] = hf(ids, assistant_model=draft)
                 else:
                     results[m] = ours(ids, make_drafters(m, ids, base_ids))
-            for m, (out, secs, steps) in results.items():
+            for m, (out, secs, steps, draft_ms) in results.items():
                 rows.append({"question_id": q["question_id"], "category": q["category"], "turn": turn, "method": m,
-                             "tokens": len(out), "seconds": secs, "steps": steps, "equal": out == base_ids,
+                             "tokens": len(out), "seconds": secs, "steps": steps, "draft_ms": draft_ms,
+                             "equal": out == base_ids,
                              "speedup": (len(out) / secs) / (len(base_ids) / base_t) if secs and base_ids else None})
             if "auto" in results:  # as the app does: the answer is learned once it is given
                 learned.add(ids, results["auto"][0])
@@ -180,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
                   flush=True)
 
     table = summarise(rows, methods)
-    text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods)
+    text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods) + draft_costs(rows, methods)
     print(text)
     print(f"learned answers at the end: {learned.stats().answers}")
     if args.json_out:
@@ -188,6 +201,27 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return 0
+
+
+def _recurrent(args, engine):
+    """The recurrent head for the run (--head, else the app's head for the model), or None."""
+    from draftscope.engine.drafters.recurrent import RecurrentSetup
+    from draftscope.recurrent.files import default_head_path
+
+    path = Path(args.head) if args.head else default_head_path(args.model)
+    if not args.head and not path.with_suffix(".json").exists():
+        return None
+    return RecurrentSetup.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+
+
+def draft_costs(rows: list[dict], methods: list[str]) -> str:
+    """Mean drafting milliseconds per step that drafted, per method (the head's cost for recurrent)."""
+    lines = []
+    for m in methods:
+        ms = [r["draft_ms"] for r in rows if r["method"] == m and r.get("draft_ms") is not None]
+        if ms:
+            lines.append(f"| {m} | {sum(ms) / len(ms):.1f} |")
+    return "\n\n| method | drafting ms per step |\n|---|---|\n" + "\n".join(lines) if lines else ""
 
 
 def _distilled(path: str) -> list:
@@ -228,8 +262,8 @@ def learning_curve(args, engine, answers, hf, ours, make_drafters, scratch: Path
         worst = float("inf")
         for prompt in held_out:
             ids = engine.encode_chat([{"role": "user", "content": prompt}])
-            base_ids, base_t, _ = hf(ids)
-            out, t, st = ours(ids, make_drafters("auto", ids, base_ids, store))
+            base_ids, base_t, _, _ = hf(ids)
+            out, t, st, _ = ours(ids, make_drafters("auto", ids, base_ids, store))
             base_tokens, base_secs = base_tokens + len(base_ids), base_secs + base_t
             tokens, secs, steps = tokens + len(out), secs + t, steps + st
             worst = min(worst, (len(out) / t) / (len(base_ids) / base_t))

@@ -17,6 +17,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafters", default="auto", help="comma list of retrieval, context, model; 'auto' = all whose inputs exist; 'none' = plain decoding")
     p.add_argument("--draft-model", default=None, help="small model with the same tokenizer for the model drafter "
                    "(a catalogue name, folder or .gguf)")
+    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
+                   "for --model, when one was trained: draftscope drafter train)")
     p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -56,6 +58,24 @@ def _learned(model: str, engine):
         return None
 
 
+def _recurrent(args, engine):
+    """The recurrent head (--head, else the app's head for the model when one exists). A head that
+    cannot be used is an error when asked for by --head, a note otherwise."""
+    from draftscope.engine.drafters.recurrent import RecurrentSetup
+    from draftscope.recurrent.files import HeadError, default_head_path
+
+    path = Path(args.head) if args.head else default_head_path(args.model)
+    if not args.head and not path.with_suffix(".json").exists():
+        return None
+    try:
+        return RecurrentSetup.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+    except HeadError as exc:
+        if args.head:
+            raise
+        print(f"note: recurrent drafter not used: {exc}", file=sys.stderr)
+        return None
+
+
 def _setup(args):
     from draftscope.datastore.default import default_datastore_path
     from draftscope.engine.drafters.factory import setup_drafters
@@ -71,7 +91,7 @@ def _setup(args):
     draft_model = load_draft_model(args.draft_model, engine, device=args.device, dtype=args.dtype).model if wants_draft else None
     setup = setup_drafters(args.drafters, datastore=datastore, draft_model=draft_model,
                            eos_token_id=engine.tokenizer.eos_token_id, vocab_size=engine.vocab,
-                           learned=_learned(args.model, engine))
+                           learned=_learned(args.model, engine), recurrent=_recurrent(args, engine))
     print(f"{engine.name} on {engine.device} ({_dtype_name(engine)}); drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
     if args.verbose:

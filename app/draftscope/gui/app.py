@@ -32,10 +32,10 @@ class ModelLoader(QObject):
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
-def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None):
+def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None, recurrent=None):
     """(make fresh drafters per answer, datastore label, notes) from the settings; ``draft_model``
     is the one loaded with the engine (None when none is set or it could not be used);
-    ``learned`` the model's LearnedStore."""
+    ``learned`` the model's LearnedStore; ``recurrent`` its RecurrentSetup (a trained head)."""
     from draftscope.datastore.default import default_datastore_path
     from draftscope.engine.drafters.factory import setup_drafters
 
@@ -46,14 +46,31 @@ def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None):
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     draft_temperature = settings.temperature if settings.temperature > 0 else None
     setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
-                           draft_temperature=draft_temperature, vocab_size=vocab_size, learned=learned)
+                           draft_temperature=draft_temperature, vocab_size=vocab_size, learned=learned,
+                           recurrent=recurrent)
     return setup.make, setup.label, setup.notes
 
 
 def engine_drafters(settings, engine):
     """drafter_factory for a loaded engine (its draft model, vocabulary and learned answers)."""
     return drafter_factory(settings, getattr(engine, "draft_model", None), getattr(engine, "vocab", None),
-                           getattr(engine, "learned", None))
+                           getattr(engine, "learned", None), getattr(engine, "recurrent", None))
+
+
+def open_recurrent(model: str, engine, path=None):
+    """The recurrent head trained for this model (``path``, else the app's head for it); None when
+    there is none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
+    from draftscope.engine.drafters.recurrent import RecurrentSetup
+    from draftscope.recurrent.files import HeadError, default_head_path
+
+    path = Path(path) if path else default_head_path(model)
+    if not path.with_suffix(".json").exists():
+        return None
+    try:
+        return RecurrentSetup.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+    except HeadError as exc:
+        engine.notices.append(f"Recurrent drafter not used: {exc}")
+        return None
 
 
 def open_learned(model: str, engine):
@@ -79,6 +96,7 @@ def load_engine(settings):
     engine = Engine.load(settings.model, device=device, dtype=dtype)
     engine.notices = []
     engine.learned = open_learned(settings.model, engine)
+    engine.recurrent = open_recurrent(settings.model, engine)
     if settings.draft_model and settings.drafters.get("model"):
         try:
             engine.draft_model = load_draft_model(settings.draft_model, engine).model

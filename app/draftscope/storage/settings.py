@@ -24,7 +24,8 @@ class Settings:
     model: str = "default"
     datastore: str = ""  # empty: the default chat datastore when it exists
     drafters: dict[str, bool] = field(
-        default_factory=lambda: {"retrieval": True, "learned": True, "context": True, "model": False})
+        default_factory=lambda: {"retrieval": True, "learned": True, "context": True, "model": False,
+                                 "recurrent": True})
     draft_model: str = ""
     temperature: float = 0.0
     top_p: float = 1.0

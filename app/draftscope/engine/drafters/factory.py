@@ -1,4 +1,5 @@
-"""The one place drafters are built: names (``retrieval``, ``learned``, ``context``, ``model``) and what
+"""The one place drafters are built: names (``retrieval``, ``learned``, ``context``, ``model``,
+``recurrent``) and what
 they need become a function that makes fresh drafters for each answer (readers and models are
 shared; each drafter's own state is per answer). The desktop app (settings switches), ``draftscope
 chat/generate`` and ``draftscope bench spec`` (a ``--drafters`` list) all come through
@@ -10,18 +11,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DRAFTER_NAMES = ("retrieval", "learned", "context", "model")
-ON_BY_DEFAULT = ("retrieval", "learned", "context")  # what the app drafts with out of the box (Settings)
+DRAFTER_NAMES = ("retrieval", "learned", "context", "model", "recurrent")
+ON_BY_DEFAULT = ("retrieval", "learned", "context", "recurrent")  # what the app drafts with out of the box (Settings)
 
 
 def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bool,
-                        have_learned: bool = False) -> list[str]:
+                        have_learned: bool = False, have_head: bool = False) -> list[str]:
     """``auto`` = what the app uses by default (Settings), for the inputs that exist, plus the
     draft model when one is given; ``none`` = plain decoding; else a comma list."""
     if text == "none":
         return []
     if text == "auto":
-        have = {"retrieval": have_datastore, "learned": have_learned, "context": True, "model": have_draft_model}
+        have = {"retrieval": have_datastore, "learned": have_learned, "context": True, "model": have_draft_model,
+                "recurrent": have_head}
         return [n for n in DRAFTER_NAMES if (n in ON_BY_DEFAULT or n == "model") and have[n]]
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = sorted(set(names) - set(DRAFTER_NAMES))
@@ -31,14 +33,17 @@ def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bo
 
 
 def names_from_switches(switches: Mapping[str, bool], *, have_datastore: bool,
-                        have_draft_model: bool, have_learned: bool = True) -> tuple[list[str], list[str]]:
+                        have_draft_model: bool, have_learned: bool = True,
+                        have_head: bool = False) -> tuple[list[str], list[str]]:
     """The drafters switched on in the settings that can run, and a note for each that cannot."""
     names, notes = [], []
     for name in DRAFTER_NAMES:
-        if not switches.get(name, name in ("context", "learned")):
+        if not switches.get(name, name in ("context", "learned", "recurrent")):
             continue
         if name == "learned" and not have_learned:
             continue  # nothing learned for this model yet: nothing to say
+        if name == "recurrent" and not have_head:
+            continue  # no head trained for this model: the recurrent drafter turns on once one exists
         if name == "retrieval" and not have_datastore:
             notes.append("retrieval drafts are off: no datastore for this model (File ▸ Build a datastore)")
         elif name == "model" and not have_draft_model:
@@ -61,10 +66,10 @@ class DrafterSetup:
 
 def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
                    eos_token_id: int | None = None, draft_temperature: float | None = None,
-                   vocab_size: int | None = None, learned=None) -> DrafterSetup:
+                   vocab_size: int | None = None, learned=None, recurrent=None) -> DrafterSetup:
     """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
     left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
-    whose inputs are missing is an error)."""
+    whose inputs are missing is an error). ``recurrent``: a RecurrentSetup (a head for this model)."""
     have_datastore = datastore is not None and Path(datastore).is_file()
     mismatch = _datastore_mismatch(datastore, vocab_size) if have_datastore else None
     if mismatch and not isinstance(requested, str):
@@ -73,17 +78,21 @@ def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path
         raise ValueError(mismatch)
     if isinstance(requested, str):
         names = parse_drafter_names(requested, have_datastore=have_datastore, have_draft_model=draft_model is not None,
-                                    have_learned=learned is not None and learned.stats().answers > 0)
+                                    have_learned=learned is not None and learned.stats().answers > 0,
+                                    have_head=recurrent is not None)
         notes = []
         if "learned" in names and learned is None:
             raise ValueError("the learned drafter needs the model's learned answers (none are kept for it)")
+        if "recurrent" in names and recurrent is None:
+            raise ValueError("the recurrent drafter needs a head trained for this model (draftscope drafter train)")
     else:
         names, notes = names_from_switches(requested, have_datastore=have_datastore,
-                                           have_draft_model=draft_model is not None, have_learned=learned is not None)
+                                           have_draft_model=draft_model is not None, have_learned=learned is not None,
+                                           have_head=recurrent is not None)
     if mismatch and requested.get("retrieval"):
         notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
     make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
-                         draft_temperature=draft_temperature, learned=learned)
+                         draft_temperature=draft_temperature, learned=learned, recurrent=recurrent)
     return DrafterSetup(names, make, str(datastore) if "retrieval" in names else "none", notes)
 
 
@@ -105,10 +114,11 @@ def _datastore_mismatch(datastore, vocab_size: int | None) -> str | None:
 
 def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
                   eos_token_id: int | None = None, draft_temperature: float | None = None,
-                  learned=None) -> Callable[[], list]:
+                  learned=None, recurrent=None) -> Callable[[], list]:
     """A function returning fresh drafters named ``names``. ``datastore``: an index path or an
     open Reader; ``draft_model``: a loaded causal LM for the model drafter; ``learned``: the
-    model's LearnedStore (its newest index is opened for each answer; none yet: no drafter)."""
+    model's LearnedStore (its newest index is opened for each answer; none yet: no drafter);
+    ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
     from draftscope.engine.drafters.context import ContextDrafter
     from draftscope.engine.drafters.model import ModelDrafter
     from draftscope.engine.drafters.retrieval import LearnedDrafter, RetrievalDrafter
@@ -127,6 +137,8 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
             reader = Reader(str(datastore))
     if "model" in names and draft_model is None:
         raise ValueError("the model drafter needs a draft model (--draft-model)")
+    if "recurrent" in names and recurrent is None:
+        raise ValueError("the recurrent drafter needs a head trained for this model (draftscope drafter train)")
 
     def make() -> list:
         made = []
@@ -141,6 +153,8 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
                 made.append(ContextDrafter())
             elif name == "model":
                 made.append(ModelDrafter(draft_model, eos_token_id=eos_token_id, temperature=draft_temperature))
+            elif name == "recurrent":
+                made.append(recurrent.drafter())
         return made
 
     return make

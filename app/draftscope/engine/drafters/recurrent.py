@@ -8,6 +8,8 @@ a few small matrix products per depth, all beams at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -52,3 +54,30 @@ class RecurrentDrafter:
         paths, scores = beam_search(self.head, self.hidden, self.embed, int(context_ids[-1]), width=width,
                                     length=length, eos_ids=self.eos_ids)
         return beams_to_tree(paths, scores, budget)
+
+
+@dataclass
+class RecurrentSetup:
+    """A head loaded for a model: what the factory needs to make a RecurrentDrafter per answer."""
+
+    head: object  # RecurrentHead, on the model's device
+    embed: object  # the model's input embedding module
+    eos_ids: tuple[int, ...] = ()
+    path: Path | None = None
+    meta: dict | None = None
+    width: int = DEFAULT_WIDTH
+    length: int = DEFAULT_LENGTH
+
+    def drafter(self) -> RecurrentDrafter:
+        return RecurrentDrafter(self.head, self.embed, width=self.width, length=self.length, eos_ids=self.eos_ids)
+
+    @classmethod
+    def load(cls, path, model, *, model_name: str = "", eos_ids: Sequence[int] = ()) -> RecurrentSetup:
+        """Raises recurrent.files.HeadError (missing, damaged, or trained for another model)."""
+        from draftscope.recurrent.files import load_head
+
+        head, meta = load_head(path, model, model_name=model_name)
+        device = next(model.parameters()).device
+        trained = ((meta.get("training") or {}).get("options") or {}).get("length")
+        return cls(head.to(device), model.get_input_embeddings(), tuple(int(e) for e in eos_ids), Path(path), meta,
+                   length=int(trained) if trained else DEFAULT_LENGTH)
