@@ -6,7 +6,8 @@ top-p): one forward per prefix. Thousands of seeded runs of the engine per case,
 deep enough to produce all three tokens in one step (siblings at every level), are compared
 with it by a chi-square test at p = 0.001. Every case has drafts accepted, and deliberately
 biased variants (REST's deterministic rule, a model rule without its residual, the old mixing
-of sampled drafts into the score-ranked tree) are rejected by the same test, so it can fail.
+of sampled drafts into the score-ranked tree, recurrent beams verified as if they were draws from
+the head) are rejected by the same test, so it can fail.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import draftscope.engine.engine as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.engine.drafters.recurrent import RecurrentSetup
+from draftscope.recurrent.head import RecurrentHead
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.verify import children_lists
@@ -80,6 +83,30 @@ def target():
 @pytest.fixture(scope="module")
 def draft_model():
     return tiny_llama(V, seed=4, layers=1, hidden=32, sharpen=6.0)
+
+
+@pytest.fixture(scope="module")
+def head(target):
+    """A recurrent head for the target (beams 3 wide, 2 deep), fitted for a few hundred steps to
+    the target's own next-token distributions, so its beams get accepted."""
+    return RecurrentSetup(fitted_head(target), target.get_input_embeddings(), width=3, length=2)
+
+
+def fitted_head(target, steps: int = 300) -> RecurrentHead:
+    from draftscope.recurrent.train import head_losses, target_outputs
+
+    torch.manual_seed(0)
+    head = RecurrentHead.for_target(target, torch.arange(V), layers=1)
+    rows = target.get_output_embeddings().weight.detach().float()
+    opt = torch.optim.Adam(head.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        ids = torch.randint(0, V, (16, 12), generator=gen)
+        losses, _ = head_losses(head, *target_outputs(target, ids, rows)[:3], 2)
+        opt.zero_grad()
+        sum(losses).backward()
+        opt.step()
+    return head.eval()
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +184,14 @@ def chi_square(counts, probs):
     return stat, critical
 
 
-def drafters_for(case, draft_model, datastore):
+def drafters_for(case, draft_model, datastore, head=None):
     # Two draws: a three-token answer prunes every tree to depth 2 anyway.
     model = lambda: ModelDrafter(draft_model, max_tokens=2)  # noqa: E731
+    recurrent = head.drafter if head is not None else None
     return {
+        "recurrent": lambda: [recurrent()],
+        "retrieval+context+model+recurrent": lambda: [RetrievalDrafter(str(datastore), min_suffix=1),
+                                                      ContextDrafter(min_suffix=1), model(), recurrent()],
         "tree": lambda: [FixedTree()],
         "model": lambda: [model()],
         "context": lambda: [ContextDrafter(min_suffix=1)],
@@ -173,6 +204,9 @@ def drafters_for(case, draft_model, datastore):
 
 CASES = [
     # (drafters, params, budget): budgets below (4) and above (16) what the drafters propose
+    ("recurrent", T1, 8),
+    ("recurrent", TOP_P, 4),
+    ("retrieval+context+model+recurrent", PROCESSED, 16),
     ("tree", PROCESSED, 16),
     ("model", T1, 8),
     ("model", TOP_P, 8),
@@ -191,10 +225,10 @@ def _id(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
-def test_first_three_tokens_follow_the_exact_distribution(target, draft_model, datastore, case):
+def test_first_three_tokens_follow_the_exact_distribution(target, draft_model, datastore, head, case):
     drafters, params, budget = case
     prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
-    counts, accepted = sample_runs(target, params, drafters_for(drafters, draft_model, datastore), budget=budget,
+    counts, accepted = sample_runs(target, params, drafters_for(drafters, draft_model, datastore, head), budget=budget,
                                    prompt=prompt)
     stat, critical = chi_square(counts, exact_joint(target, params, prompt))
     print(f"{_id(case)}: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} draft tokens accepted")
@@ -333,6 +367,44 @@ def score_ranked_merge(trees, budget, weights=None):
     merged, order = trie.select(budget)
     q = {out: q_by_node[n] for out, n in enumerate(order) if n in q_by_node and merged.source[out] == DraftSource.MODEL}
     return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support, merged.source, extra={"q_probs": q})
+
+
+class BeamsAsDraws:
+    """ReDrafter's admitted bias: the beams' first tokens (the head's two likeliest) verified by
+    the min(1, p/q) rule as if they had been drawn from the head's distribution q."""
+
+    name, source = "recurrent", DraftSource.RECURRENT
+    wants_hidden = True
+
+    def __init__(self, setup):
+        self.inner = setup.drafter()
+        self.inner.width, self.inner.length = 2, 1
+        self.setup = setup
+
+    def reset(self, context_ids):
+        self.inner.reset(context_ids)
+
+    def observe(self, ids):
+        pass
+
+    def set_hidden(self, hidden):
+        self.inner.set_hidden(hidden)
+
+    def propose(self, context_ids, budget):
+        tree = self.inner.propose(context_ids, budget)
+        head, embed = self.setup.head, self.setup.embed
+        with torch.no_grad():
+            state = head.first_state(embed(torch.tensor([context_ids[-1]])).float())
+            q = head.full_distribution(head.logits(state, self.inner.hidden.float()[None]).softmax(-1))[0]
+        return DraftTree(tree.tokens, tree.parents, tree.depth, tree.support, tree.source,
+                         extra={"q_probs": {i: q for i in range(len(tree))}, "slots": len(tree)})
+
+
+def test_the_check_rejects_recurrent_beams_verified_as_draws(target, head):
+    counts, accepted = sample_runs(target, T1, lambda: [BeamsAsDraws(head)], budget=8, seed0=5000, runs=1000)
+    stat, critical = chi_square(counts, exact_joint(target, T1))
+    print(f"beams verified as draws: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} accepted")
+    assert stat > critical, f"beams verified as draws not detected (chi2 {stat:.1f} <= {critical:.1f})"
 
 
 BIASED = [

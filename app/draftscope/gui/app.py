@@ -187,12 +187,14 @@ class Launcher(QObject):
 
     def open_settings(self) -> None:
         from draftscope.gui.settings_dialog import SettingsDialog
+        from draftscope.gui.train_dialog import head_description
 
         if self.window is None or self.window.streaming:
             if self.window is not None:
                 self.window.statusBar().showMessage("Settings can be changed once the answer is done", 5000)
             return
-        self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.learned_text())
+        self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.learned_text(),
+                                              recurrent=head_description(self.settings.model))
         self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
         self.settings_dialog.open()
 

@@ -253,6 +253,8 @@ class MainWindow(QMainWindow):
                                     "datastoreWizardAction")
         self.forget_action = action(file_menu, "&Forget the learned answers…", self.forget_learned, None,
                                     "forgetLearnedAction")
+        self.train_action = action(file_menu, "&Train the recurrent drafter…", self.open_train_dialog, None,
+                                   "trainHeadAction")
         file_menu.addSeparator()
         self.settings_action = action(file_menu, "&Settings…", lambda: self.settings_requested.emit(),
                                       QKeySequence.StandardKey.Preferences, "settingsAction")
@@ -513,6 +515,43 @@ class MainWindow(QMainWindow):
         self.datastore_wizard.datastore_built.connect(
             lambda path, use_now: self.datastore_chosen.emit(path) if use_now else None)
         self.datastore_wizard.open()
+
+    def open_train_dialog(self, *, options_overrides: dict | None = None) -> None:
+        """Train a recurrent head for the loaded model (window-modal: the model trains or answers,
+        never both); once written, it drafts from the next answer on."""
+        from draftscope.gui.train_dialog import TrainHeadDialog
+
+        if self.streaming:
+            self.statusBar().showMessage("The recurrent drafter can be trained once the answer is done", 5000)
+            return
+        self.train_dialog = TrainHeadDialog(self.engine, self.settings.model, options_overrides=options_overrides,
+                                            parent=self)
+        self.train_dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        self.train_dialog.head_trained.connect(self.use_trained_head)
+        self.train_dialog.open()
+
+    def use_trained_head(self, path: str) -> None:
+        """Load the head just trained into the engine and rebuild the drafters with it."""
+        from draftscope.gui.app import engine_drafters, open_recurrent
+
+        if not hasattr(self.engine, "notices"):
+            self.engine.notices = []
+        seen = len(self.engine.notices)
+        self.engine.recurrent = open_recurrent(self.settings.model, self.engine, path)
+        if self.engine.recurrent is None:
+            problem = " · ".join(self.engine.notices[seen:]) or "Recurrent drafter not used: the head was not found"
+            self.statusBar().showMessage(problem, 15000)
+            return
+        try:
+            make, label, notes = engine_drafters(self.settings, self.engine)
+        except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: keep the old drafters
+            self.statusBar().showMessage(f"The drafters could not be rebuilt: {exc}", 15000)
+            return
+        self.set_drafters(make, label)
+        on = self.settings.drafters.get("recurrent", True)
+        self.statusBar().showMessage(" · ".join(notes + [
+            "The recurrent drafter drafts from the next answer on" if on else
+            "A recurrent head was trained; Settings ▸ Drafting switches the recurrent drafter on"]), 15000)
 
     def open_race(self) -> None:
         """The prompt in the input (or the last question) answered plain and speculatively."""
@@ -867,6 +906,8 @@ class MainWindow(QMainWindow):
         self._stream_start = None
 
     def closeEvent(self, event) -> None:
+        if getattr(self, "train_dialog", None) is not None:
+            self.train_dialog.done(0)  # cancels training (a checkpoint is kept) and ends its thread
         if self.learner is not None:
             self.learner.close()
         self.worker_thread.shutdown()

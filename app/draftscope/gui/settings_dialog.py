@@ -203,12 +203,14 @@ class SettingsDialog(QDialog):
     download (tests)."""
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *,
-                 devices: Sequence[str] | None = None, fetch_model=catalog.fetch_model, learned: str = "") -> None:
+                 devices: Sequence[str] | None = None, fetch_model=catalog.fetch_model, learned: str = "",
+                 recurrent: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings")
         self._original = copy.deepcopy(settings)
         self._learned = learned  # what the model has learned from its answers, in words
+        self._recurrent = recurrent  # the model's recurrent head in words ("" when it has none)
         self._devices = list(devices) if devices is not None else available_devices()
         self._fetch_model = fetch_model
         self._precisions: dict[str, object] = {}  # device -> what auto picks there (run_precision)
@@ -343,6 +345,12 @@ class SettingsDialog(QDialog):
                                         "Off: nothing is recorded and nothing drafted from it.")
         self.drafter_context = QCheckBox("Context (repeats from this conversation)", objectName="drafterContext")
         self.drafter_model = QCheckBox("Draft model", objectName="drafterModel")
+        self.drafter_recurrent = QCheckBox("Recurrent (a head trained on this model's own predictions)",
+                                           objectName="drafterRecurrent")
+        self.drafter_recurrent.setEnabled(bool(self._recurrent))
+        self.drafter_recurrent.setToolTip(
+            "A small network drafts a few tokens ahead from the model's hidden state" if self._recurrent
+            else "Train one: File ▸ Train the recurrent drafter…")
         drafters = QWidget()
         column = QVBoxLayout(drafters)
         column.setContentsMargins(0, 0, 0, 0)
@@ -351,8 +359,10 @@ class SettingsDialog(QDialog):
         if self._learned:
             column.addWidget(_hint(self._learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears "
                                    "them)", objectName="learnedHint"))
-        for box in (self.drafter_context, self.drafter_model):
+        for box in (self.drafter_context, self.drafter_model, self.drafter_recurrent):
             column.addWidget(box)
+        if self._recurrent:
+            column.addWidget(_hint(f"The head: {self._recurrent}", objectName="recurrentHint"))
         form.addRow("Drafters:", drafters)
         return tab
 
@@ -424,6 +434,8 @@ class SettingsDialog(QDialog):
         self.drafter_learned.setChecked(s.drafters.get("learned", True))
         self.drafter_context.setChecked(s.drafters.get("context", False))
         self.drafter_model.setChecked(s.drafters.get("model", False))
+        # without a head the box stays unticked (nothing drafts), and the stored switch is kept as it is
+        self.drafter_recurrent.setChecked(bool(self._recurrent) and s.drafters.get("recurrent", True))
         self.temperature_spin.setValue(s.temperature)
         self.top_p_spin.setValue(s.top_p)
         self.top_k_spin.setValue(s.top_k)
@@ -656,7 +668,8 @@ class SettingsDialog(QDialog):
             datastore=self.datastore_edit.text().strip(),
             drafters={**o.drafters, "retrieval": self.drafter_retrieval.isChecked(),
                       "learned": self.drafter_learned.isChecked(),
-                      "context": self.drafter_context.isChecked(), "model": self.drafter_model.isChecked()},
+                      "context": self.drafter_context.isChecked(), "model": self.drafter_model.isChecked(),
+                      **({"recurrent": self.drafter_recurrent.isChecked()} if self._recurrent else {})},
             draft_model=self._draft_spec(),
             temperature=self._float(self.temperature_spin, o.temperature),
             top_p=self._float(self.top_p_spin, o.top_p),

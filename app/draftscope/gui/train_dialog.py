@@ -1,0 +1,438 @@
+"""Train the recurrent drafter: a head for the loaded model, trained here (File ▸ Train the
+recurrent drafter…).
+
+The training data is the ShareGPT corpus (fetched the first time) or a file the user picks (a chat
+log, or distilled answers: the model's own text). Training runs :func:`train_head` on a worker
+thread polled by a timer (as the datastore wizard's build), with progress, speed, time left, loss
+and the latest validation τ. Cancel keeps a checkpoint, and a later Start with the same data and
+token budget resumes from it. Closing the dialog while training cancels and closes once the
+checkpoint is saved. When a head is written, ``head_trained(path)`` is emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QMetaObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QApplication, QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
+    QPushButton, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from draftscope import assets
+from draftscope.datastore.default import datastores_dir
+from draftscope.datastore.distill import answers_path_for
+from draftscope.datastore.progress import CancelToken
+from draftscope.gui.first_run import (
+    POLL_INTERVAL_S, _eta, _JobWorker, _note, _progress_row, _wrapping_label, describe_error, end_job_thread,
+)
+from draftscope.gui.worker import WorkerThread, lower_decoding_priority
+from draftscope.recurrent.files import HeadError, default_head_path, read_meta
+from draftscope.recurrent.train import (
+    TrainCancelled, TrainError, TrainOptions, TrainProgress, TrainReport, checkpoint_path, train_head,
+)
+
+DEFAULT_TOKENS = 200_000
+_ERROR_STYLE = "color: #c62828;"
+# (combo text, kind): the ShareGPT corpus, or a file the user picks
+DATA_CHOICES = (
+    ("ShareGPT conversations (downloaded the first time)", "sharegpt"),
+    ("A chat file (ShareGPT or OpenAI JSON / JSONL)", "chat"),
+    ("Distilled answers (the model's own, from the datastore wizard)", "answers"),
+)
+
+
+def _tokens_text(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f}M"
+    return f"{n / 1000:,.0f}k" if n >= 10_000 else f"{n / 1000:.1f}k" if n >= 1000 else f"{n:,}"
+
+
+def _minutes(seconds: float) -> str:
+    return "less than a minute" if seconds < 60 else f"about {seconds / 60:,.0f} minute{'s' if seconds >= 90 else ''}"
+
+
+def head_training(model_spec: str) -> dict | None:
+    """The ``training`` part of the model's head description (None when it has no usable head)."""
+    path = default_head_path(model_spec)
+    if not path.with_suffix(".json").exists():
+        return None
+    try:
+        return read_meta(path).get("training") or {}
+    except HeadError:
+        return None
+
+
+def head_description(model_spec: str) -> str:
+    """The model's head in words ("trained on 600k tokens, validation τ 1.90"); "" when it has none."""
+    training = head_training(model_spec)
+    if training is None:
+        return ""
+    parts = [f"trained on {_tokens_text(int(training['tokens']))} tokens"] if training.get("tokens") else ["trained"]
+    tau = (training.get("validation") or {}).get("tau_chain")
+    if tau is not None:
+        parts.append(f"validation τ {tau:.2f}")
+    return ", ".join(parts)
+
+
+class TrainHeadDialog(QDialog):
+    """``TrainHeadDialog(engine, model_spec)``: ``engine.model``, ``engine.tokenizer`` and ``engine.name``
+    are trained on; the head goes to ``out`` (default: the app's head for ``model_spec``).
+    ``options_overrides`` are TrainOptions fields (tests: tiny sizes); ``trainer`` has
+    :func:`train_head`'s signature."""
+
+    head_trained = Signal(str)
+
+    def __init__(self, engine, model_spec: str, *, out: Path | None = None, options_overrides: dict | None = None,
+                 trainer: Callable = train_head, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.engine, self.model_spec = engine, model_spec
+        self.out = Path(out) if out is not None else default_head_path(model_spec)
+        self._overrides = dict(options_overrides or {})
+        self._trainer = trainer
+        self._worker: _JobWorker | None = None
+        self._thread: WorkerThread | None = None
+        self._cancel: CancelToken | None = None
+        self._training = self._cancelled = self._close_when_done = self._closed = False
+        self._report: TrainReport | None = None
+        self._steps = 0
+        training = head_training(model_spec) or {}
+        self._rate: float | None = training.get("tokens_per_second")  # measured: by the last head's run, or live
+        self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
+        self._poll.timeout.connect(self._poll_job)
+        QApplication.instance().aboutToQuit.connect(self._shutdown)
+
+        self.setObjectName("trainHeadDialog")
+        self.setWindowTitle("Train the recurrent drafter")
+        self.setMinimumWidth(600)
+        intro = _wrapping_label(
+            f"A small head learns to predict what {engine.name} writes a few tokens ahead, from the model's own "
+            "hidden states, so more of its drafts are accepted. It is trained on the model's own predictions over "
+            "the data below, with the loaded model; chatting waits until training is done.")
+        self.existing = _note("")
+        self.existing.setObjectName("trainExisting")
+
+        self.data_combo = QComboBox(objectName="trainData")
+        for text, kind in DATA_CHOICES:
+            self.data_combo.addItem(text, kind)
+        self.path_edit = QLineEdit(objectName="trainDataPath")
+        self.browse_button = QPushButton("Browse…", objectName="trainBrowse")
+        self.browse_button.setAutoDefault(False)
+        self.browse_button.clicked.connect(self._browse)
+        self.path_row = QWidget()
+        path_layout = QHBoxLayout(self.path_row)
+        path_layout.setContentsMargins(0, 0, 0, 0)
+        path_layout.addWidget(self.path_edit, 1)
+        path_layout.addWidget(self.browse_button)
+        self.data_combo.currentIndexChanged.connect(self._on_data_changed)
+
+        self.tokens_spin = QSpinBox(objectName="trainTokens")
+        self.tokens_spin.setRange(1_000, 100_000_000)
+        self.tokens_spin.setSingleStep(50_000)
+        self.tokens_spin.setGroupSeparatorShown(True)
+        self.tokens_spin.setValue(DEFAULT_TOKENS)
+        self.tokens_spin.setMinimumWidth(130)
+        self.tokens_spin.setToolTip("Training positions the head sees; more takes longer and usually drafts better")
+        self.tokens_spin.valueChanged.connect(self._update_estimate)
+        self.estimate = _note("")
+        self.estimate.setObjectName("trainEstimate")
+        self.estimate.setWordWrap(False)
+        tokens_row = QWidget()
+        tokens_layout = QHBoxLayout(tokens_row)
+        tokens_layout.setContentsMargins(0, 0, 0, 0)
+        tokens_layout.addWidget(self.tokens_spin)
+        tokens_layout.addWidget(self.estimate, 1)
+
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        form.addRow("Training data:", self.data_combo)
+        form.addRow("", self.path_row)
+        form.addRow("Tokens:", tokens_row)
+        self.choices = QWidget()
+        self.choices.setLayout(form)
+        form.setContentsMargins(0, 0, 0, 0)
+
+        self.progress = QProgressBar(objectName="trainProgress")
+        self.cancel_button = QPushButton("Cancel", objectName="trainCancel")
+        self.cancel_button.setAutoDefault(False)
+        self.cancel_button.setToolTip("Stop training; a checkpoint is kept and Start resumes from it")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.progress_row = _progress_row(self.progress, self.cancel_button)
+        self.status = _wrapping_label(objectName="trainStatus")
+        self.summary = _wrapping_label(objectName="trainSummary")
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error = _wrapping_label(objectName="trainError")
+        self.error.setStyleSheet(_ERROR_STYLE)
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.start_button = QPushButton("Start", objectName="trainStart")
+        self.start_button.clicked.connect(self.start)
+        self.close_button = QPushButton("Close", objectName="trainClose")
+        self.close_button.setAutoDefault(False)
+        self.close_button.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.close_button)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addWidget(self.existing)
+        layout.addSpacing(6)
+        layout.addWidget(self.choices)
+        layout.addSpacing(6)
+        layout.addWidget(self.progress_row)
+        layout.addWidget(self.status)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.error)
+        layout.addStretch(1)
+        layout.addLayout(buttons)
+
+        self.progress_row.hide()
+        self._on_data_changed()
+        self._update_estimate()
+        self._show_idle()
+
+    # --- choices -------------------------------------------------------------------------------
+
+    def data_spec(self) -> str | None:
+        """The chosen data as a training spec (None: the ShareGPT corpus, fetched when training starts)."""
+        kind = self.data_combo.currentData()
+        if kind == "sharegpt":
+            return None
+        return f"{kind}:{Path(self.path_edit.text().strip()).expanduser()}"
+
+    def option_fields(self) -> dict:
+        """TrainOptions fields besides the data, as the form shows them (read on the UI thread)."""
+        return {"tokens": self.tokens_spin.value(), **self._overrides}
+
+    def _on_data_changed(self) -> None:
+        kind = self.data_combo.currentData()
+        self.path_row.setVisible(kind != "sharegpt")
+        self.path_edit.setPlaceholderText("a .answers.jsonl file" if kind == "answers" else "a .json or .jsonl file")
+        if kind == "answers" and not self.path_edit.text().strip():
+            from draftscope.gui.datastore_wizard import distill_name, output_file_name
+
+            answers = answers_path_for(datastores_dir() / output_file_name(distill_name(self.model_spec)))
+            if answers.is_file():
+                self.path_edit.setText(str(answers))
+
+    def _browse(self) -> None:
+        kind = self.data_combo.currentData()
+        start = self.path_edit.text().strip() or (str(datastores_dir()) if kind == "answers" else str(Path.home()))
+        filters = ("Distilled answers (*.answers.jsonl);;JSONL (*.jsonl);;All files (*)" if kind == "answers"
+                   else "Chat logs (*.json *.jsonl);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self, "Training data", start, filters)
+        if path:
+            self.path_edit.setText(path)
+
+    def _update_estimate(self) -> None:
+        if not self._rate:
+            self.estimate.setText("")
+            return
+        self.estimate.setText(f"{_minutes(self.tokens_spin.value() / self._rate)} at {self._rate:,.0f} tokens/s")
+
+    # --- states --------------------------------------------------------------------------------
+
+    def _show_idle(self) -> None:
+        described = head_description(self.model_spec)
+        self.existing.setText(f"This model has a head ({described}); training again replaces it." if described
+                              else "This model has no recurrent head yet.")
+        self.choices.setEnabled(True)
+        self.start_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        if self.has_checkpoint():
+            self.start_button.setText("Resume")
+            self.start_button.setToolTip("Continue the cancelled run from its checkpoint (the same data and tokens)")
+        else:
+            self.start_button.setText("Start" if self._report is None else "Train again")
+            self.start_button.setToolTip("")
+
+    def has_checkpoint(self) -> bool:
+        return checkpoint_path(self.out).exists()
+
+    def is_training(self) -> bool:
+        return self._training
+
+    def report(self) -> TrainReport | None:
+        return self._report
+
+    # --- training ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._training or self._closed:
+            return
+        spec = self.data_spec()
+        if spec is not None and not self.path_edit.text().strip():
+            self._show_error("Choose the file to train on (Browse…).")
+            return
+        token = CancelToken()
+        self._training, self._cancelled, self._cancel, self._report = True, False, token, None
+        self.choices.setEnabled(False)
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress.setRange(0, 0)
+        self.progress_row.show()
+        self.status.setText("Starting …")
+        self.summary.clear()
+        self.summary.hide()
+        self.error.clear()
+        self.error.hide()
+        # a thread per run, ended with it: an idle dialog holds no running thread
+        self._worker = _JobWorker()
+        self._thread = WorkerThread(self._worker)
+        self._worker.job = self._job(spec, token)
+        QMetaObject.invokeMethod(self._worker, "run", Qt.ConnectionType.QueuedConnection)
+        self._poll.start()
+
+    def _job(self, spec: str | None, token: CancelToken) -> Callable:
+        model, tokenizer, name = self.engine.model, self.engine.tokenizer, self.engine.name
+        out, trainer, fields = self.out, self._trainer, self.option_fields()
+
+        def job(report, status):
+            lower_decoding_priority()  # the UI keeps its share of the CPU while training
+            data = spec
+            if data is None:
+                status("Fetching the ShareGPT corpus (the first time only) …")
+                data = f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True, cancel=token)}"
+            options = TrainOptions(data=[data], **fields)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            ckpt = checkpoint_path(out)
+
+            def train(resume: bool) -> TrainReport:
+                status("Reading and tokenising the training data …")
+                return trainer(model, tokenizer, options, out, model_name=name, resume=resume, progress=report,
+                               cancel=token, log=lambda line: status(line[:1].upper() + line[1:]))
+
+            if not ckpt.exists():
+                return train(False)
+            try:
+                return train(True)
+            except TrainError as exc:
+                if str(ckpt) not in str(exc):  # a problem with the data, not with the checkpoint
+                    raise
+            # the kept checkpoint is of other choices (data, tokens) or unreadable: this Start starts over
+            return train(False)
+
+        return job
+
+    def cancel(self) -> None:
+        if self._training and self._cancel is not None and not self._cancelled:
+            self._cancelled = True
+            self._cancel.cancel()
+            self.cancel_button.setEnabled(False)
+            self.status.setText("Cancelling … (saving a checkpoint)")
+
+    def _poll_job(self) -> None:
+        if self._worker is None:
+            return
+        progress, status, outcome = self._worker.take()
+        if not self._cancelled:
+            if status is not None:
+                self.status.setText(status)
+            if isinstance(progress, TrainProgress):
+                self._show_progress(progress)
+        if outcome is None:
+            return
+        self._poll.stop()
+        self._training, self._cancel = False, None
+        end_job_thread(self._thread)  # its job has returned: ends at once
+        self._thread = None
+        what, value = outcome
+        if self._close_when_done:
+            super().reject()
+            return
+        self.progress_row.hide()
+        if what == "done":
+            self._on_trained(value)
+        else:
+            self._on_failed(value)
+        self._show_idle()
+
+    def _show_progress(self, p: TrainProgress) -> None:
+        if p.phase == "reading":
+            self.progress.setRange(0, 0)
+            return
+        self._steps = p.steps
+        self.progress.setRange(0, p.steps)
+        self.progress.setValue(p.step)
+        if p.tokens_per_second > 0 and p.step > 0:
+            self._rate = p.tokens_per_second
+        parts = [f"Step {p.step:,} of {p.steps:,}", f"{p.tokens:,} tokens", f"{p.tokens_per_second:,.0f} tokens/s"]
+        if p.eta_seconds is not None and p.phase != "done":
+            parts.append(_eta(p.eta_seconds) or "less than a second left")
+        if p.loss is not None:
+            parts.append(f"loss {p.loss:.3f}")
+        if p.validation:
+            parts.append(f"validation τ {p.validation['tau_chain']:.2f}")
+        if p.phase == "validating":
+            parts.append("validating …")
+        self.status.setText(" · ".join(parts))
+
+    def _on_trained(self, report: TrainReport) -> None:
+        self._report = report
+        self._rate = report.tokens_per_second or self._rate
+        self._update_estimate()
+        v = report.validation or {}
+        lines = [f"Trained on {report.tokens:,} tokens in {report.seconds / 60:.1f} minutes "
+                 f"({report.tokens_per_second:,.0f} tokens/s)."]
+        if v:
+            lines.append(f"Validation: τ {v['tau_chain']:.2f} (tokens per step of a greedy chain of drafts); "
+                         f"top-1 by depth {', '.join(f'{x:.2f}' for x in v['top1_by_depth'])}.")
+        lines.append(f"Saved as {report.out}. Answers draft with it from the next one on.")
+        self.status.setText("Done.")
+        self.summary.setText("\n".join(lines))
+        self.summary.show()
+        self._fit()
+        self.head_trained.emit(str(report.out))
+
+    def _on_failed(self, exc: BaseException) -> None:
+        if self._cancelled or isinstance(exc, (TrainCancelled, assets.FetchCancelled)):
+            kept = self.has_checkpoint()
+            self.status.setText("Training cancelled. " + (
+                "The checkpoint is kept: Resume (or Start later, with the same data and tokens) continues from it."
+                if kept else "Nothing was trained yet."))
+            return
+        self.status.setText("")
+        if isinstance(exc, TrainError):
+            self._show_error(f"The head could not be trained: {exc}")
+        else:
+            self._show_error(f"The head could not be trained.\n{describe_error(exc, self.out.parent)}")
+
+    def _show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.show()
+        self._fit()
+
+    def _fit(self) -> None:
+        """Grow to the height the wrapped texts now need at this width (Qt would squeeze them)."""
+        layout = self.layout()
+        layout.activate()
+        need = layout.totalHeightForWidth(self.width()) if layout.hasHeightForWidth() else self.sizeHint().height()
+        if need > self.height():
+            self.resize(self.width(), need)
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def reject(self) -> None:
+        """Close; while training, cancel first and close once the checkpoint is saved."""
+        if self._training:
+            self._close_when_done = True
+            self.cancel()
+            self.status.setText("Cancelling … the window closes once the checkpoint is saved.")
+            return
+        super().reject()
+
+    def done(self, result: int) -> None:
+        self._closed = True
+        super().done(result)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._poll.stop()
+        if self._cancel is not None:
+            self._cancel.cancel()
+        if self._thread is not None:
+            end_job_thread(self._thread)
+            self._thread = None
