@@ -96,7 +96,6 @@ class TrainHeadDialog(QDialog):
         self._cancel: CancelToken | None = None
         self._training = self._cancelled = self._close_when_done = self._closed = False
         self._report: TrainReport | None = None
-        self._steps = 0
         training = head_training(model_spec) or {}
         self._rate: float | None = training.get("tokens_per_second")  # measured: by the last head's run, or live
         self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
@@ -334,6 +333,8 @@ class TrainHeadDialog(QDialog):
             if isinstance(progress, TrainProgress):
                 self._show_progress(progress)
         if outcome is None:
+            if status is not None or progress is not None:
+                self._fit()  # a status line may have grown to two lines
             return
         self._poll.stop()
         self._training, self._cancel = False, None
@@ -343,18 +344,22 @@ class TrainHeadDialog(QDialog):
         if self._close_when_done:
             super().reject()
             return
-        self.progress_row.hide()
+        self.cancel_button.setEnabled(False)
+        # the bar stays where the run got to (full when done); a failed run leaves nothing to show
+        self.progress_row.setVisible(what == "done" or self._cancelled or isinstance(value, TrainCancelled))
+        if self.progress.maximum() == 0:
+            self.progress.setRange(0, 1)
         if what == "done":
             self._on_trained(value)
         else:
             self._on_failed(value)
         self._show_idle()
+        self._fit()
 
     def _show_progress(self, p: TrainProgress) -> None:
         if p.phase == "reading":
             self.progress.setRange(0, 0)
             return
-        self._steps = p.steps
         self.progress.setRange(0, p.steps)
         self.progress.setValue(p.step)
         if p.tokens_per_second > 0 and p.step > 0:
@@ -375,8 +380,8 @@ class TrainHeadDialog(QDialog):
         self._rate = report.tokens_per_second or self._rate
         self._update_estimate()
         v = report.validation or {}
-        lines = [f"Trained on {report.tokens:,} tokens in {report.seconds / 60:.1f} minutes "
-                 f"({report.tokens_per_second:,.0f} tokens/s)."]
+        took = f"{report.seconds / 60:.1f} minutes" if report.seconds >= 60 else f"{report.seconds:.0f} seconds"
+        lines = [f"Trained on {report.tokens:,} tokens in {took} ({report.tokens_per_second:,.0f} tokens/s)."]
         if v:
             lines.append(f"Validation: τ {v['tau_chain']:.2f} (tokens per step of a greedy chain of drafts); "
                          f"top-1 by depth {', '.join(f'{x:.2f}' for x in v['top1_by_depth'])}.")
@@ -384,14 +389,14 @@ class TrainHeadDialog(QDialog):
         self.status.setText("Done.")
         self.summary.setText("\n".join(lines))
         self.summary.show()
-        self._fit()
         self.head_trained.emit(str(report.out))
 
     def _on_failed(self, exc: BaseException) -> None:
         if self._cancelled or isinstance(exc, (TrainCancelled, assets.FetchCancelled)):
             kept = self.has_checkpoint()
             self.status.setText("Training cancelled. " + (
-                "The checkpoint is kept: Resume (or Start later, with the same data and tokens) continues from it."
+                "The checkpoint is kept: Resume continues from it (with the same data and tokens), now or after "
+                "reopening this window."
                 if kept else "Nothing was trained yet."))
             return
         self.status.setText("")

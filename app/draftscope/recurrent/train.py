@@ -251,11 +251,11 @@ def validate(head: RecurrentHead, model, sequences: np.ndarray, length: int, lm_
         loss_total += float(sum(losses)) / length
         batches += 1
     return {
-        "top1_by_depth": [round(x / positions, 4) for x in top1],
-        "top4_by_depth": [round(x / positions, 4) for x in top4],
+        "top1_by_depth": [round(float(x) / positions, 4) for x in top1],  # plain floats: checkpoints load them
+        "top4_by_depth": [round(float(x) / positions, 4) for x in top4],  # with weights_only (no pickled numpy)
         "tau_chain": round(1 + lead_total / positions, 3),
         "loss": round(loss_total / max(1, batches), 4),
-        "positions": positions,
+        "positions": int(positions),
     }
 
 
@@ -345,7 +345,7 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         head.eval()
-        loss = float(total)
+        loss = float(total.detach())
         step += 1
         done_seconds = time.perf_counter() - run_started
         rate = (step - step_at_start) * options.batch * options.seq_len / done_seconds if done_seconds > 0 else 0.0
