@@ -284,3 +284,13 @@ def test_cli_trains_and_describes_a_head(tokenizer_dir, own_text, tmp_path, caps
     assert main(["generate", "hi", "--model", str(folder), "--head", str(tmp_path / "absent"), "--drafters", "recurrent",
                  "--dtype", "float32", "--max-new-tokens", "4"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_beam_width_is_tuned_to_what_a_plain_step_costs_here(trained, model):
+    report, _ = trained
+    setup = RecurrentSetup.load(report.out, model, model_name="tiny")
+    measured = setup.tune(step_seconds=1e3)  # a slow target: the head is free next to it
+    assert setup.width == 8 and set(measured) == {1, 2, 4, 8} and all(s > 0 for s in measured.values())
+    setup.tune(step_seconds=1e-9)  # a target faster than any head step: one beam
+    assert setup.width == 1
+    assert setup.drafter().width == 1

@@ -118,8 +118,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"draftscope bench spec: {engine.name} on {engine.device} ({engine.dtype}: {engine.dtype_reason}), "
           f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
           f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}; "
-          f"recurrent head {recurrent.path if recurrent else 'none'}; "
+          f"recurrent head {recurrent.path if recurrent else 'none'}"
+          f"{f' (beams {recurrent.width} wide, {recurrent.length} deep)' if recurrent else ''}; "
           f"learned answers at the start: {learned.stats().answers}")
+    if recurrent is not None and recurrent.measured:
+        print("recurrent head ms per beam-search depth by width: "
+              f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} }")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}; "
           f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
 
@@ -211,7 +215,7 @@ def _recurrent(args, engine):
     path = Path(args.head) if args.head else default_head_path(args.model)
     if not args.head and not path.with_suffix(".json").exists():
         return None
-    return RecurrentSetup.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+    return RecurrentSetup.for_engine(path, engine)
 
 
 def draft_costs(rows: list[dict], methods: list[str]) -> str:

@@ -68,7 +68,7 @@ def _recurrent(args, engine):
     if not args.head and not path.with_suffix(".json").exists():
         return None
     try:
-        return RecurrentSetup.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+        return RecurrentSetup.for_engine(path, engine)
     except HeadError as exc:
         if args.head:
             raise

@@ -67,7 +67,7 @@ def open_recurrent(model: str, engine, path=None):
     if not path.with_suffix(".json").exists():
         return None
     try:
-        return RecurrentSetup.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+        return RecurrentSetup.for_engine(path, engine)
     except HeadError as exc:
         engine.notices.append(f"Recurrent drafter not used: {exc}")
         return None

@@ -18,6 +18,8 @@ from draftscope.recurrent.beams import beam_search, beams_to_tree
 
 DEFAULT_WIDTH = 4
 DEFAULT_LENGTH = 4
+WIDTHS = (1, 2, 4, 8)  # beam widths tried when tuning for a device
+HEAD_SHARE = 0.1  # drafting may take at most this share of a plain step
 
 
 class RecurrentDrafter:
@@ -67,9 +69,44 @@ class RecurrentSetup:
     meta: dict | None = None
     width: int = DEFAULT_WIDTH
     length: int = DEFAULT_LENGTH
+    measured: dict | None = None  # seconds per beam-search depth by width (tune)
 
     def drafter(self) -> RecurrentDrafter:
         return RecurrentDrafter(self.head, self.embed, width=self.width, length=self.length, eos_ids=self.eos_ids)
+
+    @classmethod
+    def for_engine(cls, path, engine) -> RecurrentSetup:
+        """The head at ``path`` for a loaded engine, its beam width tuned to this device."""
+        setup = cls.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+        step = (engine.verify_costs or {}).get(0)
+        if step:
+            setup.tune(step)
+        return setup
+
+    def level_seconds(self, width: int, repeats: int = 5) -> float:
+        """Measured time of one beam-search depth at ``width`` beams on the head's device."""
+        import time
+
+        hidden = torch.zeros(self.head.cfg.hidden, device=self.head.vocab_ids.device)
+        root = int(self.head.vocab_ids[0])
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            beam_search(self.head, hidden, self.embed, root, width=width, length=2)
+            if hidden.is_cuda:
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / 2)
+        return sorted(times[1:])[len(times[1:]) // 2]
+
+    def tune(self, step_seconds: float) -> dict[int, float]:
+        """The widest beam whose full search (``length`` depths) costs at most HEAD_SHARE of a
+        plain step here (the tree budget is then the step policy's, from measured verify costs).
+        Returns the measured seconds per depth by width."""
+        measured = {w: self.level_seconds(w) for w in WIDTHS}
+        fits = [w for w in WIDTHS if measured[w] * self.length <= HEAD_SHARE * step_seconds]
+        self.width = max(fits) if fits else 1
+        self.measured = measured
+        return measured
 
     @classmethod
     def load(cls, path, model, *, model_name: str = "", eos_ids: Sequence[int] = ()) -> RecurrentSetup:
