@@ -226,6 +226,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--draft-temperature so its q differs from p) or 'self:N' (the target's first N layers)")
     p.add_argument("--draft-temperature", type=float, default=None, help="the model drafter samples at this temperature")
     p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore)")
+    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head for "
+                   "--model, when one was trained)")
     p.add_argument("--configs", default="auto",
                    help="drafter sets to audit, ';'-separated comma lists (e.g. 'context;retrieval,context,model'); "
                         "auto = each available drafter alone, then all together")
@@ -257,7 +259,8 @@ def _configs(text: str, names_available: list[str]) -> list[list[str]]:
         return alone + ([names_available] if len(names_available) > 1 else [])
     from draftscope.engine.drafters.factory import parse_drafter_names
 
-    return [parse_drafter_names(c, have_datastore=True, have_draft_model=True) for c in text.split(";") if c.strip()]
+    return [parse_drafter_names(c, have_datastore=True, have_draft_model=True, have_head=True)
+            for c in text.split(";") if c.strip()]
 
 
 def _prompts(args, engine) -> list[list[int]]:
@@ -303,16 +306,21 @@ def run(args: argparse.Namespace) -> int:
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, measure=args.budget is None)
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
-    available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else [])
+    from draftscope.engine.drafters.recurrent import find_recurrent
+
+    recurrent = find_recurrent(args.model, engine, args.head)
+    available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else []) \
+        + (["recurrent"] if recurrent is not None else [])
     configs = _configs(args.configs, available)
     makers = {",".join(c): drafter_maker(c, datastore=datastore, draft_model=draft_model,
                                          eos_token_id=engine.tokenizer.eos_token_id,
-                                         draft_temperature=args.draft_temperature) for c in configs}
+                                         draft_temperature=args.draft_temperature, recurrent=recurrent) for c in configs}
     prompts = _prompts(args, engine)
     print(f"draftscope bench lossless: {engine.name} on {engine.device} ({str(engine.dtype).replace('torch.', '')}), "
           f"draft model {args.draft_model or 'none'}"
           f"{f' at T={args.draft_temperature}' if args.draft_temperature is not None else ''}, "
-          f"datastore {datastore.name if 'retrieval' in available else 'none'}", file=sys.stderr)
+          f"datastore {datastore.name if 'retrieval' in available else 'none'}, "
+          f"recurrent head {recurrent.path if recurrent is not None else 'none'}", file=sys.stderr)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
           file=sys.stderr)
 

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from draftscope.datastore.learned import LearnedStore
     from draftscope.engine.drafters.factory import setup_drafters
     from draftscope.engine.drafters.oracle import OracleDrafter
+    from draftscope.engine.drafters.recurrent import find_recurrent
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.engine.loader import load_draft_model
     from draftscope.storage.settings import Settings
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     model, tok = engine.model, engine.tokenizer
-    recurrent = _recurrent(args, engine)
+    recurrent = find_recurrent(args.model, engine, args.head)
     if recurrent is None:
         methods = [m for m in methods if m not in NEEDS_HEAD]
     draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
@@ -205,17 +206,6 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return 0
-
-
-def _recurrent(args, engine):
-    """The recurrent head for the run (--head, else the app's head for the model), or None."""
-    from draftscope.engine.drafters.recurrent import RecurrentSetup
-    from draftscope.recurrent.files import default_head_path
-
-    path = Path(args.head) if args.head else default_head_path(args.model)
-    if not args.head and not path.with_suffix(".json").exists():
-        return None
-    return RecurrentSetup.for_engine(path, engine)
 
 
 def draft_costs(rows: list[dict], methods: list[str]) -> str:

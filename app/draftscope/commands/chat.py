@@ -61,14 +61,11 @@ def _learned(model: str, engine):
 def _recurrent(args, engine):
     """The recurrent head (--head, else the app's head for the model when one exists). A head that
     cannot be used is an error when asked for by --head, a note otherwise."""
-    from draftscope.engine.drafters.recurrent import RecurrentSetup
-    from draftscope.recurrent.files import HeadError, default_head_path
+    from draftscope.engine.drafters.recurrent import find_recurrent
+    from draftscope.recurrent.files import HeadError
 
-    path = Path(args.head) if args.head else default_head_path(args.model)
-    if not args.head and not path.with_suffix(".json").exists():
-        return None
     try:
-        return RecurrentSetup.for_engine(path, engine)
+        return find_recurrent(args.model, engine, args.head)
     except HeadError as exc:
         if args.head:
             raise

@@ -60,14 +60,11 @@ def engine_drafters(settings, engine):
 def open_recurrent(model: str, engine, path=None):
     """The recurrent head trained for this model (``path``, else the app's head for it); None when
     there is none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.engine.drafters.recurrent import RecurrentSetup
-    from draftscope.recurrent.files import HeadError, default_head_path
+    from draftscope.engine.drafters.recurrent import find_recurrent
+    from draftscope.recurrent.files import HeadError
 
-    path = Path(path) if path else default_head_path(model)
-    if not path.with_suffix(".json").exists():
-        return None
     try:
-        return RecurrentSetup.for_engine(path, engine)
+        return find_recurrent(model, engine, path)
     except HeadError as exc:
         engine.notices.append(f"Recurrent drafter not used: {exc}")
         return None

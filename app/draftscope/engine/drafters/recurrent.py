@@ -118,3 +118,14 @@ class RecurrentSetup:
         trained = ((meta.get("training") or {}).get("options") or {}).get("length")
         return cls(head.to(device), model.get_input_embeddings(), tuple(int(e) for e in eos_ids), Path(path), meta,
                    length=int(trained) if trained else DEFAULT_LENGTH)
+
+
+def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
+    """The head for ``engine``: ``head`` (a path: it must load) or else the app's head for
+    ``model`` when one was trained (None when there is none). Raises recurrent.files.HeadError."""
+    from draftscope.recurrent.files import default_head_path
+
+    path = Path(head) if head else default_head_path(model)
+    if not head and not path.with_suffix(".json").exists():
+        return None
+    return RecurrentSetup.for_engine(path, engine)
