@@ -4,7 +4,7 @@ Every hypothesis that is in the beam at some depth becomes a node (width W, leng
 W x L nodes); hypotheses sharing a prefix share its nodes, which is ReDrafter's dynamic tree
 attention: the target verifies each shared prefix once. A node's support is its path
 probability under the head, so the step policy and the composite drafter read it like a draft
-model's.
+model's; its ``q`` is the head's probability of its token given its parent.
 
 Beams chosen by search are not draws from the head's distribution, so they are deterministic
 proposals: greedy verification takes them as they are, and at T > 0 they are verified by the
@@ -66,7 +66,7 @@ def beams_to_tree(paths_by_depth: list[list[list[int]]], scores_by_depth: list[l
     """One tree of every beam prefix (shared prefixes once), BFS order, the ``budget`` most
     probable nodes kept (path probability falls with depth, so what is kept stays connected)."""
     nodes: dict[tuple, int] = {}
-    tokens, parents, depth, support = [], [], [], []
+    tokens, parents, depth, support, q = [], [], [], [], []
     candidates = [(s, d, b) for d, level in enumerate(scores_by_depth) for b, s in enumerate(level) if s > float("-inf")]
     keep = sorted(candidates, key=lambda c: (-c[0], c[1]))[: max(0, budget)]
     chosen = {(d, b) for _, d, b in keep}
@@ -80,6 +80,8 @@ def beams_to_tree(paths_by_depth: list[list[list[int]]], scores_by_depth: list[l
             parents.append(nodes[key[:-1]] if d > 0 else -1)
             depth.append(d + 1)
             support.append(float(np.exp(scores_by_depth[d][b])))
+            q.append(support[-1] / support[parents[-1]] if d > 0 else support[-1])
     k = len(tokens)
     return DraftTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int32), np.array(depth, dtype=np.int32),
-                     np.array(support, dtype=np.float32), np.full(k, DraftSource.RECURRENT, dtype=np.int8))
+                     np.array(support, dtype=np.float32), np.full(k, DraftSource.RECURRENT, dtype=np.int8),
+                     q=np.array(q, dtype=np.float32))
