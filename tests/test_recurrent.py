@@ -296,3 +296,19 @@ def test_beam_width_is_tuned_to_what_a_plain_step_costs_here(trained, model):
     setup.tune(step_seconds=1e-9)  # a target faster than any head step: one beam
     assert setup.width == 1
     assert setup.drafter().width == 1
+
+
+def test_a_beam_that_drafts_an_end_token_stops_there(model):
+    from draftscope.recurrent.beams import end_rows
+
+    torch.manual_seed(0)
+    head = RecurrentHead.for_target(model, torch.arange(0, 200, 3), layers=1).eval()
+    embed, hidden = model.get_input_embeddings(), torch.randn(model.config.hidden_size)
+    paths, _ = beam_search(head, hidden, embed, root=11, width=3, length=3)
+    best = paths[0][0][0]
+    paths, scores = beam_search(head, hidden, embed, root=11, width=3, length=3, eos_mask=end_rows(head, {best}))
+    deeper = [p for level, s in zip(paths[1:], scores[1:]) for p, v in zip(level, s) if v > float("-inf")]
+    assert deeper and all(p[0] != best for p in deeper), "nothing is drafted after the end token"
+    tree = beams_to_tree(paths, scores, 16)
+    assert (best,) in {tuple(tree.token_path(i)) for i in range(len(tree))}
+    assert end_rows(head, {1}) is None, "token 1 is not in this head's vocabulary"

@@ -20,13 +20,21 @@ import torch
 from draftscope.draft_tree import DraftSource, DraftTree
 
 
+def end_rows(head, eos_ids) -> torch.Tensor | None:
+    """bool [R]: which draft-vocabulary rows are end tokens (None when none are)."""
+    if not eos_ids:
+        return None
+    mask = torch.isin(head.vocab_ids, torch.tensor(sorted(eos_ids), device=head.vocab_ids.device))
+    return mask if bool(mask.any()) else None
+
+
 @torch.inference_mode()
 def beam_search(head, hidden: torch.Tensor, embed, root: int, *, width: int, length: int,
-                eos_ids: frozenset[int] = frozenset()) -> tuple[list[list[list[int]]], list[list[float]]]:
+                eos_mask: torch.Tensor | None = None) -> tuple[list[list[list[int]]], list[list[float]]]:
     """Beams at each depth: (token ids per depth [depth][beam] -> path, log-probabilities).
 
     ``hidden`` [H]: the target's last hidden state before ``root``; ``embed``: the target's
-    embedding module; ``root``: the token the target wrote last."""
+    embedding module; ``root``: the token the target wrote last; ``eos_mask``: end_rows()."""
     vocab_ids = head.vocab_ids
     dev = hidden.device
     state = head.first_state(embed(torch.tensor([root], device=dev)).float())  # [1, d]
@@ -34,10 +42,6 @@ def beam_search(head, hidden: torch.Tensor, embed, root: int, *, width: int, len
     paths: list[list[int]] = [[]]
     out_paths, out_scores = [], []
     h = hidden.float()[None]
-    eos_rows = None
-    if eos_ids:
-        eos_rows = torch.tensor([r for r, t in enumerate(vocab_ids.tolist()) if t in eos_ids], dtype=torch.long,
-                                device=dev)
     for depth in range(length):
         logp = torch.log_softmax(head.logits(state, h.expand(state.shape[0], -1)).float(), dim=-1)  # [b, R]
         cand = (scores[:, None] + logp).reshape(-1)
@@ -54,8 +58,8 @@ def beam_search(head, hidden: torch.Tensor, embed, root: int, *, width: int, len
         if depth + 1 == length:
             break
         state = head.next_state(state[parent], embed(tokens).float())
-        if eos_rows is not None and eos_rows.numel():
-            ended = torch.isin(rows, eos_rows)
+        if eos_mask is not None:
+            ended = eos_mask[rows]
             if bool(ended.all()):
                 break
             scores = torch.where(ended, torch.full_like(scores, float("-inf")), scores)  # EOS ends a beam

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.recurrent.beams import beam_search, beams_to_tree
+from draftscope.recurrent.beams import beam_search, beams_to_tree, end_rows
 
 DEFAULT_WIDTH = 4
 DEFAULT_LENGTH = 4
@@ -35,7 +35,7 @@ class RecurrentDrafter:
         self.embed = embed  # the target's input embedding module
         self.width = width
         self.length = length
-        self.eos_ids = frozenset(int(e) for e in eos_ids)
+        self.eos_mask = end_rows(head, {int(e) for e in eos_ids})  # a beam that drafts an end token stops
         self.hidden: torch.Tensor | None = None
 
     def reset(self, context_ids: Sequence[int]) -> None:
@@ -54,7 +54,7 @@ class RecurrentDrafter:
         length = min(self.length, budget)
         width = min(self.width, budget)
         paths, scores = beam_search(self.head, self.hidden, self.embed, int(context_ids[-1]), width=width,
-                                    length=length, eos_ids=self.eos_ids)
+                                    length=length, eos_mask=self.eos_mask)
         return beams_to_tree(paths, scores, budget)
 
 
