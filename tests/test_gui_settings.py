@@ -71,7 +71,7 @@ def model_folder(tmp_path):
 SAMPLE = Settings(
     model="HuggingFaceTB/SmolLM2-360M-Instruct", device="cuda", temperature=0.7, top_p=0.9, top_k=40,
     max_new_tokens=256, repetition_penalty=1.1, system_prompt="Be brief.", theme="dark", font_size=14,
-    drafters={"retrieval": False, "learned": False, "context": True, "model": False},
+    drafters={"retrieval": False, "learned": False, "context": True, "model": False, "recurrent": False},
 )
 
 
@@ -126,7 +126,8 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
 
     shown = replace(
         SAMPLE, model=str(folder), device="cpu", dtype="bfloat16", draft_model="org/draft-model", datastore=str(index),
-        drafters={"retrieval": True, "learned": False, "context": True, "model": True}, temperature=1.25, top_k=0,
+        drafters={"retrieval": True, "learned": False, "context": True, "model": True, "recurrent": False},
+        temperature=1.25, top_k=0,
         system_prompt="Be brief. Use lists.", theme="light", font_size=20,
     )
     result = d.result_settings()

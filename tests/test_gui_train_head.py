@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+import torch
 
 pytest.importorskip("PySide6")
 
@@ -34,6 +35,16 @@ SETTINGS = Settings(model=MODEL, max_new_tokens=24,
 def data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))  # heads go to data/heads
     monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    # A tiny model trains fastest on one thread; with more, a thread reniced by an answer
+    # (worker.lower_decoding_priority) on a busy machine holds the others up at every step.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -86,18 +97,21 @@ def text(dialog, name):
     return dialog.findChild(QLabel, name).text()
 
 
-def slowed(calls):
-    """train_head with a pause after each step (time to press Cancel), recording each run's resume flag."""
+def held(calls, at=3):
+    """train_head whose first run holds after step ``at`` until it is cancelled (at most 30 s), so a
+    test can press Cancel mid-run however fast the steps are; records each run's resume flag."""
 
-    def trainer(*args, progress, resume, **kw):
+    def trainer(*args, progress, resume, cancel, **kw):
         calls.append(resume)
 
-        def slow(p):
+        def hold(p):
             progress(p)
-            if p.phase == "training":
-                time.sleep(0.04)
+            deadline = time.monotonic() + 30
+            while len(calls) == 1 and p.phase == "training" and p.step == at and not cancel.cancelled \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
 
-        return train_head(*args, progress=slow, resume=resume, **kw)
+        return train_head(*args, progress=hold, resume=resume, cancel=cancel, **kw)
 
     return trainer
 
@@ -146,9 +160,9 @@ def test_trains_writes_the_head_and_the_next_answer_drafts_with_it(qtbot, engine
 
 def test_cancel_keeps_a_checkpoint_and_start_resumes(qtbot, engine, chat_file):
     calls = []
-    dialog = open_dialog(qtbot, engine, chat_file, tokens=640, trainer=slowed(calls))  # 20 steps
+    dialog = open_dialog(qtbot, engine, chat_file, tokens=640, trainer=held(calls))  # 20 steps
     click(qtbot, dialog, "trainStart")
-    qtbot.waitUntil(lambda: dialog.progress.value() >= 3, timeout=30_000)
+    qtbot.waitUntil(lambda: dialog.progress.value() == 3, timeout=30_000)
     click(qtbot, dialog, "trainCancel")
     qtbot.waitUntil(lambda: not dialog.is_training(), timeout=30_000)
     assert checkpoint_path(dialog.out).exists() and not dialog.out.exists()
@@ -163,9 +177,9 @@ def test_cancel_keeps_a_checkpoint_and_start_resumes(qtbot, engine, chat_file):
 
 
 def test_closing_while_training_cancels_and_waits(qtbot, engine, chat_file):
-    dialog = open_dialog(qtbot, engine, chat_file, tokens=640, trainer=slowed([]))
+    dialog = open_dialog(qtbot, engine, chat_file, tokens=640, trainer=held([]))
     click(qtbot, dialog, "trainStart")
-    qtbot.waitUntil(lambda: dialog.progress.value() >= 2, timeout=30_000)
+    qtbot.waitUntil(lambda: dialog.progress.value() == 3, timeout=30_000)
     dialog.reject()  # the window's close button
     assert dialog.isVisible() and "closes once the checkpoint is saved" in text(dialog, "trainStatus")
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=30_000)

@@ -434,6 +434,7 @@ class SettingsDialog(QDialog):
         self.drafter_learned.setChecked(s.drafters.get("learned", True))
         self.drafter_context.setChecked(s.drafters.get("context", False))
         self.drafter_model.setChecked(s.drafters.get("model", False))
+        self._drafters = dict(s.drafters)  # the base of result_settings' switches (Restore Defaults included)
         # without a head the box stays unticked (nothing drafts), and the stored switch is kept as it is
         self.drafter_recurrent.setChecked(bool(self._recurrent) and s.drafters.get("recurrent", True))
         self.temperature_spin.setValue(s.temperature)
@@ -666,7 +667,7 @@ class SettingsDialog(QDialog):
         return Settings(
             model=self._model_spec(),
             datastore=self.datastore_edit.text().strip(),
-            drafters={**o.drafters, "retrieval": self.drafter_retrieval.isChecked(),
+            drafters={**self._drafters, "retrieval": self.drafter_retrieval.isChecked(),
                       "learned": self.drafter_learned.isChecked(),
                       "context": self.drafter_context.isChecked(), "model": self.drafter_model.isChecked(),
                       **({"recurrent": self.drafter_recurrent.isChecked()} if self._recurrent else {})},

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QMetaObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QApplication, QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
+    QApplication, QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar,
     QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
@@ -27,7 +27,7 @@ from draftscope.datastore.progress import CancelToken
 from draftscope.gui.first_run import (
     POLL_INTERVAL_S, _eta, _JobWorker, _note, _progress_row, _wrapping_label, describe_error, end_job_thread,
 )
-from draftscope.gui.worker import WorkerThread, lower_decoding_priority
+from draftscope.gui.worker import WorkerThread
 from draftscope.recurrent.files import HeadError, default_head_path, read_meta
 from draftscope.recurrent.train import (
     TrainCancelled, TrainError, TrainOptions, TrainProgress, TrainReport, checkpoint_path, train_head,
@@ -290,7 +290,6 @@ class TrainHeadDialog(QDialog):
         out, trainer, fields = self.out, self._trainer, self.option_fields()
 
         def job(report, status):
-            lower_decoding_priority()  # the UI keeps its share of the CPU while training
             data = spec
             if data is None:
                 status("Fetching the ShareGPT corpus (the first time only) …")
@@ -385,7 +384,8 @@ class TrainHeadDialog(QDialog):
         if v:
             lines.append(f"Validation: τ {v['tau_chain']:.2f} (tokens per step of a greedy chain of drafts); "
                          f"top-1 by depth {', '.join(f'{x:.2f}' for x in v['top1_by_depth'])}.")
-        lines.append(f"Saved as {report.out}. Answers draft with it from the next one on.")
+        lines.append(f"Saved as {report.out}. The recurrent drafter drafts with it from the next answer on "
+                     "(Settings ▸ Drafting switches it off and on).")
         self.status.setText("Done.")
         self.summary.setText("\n".join(lines))
         self.summary.show()
