@@ -13,7 +13,7 @@ from draftscope.storage import HistoryStore, Settings, load_settings, save_setti
 def test_settings_round_trip(tmp_path):
     path = tmp_path / "settings.json"
     s = Settings(model="/models/x.gguf", temperature=0.7, top_p=0.9, theme="dark", font_size=14,
-                 drafters={"retrieval": False, "learned": False, "context": True, "model": False},
+                 drafters={"retrieval": False, "learned": False, "context": True, "model": False, "recurrent": False},
                  system_prompt="Be brief.")
     save_settings(s, path)
     back, notices = load_settings(path)
@@ -47,8 +47,51 @@ def test_bad_fields_fall_back_one_by_one(tmp_path):
                                 "drafters": {"retrieval": False, "bogus": True}, "unknown_key": 1}))
     s, notices = load_settings(path)
     assert s.font_size == 13 and s.temperature == 0.0 and s.top_p == 1.0 and s.theme == "system"
-    assert s.drafters == {"retrieval": False, "learned": True, "context": True, "model": False}
+    assert s.drafters == {"retrieval": False, "learned": True, "context": True, "model": False, "recurrent": True}
     assert len(notices) == 3 and any("'temperature'" in n for n in notices) and any("'top_p'" in n for n in notices)
+
+
+def test_hostile_settings_files_fall_back_with_notices_never_raise(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)  # past json's recursion limit
+    settings, notices = load_settings(path)
+    assert settings == Settings() and len(notices) == 1 and "nested too deeply" in notices[0]
+    path.write_text(json.dumps({"version": 1, "drafters": {"retrieval": "yes", "context": False}, "top_k": 10 ** 400,
+                                "system_prompt": "x" * 200_000, "repetition_penalty": float("inf"),
+                                "model": "m" * 5000}))
+    settings, notices = load_settings(path)
+    assert settings.drafters["retrieval"] is True and settings.drafters["context"] is False
+    assert any("'drafters.retrieval'" in n and "'yes'" in n for n in notices), notices
+    assert settings.top_k == 0 and any("'top_k'" in n for n in notices)
+    assert settings.system_prompt == "" and any("'system_prompt'" in n for n in notices)
+    assert settings.repetition_penalty == 1.0 and settings.model == "default"
+    path.write_bytes(b" " * (2 << 20))
+    settings, notices = load_settings(path)
+    assert settings == Settings() and "too large" in notices[0]
+
+
+def test_settings_and_history_are_private_to_the_user(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = save_settings(Settings(), tmp_path / "cfg" / "settings.json")
+        db = tmp_path / "data" / "history.sqlite3"
+        store = HistoryStore(db)
+        store.create_conversation("private")
+        open_folder = tmp_path / "open"
+        open_folder.mkdir(mode=0o755)
+        (open_folder / "history.sqlite3").touch(mode=0o644)
+        HistoryStore(open_folder / "history.sqlite3").close()
+    finally:
+        os.umask(old)
+    for f in (path, db, open_folder / "history.sqlite3"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    for d in (path.parent, db.parent, open_folder):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or stat.S_IMODE(wal.stat().st_mode) == 0o600
 
 
 def test_history_survives_reopening(tmp_path):

@@ -31,3 +31,15 @@ def cache_dir() -> Path:
     path = _folder("DRAFTSCOPE_CACHE_DIR", platformdirs.user_cache_dir(_APP, appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def private_folder(path: Path) -> Path:
+    """Create ``path`` (and parents) readable by this user only (0700), and tighten it if it
+    already exists more open: conversations and settings are nobody else's business."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o700)
+    except OSError:
+        pass  # not ours to change (a shared folder): the files inside are still 0600
+    return path

@@ -72,10 +72,25 @@ def history_path() -> Path:
     return data_dir() / "history.sqlite3"
 
 
+def _private_file(path: Path) -> None:
+    """The database, created (or tightened) readable by this user only: it holds every chat.
+    SQLite gives its -wal and -shm files the database file's permissions."""
+    from draftscope.paths import private_folder
+
+    private_folder(path.parent)
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            if p.exists() and p.stat().st_mode & 0o077:
+                os.chmod(p, 0o600)
+    except OSError:
+        pass  # sqlite3 reports a file it cannot open, in its own words
+
+
 class HistoryStore:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path else history_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _private_file(self.path)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row

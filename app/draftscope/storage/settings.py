@@ -15,6 +15,9 @@ from pathlib import Path
 from draftscope.paths import config_dir
 
 SETTINGS_VERSION = 1
+MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
+MAX_SYSTEM_PROMPT = 100_000  # characters
+MAX_TEXT = 4096  # characters of a path, model name or device
 THEMES = ("system", "light", "dark")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # as engine.precision.DTYPES (no torch import here)
 
@@ -45,12 +48,17 @@ class Settings:
             out.append("temperature must be between 0 and 5")
         if not 0 < self.top_p <= 1:
             out.append("top_p must be in (0, 1]")
-        if self.top_k < 0:
-            out.append("top_k must be >= 0")
+        if not 0 <= self.top_k <= 1_000_000:
+            out.append("top_k must be between 0 and 1,000,000")
         if not 1 <= self.max_new_tokens <= 1_000_000:
             out.append("max_new_tokens must be positive")
-        if self.repetition_penalty <= 0:
-            out.append("repetition_penalty must be > 0")
+        if not 0 < self.repetition_penalty <= 10:
+            out.append("repetition_penalty must be in (0, 10]")
+        if len(self.system_prompt) > MAX_SYSTEM_PROMPT:
+            out.append(f"system_prompt must be at most {MAX_SYSTEM_PROMPT:,} characters")
+        for name in ("model", "datastore", "draft_model", "device"):
+            if len(getattr(self, name)) > MAX_TEXT:
+                out.append(f"{name} must be at most {MAX_TEXT:,} characters")
         if self.dtype not in DTYPES:
             out.append(f"dtype must be one of {', '.join(DTYPES)}")
         if self.theme not in THEMES:
@@ -70,9 +78,15 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
     if not path.exists():
         return Settings(), []
     try:
+        if not path.is_file():
+            raise ValueError("not a regular file")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path.stat().st_size:,} bytes: too large for a settings file")
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
+    except RecursionError:
+        return Settings(), [_set_aside(path, "the settings file could not be read (nested too deeply)")]
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return Settings(), [_set_aside(path, f"the settings file could not be read ({exc})")]
     version = data.get("version")
@@ -89,8 +103,12 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
             notices.append(f"setting {f.name!r} had an invalid value {value!r}; using the default")
             continue
         if isinstance(default, dict):
-            value = {k: bool(v) for k, v in value.items() if k in default and isinstance(v, bool)} | {
-                k: v for k, v in default.items() if k not in value}
+            for k, v in value.items():
+                if k in default and not isinstance(v, bool):
+                    notices.append(f"setting '{f.name}.{k}' had an invalid value {v!r} (true or false); "
+                                   f"using the default ({'on' if default[k] else 'off'})")
+            value = {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
+                k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
         values[f.name] = float(value) if isinstance(default, float) else value
     settings = Settings(**values)
     for problem in settings.problems():
@@ -119,9 +137,14 @@ def _set_aside(path: Path, why: str) -> str:
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Written aside and renamed; private to the user (0600 in a 0700 folder)."""
+    from draftscope.paths import private_folder
+
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": SETTINGS_VERSION, **asdict(settings)}, indent=2) + "\n", encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"version": SETTINGS_VERSION, **asdict(settings)}, indent=2) + "\n")
     tmp.replace(path)
     return path
