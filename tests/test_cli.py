@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from draftscope.cli import main
 
 
@@ -63,3 +65,21 @@ def test_the_desktop_app_starts_and_stays_up(tmp_path, tokenizer_dir, tokenizer)
     bad = subprocess.run([sys.executable, "-m", "draftscope", "gui", "--model", str(tmp_path / "nope"),
                           "--quit-after", "1500"], env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "could not be loaded" in bad.stderr and "nope" in bad.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["generate", "hi", "--device", "bogus"], "unknown device 'bogus'"),
+    (["generate", "hi", "--dtype", "bogus"], "unknown dtype 'bogus'"),
+    (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens: must be between 1"),
+    (["chat", "--top-k", "-1"], "--top-k: must be between 0"),
+    (["drafter", "train", "--tokens", "0"], "--tokens: must be between 1"),
+    (["datastore", "distill", "--out", "x.idx", "--batch-size", "ten"], "not a whole number: 'ten'"),
+    (["bench", "spec", "--per-category", str(10**12)], "must be between 1 and 1,000,000,000"),
+    (["models", "list", "--device", "gpu"], "unknown device 'gpu'"),
+])
+def test_bad_arguments_are_usage_errors_before_anything_loads(argv, words, capsys):
+    """One convention: a bad argument is argparse's usage error (exit 2), named, nothing loaded."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert words in capsys.readouterr().err

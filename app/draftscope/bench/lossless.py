@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from draftscope.commands import argtypes
+
 P_LIMIT = 0.001  # a test fails below this p-value
 
 DEFAULT_PROMPTS = [
@@ -233,22 +235,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "auto = each available drafter alone, then all together")
     p.add_argument("--temperature", default="0,0.7,1", help="comma list; 0 = the greedy identity test")
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-k", type=argtypes.count, default=0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--prompts", type=int, default=4, help="sample prompts (built in, or --questions)")
+    p.add_argument("--prompts", type=argtypes.positive_int, default=4, help="sample prompts (built in, or --questions)")
     p.add_argument("--questions", default=None, help="Spec-Bench JSONL to take prompts from")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="greedy answers' length")
-    p.add_argument("--runs", type=int, default=600, help="seeded runs per first-tokens test")
-    p.add_argument("--pit-tokens", type=int, default=3000,
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64, help="greedy answers' length")
+    p.add_argument("--runs", type=argtypes.positive_int, default=600, help="seeded runs per first-tokens test")
+    p.add_argument("--pit-tokens", type=argtypes.positive_int, default=3000,
                    help="sampled tokens per PIT test (about 2,000 reject a REST-style bias on SmolLM2)")
-    p.add_argument("--pit-length", type=int, default=96, help="tokens per sampled answer in the PIT test")
-    p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--pit-length", type=argtypes.positive_int, default=96, help="tokens per sampled answer in the PIT test")
+    p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--biased", action="store_true", help="also run the sampling tests with a biased verifier")
     p.add_argument("--only-biased", action="store_true",
                    help="run the sampling tests with the biased verifier only (to measure the audit's power)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: per device)")
+    p.add_argument("--device", type=argtypes.device, default=None)
+    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: per device)")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 

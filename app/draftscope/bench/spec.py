@@ -27,6 +27,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from draftscope.commands import argtypes
+
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
 ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "auto", "auto-no-recurrent", "plain", "retrieval", "context", "learned",
@@ -37,28 +39,28 @@ NEEDS_HEAD = ("recurrent", "auto-no-recurrent")  # methods that only make sense 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
                    help="Spec-Bench question file (JSONL with question_id, category, turns)")
-    p.add_argument("--per-category", type=int, default=1, help="questions per category (first turn of each)")
+    p.add_argument("--per-category", type=argtypes.positive_int, default=1, help="questions per category (first turn of each)")
     p.add_argument("--categories", default="", help="comma-separated subset of categories")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=128)
     p.add_argument("--model", default="default")
     p.add_argument("--datastore", default=None, help="index for retrieval (default: the default chat datastore)")
     p.add_argument("--draft-model", default=None, help="a small model for hf-assisted and our model drafter")
     p.add_argument("--methods", default=",".join(ALL_METHODS))
     p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
                    "for --model, when one was trained)")
-    p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
-    p.add_argument("--code-prompts", type=int, default=0, help="also this many HumanEval-style code prompts")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
+    p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--code-prompts", type=argtypes.count, default=0, help="also this many HumanEval-style code prompts")
+    p.add_argument("--device", type=argtypes.device, default=None)
+    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
                    "method runs in the same dtype)")
     p.add_argument("--second-turns", action="store_true", help="also each question's second turn (after the "
                    "model's own first answer)")
     p.add_argument("--learn-from", default=None, help="a distilled answers file (`datastore distill` writes "
                    "<out>.answers.jsonl) whose answers are learned before the run")
-    p.add_argument("--learned-answers", type=int, default=None, help="learn only the first N of --learn-from")
+    p.add_argument("--learned-answers", type=argtypes.positive_int, default=None, help="learn only the first N of --learn-from")
     p.add_argument("--learning-curve", default=None, help="e.g. 0,50,200,1000: auto's speedup on held-out "
                    "ShareGPT prompts after N answers of --learn-from were learned")
-    p.add_argument("--held-out", type=int, default=12, help="prompts per point of the learning curve")
+    p.add_argument("--held-out", type=argtypes.positive_int, default=12, help="prompts per point of the learning curve")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
 

@@ -9,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+from draftscope.commands import argtypes
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="a catalogue name (draftscope models list; default: SmolLM2-135M), "
@@ -19,16 +21,16 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "(a catalogue name, folder or .gguf)")
     p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
                    "for --model, when one was trained: draftscope drafter train)")
-    p.add_argument("--budget", type=int, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-k", type=argtypes.count, default=0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=512)
     p.add_argument("--system", default=None, help="system prompt")
-    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
+    p.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
                    "natively, else float32)")
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 

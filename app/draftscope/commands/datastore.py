@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+from draftscope.commands import argtypes
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 
 
@@ -29,11 +31,11 @@ def add_parser(sub) -> None:
     build.add_argument("--chat-mode", choices=["assistant", "conversation"], default="assistant",
                        help="chat logs: keep assistant turns only (REST's choice) or whole conversations")
     build.add_argument("--dedupe", action="store_true", help="skip documents identical to one already added")
-    build.add_argument("--max-tokens", type=int, default=None, help="stop once the datastore holds this many tokens")
+    build.add_argument("--max-tokens", type=argtypes.positive_int, default=None, help="stop once the datastore holds this many tokens")
     build.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching (repeatable)")
     build.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files/folders matching")
     build.add_argument("--text-field", default="text", help="jsonl/table: the field holding the text (dotted path)")
-    build.add_argument("--max-file-bytes", type=int, default=1 << 20, help="code/text: skip larger files")
+    build.add_argument("--max-file-bytes", type=argtypes.positive_int, default=1 << 20, help="code/text: skip larger files")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument("--json", action="store_true", help="print the summary as JSON")
     build.set_defaults(func=cmd_build)
@@ -64,25 +66,15 @@ def add_parser(sub) -> None:
     distill.add_argument("--out", required=True, help="index file to write; its answers go to OUT.answers.jsonl")
     distill.add_argument("--prompts", default=None, metavar="chat:FILE", help="conversations whose first user turns "
                          "are the prompts (ShareGPT or OpenAI messages; default: ShareGPT's)")
-    distill.add_argument("--limit", type=_positive, default=None, help="at most this many prompts (default: all)")
-    distill.add_argument("--batch-size", type=_positive, default=16,
+    distill.add_argument("--limit", type=argtypes.positive_int, default=None, help="at most this many prompts (default: all)")
+    distill.add_argument("--batch-size", type=argtypes.positive_int, default=16,
                          help="prompts answered together (default: 16, the fastest measured on a 2-core CPU)")
-    distill.add_argument("--max-new-tokens", type=_positive, default=256, help="longest answer (default: 256)")
-    distill.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    distill.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app picks)")
+    distill.add_argument("--max-new-tokens", type=argtypes.positive_int, default=256, help="longest answer (default: 256)")
+    distill.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
+    distill.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks)")
     distill.add_argument("--quiet", action="store_true", help="no progress line")
     distill.add_argument("--json", action="store_true", help="print the summary as JSON")
     distill.set_defaults(func=cmd_distill)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 class _Bar:

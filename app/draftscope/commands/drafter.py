@@ -8,6 +8,8 @@ import signal
 import sys
 import threading
 
+from draftscope.commands import argtypes
+
 
 def add_parser(sub) -> None:
     drafter = sub.add_parser("drafter", help="the recurrent drafter: train a head for a model, inspect one")
@@ -18,16 +20,16 @@ def add_parser(sub) -> None:
                        help="training text: chat:FILE, text:PATH, jsonl:PATH, code:DIR or answers:FILE (distilled "
                             "answers); repeat for several (default: the ShareGPT corpus)")
     train.add_argument("--out", default=None, help="head file (default: the app's head for this model)")
-    train.add_argument("--tokens", type=int, default=200_000, help="training positions to see (default 200,000)")
-    train.add_argument("--seq-len", type=int, default=256)
-    train.add_argument("--batch", type=int, default=8, help="sequences per step")
-    train.add_argument("--length", type=int, default=4, help="draft depths trained")
-    train.add_argument("--draft-vocab", type=int, default=8192, help="the head's vocabulary: the most frequent tokens")
+    train.add_argument("--tokens", type=argtypes.positive_int, default=200_000, help="training positions to see (default 200,000)")
+    train.add_argument("--seq-len", type=argtypes.positive_int, default=256)
+    train.add_argument("--batch", type=argtypes.positive_int, default=8, help="sequences per step")
+    train.add_argument("--length", type=argtypes.positive_int, default=4, help="draft depths trained")
+    train.add_argument("--draft-vocab", type=argtypes.positive_int, default=8192, help="the head's vocabulary: the most frequent tokens")
     train.add_argument("--lr", type=float, default=2e-3)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--resume", action="store_true", help="continue a cancelled run from its checkpoint")
-    train.add_argument("--device", default=None)
-    train.add_argument("--dtype", default=None)
+    train.add_argument("--device", type=argtypes.device, default=None)
+    train.add_argument("--dtype", type=argtypes.dtype, default=None)
     train.set_defaults(func=cmd_train)
     info = drafter_sub.add_parser("info", help="what a head file was trained for and how well")
     info.add_argument("head", nargs="?", default=None, help="head file (default: the app's head for --model)")

@@ -7,13 +7,15 @@ import json
 import sys
 import threading
 
+from draftscope.commands import argtypes
+
 
 def add_parser(sub) -> None:
     models = sub.add_parser("models", help="the model catalogue: list models, fetch one")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     listing = models_sub.add_parser("list", help="catalogue models: size, memory needed, fetched or not, draft models")
-    listing.add_argument("--device", default=None, help="device whose dtype sizes the memory column (default: best)")
-    listing.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: as the app would pick)")
+    listing.add_argument("--device", type=argtypes.device, default=None, help="device whose dtype sizes the memory column (default: best)")
+    listing.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app would pick)")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=cmd_list)
     fetch = models_sub.add_parser("fetch", help="download a catalogue model (resumes; checks the sha256)")

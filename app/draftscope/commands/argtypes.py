@@ -1,0 +1,46 @@
+"""Argument types shared by every command, so a bad value is an argparse error (usage, exit 2)
+before anything loads, in the same words everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+LIMIT = 10**9  # no count a command takes is this large; bigger is a typo, not a request
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _whole(text)
+    if not 1 <= value <= LIMIT:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {LIMIT:,}, got {value}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number >= 0 (0 usually means off)."""
+    value = _whole(text)
+    if not 0 <= value <= LIMIT:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {LIMIT:,}, got {value}")
+    return value
+
+
+def device(text: str) -> str:
+    if text == "auto" or re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown device {text!r} (cpu, cuda, cuda:N, mps or auto)")
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def dtype(text: str) -> str:
+    if text in DTYPES:
+        return text
+    raise argparse.ArgumentTypeError(f"unknown dtype {text!r} (one of {', '.join(DTYPES)})")
