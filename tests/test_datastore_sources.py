@@ -131,6 +131,23 @@ def test_text_files_and_long_text_split_at_paragraphs(tokenizer, tmp_path, monke
     assert report.skipped.examples[0]["location"].endswith("b.md:2")
 
 
+def test_a_text_source_skips_binary_files(tokenizer, tmp_path):
+    """A text: source pointed at an executable indexes nothing of it (the ls binary gave 6,712 tokens)."""
+    import shutil
+
+    exe = tmp_path / "ls"
+    shutil.copy(shutil.which("ls") or "/bin/ls", exe)
+    with pytest.raises(DatastoreError, match="nothing usable.*binary file"):
+        build(tokenizer, tmp_path, f"text:{exe}")
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    shutil.copy(exe, folder / "ls.txt")  # binary despite the name
+    (folder / "note.txt").write_text("A real note.\n")
+    report = build(tokenizer, tmp_path, f"text:{folder}")
+    assert index_texts(tokenizer, report) == ["A real note.\n"]
+    assert [e["reason"] for e in report.skipped.examples] == ["binary file"]
+
+
 def test_jsonl_with_a_chosen_field(tokenizer, tmp_path):
     path = tmp_path / "docs.jsonl"
     rows = [{"meta": {"body": "hello world"}}, {"meta": {}}, {"meta": {"body": 7}}, {"meta": {"body": "print('x')"}}]

@@ -139,6 +139,11 @@ class Source:
         size = 0
         done = 0
         with open(path, "rb") as f:
+            if b"\0" in f.read(8192):  # as code sources do: an executable or image is not text
+                skips.skip(str(path), "binary file")
+                progress[0] = file_size(path)
+                return
+            f.seek(0)
             for lineno, raw in enumerate(f, start=1):
                 done += len(raw)
                 progress[0] = done
