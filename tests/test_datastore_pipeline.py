@@ -127,6 +127,7 @@ def test_cli_errors_have_exit_codes_and_words(tokenizer_dir, tmp_path, capsys):
     assert main(["datastore", "info", str(tmp_path / "missing.idx")]) == 2
 
 
+@pytest.mark.network
 def test_default_model_template_and_fingerprint(tmp_path):
     """With the real SmolLM2 tokenizer (fetched once into the cache): the datastore holds the
     assistant turns exactly as the model writes them after its generation prompt."""

