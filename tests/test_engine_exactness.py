@@ -428,6 +428,33 @@ def test_the_check_rejects_a_biased_variant(target, draft_model, datastore, monk
     assert stat > critical, f"{name} not detected (chi2 {stat:.1f} <= {critical:.1f})"
 
 
+class ForeignTree(FixedTree):
+    """FixedTree with ids the model does not have (a datastore of another tokenizer, damage):
+    11 at the first level with children, 9 under a good node."""
+
+    def propose(self, context_ids, budget):
+        return DraftTree(
+            tokens=np.array([3, 11, 5, 9, 2, 4], dtype=np.int64),
+            parents=np.array([-1, -1, -1, 0, 0, 1], dtype=np.int32),
+            depth=np.array([1, 1, 1, 2, 2, 2], dtype=np.int32),
+            support=np.array([8, 7, 6, 5, 3, 4], np.float32),
+            source=np.full(6, DraftSource.RETRIEVAL, np.int8),
+        )
+
+
+def test_drafts_outside_the_vocabulary_are_dropped_and_sampling_stays_exact(target):
+    engine = Engine(target, IdTokenizer())
+    plain = list(engine.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=12)))[-1]
+    events = list(engine.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=12, drafters=[ForeignTree()],
+                                                    budget=16)))
+    assert events[-1].error is None and events[-1].token_ids == plain.token_ids
+    assert all(t < V for ev in events[:-1] for t in ev.tree["tokens"]), "foreign ids never reach the model"
+    counts, accepted = sample_runs(target, T1, lambda: [ForeignTree()], budget=16, runs=1000)
+    stat, critical = chi_square(counts, exact_joint(target, T1))
+    print(f"foreign ids dropped: chi2 {stat:.1f} (critical {critical:.1f}), {accepted} accepted")
+    assert stat <= critical and accepted > 250
+
+
 def test_sampled_drafts_keep_their_place_whatever_they_draw():
     """The composite never ranks a sampled draft by its own probability nor merges it away: a
     draw equal to a deterministic proposal is one node with both attempts."""

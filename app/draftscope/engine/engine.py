@@ -45,6 +45,29 @@ class GenerationRequest:
     verify_rule: str = "model"  # sampling: how sampled drafts are verified (verify.RULES); for benchmarks
 
 
+def drop_foreign_tokens(tree: DraftTree, vocab: int) -> DraftTree:
+    """Drafts whose token is not in the model's vocabulary (a datastore built for another
+    tokenizer, a damaged index) are dropped with everything below them: they could never be
+    accepted, and the model cannot even embed them. Only deterministic proposals may be dropped
+    by their value (sampling stays exact); a sampled one outside the vocabulary is an error."""
+    if len(tree) == 0:
+        return tree
+    bad = (tree.tokens < 0) | (tree.tokens >= vocab)
+    if not bad.any():
+        return tree
+    sampled = tree.extra.get("q_probs") or {}
+    for i in np.flatnonzero(bad):
+        if int(i) in sampled:
+            raise ValueError(f"a draft model sampled token id {int(tree.tokens[i])}, outside the model's "
+                             f"vocabulary of {vocab:,}: its tokenizer differs")
+    keep = ~bad
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        if parent >= 0 and not keep[parent]:
+            keep[i] = False
+    return subtree(tree, keep)
+
+
 def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
     """Drop nodes deeper than ``max_depth`` (they could only produce tokens past the limit)."""
     if len(tree) == 0 or tree.max_depth <= max_depth:
@@ -223,7 +246,7 @@ class Engine:
             t0 = time.perf_counter()
             size = budget.draft_budget()
             tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
-            tree = budget.trim(prune_depth(tree, limit - len(generated) - 1), size)
+            tree = budget.trim(prune_depth(drop_foreign_tokens(tree, self.vocab), limit - len(generated) - 1), size)
             t1 = time.perf_counter()
             input_ids, positions, mask = tree_inputs(root, tree, past, self.device, self.dtype)
             out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
