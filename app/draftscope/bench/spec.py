@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
           f"learned answers at the start: {learned.stats().answers}")
     if recurrent is not None and recurrent.measured:
         print("recurrent head ms per beam-search depth by width: "
-              f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} }")
+              f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} } ({recurrent.layout or 'GPU'})")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}; "
           f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
 

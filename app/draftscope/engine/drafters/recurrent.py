@@ -19,8 +19,7 @@ from draftscope.recurrent.beams import beam_search, beams_to_tree, end_rows
 DEFAULT_WIDTH = 4
 DEFAULT_LENGTH = 4
 WIDTHS = (1, 2, 4, 8)  # beam widths tried when tuning for a device
-HEAD_SHARE = 0.1  # drafting may take at most this share of a plain step
-
+NEARLY_FREE = 1.25  # a wider beam is taken while a depth costs at most this much more than one beam
 
 class RecurrentDrafter:
     name = "recurrent"
@@ -70,18 +69,34 @@ class RecurrentSetup:
     width: int = DEFAULT_WIDTH
     length: int = DEFAULT_LENGTH
     measured: dict | None = None  # seconds per beam-search depth by width (tune)
+    layout: str = ""  # the head's linear layout on a CPU, in words (choose_layout)
 
     def drafter(self) -> RecurrentDrafter:
         return RecurrentDrafter(self.head, self.embed, width=self.width, length=self.length, eos_ids=self.eos_ids)
 
     @classmethod
     def for_engine(cls, path, engine) -> RecurrentSetup:
-        """The head at ``path`` for a loaded engine, its beam width tuned to this device."""
+        """The head at ``path`` for a loaded engine, its layout and beam width tuned to this device."""
         setup = cls.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
-        step = (engine.verify_costs or {}).get(0)
-        if step:
-            setup.tune(step)
+        setup.layout = setup.choose_layout()
+        setup.tune()
         return setup
+
+    def choose_layout(self) -> str:
+        """On a CPU, the head's few-row products in the layout that is faster here (the model's
+        own probe, engine/cpu_linear.py, decides the same for the target)."""
+        from draftscope.engine.cpu_linear import MIN_GAIN, _set_layout
+
+        linears = [m for m in self.head.modules() if type(m) is torch.nn.Linear]
+        if self.head.vocab_ids.device.type != "cpu":
+            return ""
+        usual = min(self.level_seconds(4) for _ in range(2))
+        _set_layout(linears, True)
+        transposed = min(self.level_seconds(4) for _ in range(2))
+        if usual < MIN_GAIN * transposed:
+            _set_layout(linears, False)
+            return f"usual layout (transposed measured {usual / transposed:.2f}x)"
+        return f"transposed layout ({usual / transposed:.1f}x faster here)"
 
     def level_seconds(self, width: int, repeats: int = 5) -> float:
         """Measured time of one beam-search depth at ``width`` beams on the head's device."""
@@ -98,13 +113,13 @@ class RecurrentSetup:
             times.append((time.perf_counter() - t0) / 2)
         return sorted(times[1:])[len(times[1:]) // 2]
 
-    def tune(self, step_seconds: float) -> dict[int, float]:
-        """The widest beam whose full search (``length`` depths) costs at most HEAD_SHARE of a
-        plain step here (the tree budget is then the step policy's, from measured verify costs).
-        Returns the measured seconds per depth by width."""
+    def tune(self) -> dict[int, float]:
+        """The widest beam whose depth costs at most NEARLY_FREE times a single beam's here: more
+        candidates for (almost) nothing. Which of them are verified is the step policy's choice
+        (measured verify costs, calibrated acceptance), and whether the head drafts at all the
+        slow-drafter gate's. Returns the measured seconds per depth by width."""
         measured = {w: self.level_seconds(w) for w in WIDTHS}
-        fits = [w for w in WIDTHS if measured[w] * self.length <= HEAD_SHARE * step_seconds]
-        self.width = max(fits) if fits else 1
+        self.width = max(w for w in WIDTHS if measured[w] <= NEARLY_FREE * measured[1])
         self.measured = measured
         return measured
 
