@@ -98,8 +98,19 @@ def test_subtree_keeps_parents_and_renumbers_sampling_bookkeeping():
     assert np.allclose(shares(tree), [0.75, 0.25, 1.0, 1.0])
 
 
+class _Clock:
+    """The composite's clock, advanced only by the drafters' declared costs: the test is about the
+    gate's decisions, not about how busy the machine running it is."""
+
+    now = 0.0
+
+    @classmethod
+    def perf_counter(cls):
+        return cls.now
+
+
 class _Drafter:
-    """Proposes a fixed chain; ``delay`` seconds of drafting (a draft model's cost)."""
+    """Proposes a fixed chain; ``delay`` seconds of drafting (a draft model's cost) on _Clock."""
 
     def __init__(self, name, source, delay):
         self.name, self.source, self.delay, self.calls = name, source, delay, 0
@@ -111,16 +122,17 @@ class _Drafter:
         pass
 
     def propose(self, ids, budget):
-        import time
-
         self.calls += 1
-        time.sleep(self.delay)
+        _Clock.now += self.delay
         tree = chain(3, self.source)
         return DraftTree(tree.tokens + 100 * int(self.source), tree.parents, tree.depth, tree.support, tree.source)
 
 
-def test_a_slow_drafter_sits_out_while_its_drafts_do_not_pay_for_its_time():
+def test_a_slow_drafter_sits_out_while_its_drafts_do_not_pay_for_its_time(monkeypatch):
+    import draftscope.engine.drafters.composite as composite_mod
     from draftscope.engine.drafters.composite import CompositeDrafter
+
+    monkeypatch.setattr(composite_mod, "time", _Clock)
 
     slow = _Drafter("model", DraftSource.MODEL, 0.02)
     fast = _Drafter("context", DraftSource.CONTEXT, 0.0)
