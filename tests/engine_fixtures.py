@@ -25,3 +25,20 @@ class IdTokenizer:
 
     def decode(self, ids, skip_special_tokens=True):
         return "".join(f" {i}" for i in ids)
+
+
+def pin_budget(engine, nodes: int = 16):
+    """Verify a fixed number of draft nodes per step in every answer that does not ask for one.
+    For tests of what drafts *show* (panels, colours, learned answers): the adaptive policy decides
+    from timings, and on a loaded machine it may rightly decode plainly, which is not under test."""
+    from dataclasses import replace
+
+    generate = engine.generate
+
+    def pinned(request, **kwargs):
+        if request.budget is None and request.drafters:
+            request = replace(request, budget=nodes)
+        return generate(request, **kwargs)
+
+    engine.generate = pinned
+    return engine

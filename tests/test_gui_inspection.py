@@ -14,12 +14,12 @@ from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
 
 def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
-    engine = Engine(model, tokenizer, name="tiny")
+    engine = pin_budget(Engine(model, tokenizer, name="tiny"))
     window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=60),
                         drafters=lambda: [ContextDrafter()])
     qtbot.addWidget(window)
@@ -50,7 +50,7 @@ def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, 
     from PySide6.QtGui import QTextCursor
 
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
-    engine = Engine(model, tokenizer, name="tiny")
+    engine = pin_budget(Engine(model, tokenizer, name="tiny"))
     window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=60),
                         drafters=lambda: [ContextDrafter()])
     qtbot.addWidget(window)
@@ -81,7 +81,7 @@ def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, 
 
 def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer, tmp_path):
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
-    engine = Engine(model, tokenizer, name="tiny")
+    engine = pin_budget(Engine(model, tokenizer, name="tiny"))
     db = tmp_path / "h.sqlite3"
     first = MainWindow(engine, HistoryStore(db), Settings(max_new_tokens=40), drafters=lambda: [ContextDrafter()])
     qtbot.addWidget(first)

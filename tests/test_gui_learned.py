@@ -18,7 +18,7 @@ from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.app import engine_drafters  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def model(tokenizer):
 
 
 def window_for(qtbot, model, tokenizer, tmp_path, settings, store):
-    engine = Engine(model, tokenizer, name="tiny")
+    engine = pin_budget(Engine(model, tokenizer, name="tiny"))
     engine.eos_ids = set()
     engine.learned = store
     make, label, _notes = engine_drafters(settings, engine)

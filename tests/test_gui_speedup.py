@@ -31,7 +31,8 @@ def real_run(tokenizer):
     engine = Engine(model, tokenizer, name="tiny")
     baseline = engine.measure_baseline(16)
     prompt = tokenizer("one two three one two three one two three one two three")["input_ids"]
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, drafters=[ContextDrafter()])))
+    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, drafters=[ContextDrafter()],
+                                                    budget=16)))
     steps = [ev for ev in events if isinstance(ev, StepEvent)]
     return steps, baseline
 

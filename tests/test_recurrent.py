@@ -143,14 +143,13 @@ def test_greedy_with_the_trained_head_is_token_identical_and_drafts_get_accepted
     report, _ = trained
     setup = RecurrentSetup.load(report.out, model, model_name="tiny")
     engine = Engine(model, tokenizer)
-    engine.verify_costs = {0: 1.0, 4: 1.02, 8: 1.05, 16: 1.1, 32: 1.2}
     gen = torch.Generator().manual_seed(7)
     accepted = 0
     for _ in range(4):
         prompt = torch.randint(3, len(tokenizer), (3,), generator=gen).tolist()
         plain = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40)))[-1]
         events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40,
-                                                        drafters=[setup.drafter()])))
+                                                        drafters=[setup.drafter()], budget=16)))
         assert events[-1].token_ids == plain.token_ids
         accepted += events[-1].stats.accepted_by_source.get("recurrent", 0)
     assert accepted >= 25, f"only {accepted} recurrent drafts accepted in 160 tokens"
