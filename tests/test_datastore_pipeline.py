@@ -144,4 +144,4 @@ def test_default_model_template_and_fingerprint(tmp_path):
     full = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "2 + 2 = 4."}],
                                    tokenize=False)
     assert full == prompt + "2 + 2 = 4.<|im_end|>\n"
-    assert r.vocab_size == 49_152 and r.tokenizer_fingerprint.startswith("sha256:")
+    assert r.vocab_size == 49_152 and r.tokenizer_fingerprint.startswith("vocab-sha256:")

@@ -141,3 +141,71 @@ def test_rust_panic_becomes_a_python_exception(in_thread_pool):
     # The interpreter and the extension keep working afterwards.
     with pytest.raises(RuntimeError):
         _retriever._panic_for_test(in_thread_pool)
+
+
+# ---------------------------------------------------------------- files changed on disk, odd files, sizes
+
+CHANGE_ON_DISK = r"""
+import shutil, sys
+from draftscope.retrieval import IndexChangedError, Reader
+path, other, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+reader = Reader(path, in_memory={"memory": True, "mapped": False}[mode])
+before = reader.search([1, 2], max_nodes=8).tokens.tolist()
+shutil.copyfile(other, path)  # cp other path: the same file, truncated, then written
+print("state", reader.disk_state())
+with open(path, "r+b") as f:
+    f.truncate(64)
+try:
+    after = reader.search([1, 2], max_nodes=8).tokens.tolist()
+    print("same" if after == before else "different")
+except IndexChangedError as exc:
+    print("error", exc)
+"""
+
+
+@pytest.mark.parametrize("mode", ["memory", "mapped"])
+def test_an_index_copied_over_or_truncated_while_open_never_kills_the_process(build_index, tmp_path, mode):
+    import subprocess
+    import sys
+
+    reader = build_index([[1, 2, 3, 4]] * 5 + [[1, 2, 5]], vocab_size=10)
+    other = build_index([[7, 8, 9]] * 40, vocab_size=10, name="other.idx")
+    done = subprocess.run([sys.executable, "-c", CHANGE_ON_DISK, str(reader.path), str(other.path), mode],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
+    lines = done.stdout.splitlines()
+    assert lines[0] == "state modified"
+    if mode == "memory":
+        assert lines[1] == "same", "a copy in memory keeps giving the drafts it gave"
+    else:
+        assert lines[1].startswith("error ") and "changed on disk" in lines[1] and str(reader.path) in lines[1]
+
+
+def test_a_rebuilt_index_is_reported_as_replaced(build_index):
+    reader = build_index([[1, 2, 3, 4]], vocab_size=10)
+    assert reader.disk_state() == "same" and reader.in_memory
+    build_index([[1, 2, 5, 6]], vocab_size=10)  # same name: written aside, renamed into place
+    assert reader.disk_state() == "replaced"
+    assert reader.search([1, 2]).tokens.tolist()[:1] == [3], "the open reader still reads what it opened"
+
+
+def test_a_fifo_is_refused_at_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "pipe.idx"
+    os.mkfifo(fifo)
+    code = "import sys\nfrom draftscope.retrieval import Reader\ntry:\n Reader(sys.argv[1])\nexcept ValueError as e:\n print(e)"
+    done = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=30)
+    assert "is a named pipe (FIFO), not an index file" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name, value", [("max_nodes", 2**32), ("max_nodes", 2**63), ("max_matches", 2**40),
+                                         ("max_suffix", 2**62), ("max_nodes", 2**64)])
+def test_huge_size_arguments_are_refused_naming_them(build_index, name, value):
+    reader = build_index([[1, 2, 3, 4]], vocab_size=10)
+    for call in (lambda **kw: reader.search([1, 2], **kw), lambda **kw: reader.search_batch([[1, 2]], **kw)):
+        with pytest.raises(ValueError, match=name):
+            call(**{name: value})
+    assert reader.search([1, 2], max_nodes=65536).tokens.tolist() == [3, 4]

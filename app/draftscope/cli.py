@@ -10,7 +10,7 @@ import sys
 def _cmd_index_info(args: argparse.Namespace) -> int:
     from draftscope.retrieval import Reader
 
-    reader = Reader(args.path)
+    reader = Reader(args.path, in_memory=False)  # the header is enough; --verify reads it all anyway
     if args.verify:
         reader.verify()
     info = reader.info()

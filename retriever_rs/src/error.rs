@@ -32,6 +32,10 @@ pub enum IndexError {
     Corrupt { path: PathBuf, reason: String },
 
     /// Found while searching: the body does not agree with the header (a flipped byte).
+    /// The file was written while open (copied over, truncated): a mapped index refuses to read it.
+    #[error("{path} was changed on disk while it was open (copied over or truncated); open it again")]
+    ChangedOnDisk { path: PathBuf },
+
     #[error("index data is corrupt: {0}")]
     CorruptData(String),
 

@@ -4,8 +4,9 @@
 //! - [`format`]: the index file header and section layout
 //! - [`sa`]: suffix-array construction (libsais)
 //! - [`writer`]: building an index file atomically
-//! - [`index`]: opening (memory-mapping) and validating an index
+//! - [`index`]: opening (reading into memory or mapping) and validating an index
 //! - [`search`]: longest-suffix search, frequency trie, draft-tree selection
+//! - [`rest`]: REST's five draft buffers for a tree (the DraftRetriever-compatible face)
 //!
 //! The Python bindings live in `python.rs` behind the `python` cargo feature, so the core
 //! builds and tests with plain `cargo test`.
@@ -14,6 +15,7 @@ pub mod error;
 pub mod format;
 pub mod index;
 pub mod sa;
+pub mod rest;
 pub mod search;
 pub mod writer;
 
@@ -21,7 +23,7 @@ pub mod writer;
 mod python;
 
 pub use error::{IndexError, Result};
-pub use index::Index;
+pub use index::{DiskState, Index, Residency, IN_MEMORY_LIMIT};
 pub use search::{DraftTree, SearchParams};
 pub use writer::{BuildStats, IndexWriter, WriterOptions};
 
@@ -31,11 +33,14 @@ impl Index {
     /// Search one context (token ids) for a draft tree.
     pub fn search(&self, context: &[u32], params: &SearchParams) -> Result<DraftTree> {
         self.check_context(context)?;
+        params.validate()?;
+        self.ensure_readable()?;
         self.with_corpus(search::Search { context, params })
     }
 
     /// Search many contexts in parallel on rayon's pool.
     pub fn search_batch(&self, contexts: &[Vec<u32>], params: &SearchParams) -> Result<Vec<DraftTree>> {
+        params.validate()?;
         contexts.par_iter().map(|c| self.search(c, params)).collect()
     }
 

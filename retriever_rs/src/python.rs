@@ -2,7 +2,8 @@
 //! All logic lives in the core modules.
 
 use crate::error::IndexError;
-use crate::{DraftTree, Index, IndexWriter, SearchParams, WriterOptions};
+use crate::rest::rest_buffers;
+use crate::{DiskState, DraftTree, Index, IndexWriter, Residency, SearchParams, WriterOptions};
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 pyo3::create_exception!(_retriever, IndexFormatError, PyValueError, "The file is not a readable Draftscope index (foreign, truncated or corrupt).");
 pyo3::create_exception!(_retriever, NewerIndexVersionError, IndexFormatError, "The index was written by a newer Draftscope.");
+pyo3::create_exception!(_retriever, IndexChangedError, pyo3::exceptions::PyOSError, "The index file was changed on disk while it was open; open it again.");
 pyo3::create_exception!(_retriever, BuildCancelled, pyo3::exceptions::PyException, "The index build was cancelled; nothing was written.");
 
 fn to_py(err: IndexError) -> PyErr {
@@ -26,6 +28,7 @@ fn to_py(err: IndexError) -> PyErr {
             IndexFormatError::new_err(msg)
         }
         IndexError::Cancelled => BuildCancelled::new_err(msg),
+        IndexError::ChangedOnDisk { .. } => IndexChangedError::new_err(msg),
         IndexError::TokenOutOfRange { .. }
         | IndexError::ContextTokenOutOfRange { .. }
         | IndexError::InvalidArgument(_)
@@ -174,7 +177,18 @@ impl IndexWriterPy {
     }
 }
 
-/// A memory-mapped index. Immutable, so one object may be shared by many threads.
+type RestTuple = (Vec<Vec<i32>>, Vec<Vec<i32>>, Vec<i32>, Vec<i32>, Vec<Vec<i32>>);
+
+fn rest_knob(name: &str, value: Option<i64>, default: usize) -> PyResult<usize> {
+    match value {
+        None => Ok(default),
+        Some(v) if v >= 0 => Ok(v as usize),
+        Some(v) => Err(PyValueError::new_err(format!("{name} must be >= 0, got {v}"))),
+    }
+}
+
+/// An open index (read into memory, or memory-mapped when large). Immutable, so one object may
+/// be shared by many threads.
 #[pyclass(module = "draftscope._retriever", name = "IndexReader", frozen)]
 struct IndexReaderPy {
     index: Index,
@@ -182,10 +196,65 @@ struct IndexReaderPy {
 
 #[pymethods]
 impl IndexReaderPy {
+    /// `in_memory`: True reads the file into memory, False maps it, None (default) reads files
+    /// up to 1 GiB and maps larger ones.
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let index = py.detach(|| guarded(|| Index::open(&path)))?;
+    #[pyo3(signature = (path, in_memory = None))]
+    fn new(py: Python<'_>, path: PathBuf, in_memory: Option<bool>) -> PyResult<Self> {
+        let residency = match in_memory {
+            None => Residency::Auto,
+            Some(true) => Residency::Memory,
+            Some(false) => Residency::Mapped,
+        };
+        let index = py.detach(|| guarded(|| Index::open_with(&path, residency)))?;
         Ok(IndexReaderPy { index })
+    }
+
+    /// REST's `Reader.search`: continuations of exactly `pattern`, as REST's five buffers.
+    /// Tokens outside the index vocabulary match nothing (an empty result, as in REST).
+    #[pyo3(signature = (py_substring, k = None, choices = None, long = None))]
+    fn rest_search(&self, py: Python<'_>, py_substring: Vec<i64>, k: Option<i64>, choices: Option<i64>, long: Option<i64>) -> PyResult<RestTuple> {
+        let pattern = py_substring;
+        let params = SearchParams {
+            max_nodes: rest_knob("choices", choices, 64)?,
+            max_depth: rest_knob("long", long, 10)?,
+            max_matches: rest_knob("k", k, 5000)?,
+            min_suffix: pattern.len().max(1),
+            max_suffix: pattern.len().max(1),
+        };
+        let vocab = self.index.header().vocab_size as i64;
+        if pattern.is_empty() || pattern.iter().any(|&t| !(0..vocab).contains(&t)) {
+            params.validate().map_err(to_py)?;
+            return Ok(Default::default());
+        }
+        let ids: Vec<u32> = pattern.iter().map(|&t| t as u32).collect();
+        let run = || {
+            let tree = self.index.search(&ids, &params)?;
+            let b = rest_buffers(&tree);
+            Ok((b.retrieved_token_list, b.draft_attn_mask, b.tree_indices, b.draft_position_ids, b.retrieve_indices))
+        };
+        // A miss takes about a microsecond: releasing the GIL would cost more than it saves.
+        if ids.len() <= 64 && params.max_matches <= 256 {
+            guarded(run)
+        } else {
+            py.detach(|| guarded(run))
+        }
+    }
+
+    /// Whether the index was read into memory (else it is memory-mapped).
+    #[getter]
+    fn in_memory(&self) -> bool {
+        self.index.in_memory()
+    }
+
+    /// "same", "modified" (the open file was written: copied over, truncated) or "replaced"
+    /// (the path now names another file, e.g. a rebuilt index, or none).
+    fn disk_state(&self) -> &'static str {
+        match self.index.disk_state() {
+            DiskState::Same => "same",
+            DiskState::Modified => "modified",
+            DiskState::Replaced => "replaced",
+        }
     }
 
     #[pyo3(signature = (context, max_nodes, max_depth, max_matches, min_suffix, max_suffix))]
@@ -321,6 +390,7 @@ fn _retriever(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("IndexFormatError", m.py().get_type::<IndexFormatError>())?;
     m.add("NewerIndexVersionError", m.py().get_type::<NewerIndexVersionError>())?;
     m.add("BuildCancelled", m.py().get_type::<BuildCancelled>())?;
+    m.add("IndexChangedError", m.py().get_type::<IndexChangedError>())?;
     m.add("FORMAT_VERSION", crate::format::FORMAT_VERSION)?;
     Ok(())
 }

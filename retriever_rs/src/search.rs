@@ -26,9 +26,24 @@ impl Default for SearchParams {
     }
 }
 
+/// Upper bounds of the search knobs: far above any useful value, low enough that no value can
+/// ask for an allocation that fails (which would abort the process).
+pub const MAX_NODES: usize = 1 << 16;
+pub const MAX_MATCHES: usize = 1 << 20;
+pub const MAX_SUFFIX: usize = 1 << 20;
+
 impl SearchParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(IndexError::InvalidArgument(m.to_owned()));
+        if self.max_nodes > MAX_NODES {
+            return Err(IndexError::InvalidArgument(format!("max_nodes must be <= {MAX_NODES}, got {}", self.max_nodes)));
+        }
+        if self.max_matches > MAX_MATCHES {
+            return Err(IndexError::InvalidArgument(format!("max_matches must be <= {MAX_MATCHES}, got {}", self.max_matches)));
+        }
+        if self.max_suffix > MAX_SUFFIX {
+            return Err(IndexError::InvalidArgument(format!("max_suffix must be <= {MAX_SUFFIX}, got {}", self.max_suffix)));
+        }
         if self.min_suffix == 0 {
             return bad("min_suffix must be at least 1");
         }
@@ -278,7 +293,7 @@ impl Trie {
             (n.count, Reverse(n.depth), Reverse(parent_rank), Reverse(n.token), id)
         };
         let mut heap: BinaryHeap<Key> = self.children(0).map(|ch| key(ch, 0)).collect();
-        let mut chosen: Vec<usize> = Vec::with_capacity(max_nodes);
+        let mut chosen: Vec<usize> = Vec::with_capacity(max_nodes.min(self.nodes.len()));
         while chosen.len() < max_nodes {
             let Some((.., id)) = heap.pop() else { break };
             chosen.push(id);

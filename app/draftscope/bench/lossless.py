@@ -314,7 +314,10 @@ def run(args: argparse.Namespace) -> int:
     available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else []) \
         + (["recurrent"] if recurrent is not None else [])
     configs = _configs(args.configs, available)
-    makers = {",".join(c): drafter_maker(c, datastore=datastore, draft_model=draft_model,
+    from draftscope.retrieval import Reader
+
+    reader = Reader(datastore) if "retrieval" in available else None  # read once, shared by every configuration
+    makers = {",".join(c): drafter_maker(c, datastore=reader, draft_model=draft_model,
                                          eos_token_id=engine.tokenizer.eos_token_id,
                                          draft_temperature=args.draft_temperature, recurrent=recurrent) for c in configs}
     prompts = _prompts(args, engine)

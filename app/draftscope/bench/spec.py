@@ -110,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
     model, tok = engine.model, engine.tokenizer
     recurrent = find_recurrent(args.model, engine, args.head)
+    from draftscope.retrieval import Reader
+
+    reader = Reader(datastore) if datastore.is_file() else None  # read once, shared by every method and prompt
     if recurrent is None:
         methods = [m for m in methods if m not in NEEDS_HEAD]
     draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
@@ -155,12 +158,12 @@ def run(args: argparse.Namespace) -> int:
             switches = dict(Settings().drafters, model=draft is not None)
             if m == "auto-no-recurrent":
                 switches["recurrent"] = False
-            return setup_drafters(switches, datastore=datastore, draft_model=draft, eos_token_id=tok.eos_token_id,
-                                  vocab_size=engine.vocab, learned=store, recurrent=recurrent).make()
+            return setup_drafters(switches, datastore=reader, draft_model=draft, eos_token_id=tok.eos_token_id,
+                                  vocab_size=engine.vocab, learned=store, recurrent=recurrent, tokenizer=tok).make()
         every = ["retrieval", "learned", "context"] + (["model"] if draft is not None else [])
         names = {"plain": [], "composite": every}.get(m, [m])
-        return setup_drafters(",".join(names) or "none", datastore=datastore, draft_model=draft,
-                              eos_token_id=tok.eos_token_id, learned=store, recurrent=recurrent).make()
+        return setup_drafters(",".join(names) or "none", datastore=reader, draft_model=draft,
+                              eos_token_id=tok.eos_token_id, learned=store, recurrent=recurrent, tokenizer=tok).make()
 
     warm = engine.encode_chat([{"role": "user", "content": "Hi"}])
     hf(warm)

@@ -90,7 +90,8 @@ def _setup(args):
     draft_model = load_draft_model(args.draft_model, engine, device=args.device, dtype=args.dtype).model if wants_draft else None
     setup = setup_drafters(args.drafters, datastore=datastore, draft_model=draft_model,
                            eos_token_id=engine.tokenizer.eos_token_id, vocab_size=engine.vocab,
-                           learned=_learned(args.model, engine), recurrent=_recurrent(args, engine))
+                           learned=_learned(args.model, engine), recurrent=_recurrent(args, engine),
+                           tokenizer=engine.tokenizer, notify=lambda text: print(text, file=sys.stderr))
     print(f"{engine.name} on {engine.device} ({_dtype_name(engine)}); drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
     if args.verbose:

@@ -344,7 +344,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from draftscope.datastore.manifest import read_manifest
     from draftscope.retrieval import Reader
 
-    reader = Reader(args.path)
+    reader = Reader(args.path, in_memory=False)  # the header is enough; --verify reads it all anyway
     if args.verify:
         reader.verify()
     header = reader.info()

@@ -32,10 +32,13 @@ class ModelLoader(QObject):
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
-def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None, recurrent=None):
+def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None, recurrent=None, tokenizer=None,
+                    notify=None):
     """(make fresh drafters per answer, datastore label, notes) from the settings; ``draft_model``
     is the one loaded with the engine (None when none is set or it could not be used);
-    ``learned`` the model's LearnedStore; ``recurrent`` its RecurrentSetup (a trained head)."""
+    ``learned`` the model's LearnedStore; ``recurrent`` its RecurrentSetup (a trained head);
+    ``tokenizer`` the model's (a datastore built with another is left out, saying why);
+    ``notify(text)`` hears of the datastore changing on disk between answers."""
     from draftscope.datastore.default import default_datastore_path
     from draftscope.engine.drafters.factory import setup_drafters
 
@@ -47,14 +50,18 @@ def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None, r
     draft_temperature = settings.temperature if settings.temperature > 0 else None
     setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
                            draft_temperature=draft_temperature, vocab_size=vocab_size, learned=learned,
-                           recurrent=recurrent)
+                           recurrent=recurrent, tokenizer=tokenizer, notify=notify)
     return setup.make, setup.label, setup.notes
 
 
 def engine_drafters(settings, engine):
-    """drafter_factory for a loaded engine (its draft model, vocabulary and learned answers)."""
+    """drafter_factory for a loaded engine (its draft model, vocabulary and learned answers);
+    what happens to the datastore between answers goes to ``engine.notices``."""
+    if not hasattr(engine, "notices"):
+        engine.notices = []
     return drafter_factory(settings, getattr(engine, "draft_model", None), getattr(engine, "vocab", None),
-                           getattr(engine, "learned", None), getattr(engine, "recurrent", None))
+                           getattr(engine, "learned", None), getattr(engine, "recurrent", None),
+                           getattr(engine, "tokenizer", None), engine.notices.append)
 
 
 def open_recurrent(model: str, engine, path=None):

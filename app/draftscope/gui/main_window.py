@@ -457,10 +457,15 @@ class MainWindow(QMainWindow):
         if self.settings.system_prompt:
             messages.insert(0, {"role": "system", "content": self.settings.system_prompt})
         s = self.settings
+        notices = getattr(self.engine, "notices", None)
+        seen = len(notices) if notices is not None else 0
+        drafters = self.make_drafters()
+        if notices is not None and len(notices) > seen:  # e.g. the datastore changed on disk
+            self.statusBar().showMessage(" · ".join(notices[seen:]), 20000)
         request = GenerationRequest(
             messages=messages, max_new_tokens=s.max_new_tokens,
             sampling=SamplingParams(s.temperature, s.top_k, s.top_p, s.repetition_penalty),
-            drafters=self.make_drafters(),
+            drafters=drafters,
         )
         self.streaming, self.streaming_text = True, ""
         self.current_steps = []

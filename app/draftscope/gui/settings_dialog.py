@@ -722,7 +722,7 @@ class SettingsDialog(QDialog):
                 out.append((f"Datastore: {path} does not exist", self.datastore_edit))
             else:
                 try:
-                    Reader(path)
+                    Reader(path, in_memory=False)  # a check of the header, not a load
                 except Exception as exc:  # the index reader raises ValueError and OSError kinds
                     out.append((f"Datastore: {exc}", self.datastore_edit))
         return out

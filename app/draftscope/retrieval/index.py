@@ -20,6 +20,8 @@ def _search_args(max_nodes: int, max_depth: int, max_matches: int, min_suffix: i
     for name, value in zip(("max_nodes", "max_depth", "max_matches", "min_suffix", "max_suffix"), args):
         if type(value) is not int or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if value >= 2**63:  # Rust names the real bound; this keeps the conversion from overflowing
+            raise ValueError(f"{name} is far too large ({value})")
     return args
 
 
@@ -105,12 +107,15 @@ def _tree(raw: tuple) -> DraftTree:
 
 
 class Reader:
-    """A memory-mapped index. Opening reads only the header; searches release the GIL and one
-    Reader may be shared by any number of threads."""
+    """An open index. Files up to 1 GiB are read into memory (``in_memory=None``; ``True`` /
+    ``False`` force it): a copy in memory never notices the file being copied over or truncated
+    afterwards, while a memory-mapped one checks before every read and raises
+    :class:`IndexChangedError` instead of faulting. Searches release the GIL and one Reader may be
+    shared by any number of threads."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, in_memory: bool | None = None) -> None:
         self.path = Path(path)
-        self._inner = _retriever.IndexReader(str(self.path))
+        self._inner = _retriever.IndexReader(str(self.path), in_memory)
         self._vocab_size = self._inner.vocab_size
 
     def search(
@@ -162,6 +167,16 @@ class Reader:
     @property
     def vocab_size(self) -> int:
         return self._inner.vocab_size
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the index was read into memory (else it is memory-mapped)."""
+        return self._inner.in_memory
+
+    def disk_state(self) -> str:
+        """``"same"``; ``"modified"`` when the open file was written (copied over, truncated);
+        ``"replaced"`` when the path now names another file (a rebuilt index) or none."""
+        return self._inner.disk_state()
 
     @property
     def token_count(self) -> int:

@@ -66,12 +66,17 @@ class DrafterSetup:
 
 def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
                    eos_token_id: int | None = None, draft_temperature: float | None = None,
-                   vocab_size: int | None = None, learned=None, recurrent=None) -> DrafterSetup:
+                   vocab_size: int | None = None, learned=None, recurrent=None, tokenizer=None,
+                   notify: Callable[[str], None] | None = None) -> DrafterSetup:
     """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
     left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
-    whose inputs are missing is an error). ``recurrent``: a RecurrentSetup (a head for this model)."""
-    have_datastore = datastore is not None and Path(datastore).is_file()
-    mismatch = _datastore_mismatch(datastore, vocab_size) if have_datastore else None
+    whose inputs are missing is an error). ``recurrent``: a RecurrentSetup (a head for this model).
+    ``vocab_size`` / ``tokenizer``: the model's, checked against the datastore's. ``notify(text)``
+    hears of a datastore changed on disk between answers."""
+    from draftscope.retrieval import Reader
+
+    have_datastore = isinstance(datastore, Reader) or (datastore is not None and Path(datastore).is_file())
+    mismatch = _datastore_mismatch(datastore, vocab_size, tokenizer) if have_datastore else None
     if mismatch and not isinstance(requested, str):
         have_datastore = False  # settings: leave retrieval out and say why below
     elif mismatch:
@@ -92,49 +97,68 @@ def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path
     if mismatch and requested.get("retrieval"):
         notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
     make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
-                         draft_temperature=draft_temperature, learned=learned, recurrent=recurrent)
-    return DrafterSetup(names, make, str(datastore) if "retrieval" in names else "none", notes)
+                         draft_temperature=draft_temperature, learned=learned, recurrent=recurrent,
+                         notify=notify, check=lambda reader: _reader_mismatch(reader, vocab_size, tokenizer))
+    label = str(datastore.path if isinstance(datastore, Reader) else datastore) if "retrieval" in names else "none"
+    return DrafterSetup(names, make, label, notes)
 
 
-def _datastore_mismatch(datastore, vocab_size: int | None) -> str | None:
-    """Why a datastore cannot draft for a model with ``vocab_size`` ids (made for another tokenizer)."""
-    if not vocab_size:
-        return None
+def _datastore_mismatch(datastore, vocab_size: int | None, tokenizer=None) -> str | None:
+    """Why a datastore cannot draft for a model with ``vocab_size`` ids and ``tokenizer`` (made
+    for another tokenizer)."""
     from draftscope.retrieval import Reader
 
     try:
-        stored = Reader(str(datastore)).vocab_size
+        reader = datastore if isinstance(datastore, Reader) else Reader(str(datastore), in_memory=False)
     except Exception:  # noqa: BLE001 - a damaged index is reported when it is opened for drafting
         return None
-    if stored > vocab_size:
-        return (f"retrieval drafts are off: {Path(datastore).name} was built for a tokenizer of {stored:,} ids, "
-                f"the model has {vocab_size:,} (build one for this model: File ▸ Build a datastore)")
+    return _reader_mismatch(reader, vocab_size, tokenizer)
+
+
+def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | None:
+    from draftscope.datastore.fingerprint import same_tokenizer, tokenizer_fingerprint
+    from draftscope.datastore.manifest import read_manifest
+
+    name = Path(reader.path).name
+    fix = "build one for this model: File ▸ Build a datastore, or draftscope datastore build"
+    if vocab_size and reader.vocab_size > vocab_size:
+        return (f"retrieval drafts are off: {name} was built for a tokenizer of {reader.vocab_size:,} ids, "
+                f"the model has {vocab_size:,} ({fix})")
+    if tokenizer is not None and same_tokenizer(reader.tokenizer_fingerprint, tokenizer) is False:
+        try:
+            built_for = (read_manifest(reader.path) or {}).get("model")
+        except Exception:  # noqa: BLE001 - the manifest only adds a name to the message
+            built_for = None
+        made = f" (made for {built_for})" if isinstance(built_for, str) and built_for else ""
+        return (f"retrieval drafts are off: {name}{made} was built with another tokenizer: its ids stand for "
+                f"other text ({reader.tokenizer_fingerprint} against the model's {tokenizer_fingerprint(tokenizer)}; "
+                f"{fix})")
     return None
 
 
 def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
                   eos_token_id: int | None = None, draft_temperature: float | None = None,
-                  learned=None, recurrent=None) -> Callable[[], list]:
+                  learned=None, recurrent=None, notify: Callable[[str], None] | None = None,
+                  check: Callable[[object], str | None] | None = None) -> Callable[[], list]:
     """A function returning fresh drafters named ``names``. ``datastore``: an index path or an
-    open Reader; ``draft_model``: a loaded causal LM for the model drafter; ``learned``: the
-    model's LearnedStore (its newest index is opened for each answer; none yet: no drafter);
-    ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
+    open Reader, followed on disk between answers (a LiveReader: ``check`` vets a reopened file,
+    ``notify`` hears what happened); ``draft_model``: a loaded causal LM for the model drafter;
+    ``learned``: the model's LearnedStore (its newest index is opened for each answer; none yet: no
+    drafter); ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
     from draftscope.engine.drafters.context import ContextDrafter
     from draftscope.engine.drafters.model import ModelDrafter
     from draftscope.engine.drafters.retrieval import LearnedDrafter, RetrievalDrafter
     from draftscope.retrieval import Reader
+    from draftscope.retrieval.live import LiveReader
 
-    reader = None
+    live = None
     if "retrieval" in names:
         if datastore is None:
             raise ValueError("the retrieval drafter needs a datastore")
-        if isinstance(datastore, Reader):
-            reader = datastore
-        else:
-            if not Path(datastore).is_file():
-                raise FileNotFoundError(
-                    f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)")
-            reader = Reader(str(datastore))
+        if not isinstance(datastore, Reader) and not Path(datastore).is_file():
+            raise FileNotFoundError(
+                f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)")
+        live = LiveReader(datastore if isinstance(datastore, Reader) else str(datastore), check=check)
     if "model" in names and draft_model is None:
         raise ValueError("the model drafter needs a draft model (--draft-model)")
     if "recurrent" in names and recurrent is None:
@@ -144,7 +168,11 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
         made = []
         for name in names:
             if name == "retrieval":
-                made.append(RetrievalDrafter(reader))
+                reader, notice = live.current()
+                if notice and notify is not None:
+                    notify(notice)
+                if reader is not None:
+                    made.append(RetrievalDrafter(reader))
             elif name == "learned":
                 learned_reader = learned.reader() if learned is not None else None
                 if learned_reader is not None:

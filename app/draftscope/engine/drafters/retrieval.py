@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.retrieval import Reader
+from draftscope.retrieval import IndexChangedError, Reader
 
 
 class RetrievalDrafter:
@@ -31,8 +31,14 @@ class RetrievalDrafter:
         tail = np.asarray(context_ids[-self.max_suffix :], dtype=np.int64)
         if tail.size and int(tail.max()) >= self.reader.vocab_size:
             return DraftTree.empty()  # a token the datastore's tokenizer never produces
-        tree = self.reader.search(tail, max_nodes=budget, max_depth=self.max_depth, max_matches=self.max_matches,
-                                  min_suffix=self.min_suffix, max_suffix=self.max_suffix)
+        try:
+            tree = self.reader.search(tail, max_nodes=budget, max_depth=self.max_depth,
+                                      max_matches=self.max_matches, min_suffix=self.min_suffix,
+                                      max_suffix=self.max_suffix)
+        except IndexChangedError:
+            # A mapped datastore copied over during the answer: no drafts from it (the answer goes
+            # on; the next one reopens the file and says so).
+            return DraftTree.empty()
         if self.source != DraftSource.RETRIEVAL and len(tree):
             tree.source[:] = self.source
         return tree
