@@ -114,6 +114,53 @@ def test_cli_build_and_info(tokenizer_dir, tmp_path, capsys):
     assert "20 documents" in text and "checksum    ok" in text and f"jsonl:{src}" in text
 
 
+KILLED_BEFORE_MANIFEST = """
+import os, signal, sys
+import draftscope.datastore.pipeline as pipeline
+from draftscope.cli import main
+# The index has been renamed into place; the process dies before the manifest is written.
+pipeline.write_manifest = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+main(["datastore", "build", "--model", sys.argv[1], "--source", "jsonl:" + sys.argv[2], "--out", sys.argv[3], "--quiet"])
+"""
+
+
+def test_a_build_killed_before_its_manifest_leaves_the_old_manifest_marked_stale(tokenizer_dir, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    out = tmp_path / "s.idx"
+    assert main(["datastore", "build", "--model", str(tokenizer_dir), "--source", f"jsonl:{_jsonl(tmp_path / 'a.jsonl', 20)}",
+                 "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    done = subprocess.run([sys.executable, "-c", KILLED_BEFORE_MANIFEST, str(tokenizer_dir),
+                           str(_jsonl(tmp_path / "b.jsonl", 35)), str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == -9, done.stderr[-2000:]
+    assert Reader(out).document_count == 35, "the new index is in place"
+    assert main(["datastore", "info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "35 documents" in text and "manifest    STALE: s.idx.manifest.json describes another build" in text
+    assert "documents 20 against the index's 35" in text
+    assert main(["datastore", "info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["manifest_problem"].startswith("describes another build")
+
+
+def test_info_survives_a_manifest_with_wrong_types_or_bad_json(tokenizer_dir, tmp_path, capsys):
+    out = tmp_path / "m.idx"
+    assert main(["datastore", "build", "--model", str(tokenizer_dir), "--source", f"jsonl:{_jsonl(tmp_path / 'a.jsonl', 10)}",
+                 "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    good = read_manifest(out)
+    for damage in ({"sources": "everything"}, {"totals": [1, 2]}, {"skipped": {"by_reason": 7}},
+                   {"timings_seconds": {"total": "long"}}, {"sources": [{"spec": 1}]}):
+        manifest_path(out).write_text(json.dumps({**good, **damage}))
+        assert main(["datastore", "info", str(out)]) == 0, damage
+        text = capsys.readouterr().out
+        assert "10 documents" in text and ("unexpected types" in text or "STALE" in text), (damage, text)
+    manifest_path(out).write_text("{not json")
+    assert main(["datastore", "info", str(out)]) == 0
+    assert "manifest    unreadable:" in capsys.readouterr().out
+
+
 def test_cli_errors_have_exit_codes_and_words(tokenizer_dir, tmp_path, capsys):
     out = str(tmp_path / "x.idx")
     assert main(["datastore", "build", "--model", str(tokenizer_dir), "--source", "pdf:/x", "--out", out]) == 2

@@ -341,16 +341,22 @@ def _format_summary(s: dict) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from draftscope.datastore.manifest import read_manifest
+    from draftscope.datastore.manifest import manifest_disagreement, manifest_path, read_manifest
     from draftscope.retrieval import Reader
 
     reader = Reader(args.path, in_memory=False)  # the header is enough; --verify reads it all anyway
     if args.verify:
         reader.verify()
     header = reader.info()
-    manifest = read_manifest(args.path)
+    problem = None
+    try:
+        manifest = read_manifest(args.path)
+    except (ValueError, OSError) as exc:
+        manifest, problem = None, str(exc)
+    stale = manifest_disagreement(manifest, header) if manifest is not None else None
     if args.json:
-        print(json.dumps({"index": header, "manifest": manifest}, indent=2))
+        print(json.dumps({"index": header, "manifest": manifest, "manifest_problem": problem or
+                          (f"describes another build: {stale}" if stale else None)}, indent=2))
         return EXIT_OK
     lines = [
         f"datastore   {header['path']}",
@@ -360,26 +366,40 @@ def cmd_info(args: argparse.Namespace) -> int:
     ]
     if args.verify:
         lines.append("checksum    ok")
-    if manifest is None:
+    if problem:
+        lines.append(f"manifest    unreadable: {problem} (the index above is unaffected)")
+    elif manifest is None:
         lines.append("manifest    none (built without the datastore pipeline)")
     else:
-        tpl = manifest.get("chat_template") or {}
-        tot = manifest.get("totals", {})
-        t = manifest.get("timings_seconds", {})
-        lines += [
-            f"built       {manifest.get('created')} by draftscope {manifest.get('draftscope_version')} "
-            f"for model {manifest.get('model') or '?'}",
-            f"chat        template {'applied' if tpl.get('applied') else 'not applied'}, mode {tpl.get('mode')}",
-            f"options     {json.dumps(manifest.get('options'))}",
-        ]
-        for src in manifest.get("sources", []):
-            lines.append(f"source      {src['spec']}: {src['items']:,} records, {src['documents']:,} documents, "
-                         f"{src['tokens']:,} tokens, {src['skipped']:,} skipped")
-        lines.append(f"skipped     {tot.get('records_skipped', 0):,} records, {tot.get('duplicates_skipped', 0):,} duplicates")
-        for reason, n in (manifest.get("skipped", {}).get("by_reason") or {}).items():
-            lines.append(f"              {n:,} {reason}")
-        if t:
-            lines.append(f"time        {t.get('total', 0):.1f} s (read {t.get('read', 0):.1f}, tokenise "
-                         f"{t.get('tokenise', 0):.1f}, index {t.get('index', 0):.1f}); peak {manifest.get('peak_rss_mb')} MiB")
+        if stale:
+            lines.append(f"manifest    STALE: {manifest_path(args.path).name} describes another build ({stale}); "
+                         "the build that wrote this index did not finish writing it. Rebuild to refresh it.")
+        try:
+            lines += _manifest_lines(manifest)
+        except (TypeError, KeyError, AttributeError, ValueError) as exc:
+            lines.append(f"manifest    {manifest_path(args.path).name} has fields of unexpected types "
+                         f"({type(exc).__name__}: {exc}); the index above is unaffected")
     print("\n".join(lines))
     return EXIT_OK
+
+
+def _manifest_lines(manifest: dict) -> list[str]:
+    tpl = manifest.get("chat_template") or {}
+    tot = manifest.get("totals") or {}
+    t = manifest.get("timings_seconds") or {}
+    lines = [
+        f"built       {manifest.get('created')} by draftscope {manifest.get('draftscope_version')} "
+        f"for model {manifest.get('model') or '?'}",
+        f"chat        template {'applied' if tpl.get('applied') else 'not applied'}, mode {tpl.get('mode')}",
+        f"options     {json.dumps(manifest.get('options'))}",
+    ]
+    for src in manifest.get("sources") or []:
+        lines.append(f"source      {src['spec']}: {src['items']:,} records, {src['documents']:,} documents, "
+                     f"{src['tokens']:,} tokens, {src['skipped']:,} skipped")
+    lines.append(f"skipped     {tot.get('records_skipped', 0):,} records, {tot.get('duplicates_skipped', 0):,} duplicates")
+    for reason, n in ((manifest.get("skipped") or {}).get("by_reason") or {}).items():
+        lines.append(f"              {n:,} {reason}")
+    if t:
+        lines.append(f"time        {t.get('total', 0):.1f} s (read {t.get('read', 0):.1f}, tokenise "
+                     f"{t.get('tokenise', 0):.1f}, index {t.get('index', 0):.1f}); peak {manifest.get('peak_rss_mb')} MiB")
+    return lines

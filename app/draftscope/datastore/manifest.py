@@ -37,3 +37,20 @@ def read_manifest(index_path: str | os.PathLike[str]) -> dict | None:
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{path} is not a Draftscope datastore manifest")
     return data
+
+
+def manifest_disagreement(manifest: dict, header: dict) -> str | None:
+    """Why ``manifest`` does not describe the index whose header is ``header`` (Reader.info()),
+    or None when it does: a build killed between writing the index and writing its manifest
+    leaves the previous build's manifest beside the new index."""
+    totals = manifest.get("totals")
+    tokenizer = manifest.get("tokenizer")
+    if not isinstance(totals, dict):
+        return "it records no totals"
+    differences = []
+    for key, label in (("documents", "documents"), ("tokens", "tokens"), ("file_bytes", "file_bytes")):
+        if key in totals and totals[key] != header.get(label):
+            differences.append(f"{key} {totals[key]!r} against the index's {header.get(label)!r}")
+    if isinstance(tokenizer, dict) and tokenizer.get("fingerprint") not in (None, header.get("tokenizer_fingerprint")):
+        differences.append("another tokenizer fingerprint")
+    return "; ".join(differences) or None
