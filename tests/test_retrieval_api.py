@@ -191,6 +191,43 @@ def test_cancel_from_another_thread_during_a_big_build(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["big.idx"]
 
 
+def test_cancel_while_the_suffix_array_is_being_sorted(tmp_path):
+    """libsais cannot stop mid-sort: a cancel that lands during the sort is honoured as soon as it
+    returns, before a byte of the index is written, and the previous index stays."""
+    import time
+
+    path = tmp_path / "big.idx"
+    path.write_bytes(b"previous contents")
+    w = Writer(path, 50_000, threads=1)
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        w.add_entry(rng.integers(0, 50_000, size=200_000))  # 20M tokens: a sort of a second or two
+    outcome = {}
+
+    def run():
+        t0 = time.perf_counter()
+        try:
+            outcome["stats"] = w.finalize()
+        except BuildCancelled as exc:
+            outcome["cancelled"] = exc
+        outcome["seconds"] = time.perf_counter() - t0
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 60
+    temp = []
+    while not temp and time.monotonic() < deadline:  # the temp file appears, empty, as the sort starts
+        temp = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+        time.sleep(0.002)
+    time.sleep(0.05)
+    assert temp and temp[0].stat().st_size == 0, "still sorting: nothing written yet"
+    w.cancel()
+    t.join()
+    assert "cancelled" in outcome, "the build finished although it was cancelled during the sort"
+    assert path.read_bytes() == b"previous contents"
+    assert [p.name for p in tmp_path.iterdir()] == ["big.idx"]
+
+
 def test_exception_inside_with_block_writes_nothing(tmp_path):
     path = tmp_path / "x.idx"
     with pytest.raises(RuntimeError):

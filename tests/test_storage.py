@@ -157,6 +157,50 @@ os._exit(9)
     assert [m.content for m in store.messages(conv.id)] == ["question"]
 
 
+WRITER = """
+import sys
+from draftscope.storage import HistoryStore
+s = HistoryStore(sys.argv[1])
+c = s.conversations()[0].id if s.conversations() else s.create_conversation("kills")
+print("ready", flush=True)
+i = 0
+while True:  # answers with thousands of steps each, until killed
+    i += 1
+    n = 1500 + (i * 37) % 1000
+    steps = [{"step": k, "token_ids": [k, k + 1, k + 2], "tree": {"tokens": list(range(24)), "parents": [-1] + list(range(23))},
+              "accepted_path": [0, 1], "pieces": ["ab", "cd", "ef"]} for k in range(n)]
+    s.add_message(c, "user", f"question {i}")
+    s.add_message(c, "assistant", "x" * n, stats={"steps": n}, steps=steps)
+"""
+
+
+def test_kills_while_answers_and_their_steps_are_written_leave_only_whole_answers(tmp_path):
+    import random
+    import signal
+    import time
+
+    db = tmp_path / "h.sqlite3"
+    rng = random.Random(0)
+    answers_seen = 0
+    for kill in range(6):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3 + rng.random() * 0.7)  # several answers in, most likely mid-write
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        store = HistoryStore(db)
+        assert store._read("PRAGMA integrity_check")[0][0] == "ok"
+        (conv,) = store.conversations()
+        messages = store.messages(conv.id)
+        answers = [m for m in messages if m.role == "assistant"]
+        assert len(answers) > answers_seen, f"kill {kill}: no answer was written before it"
+        answers_seen = len(answers)
+        for m in answers:  # every answer that exists is whole: its text, stats and all its steps
+            n = m.stats["steps"]
+            assert len(m.content) == n and len(store.steps(m.id)) == n
+        store.close()
+
+
 def test_answer_steps_are_kept_and_go_with_their_message(tmp_path):
     store = HistoryStore(tmp_path / "h.sqlite3")
     conv = store.create_conversation("steps")
