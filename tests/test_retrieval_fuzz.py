@@ -1,40 +1,11 @@
 """Thousands of randomly damaged index files: every one is refused with IndexFormatError or
 opened and searched without a crash or hang."""
 
-import struct
-import zlib
-
 import numpy as np
 
+from draftscope.bench.fuzz import main as fuzz_main
+from draftscope.bench.fuzz import mutate
 from draftscope.retrieval import IndexFormatError, Reader, Writer
-
-HEADER_FIELDS = [(8, "<I"), (16, "<B"), (17, "<B"), (20, "<I"), (24, "<Q"), (32, "<Q"), (40, "<Q"), (48, "<Q"), (56, "<Q"), (64, "<Q"), (76, "<I")]
-
-
-def mutate(data: bytes, rng: np.random.Generator) -> bytes:
-    b = bytearray(data)
-    kind = rng.integers(0, 6)
-    if kind == 0:  # flip random bytes anywhere
-        for _ in range(rng.integers(1, 8)):
-            b[rng.integers(0, len(b))] ^= int(rng.integers(1, 256))
-    elif kind == 1:  # truncate
-        del b[rng.integers(0, len(b)) :]
-    elif kind == 2:  # extend with junk
-        b += bytes(rng.integers(0, 256, size=rng.integers(1, 64), dtype=np.uint8))
-    elif kind == 3:  # overwrite the body with random data, keeping the header intact
-        start = rng.integers(256, len(b))
-        end = min(len(b), start + rng.integers(1, 200))
-        b[start:end] = bytes(rng.integers(0, 256, size=end - start, dtype=np.uint8))
-    else:  # a header field set to a random value with a *valid* header checksum
-        off, fmt = HEADER_FIELDS[rng.integers(0, len(HEADER_FIELDS))]
-        size = struct.calcsize(fmt)
-        value = int(rng.integers(0, 2 ** min(8 * size, 63)))
-        if kind == 5:
-            value = int(rng.choice([0, 1, 2, 4, 8, 255, 2**32 - 1, value]))
-            value &= (1 << (8 * size)) - 1
-        struct.pack_into(fmt, b, off, value)
-        struct.pack_into("<I", b, 252, zlib.crc32(bytes(b[:252])))
-    return bytes(b)
 
 
 def test_fuzzed_index_files_never_crash(tmp_path):
@@ -68,3 +39,17 @@ def test_fuzzed_index_files_never_crash(tmp_path):
     assert outcomes["refused"] > 1000
     assert outcomes["opened"] > 100
     assert outcomes["search_refused"] > 50
+
+
+def test_the_fuzz_command_runs_children_and_finds_no_crash_or_hang(tmp_path, capsys):
+    """scripts/fuzz_index.py as CI runs it, small: damaged files of every layout and bad arguments
+    in child processes; exit 0 means no child died and none hung."""
+    out = tmp_path / "fuzz.json"
+    assert fuzz_main(["--files", "300", "--batch", "120", "--seed", "7", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "crashes 0, hangs 0 (of 300 files" in text
+    import json
+
+    figures = json.loads(out.read_text())
+    assert sum(figures["table"]["open"].values()) == 300 and figures["problems"] == []
+    assert figures["table"]["search(args)"] == {"error:ValueError": 13}
