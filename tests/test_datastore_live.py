@@ -135,3 +135,13 @@ def test_the_window_says_when_the_datastore_changed_on_disk(qtbot, tmp_path, tok
     assert window.statusBar().currentMessage() == "datastore chat.idx changed on disk: reopened (7 documents)"
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
     assert window.history.messages(window.conversation_id)[-1].role == "assistant", "the answer was given"
+
+
+def test_a_mapped_datastore_renamed_over_keeps_drafting_from_the_file_it_opened(tmp_path):
+    path = build(tmp_path / "chat.idx", [[1, 2, 3, 4]] * 3, 50)
+    live = LiveReader(Reader(path, in_memory=False))
+    (tmp_path / "junk.idx").write_bytes(b"junk")
+    os.replace(tmp_path / "junk.idx", path)  # the open file is untouched, only unlinked
+    reader, notice = live.current()
+    assert reader is not None and reader.search([1, 2]).tokens.tolist()[:1] == [3]
+    assert "drafting from the copy opened before" in notice

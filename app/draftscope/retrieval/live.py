@@ -37,7 +37,10 @@ class LiveReader:
         if fresh is not None and problem is None:
             self.reader, self._reported = fresh, None
             return fresh, f"datastore {name} changed on disk: reopened ({fresh.document_count:,} documents)"
-        keep = reader if reader is not None and reader.in_memory else None
+        # A copy in memory is always safe to read; so is a mapped file that was only renamed over
+        # (the open file itself is untouched). A mapped file written in place is not.
+        safe = reader is not None and (reader.in_memory or reader.disk_state() == "replaced")
+        keep = reader if safe else None
         self.reader = keep
         then = "drafting from the copy opened before" if keep is not None else "retrieval drafts are off until it can"
         notice = f"datastore {name} changed on disk and cannot be used ({problem}); {then}"
