@@ -247,3 +247,24 @@ def test_the_suite_keeps_out_of_the_users_folders():
     tmp = Path(tempfile.gettempdir()).resolve()
     assert tmp in config_dir().resolve().parents and tmp in data_dir().resolve().parents
     assert ".test-cache" in cache_dir().parts
+
+
+def test_steps_stored_by_any_version_replay(tmp_path):
+    """Old answers stay inspectable: a bare list (before the format was versioned), fields this
+    version does not know, fields it expects that are missing."""
+    import zlib
+
+    from draftscope.engine.events import StepEvent, step_from_dict
+
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    conv = store.create_conversation("old")
+    store.add_message(conv, "user", "hi")
+    old = [{"step": 1, "token_ids": [5, 6], "pieces": ["a", "b"], "tree": {"tokens": [6], "parents": [-1]},
+            "accepted_path": [0], "future_field": {"x": 1}}]
+    answer = store.add_message(conv, "assistant", "ab", steps=zlib.compress(json.dumps(old).encode()))
+    (raw,) = store.steps(answer)
+    ev = step_from_dict(raw)
+    assert isinstance(ev, StepEvent) and ev.token_ids == [5, 6] and ev.pieces == ["a", "b"]
+    assert ev.provenance == ["target", "target"] and ev.accepted_path == [0] and ev.speedup_estimate is None
+    new = store.add_message(conv, "assistant", "ab", steps=[ev])
+    assert step_from_dict(store.steps(new)[0]) == ev

@@ -61,10 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --quit-after: save the main window as the screen shows it to PATH (PNG) before quitting")
     gui.set_defaults(func=_cmd_gui)
 
-    from draftscope.commands import chat, datastore, drafter, models
+    from draftscope.commands import chat, datastore, drafter, models, serve
 
     datastore.add_parser(sub)
     chat.add_parser(sub)
+    serve.add_parser(sub)
     models.add_parser(sub)
     drafter.add_parser(sub)
 

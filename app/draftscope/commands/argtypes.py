@@ -31,6 +31,14 @@ def count(text: str) -> int:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port (0: any free one)."""
+    value = _whole(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port between 0 and 65535, got {value}")
+    return value
+
+
 def device(text: str) -> str:
     if text == "auto" or re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
         return text

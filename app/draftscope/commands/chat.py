@@ -107,21 +107,31 @@ def _dtype_name(engine) -> str:
     return str(engine.dtype).removeprefix("torch.")
 
 
-def _answer(engine, messages, drafters, sampling, args, out=None):
-    from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.events import FinalEvent
+def _settings_of(args):
+    """The command's options as the session's settings (its sampling and limits)."""
+    from draftscope.storage import Settings
+
+    return Settings(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                    repetition_penalty=args.repetition_penalty, max_new_tokens=args.max_new_tokens,
+                    system_prompt=args.system or "")
+
+
+def _answer(session, args, out=None):
+    """The session's next answer, streamed to ``out``; Ctrl-C stops it (the answer so far stays)."""
+    from draftscope.session import sampling_from
 
     out = out or sys.stdout  # looked up per call: sys.stdout may be replaced after import
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
-        req = GenerationRequest(messages=messages, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                                drafters=drafters(), budget=args.budget, cancel=cancel)
-        for ev in engine.generate(req):
-            if isinstance(ev, FinalEvent):
-                return ev
+        request = session.request(sampling=sampling_from(session.settings, seed=args.seed), budget=args.budget,
+                                  cancel=cancel)
+
+        def show(ev):
             out.write("".join(ev.pieces))
             out.flush()
+
+        return session.run(request, show)
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -134,9 +144,12 @@ def _stats_line(final) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    engine, drafters, sampling = _setup(args)
-    messages = ([{"role": "system", "content": args.system}] if args.system else []) + [{"role": "user", "content": args.prompt}]
-    final = _answer(engine, messages, drafters, sampling, args)
+    from draftscope.session import ChatSession
+
+    engine, drafters, _sampling = _setup(args)
+    session = ChatSession(engine, _settings_of(args), drafters)
+    session.say(args.prompt)
+    final = _answer(session, args)
     print()
     if final.finish_reason == "error":
         print(f"draftscope: {final.error}", file=sys.stderr)
@@ -147,8 +160,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    engine, drafters, sampling = _setup(args)
-    history = [{"role": "system", "content": args.system}] if args.system else []
+    from draftscope.session import ChatSession
+
+    engine, drafters, _sampling = _setup(args)
+    session = ChatSession(engine, _settings_of(args), drafters)  # the conversation lives in memory
     print("Type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.", file=sys.stderr)
     while True:
         try:
@@ -164,21 +179,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if line in ("/exit", "/quit"):
             return 0
         if line == "/reset":
-            history = history[:1] if args.system else []
+            session.reset()
             print("(conversation cleared)", file=sys.stderr)
             continue
-        history.append({"role": "user", "content": line})
+        session.say(line)
         print("assistant> ", end="", flush=True)
         try:
-            final = _answer(engine, history, drafters, sampling, args)
+            final = _answer(session, args)
         except ValueError as exc:  # e.g. the conversation outgrew the context window
-            history.pop()
+            session.drop_last()
             print(f"\n[{exc}]", file=sys.stderr)
             continue
         print()
         if final.finish_reason == "error":
             print(f"[error: {final.error}]", file=sys.stderr)
-            history.pop()
+            session.drop_last()
             continue
-        history.append({"role": "assistant", "content": final.text})
         print(_stats_line(final), file=sys.stderr)

@@ -119,6 +119,7 @@ class Engine:
                 eos.update(int(x) for x in source)
         self.eos_ids = eos
         self.verify_costs: dict[int, float] | None = None
+        self.answer_lock = threading.RLock()  # re-entrant: one thread may interleave two answers (the race)
         # What the step policy learned of each drafter's acceptance (per source), kept across answers.
         self.calibration = Calibration()
         self.drafter_gates: dict[str, dict] = {}  # which slow drafters earn their time (CompositeDrafter)
@@ -180,7 +181,9 @@ class Engine:
         if any(not 0 <= t < self.vocab for t in prompt):
             raise ValueError(f"prompt token ids must be in [0, {self.vocab})")
         try:
-            yield from self._loop(request, prompt, _ignore_eos)
+            # One answer at a time whatever the face (window, server, terminal): they share the model.
+            with self.answer_lock:
+                yield from self._loop(request, prompt, _ignore_eos)
         except PromptTooLongError:
             raise
         except Exception as exc:  # reported as an event: the GUI shows it, the answer so far stays

@@ -19,8 +19,14 @@ def tree_to_dict(tree: DraftTree) -> dict:
     }
 
 
+STEP_FORMAT = 1  # stored with each answer's steps (storage.history.encode_steps)
+
+
 @dataclass
 class StepEvent:
+    """One decoding step. Stored with each answer; :func:`step_from_dict` reads any stored
+    version, so adding or renaming a field never breaks the replay of old answers."""
+
     step: int
     token_ids: list[int]
     pieces: list[str]  # decoded text of each new token
@@ -61,3 +67,20 @@ class FinalEvent:
     stats: MessageStats
     error: str | None = None
     prompt_tail: list[int] = field(default_factory=list)  # the prompt's last tokens (what led into the answer)
+
+
+def step_from_dict(d: dict) -> StepEvent:
+    """A stored step of any version: fields this version does not know are ignored, missing ones
+    get what can be derived (a piece and a "target" provenance per token, an empty tree, zeros)."""
+    from dataclasses import fields
+
+    ids = [int(t) for t in d.get("token_ids") or []]
+    defaults = {
+        "step": 0, "token_ids": ids, "pieces": [""] * len(ids), "provenance": ["target"] * len(ids), "tree": {},
+        "accepted_path": [], "proposed": 0, "accepted": 0, "draft_ms": 0.0, "verify_ms": 0.0, "total_ms": 0.0,
+        "tokens_total": 0, "steps_total": 0, "tau": 0.0, "tokens_per_second": 0.0, "speedup_estimate": None,
+    }
+    known = {f.name for f in fields(StepEvent)}
+    values = {**defaults, **{k: v for k, v in d.items() if k in known and v is not None or k == "speedup_estimate"}}
+    values = {k: v for k, v in values.items() if k in known}
+    return StepEvent(**values)

@@ -15,9 +15,7 @@ from PySide6.QtWidgets import (
     QTextEdit, QVBoxLayout, QWidget,
 )
 
-from draftscope.engine.engine import GenerationRequest
-from draftscope.engine.events import StepEvent
-from draftscope.engine.sampling import SamplingParams
+from draftscope.engine.events import step_from_dict
 from draftscope.gui.chat_render import (
     ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer, provenance_html, provenance_legend, token_marks,
 )
@@ -26,6 +24,7 @@ from draftscope.gui.inspection import InspectionController
 from draftscope.gui.speedup_panel import SpeedupPanel
 from draftscope.gui.trie_view import TrieView
 from draftscope.gui.worker import GenerationWorker, WorkerThread
+from draftscope.session import ChatSession
 
 
 class _EnterSends(QObject):
@@ -72,11 +71,12 @@ class MainWindow(QMainWindow):
     def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none",
                  code_style: str = "default", dark: bool = False) -> None:
         super().__init__()
-        self.engine, self.history, self.settings = engine, history, settings
-        self.make_drafters = drafters
+        self.engine, self.history = engine, history
+        # The conversation's turn cycle (Qt-free, shared with the terminal and the server); the
+        # window's settings, drafters and conversation are the session's.
+        self.session = ChatSession(engine, settings, drafters, history=history)
         # the draft tree labels each node with its token's text; decoding is cached per window
         self._token_text = functools.lru_cache(maxsize=65536)(lambda token_id: engine.tokenizer.decode([token_id]))
-        self.conversation_id: int | None = None
         self.editing_message_id: int | None = None
         self.error_box: QMessageBox | None = None
         self.renderer = ChatRenderer(code_style, dark=dark)
@@ -227,6 +227,7 @@ class MainWindow(QMainWindow):
             from draftscope.datastore.learned import Learner
 
             self.learner = Learner(store, on_change=self.learned_changed.emit)
+            self.session.learner = self.learner
             self.learned_changed.connect(self._show_learned)
             QApplication.instance().aboutToQuit.connect(self.learner.close)
         self._show_learned()
@@ -396,11 +397,9 @@ class MainWindow(QMainWindow):
         if not text or self.streaming:
             return
         if self.editing_message_id is not None:  # edit-and-resend: drop the old message and its answer
-            self.history.delete_messages_from(self.editing_message_id)
+            self.session.rewind(self.editing_message_id)
             self._cancel_edit()
-        if self.conversation_id is None:
-            self.conversation_id = self.history.create_conversation(_title_from(text))
-        self.history.add_message(self.conversation_id, "user", text)
+        self.session.say(text)
         self.chat_input.clear()
         self._reload_conversations(select=self.conversation_id)
         self._generate()
@@ -410,12 +409,7 @@ class MainWindow(QMainWindow):
         it are replaced."""
         if self.streaming or self.conversation_id is None:
             return
-        messages = self.history.messages(self.conversation_id)
-        if message_id is None:
-            message_id = messages[-1].id if messages and messages[-1].role == "assistant" else None
-        if message_id is not None:
-            self.history.delete_messages_from(message_id)
-        if not self.history.messages(self.conversation_id):
+        if not self.session.rewind(message_id):
             return
         self._cancel_edit()
         self._generate()
@@ -453,20 +447,11 @@ class MainWindow(QMainWindow):
         self.edit_banner.hide()
 
     def _generate(self) -> None:
-        messages = [{"role": m.role, "content": m.content} for m in self.history.messages(self.conversation_id)]
-        if self.settings.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.settings.system_prompt})
-        s = self.settings
         notices = getattr(self.engine, "notices", None)
         seen = len(notices) if notices is not None else 0
-        drafters = self.make_drafters()
+        request = self.session.request()
         if notices is not None and len(notices) > seen:  # e.g. the datastore changed on disk
             self.statusBar().showMessage(" · ".join(notices[seen:]), 20000)
-        request = GenerationRequest(
-            messages=messages, max_new_tokens=s.max_new_tokens,
-            sampling=SamplingParams(s.temperature, s.top_k, s.top_p, s.repetition_penalty),
-            drafters=drafters,
-        )
         self.streaming, self.streaming_text = True, ""
         self.current_steps = []
         self.answer_started.emit()
@@ -479,7 +464,7 @@ class MainWindow(QMainWindow):
 
     def inspect(self, message_id: int) -> None:
         """Show a stored answer's steps in the inspection panels (and open them)."""
-        steps = [StepEvent(**d) for d in self.history.steps(message_id)]
+        steps = [step_from_dict(d) for d in self.history.steps(message_id)]
         if not steps:
             self.statusBar().showMessage("No drafting steps were kept for this answer", 5000)
             return
@@ -582,18 +567,9 @@ class MainWindow(QMainWindow):
         self._render(stream_only=True)
 
     def _on_finished(self, final, steps_blob: bytes = b"") -> None:
-        stats = {k: getattr(final.stats, k) for k in ("tokens", "steps", "tau", "tokens_per_second",
-                                                      "time_to_first_token_ms", "elapsed_s", "speedup_estimate")}
-        stats["finish_reason"] = final.finish_reason
-        stats["baseline_tokens_per_second"] = self.engine.baseline_tokens_per_second
-        drafters = {"drafters": final.stats.drafters, "accepted_by_source": final.stats.accepted_by_source}
-        if final.finish_reason in ("eos", "length", "stop") and self.learner is not None \
-                and self.settings.drafters.get("learned", True):
-            self.learner.submit(final.prompt_tail, final.token_ids)  # returns at once: indexed in the background
-        if final.text.strip() or final.finish_reason != "cancel":
-            message_id = self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
-                                                  drafters=drafters,
-                                                  steps=steps_blob or self.current_steps)
+        # The learner indexes in the background: record returns at once.
+        message_id = self.session.record(final, steps_blob or self.current_steps)
+        if message_id is not None:
             self.inspection.finish_live(message_id)
         self._end_stream()
         measured = self.engine.baseline_measured_at
@@ -625,6 +601,30 @@ class MainWindow(QMainWindow):
         for widget in (self.regenerate_button, self.edit_button, self.regenerate_action, self.edit_action,
                        self.rename_action, self.delete_action, self.export_action):
             widget.setEnabled(has_messages)
+
+    @property
+    def settings(self):
+        return self.session.settings
+
+    @settings.setter
+    def settings(self, value) -> None:
+        self.session.settings = value
+
+    @property
+    def conversation_id(self) -> int | None:
+        return self.session.conversation_id
+
+    @conversation_id.setter
+    def conversation_id(self, value: int | None) -> None:
+        self.session.conversation_id = value
+
+    @property
+    def make_drafters(self):
+        return self.session.make_drafters
+
+    @make_drafters.setter
+    def make_drafters(self, make) -> None:
+        self.session.make_drafters = make
 
     def set_drafters(self, make, datastore_label: str) -> None:
         """New drafters from the next answer on (settings changed)."""
@@ -918,7 +918,3 @@ class MainWindow(QMainWindow):
         self.worker_thread.shutdown()
         super().closeEvent(event)
 
-
-def _title_from(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= 48 else line[:47].rstrip() + "…"

@@ -22,7 +22,7 @@ from PySide6.QtGui import (QAction, QBrush, QColor, QFont, QFontMetricsF, QKeySe
 from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QHBoxLayout, QLabel,
                                QPushButton, QVBoxLayout, QWidget)
 
-from draftscope.engine.events import StepEvent
+from draftscope.engine.events import StepEvent, step_from_dict
 from draftscope.gui.chat_render import PROVENANCE_COLOURS, PROVENANCE_LABELS
 from draftscope.gui.drafts_panel import visible_text
 
@@ -493,4 +493,4 @@ class TrieView(QWidget):
 
 def _as_event(event) -> StepEvent:
     """Stored answers may hand over their steps as plain dicts."""
-    return StepEvent(**event) if isinstance(event, dict) else event
+    return step_from_dict(event) if isinstance(event, dict) else event

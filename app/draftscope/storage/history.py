@@ -173,9 +173,12 @@ class HistoryStore:
         if not rows:
             return []
         try:
-            return json.loads(zlib.decompress(rows[0]["data"]))
+            data = json.loads(zlib.decompress(rows[0]["data"]))
         except (zlib.error, ValueError):  # a damaged row loses the replay, never the message
             return []
+        if isinstance(data, dict):  # versioned (format >= 1); before: a bare list
+            data = data.get("steps")
+        return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
@@ -211,9 +214,12 @@ class HistoryStore:
 
 
 def encode_steps(steps) -> bytes:
-    """Decoding steps as stored: StepEvents or their dicts, as zlib-compressed JSON."""
+    """Decoding steps as stored: StepEvents or their dicts, as zlib-compressed JSON with the step
+    format's version (read back by events.step_from_dict, whatever the version)."""
+    from draftscope.engine.events import STEP_FORMAT
+
     plain = [step if isinstance(step, dict) else dataclasses.asdict(step) for step in steps]
-    return zlib.compress(json.dumps(plain).encode(), 6)
+    return zlib.compress(json.dumps({"format": STEP_FORMAT, "steps": plain}).encode(), 6)
 
 
 def _json(value: dict | None) -> str | None:

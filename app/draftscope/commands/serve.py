@@ -1,0 +1,44 @@
+"""``draftscope serve``: the OpenAI-compatible local server (see draftscope.server)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from draftscope.commands import argtypes
+
+
+def add_parser(sub) -> None:
+    from draftscope.commands.chat import _common
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible server on this machine (/v1/chat/completions, "
+                       "/v1/completions, /v1/models)")
+    _common(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only; any "
+                   "other needs an API key)")
+    p.add_argument("--port", type=argtypes.port, default=8911)
+    p.add_argument("--api-key", default=None, help="clients must send 'Authorization: Bearer KEY' "
+                   "(default: $DRAFTSCOPE_API_KEY; none on localhost)")
+    p.add_argument("--queue-limit", type=argtypes.count, default=8, help="requests that may wait behind the one "
+                   "being answered; more get HTTP 429")
+    p.add_argument("--no-history", action="store_true", help="do not keep served answers in the app's history")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from draftscope.commands.chat import _settings_of, _setup
+    from draftscope.server import ServerConfig, check_bind, create_app, serve
+    from draftscope.storage import HistoryStore
+
+    api_key = args.api_key or os.environ.get("DRAFTSCOPE_API_KEY") or None
+    check_bind(args.host, api_key)  # before the model loads: a refusal costs nothing
+    engine, drafters, _sampling = _setup(args)
+    history = None if args.no_history else HistoryStore()
+    app = create_app(engine, _settings_of(args), drafters, history=history,
+                     config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit,
+                                         keep_history=not args.no_history))
+    print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)"
+          + ("; an API key is required" if api_key else ""), file=sys.stderr)
+    serve(app, args.host, args.port)
+    return 0

@@ -1,0 +1,62 @@
+"""The OpenAI-compatible local server (``draftscope serve``, and the app's Server menu).
+
+:func:`create_app` builds the ASGI app; :class:`ServerThread` runs it with uvicorn on a thread of
+its own (the app and the tests), :func:`serve` in the foreground (the command)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from draftscope.server.app import ServerConfig, check_bind, create_app
+
+__all__ = ["ServerConfig", "ServerThread", "check_bind", "create_app", "serve"]
+
+
+def _server(app, host: str, port: int):
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    return uvicorn.Server(config)
+
+
+def serve(app, host: str, port: int) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    _server(app, host, port).run()
+
+
+class ServerThread:
+    """uvicorn on a daemon thread: ``start()`` returns once it listens (or raises why it cannot),
+    ``stop()`` ends it."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 8911) -> None:
+        self.app, self.host, self.port = app, host, port
+        self._server = _server(app, host, port)
+        self._thread = threading.Thread(target=self._run, name="draftscope-server", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except BaseException as exc:  # noqa: BLE001 - reported by start()
+            self.error = exc
+
+    def start(self, timeout: float = 20.0) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise OSError(f"the server could not listen on {self.host}:{self.port}"
+                              + (f": {self.error}" if self.error else " (is the port in use?)"))
+            time.sleep(0.02)
+        if self.port == 0:  # an ephemeral port: read back the one the socket got
+            self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout)

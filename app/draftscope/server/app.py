@@ -1,0 +1,299 @@
+"""``draftscope serve``: an OpenAI-compatible server over the engine (Starlette on uvicorn).
+
+One model, one answer at a time: answers run on one worker thread, in arrival order; at most
+``queue_limit`` requests wait behind the one answering, and one more gets 429. A client that goes
+away cancels its answer within one decoding step (the engine checks between steps). Streamed chunks
+carry, in the extension field ``draftscope``, the step's tokens and which drafter drafted each;
+the last chunk carries the answer's statistics (τ, speedup). Answers go to the app's history as
+conversations of their own when the server is given a history store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from draftscope.engine.engine import GenerationRequest, PromptTooLongError
+from draftscope.engine.events import FinalEvent
+from draftscope.server import protocol as p
+from draftscope.session import ChatSession, sampling_from, title_from
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+_END = object()
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Serving beyond this machine needs an API key."""
+    if host not in LOOPBACK and not api_key:
+        raise ValueError(f"serving on {host} makes the model reachable from other machines: give an API key "
+                         "(--api-key, or the DRAFTSCOPE_API_KEY environment variable)")
+
+
+@dataclass
+class ServerConfig:
+    api_key: str | None = None
+    queue_limit: int = 8  # requests that may wait behind the one answering
+    keep_history: bool = True  # store answers in the history (when a store is given)
+
+
+class Answerer:
+    """Runs answers one at a time on a worker thread and streams their events to the event loop."""
+
+    def __init__(self, engine, settings, make_drafters, *, history=None, config: ServerConfig | None = None) -> None:
+        self.engine, self.settings, self.make_drafters = engine, settings, make_drafters
+        self.history = history
+        self.config = config or ServerConfig()
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftscope-answer")
+        self.in_flight = 0  # touched on the event loop only
+        self.served = 0
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def admit(self) -> None:
+        if self.in_flight >= 1 + self.config.queue_limit:
+            raise p.ApiError(429, f"the server is busy: {self.in_flight - 1} requests are waiting (limit "
+                                  f"{self.config.queue_limit}); try again shortly", type="rate_limit_error",
+                             code="queue_full")
+
+    def _keep(self, shown: list[dict], final: FinalEvent, steps: list) -> None:
+        """The request as a conversation of its own in the app's history."""
+        if self.history is None or not self.config.keep_history or final.finish_reason == "error":
+            return
+        first = next((m["content"] for m in shown if m["role"] == "user"), "request")
+        session = ChatSession(self.engine, self.settings, self.make_drafters, history=self.history)
+        session.conversation_id = self.history.create_conversation("API · " + title_from(first))
+        for m in shown:
+            if m["role"] in ("user", "assistant"):
+                self.history.add_message(session.conversation_id, m["role"], m["content"])
+        session.record(final, steps)
+
+    async def events(self, request: GenerationRequest, shown: list[dict]):
+        """The answer's StepEvents then its FinalEvent, as they come; closing this generator (a
+        client that went away) cancels the answer."""
+        self.admit()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        request.cancel = cancel
+        put = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
+
+        def work() -> None:
+            steps = []
+            try:
+                if cancel.is_set():  # gone while waiting its turn
+                    return
+                for ev in self.engine.generate(request):
+                    if isinstance(ev, FinalEvent):
+                        self._keep(shown, ev, steps)
+                    else:
+                        steps.append(ev)
+                    put(ev)
+            except Exception as exc:  # noqa: BLE001 - handed to the request, which answers with it
+                put(exc)
+            finally:
+                put(_END)
+
+        self.in_flight += 1
+        future = loop.run_in_executor(self.executor, work)
+        future.add_done_callback(lambda _: self._done())
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            cancel.set()  # a no-op when the answer is over
+
+    def _done(self) -> None:
+        self.in_flight -= 1
+        self.served += 1
+
+
+def _error(exc: p.ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _engine_error(exc: Exception) -> p.ApiError:
+    if isinstance(exc, PromptTooLongError):
+        return p.ApiError(400, str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, ValueError):
+        return p.ApiError(400, str(exc))
+    return p.ApiError(500, f"{type(exc).__name__}: {exc}", type="server_error")
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def create_app(engine, settings, make_drafters, *, history=None, config: ServerConfig | None = None) -> Starlette:
+    answerer = Answerer(engine, settings, make_drafters, history=history, config=config)
+    cfg = answerer.config
+    model_id = engine.name
+
+    def authorise(request: Request) -> None:
+        if not cfg.api_key:
+            return
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+            raise p.ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                             type="invalid_request_error", code="invalid_api_key")
+
+    async def body_of(request: Request):
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise p.ApiError(400, f"the request body is not valid JSON: {exc}") from exc
+
+    def generation(sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
+        params = sampling_from(settings, temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
+        return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens or settings.max_new_tokens,
+                                 sampling=params, drafters=make_drafters(), stop_strings=sampling.stop)
+
+    async def answer(request: Request, gen: GenerationRequest, shown: list[dict], stream: bool, usage_chunk: bool,
+                     chat: bool):
+        rid = p.new_id("chatcmpl" if chat else "cmpl")
+        created = int(time.time())
+        prompt_tokens = len(gen.prompt_ids)
+        events = answerer.events(gen, shown)
+        if not stream:
+            final = None
+            task = asyncio.ensure_future(_last(events))
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.1)
+                if not task.done() and await request.is_disconnected():
+                    task.cancel()  # closes the event stream: the answer is cancelled
+                    return None
+            try:
+                final = task.result()
+            except p.ApiError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise _engine_error(exc) from exc
+            if final.finish_reason == "error":
+                raise p.ApiError(500, final.error or "generation failed", type="server_error")
+            make = p.chat_response if chat else p.completion_response
+            return JSONResponse(make(rid, model_id, final, prompt_tokens))
+
+        # Streaming: the first event is awaited here, so a queue-full or a bad prompt is an HTTP error.
+        try:
+            first = await events.__anext__()
+        except p.ApiError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await events.aclose()
+            raise _engine_error(exc) from exc
+
+        async def chunks():
+            hold = p.StopHoldback(gen.stop_strings)
+            try:
+                if chat:
+                    yield _sse(p.chat_chunk(rid, model_id, created, delta={"role": "assistant", "content": ""}))
+                ev = first
+                while True:
+                    if isinstance(ev, FinalEvent):
+                        if ev.finish_reason == "error":
+                            yield _sse(p.ApiError(500, ev.error or "generation failed", type="server_error").body())
+                            break
+                        rest = hold.finish(ev.text)
+                        ext = {"stats": p.stats_extension(ev)}
+                        reason = p.finish_reason(ev.finish_reason)
+                        if chat:
+                            yield _sse(p.chat_chunk(rid, model_id, created, delta={"content": rest} if rest else {},
+                                                    finish=reason, extension=ext))
+                        else:
+                            yield _sse(p.completion_chunk(rid, model_id, created, text=rest, finish=reason,
+                                                          extension=ext))
+                        if usage_chunk:
+                            u = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                                 "created": created, "model": model_id, "choices": [],
+                                 "usage": p.usage(prompt_tokens, ev.stats.tokens)}
+                            yield _sse(u)
+                        break
+                    text = hold.push("".join(ev.pieces))
+                    ext = p.step_extension(ev)
+                    if chat:
+                        yield _sse(p.chat_chunk(rid, model_id, created, delta={"content": text}, extension=ext))
+                    else:
+                        yield _sse(p.completion_chunk(rid, model_id, created, text=text, extension=ext))
+                    ev = await events.__anext__()
+                yield "data: [DONE]\n\n"
+            finally:
+                await events.aclose()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def models(request: Request):
+        try:
+            authorise(request)
+        except p.ApiError as exc:
+            return _error(exc)
+        return JSONResponse({"object": "list", "data": [{"id": model_id, "object": "model",
+                                                         "created": int(time.time()), "owned_by": "draftscope"}]})
+
+    async def chat_completions(request: Request):
+        try:
+            authorise(request)
+            req = p.parse_chat(await body_of(request))
+            try:
+                prompt_ids = engine.encode_chat(req.messages)
+            except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
+                raise p.ApiError(400, f"the messages cannot be rendered with the model's chat template: {exc}",
+                                 param="messages") from exc
+            gen = generation(req.sampling, prompt_ids)
+            response = await answer(request, gen, req.messages, req.stream, req.include_usage, chat=True)
+            return response if response is not None else JSONResponse({}, status_code=499)
+        except p.ApiError as exc:
+            return _error(exc)
+
+    async def completions(request: Request):
+        try:
+            authorise(request)
+            req = p.parse_completion(await body_of(request))
+            prompt_ids = list(engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
+            gen = generation(req.sampling, prompt_ids)
+            shown = [{"role": "user", "content": req.prompt}]
+            response = await answer(request, gen, shown, req.stream, req.include_usage, chat=False)
+            return response if response is not None else JSONResponse({}, status_code=499)
+        except p.ApiError as exc:
+            return _error(exc)
+
+    async def http_error(request: Request, exc: HTTPException):
+        kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(p.ApiError(exc.status_code, message, type=kind).body(), status_code=exc.status_code)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        answerer.close()
+
+    app = Starlette(routes=[
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+    ], exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app.state.answerer = answerer
+    return app
+
+
+async def _last(events):
+    last = None
+    async for ev in events:
+        last = ev
+    return last

@@ -1,0 +1,246 @@
+"""The OpenAI wire format, as far as Draftscope serves it: request bodies checked field by field
+(an error names the field, with OpenAI's status and shape), and the response objects and stream
+chunks, with Draftscope's drafts in an extension field ``draftscope``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+MAX_STOP = 4  # OpenAI accepts up to four stop sequences
+MAX_TOKENS_LIMIT = 1 << 20
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _bad(param: str, message: str) -> ApiError:
+    return ApiError(400, message, param=param, code="invalid_value")
+
+
+@dataclass
+class Sampling:
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict]
+    stream: bool = False
+    include_usage: bool = False
+    sampling: Sampling = field(default_factory=Sampling)
+    model: str | None = None
+
+
+@dataclass
+class CompletionRequest:
+    prompt: str
+    stream: bool = False
+    include_usage: bool = False
+    sampling: Sampling = field(default_factory=Sampling)
+    model: str | None = None
+
+
+def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False):
+    value = body.get(name)
+    if value is None:
+        return None
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise _bad(name, f"'{name}' must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not lo <= value <= hi:
+        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
+    return value
+
+
+def _sampling(body: dict) -> Sampling:
+    stop = body.get("stop")
+    if stop is None:
+        stops = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stops = list(stop)
+    else:
+        raise _bad("stop", "'stop' must be a string or a list of strings")
+    if len(stops) > MAX_STOP:
+        raise _bad("stop", f"'stop' takes at most {MAX_STOP} sequences, got {len(stops)}")
+    if any(s == "" for s in stops):
+        raise _bad("stop", "'stop' sequences must not be empty")
+    max_tokens = _number(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT, integer=True)
+    if max_tokens is None:
+        max_tokens = _number(body, "max_tokens", 1, MAX_TOKENS_LIMIT, integer=True)
+    n = _number(body, "n", 1, 128, integer=True)
+    if n not in (None, 1):
+        raise _bad("n", "only n=1 is served: one model, one answer at a time")
+    return Sampling(temperature=_number(body, "temperature", 0, 2), top_p=_number(body, "top_p", 0, 1),
+                    seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True), max_tokens=max_tokens, stop=stops)
+
+
+def _stream_flags(body: dict) -> tuple[bool, bool]:
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool) and stream is not None:
+        raise _bad("stream", "'stream' must be true or false")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise _bad("stream_options", "'stream_options' must be an object")
+    return bool(stream), bool(options.get("include_usage"))
+
+
+def _model(body: dict) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("model", "'model' must be a string")
+    return model
+
+
+def _content(message: dict, i: int) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: text only
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise _bad(f"messages[{i}].content", "only text content parts are supported")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise _bad(f"messages[{i}].content", "'content' must be a string or a list of text parts")
+
+
+ROLES = {"system", "developer", "user", "assistant"}
+
+
+def parse_chat(body) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages", "'messages' must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise _bad(f"messages[{i}]", "each message must be an object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise _bad(f"messages[{i}].role", f"unsupported role {role!r} (one of {', '.join(sorted(ROLES))})")
+        out.append({"role": "system" if role == "developer" else role, "content": _content(m, i)})
+    stream, usage = _stream_flags(body)
+    return ChatRequest(out, stream, usage, _sampling(body), _model(body))
+
+
+def parse_completion(body) -> CompletionRequest:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise _bad("prompt", "'prompt' must be a non-empty string")
+    stream, usage = _stream_flags(body)
+    return CompletionRequest(prompt, stream, usage, _sampling(body), _model(body))
+
+
+# ---------------------------------------------------------------- responses
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def finish_reason(final_reason: str) -> str:
+    """OpenAI's words for the engine's: an end token or a stop sequence is "stop"."""
+    return "length" if final_reason == "length" else "stop"
+
+
+def step_extension(ev) -> dict:
+    """Which of a step's tokens were drafted, and by which drafter (None: the target's own)."""
+    return {"step": ev.step, "proposed": ev.proposed, "accepted": ev.accepted,
+            "tokens": [{"id": t, "text": p, "drafted_by": None if src == "target" else src}
+                       for t, p, src in zip(ev.token_ids, ev.pieces, ev.provenance)]}
+
+
+def stats_extension(final) -> dict:
+    s = final.stats
+    return {"tokens": s.tokens, "steps": s.steps, "tau": round(s.tau, 4),
+            "tokens_per_second": round(s.tokens_per_second, 3),
+            "time_to_first_token_ms": round(s.time_to_first_token_ms, 3),
+            "speedup_estimate": None if s.speedup_estimate is None else round(s.speedup_estimate, 4),
+            "drafters": s.drafters, "accepted_by_source": s.accepted_by_source}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def chat_response(rid: str, model: str, final, prompt_tokens: int) -> dict:
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": final.text},
+                         "finish_reason": finish_reason(final.finish_reason), "logprobs": None}],
+            "usage": usage(prompt_tokens, final.stats.tokens), "draftscope": stats_extension(final)}
+
+
+def completion_response(rid: str, model: str, final, prompt_tokens: int) -> dict:
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": final.text, "finish_reason": finish_reason(final.finish_reason),
+                         "logprobs": None}],
+            "usage": usage(prompt_tokens, final.stats.tokens), "draftscope": stats_extension(final)}
+
+
+def chat_chunk(rid: str, model: str, created: int, *, delta: dict, finish: str | None = None,
+               extension: dict | None = None) -> dict:
+    chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+    if extension is not None:
+        chunk["draftscope"] = extension
+    return chunk
+
+
+def completion_chunk(rid: str, model: str, created: int, *, text: str, finish: str | None = None,
+                     extension: dict | None = None) -> dict:
+    chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
+             "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]}
+    if extension is not None:
+        chunk["draftscope"] = extension
+    return chunk
+
+
+class StopHoldback:
+    """Text safe to stream while stop sequences may still match: the tail that could be the start
+    of a stop sequence is held back until the next tokens decide it."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.stops = stops
+        self.text = ""
+        self.sent = 0
+
+    def push(self, piece: str) -> str:
+        self.text += piece
+        cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
+        safe = cut if cut >= 0 else max(self.sent, len(self.text) - self.hold)
+        out, self.sent = self.text[self.sent:safe], max(self.sent, safe)
+        return out
+
+    def finish(self, final_text: str) -> str:
+        """What is left to send of the answer's final text (already cut at a stop sequence)."""
+        rest = final_text[self.sent:] if final_text.startswith(self.text[: self.sent]) else ""
+        self.sent = len(final_text)
+        return rest

@@ -1,0 +1,161 @@
+"""One chat session for every face: the window, ``draftscope chat`` and ``draftscope serve``.
+
+A :class:`ChatSession` owns a conversation's turn cycle, with no Qt in it: a user message (or an
+edit of one, which replaces it and what followed), the request built from the settings, the
+engine's events, and the answer stored with its statistics and steps (or kept in memory when
+there is no history store). Faces only show it: the window runs :meth:`ChatSession.request` on its
+worker thread and hands the result to :meth:`ChatSession.record`; the terminal and the server call
+:meth:`ChatSession.run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.events import FinalEvent, StepEvent
+from draftscope.engine.sampling import SamplingParams
+
+TITLE_CHARS = 48
+
+
+def title_from(text: str) -> str:
+    """A conversation's title from its first message: its words on one line, shortened."""
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def sampling_from(settings, *, temperature: float | None = None, top_p: float | None = None,
+                  top_k: int | None = None, seed: int | None = None) -> SamplingParams:
+    """The settings' sampling, with per-request overrides (the server's fields)."""
+    return SamplingParams(settings.temperature if temperature is None else temperature,
+                          settings.top_k if top_k is None else top_k,
+                          settings.top_p if top_p is None else top_p,
+                          settings.repetition_penalty, seed)
+
+
+def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -> tuple[dict, dict]:
+    """(stats, drafters) as the history keeps them for an answer."""
+    s = final.stats
+    stats = {k: getattr(s, k) for k in ("tokens", "steps", "tau", "tokens_per_second", "time_to_first_token_ms",
+                                        "elapsed_s", "speedup_estimate")}
+    stats["finish_reason"] = final.finish_reason
+    stats["baseline_tokens_per_second"] = baseline_tokens_per_second
+    return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}
+
+
+@dataclass
+class Turn:
+    role: str
+    content: str
+    id: int | None = None
+
+
+class ChatSession:
+    def __init__(self, engine, settings, make_drafters: Callable[[], list], *, history=None,
+                 conversation_id: int | None = None, learner=None) -> None:
+        """``history``: a HistoryStore (answers are stored with their steps) or None (the
+        conversation lives in memory). ``learner``: where finished answers go to be learned."""
+        self.engine, self.settings, self.make_drafters = engine, settings, make_drafters
+        self.history, self.conversation_id, self.learner = history, conversation_id, learner
+        self._memory: list[Turn] = []
+
+    # ------------------------------------------------------------------ the conversation
+
+    def turns(self) -> list[Turn]:
+        if self.history is None:
+            return list(self._memory)
+        if self.conversation_id is None:
+            return []
+        return [Turn(m.role, m.content, m.id) for m in self.history.messages(self.conversation_id)]
+
+    def messages(self) -> list[dict]:
+        """What the model sees: the system prompt (from the settings) and the turns."""
+        out = [{"role": t.role, "content": t.content} for t in self.turns()]
+        if self.settings.system_prompt:
+            out.insert(0, {"role": "system", "content": self.settings.system_prompt})
+        return out
+
+    def say(self, text: str, *, replacing: int | None = None) -> None:
+        """A user message; ``replacing`` (a user message's id) edits and resends: it and everything
+        after it go. A first message starts a conversation titled from it."""
+        if replacing is not None:
+            self.rewind(replacing)
+        if self.history is None:
+            self._memory.append(Turn("user", text))
+            return
+        if self.conversation_id is None:
+            self.conversation_id = self.history.create_conversation(title_from(text))
+        self.history.add_message(self.conversation_id, "user", text)
+
+    def rewind(self, message_id: int | None = None) -> bool:
+        """Drop ``message_id`` (default: the last answer) and what follows it, to answer again.
+        True when there is something left to answer."""
+        turns = self.turns()
+        if message_id is None:
+            message_id = turns[-1].id if turns and turns[-1].role == "assistant" else None
+            if self.history is None and turns and turns[-1].role == "assistant":
+                self._memory.pop()
+        if message_id is not None and self.history is not None:
+            self.history.delete_messages_from(message_id)
+        return bool(self.turns())
+
+    def drop_last(self) -> None:
+        """Take back the last message (a question that could not be answered)."""
+        turns = self.turns()
+        if not turns:
+            return
+        if self.history is None:
+            self._memory.pop()
+        elif turns[-1].id is not None:
+            self.history.delete_messages_from(turns[-1].id)
+
+    def reset(self) -> None:
+        """Start a new conversation (the old one stays in the history)."""
+        self.conversation_id, self._memory = None, []
+
+    # ------------------------------------------------------------------ answering
+
+    def request(self, *, messages: Sequence[dict] | None = None, max_new_tokens: int | None = None,
+                sampling: SamplingParams | None = None, budget: int | None = None, cancel=None,
+                stop: Sequence[str] = ()) -> GenerationRequest:
+        """The next answer's request: the conversation (or ``messages``), the settings' limits and
+        sampling unless given, fresh drafters."""
+        s = self.settings
+        return GenerationRequest(messages=list(messages) if messages is not None else self.messages(),
+                                 max_new_tokens=max_new_tokens or s.max_new_tokens,
+                                 sampling=sampling or sampling_from(s), drafters=self.make_drafters(),
+                                 budget=budget, cancel=cancel, stop_strings=list(stop))
+
+    def record(self, final: FinalEvent, steps: list[StepEvent] | bytes | None = None) -> int | None:
+        """Keep a finished answer (a cancelled one only if it has text); returns its message id
+        (None when nothing was kept or there is no history store)."""
+        if final.finish_reason == "error":
+            return None
+        if final.finish_reason in ("eos", "length", "stop") and self.learner is not None \
+                and self.settings.drafters.get("learned", True):
+            self.learner.submit(final.prompt_tail, final.token_ids)
+        if not final.text.strip() and final.finish_reason == "cancel":
+            return None
+        if self.history is None:
+            self._memory.append(Turn("assistant", final.text))
+            return None
+        stats, drafters = answer_record(final, getattr(self.engine, "baseline_tokens_per_second", None))
+        return self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
+                                        drafters=drafters, steps=steps)
+
+    def run(self, request: GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
+            *, keep: bool = True) -> FinalEvent:
+        """Answer ``request`` here (terminal, server), calling ``on_step`` per step; the answer is
+        recorded unless ``keep`` is False."""
+        steps = []
+        for ev in self.engine.generate(request):
+            if isinstance(ev, FinalEvent):
+                if keep:
+                    self.record(ev, steps)
+                return ev
+            steps.append(ev)
+            if on_step is not None:
+                on_step(ev)
+        raise RuntimeError("the engine ended without a final event")

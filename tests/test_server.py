@@ -1,0 +1,268 @@
+"""The OpenAI-compatible server through the official ``openai`` client: a live ``draftscope serve``
+with the real default model (greedy text equals ``draftscope generate``, streamed and not; stop
+sequences), and an in-process server on a tiny model for the mechanics (drafts in the extension
+field, the history, bad keys, malformed bodies, the queue limit, a client that goes away)."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import httpx2 as httpx  # what the openai client itself uses
+import openai
+import pytest
+
+from draftscope.engine.drafters import ContextDrafter
+from draftscope.engine.engine import Engine
+from draftscope.server import ServerConfig, ServerThread, check_bind, create_app
+from draftscope.storage import HistoryStore, Settings
+from engine_fixtures import pin_budget, tiny_llama
+
+PROMPT = "Name three colours of the rainbow."
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- a live `draftscope serve`, real model
+
+
+@pytest.fixture(scope="module")
+def live():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "draftscope", "serve", "--port", str(port), "--drafters", "context",
+                             "--max-new-tokens", "40", "--no-history"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"draftscope serve exited: {proc.stderr.read()[-3000:]}")
+        try:
+            if httpx.get(url + "/models", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("draftscope serve did not start listening")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def generate_cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "draftscope", "generate", PROMPT, "--drafters", "context",
+                           "--quiet-stats", *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.endswith("\n")
+    return done.stdout[:-1]
+
+
+@pytest.mark.network
+def test_greedy_text_through_the_server_equals_draftscope_generate(live):
+    client = openai.OpenAI(base_url=live, api_key="unused")
+    expected = generate_cli("--max-new-tokens", "40")
+    assert len(expected) > 20
+    reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
+                                           temperature=0, max_tokens=40)
+    assert reply.choices[0].message.content == expected
+    assert reply.usage.completion_tokens == reply.model_extra["draftscope"]["tokens"] <= 40
+    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
+                                            temperature=0, max_tokens=40, stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert chunks[-1].model_extra["draftscope"]["stats"]["tau"] >= 1.0
+    # Each step's chunk names its tokens and which were drafted (the context drafter's, or the target's).
+    steps = [c.model_extra["draftscope"] for c in chunks[1:-1]]
+    assert sum(len(s["tokens"]) for s in steps) == chunks[-1].model_extra["draftscope"]["stats"]["tokens"]
+    assert all(t["drafted_by"] in (None, "context") for s in steps for t in s["tokens"])
+
+
+@pytest.mark.network
+def test_stop_sequences_end_the_answer_where_they_start(live):
+    client = openai.OpenAI(base_url=live, api_key="unused")
+    full = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
+                                          temperature=0, max_tokens=40).choices[0].message.content
+    stop = full[len(full) // 2 : len(full) // 2 + 4]
+    cut = full[: full.find(stop)]
+    reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
+                                           temperature=0, max_tokens=40, stop=[stop, "never appears"])
+    assert reply.choices[0].message.content == cut and reply.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
+                                            temperature=0, max_tokens=40, stop=stop, stream=True)
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == cut, "no part of the stop sequence streamed"
+    text = openai.OpenAI(base_url=live, api_key="unused").completions.create(
+        model="default", prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert text.choices[0].text and text.object == "text_completion"
+
+
+# ---------------------------------------------------------------- in process, tiny model
+
+
+class SlowDrafter(ContextDrafter):
+    """Context drafts, 30 ms a step: answers long enough to queue behind and to walk away from."""
+
+    name = "context"
+
+    def __init__(self, calls):
+        super().__init__()
+        self.calls = calls
+
+    def propose(self, context_ids, budget):
+        self.calls.append(time.monotonic())
+        time.sleep(0.03)
+        return super().propose(context_ids, budget)
+
+
+@pytest.fixture
+def served(tokenizer, tmp_path):
+    def start(*, api_key=None, queue_limit=8, slow=False, history=True):
+        engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
+        engine.eos_ids = set()
+        if slow:  # the drafter is asked every step (the adaptive policy would rightly skip a slow one)
+            pin_budget(engine, 4)
+        calls = []
+        make = (lambda: [SlowDrafter(calls)]) if slow else (lambda: [ContextDrafter()])
+        store = HistoryStore(tmp_path / "h.sqlite3") if history else None
+        app = create_app(engine, Settings(max_new_tokens=30), make, history=store,
+                         config=ServerConfig(api_key=api_key, queue_limit=queue_limit))
+        server = ServerThread(app, port=0).start()
+        started.append(server)
+        return server, store, calls
+
+    started = []
+    yield start
+    for s in started:
+        s.stop()
+
+
+def test_models_chat_and_the_history(served):
+    server, store, _ = served()
+    client = openai.OpenAI(base_url=server.url, api_key="x")
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    reply = client.chat.completions.create(model="tiny", messages=[
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three one two three"}],
+        max_tokens=12, seed=5)
+    assert reply.object == "chat.completion" and reply.usage.completion_tokens == 12
+    assert reply.choices[0].finish_reason == "length"
+    (conv,) = store.conversations()
+    assert conv.title == "API · one two three one two three"
+    user, answer = store.messages(conv.id)
+    assert user.content == "one two three one two three" and answer.content == reply.choices[0].message.content
+    assert len(store.steps(answer.id)) == answer.stats["steps"] > 0, "the panels can inspect it"
+
+
+def test_a_bad_or_missing_key_is_401(served):
+    server, _, _ = served(api_key="sesame")
+    with pytest.raises(openai.AuthenticationError) as err:
+        openai.OpenAI(base_url=server.url, api_key="wrong").models.list()
+    assert err.value.body["code"] == "invalid_api_key"
+    assert httpx.post(server.url + "/chat/completions", json={"messages": []}).status_code == 401
+    ok = openai.OpenAI(base_url=server.url, api_key="sesame")
+    assert ok.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+
+
+@pytest.mark.parametrize("body, status, param", [
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    (json.dumps({"messages": "hi"}).encode(), 400, "messages"),
+    (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "messages[0].role"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), 400, "temperature"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), 400, "max_tokens"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(), 400, "stop"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 3}).encode(), 400, "n"),
+    (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), 400,
+     "messages[0].content"),
+])
+def test_malformed_bodies_get_openai_shaped_errors(served, body, status, param):
+    server, store, _ = served()
+    r = httpx.post(server.url + "/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status
+    error = r.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error" and error["param"] == param
+    assert store.conversations() == [], "nothing was answered or stored"
+
+
+def test_unknown_paths_and_methods_are_openai_shaped(served):
+    server, _, _ = served()
+    r = httpx.get(server.url + "/engines")
+    assert r.status_code == 404 and "error" in r.json()
+    r = httpx.get(server.url + "/chat/completions")
+    assert r.status_code == 405 and "error" in r.json()
+
+
+def test_a_prompt_longer_than_the_context_is_a_400(served):
+    server, _, _ = served()
+    with pytest.raises(openai.BadRequestError) as err:
+        openai.OpenAI(base_url=server.url, api_key="x").completions.create(
+            model="tiny", prompt="word " * 2000, max_tokens=4)
+    assert err.value.body["code"] == "context_length_exceeded"
+
+
+def test_requests_queue_one_at_a_time_and_beyond_the_limit_get_429(served):
+    server, _, calls = served(slow=True, queue_limit=1)
+    client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
+    results, errors = [], []
+
+    def ask(i):
+        try:
+            results.append(client.chat.completions.create(model="tiny", max_tokens=25,
+                                                          messages=[{"role": "user", "content": f"q{i}"}]))
+        except openai.RateLimitError as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=ask, args=(0,))
+    first.start()
+    while not calls:  # the first answer is running
+        time.sleep(0.01)
+    second = threading.Thread(target=ask, args=(1,))
+    second.start()
+    time.sleep(0.2)  # the second waits its turn
+    ask(2)  # one too many
+    first.join()
+    second.join()
+    assert len(results) == 2 and len(errors) == 1
+    assert errors[0].status_code == 429 and errors[0].body["code"] == "queue_full"
+    # One at a time: the second answer's steps all come after the first's.
+    assert all(r.usage.completion_tokens == 25 for r in results)
+
+
+def test_a_client_that_goes_away_cancels_its_answer_within_a_step(served):
+    server, store, calls = served(slow=True)
+    body = {"model": "tiny", "stream": True, "max_tokens": 30, "messages": [{"role": "user", "content": "go"}]}
+    with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=30) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if line.startswith("data: ") and '"draftscope"' in line:
+                break  # one step arrived: walk away
+    left_at = len(calls)
+    time.sleep(0.6)  # 20 steps' time, were it still answering
+    assert len(calls) <= left_at + 2, f"{len(calls) - left_at} steps after the client left"
+    deadline = time.monotonic() + 5
+    while not store.conversations() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (conv,) = store.conversations()
+    answer = store.messages(conv.id)[-1]
+    assert answer.stats["finish_reason"] == "cancel" and answer.stats["tokens"] < 30
+
+
+def test_binding_beyond_this_machine_needs_a_key():
+    check_bind("127.0.0.1", None)
+    with pytest.raises(ValueError, match="API key"):
+        check_bind("0.0.0.0", None)
+    check_bind("0.0.0.0", "k")
+    from draftscope.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--port", "70000"])
+    assert exit_.value.code == 2
