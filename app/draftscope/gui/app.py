@@ -133,6 +133,11 @@ class Launcher(QObject):
         self.progress.setWindowTitle("Draftscope")
         self.progress.setObjectName("loadingDialog")
         self.progress.canceled.connect(QApplication.quit)
+        from draftscope.gui.server_control import LocalServer
+
+        self.server = LocalServer()  # Settings ▸ Server: beside the window, over its model
+        self.server.stored.connect(lambda cid: self.window and self.window.served_answer_stored(cid))
+        QApplication.instance().aboutToQuit.connect(self.server.stop)
 
     def _new_loader(self) -> None:
         """A loader on its own thread, for the first load and each reload; it ends once loaded
@@ -165,7 +170,8 @@ class Launcher(QObject):
             self.window.show_conversation(previous.conversation_id)
             previous.close()  # ends its worker; the old engine is freed with the last reference
         self.window.show()
-        notices = self.notices + list(getattr(engine, "notices", [])) + notes
+        server_problem = self._apply_server()
+        notices = self.notices + list(getattr(engine, "notices", [])) + notes + ([server_problem] if server_problem else [])
         self.notices = []  # the settings file's notices are shown once
         if notices:
             self.window.statusBar().showMessage(" · ".join(notices), 20000)
@@ -205,7 +211,7 @@ class Launcher(QObject):
     def apply_settings(self, new) -> None:
         """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
         device change reloads the model (the window comes back on the same conversation)."""
-        from draftscope.gui.settings_dialog import RELOAD_FIELDS, changed_fields
+        from draftscope.gui.settings_dialog import RELOAD_FIELDS, SERVER_FIELDS, changed_fields
         from draftscope.gui.theme import apply_theme, code_style
         from draftscope.storage import save_settings
 
@@ -226,6 +232,10 @@ class Launcher(QObject):
             self.reload()
             return
         self.window.settings = new
+        if changed & SERVER_FIELDS:
+            problem = self._apply_server()
+            if problem:
+                self.window.statusBar().showMessage(problem, 15000)
         if changed & {"datastore", "drafters"}:
             try:
                 make, label, notes = engine_drafters(new, self.window.engine)
@@ -235,6 +245,12 @@ class Launcher(QObject):
             self.window.set_drafters(make, label)
             if notes:
                 self.window.statusBar().showMessage(" · ".join(notes), 15000)
+
+    def _apply_server(self) -> str | None:
+        """Start, restart or stop the local server as the settings say; a problem as text."""
+        problem = self.server.apply(self.window, self.settings)
+        self.window.show_server(self.server.url)
+        return problem
 
     def use_datastore(self, path: str) -> None:
         """A datastore built in the wizard becomes the one drafts come from (retrieval on)."""

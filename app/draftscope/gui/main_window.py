@@ -204,6 +204,9 @@ class MainWindow(QMainWindow):
         for w in (self.status_model, self.status_device, self.status_datastore, self.status_drafters,
                   self.status_learned, self.status_baseline):
             status.addWidget(w)
+        self.status_server = QLabel(objectName="statusServer")
+        self.status_server.hide()
+        status.addPermanentWidget(self.status_server)
         status.addPermanentWidget(self.status_tps)
         self._show_drafters()
 
@@ -632,6 +635,17 @@ class MainWindow(QMainWindow):
         self._show_datastore(datastore_label)
         self._show_drafters()
         self._show_learned()
+
+    def show_server(self, url: str | None) -> None:
+        """The local server's address in the status bar while it runs (Settings ▸ Server)."""
+        self.status_server.setVisible(url is not None)
+        if url is not None:
+            self.status_server.setText(f"server: {url.removeprefix('http://')}")
+            self.status_server.setToolTip(f"OpenAI-compatible server: base URL {url}")
+
+    def served_answer_stored(self, conversation_id: int) -> None:
+        """A served answer was kept: it appears in the conversation list (the open one stays)."""
+        self._reload_conversations(select=self.conversation_id)
 
     def _show_datastore(self, label: str) -> None:
         # the file's name in the status bar (a full path crowds out the rest), the path on hover

@@ -34,6 +34,7 @@ from draftscope.storage.settings import DTYPES, Settings
 
 # Changing one of these means loading a model again; every other field applies to the next answer.
 RELOAD_FIELDS = frozenset({"model", "device", "dtype", "draft_model"})
+SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history"})
 
 _THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
 _OTHER = "\x00other"  # the combo entry that reveals a line edit for a folder, a .gguf file or a hub id
@@ -232,6 +233,7 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self._drafting_tab(), "Drafting")
         self.tabs.addTab(self._generation_tab(), "Generation")
         self.tabs.addTab(self._appearance_tab(), "Appearance")
+        self.tabs.addTab(self._server_tab(), "Server")
         self._align_label_columns()
 
         self.error_label = QLabel(objectName="settingsError")
@@ -388,6 +390,25 @@ class SettingsDialog(QDialog):
         form.addRow("System prompt:", self.system_prompt_edit)
         return tab
 
+    def _server_tab(self) -> QWidget:
+        tab = QWidget()
+        form = _form(tab)
+        self.server_enabled = QCheckBox("Run an OpenAI-compatible server on this machine", objectName="serverEnabled")
+        form.addRow(self.server_enabled)
+        self.server_port_spin = _int_spin("serverPortSpin", 1, 65535)
+        self.server_url = _hint("")
+        self.server_port_spin.valueChanged.connect(
+            lambda port: self.server_url.setText(f"http://127.0.0.1:{port}/v1  (editors, scripts, the openai client)"))
+        form.addRow("Port:", _row(self.server_port_spin, self.server_url, stretch_first=False))
+        self.server_key_edit = QLineEdit(objectName="serverKeyEdit")
+        self.server_key_edit.setPlaceholderText("none: any program on this machine may use it")
+        self.server_key_edit.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        form.addRow("API key:", self.server_key_edit)
+        self.server_history = QCheckBox("Keep served answers in the history (inspect their drafts in the panels)",
+                                        objectName="serverKeepHistory")
+        form.addRow(self.server_history)
+        return tab
+
     def _appearance_tab(self) -> QWidget:
         tab = QWidget()
         form = _form(tab)
@@ -445,6 +466,11 @@ class SettingsDialog(QDialog):
         self.system_prompt_edit.setPlainText(s.system_prompt)
         self.theme_combo.setCurrentIndex(max(0, self.theme_combo.findData(s.theme)))
         self.font_size_spin.setValue(s.font_size)
+        self.server_enabled.setChecked(s.server_enabled)
+        self.server_port_spin.setValue(s.server_port)
+        self.server_url.setText(f"http://127.0.0.1:{s.server_port}/v1  (editors, scripts, the openai client)")
+        self.server_key_edit.setText(s.server_api_key)
+        self.server_history.setChecked(s.server_keep_history)
         self._on_precision_changed()
         self._update_model_state()
         self._update_datastore_hint()
@@ -682,6 +708,10 @@ class SettingsDialog(QDialog):
             dtype=self.dtype_combo.currentData(),
             theme=self.theme_combo.currentData(),
             font_size=self.font_size_spin.value(),
+            server_enabled=self.server_enabled.isChecked(),
+            server_port=self.server_port_spin.value(),
+            server_api_key=self.server_key_edit.text().strip(),
+            server_keep_history=self.server_history.isChecked(),
         )
 
     # --- validation -------------------------------------------------------------------------
@@ -691,7 +721,8 @@ class SettingsDialog(QDialog):
         s = self.result_settings()
         widgets = {"temperature": self.temperature_spin, "top_p": self.top_p_spin, "top_k": self.top_k_spin,
                    "max_new_tokens": self.max_new_tokens_spin, "repetition_penalty": self.repetition_penalty_spin,
-                   "dtype": self.dtype_combo, "theme": self.theme_combo, "font_size": self.font_size_spin}
+                   "dtype": self.dtype_combo, "theme": self.theme_combo, "font_size": self.font_size_spin,
+                   "server_port": self.server_port_spin, "server_api_key": self.server_key_edit}
         out = [(p, widgets[p.split()[0]]) for p in s.problems()]
         if not s.model:
             out.append(("Model: choose a model, or enter a model folder, a .gguf file or a hub id", self.model_edit))

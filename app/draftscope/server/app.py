@@ -51,9 +51,10 @@ class ServerConfig:
 class Answerer:
     """Runs answers one at a time on a worker thread and streams their events to the event loop."""
 
-    def __init__(self, engine, settings, make_drafters, *, history=None, config: ServerConfig | None = None) -> None:
-        self.engine, self.settings, self.make_drafters = engine, settings, make_drafters
-        self.history = history
+    def __init__(self, engine, settings_of, make_drafters, *, history=None, config: ServerConfig | None = None,
+                 on_stored=None) -> None:
+        self.engine, self.settings_of, self.make_drafters = engine, settings_of, make_drafters
+        self.history, self.on_stored = history, on_stored
         self.config = config or ServerConfig()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftscope-answer")
         self.in_flight = 0  # touched on the event loop only
@@ -73,12 +74,14 @@ class Answerer:
         if self.history is None or not self.config.keep_history or final.finish_reason == "error":
             return
         first = next((m["content"] for m in shown if m["role"] == "user"), "request")
-        session = ChatSession(self.engine, self.settings, self.make_drafters, history=self.history)
+        session = ChatSession(self.engine, self.settings_of(), self.make_drafters, history=self.history)
         session.conversation_id = self.history.create_conversation("API · " + title_from(first))
         for m in shown:
             if m["role"] in ("user", "assistant"):
                 self.history.add_message(session.conversation_id, m["role"], m["content"])
         session.record(final, steps)
+        if self.on_stored is not None:
+            self.on_stored(session.conversation_id)
 
     async def events(self, request: GenerationRequest, shown: list[dict]):
         """The answer's StepEvents then its FinalEvent, as they come; closing this generator (a
@@ -138,8 +141,13 @@ def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def create_app(engine, settings, make_drafters, *, history=None, config: ServerConfig | None = None) -> Starlette:
-    answerer = Answerer(engine, settings, make_drafters, history=history, config=config)
+def create_app(engine, settings, make_drafters, *, history=None, config: ServerConfig | None = None,
+               on_stored=None, settings_of=None) -> Starlette:
+    """``settings``: defaults for what a request leaves out (sampling, max tokens), read through
+    ``settings_of()`` when given (the app's live settings); ``on_stored(conversation_id)`` hears of
+    each answer kept in ``history``."""
+    settings_of = settings_of or (lambda: settings)
+    answerer = Answerer(engine, settings_of, make_drafters, history=history, config=config, on_stored=on_stored)
     cfg = answerer.config
     model_id = engine.name
 
@@ -160,8 +168,9 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
             raise p.ApiError(400, f"the request body is not valid JSON: {exc}") from exc
 
     def generation(sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
-        params = sampling_from(settings, temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
-        return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens or settings.max_new_tokens,
+        current = settings_of()
+        params = sampling_from(current, temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
+        return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens or current.max_new_tokens,
                                  sampling=params, drafters=make_drafters(), stop_strings=sampling.stop)
 
     async def answer(request: Request, gen: GenerationRequest, shown: list[dict], stream: bool, usage_chunk: bool,

@@ -40,6 +40,11 @@ class Settings:
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
     theme: str = "system"
     font_size: int = 11
+    # The OpenAI-compatible server beside the window (Settings ▸ Server; `draftscope serve` alone).
+    server_enabled: bool = False
+    server_port: int = 8911
+    server_api_key: str = ""  # empty: none (the server listens on this machine only)
+    server_keep_history: bool = True  # served answers appear in the history as conversations
 
     def problems(self) -> list[str]:
         """Fields whose value is out of range (names and why)."""
@@ -65,6 +70,10 @@ class Settings:
             out.append(f"theme must be one of {', '.join(THEMES)}")
         if not 6 <= self.font_size <= 48:
             out.append("font_size must be between 6 and 48")
+        if not 1 <= self.server_port <= 65535:
+            out.append("server_port must be between 1 and 65535")
+        if len(self.server_api_key) > MAX_TEXT:
+            out.append(f"server_api_key must be at most {MAX_TEXT:,} characters")
         return out
 
 
@@ -119,6 +128,8 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
 
 
 def _same_kind(value, default) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
     if isinstance(default, float):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(default, int):

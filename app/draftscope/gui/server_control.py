@@ -1,0 +1,50 @@
+"""The OpenAI-compatible server beside the window (Settings ▸ Server): started, restarted and
+stopped as the settings say, answering with the window's model and drafters, one answer at a time
+with the window's own (the engine's answer lock). Served answers kept in the history appear in the
+conversation list as they are stored."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+
+class LocalServer(QObject):
+    stored = Signal(int)  # a served answer's conversation id (emitted on the server's thread)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = None
+        self._key = None  # what the running server was started with
+
+    @property
+    def url(self) -> str | None:
+        return self.thread.url if self.thread is not None else None
+
+    def apply(self, window, settings) -> str | None:
+        """Run (or stop) the server as ``settings`` say, for ``window``'s engine; a problem (the port
+        in use) comes back as text and leaves it stopped."""
+        from draftscope.server import ServerConfig, ServerThread, create_app
+
+        key = (id(window.engine), settings.server_enabled, settings.server_port, settings.server_api_key,
+               settings.server_keep_history)
+        if key == self._key and (self.thread is not None) == settings.server_enabled:
+            return None
+        self.stop()
+        self._key = key
+        if not settings.server_enabled:
+            return None
+        config = ServerConfig(api_key=settings.server_api_key or None, keep_history=settings.server_keep_history)
+        app = create_app(window.engine, window.settings, lambda: window.make_drafters(), history=window.history,
+                         config=config, on_stored=self.stored.emit, settings_of=lambda: window.settings)
+        try:
+            self.thread = ServerThread(app, "127.0.0.1", settings.server_port).start()
+        except OSError as exc:
+            self.thread, self._key = None, None
+            return f"The server could not start: {exc}"
+        return None
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.thread.stop()
+            self.thread = None
+        self._key = None

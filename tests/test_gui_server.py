@@ -1,0 +1,91 @@
+"""The local server beside the window (Settings ▸ Server): on from the settings, its address in
+the status bar, served answers in the conversation list with their drafts, answering one at a time
+with the window's own answers; switched off from the settings dialog."""
+
+import dataclasses
+import os
+import socket
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+import openai  # noqa: E402
+from PySide6.QtWidgets import QLabel  # noqa: E402
+
+from draftscope.engine.engine import Engine  # noqa: E402
+from draftscope.gui.app import Launcher  # noqa: E402
+from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_server_runs_beside_the_window_and_its_answers_appear_in_the_history(qtbot, tokenizer, tmp_path):
+    engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
+    engine.eos_ids = set()
+    port = free_port()
+    settings = Settings(datastore=str(tmp_path / "none.idx"), max_new_tokens=10, server_enabled=True,
+                        server_port=port, server_api_key="k")
+    launcher = Launcher(lambda s: engine, HistoryStore(tmp_path / "h.sqlite3"), settings,
+                        settings_file=tmp_path / "settings.json")
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        launcher.start()
+    window = ready.args[0]
+    qtbot.addWidget(window)
+    label = window.findChild(QLabel, "statusServer")
+    assert label.isVisible() and label.text() == f"server: 127.0.0.1:{port}/v1"
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+    reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello from a script"}])
+    assert reply.usage.completion_tokens == 10, "the window's settings give the default max tokens"
+    qtbot.waitUntil(lambda: window.conversation_list.count() == 1, timeout=5000)
+    assert window.conversation_list.item(0).text() == "API · hello from a script"
+    window.show_conversation(window.history.conversations()[0].id)
+    answer = window.history.messages(window.conversation_id)[-1]
+    assert answer.content == reply.choices[0].message.content and window.history.steps(answer.id)
+
+    launcher.apply_settings(dataclasses.replace(launcher.settings, server_enabled=False))
+    assert not label.isVisible()
+    with pytest.raises(openai.APIConnectionError):
+        client.models.list()
+
+
+def test_a_port_in_use_is_said_and_the_window_opens_anyway(qtbot, tokenizer, tmp_path):
+    engine = Engine(tiny_llama(len(tokenizer), seed=3), tokenizer, name="tiny")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        settings = Settings(datastore=str(tmp_path / "none.idx"), server_enabled=True, server_port=port)
+        launcher = Launcher(lambda s: engine, HistoryStore(tmp_path / "h.sqlite3"), settings,
+                            settings_file=tmp_path / "settings.json")
+        with qtbot.waitSignal(launcher.window_ready, timeout=30_000) as ready:
+            launcher.start()
+        window = ready.args[0]
+        qtbot.addWidget(window)
+        assert "The server could not start" in window.statusBar().currentMessage()
+        assert not window.findChild(QLabel, "statusServer").isVisible()
+
+
+def test_the_settings_dialog_server_tab_round_trips(qtbot):
+    from PySide6.QtWidgets import QCheckBox, QLineEdit, QSpinBox
+
+    from draftscope.gui.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(Settings(server_enabled=True, server_port=9100, server_api_key="abc",
+                                     server_keep_history=False))
+    qtbot.addWidget(dialog)
+    assert dialog.findChild(QCheckBox, "serverEnabled").isChecked()
+    assert dialog.findChild(QSpinBox, "serverPortSpin").value() == 9100
+    assert dialog.findChild(QLineEdit, "serverKeyEdit").text() == "abc"
+    assert not dialog.findChild(QCheckBox, "serverKeepHistory").isChecked()
+    dialog.findChild(QCheckBox, "serverEnabled").setChecked(False)
+    dialog.findChild(QSpinBox, "serverPortSpin").setValue(9200)
+    s = dialog.result_settings()
+    assert (s.server_enabled, s.server_port, s.server_api_key, s.server_keep_history) == (False, 9200, "abc", False)
