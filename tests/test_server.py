@@ -182,6 +182,13 @@ def test_a_bad_or_missing_key_is_401(served):
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 3}).encode(), 400, "n"),
     (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), 400,
      "messages[0].content"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(), 400,
+     "tools"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": True}).encode(), 400, "logprobs"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}],
+                 "response_format": {"type": "json_object"}}).encode(), 400, "response_format"),
+    (json.dumps({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}).encode(), 400,
+     "presence_penalty"),
 ])
 def test_malformed_bodies_get_openai_shaped_errors(served, body, status, param):
     server, store, _ = served()
@@ -266,3 +273,43 @@ def test_binding_beyond_this_machine_needs_a_key():
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--port", "70000"])
     assert exit_.value.code == 2
+
+
+def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
+    """temperature, top_p and seed are the engine's: a seeded sampled answer through the server is
+    the in-process answer with the same parameters, token for token."""
+    from draftscope.engine.engine import GenerationRequest
+    from draftscope.engine.sampling import SamplingParams
+
+    server, _, _ = served(history=False)
+    app_engine = server.app.state.answerer.engine
+    client = openai.OpenAI(base_url=server.url, api_key="x")
+    messages = [{"role": "user", "content": "one two three"}]
+    texts = {}
+    for seed in (1, 2):
+        stream = client.chat.completions.create(model="tiny", messages=messages, temperature=0.8, top_p=0.9,
+                                                seed=seed, max_tokens=12, stream=True)
+        ids = [t["id"] for c in stream for t in (c.model_extra or {}).get("draftscope", {}).get("tokens", [])]
+        request = GenerationRequest(prompt_ids=app_engine.encode_chat(messages), max_new_tokens=12,
+                                    sampling=SamplingParams(0.8, 0, 0.9, 1.0, seed), drafters=[ContextDrafter()])
+        expected = list(app_engine.generate(request))[-1].token_ids
+        assert ids == expected, seed
+        texts[seed] = ids
+    assert texts[1] != texts[2], "the seed is used"
+
+
+def test_a_client_that_leaves_while_waiting_its_turn_is_never_answered(served):
+    server, store, calls = served(slow=True, queue_limit=2)
+    client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
+    first = threading.Thread(target=lambda: client.chat.completions.create(
+        model="tiny", max_tokens=20, messages=[{"role": "user", "content": "first"}]))
+    first.start()
+    while not calls:
+        time.sleep(0.01)
+    body = {"model": "tiny", "stream": True, "max_tokens": 20, "messages": [{"role": "user", "content": "second"}]}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/chat/completions", json=body, timeout=0.2)  # gives up while queued
+    first.join()
+    time.sleep(0.5)
+    titles = [c.title for c in store.conversations()]
+    assert titles == ["API · first"], "the second request never ran"

@@ -180,17 +180,12 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
         prompt_tokens = len(gen.prompt_ids)
         events = answerer.events(gen, shown)
         if not stream:
-            final = None
-            task = asyncio.ensure_future(_last(events))
-            while not task.done():
-                await asyncio.wait({task}, timeout=0.1)
-                if not task.done() and await request.is_disconnected():
-                    task.cancel()  # closes the event stream: the answer is cancelled
-                    return None
             try:
-                final = task.result()
+                final = await _unless_gone(request, _last(events))
             except p.ApiError:
                 raise
+            except _Gone:
+                return None
             except Exception as exc:  # noqa: BLE001
                 raise _engine_error(exc) from exc
             if final.finish_reason == "error":
@@ -198,11 +193,14 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
             make = p.chat_response if chat else p.completion_response
             return JSONResponse(make(rid, model_id, final, prompt_tokens))
 
-        # Streaming: the first event is awaited here, so a queue-full or a bad prompt is an HTTP error.
+        # Streaming: the first event is awaited here, so a queue-full or a bad prompt is an HTTP error
+        # (and a client that leaves while its request waits its turn is noticed).
         try:
-            first = await events.__anext__()
+            first = await _unless_gone(request, events.__anext__())
         except p.ApiError:
             raise
+        except _Gone:
+            return None
         except Exception as exc:  # noqa: BLE001
             await events.aclose()
             raise _engine_error(exc) from exc
@@ -299,6 +297,24 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
     ], exception_handlers={HTTPException: http_error}, lifespan=lifespan)
     app.state.answerer = answerer
     return app
+
+
+class _Gone(Exception):
+    """The client disconnected before the answer could be sent."""
+
+
+async def _unless_gone(request: Request, awaitable):
+    """Await ``awaitable`` (a step of the answer's event stream), checking every 100 ms that the
+    client is still there; when it is not, cancel it (which cancels the answer) and raise _Gone."""
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.1)
+        if not task.done() and await request.is_disconnected():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise _Gone
+    return task.result()
 
 
 async def _last(events):

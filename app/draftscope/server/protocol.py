@@ -67,7 +67,31 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
     return value
 
 
+# Fields that change what an answer is, which Draftscope does not do: refused rather than ignored.
+UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "logit_bias", "top_logprobs", "audio",
+               "modalities", "prediction")
+
+
+def _refuse_unsupported(body: dict) -> None:
+    for name in UNSUPPORTED:
+        if body.get(name) not in (None, [], {}):
+            raise ApiError(400, f"'{name}' is not supported by Draftscope's server", param=name,
+                           code="unsupported_parameter")
+    if body.get("logprobs") not in (None, False, 0):
+        raise ApiError(400, "'logprobs' is not supported by Draftscope's server", param="logprobs",
+                       code="unsupported_parameter")
+    fmt = body.get("response_format")
+    if fmt not in (None, {"type": "text"}):
+        raise ApiError(400, "'response_format' other than text is not supported by Draftscope's server",
+                       param="response_format", code="unsupported_parameter")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if body.get(name) not in (None, 0, 0.0):
+            raise ApiError(400, f"'{name}' is not supported (Settings ▸ Generation ▸ Repetition penalty is)",
+                           param=name, code="unsupported_parameter")
+
+
 def _sampling(body: dict) -> Sampling:
+    _refuse_unsupported(body)
     stop = body.get("stop")
     if stop is None:
         stops = []
