@@ -4,7 +4,6 @@ resolve_model and the ``draftscope models`` commands."""
 
 import hashlib
 import json
-import os
 import sys
 import threading
 from dataclasses import replace

@@ -1,6 +1,5 @@
 """Greedy speculative decoding is token-identical to Hugging Face generate, for every drafter."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -38,8 +38,14 @@ def real_run(tokenizer):
 
 
 def expected_points(events, baseline):
-    xs = list(accumulate(ev.total_ms / 1000 for ev in events))
-    rates = [ev.speedup_estimate * baseline if ev.speedup_estimate is not None and baseline else ev.tokens_per_second
+    """The engine's clock and decode rate when the steps carry them (live answers); older stored
+    steps: accumulated durations and speedup x baseline."""
+    if all(ev.elapsed_ms is not None for ev in events):
+        xs = [ev.elapsed_ms / 1000 for ev in events]
+    else:
+        xs = list(accumulate(ev.total_ms / 1000 for ev in events))
+    rates = [ev.decode_tokens_per_second if ev.decode_tokens_per_second is not None else
+             ev.speedup_estimate * baseline if ev.speedup_estimate is not None and baseline else ev.tokens_per_second
              for ev in events]
     taus = [float(len(ev.token_ids)) for ev in events]
     return list(zip(xs, rates)), list(zip(xs, taus))

@@ -17,7 +17,8 @@ from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit, QProgressBar, QPushB
 
 from draftscope.datastore.default import datastores_dir  # noqa: E402
 from draftscope.datastore.pipeline import build_datastore  # noqa: E402
-from draftscope.gui.datastore_wizard import DatastoreWizard, parse_source, preview_source  # noqa: E402
+from draftscope.datastore.preview import parse_source, preview_source  # noqa: E402
+from draftscope.gui.datastore_wizard import DatastoreWizard  # noqa: E402
 from draftscope.retrieval import Reader, Writer  # noqa: E402
 
 

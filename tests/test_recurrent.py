@@ -20,7 +20,7 @@ from draftscope.recurrent.files import HeadError, load_head, read_meta, save_hea
 from draftscope.recurrent.head import RecurrentHead
 from draftscope.recurrent.train import (TrainCancelled, TrainError, TrainOptions, checkpoint_path, draft_vocabulary,
                                         train_head)
-from engine_fixtures import IdTokenizer, tiny_llama
+from engine_fixtures import tiny_llama
 
 
 @pytest.fixture(autouse=True, scope="module")

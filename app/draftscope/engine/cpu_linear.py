@@ -16,7 +16,6 @@ import time
 import types
 
 import torch
-import torch.nn.functional as F
 
 MIN_GAIN = 1.3  # switch only when the probe finds the other layout this much faster
 

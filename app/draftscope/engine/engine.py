@@ -331,6 +331,8 @@ class Engine:
                 tau=len(generated) / step,
                 tokens_per_second=tps,
                 speedup_estimate=self._speedup(decode_tps),
+                elapsed_ms=elapsed * 1000,
+                decode_tokens_per_second=decode_tps,
             )
             if stop_here:
                 break

@@ -43,6 +43,9 @@ class StepEvent:
     tau: float  # tokens per step so far
     tokens_per_second: float
     speedup_estimate: float | None  # decode rate so far over the measured plain decode rate
+    # Known to the engine, so views need not re-derive them (None in steps stored before they existed).
+    elapsed_ms: float | None = None  # since the answer began (prompt processing included)
+    decode_tokens_per_second: float | None = None  # after the first step (prefill excluded); None at step 1
 
 
 @dataclass
@@ -79,8 +82,10 @@ def step_from_dict(d: dict) -> StepEvent:
         "step": 0, "token_ids": ids, "pieces": [""] * len(ids), "provenance": ["target"] * len(ids), "tree": {},
         "accepted_path": [], "proposed": 0, "accepted": 0, "draft_ms": 0.0, "verify_ms": 0.0, "total_ms": 0.0,
         "tokens_total": 0, "steps_total": 0, "tau": 0.0, "tokens_per_second": 0.0, "speedup_estimate": None,
+        "elapsed_ms": None, "decode_tokens_per_second": None,
     }
     known = {f.name for f in fields(StepEvent)}
-    values = {**defaults, **{k: v for k, v in d.items() if k in known and v is not None or k == "speedup_estimate"}}
+    optional = ("speedup_estimate", "elapsed_ms", "decode_tokens_per_second")
+    values = {**defaults, **{k: v for k, v in d.items() if k in known and (v is not None or k in optional)}}
     values = {k: v for k, v in values.items() if k in known}
     return StepEvent(**values)

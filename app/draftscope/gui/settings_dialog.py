@@ -24,10 +24,12 @@ from PySide6.QtWidgets import (
 from draftscope import assets, catalog
 from draftscope.datastore.default import default_datastore_path
 from draftscope.engine.models import DEFAULT_MODEL, resolve_model
-from draftscope.gui.first_run import (
-    _STEPS, POLL_INTERVAL_S, _eta, _JobWorker, _sentence, describe_error, end_job_thread, memory_text, part_status,
-    run_precision, setting_name, size_text,
-)
+from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
+from draftscope.gui.jobs import POLL_INTERVAL_S, end_job_thread
+from draftscope.gui.jobs import JobWorker as _JobWorker
+from draftscope.gui.jobs import eta_text as _eta
+from draftscope.words import describe_error, memory_text, part_status, run_precision, setting_name, size_text
+from draftscope.words import sentence as _sentence
 from draftscope.gui.worker import WorkerThread
 from draftscope.retrieval import Reader
 from draftscope.storage.settings import DTYPES, Settings

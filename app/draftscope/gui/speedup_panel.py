@@ -190,7 +190,8 @@ class SpeedupPanel(QWidget):
         rate, tau, tau_mean = self._rate_pts, self._tau_pts, self._tau_mean_pts
         first = len(rate)
         for ev in events:
-            self.elapsed_s += ev.total_ms / 1000
+            # The engine's own clock when the step carries it; older stored steps: their durations.
+            self.elapsed_s = ev.elapsed_ms / 1000 if ev.elapsed_ms is not None else self.elapsed_s + ev.total_ms / 1000
             self.xs.append(self.elapsed_s)
             rate.append(QPointF(self.elapsed_s, self._rate_of(ev)))
             tau.append(QPointF(self.elapsed_s, len(ev.token_ids)))
@@ -248,6 +249,8 @@ class SpeedupPanel(QWidget):
     def _rate_of(self, ev) -> float:
         """The answer's decode rate so far (first step excluded, as the engine measures it); before
         there is one, or without a baseline, the overall tokens/s (prompt processing included)."""
+        if ev.decode_tokens_per_second is not None:
+            return ev.decode_tokens_per_second
         if ev.speedup_estimate is not None and self._rate_baseline:
             return ev.speedup_estimate * self._rate_baseline
         return ev.tokens_per_second
@@ -255,6 +258,8 @@ class SpeedupPanel(QWidget):
     def _decode_rate(self) -> float | None:
         """The latest decode rate (tokens/s after the first step), None before the second step."""
         last = self.events[-1]
+        if last.decode_tokens_per_second is not None:
+            return last.decode_tokens_per_second
         if last.speedup_estimate is not None and self._rate_baseline:
             return last.speedup_estimate * self._rate_baseline
         seconds = self.elapsed_s - self.xs[0]  # no engine figure (no baseline then): from the step times

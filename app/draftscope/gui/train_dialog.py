@@ -24,9 +24,13 @@ from draftscope import assets
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import answers_path_for
 from draftscope.datastore.progress import CancelToken
-from draftscope.gui.first_run import (
-    POLL_INTERVAL_S, _eta, _JobWorker, _note, _progress_row, _wrapping_label, describe_error, end_job_thread,
-)
+from draftscope.gui.jobs import POLL_INTERVAL_S, end_job_thread
+from draftscope.gui.jobs import JobWorker as _JobWorker
+from draftscope.gui.jobs import eta_text as _eta
+from draftscope.gui.jobs import note as _note
+from draftscope.gui.jobs import progress_row as _progress_row
+from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.words import describe_error
 from draftscope.gui.worker import WorkerThread
 from draftscope.recurrent.files import HeadError, default_head_path, read_meta
 from draftscope.recurrent.train import (
@@ -211,7 +215,7 @@ class TrainHeadDialog(QDialog):
         self.path_row.setVisible(kind != "sharegpt")
         self.path_edit.setPlaceholderText("a .answers.jsonl file" if kind == "answers" else "a .json or .jsonl file")
         if kind == "answers" and not self.path_edit.text().strip():
-            from draftscope.gui.datastore_wizard import distill_name, output_file_name
+            from draftscope.datastore.preview import distill_name, output_file_name
 
             answers = answers_path_for(datastores_dir() / output_file_name(distill_name(self.model_spec)))
             if answers.is_file():

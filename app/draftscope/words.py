@@ -1,0 +1,66 @@
+"""Things in words a user can act on, shared by the window, its dialogs and the commands (Qt-free):
+sizes, memory, download status, errors from fetches and builds, catalogue notes."""
+
+from __future__ import annotations
+
+import errno
+import re
+from pathlib import Path
+
+from draftscope import assets, catalog
+from draftscope.engine.models import DEFAULT_MODEL, ModelNotFoundError
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads a download's size: "98 MB", "1.12 GB"."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+
+
+def memory_text(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def setting_name(model: catalog.CatalogModel) -> str:
+    """What the settings store for a catalogue model ("default" for SmolLM2, as ever)."""
+    return DEFAULT_MODEL if model is catalog.SMOLLM2_135M else model.name
+
+
+def run_precision(device: str = "auto", dtype: str = "auto"):
+    """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
+    told (a device that is not there)."""
+    from draftscope.engine import precision
+    from draftscope.engine.loader import pick_device
+
+    try:
+        return precision.choose(pick_device(device), dtype)
+    except (RuntimeError, ValueError, AssertionError):  # e.g. "cuda" stored, no CUDA here
+        return None
+
+
+def part_status(text: str) -> str:
+    """The fetcher's "Downloading part 3 of 22 (package-name3)" without the package's name."""
+    return re.sub(r"^(Downloading part \d+ of \d+) \(.*\)$", r"\1", text)
+
+
+def catalog_note(model: catalog.CatalogModel, dtype: str) -> str:
+    """Size, memory needed in ``dtype``, downloaded or not, what it is good for."""
+    state = "downloaded" if model.fetched else "not downloaded yet"
+    return (f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype))} of memory "
+            f"({dtype}) · {state}\n{sentence(model.good_for)}")
+
+
+def describe_error(exc: BaseException, folder: Path | None = None) -> str:
+    """An exception from a fetch or a build, in words a user can act on."""
+    if isinstance(exc, (assets.AssetFetchError, ModelNotFoundError)):
+        return sentence(str(exc))
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        where = f" in {folder}" if folder else ""
+        return f"Not enough free disk space{where}. Free some space and retry."
+    if isinstance(exc, PermissionError):
+        return sentence(f"no permission to write {exc.filename or folder or 'the file'}")
+    return sentence(str(exc) or type(exc).__name__)
+
+
+def sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
