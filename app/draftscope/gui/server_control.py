@@ -25,7 +25,7 @@ class LocalServer(QObject):
         in use) comes back as text and leaves it stopped."""
         from draftscope.server import ServerConfig, ServerThread, create_app
 
-        key = (id(window.engine), settings.server_enabled, settings.server_port, settings.server_api_key,
+        key = (id(window), id(window.engine), settings.server_enabled, settings.server_port, settings.server_api_key,
                settings.server_keep_history)
         if key == self._key and (self.thread is not None) == settings.server_enabled:
             return None
