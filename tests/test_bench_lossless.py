@@ -35,8 +35,8 @@ def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
 
 
 def audit(model_dir, out, *extra, configs="context,model"):
-    return main(["bench", "lossless", "--model", str(model_dir), "--draft-model", "self", "--draft-temperature", "1.5",
-                 "--configs", configs, "--prompts", "2", "--max-new-tokens", "12", "--runs", "100",
+    return main(["bench", "lossless", "--model", str(model_dir), "--draft-model", "self:1",
+                 "--configs", configs, "--prompts", "2", "--seeds", "2", "--max-new-tokens", "12", "--runs", "100",
                  "--pit-tokens", "300", "--budget", "6", "--quiet", "--json", str(out), *extra])
 
 
@@ -47,26 +47,40 @@ def test_audit_passes_on_a_tiny_model_and_writes_its_report(model_dir, tmp_path,
     assert "every test holds" in out
     checks = json.loads((tmp_path / "report.json").read_text())
     kinds = {(c["kind"], c["config"]) for c in checks}
-    assert {("greedy", "plain"), ("greedy", "context,model"), ("first-tokens", "context,model"),
-            ("pit-uniform", "context,model"), ("pit-pairs", "context,model")} <= kinds
+    assert {("greedy", "plain"), ("greedy", "context,model"), ("identity", "context,model"), ("first-tokens", "plain"),
+            ("pit-uniform", "plain"), ("pit-pairs", "plain")} <= kinds
     assert all(c["passed"] for c in checks)
-    greedy = next(c for c in checks if c["kind"] == "greedy" and c["config"] == "context,model")
-    assert greedy["extra"]["agreement"] == 1.0
-    assert int(re.search(r"(\d+) draft tokens accepted", greedy["detail"]).group(1)) > 0
+    for kind in ("greedy", "identity"):
+        check = next(c for c in checks if c["kind"] == kind and c["config"] == "context,model")
+        assert check["extra"]["agreement"] == 1.0
+        assert int(re.search(r"(\d+) draft tokens accepted", check["detail"]).group(1)) > 0, check
+    identity = next(c for c in checks if c["kind"] == "identity")
+    assert identity["temperature"] == 1 and "4/4 identical to plain decoding with the same seed" in identity["detail"]
+
+
+def test_broken_noise_is_rejected_by_the_audit(model_dir, tmp_path, capsys):
+    """--only-biased: noise reused across positions and keyed by the step; both must be caught."""
+    code = audit(model_dir, tmp_path / "report.json", "--temperature", "1", "--only-biased", "--runs", "400",
+                 "--pit-tokens", "1500")
+    out = capsys.readouterr().out
+    checks = json.loads((tmp_path / "report.json").read_text())
+    caught = {c["kind"] for c in checks if not c["passed"]}
+    assert "identity" in caught and caught & {"first-tokens", "pit-uniform", "pit-pairs"}, out
+    assert "rejected (as it should)" in out and code == 0, "broken noise is not the engine's: the verdict is not run"
 
 
 def test_audit_fails_when_verification_is_wrong(model_dir, tmp_path, capsys, monkeypatch):
     """An off-by-one verifier (the token after the accepted drafts read from the parent's row)
     changes answers only where drafts were accepted: the audit must fail."""
     import draftscope.engine.engine as engine_mod
-    from draftscope.engine.verify import verify_greedy
+    from draftscope.engine.verify import verify_tree
 
-    def off_by_one(tree, probs):
-        path, _ = verify_greedy(tree, probs)
+    def off_by_one(tree, chosen):
+        path, _ = verify_tree(tree, chosen)
         row = path[-2] + 1 if len(path) > 1 else 0
-        return path, int(probs[row].argmax())
+        return path, int(chosen[row])
 
-    monkeypatch.setattr(engine_mod, "verify_greedy", off_by_one)
+    monkeypatch.setattr(engine_mod, "verify_tree", off_by_one)
     code = audit(model_dir, tmp_path / "report.json", "--temperature", "0")
     out = capsys.readouterr().out
     assert code == 1

@@ -2,7 +2,6 @@
 decoding when they cannot, learned acceptance, and drafting itself skipped while it does not pay."""
 
 import numpy as np
-import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.policy import StepPolicy, shares, subtree
@@ -79,22 +78,11 @@ def test_costs_recover_from_a_spike():
     assert len(policy.trim(chain(8))) > 0
 
 
-def test_sampled_drafts_are_never_trimmed_by_what_they_drew():
-    q = {i: torch.full((8,), 1 / 8) for i in range(3)}
-    unlikely = DraftTree(np.array([1, 2, 3]), np.array([-1, 0, 1], np.int32), np.array([1, 2, 3], np.int32),
-                         np.array([1e-4, 1e-8, 1e-12], np.float32), np.full(3, DraftSource.MODEL, np.int8),
-                         extra={"q_probs": q})
-    kept = StepPolicy(dict(CPU_LIKE)).trim(unlikely)
-    assert len(kept) == 3 and set(kept.extra["q_probs"]) == {0, 1, 2}
-
-
-def test_subtree_keeps_parents_and_renumbers_sampling_bookkeeping():
+def test_subtree_keeps_parents_and_renumbers():
     tree = DraftTree(np.array([5, 6, 7, 8]), np.array([-1, -1, 0, 1], np.int32), np.array([1, 1, 2, 2], np.int32),
-                     np.array([3, 1, 3, 1], np.float32), np.full(4, DraftSource.MODEL, np.int8),
-                     extra={"q_probs": {1: "q1", 3: "q3"}, "also_proposed": {3}})
+                     np.array([3, 1, 3, 1], np.float32), np.full(4, DraftSource.MODEL, np.int8))
     sub = subtree(tree, np.array([False, True, False, True]))
     assert sub.tokens.tolist() == [6, 8] and sub.parents.tolist() == [-1, 0]
-    assert sub.extra["q_probs"] == {0: "q1", 1: "q3"} and sub.extra["also_proposed"] == {1}
     assert np.allclose(shares(tree), [0.75, 0.25, 1.0, 1.0])
 
 

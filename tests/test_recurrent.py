@@ -15,6 +15,7 @@ from draftscope.draft_tree import DraftSource
 from draftscope.engine.drafters.factory import setup_drafters
 from draftscope.engine.drafters.recurrent import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.policy import shares
 from draftscope.recurrent.beams import beam_search, beams_to_tree
 from draftscope.recurrent.files import HeadError, load_head, read_meta, save_head, target_identity
 from draftscope.recurrent.head import RecurrentHead
@@ -81,8 +82,8 @@ def test_beams_merge_into_one_tree_with_shared_prefixes_once():
     assert set(got) == {(5,), (7,), (9,), (5, 1), (5, 2), (7, 1), (5, 1, 4), (5, 2, 4), (5, 1, 8)}
     assert len(tree) == 9, "each shared prefix is one node"
     assert got[(5, 1)] == pytest.approx(0.4) and got[(5, 1, 4)] == pytest.approx(0.3)
-    q = {tuple(tree.token_path(i)): float(tree.q[i]) for i in range(len(tree))}
-    assert q[(5,)] == pytest.approx(0.6) and q[(5, 1)] == pytest.approx(0.4 / 0.6), "q: given the parent"
+    share = {tuple(tree.token_path(i)): float(s) for i, s in enumerate(shares(tree))}
+    assert share[(5,)] == pytest.approx(0.6) and share[(5, 1)] == pytest.approx(0.4 / 0.6), "given the parent"
     assert (tree.source == DraftSource.RECURRENT).all()
     small = beams_to_tree(paths, scores, budget=4)
     small.validate()

@@ -276,8 +276,9 @@ def test_binding_beyond_this_machine_needs_a_key():
 
 
 def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
-    """temperature, top_p and seed are the engine's: a seeded sampled answer through the server is
-    the in-process answer with the same parameters, token for token."""
+    """temperature, top_p and seed are the engine's: a seeded sampled answer through the server (with
+    the app's drafters) is plain decoding's in process with the same parameters, token for token; an
+    unseeded answer names the seed it drew, which reproduces it."""
     from draftscope.engine.engine import GenerationRequest
     from draftscope.engine.sampling import SamplingParams
 
@@ -291,11 +292,17 @@ def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
                                                 seed=seed, max_tokens=12, stream=True)
         ids = [t["id"] for c in stream for t in (c.model_extra or {}).get("draftscope", {}).get("tokens", [])]
         request = GenerationRequest(prompt_ids=app_engine.encode_chat(messages), max_new_tokens=12,
-                                    sampling=SamplingParams(0.8, 0, 0.9, 1.0, seed), drafters=[ContextDrafter()])
+                                    sampling=SamplingParams(0.8, 0, 0.9, 1.0, seed))
         expected = list(app_engine.generate(request))[-1].token_ids
         assert ids == expected, seed
         texts[seed] = ids
     assert texts[1] != texts[2], "the seed is used"
+    drawn = client.chat.completions.create(model="tiny", messages=messages, temperature=1.0, max_tokens=12)
+    seed = drawn.model_extra["draftscope"]["seed"]
+    assert isinstance(seed, int)
+    again = client.chat.completions.create(model="tiny", messages=messages, temperature=1.0, max_tokens=12, seed=seed)
+    assert again.choices[0].message.content == drawn.choices[0].message.content
+    assert again.model_extra["draftscope"]["seed"] == seed
 
 
 def test_a_client_that_leaves_while_waiting_its_turn_is_never_answered(served):

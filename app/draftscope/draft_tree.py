@@ -32,7 +32,6 @@ class DraftTree:
     depth: np.ndarray  # int32 [n], 1-based
     support: np.ndarray  # float32 [n], count (retrieval) or probability (model)
     source: np.ndarray  # int8 [n], DraftSource
-    q: np.ndarray | None = None  # float32 [n], draft probability of model-drafted nodes
     match_len: int = 0  # retrieval: length of the context suffix that matched
     match_count: int = 0  # retrieval: occurrences of that suffix in the datastore
     extra: dict = field(default_factory=dict)

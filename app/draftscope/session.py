@@ -28,7 +28,10 @@ def title_from(text: str) -> str:
 
 def sampling_from(settings, *, temperature: float | None = None, top_p: float | None = None,
                   top_k: int | None = None, seed: int | None = None) -> SamplingParams:
-    """The settings' sampling, with per-request overrides (the server's fields)."""
+    """The settings' sampling, with per-request overrides (the server's fields). The seed: the
+    request's, else the settings' fixed one, else None (the engine draws one and reports it)."""
+    if seed is None and settings.seed >= 0:
+        seed = settings.seed
     return SamplingParams(settings.temperature if temperature is None else temperature,
                           settings.top_k if top_k is None else top_k,
                           settings.top_p if top_p is None else top_p,
@@ -39,7 +42,7 @@ def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -
     """(stats, drafters) as the history keeps them for an answer."""
     s = final.stats
     stats = {k: getattr(s, k) for k in ("tokens", "steps", "tau", "tokens_per_second", "time_to_first_token_ms",
-                                        "elapsed_s", "speedup_estimate")}
+                                        "elapsed_s", "speedup_estimate", "seed")}
     stats["finish_reason"] = final.finish_reason
     stats["baseline_tokens_per_second"] = baseline_tokens_per_second
     return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}

@@ -3,18 +3,21 @@
 - Greedy: the answer of every drafter (alone and together) equals Hugging Face ``generate`` on
   sample prompts. In fp32 that is the test; in bf16/fp16 a verify pass over many tokens rounds
   differently from a one-token pass, so the audit reports the agreement rate and, at each first
-  differing token, the gap between the target's two best logits next to the rounding noise
+  differing token, the gap between the target's two best scores next to the rounding noise
   measured at that very position (the same logits from a one-token pass and a whole-prefix
   pass; at least two steps of the dtype at that magnitude). A gap inside the noise is
   rounding; a gap outside it is a bug.
-- Sampling (T > 0): (a) the exact joint of the next two tokens after a prompt and the start of
-  its answer (transformers' own logits processors; one forward per likely first token) against
-  seeded runs, chi-square;
-  (b) the randomized probability-integral transform of every sampled token under the target's
-  processed distribution given its prefix (one forward per answer; tokens ordered by
-  probability): uniform (Kolmogorov-Smirnov) and independent (lag-1 pairs, chi-square) when
-  sampling is exact.
-- ``--biased`` runs the sampling tests again with a deliberately biased verifier, to show the
+- Sampling (T > 0), token identity: each answer is a function of its seed, so for several seeds
+  per prompt every drafter's answer must equal plain decoding's with the same seed, token for
+  token (fp32; in bf16 the same near-tie story as greedy, on the noised scores).
+- Sampling, the sampler itself (plain seeded decoding; every drafter gives the same answers):
+  (a) the exact joint of the next two tokens after a prompt and the start of its answer
+  (transformers' own logits processors; one forward per likely first token) against seeded runs,
+  chi-square; (b) the randomized probability-integral transform of every sampled token under the
+  target's processed distribution given its prefix (one forward per answer; tokens ordered by
+  probability): uniform (Kolmogorov-Smirnov) and independent (lag-1 pairs, chi-square).
+- ``--biased`` runs the sampling tests again with deliberately broken noise (keyed by the step
+  instead of the position, for identity; reused across positions, for the sampler), to show the
   audit's power at the chosen sizes.
 
 Exit code 0 only when every test holds.
@@ -151,34 +154,26 @@ def reference_rows(engine, prompt: list[int], answer: list[int], params):
 # ----------------------------------------------------------------------------- biased controls
 
 
-def biased_verifier(tree, probs, generator, q_probs=None, **_):
-    """A deliberately wrong verifier: deterministic drafts accepted whenever the target gives them
-    5% or more (REST's bias), sampled drafts by min(1, p/q) but rejected into p itself instead
-    of the residual max(0, p - q)."""
-    import torch
+def reused_noise():
+    """Broken noise for the sampler's tests: the same Gumbel vector at every position (each token
+    still looks like a sample of its own, but tokens are no longer independent given their prefixes)."""
+    from unittest import mock
 
-    from draftscope.engine.verify import children_lists, draft_distributions, fit_vocab
+    from draftscope.engine.sampling import PositionNoise
 
-    q_probs = q_probs or {}
-    kids = children_lists(tree)
-    path, cur = [], -1
-    while True:
-        p = probs[cur + 1]
-        nxt = None
-        for c in kids.get(cur, []):
-            x = int(tree.tokens[c])
-            if c in q_probs:
-                q = fit_vocab(draft_distributions(q_probs[c])[0], p.shape[0])
-                if torch.rand((), generator=generator).item() < min(1.0, float(p[x]) / max(float(q[x]), 1e-12)):
-                    nxt = c
-                    break
-            elif float(p[x]) >= 0.05:
-                nxt = c
-                break
-        if nxt is None:
-            return path, int(torch.multinomial(p, 1, generator=generator).item())
-        path.append(nxt)
-        cur = nxt
+    at = PositionNoise.at
+    return mock.patch.object(PositionNoise, "at", lambda self, position: at(self, 0))
+
+
+def noise_keyed_by_step():
+    """Broken noise for the identity test: verify rows keyed by their depth in the step's tree
+    instead of the absolute position (answers with drafts then differ from plain decoding's)."""
+    from unittest import mock
+
+    import draftscope.engine.engine as engine_mod
+
+    return mock.patch.object(engine_mod, "token_positions",
+                             lambda tree, next_position: [0] + [int(d) for d in tree.depth.tolist()])
 
 
 # ----------------------------------------------------------------------------- the audit
@@ -186,7 +181,7 @@ def biased_verifier(tree, probs, generator, q_probs=None, **_):
 
 @dataclass
 class Check:
-    kind: str  # "greedy", "first-tokens", "pit-uniform", "pit-pairs"
+    kind: str  # "greedy", "identity", "first-tokens", "pit-uniform", "pit-pairs"
     config: str  # drafters
     temperature: float
     passed: bool
@@ -224,9 +219,8 @@ def _clock(seconds: float) -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--draft-model", default=None,
-                   help="a model sharing the target's tokenizer; 'self' (the target drafts for itself: use "
-                        "--draft-temperature so its q differs from p) or 'self:N' (the target's first N layers)")
-    p.add_argument("--draft-temperature", type=float, default=None, help="the model drafter samples at this temperature")
+                   help="a model sharing the target's tokenizer; 'self' (the target drafts for itself) or 'self:N' "
+                        "(the target's first N layers)")
     p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore)")
     p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head for "
                    "--model, when one was trained)")
@@ -239,15 +233,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--prompts", type=argtypes.positive_int, default=4, help="sample prompts (built in, or --questions)")
     p.add_argument("--questions", default=None, help="Spec-Bench JSONL to take prompts from")
-    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64, help="greedy answers' length")
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64, help="answers' length (identity tests)")
+    p.add_argument("--seeds", type=argtypes.positive_int, default=3, help="seeded answers per prompt (identity at T > 0)")
     p.add_argument("--runs", type=argtypes.positive_int, default=600, help="seeded runs per first-tokens test")
     p.add_argument("--pit-tokens", type=argtypes.positive_int, default=3000,
                    help="sampled tokens per PIT test (about 2,000 reject a REST-style bias on SmolLM2)")
     p.add_argument("--pit-length", type=argtypes.positive_int, default=96, help="tokens per sampled answer in the PIT test")
     p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
-    p.add_argument("--biased", action="store_true", help="also run the sampling tests with a biased verifier")
+    p.add_argument("--biased", action="store_true", help="also run the sampling tests with broken noise")
     p.add_argument("--only-biased", action="store_true",
-                   help="run the sampling tests with the biased verifier only (to measure the audit's power)")
+                   help="run the sampling tests with broken noise only (to measure the audit's power)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", type=argtypes.device, default=None)
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: per device)")
@@ -318,12 +313,11 @@ def run(args: argparse.Namespace) -> int:
 
     reader = Reader(datastore) if "retrieval" in available else None  # read once, shared by every configuration
     makers = {",".join(c): drafter_maker(c, datastore=reader, draft_model=draft_model,
-                                         eos_token_id=engine.tokenizer.eos_token_id,
-                                         draft_temperature=args.draft_temperature, recurrent=recurrent) for c in configs}
+                                         eos_token_id=engine.tokenizer.eos_token_id, recurrent=recurrent)
+              for c in configs}
     prompts = _prompts(args, engine)
     print(f"draftscope bench lossless: {engine.name} on {engine.device} ({str(engine.dtype).replace('torch.', '')}), "
-          f"draft model {args.draft_model or 'none'}"
-          f"{f' at T={args.draft_temperature}' if args.draft_temperature is not None else ''}, "
+          f"draft model {args.draft_model or 'none'}, "
           f"datastore {datastore.name if 'retrieval' in available else 'none'}, "
           f"recurrent head {recurrent.path if recurrent is not None else 'none'}", file=sys.stderr)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
@@ -332,7 +326,8 @@ def run(args: argparse.Namespace) -> int:
     variants = [True] if args.only_biased else [False, True] if args.biased else [False]
     sampled_temps = [t for t in temps if t > 0]
     work = (len(configs) + 2) * len(prompts) * (0 in temps)  # HF references, plain, each config
-    work += len(sampled_temps) * len(configs) * len(variants) * (args.runs // 10 + args.pit_tokens // 10)
+    work += len(sampled_temps) * len(variants) * (len(configs) + 1) * len(prompts) * args.seeds
+    work += len(sampled_temps) * len(variants) * (args.runs // 10 + args.pit_tokens // 10)
     progress = Progress(work, args.quiet)
     checks: list[Check] = []
     if 0 in temps:
@@ -341,19 +336,18 @@ def run(args: argparse.Namespace) -> int:
         params = SamplingParams(temperature=t, top_k=args.top_k, top_p=args.top_p,
                                 repetition_penalty=args.repetition_penalty, seed=None)
         for biased in variants:
-            for name, make in makers.items():
-                checks += sampling_checks(engine, prompts, name, make, params, args, progress, biased=biased)
+            checks += sampling_checks(engine, prompts, makers, params, args, progress, biased=biased)
     progress.line("")
     print(format_report(checks))
     real = [c for c in checks if not c.biased]
     ok = all(c.passed for c in real)
     if args.biased or args.only_biased:
         caught = [c for c in checks if c.biased and not c.passed]
-        print(f"power: the biased verifier was rejected by {len(caught)} of {sum(c.biased for c in checks)} tests "
+        print(f"power: the broken noise was rejected by {len(caught)} of {sum(c.biased for c in checks)} tests "
               f"(at {args.runs} runs per first-tokens test, {args.pit_tokens} tokens per PIT test)")
-    rounding = any(c.kind == "greedy" and c.extra.get("agreement", 1) < 1 for c in real)
+    rounding = any(c.kind in ("greedy", "identity") and c.extra.get("agreement", 1) < 1 for c in real)
     held = ("every test holds: speculation changed nothing but the speed" if not rounding else
-            "every test holds: sampling is exact, and every greedy divergence lies within the dtype's rounding")
+            "every test holds: sampling is exact, and every divergence lies within the dtype's rounding")
     if not real:
         held = "no test of the engine's own verifier was run (--only-biased)"
     print("verdict: " + (held if ok else
@@ -369,8 +363,6 @@ def run(args: argparse.Namespace) -> int:
 def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
     import torch
 
-    from draftscope.engine.engine import GenerationRequest
-
     model = engine.model
     eos = sorted(engine.eos_ids)
     refs = []
@@ -381,33 +373,44 @@ def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
                                  eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
         refs.append(out[0, len(ids):].tolist())
         progress.step(1, "greedy: Hugging Face generate")
+    from draftscope.engine.sampling import SamplingParams
+
+    cases = [(ids, SamplingParams(), ref) for ids, ref in zip(prompts, refs)]
+    return [agreement_check("greedy", engine, cases, name, make, args, progress, reference="HF generate")
+            for name, make in {"plain": lambda: [], **makers}.items()]
+
+
+def agreement_check(kind, engine, cases, name, make, args, progress, *, reference: str, biased: bool = False) -> Check:
+    """Each (prompt, sampling, reference answer) answered with ``make()``'s drafters: identical in
+    fp32 (the promise), else every first divergence explained by rounding at a near-tie."""
+    import torch
+
+    from draftscope.engine.engine import GenerationRequest
+
+    same, gaps, accepted = 0, [], 0
+    temperature = cases[0][1].temperature
+    for ids, params, ref in cases:
+        events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+                                                        sampling=params, drafters=make(), budget=args.budget)))
+        final = events[-1]
+        if final.finish_reason == "error":
+            raise RuntimeError(final.error)
+        accepted += sum(e.accepted for e in events[:-1])
+        if final.token_ids == ref:
+            same += 1
+        else:
+            gaps.append(divergence(engine, ids, ref, final.token_ids, params))
+        progress.step(1, f"{kind} T={temperature:g}: {name}")
     exact = engine.dtype == torch.float32
-    checks = []
-    for name, make in {"plain": lambda: [], **makers}.items():
-        same, gaps, accepted = 0, [], 0
-        for ids, ref in zip(prompts, refs):
-            events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
-                                                            drafters=make(), budget=args.budget)))
-            final = events[-1]
-            if final.finish_reason == "error":
-                raise RuntimeError(final.error)
-            accepted += sum(e.accepted for e in events[:-1])
-            if final.token_ids == ref:
-                same += 1
-            else:
-                gaps.append(divergence(engine, ids, ref, final.token_ids))
-            progress.step(1, f"greedy: {name}")
-        explained = all(g["within_noise"] for g in gaps)
-        passed = same == len(prompts) if exact else explained
-        detail = f"{same}/{len(prompts)} identical to HF generate, {accepted} draft tokens accepted"
-        if gaps:
-            detail += "; first divergences: " + ", ".join(
-                f"gap {g['gap']:.3f} vs noise {g['noise']:.3f}" for g in gaps)
-        if name != "plain" and accepted == 0:
-            detail += " (no draft accepted: this proves little)"
-        checks.append(Check("greedy", name, 0.0, passed, detail, extra={"agreement": same / len(prompts), "gaps": gaps}))
-        progress.line(f"greedy [{name}]: {detail}")
-    return checks
+    passed = same == len(cases) if exact else all(g["within_noise"] for g in gaps)
+    detail = f"{same}/{len(cases)} identical to {reference}, {accepted} draft tokens accepted"
+    if gaps:
+        detail += "; first divergences: " + ", ".join(f"gap {g['gap']:.3f} vs noise {g['noise']:.3f}" for g in gaps)
+    if name != "plain" and accepted == 0:
+        detail += " (no draft accepted: this proves little)"
+    progress.line(f"{'[biased] ' if biased else ''}{kind} [{name}, T={temperature:g}]: {detail}")
+    return Check(kind, name, temperature, passed, detail, biased=biased,
+                 extra={"agreement": same / len(cases), "gaps": gaps})
 
 
 def _spacing(x: float, dtype) -> float:
@@ -418,28 +421,41 @@ def _spacing(x: float, dtype) -> float:
     return 2.0 ** (math.floor(math.log2(max(x, 1e-30))) - (bits - 1))
 
 
-def divergence(engine, prompt, ref, got) -> dict:
-    """At the first differing token: the gap between the target's two best logits, and the
-    rounding noise on those logits: what a one-token pass with a cache and one pass over the
-    prefix disagree by, and at least two steps of the dtype at that magnitude."""
+def divergence(engine, prompt, ref, got, params) -> dict:
+    """At the first differing token: the gap between the target's two best scores there (logits
+    when greedy; log p + the position's noise when sampling), and the rounding noise on those
+    scores: what a one-token pass with a cache and one pass over the prefix disagree by, and at
+    least two steps of the dtype at that magnitude (over the temperature when sampling)."""
     import torch
     from transformers import DynamicCache
+
+    from draftscope.engine.sampling import PositionNoise, probabilities
 
     k = next(i for i, (a, b) in enumerate(zip(ref + [None], got + [None])) if a != b)
     prefix = prompt + ref[:k]
     with torch.inference_mode():
-        whole = engine.model(input_ids=torch.tensor([prefix], device=engine.device)).logits[0, -1].float()
+        whole = engine.model(input_ids=torch.tensor([prefix], device=engine.device)).logits[0, -1:, : engine.vocab]
         cache = DynamicCache()
         engine.model(input_ids=torch.tensor([prefix[:-1]], device=engine.device), past_key_values=cache, use_cache=True)
         one = engine.model(input_ids=torch.tensor([[prefix[-1]]], device=engine.device), past_key_values=cache,
-                           use_cache=True).logits[0, -1].float()
-    top = torch.topk(whole, 2)
+                           use_cache=True).logits[0, -1:, : engine.vocab]
+
+    def scores(logits):
+        if params.greedy:
+            return logits[0].float().cpu()
+        seen = torch.zeros(1, engine.vocab, dtype=torch.bool)
+        seen[0, torch.tensor(prefix)] = True
+        noise = PositionNoise(params.seed, engine.vocab).at(len(prefix))
+        return probabilities(logits.cpu(), params, seen)[0].log() + noise
+
+    s_whole, s_one = scores(whole), scores(one)
+    top = torch.topk(s_whole, 2)
     a, b = top.indices.tolist()
     gap = float(top.values[0] - top.values[1])
-    measured = float(max(abs(whole[a] - one[a]), abs(whole[b] - one[b])) * 2)
+    measured = float(max(abs(s_whole[a] - s_one[a]), abs(s_whole[b] - s_one[b])) * 2)
     # The logits are rounded to the model's dtype: two that lie a step or two apart can swap in
     # any other pass, even where these two passes happened to agree.
-    step = _spacing(float(top.values[0].abs()), engine.dtype)
+    step = _spacing(float(whole[0].float().abs().max()), engine.dtype) / (params.temperature or 1.0)
     noise = max(measured, 2 * step)
     return {"position": k, "gap": gap, "noise": noise, "measured_noise": measured, "dtype_step": step,
             "within_noise": gap <= noise,
@@ -450,17 +466,30 @@ def divergence(engine, prompt, ref, got) -> dict:
 # ----------------------------------------------------------------------------- sampling
 
 
-def sampling_checks(engine, prompts, name, make, params, args, progress, *, biased: bool) -> list[Check]:
+def sampling_checks(engine, prompts, makers, params, args, progress, *, biased: bool) -> list[Check]:
+    """Identity with plain decoding for every configuration, then the sampler's own exactness."""
     import contextlib
-    from unittest import mock
+    from dataclasses import replace
 
-    import draftscope.engine.engine as engine_mod
+    from draftscope.engine.engine import GenerationRequest
 
-    patch = mock.patch.object(engine_mod, "verify_sampling", biased_verifier) if biased else contextlib.nullcontext()
-    with patch:
-        first = first_tokens_check(engine, mid_answer(engine, prompts[0]), name, make, params, args, progress, biased)
-        pit = pit_checks(engine, prompts, name, make, params, args, progress, biased)
-    return [first, *pit]
+    checks = []
+    with noise_keyed_by_step() if biased else contextlib.nullcontext():
+        cases = []
+        for i, ids in enumerate(prompts):
+            for s in range(args.seeds):
+                seeded = replace(params, seed=args.seed * 1_000_003 + 7_919 * i + s)
+                final = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+                                                               sampling=seeded)))[-1]
+                cases.append((ids, seeded, final.token_ids))
+                progress.step(1, f"identity T={params.temperature:g}: plain")
+        checks += [agreement_check("identity", engine, cases, name, make, args, progress,
+                                   reference="plain decoding with the same seed", biased=biased)
+                   for name, make in makers.items()]
+    with reused_noise() if biased else contextlib.nullcontext():
+        checks.append(first_tokens_check(engine, mid_answer(engine, prompts[0]), params, args, progress, biased))
+        checks += pit_checks(engine, prompts, params, args, progress, biased)
+    return checks
 
 
 def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
@@ -475,7 +504,7 @@ def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
     return out[0].tolist()
 
 
-def first_tokens_check(engine, prompt, name, make, params, args, progress, biased) -> Check:
+def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
     """Joint of the first two tokens: exact cells for the likeliest first tokens, the rest pooled."""
     import numpy as np
     import torch
@@ -506,47 +535,42 @@ def first_tokens_check(engine, prompt, name, make, params, args, progress, biase
     cells[(None, None)] = len(expected)
     expected.append(max(0.0, 1 - float(first[top_first].sum())))
     counts = np.zeros(len(expected))
-    accepted = 0
     for r in range(args.runs):
         p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
                            seed=args.seed * 1_000_003 + r)
         # EOS counts as a token here (the exact joint does not stop at it either).
-        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=2, sampling=p, drafters=make(),
-                                                        budget=args.budget), _ignore_eos=True))
+        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=2, sampling=p),
+                                      _ignore_eos=True))
         a, b = events[-1].token_ids[:2]
-        accepted += sum(e.accepted for e in events[:-1])
         key = (a, b) if (a, b) in cells else (a, None) if (a, None) in cells else (None, None)
         counts[cells[key]] += 1
         if r % 10 == 9:
-            progress.step(1, f"T={params.temperature:g} {'biased ' if biased else ''}{name}: first tokens")
+            progress.step(1, f"T={params.temperature:g} {'biased ' if biased else ''}sampler: first tokens")
     stat, df, p_value = chi_square_test(counts, np.array(expected) * args.runs)
-    detail = f"chi2 {stat:.1f}, df {df}, p {p_value:.3g}; {accepted} draft tokens accepted in {args.runs} runs"
-    check = Check("first-tokens", name, params.temperature, p_value >= P_LIMIT, detail, p_value, biased)
-    progress.line(f"{'[biased] ' if biased else ''}first tokens [{name}, T={params.temperature:g}]: {detail}")
+    detail = f"chi2 {stat:.1f}, df {df}, p {p_value:.3g}; {args.runs} seeded runs"
+    check = Check("first-tokens", "plain", params.temperature, p_value >= P_LIMIT, detail, p_value, biased)
+    progress.line(f"{'[biased] ' if biased else ''}first tokens [T={params.temperature:g}]: {detail}")
     return check
 
 
-def pit_checks(engine, prompts, name, make, params, args, progress, biased) -> list[Check]:
+def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
     import numpy as np
 
     from draftscope.engine.engine import GenerationRequest
     from draftscope.engine.sampling import SamplingParams
 
     rng = np.random.default_rng(args.seed + 17)
-    sequences, drafted_u = [], []
-    total, run_no, accepted = 0, 0, 0
+    sequences = []
+    total, run_no = 0, 0
     while total < args.pit_tokens:
         prompt = prompts[run_no % len(prompts)]
         p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
                            seed=args.seed * 7_919 + 100_000 + run_no)
-        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p,
-                                                        drafters=make(), budget=args.budget)))
+        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)))
         run_no += 1
         answer = events[-1].token_ids
         if not answer:
             continue
-        from_draft = [src != "target" for e in events[:-1] for src in e.provenance]
-        accepted += sum(from_draft)
         rows = reference_rows(engine, prompt, answer, params).double().numpy()
         tok = np.array(answer)
         mass = rows[np.arange(len(tok)), tok]
@@ -556,18 +580,17 @@ def pit_checks(engine, prompts, name, make, params, args, progress, biased) -> l
         below = np.array([row[(row > m) | ((row == m) & (ids < t))].sum() for row, m, t in zip(rows, mass, tok)])
         u = np.clip(below + rng.random(len(tok)) * mass, 0.0, 1.0)
         sequences.append(u)
-        drafted_u.extend(u[np.array(from_draft[: len(u)], dtype=bool)])
         total += len(answer)
-        progress.step(len(answer) // 10, f"T={params.temperature:g} {'biased ' if biased else ''}{name}: PIT")
+        progress.step(len(answer) // 10, f"T={params.temperature:g} {'biased ' if biased else ''}sampler: PIT")
     allu = np.concatenate(sequences)
     d, p_ks = ks_uniform(allu)
     stat, df, p_pairs = pairs_test(sequences)
-    tag = f"{len(allu)} tokens ({accepted} from drafts) in {run_no} answers"
-    uniform = Check("pit-uniform", name, params.temperature, p_ks >= P_LIMIT, f"KS D {d:.4f}, p {p_ks:.3g}; {tag}", p_ks,
+    tag = f"{len(allu)} tokens in {run_no} answers"
+    uniform = Check("pit-uniform", "plain", params.temperature, p_ks >= P_LIMIT, f"KS D {d:.4f}, p {p_ks:.3g}; {tag}", p_ks,
                     biased)
-    pairs = Check("pit-pairs", name, params.temperature, p_pairs >= P_LIMIT,
+    pairs = Check("pit-pairs", "plain", params.temperature, p_pairs >= P_LIMIT,
                   f"lag-1 chi2 {stat:.1f}, df {df}, p {p_pairs:.3g}", p_pairs, biased)
-    progress.line(f"{'[biased] ' if biased else ''}PIT [{name}, T={params.temperature:g}]: {uniform.detail}; {pairs.detail}")
+    progress.line(f"{'[biased] ' if biased else ''}PIT [T={params.temperature:g}]: {uniform.detail}; {pairs.detail}")
     return [uniform, pairs]
 
 

@@ -140,7 +140,8 @@ def _stats_line(final) -> str:
     s = final.stats
     speed = f" · {s.speedup_estimate:.2f}x plain" if s.speedup_estimate else ""
     return (f"[{s.tokens} tokens · tau {s.tau:.2f} · {s.tokens_per_second:.1f} tokens/s{speed} · "
-            f"first token {s.time_to_first_token_ms:.0f} ms · {final.finish_reason}]")
+            f"first token {s.time_to_first_token_ms:.0f} ms{f' · seed {s.seed}' if s.seed is not None else ''} · "
+            f"{final.finish_reason}]")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

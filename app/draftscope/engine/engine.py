@@ -16,16 +16,15 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.budget import FixedBudget, measure_verify_costs
 from draftscope.engine.policy import Calibration, StepPolicy, subtree
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, tree_to_dict
-from draftscope.engine.sampling import SamplingParams, probabilities
+from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, fresh_seed, probabilities
 from draftscope.engine.tree_attention import keep_accepted, tree_inputs
-from draftscope.engine.verify import verify_greedy, verify_sampling
+from draftscope.engine.verify import token_positions, verify_tree
 
 
 class PromptTooLongError(ValueError):
@@ -42,24 +41,17 @@ class GenerationRequest:
     budget: int | None = None  # nodes per step; None = adaptive
     stop_strings: Sequence[str] = ()
     cancel: threading.Event | None = None
-    verify_rule: str = "model"  # sampling: how sampled drafts are verified (verify.RULES); for benchmarks
 
 
 def drop_foreign_tokens(tree: DraftTree, vocab: int) -> DraftTree:
     """Drafts whose token is not in the model's vocabulary (a datastore built for another
     tokenizer, a damaged index) are dropped with everything below them: they could never be
-    accepted, and the model cannot even embed them. Only deterministic proposals may be dropped
-    by their value (sampling stays exact); a sampled one outside the vocabulary is an error."""
+    accepted, and the model cannot even embed them."""
     if len(tree) == 0:
         return tree
     bad = (tree.tokens < 0) | (tree.tokens >= vocab)
     if not bad.any():
         return tree
-    sampled = tree.extra.get("q_probs") or {}
-    for i in np.flatnonzero(bad):
-        if int(i) in sampled:
-            raise ValueError(f"a draft model sampled token id {int(tree.tokens[i])}, outside the model's "
-                             f"vocabulary of {vocab:,}: its tokenizer differs")
     keep = ~bad
     for i in range(len(tree)):
         parent = int(tree.parents[i])
@@ -194,12 +186,13 @@ class Engine:
         from transformers import DynamicCache
 
         params = request.sampling
-        seed = params.seed if params.seed is not None else int(torch.seed() % (2**31))
-        generator = torch.Generator().manual_seed(seed)
+        # The seed decides every token at T > 0 (with the position): kept with the answer.
+        seed = None if params.greedy else (params.seed if params.seed is not None else fresh_seed())
+        noise = None if seed is None else PositionNoise(seed, self.vocab)
         drafters = list(request.drafters)
-        for i, d in enumerate(drafters):
-            if hasattr(d, "set_sampling"):
-                d.set_sampling(params, seed + 1 + i)
+        for d in drafters:
+            if hasattr(d, "set_sampling"):  # a draft model couples its drafts to the same noise
+                d.set_sampling(params, noise)
             d.reset(prompt)
         if not drafters:
             budget = FixedBudget(0)
@@ -262,12 +255,7 @@ class Engine:
                     row_seen[i + 1, torch.tensor(tree.token_path(i))] = True
                 row_seen = row_seen.to(logits.device)
             probs = probabilities(logits, params, row_seen)
-            if params.greedy:
-                path, bonus = verify_greedy(tree, probs)
-            else:
-                path, bonus = verify_sampling(tree, probs.cpu(), generator, tree.extra.get("q_probs"),
-                                              also_proposed=tree.extra.get("also_proposed", frozenset()),
-                                              rule=request.verify_rule)
+            path, bonus = verify_tree(tree, choose(probs, token_positions(tree, len(ids)), noise))
             keep_accepted(cache, past, path)
             if wants_hidden:  # the position that predicted the bonus token, the next root
                 drafter.set_hidden(out.hidden_states[-1][0, 1 + path[-1] if path else 0])
@@ -357,5 +345,6 @@ class Engine:
             decode_tokens_per_second=decode_tps,
             drafters=[d.name for d in drafters],
             accepted_by_source=dict(accepted_by_source),
+            seed=seed,
         )
         yield FinalEvent(finish, text, generated, stats, prompt_tail=prompt[-8:])

@@ -60,6 +60,7 @@ class MessageStats:
     decode_tokens_per_second: float | None = None  # after the first step (prefill excluded)
     drafters: list[str] = field(default_factory=list)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    seed: int | None = None  # what decided the answer's tokens at T > 0 (None: greedy); reproduces it
 
 
 @dataclass

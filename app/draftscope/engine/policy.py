@@ -2,8 +2,7 @@
 cannot expect to win.
 
 Before drafting, ``draft_budget`` says how many nodes are worth asking the drafters for, from
-history only (drafters that *sample* fix their draws here, before drawing, which keeps sampling
-exact). Drafting too is a cost: while the steps that drafted have lately produced fewer tokens per
+history only. Drafting too is a cost: while the steps that drafted have lately produced fewer tokens per
 second than plain steps, the policy decodes plainly and drafts only every ``explore_every``-th step.
 
 After drafting, ``trim`` keeps the nodes whose expected tokens pay for their verification. Each
@@ -13,7 +12,8 @@ the fraction of matches, or the draft model's probability, that chose this token
 probability is the product down the tree; the tree kept is the top-k nodes by path probability
 (always a connected tree) with k maximising (1 + expected accepted) / cost(k), k = 0 being plain
 decoding. Costs come from a measured curve of verify time by tree size, kept fresh by the steps
-actually run. Sampled nodes (``q_probs``) are never trimmed by what they drew.
+actually run. Trimming by what was drafted never biases the answer: verification emits the
+target's own token at every position (engine.verify).
 """
 
 from __future__ import annotations
@@ -68,8 +68,7 @@ def shares(tree: DraftTree) -> np.ndarray:
 
 
 def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
-    """The nodes where ``keep`` is True (their ancestors must be kept too), in the same order,
-    with the sampling bookkeeping (``q_probs``, ``also_proposed``) renumbered."""
+    """The nodes where ``keep`` is True (their ancestors must be kept too), in the same order."""
     index = np.flatnonzero(keep)
     if index.size == len(tree):
         return tree
@@ -77,13 +76,8 @@ def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
         return DraftTree.empty()
     remap = {int(old): new for new, old in enumerate(index)}
     parents = np.array([remap[int(tree.parents[i])] if tree.parents[i] >= 0 else -1 for i in index], dtype=np.int32)
-    extra = dict(tree.extra)
-    if "q_probs" in extra:
-        extra["q_probs"] = {remap[i]: v for i, v in extra["q_probs"].items() if i in remap}
-    if "also_proposed" in extra:
-        extra["also_proposed"] = {remap[i] for i in extra["also_proposed"] if i in remap}
     return DraftTree(tree.tokens[index], parents, tree.depth[index], tree.support[index], tree.source[index],
-                     match_len=tree.match_len, match_count=tree.match_count, extra=extra)
+                     match_len=tree.match_len, match_count=tree.match_count, extra=dict(tree.extra))
 
 
 class Calibration:
@@ -193,31 +187,26 @@ class StepPolicy:
             self.last = Decision(asked, 0, 0, 0.0, "plain: no drafts" if asked else "plain: drafting does not pay lately")
             return tree
         p = self.path_probabilities(tree)
-        sampled = set(tree.extra.get("q_probs", {}))
-        fixed = np.zeros(n, dtype=bool)
-        fixed[list(sampled)] = True
         # Children never outrank their parent (p only shrinks down a path); ties go to the shallower.
-        order = [i for i in sorted(range(n), key=lambda i: (-p[i], int(tree.depth[i]), i)) if not fixed[i]]
-        base_gain = 1.0 + float(p[fixed].sum())
-        base = int(fixed.sum())
-        best_k, best_rate, gain = 0, base_gain / self.cost(base), base_gain
-        best_gain = base_gain
+        order = sorted(range(n), key=lambda i: (-p[i], int(tree.depth[i]), i))
+        best_k, best_rate, gain = 0, 1.0 / self.cost(0), 1.0
+        best_gain = 1.0
         for k, i in enumerate(order, start=1):
             gain += p[i]
-            rate = gain / self.cost(base + k)
+            rate = gain / self.cost(k)
             if rate > best_rate:
                 best_k, best_rate, best_gain = k, rate, gain
         reason = "tree"
-        if best_k == 0 and base == 0:
+        if best_k == 0:
             self._unverified += 1
             reason = "plain: drafts cannot pay"
             if self._unverified >= self.explore_every and order:
                 # Verify the likeliest node now and then: drafts that start to be accepted (a
                 # stretch the datastore knows) are only noticed if some are verified.
                 best_k, best_gain, reason = 1, 1.0 + p[order[0]], "explore"
-        if best_k or base:
+        if best_k:
             self._unverified = 0
-        keep = fixed.copy()
+        keep = np.zeros(n, dtype=bool)
         keep[order[:best_k]] = True
         self.last = Decision(asked, n, int(keep.sum()), best_gain - 1.0, reason)
         return subtree(tree, keep)

@@ -1,11 +1,23 @@
-"""Logit processing shared by plain sampling and tree verification, so both sample from exactly
-the same distribution: repetition penalty, temperature, top-k, top-p (Hugging Face's order and
-semantics). Greedy decoding is temperature 0."""
+"""The one sampling rule, shared by plain decoding, tree verification and the draft model.
+
+Logit processing: repetition penalty, temperature, top-k, top-p (Hugging Face's order and
+semantics) turn logits into the distribution p_i of the token at absolute position i.
+
+The token is then a function of (seed, i, p_i): ``argmax_x log p_i(x) + G_i(x)``, with Gumbel
+noise G_i drawn from a generator keyed by (seed, i) alone (the Gumbel-max trick). The noise of
+different positions is independent, so each token is an exact sample of p_i given its prefix:
+plain decoding with this noise is exact sampling. Verification is then the greedy walk on these
+tokens, whatever proposed the drafts, so every drafter mix gives plain decoding's answer token for
+token. Greedy decoding is temperature 0: no noise, the argmax.
+"""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -62,3 +74,57 @@ def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tens
         remove = remove_sorted.scatter(-1, order, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
     return logits.softmax(-1)
+
+
+def fresh_seed() -> int:
+    """A seed for an answer that asked for none (kept with the answer, so it can be reproduced)."""
+    return secrets.randbelow(2**31)
+
+
+class PositionNoise:
+    """Gumbel noise over the vocabulary for each absolute position, a function of (seed,
+    position) only: the same whoever asks (plain decoding, a verify pass, a draft model) and in
+    whatever order. numpy's SeedSequence mixes the pair into the generator's state, so nearby
+    seeds and positions give independent streams."""
+
+    KEEP = 64  # positions kept computed (a step asks for the next few again)
+
+    def __init__(self, seed: int, vocab: int) -> None:
+        self.seed = int(seed) % 2**64  # SeedSequence wants non-negative entropy; OpenAI seeds may be negative
+        self.vocab = int(vocab)
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def at(self, position: int) -> torch.Tensor:
+        noise = self._cache.get(position)
+        if noise is None:
+            rng = np.random.default_rng([self.seed, int(position)])
+            # G = -log E with E ~ Exp(1) is Gumbel(0, 1); E is kept off 0 (an infinite G would
+            # turn a zero-probability token's -inf score into NaN).
+            e = rng.standard_exponential(self.vocab, dtype=np.float32)
+            noise = torch.from_numpy(-np.log(np.maximum(e, np.float32(1e-30))))
+            if len(self._cache) >= self.KEEP:
+                self._cache.pop(min(self._cache))
+            self._cache[position] = noise
+        return noise
+
+
+def fit_vocab(probs: torch.Tensor, size: int) -> torch.Tensor:
+    """Rows of a distribution over another vocabulary size (a draft model padded differently):
+    ids the other model lacks get probability 0 (they can never be chosen)."""
+    width = probs.shape[-1]
+    if width == size:
+        return probs
+    if width > size:
+        return probs[..., :size]
+    return torch.nn.functional.pad(probs, (0, size - width))
+
+
+def choose(probs: torch.Tensor, positions: Sequence[int], noise: PositionNoise | None) -> list[int]:
+    """The token of each row of ``probs`` [n, V], row r being the distribution at absolute
+    position ``positions[r]``: the argmax when ``noise`` is None (greedy), else the Gumbel-max
+    sample with the position's noise (rows over a smaller vocabulary than the noise's are fine)."""
+    if noise is None:
+        return probs.argmax(-1).tolist()
+    probs = fit_vocab(probs.float().cpu(), noise.vocab)
+    g = torch.stack([noise.at(p) for p in positions])
+    return (probs.log() + g).argmax(-1).tolist()

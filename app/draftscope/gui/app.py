@@ -47,9 +47,8 @@ def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None, r
     if draft_model is not None:
         eos = getattr(draft_model.generation_config, "eos_token_id", None)
         eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    draft_temperature = settings.temperature if settings.temperature > 0 else None
     setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
-                           draft_temperature=draft_temperature, vocab_size=vocab_size, learned=learned,
+                           vocab_size=vocab_size, learned=learned,
                            recurrent=recurrent, tokenizer=tokenizer, notify=notify)
     return setup.make, setup.label, setup.notes
 

@@ -24,7 +24,8 @@ from draftscope.gui.inspection import InspectionController
 from draftscope.gui.speedup_panel import SpeedupPanel
 from draftscope.gui.trie_view import TrieView
 from draftscope.gui.worker import GenerationWorker, WorkerThread
-from draftscope.session import ChatSession
+from draftscope.engine.sampling import fresh_seed
+from draftscope.session import ChatSession, sampling_from
 
 
 class _EnterSends(QObject):
@@ -56,6 +57,8 @@ def stats_line(stats: dict) -> str:
              f"first token {stats['time_to_first_token_ms']:.0f} ms"]
     if stats.get("speedup_estimate"):
         parts.append(f"{stats['speedup_estimate']:.2f}x plain")
+    if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
+        parts.append(f"seed {stats['seed']}")
     return " · ".join(parts)
 
 
@@ -415,7 +418,7 @@ class MainWindow(QMainWindow):
         if not self.session.rewind(message_id):
             return
         self._cancel_edit()
-        self._generate()
+        self._generate(new_seed=True)
 
     def edit_last(self) -> None:
         users = [m for m in self.history.messages(self.conversation_id)
@@ -449,10 +452,12 @@ class MainWindow(QMainWindow):
         self.editing_message_id = None
         self.edit_banner.hide()
 
-    def _generate(self) -> None:
+    def _generate(self, *, new_seed: bool = False) -> None:
+        """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate)."""
         notices = getattr(self.engine, "notices", None)
         seen = len(notices) if notices is not None else 0
-        request = self.session.request()
+        request = self.session.request(sampling=sampling_from(self.session.settings, seed=fresh_seed())
+                                       if new_seed else None)
         if notices is not None and len(notices) > seen:  # e.g. the datastore changed on disk
             self.statusBar().showMessage(" · ".join(notices[seen:]), 20000)
         self.streaming, self.streaming_text = True, ""

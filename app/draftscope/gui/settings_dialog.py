@@ -386,6 +386,11 @@ class SettingsDialog(QDialog):
         form.addRow("Max new tokens:", _row(self.max_new_tokens_spin, stretch_first=False))
         self.repetition_penalty_spin = _double_spin("repetitionPenaltySpin", 0.01, 10.0, 0.05)
         form.addRow("Repetition penalty:", _row(self.repetition_penalty_spin, _hint("1 = off"), stretch_first=False))
+        self.seed_spin = _int_spin("seedSpin", -1, 2**31 - 1)
+        self.seed_spin.setSpecialValueText("random")
+        form.addRow("Seed:", _row(self.seed_spin, _hint("sampled answers: the same seed writes the same answer, with "
+                                                        "or without drafts; each answer shows its seed; Regenerate "
+                                                        "draws a new one"), stretch_first=False))
         self.system_prompt_edit = QPlainTextEdit(objectName="systemPromptEdit")
         self.system_prompt_edit.setPlaceholderText("none: the model's own default")
         self.system_prompt_edit.setMinimumHeight(100)
@@ -465,6 +470,7 @@ class SettingsDialog(QDialog):
         self.top_k_spin.setValue(s.top_k)
         self.max_new_tokens_spin.setValue(s.max_new_tokens)
         self.repetition_penalty_spin.setValue(s.repetition_penalty)
+        self.seed_spin.setValue(s.seed)
         self.system_prompt_edit.setPlainText(s.system_prompt)
         self.theme_combo.setCurrentIndex(max(0, self.theme_combo.findData(s.theme)))
         self.font_size_spin.setValue(s.font_size)
@@ -705,6 +711,7 @@ class SettingsDialog(QDialog):
             top_k=self.top_k_spin.value(),
             max_new_tokens=self.max_new_tokens_spin.value(),
             repetition_penalty=self._float(self.repetition_penalty_spin, o.repetition_penalty),
+            seed=self.seed_spin.value(),
             system_prompt=self.system_prompt_edit.toPlainText(),
             device=self.device_combo.currentData(),
             dtype=self.dtype_combo.currentData(),
@@ -723,6 +730,7 @@ class SettingsDialog(QDialog):
         s = self.result_settings()
         widgets = {"temperature": self.temperature_spin, "top_p": self.top_p_spin, "top_k": self.top_k_spin,
                    "max_new_tokens": self.max_new_tokens_spin, "repetition_penalty": self.repetition_penalty_spin,
+                   "seed": self.seed_spin,
                    "dtype": self.dtype_combo, "theme": self.theme_combo, "font_size": self.font_size_spin,
                    "server_port": self.server_port_spin, "server_api_key": self.server_key_edit}
         out = [(p, widgets[p.split()[0]]) for p in s.problems()]

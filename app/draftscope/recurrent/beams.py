@@ -4,12 +4,11 @@ Every hypothesis that is in the beam at some depth becomes a node (width W, leng
 W x L nodes); hypotheses sharing a prefix share its nodes, which is ReDrafter's dynamic tree
 attention: the target verifies each shared prefix once. A node's support is its path
 probability under the head, so the step policy and the composite drafter read it like a draft
-model's; its ``q`` is the head's probability of its token given its parent.
+model's (its share of its parent's support is the head's probability given the parent).
 
-Beams chosen by search are not draws from the head's distribution, so they are deterministic
-proposals: greedy verification takes them as they are, and at T > 0 they are verified by the
-rule that is exact for any proposal (verify.py), never by the min(1, p/q) rule, which would be
-biased for them (the bias ReDrafter's own README admits at T > 0).
+Beams chosen by search are proposals like any other: verification accepts a node when its token is
+the target's own choice there (verify.py), so they are exact at every temperature (ReDrafter's
+own README admits a bias at T > 0, where it accepts beams by min(1, p/q) as if they were draws).
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ def beams_to_tree(paths_by_depth: list[list[list[int]]], scores_by_depth: list[l
     """One tree of every beam prefix (shared prefixes once), BFS order, the ``budget`` most
     probable nodes kept (path probability falls with depth, so what is kept stays connected)."""
     nodes: dict[tuple, int] = {}
-    tokens, parents, depth, support, q = [], [], [], [], []
+    tokens, parents, depth, support = [], [], [], []
     candidates = [(s, d, b) for d, level in enumerate(scores_by_depth) for b, s in enumerate(level) if s > float("-inf")]
     keep = sorted(candidates, key=lambda c: (-c[0], c[1]))[: max(0, budget)]
     chosen = {(d, b) for _, d, b in keep}
@@ -84,8 +83,6 @@ def beams_to_tree(paths_by_depth: list[list[list[int]]], scores_by_depth: list[l
             parents.append(nodes[key[:-1]] if d > 0 else -1)
             depth.append(d + 1)
             support.append(float(np.exp(scores_by_depth[d][b])))
-            q.append(support[-1] / support[parents[-1]] if d > 0 else support[-1])
     k = len(tokens)
     return DraftTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int32), np.array(depth, dtype=np.int32),
-                     np.array(support, dtype=np.float32), np.full(k, DraftSource.RECURRENT, dtype=np.int8),
-                     q=np.array(q, dtype=np.float32))
+                     np.array(support, dtype=np.float32), np.full(k, DraftSource.RECURRENT, dtype=np.int8))

@@ -206,7 +206,8 @@ def stats_extension(final) -> dict:
             "tokens_per_second": round(s.tokens_per_second, 3),
             "time_to_first_token_ms": round(s.time_to_first_token_ms, 3),
             "speedup_estimate": None if s.speedup_estimate is None else round(s.speedup_estimate, 4),
-            "drafters": s.drafters, "accepted_by_source": s.accepted_by_source}
+            "drafters": s.drafters, "accepted_by_source": s.accepted_by_source,
+            "seed": s.seed}  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

@@ -35,6 +35,7 @@ class Settings:
     top_k: int = 0
     max_new_tokens: int = 512
     repetition_penalty: float = 1.0
+    seed: int = -1  # -1: a new seed for every answer; else every sampled answer uses this one (reproducible)
     system_prompt: str = ""
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
@@ -59,6 +60,8 @@ class Settings:
             out.append("max_new_tokens must be positive")
         if not 0 < self.repetition_penalty <= 10:
             out.append("repetition_penalty must be in (0, 10]")
+        if not -1 <= self.seed < 2**31:
+            out.append("seed must be -1 (a new one for every answer) or between 0 and 2,147,483,647")
         if len(self.system_prompt) > MAX_SYSTEM_PROMPT:
             out.append(f"system_prompt must be at most {MAX_SYSTEM_PROMPT:,} characters")
         for name in ("model", "datastore", "draft_model", "device"):

@@ -6,15 +6,14 @@ Each node remembers the drafter that scored it highest.
 A drafter that takes time (a draft model) runs only while what it gets accepted pays for its
 time: tokens accepted from it per step × the time of a plain step ≥ its drafting time (both
 recent averages). Otherwise it sits out, and tries again after an interval that doubles each time
-it still does not pay — decided from history before any drafting, so sampling stays exact.
+it still does not pay (decided from history before any drafting).
 
-Drafts a model *sampled* are the exception (sampling is exact only if each such draw reaches
-verification as it was drawn): they get a share of the budget fixed before drawing and keep
-it whatever they draw; the deterministic drafters share the rest by score."""
+Every drafter's proposal is deterministic given the answer's seed (a draft model couples its
+drafts to the seeded noise), so merging and trimming by score never bias an answer.
+"""
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -111,19 +110,13 @@ class CompositeDrafter:
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
         if budget <= 0:
             return DraftTree.empty()
-        samplers = [d for d in self.drafters if getattr(d, "samples_drafts", False)]
-        # How many nodes each sampling drafter may draw is fixed here, before any is drawn.
-        sampler_budget = 0
-        if samplers:
-            share = self.sampler_share(samplers) if len(samplers) < len(self.drafters) else 1.0
-            sampler_budget = max(1, math.ceil(budget * share))
         trees = []
         for i, d in enumerate(self.drafters):
             self._ran[i] = self._should_run(i)
             if not self._ran[i]:
                 continue
             started = time.perf_counter()
-            trees.append(d.propose(context_ids, sampler_budget if d in samplers else budget))
+            trees.append(d.propose(context_ids, budget))
             seconds, g = time.perf_counter() - started, self._gate[i]
             g["seconds"] = seconds if not g["seconds"] else g["seconds"] + self.smoothing * (seconds - g["seconds"])
         trees = [t for t in trees if len(t)]
@@ -133,56 +126,10 @@ class CompositeDrafter:
             return trees[0]
         return merge_trees(trees, budget, self.acceptance)
 
-    def sampler_share(self, samplers: Sequence) -> float:
-        """The budget share of drafters that sample, by their recent acceptance against the
-        best deterministic drafter's (history only: never this step's draws)."""
-        mine = max(self.acceptance[int(d.source)] for d in samplers)
-        others = max((self.acceptance[int(d.source)] for d in self.drafters if d not in samplers), default=0.0)
-        return mine / (mine + others) if mine + others > 0 else 0.5
-
 
 def merge_trees(trees: Sequence[DraftTree], budget: int, weights: dict[int, float] | None = None) -> DraftTree:
-    """Merge under one budget; ``weights`` scale each source's scores (default 1).
-
-    Trees a drafter sampled (they carry ``q_probs``) keep their first nodes, as many as the
-    drafter asked to draw before drawing (``slots``), whatever tokens came out; the others fill
-    the rest of the budget by score. A sampled node that a deterministic drafter proposed too is
-    one node, marked in ``also_proposed`` (verification tries it by both rules)."""
-    sampled = [t for t in trees if t.extra.get("q_probs")]
-    fixed = [t for t in trees if not t.extra.get("q_probs")]
-    kept, left = [], budget
-    for tree in sampled:
-        slots = min(int(tree.extra.get("slots", len(tree))), left)
-        kept.append((tree, min(slots, len(tree))))  # BFS prefix: for a chain, its first tokens
-        left -= slots
-
-    fixed_tree = _select_by_score(fixed, left, weights) if fixed and left > 0 else DraftTree.empty()
-    if not kept:
-        return fixed_tree
-    union = PathTrie()
-    deterministic: set[int] = set()
-    for i in range(len(fixed_tree)):
-        node = union.add(fixed_tree.token_path(i), 0.0, int(fixed_tree.source[i]), combine="max")[-1]
-        union.score[node] = float(fixed_tree.support[i])
-        deterministic.add(node)
-    draws: dict[int, list] = {}
-    for tree, n in kept:
-        q_probs = tree.extra["q_probs"]
-        for i in range(n):
-            node = union.add(tree.token_path(i), 0.0, int(tree.source[i]), combine="max")[-1]
-            union.source[node] = int(tree.source[i])
-            union.score[node] = max(union.score[node], float(tree.support[i]))
-            if i in q_probs:
-                draws.setdefault(node, []).append(q_probs[i])
-    merged, order = union.select(len(union.token) - 1)
-    q = {out: (d[0] if len(d) == 1 else d) for out, node in enumerate(order) if (d := draws.get(node))}
-    also = {out for out, node in enumerate(order) if node in draws and node in deterministic}
-    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source,
-                     extra={"q_probs": q, "also_proposed": also})
-
-
-def _select_by_score(trees: Sequence[DraftTree], budget: int, weights: dict[int, float] | None) -> DraftTree:
-    """Deterministic trees merged (shared prefixes once), the best ``budget`` nodes kept."""
+    """Trees merged (shared prefixes once) and the best ``budget`` nodes kept; ``weights`` scale
+    each source's scores (default 1). A node keeps the source that scored it highest."""
     if len(trees) == 1 and not weights and len(trees[0]) <= budget:
         return trees[0]
     trie = PathTrie()

@@ -65,8 +65,7 @@ class DrafterSetup:
 
 
 def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
-                   eos_token_id: int | None = None, draft_temperature: float | None = None,
-                   vocab_size: int | None = None, learned=None, recurrent=None, tokenizer=None,
+                   eos_token_id: int | None = None, vocab_size: int | None = None, learned=None, recurrent=None, tokenizer=None,
                    notify: Callable[[str], None] | None = None) -> DrafterSetup:
     """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
     left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
@@ -97,7 +96,7 @@ def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path
     if mismatch and requested.get("retrieval"):
         notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
     make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
-                         draft_temperature=draft_temperature, learned=learned, recurrent=recurrent,
+                         learned=learned, recurrent=recurrent,
                          notify=notify, check=lambda reader: _reader_mismatch(reader, vocab_size, tokenizer))
     label = str(datastore.path if isinstance(datastore, Reader) else datastore) if "retrieval" in names else "none"
     return DrafterSetup(names, make, label, notes)
@@ -137,8 +136,7 @@ def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | No
 
 
 def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
-                  eos_token_id: int | None = None, draft_temperature: float | None = None,
-                  learned=None, recurrent=None, notify: Callable[[str], None] | None = None,
+                  eos_token_id: int | None = None, learned=None, recurrent=None, notify: Callable[[str], None] | None = None,
                   check: Callable[[object], str | None] | None = None) -> Callable[[], list]:
     """A function returning fresh drafters named ``names``. ``datastore``: an index path or an
     open Reader, followed on disk between answers (a LiveReader: ``check`` vets a reopened file,
@@ -180,7 +178,7 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
             elif name == "context":
                 made.append(ContextDrafter())
             elif name == "model":
-                made.append(ModelDrafter(draft_model, eos_token_id=eos_token_id, temperature=draft_temperature))
+                made.append(ModelDrafter(draft_model, eos_token_id=eos_token_id))
             elif name == "recurrent":
                 made.append(recurrent.drafter())
         return made
