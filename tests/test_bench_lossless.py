@@ -37,7 +37,7 @@ def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
 def audit(model_dir, out, *extra, configs="context,model"):
     return main(["bench", "lossless", "--model", str(model_dir), "--draft-model", "self:1",
                  "--configs", configs, "--prompts", "2", "--seeds", "2", "--max-new-tokens", "12", "--runs", "100",
-                 "--pit-tokens", "300", "--budget", "6", "--quiet", "--json", str(out), *extra])
+                 "--pit-tokens", "300", "--budget", "6", "--dtype", "float32", "--quiet", "--json", str(out), *extra])
 
 
 def test_audit_passes_on_a_tiny_model_and_writes_its_report(model_dir, tmp_path, capsys):
