@@ -39,8 +39,12 @@ def worker(args) -> None:
     from draftscope.engine.loader import load_draft_model
     from draftscope.engine.sampling import SamplingParams
 
+    import inspect
+
     torch.set_num_threads(args.threads)
-    engine = Engine.load(args.model, dtype=args.dtype, measure=False)
+    # both rules on torch (the previous rule's checkout has no other backend)
+    on_torch = {"backend": "torch"} if "backend" in inspect.signature(Engine.load).parameters else {}
+    engine = Engine.load(args.model, dtype=args.dtype, measure=False, **on_torch)
     draft = load_draft_model(args.draft_model, engine, dtype=args.dtype).model
     eos = engine.tokenizer.eos_token_id
     print(json.dumps({"ready": True, "dtype": str(engine.dtype)}), flush=True)

@@ -71,9 +71,46 @@ fi
 # --- pip >= 24.1 reports download progress in a form the first-run dialog can show -----------
 "$PY" -m pip install -q -U "pip>=24.1"
 
+# --- llama.cpp: GGUF models run on it (llama-cpp-python, built from PyPI's source) -----------
+# The build needs C and C++ compilers (cmake and ninja come from PyPI as wheels); with a CUDA
+# toolkit (nvcc) it builds the CUDA backend too. pip caches the wheel, so only the first set-up
+# pays the ~10 minutes on 2 cores.
+llama_version="0.3.36"
+if ! "$PY" -c "import sys, llama_cpp; sys.exit(llama_cpp.__version__ != '$llama_version')" 2>/dev/null; then
+    if ! command -v gcc >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null 2>&1; then
+            sudo=""
+            [ "$(id -u)" -eq 0 ] || sudo="sudo"
+            say "installing C and C++ compilers to build llama.cpp: gcc g++"
+            $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends gcc g++ \
+                || say "could not install gcc and g++; install them with your package manager"
+        else
+            say "llama.cpp is built from source: install gcc and g++ (or clang) with your package manager"
+        fi
+    fi
+    cmake_args="${CMAKE_ARGS:-}"
+    if command -v nvcc >/dev/null 2>&1; then
+        cmake_args="$cmake_args -DGGML_CUDA=on"
+    fi
+    say "building llama-cpp-python $llama_version from source (about 10 minutes on 2 cores; pip caches it)"
+    CMAKE_ARGS="$cmake_args" "$PY" -m pip install -q --no-binary llama-cpp-python "llama-cpp-python==$llama_version"
+fi
+
 # --- The package itself (maturin builds the Rust extension; editable, so Python edits apply) ---
 say "building the Rust extension and installing draftscope"
 "$PY" -m pip install -q -e ".[test]"
+
+# llama.cpp is compiled for the CPU it was built on: a cached wheel from another CPU dies of an
+# illegal instruction. Check that it runs here; rebuild once if it does not.
+if ! "$PY" -m draftscope.engine.backends.selftest; then
+    say "the installed llama.cpp does not run on this CPU: rebuilding it here"
+    CMAKE_ARGS="${cmake_args:-${CMAKE_ARGS:-}}" "$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+        --no-binary llama-cpp-python "llama-cpp-python==$llama_version"
+    if ! "$PY" -m draftscope.engine.backends.selftest; then
+        say "llama.cpp still does not run here: uninstalling it; GGUF models will run on torch"
+        "$PY" -m pip uninstall -q -y llama-cpp-python
+    fi
+fi
 
 case "$mode" in
     run)

@@ -131,6 +131,8 @@ def test_the_catalogue_knows_the_real_files():
     assert "different tokenizer" in catalog.why_not_draft(qwen, catalog.SMOLLM2_135M)
     assert catalog.why_not_draft(draft, qwen).startswith("not smaller")
     assert qwen.memory_needed("bfloat16") < qwen.memory_needed("float32")
+    # llama.cpp keeps the file's own quantised weights: the file, its KV cache and buffers
+    assert qwen.size < qwen.memory_needed("float32", "llama.cpp") < qwen.memory_needed("bfloat16")
     assert catalog.recommend(4 << 30, "cpu", "float32") is catalog.SMOLLM2_135M
     assert catalog.recommend(32 << 30, "cpu", "float32") is qwen
     with pytest.raises(ValueError, match="known: smollm2-135m"):

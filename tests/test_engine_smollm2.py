@@ -25,7 +25,7 @@ NEW = 40
 
 @pytest.fixture(scope="module")
 def engine():
-    return Engine.load("default", dtype="float32", measure=False)
+    return Engine.load("default", dtype="float32", backend="torch", measure=False)  # compared with HF generate
 
 
 @pytest.fixture(scope="module")

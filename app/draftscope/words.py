@@ -42,11 +42,12 @@ def part_status(text: str) -> str:
     return re.sub(r"^(Downloading part \d+ of \d+) \(.*\)$", r"\1", text)
 
 
-def catalog_note(model: catalog.CatalogModel, dtype: str) -> str:
-    """Size, memory needed in ``dtype``, downloaded or not, what it is good for."""
+def catalog_note(model: catalog.CatalogModel, dtype: str, backend: str = "torch") -> str:
+    """Size, memory needed on ``backend`` (in ``dtype`` on torch), downloaded or not, what it is good for."""
     state = "downloaded" if model.fetched else "not downloaded yet"
-    return (f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype))} of memory "
-            f"({dtype}) · {state}\n{sentence(model.good_for)}")
+    how = "llama.cpp" if backend == "llama.cpp" else dtype
+    return (f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype, backend))} of memory "
+            f"({how}) · {state}\n{sentence(model.good_for)}")
 
 
 def describe_error(exc: BaseException, folder: Path | None = None) -> str:

@@ -301,7 +301,8 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 50 or args.pit_tokens < 100:
         raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, measure=args.budget is None)
+    # the audit compares with Hugging Face generate and reads the torch model's logits: it runs on torch
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend="torch", measure=args.budget is None)
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
     from draftscope.engine.drafters.recurrent import find_recurrent
 

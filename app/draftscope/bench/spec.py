@@ -3,6 +3,8 @@ one process, greedy. Prints per category and overall: tau (tokens per target for
 speedup over Hugging Face ``generate``, and whether the output equals the baseline's.
 
 Methods: ``hf`` (baseline), ``hf-pld`` (HF prompt lookup), ``hf-assisted`` (with --draft-model),
+on the llama.cpp backend ``llama`` (the baseline: llama-cpp-python's own ``Llama`` loop on the
+same GGUF and threads) and ``llama-pld`` (its ``LlamaPromptLookupDecoding``),
 ours: ``auto`` (what the app does out of the box: the settings' default drafters — retrieval from
 the default datastore, the model's learned answers, the conversation — plus the draft model when
 one is given, under the step policy), ``plain``, ``retrieval``, ``context``, ``learned``,
@@ -31,9 +33,10 @@ from draftscope.commands import argtypes
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
-ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "auto", "auto-no-recurrent", "plain", "retrieval", "context", "learned",
+ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "llama", "llama-pld", "auto", "auto-no-recurrent", "plain", "retrieval", "context", "learned",
                "recurrent", "composite", "model", "oracle"]
 NEEDS_HEAD = ("recurrent", "auto-no-recurrent")  # methods that only make sense with a recurrent head
+REFERENCES = {"torch": ("hf", "hf-pld", "hf-assisted"), "llama.cpp": ("llama", "llama-pld")}  # each backend's own loops
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=argtypes.device, default=None)
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
                    "method runs in the same dtype)")
+    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+                   help="what runs the model (auto: llama.cpp for a GGUF on the CPU); the baseline is that "
+                   "backend's own plain loop: HF generate (hf) or llama-cpp-python's Llama (llama)")
     p.add_argument("--second-turns", action="store_true", help="also each question's second turn (after the "
                    "model's own first answer)")
     p.add_argument("--learn-from", default=None, help="a distilled answers file (`datastore distill` writes "
@@ -107,8 +113,15 @@ def run(args: argparse.Namespace) -> int:
     if any(m in methods for m in ("retrieval", "composite")) and not datastore.is_file():
         raise FileNotFoundError(f"datastore not found: {datastore} (build it with `draftscope datastore build-default`)")
 
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend)
     model, tok = engine.model, engine.tokenizer
+    kind = engine.backend.kind
+    others = {m for k, refs in REFERENCES.items() if k != kind for m in refs}
+    methods = [m for m in methods if m not in others]
+    base = REFERENCES[kind][0]  # every speedup is over the backend's own plain loop
+    if base not in methods:
+        methods.insert(0, base)
+    reference = LlamaReference(engine, args.max_new_tokens) if kind == "llama.cpp" else None
     recurrent = find_recurrent(args.model, engine, args.head)
     from draftscope.retrieval import Reader
 
@@ -121,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     answers = _distilled(args.learn_from) if args.learn_from else []
     if answers and not args.learning_curve:
         learn_answers(learned, engine, answers[: args.learned_answers])
-    print(f"draftscope bench spec: {engine.name} on {engine.device} ({engine.dtype}: {engine.dtype_reason}), "
+    print(f"draftscope bench spec: {engine.name} on {engine.backend.describe()} ({engine.dtype_reason}), "
           f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
           f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}; "
           f"recurrent head {recurrent.path if recurrent else 'none'}"
@@ -130,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if recurrent is not None and recurrent.measured:
         print("recurrent head ms per beam-search depth by width: "
               f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} } ({recurrent.layout or 'GPU'})")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}; "
+    print(f"machine: {platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{time.strftime('%Y-%m-%d')}; "
           f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
 
     def hf(ids, **kw):
@@ -165,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         return setup_drafters(",".join(names) or "none", datastore=reader, draft_model=draft,
                               eos_token_id=tok.eos_token_id, learned=store, recurrent=recurrent, tokenizer=tok).make()
 
+    if reference is not None:
+        hf = reference.plain  # noqa: F811 - the llama.cpp backend's baseline is llama.cpp's own loop
     warm = engine.encode_chat([{"role": "user", "content": "Hi"}])
     hf(warm)
     ours(warm, [])
@@ -179,11 +195,13 @@ def run(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": text})
             ids = engine.encode_chat(messages)
             base_ids, base_t, _, _ = hf(ids)
-            results = {"hf": (base_ids, base_t, None, None)}
+            results = {base: (base_ids, base_t, None, None)}
             for m in methods:
-                if m == "hf":
+                if m == base:
                     continue
-                if m == "hf-pld":
+                if m == "llama-pld":
+                    results[m] = reference.prompt_lookup(ids)
+                elif m == "hf-pld":
                     results[m] = hf(ids, prompt_lookup_num_tokens=10)
                 elif m == "hf-assisted":
                     results[m] = hf(ids, assistant_model=draft)
@@ -202,9 +220,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{qi + 1}/{len(questions)}] {q['category']}{' (turn 2)' if turn == 2 else ''}: tok/s {line}",
                   flush=True)
 
-    table = summarise(rows, methods)
-    text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods) + draft_costs(rows, methods)
+    from draftscope.sysinfo import peak_rss_mb
+
+    table = summarise(rows, methods, base)
+    text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods, base) + draft_costs(rows, methods)
     print(text)
+    print(f"peak resident memory of this run: {peak_rss_mb():,.0f} MiB (every method's model in one process: "
+          "compare memory with one method a run)")
     print(f"learned answers at the end: {learned.stats().answers}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"rows": rows, "summary": table}, indent=2))
@@ -275,7 +297,7 @@ def learning_curve(args, engine, answers, hf, ours, make_drafters, scratch: Path
     return 0
 
 
-def summarise(rows: list[dict], methods: list[str]) -> dict:
+def summarise(rows: list[dict], methods: list[str], base: str = "hf") -> dict:
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[r["category"]].append(r)
@@ -284,7 +306,7 @@ def summarise(rows: list[dict], methods: list[str]) -> dict:
         groups["overall"].append(r)
     out = {}
     for cat, rs in groups.items():
-        base_tps = _tps([r for r in rs if r["method"] == "hf"])
+        base_tps = _tps([r for r in rs if r["method"] == base])
         out[cat] = {}
         for m in methods:
             mr = [r for r in rs if r["method"] == m]
@@ -325,15 +347,64 @@ def format_table(table: dict, methods: list[str]) -> str:
     return "\n".join(lines)
 
 
-def worst_prompts(rows: list[dict], methods: list[str]) -> str:
-    """Each method's slowest prompt against HF generate on the same prompt."""
-    lines = ["| method | worst prompt (speedup over hf) | prompts below 0.95x |", "|---|---|---|"]
+def worst_prompts(rows: list[dict], methods: list[str], base: str = "hf") -> str:
+    """Each method's slowest prompt against the baseline on the same prompt."""
+    lines = [f"| method | worst prompt (speedup over {base}) | prompts below 0.95x |", "|---|---|---|"]
     for m in methods:
         mine = [r for r in rows if r["method"] == m and r["speedup"] is not None]
-        if m == "hf" or not mine:
+        if m == base or not mine:
             continue
         worst = min(mine, key=lambda r: r["speedup"])
         below = sum(r["speedup"] < 0.95 for r in mine)
         lines.append(f"| {m} | {worst['speedup']:.2f}x ({worst['category']} #{worst['question_id']}, turn "
                      f"{worst.get('turn', 1)}) | {below} of {len(mine)} |")
     return "\n".join(lines)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+class LlamaReference:
+    """llama-cpp-python's own loops on the engine's GGUF, threads and context: what CPU users
+    already run. Greedy, ending at EOS (kept, as our answers keep it) or the token limit."""
+
+    def __init__(self, engine, max_new_tokens: int) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        backend = engine.backend
+        self.eos = engine.eos_ids
+        self.max_new_tokens = max_new_tokens
+        options = dict(model_path=str(backend.path), n_ctx=backend.max_context, n_threads=backend.threads,
+                       n_threads_batch=backend.threads, verbose=False)
+        self.llm = Llama(**options)
+        self._pld_options = options
+        self._pld = None
+        self._PLD = LlamaPromptLookupDecoding
+
+    def _run(self, llm, ids):
+        llm.reset()  # no prompt reuse from the previous run: every method pays its prompt
+        t0 = time.perf_counter()
+        out = []
+        for tok in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0):
+            out.append(int(tok))
+            if tok in self.eos or len(out) >= self.max_new_tokens:
+                break
+        return out, time.perf_counter() - t0, None, None
+
+    def plain(self, ids):
+        return self._run(self.llm, ids)
+
+    def prompt_lookup(self, ids):
+        if self._pld is None:  # its own Llama: the draft model is fixed at construction
+            from llama_cpp import Llama
+
+            self._pld = Llama(**self._pld_options, draft_model=self._PLD(num_pred_tokens=10))
+        return self._run(self._pld, ids)

@@ -32,6 +32,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
                    "natively, else float32)")
+    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+                   help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
+                   "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU")
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
@@ -86,13 +89,13 @@ def _setup(args):
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
     wants_draft = bool(args.draft_model) and (args.drafters == "auto" or "model" in [n.strip() for n in args.drafters.split(",")])
     print(f"loading {args.model} ...", file=sys.stderr)
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend)
     draft_model = load_draft_model(args.draft_model, engine, device=args.device, dtype=args.dtype).model if wants_draft else None
     setup = setup_drafters(args.drafters, datastore=datastore, draft_model=draft_model,
                            eos_token_id=engine.tokenizer.eos_token_id, vocab_size=engine.vocab,
                            learned=_learned(args.model, engine), recurrent=_recurrent(args, engine),
                            tokenizer=engine.tokenizer, notify=lambda text: print(text, file=sys.stderr))
-    print(f"{engine.name} on {engine.device} ({_dtype_name(engine)}); drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
+    print(f"{engine.name} on {engine.backend.describe()}; drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
           f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s", file=sys.stderr)
     if args.verbose:
         print(f"precision: {_dtype_name(engine)} ({engine.dtype_reason or 'as loaded'})", file=sys.stderr)
@@ -104,7 +107,7 @@ def _setup(args):
 
 
 def _dtype_name(engine) -> str:
-    return str(engine.dtype).removeprefix("torch.")
+    return engine.precision
 
 
 def _settings_of(args):

@@ -23,14 +23,14 @@ def add_parser(sub) -> None:
     fetch.set_defaults(func=cmd_fetch)
 
 
-def catalogue_rows(dtype: str) -> list[dict]:
+def catalogue_rows(dtype: str, backend: str = "torch") -> list[dict]:
     from draftscope import catalog
 
     rows = []
     for m in catalog.CATALOG:
         rows.append({
-            "name": m.name, "title": m.title, "size_bytes": m.size, "memory_bytes": m.memory_needed(dtype),
-            "dtype": dtype, "fetched": m.fetched, "path": str(m.path) if m.fetched else None,
+            "name": m.name, "title": m.title, "size_bytes": m.size, "memory_bytes": m.memory_needed(dtype, backend),
+            "dtype": dtype, "backend": backend, "fetched": m.fetched, "path": str(m.path) if m.fetched else None,
             "draft_models": [d.name for d in catalog.draft_models_for(m)], "good_for": m.good_for,
         })
     return rows
@@ -41,13 +41,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     from draftscope.engine import precision
     from draftscope.engine.loader import pick_device
 
+    from draftscope.engine.backends import backend_for_gguf
+
     chosen = precision.choose(pick_device(args.device), args.dtype)
-    rows = catalogue_rows(chosen.name)
+    backend = backend_for_gguf("auto", args.device)
+    rows = catalogue_rows(chosen.name, backend)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    rec = catalog.recommend(catalog.total_memory(), pick_device(args.device).type, chosen.name)
-    print(f"memory figures for {chosen.name} ({chosen.reason}); recommended here: {rec.name}")
+    rec = catalog.recommend(catalog.total_memory(), pick_device(args.device).type, chosen.name, backend)
+    how = "llama.cpp (the GGUF as it is)" if backend == "llama.cpp" else f"{chosen.name} ({chosen.reason})"
+    print(f"memory figures for {how}; recommended here: {rec.name}")
     head = ("name", "size", "memory", "fetched", "draft models", "good for")
     table = [head] + [(r["name"] + (" *" if r["name"] == rec.name else ""), f"{r['size_bytes'] / 1e9:.2f} GB",
                        f"{r['memory_bytes'] / 1e9:.1f} GB", "yes" if r["fetched"] else "no",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
@@ -42,43 +43,23 @@ def monotone(costs: dict[int, float]) -> dict[int, float]:
 
 
 @torch.inference_mode()
-def measure_verify_costs(model, device, *, context: int = 256, sizes=SIZES, repeats: int = 3) -> dict[int, float]:
-    """Seconds for one forward of 1 + n tokens (root + chain of n) over a ``context``-token cache:
-    the best of ``repeats`` rounds, each round over every size (a load spike then hits one round,
-    not every try of one size), made monotone in n."""
-    from transformers import DynamicCache
+def measure_verify_costs(backend, *, context: int = 256, sizes=SIZES, repeats: int = 3) -> dict[int, float]:
+    """Seconds for one verify of 1 + n tokens (root + chain of n) over a ``context``-token cache,
+    on whatever backend runs the model: the best of ``repeats`` rounds, each round over every size
+    (a load spike then hits one round, not every try of one size), made monotone in n."""
+    from draftscope.engine.backends.base import chain_tree
 
-    from draftscope.draft_tree import DraftTree
-    from draftscope.engine.tree_attention import crop_cache, tree_inputs
-
-    import numpy as np
-
-    vocab = model.config.vocab_size
-    dtype = next(model.parameters()).dtype
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-    cache = DynamicCache()
-    model(input_ids=prompt, past_key_values=cache, use_cache=True)
-    inputs = {}
-    for n in sizes:
-        tree = DraftTree(
-            tokens=np.random.default_rng(n).integers(0, vocab, size=n),
-            parents=np.arange(-1, n - 1, dtype=np.int32),
-            depth=np.arange(1, n + 1, dtype=np.int32),
-            support=np.ones(n, np.float32),
-            source=np.ones(n, np.int8),
-        )
-        inputs[n] = tree_inputs(1, tree, context, device, dtype)
+    context = max(1, min(context, backend.max_context - max(sizes) - 2))
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, backend.vocab, context + 1).tolist()
+    backend.start(prompt)
+    chains = {n: chain_tree(rng.integers(0, backend.vocab, n)) for n in sizes}
     best = {n: float("inf") for n in sizes}
     for _ in range(repeats):
         for n in sizes:
-            ids, pos, mask = inputs[n]
-            if device.type == "cuda":
-                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model(input_ids=ids, position_ids=pos, attention_mask=mask, past_key_values=cache, use_cache=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            out = backend.verify(prompt[-1], chains[n])
+            float(out.logits[-1, 0])  # waits for an asynchronous device
             best[n] = min(best[n], time.perf_counter() - t0)
-            crop_cache(cache, context)
+            backend.truncate(context)
     return monotone(best)

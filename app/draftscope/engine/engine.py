@@ -2,10 +2,11 @@
 emit events. Plain decoding is the same loop with an empty tree, so baseline and speculative
 runs share model, cache and logit processing.
 
-State between steps: the KV cache holds every token of prompt + answer except the last one
-(the root). A step feeds [root] + tree tokens; logits at the root and at each node give the
+State between steps: the target's cache holds every token of prompt + answer except the last
+one (the root). A step feeds [root] + tree tokens; logits at the root and at each node give the
 target's next-token distributions; verification picks the accepted path and the token the
-target adds itself; the cache keeps the root and the accepted nodes only.
+target adds itself; the cache keeps the root and the accepted nodes only. What runs the target
+(torch or llama.cpp) sits behind :mod:`draftscope.engine.backends`; nothing here asks which.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from dataclasses import dataclass, field
 import torch
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import FixedBudget, measure_verify_costs
 from draftscope.engine.policy import Calibration, StepPolicy, subtree
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, tree_to_dict
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, fresh_seed, probabilities
-from draftscope.engine.tree_attention import keep_accepted, tree_inputs
 from draftscope.engine.verify import token_positions, verify_tree
 
 
@@ -88,28 +89,22 @@ class _Detokenizer:
 
 
 class Engine:
-    def __init__(self, model, tokenizer, *, name: str = "model", device=None) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.name = name
-        self.device = device or next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
-        self.dtype_reason = ""  # why this dtype (set by load)
+    """``Engine(model, tokenizer)`` runs a torch model; ``Engine(backend=...)`` any backend
+    (:func:`draftscope.engine.backends.open_backend` picks and opens one)."""
+
+    def __init__(self, model=None, tokenizer=None, *, name: str = "model", device=None, backend: Backend | None = None) -> None:
+        if backend is None:
+            from draftscope.engine.backends.torch_backend import TorchBackend
+
+            backend = TorchBackend(model, tokenizer, name=name, device=device)
+        self.backend = backend
+        self.tokenizer = backend.tokenizer
+        self.name = backend.name
+        self.dtype_reason = backend.precision_reason  # why this precision (shown in the status bar)
         self.draft_model = None  # a draft model loaded beside the model (the app's model drafter)
-        self.vocab = int(model.config.vocab_size)
-        self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
-        # Tree verification passes one full-attention mask to every layer; sliding-window layers
-        # (Gemma 3) keep only their window, so stay inside it rather than misread the cache.
-        window = getattr(model.config, "sliding_window", None)
-        if window and "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
-            self.max_context = min(self.max_context, int(window))
-        eos = set()
-        for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
-            if isinstance(source, int):
-                eos.add(source)
-            elif isinstance(source, (list, tuple)):
-                eos.update(int(x) for x in source)
-        self.eos_ids = eos
+        self.vocab = backend.vocab
+        self.max_context = backend.max_context
+        self.eos_ids = backend.eos_ids
         self.verify_costs: dict[int, float] | None = None
         self.answer_lock = threading.RLock()  # re-entrant: one thread may interleave two answers (the race)
         # What the step policy learned of each drafter's acceptance (per source), kept across answers.
@@ -118,13 +113,30 @@ class Engine:
         self.baseline_tokens_per_second: float | None = None
         self.baseline_measured_at: float | None = None  # time.monotonic() of the last measurement
 
-    @classmethod
-    def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, measure: bool = True) -> Engine:
-        from draftscope.engine.loader import load_model
+    @property
+    def model(self):
+        """The torch module (None on llama.cpp): the self:N draft model, head training, HF references."""
+        return self.backend.model
 
-        loaded = load_model(spec, device=device, dtype=dtype)
-        engine = cls(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device)
-        engine.dtype_reason = loaded.dtype_reason
+    @property
+    def device(self):
+        return self.backend.device
+
+    @property
+    def dtype(self):
+        """The torch dtype, or None where the backend computes in the file's own formats."""
+        return getattr(self.backend, "dtype", None)
+
+    @property
+    def precision(self) -> str:
+        return self.backend.precision
+
+    @classmethod
+    def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, backend: str = "auto",
+             measure: bool = True) -> Engine:
+        from draftscope.engine.backends import open_backend
+
+        engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype))
         if measure:
             engine.measure()
         return engine
@@ -133,7 +145,7 @@ class Engine:
 
     def measure(self) -> None:
         """Verify cost by tree size (for the adaptive budget) and plain tokens/s (the baseline)."""
-        self.verify_costs = measure_verify_costs(self.model, self.device)
+        self.verify_costs = measure_verify_costs(self.backend)
         self.measure_baseline()
 
     def measure_baseline(self, tokens: int = 32) -> float:
@@ -183,8 +195,6 @@ class Engine:
 
     @torch.inference_mode()
     def _loop(self, request: GenerationRequest, prompt: list[int], ignore_eos: bool) -> Iterator[StepEvent | FinalEvent]:
-        from transformers import DynamicCache
-
         params = request.sampling
         # The seed decides every token at T > 0 (with the position): kept with the answer.
         seed = None if params.greedy else (params.seed if params.seed is not None else fresh_seed())
@@ -200,7 +210,7 @@ class Engine:
             budget = FixedBudget(request.budget)
         else:
             if self.verify_costs is None:
-                self.verify_costs = measure_verify_costs(self.model, self.device)
+                self.verify_costs = measure_verify_costs(self.backend)
             budget = StepPolicy(self.verify_costs, calibration=self.calibration)
         drafter = drafters[0] if len(drafters) == 1 else None
         if len(drafters) > 1:
@@ -211,6 +221,9 @@ class Engine:
         # Drafters that read the target's hidden state (the recurrent head) get it from the
         # forwards the loop runs anyway: the prefill, then each verify step.
         wants_hidden = drafter is not None and getattr(drafter, "wants_hidden", False)
+        if wants_hidden and not self.backend.gives_hidden:
+            raise ValueError(f"the recurrent drafter reads the model's hidden state, which the {self.backend.kind} "
+                             "backend does not give: use the torch backend for it")
 
         limit = min(request.max_new_tokens, self.max_context - len(prompt))
         ids = list(prompt)
@@ -219,16 +232,11 @@ class Engine:
         detok = _Detokenizer(self.tokenizer)
         generated: list[int] = []
         accepted_by_source: Counter = Counter()
-        cache = DynamicCache()
         started = time.perf_counter()
         first_token_at = None
-        if len(prompt) > 1:
-            pre = torch.tensor([prompt[:-1]], device=self.device)
-            out = self.model(input_ids=pre, past_key_values=cache, use_cache=True, logits_to_keep=1,  # logits unused
-                             output_hidden_states=wants_hidden)
-            if wants_hidden:
-                drafter.set_hidden(out.hidden_states[-1][0, -1])
-        past = len(prompt) - 1
+        hidden = self.backend.start(prompt, want_hidden=wants_hidden)
+        if hidden is not None:
+            drafter.set_hidden(hidden)
         root = prompt[-1]
         step = 0
         first_step_tokens = 0
@@ -244,10 +252,8 @@ class Engine:
             tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
             tree = budget.trim(prune_depth(drop_foreign_tokens(tree, self.vocab), limit - len(generated) - 1), size)
             t1 = time.perf_counter()
-            input_ids, positions, mask = tree_inputs(root, tree, past, self.device, self.dtype)
-            out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                             past_key_values=cache, use_cache=True, output_hidden_states=wants_hidden)
-            logits = out.logits[0, :, : self.vocab]
+            verified = self.backend.verify(root, tree, want_hidden=wants_hidden)
+            logits = verified.logits
             row_seen = None
             if params.repetition_penalty != 1.0:
                 row_seen = seen.repeat(len(tree) + 1, 1)
@@ -256,9 +262,9 @@ class Engine:
                 row_seen = row_seen.to(logits.device)
             probs = probabilities(logits, params, row_seen)
             path, bonus = verify_tree(tree, choose(probs, token_positions(tree, len(ids)), noise))
-            keep_accepted(cache, past, path)
+            self.backend.commit(path)
             if wants_hidden:  # the position that predicted the bonus token, the next root
-                drafter.set_hidden(out.hidden_states[-1][0, 1 + path[-1] if path else 0])
+                drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])
             t2 = time.perf_counter()
 
             emitted = [int(tree.tokens[i]) for i in path] + [bonus]
@@ -285,7 +291,6 @@ class Engine:
                     accepted_by_source[src] += 1
             ids.extend(emitted)
             seen[torch.tensor(emitted)] = True
-            past += 1 + len(path)
             root = ids[-1]
             budget.update(tree, path, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
                           drafted=drafter is not None and size > 0)

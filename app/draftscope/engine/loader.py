@@ -77,8 +77,15 @@ def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | N
     why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
     if why:
         raise ValueError(f"{source.display_name} cannot be a draft model here: {why}")
-    dev = str(device or target.device)
-    dt = dtype or str(target.dtype).removeprefix("torch.")
+    target_backend = getattr(target, "backend", None)
+    if getattr(target_backend, "kind", "torch") == "llama.cpp" and source.kind == "gguf":
+        # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own
+        from draftscope.engine.backends import open_backend
+
+        opened = open_backend(source, backend="llama.cpp", context=target.max_context, threads=target_backend.threads)
+        return LoadedModel(opened, opened.tokenizer, source, torch.device("cpu"), None, opened.precision_reason)
+    dev = str(device or (target.device if isinstance(target.device, torch.device) else "cpu"))
+    dt = dtype or (str(target.dtype).removeprefix("torch.") if target.dtype is not None else None)
     return load_model(source, device=dev, dtype=dt)
 
 

@@ -56,9 +56,11 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
         return ModelSource("gguf", str(path), entry.title, entry.name)
     path = Path(spec).expanduser()
     if path.is_file():
-        if path.suffix.lower() != ".gguf":
+        if path.suffix.lower() != ".gguf" and not _starts_as_gguf(path):  # Ollama's blobs have no suffix
             raise ModelNotFoundError(f"{spec} is a file but not a .gguf model; give a GGUF file or a model folder")
-        return ModelSource("gguf", str(path.resolve()), path.stem)
+        from draftscope.local_models import name_for
+
+        return ModelSource("gguf", str(path.resolve()), name_for(path) or path.stem)
     if path.is_dir():
         if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "config.json")):
             ggufs = sorted(path.glob("*.gguf"))
@@ -69,6 +71,14 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
     if not _HUB_ID.fullmatch(spec) or spec.lower().endswith(".gguf"):
         raise ModelNotFoundError(f"model not found: {spec} (no such file or folder)")
     return ModelSource("hub", spec, spec.split("/")[-1])
+
+
+def _starts_as_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def file_digest(path: Path) -> str:

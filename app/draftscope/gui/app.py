@@ -96,7 +96,7 @@ def load_engine(settings):
 
     device = None if settings.device == "auto" else settings.device
     dtype = None if settings.dtype == "auto" else settings.dtype
-    engine = Engine.load(settings.model, device=device, dtype=dtype)
+    engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend)
     engine.notices = []
     engine.learned = open_learned(settings.model, engine)
     engine.recurrent = open_recurrent(settings.model, engine)

@@ -132,8 +132,11 @@ class FirstRunDialog(QDialog):
                                 "downloaded once from PyPI (pip's index and proxy settings apply).")
         chosen = run_precision(self.settings.device, self.settings.dtype)
         self._dtype = chosen.name if chosen is not None else "float32"
+        from draftscope.engine.backends import backend_for_gguf
+
+        self._backend = backend_for_gguf(self.settings.backend, self.settings.device)  # every catalogue model is a GGUF
         memory = catalog.total_memory()
-        self.recommended = catalog.recommend(memory, self._device_type(), self._dtype)
+        self.recommended = catalog.recommend(memory, self._device_type(), self._dtype, self._backend)
         self.catalog_radios: dict[str, QRadioButton] = {}
         self.catalog_notes: dict[str, QLabel] = {}
         for model in catalog.CATALOG:
@@ -142,7 +145,7 @@ class FirstRunDialog(QDialog):
                 text += (f" (recommended for this computer: {memory / 2**30:.0f} GB memory)" if memory
                          else " (recommended)")
             radio = QRadioButton(text, objectName=f"catalogRadio-{model.name}")
-            note = _note(catalog_note(model, self._dtype))
+            note = _note(catalog_note(model, self._dtype, self._backend))
             note.setObjectName(f"catalogNote-{model.name}")
             self.catalog_radios[model.name], self.catalog_notes[model.name] = radio, note
         self.local_radio = QRadioButton("A model on this computer", objectName="localModelRadio")
@@ -521,7 +524,7 @@ class FirstRunDialog(QDialog):
 
     def _refresh_catalog_notes(self) -> None:
         for name, note in self.catalog_notes.items():
-            note.setText(catalog_note(catalog.get(name), self._dtype))
+            note.setText(catalog_note(catalog.get(name), self._dtype, self._backend))
 
     def _end(self) -> str | None:
         """Leave the busy state; the kind of job that ended (None if the dialog is closing)."""

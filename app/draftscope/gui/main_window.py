@@ -191,10 +191,11 @@ class MainWindow(QMainWindow):
         status = self.statusBar()
         self.status_model = QLabel(f"model: {engine.name}", objectName="statusModel")
         self.status_model.setToolTip(engine.name)
-        precision = str(getattr(engine, "dtype", "")).removeprefix("torch.")
-        self.status_device = QLabel(f"device: {engine.device} · {precision}", objectName="statusDevice")
-        self.status_device.setToolTip(f"Runs in {precision}" + (f": {engine.dtype_reason}" if getattr(
-            engine, "dtype_reason", "") else "") + ". Settings ▸ Model ▸ Precision changes it.")
+        backend = engine.backend
+        self.status_device = QLabel(backend.describe(), objectName="statusDevice")
+        self.status_device.setToolTip(f"{backend.kind} runs the model on {engine.device}, in {engine.precision}"
+                                      + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
+                                      + ". Settings ▸ Model ▸ Backend and Precision change it.")
         self.status_datastore = QLabel(objectName="statusDatastore")
         self._show_datastore(datastore_label)
         self.status_drafters = QLabel(objectName="statusDrafters")
@@ -521,6 +522,12 @@ class MainWindow(QMainWindow):
 
         if self.streaming:
             self.statusBar().showMessage("The recurrent drafter can be trained once the answer is done", 5000)
+            return
+        if self.engine.model is None:  # training runs the torch model; say so rather than fail inside the dialog
+            QMessageBox.information(self, "Train the recurrent drafter",
+                                    f"The recurrent drafter trains on and reads the model's hidden state, which the "
+                                    f"{self.engine.backend.kind} backend does not give. Choose Settings ▸ Model ▸ "
+                                    "Backend ▸ torch to train and use it for this model.")
             return
         self.train_dialog = TrainHeadDialog(self.engine, self.settings.model, options_overrides=options_overrides,
                                             parent=self)

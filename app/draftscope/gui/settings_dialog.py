@@ -32,10 +32,13 @@ from draftscope.words import describe_error, memory_text, part_status, run_preci
 from draftscope.words import sentence as _sentence
 from draftscope.gui.worker import WorkerThread
 from draftscope.retrieval import Reader
+from draftscope.local_models import find_local_models
 from draftscope.storage.settings import DTYPES, Settings
 
+BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
+
 # Changing one of these means loading a model again; every other field applies to the next answer.
-RELOAD_FIELDS = frozenset({"model", "device", "dtype", "draft_model"})
+RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model"})
 SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history"})
 
 _THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
@@ -270,6 +273,11 @@ class SettingsDialog(QDialog):
         self.model_combo = QComboBox(objectName="modelCombo")
         for model in catalog.CATALOG:
             self.model_combo.addItem(model.title, model.name)
+        # GGUF models LM Studio and Ollama already keep on this computer: their file is the setting
+        for local in find_local_models():
+            self.model_combo.addItem(f"{local.name} · {local.app} · {size_text(local.size)} · on this computer",
+                                     str(local.path))
+            self.model_combo.setItemData(self.model_combo.count() - 1, str(local.path), Qt.ItemDataRole.ToolTipRole)
         self.model_combo.addItem(_OTHER_TEXT, _OTHER)
         self.model_combo.currentIndexChanged.connect(self._on_model_changed)
         form.addRow("Model:", self.model_combo)
@@ -301,6 +309,14 @@ class SettingsDialog(QDialog):
         form.addRow("Precision:", _row(self.dtype_combo, stretch_first=False))
         form.addRow("", _hint("Auto: bfloat16 where the hardware computes it natively, else float32 (bfloat16 "
                               "halves the memory; emulated, it is many times slower).", wrap=True))
+        self.backend_combo = QComboBox(objectName="backendCombo")
+        for name, text in BACKEND_CHOICES:
+            self.backend_combo.addItem(text, name)
+        self.backend_combo.currentIndexChanged.connect(self._on_precision_changed)  # the memory estimates follow
+        form.addRow("Backend:", _row(self.backend_combo, stretch_first=False))
+        form.addRow("", _hint("Auto: llama.cpp for a GGUF model on the CPU: it computes with the file's own "
+                              "quantised weights, in a fraction of the memory; torch for Hugging Face folders, "
+                              "CUDA, and the recurrent drafter. Precision applies to torch.", wrap=True))
 
         self.draft_model_combo = QComboBox(objectName="draftModelCombo")
         self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
@@ -454,6 +470,7 @@ class SettingsDialog(QDialog):
             self._select_spec(self.model_combo, self.model_edit, s.model)
             self._fill_devices(s.device)
             self.dtype_combo.setCurrentIndex(max(0, self.dtype_combo.findData(s.dtype)))
+            self.backend_combo.setCurrentIndex(max(0, self.backend_combo.findData(s.backend)))
             self._fill_drafts(s.draft_model)
         finally:
             self._filling = False
@@ -487,7 +504,7 @@ class SettingsDialog(QDialog):
     def _select_spec(self, combo: QComboBox, edit: QLineEdit, spec: str) -> None:
         """Select the catalogue entry ``spec`` names, else Other with ``spec`` in the line edit."""
         entry = catalog_entry(spec)
-        index = combo.findData(entry.name) if entry is not None else -1
+        index = combo.findData(entry.name) if entry is not None else combo.findData(spec.strip()) if spec.strip() else -1
         if index >= 0:
             combo.setCurrentIndex(index)
             edit.clear()
@@ -522,6 +539,9 @@ class SettingsDialog(QDialog):
 
     def _model_spec(self) -> str:
         model = self.chosen_model()
+        data = self.model_combo.currentData()
+        if model is None and data and data != _OTHER:  # a model LM Studio or Ollama keeps here
+            return data
         if model is None:
             return self.model_edit.text().strip()
         original = catalog_entry(self._original.model)
@@ -574,9 +594,12 @@ class SettingsDialog(QDialog):
         self._refresh_items()
 
     def _item_text(self, model: catalog.CatalogModel) -> str:
+        from draftscope.engine.backends import backend_for_gguf
+
         state = "downloaded" if model.fetched else "not downloaded"
-        return (f"{model.title} · {size_text(model.size)} · {memory_text(model.memory_needed(self.dtype_name()))} "
-                f"memory · {state}")
+        backend = backend_for_gguf(self.backend_combo.currentData() or "auto", self.device_combo.currentData())
+        memory = memory_text(model.memory_needed(self.dtype_name(), backend))
+        return f"{model.title} · {size_text(model.size)} · {memory} memory · {state}"
 
     def _refresh_items(self) -> None:
         """Catalogue entries' texts: the memory follows the precision, the state the downloads."""
@@ -715,6 +738,7 @@ class SettingsDialog(QDialog):
             system_prompt=self.system_prompt_edit.toPlainText(),
             device=self.device_combo.currentData(),
             dtype=self.dtype_combo.currentData(),
+            backend=self.backend_combo.currentData(),
             theme=self.theme_combo.currentData(),
             font_size=self.font_size_spin.value(),
             server_enabled=self.server_enabled.isChecked(),
@@ -731,7 +755,7 @@ class SettingsDialog(QDialog):
         widgets = {"temperature": self.temperature_spin, "top_p": self.top_p_spin, "top_k": self.top_k_spin,
                    "max_new_tokens": self.max_new_tokens_spin, "repetition_penalty": self.repetition_penalty_spin,
                    "seed": self.seed_spin,
-                   "dtype": self.dtype_combo, "theme": self.theme_combo, "font_size": self.font_size_spin,
+                   "dtype": self.dtype_combo, "backend": self.backend_combo, "theme": self.theme_combo, "font_size": self.font_size_spin,
                    "server_port": self.server_port_spin, "server_api_key": self.server_key_edit}
         out = [(p, widgets[p.split()[0]]) for p in s.problems()]
         if not s.model:

@@ -20,6 +20,7 @@ MAX_SYSTEM_PROMPT = 100_000  # characters
 MAX_TEXT = 4096  # characters of a path, model name or device
 THEMES = ("system", "light", "dark")
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # as engine.precision.DTYPES (no torch import here)
+BACKENDS = ("auto", "torch", "llama.cpp")  # as engine.backends.BACKENDS
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Settings:
     system_prompt: str = ""
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
+    backend: str = "auto"  # auto: llama.cpp for a GGUF file on the CPU, torch otherwise (engine.backends)
     theme: str = "system"
     font_size: int = 11
     # The OpenAI-compatible server beside the window (Settings ▸ Server; `draftscope serve` alone).
@@ -69,6 +71,8 @@ class Settings:
                 out.append(f"{name} must be at most {MAX_TEXT:,} characters")
         if self.dtype not in DTYPES:
             out.append(f"dtype must be one of {', '.join(DTYPES)}")
+        if self.backend not in BACKENDS:
+            out.append(f"backend must be one of {', '.join(BACKENDS)}")
         if self.theme not in THEMES:
             out.append(f"theme must be one of {', '.join(THEMES)}")
         if not 6 <= self.font_size <= 48:

@@ -23,7 +23,7 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities
-from draftscope.engine.tree_attention import crop_cache
+from draftscope.engine.backends.base import chain_tree
 
 
 @dataclass
@@ -58,52 +58,72 @@ def draft(model, query_token_ids: torch.Tensor, kv_cache, num_draft_tokens: int,
 
 
 class ModelDrafter:
+    """``model``: a torch causal LM or an opened Backend (a GGUF draft model on llama.cpp runs in
+    its own llama.cpp context); either way it drafts through the backend seam the target uses."""
+
     name = "model"
     source = DraftSource.MODEL
 
     def __init__(self, model, *, max_tokens: int = 6, eos_token_id: int | None = None) -> None:
-        from transformers import DynamicCache
+        from draftscope.engine.backends.base import Backend
 
-        self.model = model
+        if not isinstance(model, Backend):
+            from draftscope.engine.backends.torch_backend import TorchBackend
+
+            model = TorchBackend(model, None, name="draft model")
+        self.backend = model
         self.max_tokens = max_tokens
         self.eos_token_id = eos_token_id
-        self._cache_cls = DynamicCache
-        self.cache = DynamicCache()
-        self.cached: list[int] = []  # tokens whose keys/values are in self.cache
+        self.cached: list[int] = []  # tokens whose keys/values the draft model holds
         self.sampling = SamplingParams()
         self.noise: PositionNoise | None = None
-        self.device = next(model.parameters()).device
 
     def set_sampling(self, params: SamplingParams, noise: PositionNoise | None) -> None:
         """The answer's sampling and its keyed noise (None when greedy), set by the engine per answer."""
         self.sampling, self.noise = params, noise
 
     def reset(self, context_ids: Sequence[int]) -> None:
-        self.cache = self._cache_cls()
         self.cached = []
 
     def observe(self, accepted_ids: Sequence[int]) -> None:
         pass  # resynchronised lazily in propose
 
+    @torch.inference_mode()
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
         n = min(budget, self.max_tokens)
         if n <= 0:
             return DraftTree.empty()
         context = list(context_ids)
+        backend = self.backend
         common = 0
         limit = min(len(self.cached), len(context) - 1)  # feed at least the last token
         while common < limit and self.cached[common] == context[common]:
             common += 1
-        crop_cache(self.cache, common)
-        query = torch.tensor([context[common:]], dtype=torch.long, device=self.device)
-        out = draft(self.model, query, self.cache, n, self.sampling, eos_token_id=self.eos_token_id, noise=self.noise)
-        drafted = out.token_ids[0].tolist()
-        # The cache now holds the context and all drafted tokens but the last.
+        if common == 0:  # a new conversation: prefill, then the last token
+            backend.start(context)
+            row = backend.verify(context[-1], DraftTree.empty()).logits[-1:]
+        else:  # cut what was not accepted, feed what was added since
+            backend.truncate(common)
+            rest = context[common + 1 :]
+            row = backend.verify(context[common], chain_tree(rest)).logits[-1:]
+        backend.commit(list(range(len(context) - common - 1)) if common else [])
+        drafted, rows = [], []
+        for k in range(n):
+            probs = probabilities(row, self.sampling)
+            # the absolute position this draft token would take: the target's noise there (coupling)
+            tok = choose(probs, [len(context) + k], self.noise)[0]
+            drafted.append(tok)
+            rows.append(row)
+            if tok == self.eos_token_id or k + 1 == n:
+                break
+            row = backend.verify(tok, DraftTree.empty()).logits[-1:]
+            backend.commit([])
+        # The draft model now holds the context and all drafted tokens but the last.
         self.cached = context + drafted[:-1]
         # Support = path probability under the draft model (raw softmax when greedy, where the
         # processed distribution is one-hot).
-        conf = (probabilities(out.token_logits[0], self.sampling) if not self.sampling.greedy
-                else out.token_logits[0].float().softmax(-1)).cpu()
+        logits = torch.cat(rows)
+        conf = (probabilities(logits, self.sampling) if not self.sampling.greedy else logits.float().softmax(-1)).cpu()
         path_prob, support = 1.0, []
         for i, tok in enumerate(drafted):
             path_prob *= float(conf[i, tok])

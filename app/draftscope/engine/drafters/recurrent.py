@@ -140,7 +140,12 @@ def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
     ``model`` when one was trained (None when there is none). Raises recurrent.files.HeadError."""
     from draftscope.recurrent.files import default_head_path
 
+    from draftscope.recurrent.files import HeadError
+
     path = Path(head) if head else default_head_path(model)
     if not head and not path.with_suffix(".json").exists():
         return None
+    if not engine.backend.gives_hidden:
+        raise HeadError(f"the head reads the model's hidden state, which the {engine.backend.kind} backend does not "
+                        "give here: Settings ▸ Model ▸ Backend ▸ torch (or --backend torch) runs it")
     return RecurrentSetup.for_engine(path, engine)

@@ -1,0 +1,85 @@
+"""What runs the target model: the one place that turns (model, backend, device, precision) into
+an opened backend. GGUF files on a CPU open on llama.cpp, which computes with the file's own
+quantised weights; Hugging Face folders, hub ids and CUDA devices open on torch."""
+
+from __future__ import annotations
+
+from draftscope.engine.backends.base import Backend, Verified, chain_tree
+
+BACKENDS = ("auto", "torch", "llama.cpp")
+
+__all__ = ["BACKENDS", "Backend", "Verified", "backend_for_gguf", "chain_tree", "choose_backend", "llama_cpp_available",
+           "open_backend"]
+
+
+def llama_cpp_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception:  # not installed, or its shared library failed to load
+        return False
+    return True
+
+
+def choose_backend(source, requested: str = "auto", device: str | None = None) -> tuple[str, str]:
+    """(backend, why) for a resolved ModelSource. Refused with the reason in words when the
+    request cannot be met (llama.cpp needs a GGUF file and the llama-cpp-python package)."""
+    if requested not in BACKENDS:
+        raise ValueError(f"unknown backend {requested!r}: choose one of {', '.join(BACKENDS)}")
+    gguf = source.kind == "gguf"
+    if requested == "llama.cpp":
+        if not gguf:
+            raise ValueError(f"{source.display_name} is not a GGUF file: llama.cpp runs GGUF models; use the torch backend")
+        if not llama_cpp_available():
+            raise ValueError("the llama.cpp backend needs llama-cpp-python (scripts/setup.sh installs it)")
+        return "llama.cpp", "chosen in the settings"
+    if requested == "torch":
+        return "torch", "chosen in the settings"
+    if not gguf:
+        return "torch", "a Hugging Face model runs on torch"
+    if device in (None, "auto"):
+        from draftscope.engine.loader import pick_device
+
+        device = pick_device().type  # a GPU when there is one: torch runs it
+    if device != "cpu":
+        return "torch", f"the {device} device runs on torch"
+    if not llama_cpp_available():
+        return "torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch"
+    return "llama.cpp", "a GGUF file on the CPU: llama.cpp computes with its quantised weights directly"
+
+
+def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
+    """Which backend a GGUF model (every catalogue model) would open on: for memory estimates."""
+    from types import SimpleNamespace
+
+    try:
+        return choose_backend(SimpleNamespace(kind="gguf", display_name="the model"), requested, device)[0]
+    except ValueError:
+        return "torch"
+
+
+def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtype: str | None = None,
+                 context: int | None = None, threads: int | None = None) -> Backend:
+    """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend."""
+    from draftscope.engine.models import ModelSource, load_tokenizer, resolve_model
+
+    source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
+    kind, why = choose_backend(source, backend, device)
+    if kind == "llama.cpp":
+        from draftscope.engine.backends import gguf_check
+        from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
+
+        gguf_check.check(source.gguf_path)  # a file llama.cpp would crash on is refused here, in words
+        opened = LlamaCppBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
+                                 context=context or DEFAULT_CONTEXT, threads=threads)
+        opened.source = source
+        return opened
+    from draftscope.engine.backends.torch_backend import TorchBackend
+    from draftscope.engine.loader import load_model
+
+    loaded = load_model(source, device=device, dtype=dtype)
+    opened = TorchBackend(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
+                          precision_reason=loaded.dtype_reason)
+    opened.source = source
+    if source.kind == "gguf":
+        opened.precision_reason += f"; torch backend: {why}"
+    return opened

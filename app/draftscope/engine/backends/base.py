@@ -1,0 +1,75 @@
+"""The seam below the decoding loop: what the loop asks of the target model, whatever runs it.
+
+A backend holds one answer's cache at a time (the engine's answer lock makes sure). The loop's
+state between steps: the cache holds every token of prompt + answer except the last one, the
+root. ``verify`` feeds the root and a draft tree in one forward and returns a row of next-token
+logits for the root and for every node; ``commit`` keeps the root and the accepted nodes.
+Drafters, verification, the step policy, events and every face sit above this seam and never
+ask which backend runs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from draftscope.draft_tree import DraftTree
+
+
+@dataclass
+class Verified:
+    logits: torch.Tensor  # float [1 + nodes, vocab]: row 0 after the root, row 1 + i after node i
+    hidden: torch.Tensor | None = None  # [1 + nodes, hidden] last hidden states, when asked for
+
+
+class Backend(ABC):
+    kind: str  # "torch" or "llama.cpp": the words the status bar and the stats use
+    name: str
+    tokenizer: object
+    vocab: int
+    max_context: int
+    eos_ids: set[int]
+    device: object  # torch.device for torch; "cpu" (or the GPU it offloads to) for llama.cpp
+    precision: str  # "float32", "bfloat16", ... or the GGUF's quantisation ("Q4_K_M")
+    precision_reason: str = ""
+    model = None  # the torch module, where there is one (the self:N draft model, head training, HF references)
+    gives_hidden: bool = False  # can return last hidden states (the recurrent head needs them)
+
+    @abstractmethod
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+        """Forget any previous answer; feed every prompt token but the last (the first root).
+        Returns the last hidden state of that prefill when asked and the prompt is longer than 1."""
+
+    @abstractmethod
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        """One forward of [root] + tree: each node attends to the cache, its ancestors and itself."""
+
+    @abstractmethod
+    def commit(self, path: list[int]) -> None:
+        """After ``verify``: keep the root and the accepted nodes ``path`` (a chain of node indices)."""
+
+    @abstractmethod
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` cached positions (drop what was verified after them)."""
+
+    @property
+    @abstractmethod
+    def cached(self) -> int:
+        """How many positions the cache holds now."""
+
+    def describe(self) -> str:
+        """One line for the status bar and the terminal: what runs, in what precision."""
+        return f"{self.kind} · {self.precision}"
+
+    def close(self) -> None:
+        """Give back native memory now rather than at garbage collection."""
+
+
+def chain_tree(tokens) -> DraftTree:
+    """A draft chain (each node the child of the one before): what cost measurements verify."""
+    n = len(tokens)
+    return DraftTree(np.asarray(tokens, dtype=np.int64), np.arange(-1, n - 1, dtype=np.int32),
+                     np.arange(1, n + 1, dtype=np.int32), np.ones(n, np.float32), np.ones(n, np.int8))

@@ -1,0 +1,136 @@
+"""A GGUF file is checked before llama.cpp opens it in this process: llama.cpp is a C library, and
+a damaged file or an architecture it does not know can end a process rather than raise. The
+header and tensor table are read in Python first (bad magic, truncation, tensors past the end of
+the file); then llama.cpp itself loads the file once in a child process, whose death is an error
+message here. A file that passed is remembered (path, size, modification time), so the child
+runs once per file. Memory is checked against what the machine has free."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from draftscope import assets
+from draftscope.engine.models import ModelNotFoundError
+
+
+class GGUFError(ModelNotFoundError):
+    """A GGUF file that cannot be opened: the faces report it as they report any model that would not load."""
+
+
+def check(path: Path, *, timeout: float = 600.0) -> None:
+    path = Path(path)
+    if not path.is_file():
+        raise GGUFError(f"model file not found: {path}")
+    read_header(path)
+    _check_memory(path)
+    key = _key(path)
+    passed = _passed()
+    if key in passed:
+        return
+    try:
+        child = subprocess.run([sys.executable, "-m", "draftscope.engine.backends.gguf_check", str(path)],
+                               capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GGUFError(f"llama.cpp did not finish loading {path.name} within {timeout:.0f} s") from None
+    if child.returncode != 0:
+        said = (child.stdout.strip().splitlines() or [""])[-1]
+        if child.returncode < 0:
+            raise GGUFError(f"llama.cpp crashed reading {path.name} (signal {-child.returncode}): "
+                            "the file is damaged or of a kind this llama.cpp does not support")
+        raise GGUFError(said or f"llama.cpp could not load {path.name} (damaged file or unsupported architecture)")
+    passed.add(key)
+    _remember(passed)
+
+
+def read_header(path: Path) -> dict:
+    """The facts llama.cpp will need, read in Python: architecture, tensor count, and that every
+    tensor lies inside the file. Raises GGUFError naming what is wrong."""
+    import gguf
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise GGUFError(f"cannot read {path}: {exc}") from exc
+    if magic != b"GGUF":
+        raise GGUFError(f"{path.name} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # the reader raises many kinds of errors on damaged files
+        raise GGUFError(f"{path.name} is damaged: {type(exc).__name__}: {exc}") from exc
+    field = reader.fields.get("general.architecture")
+    if field is None:
+        raise GGUFError(f"{path.name} names no architecture (general.architecture): not a model file")
+    arch = bytes(field.parts[field.data[0]]).decode(errors="replace")
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise GGUFError(f"{path.name} is truncated: its tensors need {end:,} bytes, the file has {size:,}")
+    if not reader.tensors:
+        raise GGUFError(f"{path.name} holds no tensors: not a model file")
+    return {"architecture": arch, "tensors": len(reader.tensors), "bytes": size}
+
+
+def _check_memory(path: Path) -> None:
+    available = _available_memory()
+    need = path.stat().st_size
+    if available is not None and need > available:
+        raise GGUFError(f"{path.name} needs about {need / 1e9:.1f} GB of memory and this machine has "
+                        f"{available / 1e9:.1f} GB free: close other programs or pick a smaller model")
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _store() -> Path:
+    return assets.cache_dir() / "gguf-checked.json"
+
+
+def _passed() -> set[str]:
+    try:
+        return set(json.loads(_store().read_text()))
+    except (OSError, ValueError):
+        return set()
+
+
+def _remember(passed: set[str]) -> None:
+    store = _store()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    tmp = store.with_suffix(".tmp")
+    tmp.write_text(json.dumps(sorted(passed)[-200:]))
+    os.replace(tmp, store)
+
+
+def _probe(path: str) -> int:
+    """In the child: load the model with llama.cpp (no context) and say what happened."""
+    from draftscope.engine.backends.llama_lib import last_error, lib
+
+    L = lib()
+    params = L.llama_model_default_params()
+    model = L.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        print(f"llama.cpp could not load {Path(path).name}: {last_error() or 'damaged file or unsupported architecture'}")
+        return 1
+    L.llama_model_free(model)
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_probe(sys.argv[1]))

@@ -1,0 +1,112 @@
+"""Writing a small llama-architecture GGUF from plain arrays: the setup's check that the installed
+llama.cpp runs on this CPU (a build for another CPU dies of an illegal instruction), and the
+tests' tiny models, which carry torch's weights into llama.cpp's layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def rope_layout(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Hugging Face's llama keeps each head's query/key rows as two halves (rotate_half);
+    llama.cpp's llama reads them as interleaved pairs: reorder the rows of every head."""
+    rows, cols = weight.shape
+    return weight.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray], hidden: int, layers: int, ffn: int, heads: int,
+                     kv_heads: int, context: int, tokens: list[str], merges: list[str], control: set[int],
+                     eos: int, bos: int, rms_eps: float = 1e-6, rope_theta: float = 10000.0,
+                     chat_template: str | None = None, name: str = "tiny") -> Path:
+    """``weights``: Hugging Face llama names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
+    ..., lm_head.weight) as float32 arrays; ``tokens``/``merges``: a byte-level BPE ("gpt2")."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(name)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(rms_eps)
+    writer.add_rope_freq_base(rope_theta)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_vocab_size(len(tokens))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if i in control else gguf.TokenType.NORMAL for i in range(len(tokens))])
+    writer.add_token_merges(merges)
+    writer.add_eos_token_id(eos)
+    writer.add_bos_token_id(bos)
+    writer.add_add_bos_token(False)
+    if chat_template:
+        writer.add_chat_template(chat_template)
+
+    def put(key: str, hf_name: str, heads_for_rope: int | None = None) -> None:
+        w = np.ascontiguousarray(weights[hf_name], dtype=np.float32)
+        writer.add_tensor(key, rope_layout(w, heads_for_rope) if heads_for_rope else w)
+
+    put("token_embd.weight", "model.embed_tokens.weight")
+    put("output_norm.weight", "model.norm.weight")
+    put("output.weight", "lm_head.weight")
+    for i in range(layers):
+        hf = f"model.layers.{i}."
+        put(f"blk.{i}.attn_norm.weight", hf + "input_layernorm.weight")
+        put(f"blk.{i}.attn_q.weight", hf + "self_attn.q_proj.weight", heads)
+        put(f"blk.{i}.attn_k.weight", hf + "self_attn.k_proj.weight", kv_heads)
+        put(f"blk.{i}.attn_v.weight", hf + "self_attn.v_proj.weight")
+        put(f"blk.{i}.attn_output.weight", hf + "self_attn.o_proj.weight")
+        put(f"blk.{i}.ffn_norm.weight", hf + "post_attention_layernorm.weight")
+        put(f"blk.{i}.ffn_gate.weight", hf + "mlp.gate_proj.weight")
+        put(f"blk.{i}.ffn_up.weight", hf + "mlp.up_proj.weight")
+        put(f"blk.{i}.ffn_down.weight", hf + "mlp.down_proj.weight")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def byte_vocab() -> list[str]:
+    """The 256 byte tokens of a byte-level BPE in GPT-2's printable spelling, one merge (two
+    spaces: llama.cpp wants merges) and two controls."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)] + ["ĠĠ", "<s>", "</s>"]
+
+
+def random_llama(path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2, seed: int = 0) -> Path:
+    """A random tiny llama over a byte vocabulary (for checking that llama.cpp runs, not what it says)."""
+    rng = np.random.default_rng(seed)
+    tokens = byte_vocab()
+    vocab, ffn, head_dim = len(tokens), 2 * hidden, hidden // heads
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+
+    weights = {"model.embed_tokens.weight": mat(vocab, hidden), "model.norm.weight": np.ones(hidden, np.float32),
+               "lm_head.weight": mat(vocab, hidden)}
+    for i in range(layers):
+        hf = f"model.layers.{i}."
+        weights.update({hf + "input_layernorm.weight": np.ones(hidden, np.float32),
+                        hf + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+                        hf + "self_attn.q_proj.weight": mat(hidden, hidden),
+                        hf + "self_attn.k_proj.weight": mat(kv_heads * head_dim, hidden),
+                        hf + "self_attn.v_proj.weight": mat(kv_heads * head_dim, hidden),
+                        hf + "self_attn.o_proj.weight": mat(hidden, hidden),
+                        hf + "mlp.gate_proj.weight": mat(ffn, hidden), hf + "mlp.up_proj.weight": mat(ffn, hidden),
+                        hf + "mlp.down_proj.weight": mat(hidden, ffn)})
+    return write_llama_gguf(path, weights=weights, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
+                            context=256, tokens=tokens, merges=["Ġ Ġ"], control={257, 258}, eos=258, bos=257)

@@ -1,0 +1,55 @@
+"""llama-cpp-python loaded once, its logging caught: llama.cpp prints every tensor at load, and
+says why it gave up only in its log, so the last error lines are kept for our messages. No torch
+here: the GGUF check's child process imports only this."""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import sys
+import threading
+
+
+class LlamaCppError(RuntimeError):
+    pass
+
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_callback = None  # kept alive: llama.cpp calls it from C
+_errors: collections.deque[str] = collections.deque(maxlen=8)  # llama.cpp's last error lines, for our messages
+
+
+def lib():
+    """llama_cpp, initialised once, its log kept from the terminal unless asked for
+    (DRAFTSCOPE_LLAMA_LOG=1)."""
+    global _initialised, _log_callback
+    import llama_cpp
+
+    with _init_lock:
+        if not _initialised:
+            verbose = bool(os.environ.get("DRAFTSCOPE_LLAMA_LOG"))
+
+            def log(level, text, data):
+                line = (text or b"").decode(errors="replace").rstrip()
+                if "error" in line.lower() or "fail" in line.lower():
+                    _errors.append(line)
+                if verbose:
+                    print(line, file=sys.stderr)
+
+            _log_callback = llama_cpp.llama_log_callback(log)
+            llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialised = True
+    return llama_cpp
+
+
+def last_error() -> str:
+    """llama.cpp's most telling recent error line (what it says before giving up), without its prefix."""
+    for line in reversed(_errors):
+        if "error loading model" in line or "unknown" in line or "cannot" in line:
+            return line.split(": ", 1)[-1].removeprefix("error loading model: ")
+    return _errors[-1].split(": ", 1)[-1] if _errors else ""
+
+

@@ -1,0 +1,95 @@
+"""Models already on this computer: LM Studio's and Ollama's folders are listed (Ollama's blobs
+by their manifest's name:tag), a listed file opens by its path, and the Settings' model list
+offers them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from draftscope.engine.models import resolve_model
+from draftscope.local_models import find_local_models
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch, tokenizer, tokenizer_dir):
+    """A home folder where LM Studio keeps one GGUF and Ollama one model (blob + manifest)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("DRAFTSCOPE_MODELS_HOME", str(home))
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    model = tiny_llama(len(tokenizer), seed=3)
+    studio = home / ".lmstudio" / "models" / "someone" / "Tiny-GGUF"
+    studio.mkdir(parents=True)
+    write_tiny_gguf(studio / "tiny-Q8_0.gguf", model, tokenizer_dir)
+    (studio / "mmproj-tiny-f16.gguf").write_bytes(b"GGUF vision projector, not a chat model")
+    ollama = home / ".ollama" / "models"
+    (ollama / "blobs").mkdir(parents=True)
+    digest = "ab" * 32
+    write_tiny_gguf(ollama / "blobs" / f"sha256-{digest}", model, tokenizer_dir)
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny-chat" / "latest"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "cd" * 32, "size": 10},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": 1}]}))
+    broken = ollama / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+    return home
+
+
+def test_lm_studio_and_ollama_models_are_found_by_their_names(home):
+    found = {m.name: m for m in find_local_models()}
+    assert set(found) == {"tiny-Q8_0", "tiny-chat:latest"}, found
+    assert found["tiny-Q8_0"].app == "LM Studio" and found["tiny-chat:latest"].app == "Ollama"
+    assert found["tiny-chat:latest"].path.name.startswith("sha256-") and found["tiny-chat:latest"].size > 0
+
+
+def test_an_ollama_blob_opens_by_its_path_under_its_name(home):
+    blob = next(m.path for m in find_local_models() if m.app == "Ollama")
+    source = resolve_model(str(blob))
+    assert source.kind == "gguf" and source.display_name == "tiny-chat:latest"
+    not_a_model = home / "notes.txt"
+    not_a_model.write_text("hello")
+    with pytest.raises(FileNotFoundError, match="not a .gguf model"):
+        resolve_model(str(not_a_model))
+
+
+def test_an_ollama_model_answers_on_llama_cpp(home):
+    pytest.importorskip("llama_cpp")
+    from draftscope.engine.engine import Engine, GenerationRequest
+
+    blob = next(m.path for m in find_local_models() if m.app == "Ollama")
+    engine = Engine.load(str(blob), backend="llama.cpp", measure=False)
+    try:
+        assert engine.backend.kind == "llama.cpp" and engine.name == "tiny-chat:latest"
+        final = list(engine.generate(GenerationRequest(messages=[{"role": "user", "content": "hi"}],
+                                                       max_new_tokens=5)))[-1]
+        assert final.finish_reason in ("length", "eos") and final.token_ids
+    finally:
+        engine.backend.close()
+
+
+def test_settings_offer_the_models_on_this_computer(home, qtbot):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QComboBox
+
+    from draftscope.gui.settings_dialog import SettingsDialog
+    from draftscope.storage.settings import Settings
+
+    blob = next(m.path for m in find_local_models() if m.app == "Ollama")
+    dialog = SettingsDialog(Settings())
+    qtbot.addWidget(dialog)
+    combo = dialog.findChild(QComboBox, "modelCombo")
+    texts = [combo.itemText(i) for i in range(combo.count())]
+    assert any(t.startswith("tiny-chat:latest · Ollama") for t in texts), texts
+    assert any(t.startswith("tiny-Q8_0 · LM Studio") for t in texts), texts
+    combo.setCurrentIndex(combo.findData(str(blob)))
+    assert dialog.result_settings().model == str(blob)
+    again = SettingsDialog(Settings(model=str(blob)))  # a stored choice shows as that entry
+    qtbot.addWidget(again)
+    assert again.findChild(QComboBox, "modelCombo").currentData() == str(blob)
