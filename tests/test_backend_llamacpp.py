@@ -255,3 +255,79 @@ def test_stop_strings_and_cancel(engine, tokenizer):
         if len(events) == 2:
             cancel.set()
     assert events[-1].finish_reason == "cancel" and len(events[-1].token_ids) <= 3
+
+
+# ---------------------------------------------------------------- the faces on this backend
+
+
+def test_the_terminal_answers_on_llama_cpp_and_names_it(gguf_file, capsys):
+    from draftscope.cli import main
+
+    assert main(["generate", "def main():", "--model", str(gguf_file), "--backend", "llama.cpp",
+                 "--max-new-tokens", "8", "--drafters", "context"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() and "llama.cpp" in captured.err
+
+
+def test_asking_llama_cpp_for_a_folder_model_is_refused_in_words(tokenizer_dir, capsys):
+    from draftscope.cli import main
+
+    assert main(["generate", "hi", "--model", str(tokenizer_dir), "--backend", "llama.cpp"]) == 2
+    assert "not a GGUF file" in capsys.readouterr().err
+
+
+def test_the_lossless_audit_runs_on_llama_cpp(gguf_file, tmp_path, capsys):
+    """Greedy answers against the backend's plain decoding, seeded identity, the sampler's tests
+    with llama.cpp's own logits."""
+    from draftscope.cli import main
+
+    code = main(["bench", "lossless", "--model", str(gguf_file), "--backend", "llama.cpp", "--draft-model", "self",
+                 "--configs", "context,model", "--temperature", "0,1", "--prompts", "2", "--seeds", "2",
+                 "--max-new-tokens", "12", "--runs", "60", "--pit-tokens", "150", "--budget", "6", "--quiet",
+                 "--json", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "llama.cpp's plain decoding" in out and "plain decoding with the same seed" in out
+
+
+def test_a_prompt_longer_than_the_context_is_refused_in_words(gguf_file, tokenizer):
+    from draftscope.engine.engine import PromptTooLongError
+
+    small = LlamaCppBackend(gguf_file, tokenizer, context=32, threads=1)
+    try:
+        engine = Engine(backend=small)
+        long = prompt_ids(tokenizer, " ".join(["hello world"] * 40))
+        with pytest.raises(PromptTooLongError, match=r"reads at most 32"):
+            list(engine.generate(GenerationRequest(prompt_ids=long, max_new_tokens=4)))
+        # the same engine still answers, and an answer that reaches the context's end stops there
+        short = prompt_ids(tokenizer, PROMPTS[1])
+        final = list(engine.generate(GenerationRequest(prompt_ids=short, max_new_tokens=100,
+                                                       drafters=[ContextDrafter()])))[-1]
+        assert final.error is None and len(short) + len(final.token_ids) <= 32
+    finally:
+        small.close()
+
+
+def test_the_server_answers_on_llama_cpp(engine, tokenizer, tmp_path):
+    """The OpenAI-compatible server over this backend through the official client: greedy text
+    equals the engine's own plain decoding, streamed and not, with the drafts in the extension."""
+    import openai
+
+    from draftscope.server import ServerConfig, ServerThread, create_app
+    from draftscope.storage import Settings
+
+    app = create_app(engine, Settings(max_new_tokens=24), lambda: [ContextDrafter()], history=None,
+                     config=ServerConfig())
+    server = ServerThread(app, port=0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="unused")
+        messages = [{"role": "user", "content": PROMPTS[0] + " " + PROMPTS[0]}]
+        expected = list(engine.generate(GenerationRequest(messages=messages, max_new_tokens=24)))[-1]
+        reply = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=24)
+        assert reply.choices[0].message.content == expected.text
+        chunks = list(client.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                                     max_tokens=24, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected.text
+        assert chunks[-1].model_extra["draftscope"]["stats"]["tokens"] == len(expected.token_ids)
+    finally:
+        server.stop()

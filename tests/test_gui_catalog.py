@@ -33,7 +33,7 @@ def dirs(tmp_path, monkeypatch):
     """Fresh cache (no catalogue model downloaded), config and data folders."""
     for name in ("cache", "config", "data"):
         monkeypatch.setenv(f"DRAFTSCOPE_{name.upper()}_DIR", str(tmp_path / name))
-    monkeypatch.setattr(catalog, "total_memory", lambda: 4 << 30)
+    monkeypatch.setattr(catalog, "total_memory", lambda: 2 << 30)  # SmolLM2 is recommended, on either backend
     return tmp_path
 
 
@@ -121,7 +121,7 @@ def test_first_run_lists_the_catalogue_with_sizes_memory_and_state(qtbot):
     assert w(dialog, QRadioButton, "localModelRadio").isVisible() and w(dialog, QRadioButton, "hubModelRadio").isVisible()
 
 
-@pytest.mark.parametrize("gib, recommended", [(4, SMOL), (32, QWEN)])
+@pytest.mark.parametrize("gib, recommended", [(2, SMOL), (32, QWEN)])  # on llama.cpp the 1.5B fits in 4 GB
 def test_first_run_recommends_by_memory(qtbot, monkeypatch, gib, recommended):
     monkeypatch.setattr(catalog, "total_memory", lambda: gib << 30)
     dialog = first_run(qtbot)

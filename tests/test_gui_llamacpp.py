@@ -73,3 +73,52 @@ def test_training_the_recurrent_drafter_explains_it_needs_torch(qtbot, engine, t
     monkeypatch.setattr(QMessageBox, "information", lambda parent, title, text: said.append(text))
     w.train_action.trigger()
     assert said and "torch" in said[0] and getattr(w, "train_dialog", None) is None
+
+
+class SlowContext(ContextDrafter):
+    """Context drafts, 30 ms a step: an answer long enough to stop halfway."""
+
+    def propose(self, context_ids, budget):
+        import time
+
+        time.sleep(0.03)
+        return super().propose(context_ids, budget)
+
+
+def test_stop_ends_an_answer_on_llama_cpp(qtbot, engine, tmp_path):
+    from PySide6.QtCore import Qt
+
+    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=400),
+                        drafters=lambda: [SlowContext()])
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(window.worker.steps, timeout=30_000):
+        send(qtbot, window, PROMPT)
+    with qtbot.waitSignal(window.worker.cancelled, timeout=10_000) as stopped:
+        qtbot.mouseClick(window.findChild(QPushButton, "stopButton"), Qt.MouseButton.LeftButton)
+    final = stopped.args[0]
+    assert final.finish_reason == "cancel" and 0 < final.stats.tokens < 400
+    qtbot.waitUntil(lambda: window.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+    # the model is free again: the next answer runs to its length
+    window.settings.max_new_tokens = 10
+    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+        send(qtbot, window, "again")
+    assert done.args[0].finish_reason == "length" and done.args[0].stats.tokens == 10
+
+
+def test_the_race_runs_on_llama_cpp(qtbot, engine, tmp_path):
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QTextBrowser
+
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=40)
+    w.chat_input.setPlainText(PROMPT)
+    w.race_action.trigger()
+    race = w.race_dialog
+    with qtbot.waitSignal(race.finished_race, timeout=120_000):
+        qtbot.mouseClick(race.findChild(QPushButton, "raceButton"), Qt.MouseButton.LeftButton)
+    plain, spec = race.lanes["plain"], race.lanes["speculative"]
+    assert plain.tokens == spec.tokens == 40
+    assert plain.moments[-1][1] == spec.moments[-1][1], "greedy: both sides write the same answer"
+    qtbot.waitUntil(lambda: not race.timer.isActive(), timeout=max(10_000, int(plain.elapsed_s * 1000) + 5000))
+    assert race.findChild(QTextBrowser, "raceSpeculativeView").toPlainText() == plain.moments[-1][1]
+    race.close()

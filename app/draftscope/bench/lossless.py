@@ -133,13 +133,30 @@ def hf_processors(params):
     return procs
 
 
+def logit_rows(engine, prompt: list[int], continuation: list[int]):
+    """The target's raw next-token logits after ``prompt`` and after each token of ``continuation``
+    ([1 + len(continuation), V], float32 on the CPU), through the engine's backend: one pass over
+    the continuation as a chain, whatever runs the model."""
+    import torch
+
+    from draftscope.engine.backends.base import chain_tree
+
+    with torch.inference_mode():
+        engine.backend.start(prompt)
+        return engine.backend.verify(prompt[-1], chain_tree(continuation)).logits.float().cpu()
+
+
+def one_token_logits(engine, prefix: list[int]):
+    """The next-token logits after ``prefix`` computed as plain decoding does: the prefix cached,
+    its last token alone in the batch."""
+    return logit_rows(engine, prefix, [])[0]
+
+
 def reference_rows(engine, prompt: list[int], answer: list[int], params):
     """The target's processed next-token distribution before each answer token: [len(answer), V]."""
     import torch
 
-    ids = torch.tensor([prompt + answer[:-1]], device=engine.device)
-    with torch.inference_mode():
-        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:, : engine.vocab].float().cpu()
+    logits = logit_rows(engine, prompt, answer[:-1])
     procs = hf_processors(params)
     rows = []
     # Each row sees its own prefix (repetition penalty); padding repeats a token already in it.
@@ -246,6 +263,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", type=argtypes.device, default=None)
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: per device)")
+    p.add_argument("--backend", choices=("torch", "llama.cpp"), default="torch",
+                   help="torch (default: greedy answers are compared with HF generate, identity is the promise in "
+                   "fp32) or llama.cpp (compared with its own plain decoding; divergences must be near-ties)")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -276,6 +296,15 @@ def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
 
     if not spec:
         return None
+    if engine.model is None and spec.startswith("self"):
+        if spec != "self":
+            raise ValueError(f"--draft-model {spec}: the first N layers of a model are a torch draft model; "
+                             "on llama.cpp give 'self' or a GGUF draft model")
+        from draftscope.engine.backends import open_backend
+
+        # the same GGUF in a second llama.cpp context (the weights are mapped once)
+        return open_backend(engine.backend.source, backend="llama.cpp", context=engine.max_context,
+                            threads=engine.backend.threads)
     if spec == "self":
         return engine.model
     if spec.startswith("self:"):
@@ -301,8 +330,8 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 50 or args.pit_tokens < 100:
         raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
-    # the audit compares with Hugging Face generate and reads the torch model's logits: it runs on torch
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend="torch", measure=args.budget is None)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend,
+                         measure=args.budget is None)
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
     from draftscope.engine.drafters.recurrent import find_recurrent
 
@@ -317,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
                                          eos_token_id=engine.tokenizer.eos_token_id, recurrent=recurrent)
               for c in configs}
     prompts = _prompts(args, engine)
-    print(f"draftscope bench lossless: {engine.name} on {engine.device} ({str(engine.dtype).replace('torch.', '')}), "
+    print(f"draftscope bench lossless: {engine.name} on {engine.backend.describe()}, "
           f"draft model {args.draft_model or 'none'}, "
           f"datastore {datastore.name if 'retrieval' in available else 'none'}, "
           f"recurrent head {recurrent.path if recurrent is not None else 'none'}", file=sys.stderr)
@@ -362,23 +391,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
+    """On torch the reference is Hugging Face generate (an independent implementation); on
+    llama.cpp it is the backend's own plain decoding, one token a step as llama.cpp's loop does."""
     import torch
+
+    from draftscope.engine.engine import GenerationRequest
+    from draftscope.engine.sampling import SamplingParams
 
     model = engine.model
     eos = sorted(engine.eos_ids)
     refs = []
     for ids in prompts:
+        if model is None:
+            refs.append(list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens)))[-1]
+                        .token_ids)
+            progress.step(1, "greedy: plain decoding on the backend")
+            continue
         with torch.inference_mode():
             out = model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=args.max_new_tokens,
                                  do_sample=False, temperature=None, top_p=None, top_k=None,
                                  eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
         refs.append(out[0, len(ids):].tolist())
         progress.step(1, "greedy: Hugging Face generate")
-    from draftscope.engine.sampling import SamplingParams
-
     cases = [(ids, SamplingParams(), ref) for ids, ref in zip(prompts, refs)]
-    return [agreement_check("greedy", engine, cases, name, make, args, progress, reference="HF generate")
-            for name, make in {"plain": lambda: [], **makers}.items()]
+    reference = "HF generate" if model is not None else f"{engine.backend.kind}'s plain decoding"
+    configs = {"plain": lambda: [], **makers} if model is not None else makers
+    return [agreement_check("greedy", engine, cases, name, make, args, progress, reference=reference)
+            for name, make in configs.items()]
 
 
 def agreement_check(kind, engine, cases, name, make, args, progress, *, reference: str, biased: bool = False) -> Check:
@@ -402,7 +441,7 @@ def agreement_check(kind, engine, cases, name, make, args, progress, *, referenc
         else:
             gaps.append(divergence(engine, ids, ref, final.token_ids, params))
         progress.step(1, f"{kind} T={temperature:g}: {name}")
-    exact = engine.dtype == torch.float32
+    exact = engine.dtype == torch.float32  # torch in fp32: the promise; bf16 and llama.cpp: explained near-ties
     passed = same == len(cases) if exact else all(g["within_noise"] for g in gaps)
     detail = f"{same}/{len(cases)} identical to {reference}, {accepted} draft tokens accepted"
     if gaps:
@@ -428,18 +467,15 @@ def divergence(engine, prompt, ref, got, params) -> dict:
     scores: what a one-token pass with a cache and one pass over the prefix disagree by, and at
     least two steps of the dtype at that magnitude (over the temperature when sampling)."""
     import torch
-    from transformers import DynamicCache
 
     from draftscope.engine.sampling import PositionNoise, probabilities
 
     k = next(i for i, (a, b) in enumerate(zip(ref + [None], got + [None])) if a != b)
     prefix = prompt + ref[:k]
-    with torch.inference_mode():
-        whole = engine.model(input_ids=torch.tensor([prefix], device=engine.device)).logits[0, -1:, : engine.vocab]
-        cache = DynamicCache()
-        engine.model(input_ids=torch.tensor([prefix[:-1]], device=engine.device), past_key_values=cache, use_cache=True)
-        one = engine.model(input_ids=torch.tensor([[prefix[-1]]], device=engine.device), past_key_values=cache,
-                           use_cache=True).logits[0, -1:, : engine.vocab]
+    # the same position inside a batch (as a verified tree computes it) and alone (as plain decoding)
+    n = min(12, len(prefix) - 1)
+    whole = logit_rows(engine, prefix[:-n], prefix[-n:])[-1:]
+    one = one_token_logits(engine, prefix)[None]
 
     def scores(logits):
         if params.greedy:
@@ -496,13 +532,10 @@ def sampling_checks(engine, prompts, makers, params, args, progress, *, biased: 
 def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
     """The prompt plus the start of the target's greedy answer: drafters have text to continue
     there, so the first-tokens test sees drafts accepted (at an answer's very start few are)."""
-    import torch
+    from draftscope.engine.engine import GenerationRequest
 
-    with torch.inference_mode():
-        out = engine.model.generate(torch.tensor([prompt], device=engine.device), max_new_tokens=tokens,
-                                    do_sample=False, temperature=None, top_p=None, top_k=None,
-                                    pad_token_id=0, eos_token_id=None)
-    return out[0].tolist()
+    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens), _ignore_eos=True))
+    return prompt + events[-1].token_ids
 
 
 def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
@@ -515,14 +548,13 @@ def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
 
     procs = hf_processors(params)
     with torch.inference_mode():
-        ids = torch.tensor([prompt], device=engine.device)
-        logits = engine.model(input_ids=ids, logits_to_keep=1).logits[:, -1, : engine.vocab].float().cpu()
-        first = procs(ids.cpu(), logits).softmax(-1)[0]
+        ids = torch.tensor([prompt])
+        first = procs(ids, one_token_logits(engine, prompt)[None]).softmax(-1)[0]
         top_first = torch.argsort(first, descending=True)[:8].tolist()
         top_first = [a for a in top_first if float(first[a]) * args.runs >= 5] or top_first[:1]
-        seqs = torch.tensor([prompt + [a] for a in top_first], device=engine.device)
-        second_logits = engine.model(input_ids=seqs, logits_to_keep=1).logits[:, -1, : engine.vocab].float().cpu()
-        second = procs(seqs.cpu(), second_logits).softmax(-1)
+        seqs = torch.tensor([prompt + [a] for a in top_first])
+        second_logits = torch.stack([one_token_logits(engine, prompt + [a]) for a in top_first])
+        second = procs(seqs, second_logits).softmax(-1)
     cells: dict[tuple, int] = {}
     expected: list[float] = []
     for i, a in enumerate(top_first):

@@ -69,21 +69,29 @@ def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
 
 
 class _Detokenizer:
-    """Text of each new token, decoding a short window so multi-byte characters come out whole."""
+    """Text of each new token. The tokens since the last piece are decoded together with the few
+    before them (so a leading space or a multi-byte character comes out as in the whole text); a
+    piece that ends inside a UTF-8 sequence waits for the next token, and bytes that never make a
+    character come out as U+FFFD once a later token is readable, as in the whole text's decode."""
+
+    CONTEXT = 4  # tokens decoded before the new ones, for the tokenizer's spacing rules
+    MAX_PENDING = 8  # tokens held back at most, then the text goes out as it decodes
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.text = ""
+        self._read = 0  # tokens whose text is out
 
     def push(self, token: int) -> str:
         self.ids.append(token)
-        start = max(0, len(self.ids) - 8)
-        window_before = self.tokenizer.decode(self.ids[start:-1], skip_special_tokens=True)
-        window_after = self.tokenizer.decode(self.ids[start:], skip_special_tokens=True)
-        piece = window_after[len(window_before):] if window_after.startswith(window_before) else ""
-        if piece.endswith("\ufffd"):
-            piece = ""  # incomplete UTF-8: the next token completes it; full text is re-decoded at the end
+        start = max(0, self._read - self.CONTEXT)
+        before = self.tokenizer.decode(self.ids[start : self._read], skip_special_tokens=True)
+        after = self.tokenizer.decode(self.ids[start:], skip_special_tokens=True)
+        if after.endswith("\ufffd") and len(self.ids) - self._read < self.MAX_PENDING:
+            return ""  # incomplete UTF-8: the next token may complete it
+        piece = after[len(before):] if after.startswith(before) else ""
+        self._read = len(self.ids)
         self.text += piece
         return piece
 
@@ -106,7 +114,11 @@ class Engine:
         self.max_context = backend.max_context
         self.eos_ids = backend.eos_ids
         self.verify_costs: dict[int, float] | None = None
-        self.answer_lock = threading.RLock()  # re-entrant: one thread may interleave two answers (the race)
+        # Re-entrant: an answer abandoned mid-way (its generator never closed) must not block the
+        # next one on the same thread. The backend holds one answer's cache, so an answer whose
+        # cache another one took over stops with an error instead of reading the wrong cache.
+        self.answer_lock = threading.RLock()
+        self._answers_started = 0
         # What the step policy learned of each drafter's acceptance (per source), kept across answers.
         self.calibration = Calibration()
         self.drafter_gates: dict[str, dict] = {}  # which slow drafters earn their time (CompositeDrafter)
@@ -234,6 +246,8 @@ class Engine:
         accepted_by_source: Counter = Counter()
         started = time.perf_counter()
         first_token_at = None
+        self._answers_started += 1
+        mine = self._answers_started
         hidden = self.backend.start(prompt, want_hidden=wants_hidden)
         if hidden is not None:
             drafter.set_hidden(hidden)
@@ -247,6 +261,8 @@ class Engine:
             if request.cancel is not None and request.cancel.is_set():
                 finish = "cancel"
                 break
+            if self._answers_started != mine:
+                raise RuntimeError("another answer started on this model while this one was paused")
             t0 = time.perf_counter()
             size = budget.draft_budget()
             tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()

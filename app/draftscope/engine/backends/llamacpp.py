@@ -53,11 +53,14 @@ class LlamaCppBackend(Backend):
             raise LlamaCppError(f"llama.cpp could not load {self.path.name}: {last_error() or 'damaged file or unsupported model'}")
         self._vocab = L.llama_model_get_vocab(self._model)
         self.vocab = int(L.llama_vocab_n_tokens(self._vocab))
-        trained = int(L.llama_model_n_ctx_train(self._model)) or context
+        trained = int(L.llama_model_n_ctx_train(self._model))
+        trained = trained if trained > 0 else context  # a file may leave it out (0) or hold nonsense
         self.max_context = min(context, trained)
         self.threads = threads or default_threads()
         cparams = L.llama_context_default_params()
-        cparams.n_ctx = self.max_context
+        # Room for a whole tree past the last position an answer may reach: tree siblings take
+        # cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
+        cparams.n_ctx = self.max_context + MAX_LEAVES + 1
         cparams.n_batch = PREFILL_BATCH
         cparams.n_ubatch = PREFILL_BATCH
         cparams.n_seq_max = MAX_LEAVES

@@ -1,0 +1,82 @@
+"""Peak resident memory of one answer: llama-cpp-python's own ``Llama`` against our engine on the
+llama.cpp backend (and, with --torch, on torch), each in a fresh process so one's memory never
+counts for the other. Same GGUF, context, threads and prompt; greedy, 64 new tokens.
+
+    python scripts/bench_memory.py --model qwen2.5-coder-1.5b [--torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
+
+
+def child(kind: str, model: str, tokens: int) -> None:
+    from draftscope.engine.models import load_tokenizer, resolve_model
+    from draftscope.sysinfo import peak_rss_mb
+
+    source = resolve_model(model)
+    t0 = time.perf_counter()
+    if kind == "llama-cpp-python":
+        from llama_cpp import Llama
+
+        from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
+
+        tok = load_tokenizer(source)
+        ids = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True)
+        if isinstance(ids, dict):
+            ids = ids["input_ids"]
+        threads = default_threads()
+        llm = Llama(model_path=source.location, n_ctx=DEFAULT_CONTEXT, n_threads=threads, n_threads_batch=threads,
+                    verbose=False)
+        out = []
+        for t in llm.generate(ids, temp=0.0, top_k=1):
+            out.append(t)
+            if len(out) >= tokens:
+                break
+    else:
+        from draftscope.engine.engine import Engine, GenerationRequest
+
+        engine = Engine.load(model, backend=kind, measure=False)
+        final = list(engine.generate(GenerationRequest(messages=[{"role": "user", "content": PROMPT}],
+                                                       max_new_tokens=tokens)))[-1]
+        out = final.token_ids
+    print(json.dumps({"kind": kind, "peak_mb": peak_rss_mb(), "tokens": len(out), "seconds": time.perf_counter() - t0}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--torch", action="store_true", help="also our engine on the torch backend")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.model, args.tokens)
+        return
+    kinds = ["llama-cpp-python", "llama.cpp"] + (["torch"] if args.torch else [])
+    results = {}
+    for kind in kinds:
+        run = subprocess.run([sys.executable, __file__, "--child", kind, "--model", args.model, "--tokens",
+                              str(args.tokens)], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"{kind} failed:\n{run.stderr[-2000:]}")
+        results[kind] = json.loads(run.stdout.strip().splitlines()[-1])
+    base = results["llama-cpp-python"]["peak_mb"]
+    print(f"{args.model}, {args.tokens} new tokens, one process each, {time.strftime('%Y-%m-%d')}")
+    print("| process | peak resident memory | vs llama-cpp-python |")
+    print("|---|---|---|")
+    names = {"llama-cpp-python": "llama-cpp-python's Llama", "llama.cpp": "draftscope, llama.cpp backend",
+             "torch": "draftscope, torch backend"}
+    for kind in kinds:
+        mb = results[kind]["peak_mb"]
+        print(f"| {names[kind]} | {mb:,.0f} MiB | {mb / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
