@@ -314,10 +314,9 @@ def test_the_server_answers_on_llama_cpp(engine, tokenizer, tmp_path):
     import openai
 
     from draftscope.server import ServerConfig, ServerThread, create_app
-    from draftscope.storage import Settings
+    from runtime_helpers import runtime_for
 
-    app = create_app(engine, Settings(max_new_tokens=24), lambda: [ContextDrafter()], history=None,
-                     config=ServerConfig())
+    app = create_app(runtime_for(engine, max_new_tokens=24), history=None, config=ServerConfig())
     server = ServerThread(app, port=0).start()
     try:
         client = openai.OpenAI(base_url=server.url, api_key="unused")

@@ -115,16 +115,15 @@ def test_answers_go_on_while_the_datastore_is_copied_over_between_and_during_the
 
 def test_the_window_says_when_the_datastore_changed_on_disk(qtbot, tmp_path, tokenizer):
     pytest.importorskip("PySide6")
-    from draftscope.gui.app import engine_drafters
     from draftscope.gui.main_window import MainWindow
+    from draftscope.runtime import Runtime
     from draftscope.storage import HistoryStore, Settings
 
     vocab = len(tokenizer)
     engine = Engine(tiny_llama(vocab, seed=3, layers=2, hidden=64), tokenizer, name="tiny")
     path = build(tmp_path / "chat.idx", [[5, 6, 7, 8]] * 3, vocab, tokenizer_fingerprint(tokenizer))
     settings = Settings(datastore=str(path), max_new_tokens=8)
-    make, label, notes = engine_drafters(settings, engine)
-    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), settings, drafters=make, datastore_label=label)
+    window = MainWindow(Runtime(settings, engine), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.show()
     build(tmp_path / "new.idx", [[5, 6, 9, 9]] * 7, vocab, tokenizer_fingerprint(tokenizer))

@@ -22,7 +22,8 @@ from draftscope import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog  # noqa: E402
 from draftscope.gui.settings_dialog import _OTHER as OTHER  # noqa: E402
-from draftscope.gui.settings_dialog import RELOAD_FIELDS, SettingsDialog, changed_fields  # noqa: E402
+from draftscope.gui.settings_dialog import SettingsDialog  # noqa: E402
+from draftscope.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
 from draftscope.storage.settings import Settings, load_settings  # noqa: E402
 
 SMOL, QWEN, QWEN_SMALL = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B, catalog.QWEN_CODER_05B

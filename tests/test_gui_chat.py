@@ -13,7 +13,9 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QTimer  # noqa: E402
 from PySide6.QtWidgets import QDockWidget, QLabel, QListWidget, QPlainTextEdit, QPushButton, QTextBrowser  # noqa: E402
 
+from draftscope.runtime import Runtime  # noqa: E402
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -31,7 +33,7 @@ def engine(tokenizer):
 
 
 def make_window(qtbot, engine, db, max_new_tokens=40):
-    window = MainWindow(engine, HistoryStore(db), Settings(max_new_tokens=max_new_tokens), drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=max_new_tokens), HistoryStore(db))
     qtbot.addWidget(window)
     window.show()
     return window
@@ -163,7 +165,7 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, t
 
     def factory(_settings):
         loaded_on.append(QThread.currentThread())
-        return engine
+        return Runtime(_settings, engine)
 
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(datastore=str(tmp_path / "none.idx")),
                         notices=["settings were reset"])
@@ -187,7 +189,7 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
         attempts.append(1)
         if len(attempts) == 1:
             raise FileNotFoundError("model not found: /nope")
-        return engine
+        return Runtime(_settings, engine)
 
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings())
     launcher.start()
@@ -214,7 +216,7 @@ def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, engine, 
 
     def factory(settings):
         loads.append(settings.model)
-        return engine
+        return Runtime(settings, engine)
 
     settings_file = tmp_path / "settings.json"
     history = HistoryStore(tmp_path / "h.sqlite3")

@@ -14,6 +14,7 @@ from PySide6.QtGui import QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLineEdit, QListWidget, QMessageBox, QPushButton  # noqa: E402
 
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -30,7 +31,7 @@ def engine(tokenizer):
 
 
 def make_window(qtbot, engine, history, max_new_tokens=24):
-    window = MainWindow(engine, history, Settings(max_new_tokens=max_new_tokens), drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=max_new_tokens), history)
     qtbot.addWidget(window)
     window.show()
     return window

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser  # noqa: E402
 
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -20,8 +21,7 @@ from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
     engine = pin_budget(Engine(model, tokenizer, name="tiny"))
-    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=60),
-                        drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=60), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.show()
     window.chat_input.setPlainText("one two three one two three one two three")
@@ -51,8 +51,7 @@ def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, 
 
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
     engine = pin_budget(Engine(model, tokenizer, name="tiny"))
-    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=60),
-                        drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=60), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.show()
     window.chat_input.setPlainText("one two three one two three one two three")
@@ -83,7 +82,7 @@ def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
     engine = pin_budget(Engine(model, tokenizer, name="tiny"))
     db = tmp_path / "h.sqlite3"
-    first = MainWindow(engine, HistoryStore(db), Settings(max_new_tokens=40), drafters=lambda: [ContextDrafter()])
+    first = MainWindow(runtime_for(engine, max_new_tokens=40), HistoryStore(db))
     qtbot.addWidget(first)
     live = []
     first.steps_arrived.connect(live.extend)
@@ -94,7 +93,7 @@ def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer
     conv = first.conversation_id
     first.close()
 
-    window = MainWindow(engine, HistoryStore(db), Settings(), drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine), HistoryStore(db))
     qtbot.addWidget(window)
     window.show()
     window.show_conversation(conv)

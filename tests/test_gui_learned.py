@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
 
 from draftscope.datastore.learned import LearnedStore  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.app import engine_drafters  # noqa: E402
+from draftscope.runtime import Runtime  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
@@ -29,9 +29,7 @@ def model(tokenizer):
 def window_for(qtbot, model, tokenizer, tmp_path, settings, store):
     engine = pin_budget(Engine(model, tokenizer, name="tiny"))
     engine.eos_ids = set()
-    engine.learned = store
-    make, label, _notes = engine_drafters(settings, engine)
-    w = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), settings, drafters=make, datastore_label=label)
+    w = MainWindow(Runtime(settings, engine, learned=store), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(w)
     w.show()
     return w
@@ -94,8 +92,8 @@ def test_learning_off_records_nothing_and_forget_clears(qtbot, model, tokenizer,
     assert store.stats().answers == 0
     assert w.findChild(QLabel, "statusLearned").text() == "learned from no answers yet (off)"
 
-    w.settings = dataclasses.replace(off, drafters=dict(off.drafters, learned=True))
-    w.set_drafters(*engine_drafters(w.settings, w.engine)[:2])
+    w.runtime.apply(dataclasses.replace(off, drafters=dict(off.drafters, learned=True)))
+    w.drafters_changed()
     ask(qtbot, w, "Hello again")
     qtbot.waitUntil(lambda: store.stats().indexed_answers == 1, timeout=10_000)
     # the first index makes the learned drafter usable, and the status bar names it

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton  
 
 from draftscope.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -36,8 +37,7 @@ def engine(tokenizer, tokenizer_dir, tmp_path_factory):
 
 
 def make_window(qtbot, engine, db, max_new_tokens=40):
-    window = MainWindow(engine, HistoryStore(db), Settings(max_new_tokens=max_new_tokens),
-                        drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=max_new_tokens), HistoryStore(db))
     qtbot.addWidget(window)
     window.show()
     return window
@@ -88,8 +88,8 @@ class SlowContext(ContextDrafter):
 def test_stop_ends_an_answer_on_llama_cpp(qtbot, engine, tmp_path):
     from PySide6.QtCore import Qt
 
-    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=400),
-                        drafters=lambda: [SlowContext()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=400, drafters=lambda: [SlowContext()]),
+                        HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.show()
     with qtbot.waitSignal(window.worker.steps, timeout=30_000):

@@ -14,7 +14,9 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt, QUrl  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard  # noqa: E402
 
+from draftscope.runtime import Runtime  # noqa: E402
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.drafts_panel import visible_text  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
@@ -36,8 +38,7 @@ def engine(tokenizer):
 
 def streamed_window(qtbot, engine, tmp_path, *, max_new_tokens=60):
     """A window that has answered PROMPT; returns it and the StepEvents it streamed."""
-    window = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), Settings(max_new_tokens=max_new_tokens),
-                        drafters=lambda: [ContextDrafter()])
+    window = MainWindow(runtime_for(engine, max_new_tokens=max_new_tokens), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.resize(1400, 900)
     window.show()
@@ -146,7 +147,7 @@ def test_wizard_from_the_menu_builds_and_the_app_drafts_from_it(qtbot, engine, t
     chats.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"Question {i}"},
                                                     {"from": "gpt", "value": f"one two three four {i}"}]}
                                  for i in range(20)]))
-    launcher = Launcher(lambda settings: engine, HistoryStore(tmp_path / "h.sqlite3"),
+    launcher = Launcher(lambda settings: Runtime(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
                         Settings(drafters={"retrieval": False, "context": True, "model": False}),
                         settings_file=tmp_path / "settings.json")
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:

@@ -16,11 +16,11 @@ from PySide6.QtGui import QAction  # noqa: E402
 from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton  # noqa: E402
 
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.app import engine_drafters  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.gui.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.gui.train_dialog import TrainHeadDialog, head_description  # noqa: E402
 from draftscope.recurrent.files import default_head_path  # noqa: E402
+from draftscope.runtime import Runtime  # noqa: E402
 from draftscope.recurrent.train import checkpoint_path, train_head  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
@@ -56,8 +56,6 @@ def model(tokenizer):
 def engine(model, tokenizer):
     engine = Engine(model, tokenizer, name=MODEL)
     engine.eos_ids = set()
-    engine.learned = engine.recurrent = None
-    engine.notices = []
     return engine
 
 
@@ -117,8 +115,7 @@ def held(calls, at=3):
 
 
 def test_trains_writes_the_head_and_the_next_answer_drafts_with_it(qtbot, engine, tokenizer, chat_file, tmp_path):
-    make, label, _notes = engine_drafters(SETTINGS, engine)
-    w = MainWindow(engine, HistoryStore(tmp_path / "h.sqlite3"), SETTINGS, drafters=make, datastore_label=label)
+    w = MainWindow(Runtime(SETTINGS, engine), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(w)
     w.show()
     assert "recurrent" not in w.findChild(QLabel, "statusDrafters").text()
@@ -148,7 +145,7 @@ def test_trains_writes_the_head_and_the_next_answer_drafts_with_it(qtbot, engine
     assert "This model has a head (trained on" in text(dialog, "trainExisting")
 
     # the window took the head: the drafters it makes include the recurrent one, and the next answer uses it
-    assert engine.recurrent is not None
+    assert w.runtime.recurrent is not None
     assert "recurrent" in [d.name for d in w.make_drafters()]
     assert "recurrent" in w.findChild(QLabel, "statusDrafters").text()
     dialog.accept()

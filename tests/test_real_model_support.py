@@ -56,30 +56,32 @@ def test_a_draft_model_with_another_tokenizer_is_refused_with_the_reason(folders
 
 
 def test_the_app_builds_a_model_drafter_from_its_settings(folders, tmp_path, monkeypatch):
-    pytest.importorskip("PySide6")
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
-    from draftscope.gui.app import drafter_factory, load_engine
+    from draftscope.runtime import load_runtime
 
     settings = Settings(model=str(folders["target"]), draft_model=str(folders["draft"]),
                         drafters={"retrieval": True, "context": True, "model": True}, dtype="float32")
-    engine = load_engine(settings)
-    assert engine.draft_model is not None and engine.notices == []
-    make, label, notes = drafter_factory(settings, engine.draft_model, engine.vocab)
-    drafters = make()
+    runtime = load_runtime(settings)
+    assert runtime.draft_model is not None and runtime.notices == []
+    drafters = runtime.make_drafters()
     assert [d.name for d in drafters] == ["context", "model"] and isinstance(drafters[1], ModelDrafter)
-    assert label == "none" and any("no datastore" in n for n in notes)
-    final = list(engine.generate(GenerationRequest(prompt_ids=[5, 6, 7], max_new_tokens=12, drafters=drafters)))[-1]
+    setup = runtime.drafter_setup
+    assert setup.label == "none" and any("no datastore" in n for n in setup.notes)
+    final = list(runtime.engine.generate(GenerationRequest(prompt_ids=[5, 6, 7], max_new_tokens=12,
+                                                           drafters=drafters)))[-1]
     assert final.finish_reason in ("length", "eos") and final.stats.accepted_by_source is not None
     # a draft model that cannot draft for this model: the model loads, the notice says why
-    bad = load_engine(Settings(model=str(folders["target"]), draft_model=str(folders["other"]),
-                               drafters={"retrieval": False, "context": True, "model": True}))
+    bad = load_runtime(Settings(model=str(folders["target"]), draft_model=str(folders["other"]),
+                                drafters={"retrieval": False, "context": True, "model": True}))
     assert bad.draft_model is None and "Draft model not used" in bad.notices[0] and "tokens" in bad.notices[0]
-    make, _, notes = drafter_factory(Settings(draft_model=str(folders["other"]),
-                                              drafters={"retrieval": False, "context": True, "model": True}), None)
-    assert [d.name for d in make()] == ["context"] and any("draft model drafter is off" in n for n in notes)
+    assert [d.name for d in bad.make_drafters()] == ["context"]
+    assert any("draft model drafter is off" in n for n in bad.drafter_setup.notes)
+    # on the command line, a draft model that cannot be used is an error naming why
+    with pytest.raises(ValueError, match="tokens"):
+        load_runtime(Settings(model=str(folders["target"]), draft_model=str(folders["other"]),
+                              drafters={"retrieval": False, "context": True, "model": True}), strict=True)
     # switched off in the settings: no draft model is loaded at all
-    assert load_engine(Settings(model=str(folders["target"]), draft_model=str(folders["draft"]))).draft_model is None
+    assert load_runtime(Settings(model=str(folders["target"]), draft_model=str(folders["draft"]))).draft_model is None
 
 
 def test_a_datastore_for_another_tokenizer_is_not_used(tmp_path, tokenizer):

@@ -16,6 +16,7 @@ import pytest
 from draftscope.engine.drafters import ContextDrafter
 from draftscope.engine.engine import Engine
 from draftscope.server import ServerConfig, ServerThread, check_bind, create_app
+from runtime_helpers import runtime_for
 from draftscope.storage import HistoryStore, Settings
 from engine_fixtures import pin_budget, tiny_llama
 
@@ -133,7 +134,7 @@ def served(tokenizer, tmp_path):
         calls = []
         make = (lambda: [SlowDrafter(calls)]) if slow else (lambda: [ContextDrafter()])
         store = HistoryStore(tmp_path / "h.sqlite3") if history else None
-        app = create_app(engine, Settings(max_new_tokens=30), make, history=store,
+        app = create_app(runtime_for(engine, max_new_tokens=30, drafters=make), history=store,
                          config=ServerConfig(api_key=api_key, queue_limit=queue_limit))
         server = ServerThread(app, port=0).start()
         started.append(server)
@@ -283,7 +284,7 @@ def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
     from draftscope.engine.sampling import SamplingParams
 
     server, _, _ = served(history=False)
-    app_engine = server.app.state.answerer.engine
+    app_engine = server.app.state.answerer.runtime.engine
     client = openai.OpenAI(base_url=server.url, api_key="x")
     messages = [{"role": "user", "content": "one two three"}]
     texts = {}

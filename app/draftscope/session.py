@@ -3,14 +3,13 @@
 A :class:`ChatSession` owns a conversation's turn cycle, with no Qt in it: a user message (or an
 edit of one, which replaces it and what followed), the request built from the settings, the
 engine's events, and the answer stored with its statistics and steps (or kept in memory when
-there is no history store). Faces only show it: the window runs :meth:`ChatSession.request` on its
-worker thread and hands the result to :meth:`ChatSession.record`; the terminal and the server call
-:meth:`ChatSession.run`.
+there is no history store). :meth:`ChatSession.stream` is the one answer loop: the window's worker
+thread, the terminal and the server all iterate it, and only show what it yields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from draftscope.engine.engine import GenerationRequest
@@ -56,18 +55,39 @@ class Turn:
 
 
 class ChatSession:
-    def __init__(self, engine, settings, make_drafters: Callable[[], list], *, history=None,
-                 conversation_id: int | None = None, learner=None) -> None:
+    """A conversation over a :class:`~draftscope.runtime.Runtime` (its engine, settings and drafters)."""
+
+    def __init__(self, runtime, *, history=None, conversation_id: int | None = None, learner=None,
+                 defer: bool = False, title_prefix: str = "") -> None:
         """``history``: a HistoryStore (answers are stored with their steps) or None (the
-        conversation lives in memory). ``learner``: where finished answers go to be learned."""
-        self.engine, self.settings, self.make_drafters = engine, settings, make_drafters
+        conversation lives in memory). ``defer``: the conversation reaches the history with its
+        first kept answer, titled ``title_prefix`` + its first message (a served request that fails
+        leaves nothing behind). ``learner``: where finished answers go to be learned."""
+        self.runtime = runtime
         self.history, self.conversation_id, self.learner = history, conversation_id, learner
+        self.defer, self.title_prefix = defer, title_prefix
+        self.last_kept: int | None = None  # the message id of the last answer kept in the history
         self._memory: list[Turn] = []
+
+    @property
+    def engine(self):
+        return self.runtime.engine
+
+    @property
+    def settings(self):
+        return self.runtime.settings
+
+    def make_drafters(self) -> list:
+        return self.runtime.make_drafters()
 
     # ------------------------------------------------------------------ the conversation
 
+    def _stored(self) -> bool:
+        """Whether the turns live in the history (else in memory)."""
+        return self.history is not None and (self.conversation_id is not None or not self.defer)
+
     def turns(self) -> list[Turn]:
-        if self.history is None:
+        if not self._stored():
             return list(self._memory)
         if self.conversation_id is None:
             return []
@@ -80,17 +100,18 @@ class ChatSession:
             out.insert(0, {"role": "system", "content": self.settings.system_prompt})
         return out
 
-    def say(self, text: str, *, replacing: int | None = None) -> None:
-        """A user message; ``replacing`` (a user message's id) edits and resends: it and everything
-        after it go. A first message starts a conversation titled from it."""
+    def say(self, text: str, *, replacing: int | None = None, role: str = "user") -> None:
+        """A message (the user's, or, replaying a conversation given whole, an earlier answer);
+        ``replacing`` (a user message's id) edits and resends: it and everything after it go. A
+        first message starts a conversation titled from it."""
         if replacing is not None:
             self.rewind(replacing)
-        if self.history is None:
-            self._memory.append(Turn("user", text))
+        if not self._stored():
+            self._memory.append(Turn(role, text))
             return
         if self.conversation_id is None:
-            self.conversation_id = self.history.create_conversation(title_from(text))
-        self.history.add_message(self.conversation_id, "user", text)
+            self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(text))
+        self.history.add_message(self.conversation_id, role, text)
 
     def rewind(self, message_id: int | None = None) -> bool:
         """Drop ``message_id`` (default: the last answer) and what follows it, to answer again.
@@ -98,9 +119,9 @@ class ChatSession:
         turns = self.turns()
         if message_id is None:
             message_id = turns[-1].id if turns and turns[-1].role == "assistant" else None
-            if self.history is None and turns and turns[-1].role == "assistant":
+            if not self._stored() and turns and turns[-1].role == "assistant":
                 self._memory.pop()
-        if message_id is not None and self.history is not None:
+        if message_id is not None and self._stored():
             self.history.delete_messages_from(message_id)
         return bool(self.turns())
 
@@ -109,7 +130,7 @@ class ChatSession:
         turns = self.turns()
         if not turns:
             return
-        if self.history is None:
+        if not self._stored():
             self._memory.pop()
         elif turns[-1].id is not None:
             self.history.delete_messages_from(turns[-1].id)
@@ -120,15 +141,21 @@ class ChatSession:
 
     # ------------------------------------------------------------------ answering
 
-    def request(self, *, messages: Sequence[dict] | None = None, max_new_tokens: int | None = None,
-                sampling: SamplingParams | None = None, budget: int | None = None, cancel=None,
-                stop: Sequence[str] = ()) -> GenerationRequest:
-        """The next answer's request: the conversation (or ``messages``), the settings' limits and
-        sampling unless given, fresh drafters."""
+    def request(self, *, messages: Sequence[dict] | None = None, prompt_ids: Sequence[int] | None = None,
+                max_new_tokens: int | None = None, sampling: SamplingParams | None = None,
+                budget: int | None = None, cancel=None, stop: Sequence[str] = (),
+                drafters: Sequence | None = None) -> GenerationRequest:
+        """The next answer's request: the conversation (or ``messages``, or a prompt already in
+        tokens), the settings' limits and sampling unless given, fresh drafters unless given
+        (``[]``: plain decoding)."""
         s = self.settings
-        return GenerationRequest(messages=list(messages) if messages is not None else self.messages(),
-                                 max_new_tokens=max_new_tokens or s.max_new_tokens,
-                                 sampling=sampling or sampling_from(s), drafters=self.make_drafters(),
+        if prompt_ids is not None:
+            source = {"prompt_ids": list(prompt_ids)}
+        else:
+            source = {"messages": list(messages) if messages is not None else self.messages()}
+        return GenerationRequest(**source, max_new_tokens=max_new_tokens or s.max_new_tokens,
+                                 sampling=sampling or sampling_from(s),
+                                 drafters=self.make_drafters() if drafters is None else list(drafters),
                                  budget=budget, cancel=cancel, stop_strings=list(stop))
 
     def record(self, final: FinalEvent, steps: list[StepEvent] | bytes | None = None) -> int | None:
@@ -144,21 +171,38 @@ class ChatSession:
         if self.history is None:
             self._memory.append(Turn("assistant", final.text))
             return None
-        stats, drafters = answer_record(final, getattr(self.engine, "baseline_tokens_per_second", None))
+        if self.conversation_id is None:  # deferred: the conversation is written with its first answer
+            first = next((t.content for t in self._memory if t.role == "user"), "request")
+            self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(first))
+            for turn in self._memory:
+                self.history.add_message(self.conversation_id, turn.role, turn.content)
+            self._memory = []
+        stats, drafters = answer_record(final, self.engine.baseline_tokens_per_second)
         return self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
                                         drafters=drafters, steps=steps)
 
-    def run(self, request: GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
-            *, keep: bool = True) -> FinalEvent:
-        """Answer ``request`` here (terminal, server), calling ``on_step`` per step; the answer is
-        recorded unless ``keep`` is False."""
-        steps = []
+    def stream(self, request: GenerationRequest, *, keep: bool = True) -> Iterator[StepEvent | FinalEvent]:
+        """The one answer loop (window, terminal, server): the engine's StepEvents as they come,
+        then its FinalEvent, once the answer is recorded (unless ``keep`` is False; its message id
+        is then ``last_kept``). A request the engine refuses (a prompt too long) raises here."""
+        steps: list[StepEvent] = []
+        self.last_kept = None
         for ev in self.engine.generate(request):
             if isinstance(ev, FinalEvent):
                 if keep:
-                    self.record(ev, steps)
-                return ev
+                    self.last_kept = self.record(ev, steps)
+                yield ev
+                return
             steps.append(ev)
+            yield ev
+        raise RuntimeError("the engine ended without a final event")
+
+    def run(self, request: GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
+            *, keep: bool = True) -> FinalEvent:
+        """Answer ``request`` to the end, calling ``on_step`` per step (the terminal)."""
+        for ev in self.stream(request, keep=keep):
+            if isinstance(ev, FinalEvent):
+                return ev
             if on_step is not None:
                 on_step(ev)
         raise RuntimeError("the engine ended without a final event")

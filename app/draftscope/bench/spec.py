@@ -406,5 +406,7 @@ class LlamaReference:
         if self._pld is None:  # its own Llama: the draft model is fixed at construction
             from llama_cpp import Llama
 
-            self._pld = Llama(**self._pld_options, draft_model=self._PLD(num_pred_tokens=10))
+            # logits_all spelt out: llama-cpp-python 0.3.36 turns it on for a draft model but sizes
+            # its score buffer by the argument (n_batch rows), so prompts over 512 tokens fail there
+            self._pld = Llama(**self._pld_options, logits_all=True, draft_model=self._PLD(num_pred_tokens=10))
         return self._run(self._pld, ids)

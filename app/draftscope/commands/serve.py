@@ -10,11 +10,11 @@ from draftscope.commands import argtypes
 
 
 def add_parser(sub) -> None:
-    from draftscope.commands.chat import _common
+    from draftscope.commands.model_options import add_model_arguments
 
     p = sub.add_parser("serve", help="an OpenAI-compatible server on this machine (/v1/chat/completions, "
                        "/v1/completions, /v1/models)")
-    _common(p)
+    add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only; any "
                    "other needs an API key)")
     p.add_argument("--port", type=argtypes.port, default=8911)
@@ -27,15 +27,16 @@ def add_parser(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from draftscope.commands.chat import _settings_of, _setup
+    from draftscope.commands.model_options import runtime_from_args
     from draftscope.server import ServerConfig, check_bind, create_app, serve
     from draftscope.storage import HistoryStore
 
     api_key = args.api_key or os.environ.get("DRAFTSCOPE_API_KEY") or None
     check_bind(args.host, api_key)  # before the model loads: a refusal costs nothing
-    engine, drafters, _sampling = _setup(args)
+    runtime = runtime_from_args(args)
+    engine = runtime.engine
     history = None if args.no_history else HistoryStore()
-    app = create_app(engine, _settings_of(args), drafters, history=history,
+    app = create_app(runtime, history=history,
                      config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit,
                                          keep_history=not args.no_history))
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)"

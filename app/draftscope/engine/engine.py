@@ -109,7 +109,6 @@ class Engine:
         self.tokenizer = backend.tokenizer
         self.name = backend.name
         self.dtype_reason = backend.precision_reason  # why this precision (shown in the status bar)
-        self.draft_model = None  # a draft model loaded beside the model (the app's model drafter)
         self.vocab = backend.vocab
         self.max_context = backend.max_context
         self.eos_ids = backend.eos_ids

@@ -3,6 +3,7 @@ indicator, then the main window. ``draftscope`` with no arguments runs :func:`ma
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from draftscope.sysinfo import freeze_loaded_objects
 
 
 class ModelLoader(QObject):
-    loaded = Signal(object)
+    loaded = Signal(object)  # the Runtime
     failed = Signal(str)
 
     def __init__(self, factory) -> None:
@@ -25,106 +26,31 @@ class ModelLoader(QObject):
     @Slot()
     def load(self) -> None:
         try:
-            engine = self.factory()
+            runtime = self.factory()
             freeze_loaded_objects()  # here, off the UI thread, not as a pause in the middle of an answer
-            self.loaded.emit(engine)
+            self.loaded.emit(runtime)
         except Exception as exc:  # shown to the user with a retry
             self.failed.emit(f"{type(exc).__name__}: {exc}")
 
 
-def drafter_factory(settings, draft_model=None, vocab_size=None, learned=None, recurrent=None, tokenizer=None,
-                    notify=None):
-    """(make fresh drafters per answer, datastore label, notes) from the settings; ``draft_model``
-    is the one loaded with the engine (None when none is set or it could not be used);
-    ``learned`` the model's LearnedStore; ``recurrent`` its RecurrentSetup (a trained head);
-    ``tokenizer`` the model's (a datastore built with another is left out, saying why);
-    ``notify(text)`` hears of the datastore changing on disk between answers."""
-    from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters.factory import setup_drafters
-
-    path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
-    eos = None
-    if draft_model is not None:
-        eos = getattr(draft_model.generation_config, "eos_token_id", None)
-        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    setup = setup_drafters(settings.drafters, datastore=path, draft_model=draft_model, eos_token_id=eos,
-                           vocab_size=vocab_size, learned=learned,
-                           recurrent=recurrent, tokenizer=tokenizer, notify=notify)
-    return setup.make, setup.label, setup.notes
-
-
-def engine_drafters(settings, engine):
-    """drafter_factory for a loaded engine (its draft model, vocabulary and learned answers);
-    what happens to the datastore between answers goes to ``engine.notices``."""
-    if not hasattr(engine, "notices"):
-        engine.notices = []
-    return drafter_factory(settings, getattr(engine, "draft_model", None), getattr(engine, "vocab", None),
-                           getattr(engine, "learned", None), getattr(engine, "recurrent", None),
-                           getattr(engine, "tokenizer", None), engine.notices.append)
-
-
-def open_recurrent(model: str, engine, path=None):
-    """The recurrent head trained for this model (``path``, else the app's head for it); None when
-    there is none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.engine.drafters.recurrent import find_recurrent
-    from draftscope.recurrent.files import HeadError
-
-    try:
-        return find_recurrent(model, engine, path)
-    except HeadError as exc:
-        engine.notices.append(f"Recurrent drafter not used: {exc}")
-        return None
-
-
-def open_learned(model: str, engine):
-    """The model's learned answers (datastore.learned); None, with a notice, if they cannot be kept."""
-    from draftscope.datastore.learned import LearnedStore, model_key
-
-    try:
-        return LearnedStore(model_key(model), engine.vocab)
-    except Exception as exc:  # noqa: BLE001 - learning is a nicety: the model still loads
-        engine.notices.append(f"Learning from answers is off: {exc}")
-        return None
-
-
-def load_engine(settings):
-    """The engine for ``settings``, with the draft model loaded beside it when the settings ask for
-    one (``engine.draft_model``); a draft model that cannot draft for this model is left out and
-    ``engine.notices`` says why."""
-    from draftscope.engine.engine import Engine
-    from draftscope.engine.loader import load_draft_model
-
-    device = None if settings.device == "auto" else settings.device
-    dtype = None if settings.dtype == "auto" else settings.dtype
-    engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend)
-    engine.notices = []
-    engine.learned = open_learned(settings.model, engine)
-    engine.recurrent = open_recurrent(settings.model, engine)
-    if settings.draft_model and settings.drafters.get("model"):
-        try:
-            engine.draft_model = load_draft_model(settings.draft_model, engine).model
-        except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading
-            engine.notices.append(f"Draft model not used: {exc}")
-    return engine
-
-
 class Launcher(QObject):
-    """Loads the engine on a worker thread, then opens the main window; applies the settings the
-    user changes (live where it can, reloading the model when model or device changed).
+    """Loads the runtime (draftscope.runtime) on a worker thread, then opens the main window;
+    applies the settings the user changes (live where it can, reloading the model when the model,
+    device, precision, backend or draft model changed).
 
-    ``engine_factory(settings)`` loads an engine for the given settings.
+    ``runtime_factory(settings)`` loads a Runtime for the given settings (default: load_runtime).
     """
 
     window_ready = Signal(object)
 
-    def __init__(self, engine_factory, history, settings, notices=(), *, settings_file=None) -> None:
+    def __init__(self, runtime_factory, history, settings, notices=(), *, settings_file=None) -> None:
         super().__init__()
         self.history, self.settings, self.notices = history, settings, list(notices)
         self.settings_file = settings_file
         self.settings_dialog = None
         self.window = None
         self.error_box = None
-        self.engine_factory = engine_factory
+        self.runtime_factory = runtime_factory
         self._new_loader()
         # quitting while a load is under way (or after a failed one) must end that thread first
         QApplication.instance().aboutToQuit.connect(lambda: self.loader_thread.shutdown())
@@ -141,7 +67,7 @@ class Launcher(QObject):
     def _new_loader(self) -> None:
         """A loader on its own thread, for the first load and each reload; it ends once loaded
         (a QThread must not outlive its owner running)."""
-        self.loader = ModelLoader(lambda: self.engine_factory(self.settings))
+        self.loader = ModelLoader(lambda: self.runtime_factory(self.settings))
         self.loader_thread = WorkerThread(self.loader)
         self.loader.loaded.connect(self._on_loaded)
         self.loader.failed.connect(self._on_failed)
@@ -150,18 +76,22 @@ class Launcher(QObject):
         self.progress.show()
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
 
-    def _on_loaded(self, engine) -> None:
+    def _on_loaded(self, runtime) -> None:
         from draftscope.gui.main_window import MainWindow
         from draftscope.gui.theme import code_style, effective_theme
 
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.progress.hide()
         self.loader_thread.shutdown()
-        make, label, notes = engine_drafters(self.settings, engine)
+        try:
+            notes = list(runtime.drafter_setup.notes)
+        except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: answer without it
+            runtime.settings = dataclasses.replace(runtime.settings,
+                                                   drafters=dict(runtime.settings.drafters, retrieval=False))
+            notes = [f"Retrieval drafts are off: the datastore could not be opened: {exc}"]
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
-        self.window = MainWindow(engine, self.history, self.settings, drafters=make, datastore_label=label,
-                                 code_style=code_style(theme), dark=theme == "dark")
+        self.window = MainWindow(runtime, self.history, code_style=code_style(theme), dark=theme == "dark")
         self.window.settings_requested.connect(self.open_settings)
         self.window.datastore_chosen.connect(self.use_datastore)
         if previous is not None:  # a reload: same place, same conversation
@@ -170,7 +100,7 @@ class Launcher(QObject):
             previous.close()  # ends its worker; the old engine is freed with the last reference
         self.window.show()
         server_problem = self._apply_server()
-        notices = self.notices + list(getattr(engine, "notices", [])) + notes + ([server_problem] if server_problem else [])
+        notices = self.notices + runtime.notices + notes + ([server_problem] if server_problem else [])
         self.notices = []  # the settings file's notices are shown once
         if notices:
             self.window.statusBar().showMessage(" · ".join(notices), 20000)
@@ -210,8 +140,9 @@ class Launcher(QObject):
     def apply_settings(self, new) -> None:
         """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
         device change reloads the model (the window comes back on the same conversation)."""
-        from draftscope.gui.settings_dialog import RELOAD_FIELDS, SERVER_FIELDS, changed_fields
+        from draftscope.gui.settings_dialog import SERVER_FIELDS
         from draftscope.gui.theme import apply_theme, code_style
+        from draftscope.runtime import changed_fields
         from draftscope.storage import save_settings
 
         changed = changed_fields(self.settings, new)
@@ -224,24 +155,23 @@ class Launcher(QObject):
         if changed & {"theme", "font_size"}:
             theme = apply_theme(QApplication.instance(), new.theme, new.font_size)
             self.window.set_code_style(code_style(theme), dark=theme == "dark")
-        # a draft model switched on for the first time has to be loaded
-        needs_draft = bool(new.drafters.get("model") and new.draft_model
-                           and getattr(self.window.engine, "draft_model", None) is None)
-        if changed & RELOAD_FIELDS or (needs_draft and "drafters" in changed):
+        runtime = self.window.runtime
+        if runtime.needs_reload(new):
             self.reload()
             return
-        self.window.settings = new
+        try:
+            notes = runtime.apply(new)
+        except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
+            runtime.apply(dataclasses.replace(new, datastore=runtime.settings.datastore,
+                                              drafters=runtime.settings.drafters))
+            QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
+            return
         if changed & SERVER_FIELDS:
             problem = self._apply_server()
             if problem:
                 self.window.statusBar().showMessage(problem, 15000)
         if changed & {"datastore", "drafters"}:
-            try:
-                make, label, notes = engine_drafters(new, self.window.engine)
-            except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
-                QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
-                return
-            self.window.set_drafters(make, label)
+            self.window.drafters_changed()
             if notes:
                 self.window.statusBar().showMessage(" · ".join(notes), 15000)
 
@@ -253,8 +183,6 @@ class Launcher(QObject):
 
     def use_datastore(self, path: str) -> None:
         """A datastore built in the wizard becomes the one drafts come from (retrieval on)."""
-        import dataclasses
-
         drafters = dict(self.settings.drafters, retrieval=True)
         self.apply_settings(dataclasses.replace(self.settings, datastore=path, drafters=drafters))
         if self.window is not None:
@@ -309,7 +237,9 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
         settings = dialog.settings
     history = HistoryStore()
 
-    launcher = Launcher(load_engine, history, settings, notices)
+    from draftscope.runtime import load_runtime
+
+    launcher = Launcher(load_runtime, history, settings, notices)
     if quit_after_ms is not None:
         def shown(window):
             print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)

@@ -70,14 +70,18 @@ class MainWindow(QMainWindow):
     steps_arrived = Signal(list)  # [StepEvent, ...] of the answer being streamed
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
     learned_changed = Signal(object)  # LearnedStats, after the learned answers were re-indexed (any thread)
+    notice = Signal(str)  # something the user should know, from any thread (a datastore changed on disk)
 
-    def __init__(self, engine, history, settings, *, drafters=lambda: [], datastore_label: str = "none",
-                 code_style: str = "default", dark: bool = False) -> None:
+    def __init__(self, runtime, history, *, code_style: str = "default", dark: bool = False) -> None:
+        """``runtime``: the model and what it drafts with (draftscope.runtime)."""
         super().__init__()
-        self.engine, self.history = engine, history
+        self.runtime = runtime
+        engine = self.engine = runtime.engine
+        self.history = history
+        runtime.on_notice = self.notice.emit
         # The conversation's turn cycle (Qt-free, shared with the terminal and the server); the
-        # window's settings, drafters and conversation are the session's.
-        self.session = ChatSession(engine, settings, drafters, history=history)
+        # window's settings and drafters are the runtime's, its conversation the session's.
+        self.session = ChatSession(runtime, history=history)
         # the draft tree labels each node with its token's text; decoding is cached per window
         self._token_text = functools.lru_cache(maxsize=65536)(lambda token_id: engine.tokenizer.decode([token_id]))
         self.editing_message_id: int | None = None
@@ -197,7 +201,7 @@ class MainWindow(QMainWindow):
                                       + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
                                       + ". Settings ▸ Model ▸ Backend and Precision change it.")
         self.status_datastore = QLabel(objectName="statusDatastore")
-        self._show_datastore(datastore_label)
+        self._show_datastore(runtime.datastore_label)
         self.status_drafters = QLabel(objectName="statusDrafters")
         self.status_tps = QLabel("– tokens/s", objectName="statusTokensPerSecond")
         self.status_baseline = QLabel(objectName="statusBaseline")
@@ -214,7 +218,8 @@ class MainWindow(QMainWindow):
         status.addPermanentWidget(self.status_tps)
         self._show_drafters()
 
-        self.worker = GenerationWorker(engine)
+        self.notice.connect(lambda text: self.statusBar().showMessage(text, 20000))
+        self.worker = GenerationWorker(self.session)
         self.worker_thread = WorkerThread(self.worker)
         self.request_generation.connect(self.worker.generate)  # queued: runs on the worker thread
         self.worker.steps.connect(self._on_steps)
@@ -229,7 +234,7 @@ class MainWindow(QMainWindow):
 
         # The model's own answers feed its learned datastore, indexed on a background thread.
         self.learner = None
-        store = getattr(engine, "learned", None)
+        store = runtime.learned
         if store is not None:
             from draftscope.datastore.learned import Learner
 
@@ -455,12 +460,8 @@ class MainWindow(QMainWindow):
 
     def _generate(self, *, new_seed: bool = False) -> None:
         """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate)."""
-        notices = getattr(self.engine, "notices", None)
-        seen = len(notices) if notices is not None else 0
         request = self.session.request(sampling=sampling_from(self.session.settings, seed=fresh_seed())
                                        if new_seed else None)
-        if notices is not None and len(notices) > seen:  # e.g. the datastore changed on disk
-            self.statusBar().showMessage(" · ".join(notices[seen:]), 20000)
         self.streaming, self.streaming_text = True, ""
         self.current_steps = []
         self.answer_started.emit()
@@ -536,23 +537,13 @@ class MainWindow(QMainWindow):
         self.train_dialog.open()
 
     def use_trained_head(self, path: str) -> None:
-        """Load the head just trained into the engine and rebuild the drafters with it."""
-        from draftscope.gui.app import engine_drafters, open_recurrent
-
-        if not hasattr(self.engine, "notices"):
-            self.engine.notices = []
-        seen = len(self.engine.notices)
-        self.engine.recurrent = open_recurrent(self.settings.model, self.engine, path)
-        if self.engine.recurrent is None:
-            problem = " · ".join(self.engine.notices[seen:]) or "Recurrent drafter not used: the head was not found"
+        """Draft with the head just trained from the next answer on."""
+        problem = self.runtime.use_head(path)
+        if problem:
             self.statusBar().showMessage(problem, 15000)
             return
-        try:
-            make, label, notes = engine_drafters(self.settings, self.engine)
-        except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: keep the old drafters
-            self.statusBar().showMessage(f"The drafters could not be rebuilt: {exc}", 15000)
-            return
-        self.set_drafters(make, label)
+        self.drafters_changed()
+        notes = list(self.runtime.drafter_setup.notes)
         on = self.settings.drafters.get("recurrent", True)
         self.statusBar().showMessage(" · ".join(notes + [
             "The recurrent drafter drafts from the next answer on" if on else
@@ -568,7 +559,7 @@ class MainWindow(QMainWindow):
         if not prompt and self.conversation_id is not None:
             users = [m for m in self.history.messages(self.conversation_id) if m.role == "user"]
             prompt = users[-1].content if users else ""
-        self.race_dialog = RaceDialog(self.engine, self.settings, self.make_drafters, self)
+        self.race_dialog = RaceDialog(self.runtime, self)
         self.race_dialog.setWindowModality(Qt.WindowModality.WindowModal)  # one model, one answer at a time
         self.race_dialog.prompt.setPlainText(prompt)
         self.race_dialog.open()
@@ -581,9 +572,8 @@ class MainWindow(QMainWindow):
         self.status_tps.setText(f"{last.tokens_per_second:.1f} tokens/s · τ {last.tau:.2f}")
         self._render(stream_only=True)
 
-    def _on_finished(self, final, steps_blob: bytes = b"") -> None:
-        # The learner indexes in the background: record returns at once.
-        message_id = self.session.record(final, steps_blob or self.current_steps)
+    def _on_finished(self, final, message_id: int | None = None) -> None:
+        # kept in the history by the worker's answer loop (ChatSession.stream)
         if message_id is not None:
             self.inspection.finish_live(message_id)
         self._end_stream()
@@ -619,11 +609,7 @@ class MainWindow(QMainWindow):
 
     @property
     def settings(self):
-        return self.session.settings
-
-    @settings.setter
-    def settings(self, value) -> None:
-        self.session.settings = value
+        return self.runtime.settings
 
     @property
     def conversation_id(self) -> int | None:
@@ -633,18 +619,12 @@ class MainWindow(QMainWindow):
     def conversation_id(self, value: int | None) -> None:
         self.session.conversation_id = value
 
-    @property
-    def make_drafters(self):
-        return self.session.make_drafters
+    def make_drafters(self) -> list:
+        return self.runtime.make_drafters()
 
-    @make_drafters.setter
-    def make_drafters(self, make) -> None:
-        self.session.make_drafters = make
-
-    def set_drafters(self, make, datastore_label: str) -> None:
-        """New drafters from the next answer on (settings changed)."""
-        self.make_drafters = make
-        self._show_datastore(datastore_label)
+    def drafters_changed(self) -> None:
+        """The runtime's drafters changed (settings, a new head): show them."""
+        self._show_datastore(self.runtime.datastore_label)
         self._show_drafters()
         self._show_learned()
 

@@ -8,6 +8,7 @@ figures, and "Replay" plays both timelines together in real time.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import time
 from dataclasses import dataclass, field
@@ -17,9 +18,9 @@ from PySide6.QtWidgets import (
     QDialog, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextBrowser, QVBoxLayout,
 )
 
-from draftscope.engine.engine import GenerationRequest
-from draftscope.engine.sampling import SamplingParams
+from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.worker import GenerationWorker, WorkerThread
+from draftscope.session import ChatSession, sampling_from
 
 REPLAY_HZ = 30
 
@@ -62,18 +63,20 @@ class Lane:
 
 
 class RaceDialog(QDialog):
-    """``RaceDialog(engine, settings, make_drafters)``; ``race(prompt)`` starts; ``finished_race``
-    is emitted once both answers are in (the replay then starts by itself)."""
+    """``RaceDialog(runtime)``; ``race(prompt)`` starts; ``finished_race`` is emitted once both
+    answers are in (the replay then starts by itself). Both answers use one seed, so at T > 0 too
+    they are the same answer, reached at two speeds."""
 
     finished_race = Signal()
     _request = Signal(object)
 
-    def __init__(self, engine, settings, make_drafters, parent=None) -> None:
+    def __init__(self, runtime, parent=None) -> None:
         super().__init__(parent)
         self.setObjectName("raceDialog")
         self.setWindowTitle("Race: plain decoding vs speculative decoding")
         self.resize(1000, 600)
-        self.engine, self.settings, self.make_drafters = engine, settings, make_drafters
+        self.runtime = runtime
+        self.session = ChatSession(runtime)  # in memory: a race is not a conversation
         self.lanes: dict[str, Lane] = {}
         self._queue: list[tuple[str, list]] = []
         self._running: str | None = None
@@ -117,7 +120,7 @@ class RaceDialog(QDialog):
         layout.addLayout(grid, 1)
         layout.addWidget(self.verdict)
 
-        self.worker = GenerationWorker(engine)
+        self.worker = GenerationWorker(self.session, keep=False)
         self.worker_thread = WorkerThread(self.worker)
         self._request.connect(self.worker.generate)
         self.worker.steps.connect(self._on_steps)
@@ -137,11 +140,13 @@ class RaceDialog(QDialog):
         self.prompt.setPlainText(prompt)
         self.timer.stop()
         self.lanes = {"plain": Lane("plain"), "speculative": Lane("speculative")}
-        messages = [{"role": "user", "content": prompt}]
-        if self.settings.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.settings.system_prompt})
-        self._queue = [("plain", []), ("speculative", self.make_drafters())]
-        self._messages = messages
+        self.session.reset()
+        self.session.say(prompt)
+        sampling = sampling_from(self.runtime.settings)
+        if sampling.seed is None:
+            sampling = dataclasses.replace(sampling, seed=fresh_seed())  # one seed for both lanes
+        self._queue = [("plain", self.session.request(sampling=sampling, drafters=[])),
+                       ("speculative", self.session.request(sampling=sampling))]
         for key in self.views:
             self.views[key].clear()
             self.stats[key].setText("waiting…")
@@ -158,20 +163,17 @@ class RaceDialog(QDialog):
             self.finished_race.emit()
             self.replay()
             return
-        key, drafters = self._queue.pop(0)
+        key, request = self._queue.pop(0)
         self._running = key
         self.stats[key].setText("running…")
-        s = self.settings
-        self._request.emit(GenerationRequest(
-            messages=self._messages, max_new_tokens=s.max_new_tokens,
-            sampling=SamplingParams(s.temperature, s.top_k, s.top_p, s.repetition_penalty), drafters=drafters))
+        self._request.emit(request)
 
     def _on_steps(self, events) -> None:
         lane = self.lanes[self._running]
         lane.add(events)
         self.views[self._running].setPlainText(lane.moments[-1][1])
 
-    def _on_finished(self, final, _steps_blob: bytes = b"") -> None:
+    def _on_finished(self, final, _message_id=None) -> None:
         lane = self.lanes[self._running]
         lane.finish(final)
         self._show_stats(self._running, lane.elapsed_s, lane.tokens)

@@ -25,7 +25,7 @@ class LocalServer(QObject):
         in use) comes back as text and leaves it stopped."""
         from draftscope.server import ServerConfig, ServerThread, create_app
 
-        key = (id(window), id(window.engine), settings.server_enabled, settings.server_port, settings.server_api_key,
+        key = (id(window), id(window.runtime), settings.server_enabled, settings.server_port, settings.server_api_key,
                settings.server_keep_history)
         if key == self._key and (self.thread is not None) == settings.server_enabled:
             return None
@@ -34,8 +34,7 @@ class LocalServer(QObject):
         if not settings.server_enabled:
             return None
         config = ServerConfig(api_key=settings.server_api_key or None, keep_history=settings.server_keep_history)
-        app = create_app(window.engine, window.settings, lambda: window.make_drafters(), history=window.history,
-                         config=config, on_stored=self.stored.emit, settings_of=lambda: window.settings)
+        app = create_app(window.runtime, history=window.history, config=config, on_stored=self.stored.emit)
         try:
             self.thread = ServerThread(app, "127.0.0.1", settings.server_port).start()
         except OSError as exc:

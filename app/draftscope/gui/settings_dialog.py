@@ -12,7 +12,6 @@ import copy
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 
 from PySide6.QtCore import QMetaObject, QSize, Qt, QTimer
@@ -38,17 +37,11 @@ from draftscope.storage.settings import DTYPES, Settings
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
 # Changing one of these means loading a model again; every other field applies to the next answer.
-RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model"})
 SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history"})
 
 _THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
 _OTHER = "\x00other"  # the combo entry that reveals a line edit for a folder, a .gguf file or a hub id
 _OTHER_TEXT = "Other: folder, .gguf file or hub id"
-
-
-def changed_fields(old: Settings, new: Settings) -> set[str]:
-    """Names of the fields whose values differ; intersect with RELOAD_FIELDS to decide on a reload."""
-    return {f.name for f in fields(Settings) if getattr(old, f.name) != getattr(new, f.name)}
 
 
 def available_devices() -> list[str]:

@@ -1,9 +1,10 @@
 """Running the engine off the UI thread (superqt-style worker on a QThread).
 
-``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) runs
-``Engine.generate`` and reports through signals carrying plain data: ``started``, ``steps``
-(StepEvents batched to at most ~30 UI updates per second), ``finished`` / ``cancelled`` (the
-FinalEvent) and ``failed`` (a message); ``measure_baseline`` re-measures plain decoding speed
+``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) iterates the
+session's one answer loop (``ChatSession.stream``, which also keeps the answer in the history) and
+reports through signals carrying plain data: ``started``, ``steps`` (StepEvents batched to at most
+~30 UI updates per second), ``finished`` / ``cancelled`` (the FinalEvent and the id of the message
+it was kept as) and ``failed`` (a message); ``measure_baseline`` re-measures plain decoding speed
 and reports it with ``baseline_measured``. ``stop`` may be called from any thread: the engine
 checks the flag between steps, so an answer stops within one step.
 """
@@ -19,7 +20,6 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
-from draftscope.storage.history import encode_steps
 
 UPDATE_INTERVAL_S = 1 / 30
 DECODING_NICENESS = 5  # how far decoding yields the CPU to the UI thread (Linux nice levels)
@@ -50,14 +50,16 @@ def lower_decoding_priority() -> None:
 class GenerationWorker(QObject):
     started = Signal()
     steps = Signal(list)  # [StepEvent, ...] since the last emission
-    finished = Signal(object, bytes)  # FinalEvent, its steps encoded for the history (encode_steps)
-    cancelled = Signal(object, bytes)  # FinalEvent (the answer so far), its steps encoded
+    finished = Signal(object, object)  # FinalEvent, its message id in the history (None: not kept)
+    cancelled = Signal(object, object)  # FinalEvent (the answer so far), its message id
     failed = Signal(str)
     baseline_measured = Signal(float)  # plain decoding tokens/s, measured again on this thread
 
-    def __init__(self, engine) -> None:
+    def __init__(self, session, *, keep: bool = True) -> None:
+        """``session``: the ChatSession whose answers this runs; ``keep``: record them (the race
+        does not)."""
         super().__init__()
-        self.engine = engine
+        self.session, self.keep = session, keep
         self._cancel = threading.Event()
 
     def stop(self) -> None:
@@ -69,21 +71,20 @@ class GenerationWorker(QObject):
         request.cancel = self._cancel
         lower_decoding_priority()
         self.started.emit()
-        pending, every, last = [], [], 0.0
+        pending, last = [], 0.0
         try:
-            for event in self.engine.generate(request):
+            for event in self.session.stream(request, keep=self.keep):
                 if isinstance(event, FinalEvent):
                     if pending:
                         self.steps.emit(pending)
                     if event.finish_reason == "error":
                         self.failed.emit(event.error or "generation failed")
                     elif event.finish_reason == "cancel":
-                        self.cancelled.emit(event, encode_steps(every))
+                        self.cancelled.emit(event, self.session.last_kept)
                     else:
-                        self.finished.emit(event, encode_steps(every))
+                        self.finished.emit(event, self.session.last_kept)
                     return
                 pending.append(event)
-                every.append(event)
                 now = time.monotonic()
                 if now - last >= UPDATE_INTERVAL_S:
                     self.steps.emit(pending)
@@ -96,7 +97,7 @@ class GenerationWorker(QObject):
         """Measure plain decoding again (the machine's load and clocks drift; speedups must compare
         with a fresh figure). Queued behind any answer, so it never runs during one."""
         try:
-            rate = self.engine.measure_baseline()
+            rate = self.session.engine.measure_baseline()
         except Exception:  # a failed measurement keeps the old figure; answers are unaffected
             return
         if rate:

@@ -28,7 +28,7 @@ from starlette.routing import Route
 from draftscope.engine.engine import GenerationRequest, PromptTooLongError
 from draftscope.engine.events import FinalEvent
 from draftscope.server import protocol as p
-from draftscope.session import ChatSession, sampling_from, title_from
+from draftscope.session import ChatSession, sampling_from
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _END = object()
@@ -51,9 +51,8 @@ class ServerConfig:
 class Answerer:
     """Runs answers one at a time on a worker thread and streams their events to the event loop."""
 
-    def __init__(self, engine, settings_of, make_drafters, *, history=None, config: ServerConfig | None = None,
-                 on_stored=None) -> None:
-        self.engine, self.settings_of, self.make_drafters = engine, settings_of, make_drafters
+    def __init__(self, runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> None:
+        self.runtime = runtime
         self.history, self.on_stored = history, on_stored
         self.config = config or ServerConfig()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftscope-answer")
@@ -69,21 +68,17 @@ class Answerer:
                                   f"{self.config.queue_limit}); try again shortly", type="rate_limit_error",
                              code="queue_full")
 
-    def _keep(self, shown: list[dict], final: FinalEvent, steps: list) -> None:
-        """The request as a conversation of its own in the app's history."""
-        if self.history is None or not self.config.keep_history or final.finish_reason == "error":
-            return
-        first = next((m["content"] for m in shown if m["role"] == "user"), "request")
-        session = ChatSession(self.engine, self.settings_of(), self.make_drafters, history=self.history)
-        session.conversation_id = self.history.create_conversation("API · " + title_from(first))
+    def session(self, shown: list[dict]) -> ChatSession:
+        """A request's conversation: kept in the app's history as one of its own ("API · …") once
+        it is answered, when the server keeps history."""
+        keep = self.history is not None and self.config.keep_history
+        session = ChatSession(self.runtime, history=self.history if keep else None, defer=True, title_prefix="API · ")
         for m in shown:
             if m["role"] in ("user", "assistant"):
-                self.history.add_message(session.conversation_id, m["role"], m["content"])
-        session.record(final, steps)
-        if self.on_stored is not None:
-            self.on_stored(session.conversation_id)
+                session.say(m["content"], role=m["role"])
+        return session
 
-    async def events(self, request: GenerationRequest, shown: list[dict]):
+    async def events(self, session: ChatSession, request: GenerationRequest):
         """The answer's StepEvents then its FinalEvent, as they come; closing this generator (a
         client that went away) cancels the answer."""
         self.admit()
@@ -94,15 +89,12 @@ class Answerer:
         put = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
 
         def work() -> None:
-            steps = []
             try:
                 if cancel.is_set():  # gone while waiting its turn
                     return
-                for ev in self.engine.generate(request):
-                    if isinstance(ev, FinalEvent):
-                        self._keep(shown, ev, steps)
-                    else:
-                        steps.append(ev)
+                for ev in session.stream(request):
+                    if isinstance(ev, FinalEvent) and session.last_kept is not None and self.on_stored is not None:
+                        self.on_stored(session.conversation_id)
                     put(ev)
             except Exception as exc:  # noqa: BLE001 - handed to the request, which answers with it
                 put(exc)
@@ -141,14 +133,13 @@ def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def create_app(engine, settings, make_drafters, *, history=None, config: ServerConfig | None = None,
-               on_stored=None, settings_of=None) -> Starlette:
-    """``settings``: defaults for what a request leaves out (sampling, max tokens), read through
-    ``settings_of()`` when given (the app's live settings); ``on_stored(conversation_id)`` hears of
-    each answer kept in ``history``."""
-    settings_of = settings_of or (lambda: settings)
-    answerer = Answerer(engine, settings_of, make_drafters, history=history, config=config, on_stored=on_stored)
+def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> Starlette:
+    """A server over ``runtime`` (draftscope.runtime): its settings give what a request leaves out
+    (sampling, max tokens), read at each request (the app's live settings);
+    ``on_stored(conversation_id)`` hears of each answer kept in ``history``."""
+    answerer = Answerer(runtime, history=history, config=config, on_stored=on_stored)
     cfg = answerer.config
+    engine = runtime.engine
     model_id = engine.name
 
     def authorise(request: Request) -> None:
@@ -167,18 +158,17 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise p.ApiError(400, f"the request body is not valid JSON: {exc}") from exc
 
-    def generation(sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
-        current = settings_of()
-        params = sampling_from(current, temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed)
-        return GenerationRequest(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens or current.max_new_tokens,
-                                 sampling=params, drafters=make_drafters(), stop_strings=sampling.stop)
-
-    async def answer(request: Request, gen: GenerationRequest, shown: list[dict], stream: bool, usage_chunk: bool,
-                     chat: bool):
+    async def answer(request: Request, sampling: p.Sampling, prompt_ids: list[int], shown: list[dict], stream: bool,
+                     usage_chunk: bool, chat: bool):
         rid = p.new_id("chatcmpl" if chat else "cmpl")
         created = int(time.time())
-        prompt_tokens = len(gen.prompt_ids)
-        events = answerer.events(gen, shown)
+        prompt_tokens = len(prompt_ids)
+        session = answerer.session(shown)
+        params = sampling_from(runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p,
+                               seed=sampling.seed)
+        gen = session.request(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens, sampling=params,
+                              stop=sampling.stop)
+        events = answerer.events(session, gen)
         if not stream:
             try:
                 final = await _unless_gone(request, _last(events))
@@ -262,8 +252,8 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
             except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
                 raise p.ApiError(400, f"the messages cannot be rendered with the model's chat template: {exc}",
                                  param="messages") from exc
-            gen = generation(req.sampling, prompt_ids)
-            response = await answer(request, gen, req.messages, req.stream, req.include_usage, chat=True)
+            response = await answer(request, req.sampling, prompt_ids, req.messages, req.stream, req.include_usage,
+                                    chat=True)
             return response if response is not None else JSONResponse({}, status_code=499)
         except p.ApiError as exc:
             return _error(exc)
@@ -273,9 +263,9 @@ def create_app(engine, settings, make_drafters, *, history=None, config: ServerC
             authorise(request)
             req = p.parse_completion(await body_of(request))
             prompt_ids = list(engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
-            gen = generation(req.sampling, prompt_ids)
             shown = [{"role": "user", "content": req.prompt}]
-            response = await answer(request, gen, shown, req.stream, req.include_usage, chat=False)
+            response = await answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage,
+                                    chat=False)
             return response if response is not None else JSONResponse({}, status_code=499)
         except p.ApiError as exc:
             return _error(exc)

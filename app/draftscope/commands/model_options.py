@@ -1,0 +1,104 @@
+"""The options ``draftscope chat``, ``generate`` and ``serve`` share: which model, how it runs, what
+it drafts with and how it samples. They become Settings, and the runtime is built from those as
+the app builds it (draftscope.runtime)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from draftscope.commands import argtypes
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="a catalogue name (draftscope models list; default: SmolLM2-135M), "
+                   "a model folder, a .gguf file or a hub id")
+    p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)")
+    p.add_argument("--drafters", default="auto", help="comma list of retrieval, learned, context, model, recurrent; "
+                   "'auto' = the app's defaults whose inputs exist, and the draft model when one is given; "
+                   "'none' = plain decoding")
+    p.add_argument("--draft-model", default=None, help="small model with the same tokenizer for the model drafter "
+                   "(a catalogue name, folder or .gguf)")
+    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
+                   "for --model, when one was trained: draftscope drafter train)")
+    p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=argtypes.count, default=0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=512)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
+                   "natively, else float32)")
+    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+                   help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
+                   "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU")
+    p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
+
+
+def drafter_switches(text: str, *, draft_model: bool) -> tuple[dict[str, bool], list[str]]:
+    """``--drafters`` as the settings' switches, and the drafters it names (which must then run):
+    ``auto`` = the app's defaults (and the model drafter when a draft model is given), ``none`` =
+    plain decoding, else a comma list."""
+    from draftscope.engine.drafters.factory import DRAFTER_NAMES, ON_BY_DEFAULT
+
+    if text == "auto":
+        return {n: n in ON_BY_DEFAULT or (n == "model" and draft_model) for n in DRAFTER_NAMES}, []
+    if text == "none":
+        return {n: False for n in DRAFTER_NAMES}, []
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(DRAFTER_NAMES))
+    if unknown:
+        raise ValueError(f"unknown drafter(s): {', '.join(unknown)} (known: {', '.join(DRAFTER_NAMES)})")
+    return {n: n in names for n in DRAFTER_NAMES}, names
+
+
+def settings_from_args(args: argparse.Namespace):
+    """The command's options as Settings (what the app would have for them)."""
+    from draftscope.storage import Settings
+
+    switches, _named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))
+    settings = Settings(model=args.model, datastore=args.datastore or "", drafters=switches,
+                        draft_model=args.draft_model or "", temperature=args.temperature, top_p=args.top_p,
+                        top_k=args.top_k, repetition_penalty=args.repetition_penalty,
+                        max_new_tokens=args.max_new_tokens, system_prompt=args.system or "",
+                        seed=-1 if args.seed is None else args.seed, device=args.device or "auto",
+                        dtype=args.dtype or "auto", backend=args.backend)
+    problems = settings.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    return settings
+
+
+def runtime_from_args(args: argparse.Namespace):
+    """The runtime for the command's options. A drafter named in ``--drafters``, a ``--draft-model``
+    or a ``--head`` that cannot be used is an error naming why; what ``auto`` leaves out is a note."""
+    from draftscope.runtime import load_runtime
+
+    settings = settings_from_args(args)
+    _switches, named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))
+    runtime = load_runtime(settings, head=args.head, strict=True, log=_err)
+    setup = runtime.drafter_setup
+    missing = [n for n in named if n not in setup.names]
+    if missing:
+        why = setup.notes + [_NEEDS[n] for n in missing if n in _NEEDS]
+        raise ValueError(f"drafter(s) {', '.join(missing)} cannot run: " + "; ".join(why))
+    engine = runtime.engine
+    _err(f"{engine.name} on {engine.backend.describe()}; drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
+         f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s")
+    if args.verbose:
+        _err(f"precision: {engine.precision} ({engine.dtype_reason or 'as loaded'})")
+        _err(f"datastore: {setup.label}; draft model: {args.draft_model if runtime.draft_model is not None else 'none'}")
+    for note in ([*runtime.notices, *setup.notes] if args.verbose else runtime.notices):
+        _err(f"note: {note}")
+    return runtime
+
+
+_NEEDS = {"recurrent": "the recurrent drafter needs a head trained for this model (draftscope drafter train)",
+          "learned": "the learned drafter needs the model's learned answers (none can be kept for it)"}
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)

@@ -1,0 +1,176 @@
+"""The runtime: what answers are made with, built from Settings in one place.
+
+A :class:`Runtime` holds the loaded model (the engine), the draft model loaded beside it, the
+model's learned answers, its recurrent head and the notices saying what could not be used and why.
+The window, ``draftscope chat / generate / serve`` and the Settings dialog's changes all come
+through :func:`load_runtime` and :meth:`Runtime.apply` (as llama.cpp's ``common/`` turns
+parameters into a context in one place). Nothing here knows Qt.
+
+Drafters are made fresh for each request (:meth:`Runtime.make_drafters`); the sampling of a
+request reaches them through the engine at each answer, never as a copy made when they are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from draftscope.storage.settings import Settings
+
+# Fields whose change needs the model loaded again; DRAFTER_FIELDS only new drafters.
+RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model"})
+DRAFTER_FIELDS = frozenset({"datastore", "drafters"})
+
+
+def changed_fields(old: Settings, new: Settings) -> set[str]:
+    """Names of the fields whose values differ."""
+    return {f.name for f in dataclasses.fields(Settings) if getattr(old, f.name) != getattr(new, f.name)}
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: object  # draftscope.engine.engine.Engine
+    draft_model: object | None = None  # the model drafter's model (None: none set, or it cannot draft here)
+    learned: object | None = None  # the model's LearnedStore (None: learning is off, see notices)
+    recurrent: object | None = None  # a RecurrentSetup: the head trained for this model
+    notices: list[str] = field(default_factory=list)  # what was left out and why, for the user
+    # Hears of things that happen after loading (a datastore changed on disk between answers);
+    # called on the thread that makes drafters. Default: kept in ``notices``.
+    on_notice: Callable[[str], None] | None = None
+    _setup: object | None = field(default=None, repr=False)  # DrafterSetup for the current settings
+
+    # ------------------------------------------------------------------ drafters
+
+    @property
+    def drafter_setup(self):
+        """The drafters the settings ask for (names, label, notes), built once per settings change."""
+        if self._setup is None:
+            self._setup = self._build_drafters(self.settings)
+        return self._setup
+
+    def make_drafters(self) -> list:
+        """Fresh drafters for one request."""
+        return self.drafter_setup.make()
+
+    @property
+    def datastore_label(self) -> str:
+        return self.drafter_setup.label
+
+    def _notice(self, text: str) -> None:
+        if self.on_notice is not None:
+            self.on_notice(text)
+        else:
+            self.notices.append(text)
+
+    def _build_drafters(self, settings: Settings):
+        from draftscope.datastore.default import default_datastore_path
+        from draftscope.engine.drafters.factory import setup_drafters
+
+        path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
+        return setup_drafters(settings.drafters, datastore=path, draft_model=self.draft_model,
+                              eos_token_id=_eos_of(self.draft_model), vocab_size=self.engine.vocab,
+                              learned=self.learned, recurrent=self.recurrent, tokenizer=self.engine.tokenizer,
+                              notify=self._notice)
+
+    # ------------------------------------------------------------------ settings changes
+
+    def needs_reload(self, new: Settings) -> bool:
+        """Whether ``new`` needs the model loaded again (a new runtime): the model, device,
+        precision, backend or draft model changed, or a draft model is switched on that is not loaded."""
+        changed = changed_fields(self.settings, new)
+        wants_draft = bool(new.drafters.get("model") and new.draft_model) and self.draft_model is None
+        return bool(changed & RELOAD_FIELDS) or (wants_draft and "drafters" in changed)
+
+    def apply(self, new: Settings) -> list[str]:
+        """Take settings that need no reload (see :meth:`needs_reload`): the drafters are rebuilt
+        when the datastore or the switches changed; sampling, limits and the system prompt are read
+        from the settings at each request. Returns notes on drafters that cannot be used. A
+        datastore that cannot be opened raises, and the runtime keeps its old drafters."""
+        if self.needs_reload(new):
+            raise ValueError("these settings need the model loaded again (load_runtime)")
+        setup = self._build_drafters(new) if changed_fields(self.settings, new) & DRAFTER_FIELDS else self._setup
+        self.settings, self._setup = new, setup
+        return list(self.drafter_setup.notes)
+
+    def use_head(self, path: str | Path | None = None) -> str | None:
+        """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
+        just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
+        from draftscope.engine.drafters.recurrent import find_recurrent
+        from draftscope.recurrent.files import HeadError
+
+        try:
+            recurrent = find_recurrent(self.settings.model, self.engine, path)
+        except HeadError as exc:
+            return f"Recurrent drafter not used: {exc}"
+        if recurrent is None:
+            return "Recurrent drafter not used: the head was not found"
+        previous, self.recurrent = self.recurrent, recurrent
+        try:
+            self._setup = self._build_drafters(self.settings)
+        except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: keep what worked
+            self.recurrent = previous
+            return f"The drafters could not be rebuilt: {exc}"
+        return None
+
+
+def _eos_of(draft_model) -> int | None:
+    if draft_model is None:
+        return None
+    eos = getattr(draft_model.generation_config, "eos_token_id", None)
+    return eos[0] if isinstance(eos, (list, tuple)) else eos
+
+
+def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: bool = False,
+                 log: Callable[[str], None] | None = None) -> Runtime:
+    """Load the model the settings name, with what its answers draft with. ``head``: a recurrent
+    head file (default: the app's head for the model, when one was trained). ``strict`` (the
+    command line): a draft model or head asked for that cannot be used is an error; otherwise it is
+    left out and ``notices`` says why. ``log(text)`` hears of progress."""
+    from draftscope.engine.engine import Engine
+    from draftscope.engine.loader import load_draft_model
+
+    if log is not None:
+        log(f"loading {settings.model} ...")
+    device = None if settings.device == "auto" else settings.device
+    dtype = None if settings.dtype == "auto" else settings.dtype
+    engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend)
+    runtime = Runtime(settings, engine)
+    runtime.learned = _open_learned(settings.model, engine, runtime.notices)
+    runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
+    if settings.draft_model and settings.drafters.get("model"):
+        try:
+            runtime.draft_model = load_draft_model(settings.draft_model, engine, device=device, dtype=dtype).model
+        except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading
+            if strict:
+                raise
+            runtime.notices.append(f"Draft model not used: {exc}")
+    return runtime
+
+
+def _open_learned(model: str, engine, notices: list[str]):
+    """The model's learned answers; None, with a notice, if they cannot be kept."""
+    from draftscope.datastore.learned import LearnedStore, model_key
+
+    try:
+        return LearnedStore(model_key(model), engine.vocab)
+    except Exception as exc:  # noqa: BLE001 - learning is a nicety: the model still loads
+        notices.append(f"Learning from answers is off: {exc}")
+        return None
+
+
+def _open_recurrent(model: str, engine, path, notices: list[str], strict: bool):
+    """The head trained for this model (``path``, else the app's head for it); None when there is
+    none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
+    from draftscope.engine.drafters.recurrent import find_recurrent
+    from draftscope.recurrent.files import HeadError
+
+    try:
+        return find_recurrent(model, engine, path)
+    except HeadError as exc:
+        if strict and path:
+            raise
+        notices.append(f"Recurrent drafter not used: {exc}")
+        return None

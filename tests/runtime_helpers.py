@@ -1,0 +1,20 @@
+"""Runtimes around engines the tests build themselves (draftscope.runtime.Runtime)."""
+
+from __future__ import annotations
+
+from draftscope.runtime import Runtime
+from draftscope.storage import Settings
+
+# Drafts from the conversation only: what tests on tiny models draft with unless they say otherwise.
+CONTEXT_ONLY = {"retrieval": False, "learned": False, "context": True, "model": False, "recurrent": False}
+
+
+def runtime_for(engine, settings: Settings | None = None, *, drafters=None, **fields) -> Runtime:
+    """A runtime over ``engine``: ``settings`` (default: context drafts only, with ``fields``);
+    ``drafters``, a function making drafters of the test's own (e.g. a slowed one)."""
+    if settings is None:
+        settings = Settings(**{"drafters": dict(CONTEXT_ONLY), **fields})
+    runtime = Runtime(settings, engine)
+    if drafters is not None:
+        runtime.make_drafters = drafters  # the test's own drafters instead of the settings'
+    return runtime

@@ -1,0 +1,132 @@
+"""The runtime (draftscope.runtime): built from Settings in one place, and a settings change
+rebuilds what it must (and nothing else)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.engine.engine import Engine
+from draftscope.retrieval import Writer
+from draftscope.runtime import Runtime, changed_fields
+from draftscope.session import ChatSession
+from draftscope.storage import Settings
+from engine_fixtures import tiny_llama
+
+OFF = {"retrieval": False, "learned": False, "context": False, "model": False, "recurrent": False}
+
+
+@pytest.fixture(scope="module")
+def engine(tokenizer):
+    e = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
+    e.eos_ids = set()
+    return e
+
+
+def datastore(path, tokenizer):
+    from draftscope.datastore.fingerprint import tokenizer_fingerprint
+
+    w = Writer(path, len(tokenizer), tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+    w.add_entries([[5, 6, 7, 8, 9]] * 4)
+    w.finalize()
+    return path
+
+
+def test_settings_changes_rebuild_the_drafters_only_when_they_must(engine, tokenizer, tmp_path):
+    store = datastore(tmp_path / "a.idx", tokenizer)
+    runtime = Runtime(Settings(datastore=str(store), drafters=dict(OFF, retrieval=True, context=True)), engine)
+    assert [type(d) for d in runtime.make_drafters()] == [RetrievalDrafter, ContextDrafter]
+    setup = runtime.drafter_setup
+    assert runtime.datastore_label == str(store)
+
+    # sampling, limits and the system prompt are read at each request: the drafters stay
+    notes = runtime.apply(dataclasses.replace(runtime.settings, temperature=0.8, seed=11, max_new_tokens=7,
+                                              system_prompt="Be brief."))
+    assert runtime.drafter_setup is setup and notes == []
+    session = ChatSession(runtime)
+    session.say("hello")
+    request = session.request()
+    assert (request.sampling.temperature, request.sampling.seed, request.max_new_tokens) == (0.8, 11, 7)
+    assert request.messages[0] == {"role": "system", "content": "Be brief."}
+
+    # switches and the datastore are the drafters': rebuilt
+    runtime.apply(dataclasses.replace(runtime.settings, drafters=dict(OFF, context=True)))
+    assert [type(d) for d in runtime.make_drafters()] == [ContextDrafter] and runtime.datastore_label == "none"
+    other = datastore(tmp_path / "b.idx", tokenizer)
+    runtime.apply(dataclasses.replace(runtime.settings, datastore=str(other), drafters=dict(OFF, retrieval=True)))
+    assert runtime.datastore_label == str(other) and [type(d) for d in runtime.make_drafters()] == [RetrievalDrafter]
+
+    # retrieval switched on without a datastore: left out, and the note says why
+    notes = runtime.apply(dataclasses.replace(runtime.settings, datastore=str(tmp_path / "missing.idx")))
+    assert runtime.make_drafters() == [] and any("no datastore" in n for n in notes)
+
+
+def test_what_needs_the_model_loaded_again(engine):
+    runtime = Runtime(Settings(), engine)
+    for field, value in (("model", "other"), ("device", "cpu"), ("dtype", "float32"), ("backend", "torch"),
+                         ("draft_model", "small")):
+        new = dataclasses.replace(runtime.settings, **{field: value})
+        assert runtime.needs_reload(new), field
+        with pytest.raises(ValueError, match="loaded again"):
+            runtime.apply(new)
+    assert not runtime.needs_reload(dataclasses.replace(runtime.settings, temperature=1.0, theme="dark"))
+    # the model drafter switched on while no draft model is loaded: it has to be loaded
+    with_draft = dataclasses.replace(runtime.settings, draft_model="small")
+    runtime = Runtime(with_draft, engine)
+    assert runtime.needs_reload(dataclasses.replace(with_draft, drafters=dict(with_draft.drafters, model=True)))
+    assert changed_fields(with_draft, with_draft) == set()
+
+
+def drafted(session):
+    """(final event, draft tokens proposed, draft tokens accepted) of one answer, four drafts a step."""
+    events = list(session.stream(session.request(budget=4), keep=False))
+    return events[-1], sum(e.proposed for e in events[:-1]), sum(e.accepted for e in events[:-1])
+
+
+def test_the_draft_model_samples_at_the_temperature_of_each_request(engine):
+    """The drafters are built once; the request's sampling reaches the draft model at each answer.
+    A model drafting for itself, coupled to the answer's seed, has every draft accepted at any
+    temperature; a draft model stuck at the temperature it was built with (greedy) would not."""
+    settings = Settings(draft_model="self", drafters=dict(OFF, model=True), max_new_tokens=24, temperature=0.0)
+    runtime = Runtime(settings, engine, draft_model=engine.model)
+    setup = runtime.drafter_setup
+    runtime.apply(dataclasses.replace(settings, temperature=1.0, seed=5))
+    assert runtime.drafter_setup is setup, "a temperature change alone does not rebuild the drafters"
+    session = ChatSession(runtime)
+    session.say("hello")
+    final, proposed, accepted = drafted(session)
+    plain = session.run(session.request(drafters=[]), keep=False)
+    assert final.token_ids == plain.token_ids, "the seed decides the answer, whatever drafts"
+    assert proposed >= 12 and accepted == proposed, (proposed, accepted)
+
+
+def test_a_draft_model_at_another_temperature_is_caught(engine, monkeypatch):
+    """The check above can fail: a draft model that ignores the request's sampling (greedy drafts
+    at T = 1) has most of its drafts rejected."""
+    monkeypatch.setattr(ModelDrafter, "set_sampling", lambda self, params, noise: None)
+    settings = Settings(draft_model="self", drafters=dict(OFF, model=True), max_new_tokens=24, temperature=1.0, seed=5)
+    runtime = Runtime(settings, engine, draft_model=engine.model)
+    session = ChatSession(runtime)
+    session.say("hello")
+    _final, proposed, accepted = drafted(session)
+    assert accepted < 0.5 * proposed, (proposed, accepted)
+
+
+def test_the_session_is_the_one_answer_loop_and_keeps_answers(engine, tmp_path):
+    from draftscope.storage import HistoryStore
+
+    history = HistoryStore(tmp_path / "h.sqlite3")
+    runtime = Runtime(Settings(drafters=dict(OFF, context=True), max_new_tokens=8), engine)
+    session = ChatSession(runtime, history=history, defer=True, title_prefix="API · ")
+    session.say("a question")
+    assert history.conversations() == [], "deferred: nothing is written before an answer is kept"
+    events = list(session.stream(session.request()))
+    assert events[-1].finish_reason == "length" and all(e.step for e in events[:-1])
+    [conversation] = history.conversations()
+    assert conversation.title == "API · a question"
+    roles = [(m.role, m.id) for m in history.messages(conversation.id)]
+    assert [r for r, _ in roles] == ["user", "assistant"] and session.last_kept == roles[-1][1]
+    assert len(history.steps(session.last_kept)) == len(events) - 1, "the steps are kept with the answer"
