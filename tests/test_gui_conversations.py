@@ -13,11 +13,10 @@ from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLineEdit, QListWidget, QMessageBox, QPushButton  # noqa: E402
 
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.storage import HistoryStore  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 
 CODE_ANSWER = "Here it is:\n\n```python\ndef reverse(s):\n    return s[::-1]\n```\n\nDone."

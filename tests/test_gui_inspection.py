@@ -10,11 +10,10 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser  # noqa: E402
 
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.storage import HistoryStore  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
 

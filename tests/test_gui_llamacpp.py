@@ -17,7 +17,7 @@ from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.storage import HistoryStore  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
 

@@ -15,7 +15,6 @@ from PySide6.QtCore import Qt, QUrl  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard  # noqa: E402
 
 from draftscope.runtime import Runtime  # noqa: E402
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.drafts_panel import visible_text  # noqa: E402

@@ -17,7 +17,7 @@ from draftscope.engine.drafters import ContextDrafter
 from draftscope.engine.engine import Engine
 from draftscope.server import ServerConfig, ServerThread, check_bind, create_app
 from runtime_helpers import runtime_for
-from draftscope.storage import HistoryStore, Settings
+from draftscope.storage import HistoryStore
 from engine_fixtures import pin_budget, tiny_llama
 
 PROMPT = "Name three colours of the rainbow."
