@@ -26,7 +26,7 @@ def main(argv=None) -> int:
 
     import openai
 
-    from draftscope.engine.drafters.factory import setup_drafters
+    from draftscope.drafter_factory import setup_drafters
     from draftscope.engine.engine import Engine
     from draftscope.server import ServerThread, create_app
     from draftscope.session import ChatSession

@@ -2,10 +2,11 @@
 in the light and the dark theme with the inspection panels, each panel on its own, the chat with
 drafted tokens coloured, and the pages of the datastore wizard building from real files.
 
-    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model default] [--only window|wizard]
+    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|wizard]
 
-Drafts come from the default chat datastore when it was built (`draftscope datastore
-build-default`), and from the conversation.
+The model runs as the app runs it (the runtime from Settings: a GGUF on llama.cpp); drafts come
+from the default chat datastore when it was built (`draftscope datastore build-default`), the
+conversation and, as in a first session, nothing learned yet.
 """
 
 import argparse
@@ -20,15 +21,15 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QProgressBar, QWizard  # noqa: E402
 
-from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.datastore.learned import LearnedStore  # noqa: E402
-from draftscope.gui.app import engine_drafters  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.runtime import load_runtime  # noqa: E402
 from draftscope.gui.theme import app_icon, apply_theme, code_style  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", default="default")
+parser.add_argument("--model", default="qwen2.5-coder-1.5b")
+parser.add_argument("--max-new-tokens", type=int, default=200)
 parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
 parser.add_argument("--only", choices=("window", "wizard"))
 args = parser.parse_args()
@@ -38,9 +39,10 @@ out.mkdir(parents=True, exist_ok=True)
 app = QApplication([])
 app.setWindowIcon(app_icon())
 apply_theme(app, "light", 10)
-engine = Engine.load(args.model)
+runtime = load_runtime(Settings(model=args.model, max_new_tokens=args.max_new_tokens))
+engine = runtime.engine
 # As a first session: nothing learned yet (the app learns each answer as it is given).
-engine.learned = LearnedStore("screenshots", engine.vocab, Path(tempfile.mkdtemp()))
+runtime.learned = LearnedStore("screenshots", engine.vocab, Path(tempfile.mkdtemp()))
 
 
 def settle(ms: int = 200) -> None:
@@ -67,16 +69,15 @@ def save(widget, name: str) -> None:
 
 
 def window_shots() -> None:
-    make, label, _notes = engine_drafters(Settings(), engine)
-    window = MainWindow(engine, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), Settings(max_new_tokens=160),
-                        drafters=make, datastore_label=label, code_style=code_style("light"))
+    window = MainWindow(runtime, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), code_style=code_style("light"))
     window.resize(1500, 940)
     window.show()
     window.show_panels()
     window.resizeDocks([window.docks["trieDock"], window.docks["speedupDock"]], [520, 340], Qt.Orientation.Vertical)
     window.resizeDocks([window.docks["trieDock"]], [620], Qt.Orientation.Horizontal)
-    for question in ("Give me a Python function that reverses a string.",
-                     "What is speculative decoding? Answer in two sentences."):
+    # a code question, then an edit of the code: where drafts from the conversation pay most
+    for question in ("Write a short Python function that checks whether a string is a palindrome.",
+                     "Add type hints and a one-line docstring to that function."):
         window.chat_input.setPlainText(question)
         window.send()
         wait_until(lambda: not window.streaming)

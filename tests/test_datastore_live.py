@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from draftscope.datastore.fingerprint import tokenizer_fingerprint  # noqa: E402
-from draftscope.engine.drafters.factory import setup_drafters  # noqa: E402
+from draftscope.drafter_factory import setup_drafters  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.retrieval import Reader, Writer  # noqa: E402
 from draftscope.retrieval.live import LiveReader  # noqa: E402

@@ -29,7 +29,7 @@ import draftscope.engine.engine as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.engine.drafters.model import ModelDrafter
-from draftscope.engine.drafters.recurrent import RecurrentSetup
+from draftscope.recurrent.drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import PositionNoise, SamplingParams
 from draftscope.recurrent.head import RecurrentHead
@@ -407,4 +407,4 @@ def test_drafts_outside_the_vocabulary_are_dropped_and_answers_stay_plain_decodi
         events = list(engine.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=12, sampling=params,
                                                         drafters=[ForeignTree()], budget=16)))
         assert events[-1].error is None and events[-1].token_ids == plain.token_ids
-        assert all(t < V for ev in events[:-1] for t in ev.tree["tokens"]), "foreign ids never reach the model"
+        assert all(t < V for ev in events[:-1] for t in ev.tree.tokens), "foreign ids never reach the model"

@@ -162,13 +162,13 @@ def test_step_events_describe_the_tree(model, datastore):
     engine = Engine(model, IdTokenizer())
     steps, final = run(engine, PROMPTS[2], [RetrievalDrafter(str(datastore))])
     s = steps[0]
-    assert s.proposed == len(s.tree["tokens"]) > 0
+    assert s.proposed == len(s.tree.tokens) > 0
     assert s.accepted == len(s.accepted_path)
-    path_tokens = [s.tree["tokens"][i] for i in s.accepted_path]
+    path_tokens = [s.tree.tokens[i] for i in s.accepted_path]
     assert s.token_ids[: s.accepted] == path_tokens
     assert s.provenance == ["retrieval"] * s.accepted + ["target"]
     assert s.tau == s.tokens_total / s.steps_total
-    assert isinstance(s.tree["source"][0], str) and s.pieces == [f" {t}" for t in s.token_ids]
+    assert isinstance(s.tree.source[0], str) and s.pieces == [f" {t}" for t in s.token_ids]
 
 
 def test_missing_model_is_a_clear_error(tmp_path):

@@ -77,7 +77,7 @@ def test_panels_agree_with_the_streamed_steps(qtbot, engine, tmp_path):
     assert trie.current_index() == len(live) - 1, "the tree follows the live step"
     assert trie.accepted_nodes() == last.accepted_path
     nodes = trie.node_items()
-    assert all(i in nodes for i in range(len(last.tree["tokens"]))) and -1 in nodes
+    assert all(i in nodes for i in range(len(last.tree.tokens))) and -1 in nodes
 
     speedup = window.speedup_panel
     assert len(speedup.rate_points()) == len(live) and len(speedup.tau_points()) == len(live)
@@ -104,7 +104,9 @@ def test_a_step_picked_anywhere_is_selected_everywhere(qtbot, engine, tmp_path):
     assert window.trie_view.current_index() == picked and not window.trie_view.follow_live()
     assert window.trie_view.accepted_nodes() == live[picked].accepted_path
     marks = window.chat_view.extraSelections()
-    assert "".join(m.cursor.selectedText() for m in marks).replace("\u2029", "\n") == "".join(live[picked].pieces)
+    shown = "".join(m.cursor.selectedText() for m in marks)
+    # the step's text is marked where it shows (spaces carry no token's mark in rendered Markdown)
+    assert "".join(shown.split()) == "".join("".join(live[picked].pieces).split())
 
     # the draft tree's "previous step" button
     qtbot.mouseClick(window.findChild(QPushButton, "prevStepButton"), Qt.MouseButton.LeftButton)

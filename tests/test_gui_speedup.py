@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QLabel  # noqa: E402
 
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.events import StepEvent  # noqa: E402
+from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
 from draftscope.gui.speedup_panel import SpeedupPanel, nice_ceiling  # noqa: E402
 from draftscope.gui.theme import _palette  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
@@ -68,7 +68,7 @@ def synthetic_steps(n=80, baseline=20.0, seed=1, with_speedup=True):
         decode = (tokens - first_tokens) / decode_s if i else None
         events.append(StepEvent(
             step=i + 1, token_ids=list(range(k)), pieces=["x"] * k, provenance=["context"] * (k - 1) + ["target"],
-            tree={}, accepted_path=list(range(k - 1)), proposed=8, accepted=k - 1, draft_ms=2.0, verify_ms=ms - 2.0,
+            tree=StepTree(), accepted_path=list(range(k - 1)), proposed=8, accepted=k - 1, draft_ms=2.0, verify_ms=ms - 2.0,
             total_ms=ms, tokens_total=tokens, steps_total=i + 1, tau=tokens / (i + 1),
             tokens_per_second=tokens / elapsed,
             speedup_estimate=decode / baseline if decode and with_speedup else None))

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QLabel, QPushButton  # noqa: E4
 
 from draftscope.engine.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.events import StepEvent  # noqa: E402
+from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
 from draftscope.gui.drafts_panel import visible_text  # noqa: E402
 from draftscope.gui.trie_view import FIT_MIN_SCALE, MIN_SCALE, ROOT, TARGET, NodeItem, TrieView, format_support  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
@@ -59,8 +59,7 @@ def event_from(nodes, accepted_path, target_id, *, step=1, steps_total=None) -> 
         depth.append(1 if p < 0 else depth[p] + 1)
     emitted = [tokens[i] for i in accepted_path] + ([] if target_id is None else [target_id])
     provenance = [nodes[i][3] for i in accepted_path] + ([] if target_id is None else ["target"])
-    tree = {"tokens": tokens, "parents": parents, "depth": depth, "support": [float(n[2]) for n in nodes],
-            "source": [n[3] for n in nodes]}
+    tree = StepTree(tokens, parents, depth, [float(n[2]) for n in nodes], [n[3] for n in nodes])
     return StepEvent(step=step, token_ids=emitted, pieces=[f"<{t}>" for t in emitted], provenance=provenance,
                      tree=tree, accepted_path=list(accepted_path), proposed=len(nodes), accepted=len(accepted_path),
                      draft_ms=1.0, verify_ms=2.0, total_ms=3.0, tokens_total=len(emitted),
@@ -133,15 +132,15 @@ def test_real_steps_are_drawn_node_for_node(qtbot, tokenizer, live_steps):
     for index, ev in enumerate(live_steps):
         view.select_step(index)
         nodes = view.node_items()
-        n = len(ev.tree["tokens"])
+        n = len(ev.tree.tokens)
         has_target = len(ev.token_ids) > len(ev.accepted_path)
         assert set(nodes) == set(range(n)) | {ROOT} | ({TARGET} if has_target else set())
         assert view.accepted_nodes() == ev.accepted_path
         assert view.stop_node() == (ev.accepted_path[-1] if ev.accepted_path else ROOT)
         for i in range(n):
-            assert nodes[i].label == visible_text(token_text(ev.tree["tokens"][i]))
-            assert nodes[i].note == format_support(ev.tree["support"][i])
-            assert str(ev.tree["tokens"][i]) in nodes[i].toolTip()
+            assert nodes[i].label == visible_text(token_text(ev.tree.tokens[i]))
+            assert nodes[i].note == format_support(ev.tree.support[i])
+            assert str(ev.tree.tokens[i]) in nodes[i].toolTip()
         if has_target:
             assert nodes[TARGET].label == visible_text(token_text(ev.token_ids[len(ev.accepted_path)]))
             assert nodes[TARGET].pen.style() == Qt.PenStyle.DashLine, "the target's token is drawn dashed"
@@ -164,11 +163,11 @@ def test_real_steps_are_drawn_node_for_node(qtbot, tokenizer, live_steps):
 
     # a step with an accepted path and rejected nodes: the two look different
     ev_index = next(i for i, ev in enumerate(live_steps)
-                    if ev.accepted_path and len(ev.tree["tokens"]) > len(ev.accepted_path))
+                    if ev.accepted_path and len(ev.tree.tokens) > len(ev.accepted_path))
     ev = live_steps[ev_index]
     view.select_step(ev_index)
     nodes = view.node_items()
-    rejected = [i for i in range(len(ev.tree["tokens"])) if i not in ev.accepted_path]
+    rejected = [i for i in range(len(ev.tree.tokens)) if i not in ev.accepted_path]
     for a in ev.accepted_path:
         for r in rejected:
             assert nodes[a].opacity() > nodes[r].opacity()
@@ -226,7 +225,7 @@ def test_navigation_follow_live_and_the_step_label(qtbot, tokenizer, live_steps)
 def test_big_trees_stay_readable_and_fast(qtbot):
     view = make_view(qtbot, synthetic_text)
     ev = random_tree(100, seed=1)
-    assert max(ev.tree["depth"]) >= 4 and sum(p == -1 for p in ev.tree["parents"]) >= 10
+    assert max(ev.tree.depth) >= 4 and sum(p == -1 for p in ev.tree.parents) >= 10
     view.set_steps([ev])
     nodes = view.node_items()
     assert len(nodes) == 100 + 2
@@ -238,7 +237,7 @@ def test_big_trees_stay_readable_and_fast(qtbot):
         assert item.label and not item.label.startswith("…"), "text never elided to nothing"
     # a parent sits midway between its first and last child
     for i in range(100):
-        kids = [k for k, p in enumerate(ev.tree["parents"]) if p == i] + ([TARGET] if view.stop_node() == i else [])
+        kids = [k for k, p in enumerate(ev.tree.parents) if p == i] + ([TARGET] if view.stop_node() == i else [])
         if kids:
             mid = (rect_of(nodes[kids[0]]).center().y() + rect_of(nodes[kids[-1]]).center().y()) / 2
             assert rect_of(nodes[i]).center().y() == pytest.approx(mid)
@@ -325,7 +324,7 @@ def test_screenshots_in_light_and_dark(qtbot, tmp_path, themed_app):
     shots = Path(os.environ.get("DRAFTSCOPE_SCREENSHOT_DIR", tmp_path))
     apply_theme(themed_app, "light", 10)
     ev, vocab = nested_event(STORY, [" lazy", " dog", " and"], " barked")
-    assert 20 <= len(ev.tree["tokens"]) <= 40
+    assert 20 <= len(ev.tree.tokens) <= 40
     view = make_view(qtbot, vocab.__getitem__)
     vocab[998] = " the"  # the token before the drafted one: the tree's root
     view.set_steps([event_from([], [], 998, step=i + 1) for i in range(6)] + [replace(ev, step=7)])

@@ -5,7 +5,7 @@ import numpy as np
 
 from draftscope.datastore.learned import Learner, LearnedStore
 from draftscope.draft_tree import DraftSource
-from draftscope.engine.drafters.factory import setup_drafters
+from draftscope.drafter_factory import setup_drafters
 from draftscope.engine.engine import Engine, GenerationRequest
 from engine_fixtures import IdTokenizer, tiny_llama
 

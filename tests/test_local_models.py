@@ -93,3 +93,23 @@ def test_settings_offer_the_models_on_this_computer(home, qtbot):
     again = SettingsDialog(Settings(model=str(blob)))  # a stored choice shows as that entry
     qtbot.addWidget(again)
     assert again.findChild(QComboBox, "modelCombo").currentData() == str(blob)
+
+
+def test_the_first_run_offers_the_models_on_this_computer(home, qtbot, tmp_path):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QPushButton, QRadioButton
+
+    from draftscope.gui.first_run import FirstRunDialog
+    from draftscope.storage.settings import Settings
+
+    studio = next(m for m in find_local_models() if m.app == "LM Studio")
+    dialog = FirstRunDialog(Settings(), settings_file=tmp_path / "settings.json")
+    qtbot.addWidget(dialog)
+    found = {r.text(): r for r in dialog.findChildren(QRadioButton) if r.objectName().startswith("foundModelRadio")}
+    assert any(t.startswith("tiny-chat:latest · Ollama") for t in found), list(found)
+    pick = next(r for t, r in found.items() if t.startswith("tiny-Q8_0 · LM Studio"))
+    assert not pick.isChecked(), "a catalogue model stays the recommendation"
+    pick.setChecked(True)
+    dialog.findChild(QPushButton, "continueButton").click()
+    assert dialog.settings.model == str(studio.path), "a model on this computer opens as it is: no download"

@@ -12,7 +12,8 @@ import torch
 from engine_fixtures import tiny_llama
 
 from draftscope.engine import cpu_linear, precision
-from draftscope.engine.drafters.factory import draft_incompatibility, setup_drafters
+from draftscope.drafter_factory import setup_drafters
+from draftscope.engine.loader import draft_incompatibility
 from draftscope.engine.drafters.model import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
@@ -198,7 +199,7 @@ def test_a_qwen_sized_vocabulary_goes_through_datastore_engine_and_tree_labels(q
                                                     drafters=[RetrievalDrafter(reader)], budget=8)))
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.finish_reason in ("length", "eos")
-    drafted = {t for e in events[:-1] for t in e.tree["tokens"]}
+    drafted = {t for e in events[:-1] for t in e.tree.tokens}
     assert {99_999, 65_536} <= drafted, "the retrieval drafter proposes the corpus continuation, high ids intact"
     plain = model.generate(torch.tensor([ids[:3]]), max_new_tokens=10, do_sample=False, pad_token_id=1)[0, 3:].tolist()
     assert final.token_ids == plain[:len(final.token_ids)]

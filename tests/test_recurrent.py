@@ -12,8 +12,8 @@ import torch
 from draftscope.cli import main
 from draftscope.datastore.progress import CancelToken
 from draftscope.draft_tree import DraftSource
-from draftscope.engine.drafters.factory import setup_drafters
-from draftscope.engine.drafters.recurrent import RecurrentSetup
+from draftscope.drafter_factory import setup_drafters
+from draftscope.recurrent.drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.policy import shares
 from draftscope.recurrent.beams import beam_search, beams_to_tree

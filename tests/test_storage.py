@@ -266,5 +266,6 @@ def test_steps_stored_by_any_version_replay(tmp_path):
     ev = step_from_dict(raw)
     assert isinstance(ev, StepEvent) and ev.token_ids == [5, 6] and ev.pieces == ["a", "b"]
     assert ev.provenance == ["target", "target"] and ev.accepted_path == [0] and ev.speedup_estimate is None
+    assert ev.tree.tokens == [6] and ev.tree.parents == [-1] and ev.tree.source == [] and len(ev.tree) == 1
     new = store.add_message(conv, "assistant", "ab", steps=[ev])
     assert step_from_dict(store.steps(new)[0]) == ev

@@ -67,7 +67,7 @@ class Runtime:
 
     def _build_drafters(self, settings: Settings):
         from draftscope.datastore.default import default_datastore_path
-        from draftscope.engine.drafters.factory import setup_drafters
+        from draftscope.drafter_factory import setup_drafters
 
         path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
         return setup_drafters(settings.drafters, datastore=path, draft_model=self.draft_model,
@@ -98,7 +98,7 @@ class Runtime:
     def use_head(self, path: str | Path | None = None) -> str | None:
         """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
         just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
-        from draftscope.engine.drafters.recurrent import find_recurrent
+        from draftscope.recurrent.drafter import find_recurrent
         from draftscope.recurrent.files import HeadError
 
         try:
@@ -164,7 +164,7 @@ def _open_learned(model: str, engine, notices: list[str]):
 def _open_recurrent(model: str, engine, path, notices: list[str], strict: bool):
     """The head trained for this model (``path``, else the app's head for it); None when there is
     none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.engine.drafters.recurrent import find_recurrent
+    from draftscope.recurrent.drafter import find_recurrent
     from draftscope.recurrent.files import HeadError
 
     try:

@@ -274,7 +274,7 @@ def _configs(text: str, names_available: list[str]) -> list[list[str]]:
     if text == "auto":
         alone = [[n] for n in names_available]
         return alone + ([names_available] if len(names_available) > 1 else [])
-    from draftscope.engine.drafters.factory import parse_drafter_names
+    from draftscope.drafter_factory import parse_drafter_names
 
     return [parse_drafter_names(c, have_datastore=True, have_draft_model=True, have_head=True)
             for c in text.split(";") if c.strip()]
@@ -320,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.engine.drafters.factory import drafter_maker
+    from draftscope.drafter_factory import drafter_maker
     from draftscope.engine.engine import Engine
     from draftscope.engine.sampling import SamplingParams
 
@@ -333,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend,
                          measure=args.budget is None)
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
-    from draftscope.engine.drafters.recurrent import find_recurrent
+    from draftscope.recurrent.drafter import find_recurrent
 
     recurrent = find_recurrent(args.model, engine, args.head)
     available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else []) \

@@ -91,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
 
     from draftscope.datastore.default import default_datastore_path
     from draftscope.datastore.learned import LearnedStore
-    from draftscope.engine.drafters.factory import setup_drafters
+    from draftscope.drafter_factory import setup_drafters
     from draftscope.engine.drafters.oracle import OracleDrafter
-    from draftscope.engine.drafters.recurrent import find_recurrent
+    from draftscope.recurrent.drafter import find_recurrent
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.engine.loader import load_draft_model
     from draftscope.storage.settings import Settings

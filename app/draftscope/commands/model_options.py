@@ -42,7 +42,7 @@ def drafter_switches(text: str, *, draft_model: bool) -> tuple[dict[str, bool], 
     """``--drafters`` as the settings' switches, and the drafters it names (which must then run):
     ``auto`` = the app's defaults (and the model drafter when a draft model is given), ``none`` =
     plain decoding, else a comma list."""
-    from draftscope.engine.drafters.factory import DRAFTER_NAMES, ON_BY_DEFAULT
+    from draftscope.drafter_factory import DRAFTER_NAMES, ON_BY_DEFAULT
 
     if text == "auto":
         return {n: n in ON_BY_DEFAULT or (n == "model" and draft_model) for n in DRAFTER_NAMES}, []

@@ -23,7 +23,7 @@ from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import FixedBudget, measure_verify_costs
 from draftscope.engine.policy import Calibration, StepPolicy, subtree
-from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, tree_to_dict
+from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, StepTree
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, fresh_seed, probabilities
 from draftscope.engine.verify import token_positions, verify_tree
 
@@ -327,7 +327,7 @@ class Engine:
                 token_ids=emitted,
                 pieces=pieces,
                 provenance=provenance,
-                tree=tree_to_dict(tree),
+                tree=StepTree.of(tree),
                 accepted_path=path[: len(emitted)],  # nodes whose tokens were emitted (EOS may cut the path)
                 proposed=len(tree),
                 accepted=min(len(path), len(emitted)),

@@ -9,14 +9,30 @@ from draftscope.draft_tree import DraftSource, DraftTree
 SOURCE_NAMES = {s.value: s.name.lower() for s in DraftSource}
 
 
-def tree_to_dict(tree: DraftTree) -> dict:
-    return {
-        "tokens": tree.tokens.tolist(),
-        "parents": tree.parents.tolist(),
-        "depth": tree.depth.tolist(),
-        "support": [float(x) for x in tree.support.tolist()],
-        "source": [SOURCE_NAMES[int(s)] for s in tree.source.tolist()],
-    }
+@dataclass
+class StepTree:
+    """A step's draft tree as plain lists (node i: its token, parent index or -1, depth, support
+    and the drafter that proposed it), in the drafters' breadth-first order."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    support: list[float] = field(default_factory=list)
+    source: list[str] = field(default_factory=list)  # "retrieval", "context", "model", ...
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def of(cls, tree: DraftTree) -> StepTree:
+        return cls(tree.tokens.tolist(), tree.parents.tolist(), tree.depth.tolist(),
+                   [float(x) for x in tree.support.tolist()], [SOURCE_NAMES[int(s)] for s in tree.source.tolist()])
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> StepTree:
+        """A stored tree (any version: missing lists are empty, unknown keys ignored)."""
+        d = d or {}
+        return cls(*(list(d.get(name) or []) for name in ("tokens", "parents", "depth", "support", "source")))
 
 
 STEP_FORMAT = 1  # stored with each answer's steps (storage.history.encode_steps)
@@ -31,7 +47,7 @@ class StepEvent:
     token_ids: list[int]
     pieces: list[str]  # decoded text of each new token
     provenance: list[str]  # per token: "retrieval", "context", "model", "recurrent", "learned" or "target"
-    tree: dict  # the step's draft tree (tree_to_dict)
+    tree: StepTree  # the step's draft tree
     accepted_path: list[int]  # node indices, root-down
     proposed: int
     accepted: int
@@ -80,7 +96,7 @@ def step_from_dict(d: dict) -> StepEvent:
 
     ids = [int(t) for t in d.get("token_ids") or []]
     defaults = {
-        "step": 0, "token_ids": ids, "pieces": [""] * len(ids), "provenance": ["target"] * len(ids), "tree": {},
+        "step": 0, "token_ids": ids, "pieces": [""] * len(ids), "provenance": ["target"] * len(ids), "tree": None,
         "accepted_path": [], "proposed": 0, "accepted": 0, "draft_ms": 0.0, "verify_ms": 0.0, "total_ms": 0.0,
         "tokens_total": 0, "steps_total": 0, "tau": 0.0, "tokens_per_second": 0.0, "speedup_estimate": None,
         "elapsed_ms": None, "decode_tokens_per_second": None,
@@ -89,4 +105,5 @@ def step_from_dict(d: dict) -> StepEvent:
     optional = ("speedup_estimate", "elapsed_ms", "decode_tokens_per_second")
     values = {**defaults, **{k: v for k, v in d.items() if k in known and (v is not None or k in optional)}}
     values = {k: v for k, v in values.items() if k in known}
+    values["tree"] = StepTree.from_dict(values["tree"])
     return StepEvent(**values)

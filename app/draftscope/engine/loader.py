@@ -71,7 +71,6 @@ def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | N
     ``device`` and ``dtype``), in the target's device and dtype unless told otherwise. Refused with
     the reason in words when its tokenizer differs from the target's: its drafts would be other
     words, so every one would be rejected (or, worse, accepted by chance)."""
-    from draftscope.engine.drafters.factory import draft_incompatibility
 
     source = resolve_model(spec)
     why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
@@ -141,3 +140,18 @@ def truncated_model(model, layers: int):
     draft._modules[model.base_model_prefix] = short
     draft.config = config
     return draft
+
+
+def draft_incompatibility(target_tokenizer, draft_tokenizer) -> str | None:
+    """Why a draft model with ``draft_tokenizer`` cannot draft for a target with
+    ``target_tokenizer`` (None when it can): drafts are token ids, so both must mean the same text
+    by the same id."""
+    target_n, draft_n = len(target_tokenizer), len(draft_tokenizer)
+    if target_n != draft_n:
+        return (f"the draft model's tokenizer has {draft_n:,} tokens and the model's has {target_n:,}: "
+                "its drafts would be other words")
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        return "the draft model's tokenizer gives other ids to the same tokens: its drafts would be other words"
+    if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
+        return "the draft model ends answers with another token"
+    return None

@@ -10,7 +10,9 @@ model's output must not be able to inject links or markup.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 from pygments import highlight
@@ -20,6 +22,7 @@ from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 
 COPY_SCHEME = "copy"  # copy:<block index>
+CHROME = "chrome"  # class of the app's own words in rendered messages (a code block's label and Copy link)
 ACTION_SCHEME = "action"  # action:<verb>/<message id>
 STEP_SCHEME = "step"  # step:<message id or live>/<step index>: a token links to its decoding step
 
@@ -76,10 +79,20 @@ class ChatRenderer:
         return (
             f'<table width="100%" cellspacing="0" cellpadding="8" bgcolor="{self._code_background}" '
             f'style="margin-top:4px; margin-bottom:8px;">'
-            f'<tr><td><span style="color:{muted}; font-size:small;">{label}</span>'
-            f'&nbsp;&nbsp;<a href="{COPY_SCHEME}:{self._key}/{index}" style="font-size:small;">Copy</a>'
+            f'<tr><td><span class="{CHROME}"><span style="color:{muted}; font-size:small;">{label}</span>'
+            f'&nbsp;&nbsp;<a href="{COPY_SCHEME}:{self._key}/{index}" style="font-size:small;">Copy</a></span>'
             f'<pre style="margin:0; font-family:monospace;">{body}</pre></td></tr></table>\n'
         )
+
+    def markdown_with_provenance(self, steps, blocks: list[str], *, key: str, text_colour: str,
+                                 suffix: str = "") -> str:
+        """An answer rendered as Markdown (headings, lists, highlighted code) with each token's
+        text coloured by its drafter and linked to its step (``step:KEY/INDEX``). ``steps`` are
+        StepEvents or their stored dicts; ``suffix`` is shown after the text, unmarked (the
+        streaming cursor)."""
+        text, marks = _marked_text(steps, dark=self.dark)
+        rendered = self.markdown(text + suffix, blocks, key=key)
+        return _Marker(text, marks, key, text_colour).run(rendered)
 
 
 def _lexer_for(language: str, code: str):
@@ -108,44 +121,104 @@ PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "draf
                      "target": "written by the target model"}
 
 
-def token_marks(steps, *, dark: bool = False):
-    """(text, step index, source, background colour or None, tooltip) per token of an answer, a
-    token's text split at line breaks (each line its own paragraph: Qt lays out one paragraph at
-    a time, so a long answer stays cheap to extend). Line breaks come as ("\n", ...) entries.
-    ``steps`` are StepEvents or their dicts (as stored in the history)."""
-    colours = PROVENANCE_COLOURS["dark" if dark else "light"]
-    for index, step in enumerate(steps):
-        get = step.get if isinstance(step, dict) else lambda k, s=step: getattr(s, k)
-        for piece, source in zip(get("pieces"), get("provenance")):
-            tip = f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}"
-            for n, line in enumerate(piece.split("\n")):
-                if n:
-                    yield "\n", index, source, None, tip
-                if line:
-                    yield line, index, source, colours.get(source), tip
-
-
-def provenance_html(steps, *, dark: bool = False, key: str | None = None, text_colour: str | None = None) -> str:
-    """An answer token by token, each coloured by its source, with a tooltip naming the step.
-    With ``key`` (the message id, or "live"), each token links to ``step:KEY/INDEX`` so a click
-    selects its step; the link keeps the text colour and no underline, so it still reads as text."""
-    link_style = f"color:{text_colour or ('#e8e8e8' if dark else '#1a1a1a')};text-decoration:none;"
-    paragraph = '<p style="white-space:pre-wrap;">'
-    out = [paragraph]
-    for text, index, _source, colour, tip in token_marks(steps, dark=dark):
-        if text == "\n":
-            out.append("</p>" + paragraph)
-            continue
-        text, tip = html.escape(text), html.escape(tip, quote=True)
-        style = f"background-color:{colour};" if colour else ""
-        if key is None:
-            out.append(f'<span title="{tip}" style="{style}">{text}</span>')
-        else:
-            out.append(f'<a href="{STEP_SCHEME}:{key}/{index}" title="{tip}" style="{link_style}{style}">{text}</a>')
-    return "".join(out) + "</p>"
-
-
 def provenance_legend(*, dark: bool = False) -> str:
     colours = PROVENANCE_COLOURS["dark" if dark else "light"]
     items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "learned", "context", "model")]
     return "<small>Drafted tokens: " + " ".join(items) + " · unmarked: the target model</small>"
+
+
+def _marked_text(steps, *, dark: bool) -> tuple[str, list[tuple[int, str | None, str]]]:
+    """An answer's text and, per character, (step index, background colour or None, tooltip)."""
+    colours = PROVENANCE_COLOURS["dark" if dark else "light"]
+    text, marks = [], []
+    for index, step in enumerate(steps):
+        get = step.get if isinstance(step, dict) else lambda k, s=step: getattr(s, k)
+        for piece, source in zip(get("pieces"), get("provenance")):
+            tip = f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}"
+            text.append(piece)
+            marks.extend([(index, colours.get(source), tip)] * len(piece))
+    return "".join(text), marks
+
+
+_COLOUR = re.compile(r"(?:^|;)\s*color\s*:\s*([^;]+)")
+SEARCH_AHEAD = 64  # characters of source a rendered character may be looked for in (markup removed)
+
+
+class _Marker(HTMLParser):
+    """Wraps the text of rendered Markdown in step links coloured by drafter. Markdown keeps the
+    source's characters in order and only removes markup (``**``, ``#``, fences), so each shown
+    character is matched to the next equal character of the source; whitespace and the app's own
+    words (class ``chrome``) take no source character and stay unmarked."""
+
+    def __init__(self, source: str, marks, key: str, text_colour: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.source, self.marks, self.key, self.text_colour = source, marks, key, text_colour
+        self.at = 0  # the next source character to match
+        self.out: list[str] = []
+        self.chrome = 0  # depth of spans inside the app's own words
+        self.colours: list[tuple[str, str | None]] = []  # (tag, its text colour): highlighted code keeps its own
+
+    def run(self, rendered: str) -> str:
+        self.feed(rendered)
+        self.close()
+        return "".join(self.out)
+
+    def handle_starttag(self, tag, attrs) -> None:
+        attrs = dict(attrs)
+        if tag == "span" and (self.chrome or (CHROME in (attrs.get("class") or "").split())):
+            self.chrome += 1
+        if tag == "pre":  # a fence's opening line (``` and its language) shows no text of its own
+            fence = min((i for i in (self.source.find(m, self.at, self.at + SEARCH_AHEAD) for m in ("```", "~~~"))
+                         if i >= 0), default=-1)
+            if fence >= 0:
+                end = self.source.find("\n", fence)
+                self.at = end + 1 if end >= 0 else len(self.source)
+        colour = _COLOUR.search(attrs.get("style") or "")
+        self.colours.append((tag, colour.group(1) if colour else None))
+        self.out.append(self.get_starttag_text())
+
+    def handle_startendtag(self, tag, attrs) -> None:
+        self.out.append(self.get_starttag_text())
+
+    def handle_endtag(self, tag) -> None:
+        if tag == "span" and self.chrome:
+            self.chrome -= 1
+        for i in range(len(self.colours) - 1, -1, -1):
+            if self.colours[i][0] == tag:
+                del self.colours[i:]
+                break
+        self.out.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if self.chrome:
+            self.out.append(html.escape(data, quote=False))
+            return
+        run, run_mark = [], None
+        for ch in data:
+            mark = None if ch.isspace() else self._match(ch)
+            if mark != run_mark and run:
+                self._emit("".join(run), run_mark)
+                run = []
+            run.append(ch)
+            run_mark = mark
+        if run:
+            self._emit("".join(run), run_mark)
+
+    def _match(self, ch: str):
+        found = self.source.find(ch, self.at, self.at + SEARCH_AHEAD)
+        if found < 0 or found >= len(self.marks):
+            return None
+        self.at = found + 1
+        return self.marks[found]
+
+    def _emit(self, text: str, mark) -> None:
+        text = html.escape(text, quote=False)
+        if mark is None:
+            self.out.append(text)
+            return
+        index, colour, tip = mark
+        # a link takes the colour of the text it sits in (highlighted code), else the text's
+        foreground = next((c for _tag, c in reversed(self.colours) if c), self.text_colour)
+        style = f"color:{foreground};text-decoration:none;" + (f"background-color:{colour};" if colour else "")
+        self.out.append(f'<a href="{STEP_SCHEME}:{self.key}/{index}" title="{html.escape(tip, quote=True)}" '
+                        f'style="{style}">{text}</a>')

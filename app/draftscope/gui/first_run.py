@@ -11,7 +11,6 @@ datastore builder can be injected (tests).
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QMetaObject, Qt, QTimer
@@ -27,14 +26,15 @@ from draftscope.datastore.progress import CancelToken, Progress
 from draftscope.engine.models import ModelNotFoundError, resolve_model
 from draftscope.datastore.default import build_default_datastore
 from draftscope.gui.worker import WorkerThread
+from draftscope.local_models import find_local_models
 from draftscope.gui.jobs import (
-    POLL_INTERVAL_S, end_job_thread, eta_text as _eta, indented as _indented, megabytes as _mb, note as _note,
+    POLL_INTERVAL_S, TransferRate, end_job_thread, eta_text as _eta, indented as _indented, note as _note,
     progress_row as _progress_row, wrapping_label as _wrapping_label,
 )
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
 from draftscope.gui.jobs import JobWorker as _JobWorker
 from draftscope.words import (
-    catalog_note, describe_error, part_status, run_precision, setting_name,
+    catalog_note, describe_error, part_status, run_precision, setting_name, size_text,
 )
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path
@@ -65,7 +65,7 @@ class FirstRunDialog(QDialog):
         self._cancel = None  # stops the running job
         self._cancelled = False
         self._retry = None  # what Retry repeats
-        self._rate_origin: tuple[float, int] | None = None
+        self._rate = TransferRate()
         self._datastore_built = False
         self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
         self._poll.timeout.connect(self._poll_job)
@@ -148,6 +148,13 @@ class FirstRunDialog(QDialog):
             note = _note(catalog_note(model, self._dtype, self._backend))
             note.setObjectName(f"catalogNote-{model.name}")
             self.catalog_radios[model.name], self.catalog_notes[model.name] = radio, note
+        # GGUF models LM Studio and Ollama already keep here open as they are: no download
+        self.found_radios: dict[str, QRadioButton] = {}
+        for local in find_local_models():
+            radio = QRadioButton(f"{local.name} · {local.app} · {size_text(local.size)}",
+                                 objectName=f"foundModelRadio-{len(self.found_radios)}")
+            radio.setToolTip(str(local.path))
+            self.found_radios[str(local.path)] = radio
         self.local_radio = QRadioButton("A model on this computer", objectName="localModelRadio")
         self.local_path = QLineEdit(objectName="localModelPath")
         self.local_path.setPlaceholderText("a Hugging Face model folder (with config.json) or a .gguf file")
@@ -168,7 +175,7 @@ class FirstRunDialog(QDialog):
         hub_note = _note("Needs the network for the first load, or the model already in the local Hugging Face "
                          "cache (transformers' settings such as HF_HUB_OFFLINE apply).")
         self.model_choice = QButtonGroup(page)
-        for radio in (*self.catalog_radios.values(), self.local_radio, self.hub_radio):
+        for radio in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio):
             self.model_choice.addButton(radio)
         self.catalog_radios[self.recommended.name].setChecked(True)
 
@@ -185,6 +192,11 @@ class FirstRunDialog(QDialog):
         for name, radio in self.catalog_radios.items():
             layout.addWidget(radio)
             layout.addWidget(_indented(self.catalog_notes[name]))
+            layout.addSpacing(4)
+        if self.found_radios:
+            layout.addWidget(QLabel("Already on this computer (LM Studio, Ollama):", objectName="foundModelsLabel"))
+            for radio in self.found_radios.values():
+                layout.addWidget(_indented(radio))
             layout.addSpacing(4)
         layout.addWidget(self.local_radio)
         layout.addLayout(local_row)
@@ -236,6 +248,10 @@ class FirstRunDialog(QDialog):
                 self._model_chosen(setting_name(model))
             else:
                 self._start_fetch(model)
+            return
+        found = next((path for path, radio in self.found_radios.items() if radio.isChecked()), None)
+        if found is not None:
+            self._model_chosen(found)
             return
         spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
         if spec is not None:
@@ -373,7 +389,7 @@ class FirstRunDialog(QDialog):
             self._worker = _JobWorker()
             self._thread = WorkerThread(self._worker)
         self._busy, self._cancel, self._cancelled, self._retry = kind, cancel, False, retry
-        self._rate_origin = None
+        self._rate.restart()
         self._clear_error()
         bar = self.fetch_progress if kind == "fetch" else self.datastore_progress
         bar.setRange(0, 0)  # indeterminate until sizes are known
@@ -439,21 +455,7 @@ class FirstRunDialog(QDialog):
             self._show_fetch_status()
 
     def _show_bytes(self, bar: QProgressBar, label: QLabel, what: str, done: int, total: int | None) -> None:
-        if not total:
-            bar.setRange(0, 0)
-            label.setText(f"{what}: connecting to the package index …" if not done else f"{what}: {_mb(done)} MB")
-            return
-        bar.setRange(0, _STEPS)
-        bar.setValue(int(_STEPS * min(done, total) / total))
-        now = time.monotonic()
-        if self._rate_origin is None:
-            self._rate_origin = (now, done)
-        t0, d0 = self._rate_origin
-        parts = [f"{what}: {_mb(done)} of {_mb(total)} MB"]
-        if now - t0 > 0.5 and done > d0:
-            rate = (done - d0) / (now - t0)
-            parts += [f"{rate / 1e6:.1f} MB/s", _eta((total - done) / rate)]
-        label.setText(" · ".join(p for p in parts if p))
+        label.setText(self._rate.show(bar, what, done, total))
 
     def _show_build_progress(self, p: Progress) -> None:
         bar, label = self.datastore_progress, self.datastore_status

@@ -6,6 +6,7 @@ job dialog shows: a wrapping label, a note, a progress row, the time left in wor
 from __future__ import annotations
 
 import threading
+import time
 
 from PySide6.QtCore import QObject, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
@@ -97,6 +98,34 @@ def progress_row(bar: QProgressBar, cancel: QPushButton) -> QWidget:
 
 def megabytes(n: int) -> str:
     return f"{n / 1e6:,.1f}"
+
+
+class TransferRate:
+    """A download's progress in words: bytes so far, the rate since the first report, time left."""
+
+    def __init__(self) -> None:
+        self._origin: tuple[float, int] | None = None
+
+    def restart(self) -> None:
+        self._origin = None
+
+    def show(self, bar: QProgressBar, what: str, done: int, total: int | None) -> str:
+        """Set ``bar`` to the download's progress and say where it stands: "Downloading X: 12.0
+        of 980.0 MB · 8.1 MB/s · about 2 min left" (busy bar and bytes only while the total is unknown)."""
+        if not total:
+            bar.setRange(0, 0)
+            return f"{what}: connecting to the package index …" if not done else f"{what}: {megabytes(done)} MB"
+        bar.setRange(0, PROGRESS_STEPS)
+        bar.setValue(int(PROGRESS_STEPS * min(done, total) / total))
+        now = time.monotonic()
+        if self._origin is None:
+            self._origin = (now, done)
+        t0, d0 = self._origin
+        parts = [f"{what}: {megabytes(done)} of {megabytes(total)} MB"]
+        if now - t0 > 0.5 and done > d0:
+            rate = (done - d0) / (now - t0)
+            parts += [f"{rate / 1e6:.1f} MB/s", eta_text((total - done) / rate)]
+        return " · ".join(p for p in parts if p)
 
 
 def eta_text(seconds: float) -> str:

@@ -7,8 +7,8 @@ import html
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QColor, QDesktopServices, QKeySequence, QPalette, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QPalette, QTextCursor
 from PySide6.QtWidgets import (
     QApplication, QDockWidget, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit, QListWidget,
     QListWidgetItem, QMainWindow, QMenu, QMessageBox, QPlainTextEdit, QPushButton, QSplitter, QTextBrowser,
@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.engine.events import step_from_dict
 from draftscope.gui.chat_render import (
-    ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer, provenance_html, provenance_legend, token_marks,
+    ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer, provenance_legend,
 )
 from draftscope.gui.drafts_panel import DraftsPanel
 from draftscope.gui.inspection import InspectionController
@@ -27,6 +27,8 @@ from draftscope.gui.worker import GenerationWorker, WorkerThread
 from draftscope.engine.sampling import fresh_seed
 from draftscope.session import ChatSession, sampling_from
 
+
+STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
 
 class _EnterSends(QObject):
     """Enter sends, Shift+Enter breaks the line."""
@@ -90,11 +92,13 @@ class MainWindow(QMainWindow):
         self._shown: list[int] = []  # ids of the messages in the chat view, in order
         self._html_cache: dict[int, str] = {}  # message id -> rendered body (messages never change)
         self._stream_start: int | None = None  # where the answer being streamed begins in the chat
-        self._stream_steps_shown: int | None = None  # steps appended as coloured tokens (None: region fresh)
         self.code_blocks: dict[str, list[str]] = {}  # "<message id>" or "stream" -> code of each block
         self.streaming_text = ""
         self.streaming = False
         self.current_steps: list = []  # StepEvents of the answer being streamed
+        self._stream_render_at, self._stream_render_s = 0.0, 0.0  # when the streamed answer last rendered, and how long it took
+        self._stream_timer = QTimer(self, singleShot=True)
+        self._stream_timer.timeout.connect(lambda: self.streaming and self._render(stream_only=True))
         self.show_provenance = False
         self.setWindowTitle("Draftscope")
         self.resize(1100, 720)
@@ -744,8 +748,8 @@ class MainWindow(QMainWindow):
         self.inspection.select(index)
 
     def _highlight_step(self, answer: int | None, index: int, *, scroll: bool = True) -> None:
-        """Mark the tokens of the selected step in the chat (they are links only while drafted
-        tokens are coloured; in Markdown view nothing maps tokens to text, so nothing is marked)."""
+        """Mark the tokens of the selected step in the chat (tokens are step links only while
+        drafted tokens are coloured; otherwise nothing maps text to steps, so nothing is marked)."""
         href = f"{STEP_SCHEME}:{'live' if answer is None else answer}/{index}"
         marks = []
         colour = self.chat_view.palette().color(QPalette.ColorRole.Highlight)
@@ -788,7 +792,8 @@ class MainWindow(QMainWindow):
         self._shown = []
 
     def set_show_provenance(self, on: bool) -> None:
-        """Answers as tokens coloured by their source (instead of Markdown), hover for the step."""
+        """Answers with each token coloured by its source (still rendered as Markdown), hover for
+        its step, click to select it in the panels."""
         self.show_provenance = on
         self.provenance_legend.setText(provenance_legend(dark=self.renderer.dark))
         self.provenance_legend.setVisible(on)
@@ -802,13 +807,13 @@ class MainWindow(QMainWindow):
     def _message_block(self, m) -> str:
         if m.id not in self._html_cache:
             steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" else []
+            blocks: list[str] = []
             if steps:
-                self._html_cache[m.id] = provenance_html(steps, dark=self.renderer.dark, key=str(m.id),
-                                                         text_colour=self._text_colour())
+                self._html_cache[m.id] = self.renderer.markdown_with_provenance(
+                    steps, blocks, key=str(m.id), text_colour=self._text_colour())
             else:
-                blocks: list[str] = []
                 self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
-                self.code_blocks[str(m.id)] = blocks
+            self.code_blocks[str(m.id)] = blocks
         if m.role == "user":
             actions = [f'<a href="{ACTION_SCHEME}:copy/{m.id}">Copy</a>', f'<a href="{ACTION_SCHEME}:edit/{m.id}">Edit</a>']
         else:
@@ -847,54 +852,41 @@ class MainWindow(QMainWindow):
             self._shown = ids
             if self.streaming:
                 self._stream_start = self._append_html("")
-                self._stream_steps_shown = None
-        if self.streaming and self._stream_start is not None and self.show_provenance:
-            self._stream_tokens()
+        if self.streaming and self._stream_start is not None and not self._stream_render_due(stream_only):
+            pass  # a long answer re-renders less often: the UI thread keeps most of its time
         elif self.streaming and self._stream_start is not None:
+            # the answer so far as Markdown (its drafters' colours when they are shown), re-rendered
+            # whole: an unfinished list or code fence changes how earlier lines render
+            started = time.perf_counter()
             blocks: list[str] = []
-            body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
-            self.code_blocks["stream"] = blocks
+            if self.show_provenance:
+                body = self.renderer.markdown_with_provenance(self.current_steps, blocks, key="live",
+                                                              text_colour=self._text_colour(), suffix="▌")
+            else:
+                body = self.renderer.markdown(self.streaming_text + "▌", blocks, key="stream")
+            self.code_blocks["live" if self.show_provenance else "stream"] = blocks
             cursor = QTextCursor(doc)
             cursor.setPosition(self._stream_start)
             cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
             cursor.insertHtml(self._message_html("assistant", body, [], None))
-            self._stream_steps_shown = None
+            self._stream_render_at, self._stream_render_s = time.perf_counter(), time.perf_counter() - started
         if not stream_only or self.inspection.answer is None:  # marks on older text track the edits
             self._refresh_highlight()
         if follow:
             bar.setValue(bar.maximum())
 
-    def _stream_tokens(self) -> None:
-        """Coloured tokens of the answer being streamed: only the new steps' tokens are appended
-        (as formatted text, no HTML to parse), so an update costs the same late in a long answer."""
-        cursor = QTextCursor(self.chat_view.document())
-        if self._stream_steps_shown is None:  # a fresh region: the header, then every step so far
-            cursor.setPosition(self._stream_start)
-            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-            cursor.insertHtml(self._message_html("assistant", "", [], None))
-            cursor.insertBlock()
-            self._stream_steps_shown = 0
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        new = self.current_steps[self._stream_steps_shown:]
-        text_colour = QColor(self._text_colour())
-        formats: dict[tuple, QTextCharFormat] = {}
-        for text, index, _source, colour, tip in token_marks(new, dark=self.renderer.dark):
-            if text == "\n":
-                cursor.insertBlock()
-                continue
-            index += self._stream_steps_shown
-            key = (index, colour, tip)
-            if key not in formats:
-                fmt = QTextCharFormat()
-                fmt.setAnchor(True)
-                fmt.setAnchorHref(f"{STEP_SCHEME}:live/{index}")
-                fmt.setToolTip(tip)
-                fmt.setForeground(text_colour)
-                if colour:
-                    fmt.setBackground(QColor(colour))
-                formats[key] = fmt
-            cursor.insertText(text, formats[key])
-        self._stream_steps_shown = len(self.current_steps)
+    def _stream_render_due(self, stream_only: bool) -> bool:
+        """Whether a streaming update re-renders the answer now: at most a fifth of the time goes
+        to rendering (a render that took 20 ms waits 80 ms before the next); the answer's end
+        always renders."""
+        if not stream_only:
+            return True
+        wait = STREAM_RENDER_SHARE_WAIT * self._stream_render_s - (time.perf_counter() - self._stream_render_at)
+        if wait <= 0:
+            return True
+        if not self._stream_timer.isActive():  # what arrived meanwhile is shown when the wait is over
+            self._stream_timer.start(int(wait * 1000) + 1)
+        return False
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end of the chat in a new block; returns where it starts."""

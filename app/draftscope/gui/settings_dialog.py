@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,10 +22,9 @@ from PySide6.QtWidgets import (
 from draftscope import assets, catalog
 from draftscope.datastore.default import default_datastore_path
 from draftscope.engine.models import DEFAULT_MODEL, resolve_model
-from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
 from draftscope.gui.jobs import POLL_INTERVAL_S, end_job_thread
 from draftscope.gui.jobs import JobWorker as _JobWorker
-from draftscope.gui.jobs import eta_text as _eta
+from draftscope.gui.jobs import TransferRate
 from draftscope.words import describe_error, memory_text, part_status, run_precision, setting_name, size_text
 from draftscope.words import sentence as _sentence
 from draftscope.gui.worker import WorkerThread
@@ -221,7 +219,7 @@ class SettingsDialog(QDialog):
         self._job_box: _DownloadBox | None = None
         self._job_cancel: threading.Event | None = None
         self._job_line = self._job_phase = ""
-        self._rate_origin: tuple[float, int] | None = None
+        self._rate = TransferRate()
         self._closed = False
         self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
         self._poll.timeout.connect(self._poll_job)
@@ -815,7 +813,8 @@ class SettingsDialog(QDialog):
             return fetch_model(model, progress=lambda done, total: report((done, total)), cancel=cancel,
                                on_status=status)
 
-        self._job_box, self._job_cancel, self._rate_origin = box, cancel, None
+        self._job_box, self._job_cancel = box, cancel
+        self._rate.restart()
         self._job_line, self._job_phase = f"Downloading {model.title} …", ""
         box.show_status(self._job_line)
         box.progress.setRange(0, 0)  # indeterminate until the size is known
@@ -854,22 +853,7 @@ class SettingsDialog(QDialog):
             self._job_done(*outcome)
 
     def _show_bytes(self, box: _DownloadBox, done: int, total: int) -> None:
-        what = f"Downloading {box.model.title}"
-        if not total:
-            box.progress.setRange(0, 0)
-            self._job_line = f"{what}: connecting to the package index …" if not done else f"{what}: {done / 1e6:,.1f} MB"
-            return
-        box.progress.setRange(0, _STEPS)
-        box.progress.setValue(int(_STEPS * min(done, total) / total))
-        now = time.monotonic()
-        if self._rate_origin is None:
-            self._rate_origin = (now, done)
-        t0, d0 = self._rate_origin
-        parts = [f"{what}: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB"]
-        if now - t0 > 0.5 and done > d0:
-            rate = (done - d0) / (now - t0)
-            parts += [f"{rate / 1e6:.1f} MB/s", _eta((total - done) / rate)]
-        self._job_line = " · ".join(p for p in parts if p)
+        self._job_line = self._rate.show(box.progress, f"Downloading {box.model.title}", done, total)
 
     def _job_done(self, what: str, value) -> None:
         box, cancel = self._job_box, self._job_cancel

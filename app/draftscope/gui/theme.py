@@ -1,7 +1,8 @@
 """Light and dark themes, the application icon, and where the resources live.
 
 A theme is the Fusion style, a matching :class:`QPalette` and a Qt style sheet
-(``resources/styles/<theme>.qss``). ``"system"`` follows the desktop's colour scheme and keeps
+(``resources/styles/app.qss``, filled in with the theme's colours from
+:mod:`draftscope.gui.palettes`). ``"system"`` follows the desktop's colour scheme and keeps
 following it while the app runs. Other modules learn the effective theme from
 ``QApplication.instance().property("draftscopeTheme")`` or the return value of
 :func:`apply_theme`.
@@ -35,7 +36,7 @@ SEARCH_PREFIX = "draftscope"  # the style sheets name images as url(draftscope:u
 
 # Files every complete resources folder has: a folder named "resources" elsewhere in site-packages
 # (another distribution's) must not be mistaken for ours.
-_MARKERS = ("icons/draftscope.svg", "styles/light.qss", "styles/dark.qss")
+_MARKERS = ("icons/draftscope.svg", "styles/app.qss")
 
 # pygments styles for code blocks, best first; each list ends in a style every pygments has.
 _CODE_STYLES = {
@@ -85,10 +86,15 @@ def resources_dir() -> Path:
 
 
 def style_sheet(theme: str) -> str:
-    """The text of ``styles/<theme>.qss`` for "light" or "dark"."""
+    """The style sheet for "light" or "dark": ``styles/app.qss`` with the theme's palette."""
+    from string import Template
+
+    from draftscope.gui.palettes import style_colours
+
     if theme not in ("light", "dark"):
         raise ValueError(f"no style sheet for theme {theme!r}")
-    return (resources_dir() / "styles" / f"{theme}.qss").read_text(encoding="utf-8")
+    text = (resources_dir() / "styles" / "app.qss").read_text(encoding="utf-8")
+    return Template(text).substitute(style_colours(theme), theme=theme)
 
 
 # -------------------------------------------------------------------------------------- icon
@@ -154,17 +160,10 @@ def effective_theme(theme: str, app: QApplication | None = None) -> str:
 
 
 def _palette(theme: str) -> QPalette:
+    from draftscope.gui.palettes import qt_colours
+
     R, G = QPalette.ColorRole, QPalette.ColorGroup
-    if theme == "dark":
-        c = dict(window="#1c1d21", text="#e6e7ea", base="#24262b", alt="#2a2c32", button="#2d2f35",
-                 accent="#6366f1", accent_text="#ffffff", link="#a5b4fc", visited="#c4b5fd", tip="#2d2f35",
-                 tip_text="#e6e7ea", placeholder="#7d828c", disabled="#6b7079", light="#3a3d44",
-                 midlight="#33363c", mid="#2b2d33", dark="#141518", shadow="#0b0c0e", bright="#ffffff")
-    else:
-        c = dict(window="#f4f5f7", text="#1f2328", base="#ffffff", alt="#f6f7f9", button="#ffffff",
-                 accent="#4f46e5", accent_text="#ffffff", link="#4338ca", visited="#6d28d9", tip="#1f2328",
-                 tip_text="#ffffff", placeholder="#8a9099", disabled="#a0a5ad", light="#ffffff",
-                 midlight="#eceef1", mid="#c9cdd3", dark="#a3a8b0", shadow="#6b7079", bright="#ffffff")
+    c = qt_colours(theme)
     pal = QPalette()
     roles = {
         R.Window: c["window"], R.WindowText: c["text"], R.Base: c["base"], R.AlternateBase: c["alt"],

@@ -325,7 +325,7 @@ class TrieView(QWidget):
     def _draw(self, ev: StepEvent, previous: int | None) -> None:
         self._clear_scene()
         tree = ev.tree
-        tokens, parents = tree["tokens"], tree["parents"]
+        tokens, parents = tree.tokens, tree.parents
         n = len(tokens)
         accepted = list(ev.accepted_path)
         stop = accepted[-1] if accepted else ROOT
@@ -349,7 +349,7 @@ class TrieView(QWidget):
         for i in range(n):
             texts[i] = self.token_text(tokens[i])
             labels[i] = visible_text(texts[i])
-            notes[i] = format_support(tree["support"][i])
+            notes[i] = format_support(tree.support[i])
         if target_token is not None:
             texts[TARGET] = self.token_text(target_token)
             labels[TARGET] = visible_text(texts[TARGET])
@@ -403,7 +403,7 @@ class TrieView(QWidget):
             elif key == TARGET:
                 brush, pen = QBrush(base), QPen(accent, 2.5, Qt.PenStyle.DashLine)
             else:
-                brush = QBrush(QColor(fills.get(tree["source"][key], base.name())))
+                brush = QBrush(QColor(fills.get(tree.source[key], base.name())))
                 pen = QPen(accent, 2.5) if key in on_path else QPen(plain_border, 1.0)
             if key == stop:
                 pen = QPen(stop_colour, 3.5)
@@ -450,17 +450,17 @@ class TrieView(QWidget):
             return "\n".join(lines)
         if key == TARGET:
             token = ev.token_ids[len(accepted)]
-            if any(p == stop for p in ev.tree["parents"]):
+            if any(p == stop for p in ev.tree.parents):
                 drafted = "instead of the drafted tokens"
             else:
                 drafted = "after the whole drafted branch" if accepted else "(nothing was drafted)"
             return (f"Written by the target model {drafted}\ntoken {token} · {texts[key]!r}\n"
                     f"depth {depth[key]}")
         tree = ev.tree
-        source = tree["source"][key]
+        source = tree.source[key]
         status = "accepted" if key in accepted else "rejected"
-        lines = [f"token {tree['tokens'][key]} · {texts[key]!r}",
-                 f"support {format_support(tree['support'][key])} · {PROVENANCE_LABELS.get(source, source)}",
+        lines = [f"token {tree.tokens[key]} · {texts[key]!r}",
+                 f"support {format_support(tree.support[key])} · {PROVENANCE_LABELS.get(source, source)}",
                  f"depth {depth[key]} · {status}"]
         if key == stop:
             lines.append("Verification stopped here")

@@ -184,18 +184,3 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
         return made
 
     return make
-
-
-def draft_incompatibility(target_tokenizer, draft_tokenizer) -> str | None:
-    """Why a draft model with ``draft_tokenizer`` cannot draft for a target with
-    ``target_tokenizer`` (None when it can): drafts are token ids, so both must mean the same text
-    by the same id."""
-    target_n, draft_n = len(target_tokenizer), len(draft_tokenizer)
-    if target_n != draft_n:
-        return (f"the draft model's tokenizer has {draft_n:,} tokens and the model's has {target_n:,}: "
-                "its drafts would be other words")
-    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-        return "the draft model's tokenizer gives other ids to the same tokens: its drafts would be other words"
-    if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
-        return "the draft model ends answers with another token"
-    return None
