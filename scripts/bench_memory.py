@@ -28,9 +28,8 @@ def child(kind: str, model: str, tokens: int) -> None:
         from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
 
         tok = load_tokenizer(source)
-        ids = tok.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True)
-        if isinstance(ids, dict):
-            ids = ids["input_ids"]
+        text = tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True)
+        ids = list(tok(text, add_special_tokens=False)["input_ids"])
         threads = default_threads()
         llm = Llama(model_path=source.location, n_ctx=DEFAULT_CONTEXT, n_threads=threads, n_threads_batch=threads,
                     verbose=False)
