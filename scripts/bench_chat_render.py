@@ -1,5 +1,5 @@
 """How long the UI thread spends per streaming update of the chat view, in a long conversation
-(offscreen Qt, no model: a stub engine stands in, only rendering is timed).
+(offscreen Qt, no model: the chat transcript alone, every update rendered, only rendering timed).
 
     QT_QPA_PLATFORM=offscreen python scripts/bench_chat_render.py [exchanges ...]
 """
@@ -14,12 +14,16 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.gui import chat_view  # noqa: E402
+from draftscope.gui.chat_view import ChatTranscript  # noqa: E402
+from draftscope.storage import HistoryStore  # noqa: E402
+
+chat_view.STREAM_RENDER_SHARE_WAIT = 0  # time every update's render (the app skips some in long answers)
 
 
-class StubEngine:  # the window reads only these before a generation starts
-    name, device = "stub", "cpu"
+class Conversation:  # what the transcript observes of a ChatSession
+    def __init__(self, history) -> None:
+        self.history, self.conversation_id = history, None
 
 
 CODE = "```python\n" + "\n".join(f"def f{i}(x):\n    return x * {i}" for i in range(20)) + "\n```\n"
@@ -31,18 +35,20 @@ def run(exchanges: int, updates: int = 200) -> None:
     for i in range(exchanges):
         history.add_message(conv, "user", f"question {i}")
         history.add_message(conv, "assistant", f"answer {i}\n\n" + "words " * 80 + "\n\n" + CODE)
-    window = MainWindow(StubEngine(), history, Settings())
+    session = Conversation(history)
+    window = ChatTranscript(session)
+    window.resize(860, 600)
     window.show()
     t = time.perf_counter()
-    window.show_conversation(conv)
+    session.conversation_id = conv
+    window.refresh()
     full_ms = (time.perf_counter() - t) * 1000
-    window.streaming, window.streaming_text = True, ""
-    window._render()
+    window.begin_stream()
     times = []
     for k in range(updates):
         window.streaming_text += "token " + ("\n\n```python\nx = 1\n" if k == updates // 2 else "")
         t = time.perf_counter()
-        window._render(stream_only=True)
+        window.render(stream_only=True)
         QApplication.processEvents()
         times.append((time.perf_counter() - t) * 1000)
     times.sort()

@@ -101,15 +101,14 @@ def test_the_window_streams_coloured_markdown(qtbot, tokenizer, tmp_path):
                         HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.set_show_provenance(True)
-    window.streaming = True
-    window._render()
+    window.chat_view.begin_stream()
     steps = steps_of()
-    window._on_steps(steps[:3])  # mid-answer, the code block just closed
+    window.chat_view.add_steps(steps[:3])  # mid-answer, the code block just closed
     qtbot.waitUntil(lambda: "text = f.read()" in window.chat_view.toPlainText(), timeout=5000)
     shown = window.chat_view.toPlainText()
     assert "```" not in shown and "text = f.read()" in shown and shown.rstrip().endswith("▌")
     doc = window.chat_view.document()
     assert all(f.anchorHref() == "step:live/1" for f in formats(doc, "open"))
-    window._on_steps(steps[3:])  # right after: shown once the render's wait is over
+    window.chat_view.add_steps(steps[3:])  # right after: shown once the render's wait is over
     qtbot.waitUntil(lambda: "two <b>x</b>" in window.chat_view.toPlainText(), timeout=5000)
     assert all(f.background().color() == QColor(PROVENANCE_COLOURS["light"]["learned"]) for f in formats(doc, "one"))

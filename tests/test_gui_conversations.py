@@ -221,7 +221,7 @@ def test_export_failure_is_reported_not_raised(qtbot, engine, tmp_path, monkeypa
     select(w, conv)
     warnings = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warnings.append(text))
-    w.export_conversation(conv, tmp_path / "no-such-folder" / "x.md")
+    w.conversations.export(conv, tmp_path / "no-such-folder" / "x.md")
     assert warnings and "could not be exported" in warnings[0] and "no-such-folder" in warnings[0]
 
 

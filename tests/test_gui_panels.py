@@ -170,4 +170,4 @@ def test_wizard_from_the_menu_builds_and_the_app_drafts_from_it(qtbot, engine, t
     assert path == str(wizard.result_path())
     assert launcher.settings.datastore == path and launcher.settings.drafters["retrieval"]
     assert any(isinstance(d, RetrievalDrafter) for d in window.make_drafters()), "drafts come from it now"
-    assert wizard.result_path().name in window.status_datastore.text()
+    assert wizard.result_path().name in window.status.datastore.text()

@@ -162,6 +162,29 @@ def test_models_chat_and_the_history(served):
     assert len(store.steps(answer.id)) == answer.stats["steps"] > 0, "the panels can inspect it"
 
 
+@pytest.mark.parametrize("learning", [True, False])
+def test_served_answers_are_learned_like_the_windows(tokenizer, tmp_path, learning):
+    """The server's answers feed the model's learned datastore (the next answer, in any face, drafts
+    from them); with learning switched off nothing is recorded."""
+    from draftscope.datastore.learned import LearnedStore
+    from draftscope.runtime import Runtime
+    from draftscope.storage import Settings
+
+    engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
+    engine.eos_ids = set()
+    store = LearnedStore("tiny", len(tokenizer), tmp_path / "learned")
+    drafters = {"retrieval": False, "learned": learning, "context": True, "model": False, "recurrent": False}
+    runtime = Runtime(Settings(drafters=drafters, max_new_tokens=10), engine, learned=store)
+    server = ServerThread(create_app(runtime, history=None), port=0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="x")
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=10)
+    finally:
+        server.stop()
+    runtime.close()  # waits for the learner to index what it was given
+    assert store.stats().answers == (1 if learning else 0)
+
+
 def test_a_bad_or_missing_key_is_401(served):
     server, _, _ = served(api_key="sesame")
     with pytest.raises(openai.AuthenticationError) as err:

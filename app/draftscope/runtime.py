@@ -1,7 +1,8 @@
 """The runtime: what answers are made with, built from Settings in one place.
 
 A :class:`Runtime` holds the loaded model (the engine), the draft model loaded beside it, the
-model's learned answers, its recurrent head and the notices saying what could not be used and why.
+model's learned answers (and the learner that indexes new ones in the background), its recurrent
+head and the notices saying what could not be used and why.
 The window, ``draftscope chat / generate / serve`` and the Settings dialog's changes all come
 through :func:`load_runtime` and :meth:`Runtime.apply` (as llama.cpp's ``common/`` turns
 parameters into a context in one place). Nothing here knows Qt.
@@ -40,6 +41,10 @@ class Runtime:
     # Hears of things that happen after loading (a datastore changed on disk between answers);
     # called on the thread that makes drafters. Default: kept in ``notices``.
     on_notice: Callable[[str], None] | None = None
+    # Learns from kept answers on a background thread (start_learning); ``on_learned(stats)`` hears
+    # of each re-index, on that thread.
+    learner: object | None = None
+    on_learned: Callable[[object], None] | None = None
     _setup: object | None = field(default=None, repr=False)  # DrafterSetup for the current settings
 
     # ------------------------------------------------------------------ drafters
@@ -74,6 +79,33 @@ class Runtime:
                               eos_token_id=_eos_of(self.draft_model), vocab_size=self.engine.vocab,
                               learned=self.learned, recurrent=self.recurrent, tokenizer=self.engine.tokenizer,
                               notify=self._notice)
+
+    # ------------------------------------------------------------------ learning from answers
+
+    def start_learning(self) -> None:
+        """Index kept answers from now on (no-op without a learned store, or when started)."""
+        from draftscope.datastore.learned import Learner
+
+        if self.learned is not None and self.learner is None:
+            self.learner = Learner(self.learned, on_change=lambda stats: self.on_learned and self.on_learned(stats))
+
+    def learn(self, prompt_ids, answer_ids) -> None:
+        """Learn from a finished answer, when learning is on (Settings ▸ Drafting ▸ learned)."""
+        if self.learner is not None and self.settings.drafters.get("learned", True):
+            self.learner.submit(prompt_ids, answer_ids)
+
+    def learned_text(self) -> str:
+        """What the model has learned from its answers, in words ("" when it cannot learn)."""
+        if self.learned is None:
+            return ""
+        text = self.learned.stats().describe()
+        return text + ("" if self.settings.drafters.get("learned", True) else " (off)")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish learning what was submitted (up to ``timeout`` seconds), then stop the learner."""
+        if self.learner is not None:
+            self.learner.wait_idle(timeout)
+            self.learner.close()
 
     # ------------------------------------------------------------------ settings changes
 
@@ -147,6 +179,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
             if strict:
                 raise
             runtime.notices.append(f"Draft model not used: {exc}")
+    runtime.start_learning()
     return runtime
 
 

@@ -57,14 +57,14 @@ class Turn:
 class ChatSession:
     """A conversation over a :class:`~draftscope.runtime.Runtime` (its engine, settings and drafters)."""
 
-    def __init__(self, runtime, *, history=None, conversation_id: int | None = None, learner=None,
+    def __init__(self, runtime, *, history=None, conversation_id: int | None = None,
                  defer: bool = False, title_prefix: str = "") -> None:
         """``history``: a HistoryStore (answers are stored with their steps) or None (the
         conversation lives in memory). ``defer``: the conversation reaches the history with its
         first kept answer, titled ``title_prefix`` + its first message (a served request that fails
-        leaves nothing behind). ``learner``: where finished answers go to be learned."""
+        leaves nothing behind). Finished answers are learned by the runtime."""
         self.runtime = runtime
-        self.history, self.conversation_id, self.learner = history, conversation_id, learner
+        self.history, self.conversation_id = history, conversation_id
         self.defer, self.title_prefix = defer, title_prefix
         self.last_kept: int | None = None  # the message id of the last answer kept in the history
         self._memory: list[Turn] = []
@@ -163,9 +163,8 @@ class ChatSession:
         (None when nothing was kept or there is no history store)."""
         if final.finish_reason == "error":
             return None
-        if final.finish_reason in ("eos", "length", "stop") and self.learner is not None \
-                and self.settings.drafters.get("learned", True):
-            self.learner.submit(final.prompt_tail, final.token_ids)
+        if final.finish_reason in ("eos", "length", "stop"):
+            self.runtime.learn(final.prompt_tail, final.token_ids)
         if not final.text.strip() and final.finish_reason == "cancel":
             return None
         if self.history is None:

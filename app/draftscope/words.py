@@ -20,6 +20,18 @@ def memory_text(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
+def answer_stats(stats: dict) -> str:
+    """An answer's figures as stored with it (``session.answer_record``): "64 tokens · τ 2.10 ·
+    18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7"."""
+    parts = [f"{stats['tokens']} tokens", f"τ {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
+             f"first token {stats['time_to_first_token_ms']:.0f} ms"]
+    if stats.get("speedup_estimate"):
+        parts.append(f"{stats['speedup_estimate']:.2f}x plain")
+    if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
+        parts.append(f"seed {stats['seed']}")
+    return " · ".join(parts)
+
+
 def setting_name(model: catalog.CatalogModel) -> str:
     """What the settings store for a catalogue model ("default" for SmolLM2, as ever)."""
     return DEFAULT_MODEL if model is catalog.SMOLLM2_135M else model.name

@@ -40,11 +40,10 @@ def _answer(session, args, out=None):
 
 
 def _stats_line(final) -> str:
-    s = final.stats
-    speed = f" · {s.speedup_estimate:.2f}x plain" if s.speedup_estimate else ""
-    return (f"[{s.tokens} tokens · tau {s.tau:.2f} · {s.tokens_per_second:.1f} tokens/s{speed} · "
-            f"first token {s.time_to_first_token_ms:.0f} ms{f' · seed {s.seed}' if s.seed is not None else ''} · "
-            f"{final.finish_reason}]")
+    from draftscope.session import answer_record
+    from draftscope.words import answer_stats
+
+    return f"[{answer_stats(answer_record(final, None)[0])} · {final.finish_reason}]"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -53,7 +52,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     runtime = runtime_from_args(args)
     session = ChatSession(runtime)
     session.say(args.prompt)
-    final = _answer(session, args)
+    try:
+        final = _answer(session, args)
+    finally:
+        runtime.close()  # the answer is learned before the process ends
     print()
     if final.finish_reason == "error":
         print(f"draftscope: {final.error}", file=sys.stderr)
@@ -67,7 +69,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from draftscope.session import ChatSession
 
     runtime = runtime_from_args(args)
-    session = ChatSession(runtime)  # the conversation lives in memory
+    try:
+        return _chat_loop(ChatSession(runtime), args)  # the conversation lives in memory
+    finally:
+        runtime.close()  # what was answered is learned before the process ends
+
+
+def _chat_loop(session, args: argparse.Namespace) -> int:
     print("Type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.", file=sys.stderr)
     while True:
         try:

@@ -132,7 +132,7 @@ class Launcher(QObject):
             if self.window is not None:
                 self.window.statusBar().showMessage("Settings can be changed once the answer is done", 5000)
             return
-        self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.learned_text(),
+        self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.runtime.learned_text(),
                                               recurrent=head_description(self.settings.model))
         self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
         self.settings_dialog.open()

@@ -1,50 +1,61 @@
-"""The one pattern for background jobs in the GUI (downloads, datastore builds, training): a
-``JobWorker`` on its own thread runs ``job(report, status)``; the dialog polls what it reported on a
-timer (``take``) and ends the thread with ``end_job_thread`` when it closes. Also the widgets every
-job dialog shows: a wrapping label, a note, a progress row, the time left in words."""
+"""The one pattern for background jobs in the GUI (downloads, datastore builds, training).
+
+A dialog owns a ``JobRunner``: ``start(job)`` runs ``job(report, status, cancel)`` on a thread of
+its own; a timer polls what the job reported and hands it to the dialog's callbacks on the UI
+thread (progress and status, then ``on_done(value)`` or ``on_failed(exc)``); ``cancel()`` sets the
+job's token; ``close()`` (when the dialog closes, or the application quits) cancels, stops the
+polling and ends the thread. Also the widgets every job dialog shows: a wrapping label, a note, a
+progress row, the time left in words."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Slot
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Slot
+from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
+from draftscope.datastore.progress import CancelToken
 from draftscope.gui.worker import WorkerThread
 
 POLL_INTERVAL_S = 0.05  # progress repaints ~20 times a second
 PROGRESS_STEPS = 1000  # progress bars count in permille: byte counts overflow a Qt int
 _STRAGGLERS: list[WorkerThread] = []  # worker threads still finishing a cancelled job
 
+Job = Callable[[Callable[[Any], None], Callable[[str], None], CancelToken], Any]
 
-def end_job_thread(thread: WorkerThread) -> None:
-    """End a job's thread as its dialog closes; one still running a job that ignores its cancel is
-    kept alive here, since destroying a running QThread aborts the process."""
+
+def _end_thread(thread: WorkerThread) -> None:
+    """End a job's thread; one still running a job that ignores its cancel is kept alive here,
+    since destroying a running QThread aborts the process."""
     thread.shutdown(10_000)
     if thread.thread.isRunning():
         _STRAGGLERS.append(thread)
 
 
-class JobWorker(QObject):
-    """Runs one job at a time on its thread: ``job(report, status)``. The job's reports land in
-    attributes that the dialog polls on a timer, so a fast stream of progress costs no signal
-    emissions (PySide6 6.12.0 on Python < 3.12 leaks a reference to True on every Python-side emit)."""
+class _JobWorker(QObject):
+    """Runs the job on its thread. Reports land in attributes that the runner polls, so a fast
+    stream of progress costs no signal emissions (PySide6 6.12.0 on Python < 3.12 leaks a
+    reference to True on every Python-side emit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: Job, token: CancelToken) -> None:
         super().__init__()
-        self.job = None
+        self.job, self.token = job, token
         self._lock = threading.Lock()
         self._progress = self._status = self._outcome = None
 
     @Slot()
     def run(self) -> None:
         try:
-            outcome = ("done", self.job(self._report, self._set_status))
+            outcome = ("done", self.job(self._report, self._set_status, self.token))
         except Exception as exc:  # shown to the user, with a retry
             outcome = ("failed", exc)
         with self._lock:
             self._outcome = outcome
+
+    def stop(self) -> None:  # WorkerThread.shutdown calls it
+        self.token.cancel()
 
     def _report(self, value) -> None:
         with self._lock:
@@ -61,6 +72,82 @@ class JobWorker(QObject):
             self._progress = self._status = self._outcome = None
         return taken
 
+
+class JobRunner(QObject):
+    """One background job at a time for a dialog: its thread, the polling, its cancel and the
+    teardown. Callbacks run on the UI thread; progress and status stop reaching them once the job
+    is cancelled (the dialog says "Cancelling …" meanwhile), the outcome always does, unless the
+    runner was closed."""
+
+    def __init__(self, parent: QObject, *, on_progress: Callable[[Any], None] | None = None,
+                 on_status: Callable[[str], None] | None = None, on_done: Callable[[Any], None],
+                 on_failed: Callable[[Exception], None]) -> None:
+        super().__init__(parent)
+        self._on_progress, self._on_status = on_progress, on_status
+        self._on_done, self._on_failed = on_done, on_failed
+        self._thread: WorkerThread | None = None
+        self._token: CancelToken | None = None
+        self._closed = False
+        self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
+        self._poll.timeout.connect(self._take)
+        app = QApplication.instance()
+        if app is not None:  # quitting without closing the dialog still ends the job's thread
+            app.aboutToQuit.connect(self.close)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the running job (or, once it ended, the last one) was cancelled."""
+        return self._token is not None and self._token.cancelled
+
+    def start(self, job: Job) -> bool:
+        """Run ``job(report, status, cancel)`` on a new thread; False (and nothing runs) while
+        another job runs or after ``close``."""
+        if self.running or self._closed:
+            return False
+        self._token = CancelToken()
+        # a thread per job, ended with it: an idle dialog holds no running thread
+        self._thread = WorkerThread(_JobWorker(job, self._token))
+        QMetaObject.invokeMethod(self._thread.worker, "run", Qt.ConnectionType.QueuedConnection)
+        self._poll.start()
+        return True
+
+    def cancel(self) -> bool:
+        """Ask the running job to stop; True when this call did (False: none runs, or already asked)."""
+        if not self.running or self.cancelled:
+            return False
+        self._token.cancel()
+        return True
+
+    def close(self) -> None:
+        """The dialog is closing: cancel the job, deliver nothing more, end the thread."""
+        self._closed = True
+        self._poll.stop()
+        if self._thread is not None:
+            self._token.cancel()
+            thread, self._thread = self._thread, None
+            _end_thread(thread)
+
+    def _take(self) -> None:
+        if self._thread is None:
+            self._poll.stop()
+            return
+        progress, status, outcome = self._thread.worker.take()
+        if not self.cancelled:
+            if status is not None and self._on_status is not None:
+                self._on_status(status)
+            if progress is not None and self._on_progress is not None:
+                self._on_progress(progress)
+        if outcome is None:
+            return
+        self._poll.stop()
+        thread, self._thread = self._thread, None
+        _end_thread(thread)  # its job has returned: it ends at once
+        what, value = outcome
+        (self._on_done if what == "done" else self._on_failed)(value)
 
 
 def wrapping_label(text: str = "", *, objectName: str = "") -> QLabel:

@@ -3,7 +3,7 @@ recurrent drafter…).
 
 The training data is the ShareGPT corpus (fetched the first time) or a file the user picks (a chat
 log, or distilled answers: the model's own text). Training runs :func:`train_head` on a worker
-thread polled by a timer (as the datastore wizard's build), with progress, speed, time left, loss
+thread (the dialogs' one ``JobRunner``), with progress, speed, time left, loss
 and the latest validation τ. Cancel keeps a checkpoint, and a later Start with the same data and
 token budget resumes from it. Closing the dialog while training cancels and closes once the
 checkpoint is saved. When a head is written, ``head_trained(path)`` is emitted.
@@ -14,24 +14,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QMetaObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QApplication, QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar,
+    QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar,
     QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from draftscope import assets
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import answers_path_for
-from draftscope.datastore.progress import CancelToken
-from draftscope.gui.jobs import POLL_INTERVAL_S, end_job_thread
-from draftscope.gui.jobs import JobWorker as _JobWorker
+from draftscope.gui.jobs import JobRunner
 from draftscope.gui.jobs import eta_text as _eta
 from draftscope.gui.jobs import note as _note
 from draftscope.gui.jobs import progress_row as _progress_row
 from draftscope.gui.jobs import wrapping_label as _wrapping_label
 from draftscope.words import describe_error
-from draftscope.gui.worker import WorkerThread
 from draftscope.recurrent.files import HeadError, default_head_path, read_meta
 from draftscope.recurrent.train import (
     TrainCancelled, TrainError, TrainOptions, TrainProgress, TrainReport, checkpoint_path, train_head,
@@ -95,16 +92,12 @@ class TrainHeadDialog(QDialog):
         self.out = Path(out) if out is not None else default_head_path(model_spec)
         self._overrides = dict(options_overrides or {})
         self._trainer = trainer
-        self._worker: _JobWorker | None = None
-        self._thread: WorkerThread | None = None
-        self._cancel: CancelToken | None = None
-        self._training = self._cancelled = self._close_when_done = self._closed = False
+        self.job = JobRunner(self, on_progress=self._show_progress, on_status=self._show_status,
+                             on_done=self._on_trained, on_failed=self._on_failed)
+        self._close_when_done = False
         self._report: TrainReport | None = None
         training = head_training(model_spec) or {}
         self._rate: float | None = training.get("tokens_per_second")  # measured: by the last head's run, or live
-        self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
-        self._poll.timeout.connect(self._poll_job)
-        QApplication.instance().aboutToQuit.connect(self._shutdown)
 
         self.setObjectName("trainHeadDialog")
         self.setWindowTitle("Train the recurrent drafter")
@@ -256,7 +249,7 @@ class TrainHeadDialog(QDialog):
         return checkpoint_path(self.out).exists()
 
     def is_training(self) -> bool:
-        return self._training
+        return self.job.running
 
     def report(self) -> TrainReport | None:
         return self._report
@@ -264,14 +257,15 @@ class TrainHeadDialog(QDialog):
     # --- training ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._training or self._closed:
+        if self.job.running:
             return
         spec = self.data_spec()
         if spec is not None and not self.path_edit.text().strip():
             self._show_error("Choose the file to train on (Browse…).")
             return
-        token = CancelToken()
-        self._training, self._cancelled, self._cancel, self._report = True, False, token, None
+        if not self.job.start(self._job(spec)):
+            return  # the dialog is closing
+        self._report = None
         self.choices.setEnabled(False)
         self.start_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -282,22 +276,16 @@ class TrainHeadDialog(QDialog):
         self.summary.hide()
         self.error.clear()
         self.error.hide()
-        # a thread per run, ended with it: an idle dialog holds no running thread
-        self._worker = _JobWorker()
-        self._thread = WorkerThread(self._worker)
-        self._worker.job = self._job(spec, token)
-        QMetaObject.invokeMethod(self._worker, "run", Qt.ConnectionType.QueuedConnection)
-        self._poll.start()
 
-    def _job(self, spec: str | None, token: CancelToken) -> Callable:
+    def _job(self, spec: str | None) -> Callable:
         model, tokenizer, name = self.engine.model, self.engine.tokenizer, self.engine.name
         out, trainer, fields = self.out, self._trainer, self.option_fields()
 
-        def job(report, status):
+        def job(report, status, cancel):
             data = spec
             if data is None:
                 status("Fetching the ShareGPT corpus (the first time only) …")
-                data = f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True, cancel=token)}"
+                data = f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True, cancel=cancel)}"
             options = TrainOptions(data=[data], **fields)
             out.parent.mkdir(parents=True, exist_ok=True)
             ckpt = checkpoint_path(out)
@@ -305,7 +293,7 @@ class TrainHeadDialog(QDialog):
             def train(resume: bool) -> TrainReport:
                 status("Reading and tokenising the training data …")
                 return trainer(model, tokenizer, options, out, model_name=name, resume=resume, progress=report,
-                               cancel=token, log=lambda line: status(line[:1].upper() + line[1:]))
+                               cancel=cancel, log=lambda line: status(line[:1].upper() + line[1:]))
 
             if not ckpt.exists():
                 return train(False)
@@ -320,44 +308,25 @@ class TrainHeadDialog(QDialog):
         return job
 
     def cancel(self) -> None:
-        if self._training and self._cancel is not None and not self._cancelled:
-            self._cancelled = True
-            self._cancel.cancel()
+        if self.job.cancel():
             self.cancel_button.setEnabled(False)
             self.status.setText("Cancelling … (saving a checkpoint)")
 
-    def _poll_job(self) -> None:
-        if self._worker is None:
-            return
-        progress, status, outcome = self._worker.take()
-        if not self._cancelled:
-            if status is not None:
-                self.status.setText(status)
-            if isinstance(progress, TrainProgress):
-                self._show_progress(progress)
-        if outcome is None:
-            if status is not None or progress is not None:
-                self._fit()  # a status line may have grown to two lines
-            return
-        self._poll.stop()
-        self._training, self._cancel = False, None
-        end_job_thread(self._thread)  # its job has returned: ends at once
-        self._thread = None
-        what, value = outcome
+    def _show_status(self, text: str) -> None:
+        self.status.setText(text)
+        self._fit()  # a status line may have grown to two lines
+
+    def _job_ended(self, *, show_bar: bool) -> bool:
+        """Back to idle after a run; False when the dialog closes instead (closed while training)."""
         if self._close_when_done:
             super().reject()
-            return
+            return False
         self.cancel_button.setEnabled(False)
         # the bar stays where the run got to (full when done); a failed run leaves nothing to show
-        self.progress_row.setVisible(what == "done" or self._cancelled or isinstance(value, TrainCancelled))
+        self.progress_row.setVisible(show_bar)
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
-        if what == "done":
-            self._on_trained(value)
-        else:
-            self._on_failed(value)
-        self._show_idle()
-        self._fit()
+        return True
 
     def _show_progress(self, p: TrainProgress) -> None:
         if p.phase == "reading":
@@ -377,8 +346,11 @@ class TrainHeadDialog(QDialog):
         if p.phase == "validating":
             parts.append("validating …")
         self.status.setText(" · ".join(parts))
+        self._fit()
 
     def _on_trained(self, report: TrainReport) -> None:
+        if not self._job_ended(show_bar=True):
+            return
         self._report = report
         self._rate = report.tokens_per_second or self._rate
         self._update_estimate()
@@ -394,20 +366,27 @@ class TrainHeadDialog(QDialog):
         self.summary.setText("\n".join(lines))
         self.summary.show()
         self.head_trained.emit(str(report.out))
+        self._show_idle()
+        self._fit()
 
     def _on_failed(self, exc: BaseException) -> None:
-        if self._cancelled or isinstance(exc, (TrainCancelled, assets.FetchCancelled)):
+        cancelled = self.job.cancelled or isinstance(exc, (TrainCancelled, assets.FetchCancelled))
+        if not self._job_ended(show_bar=cancelled):
+            return
+        if cancelled:
             kept = self.has_checkpoint()
             self.status.setText("Training cancelled. " + (
                 "The checkpoint is kept: Resume continues from it (with the same data and tokens), now or after "
                 "reopening this window."
                 if kept else "Nothing was trained yet."))
-            return
-        self.status.setText("")
-        if isinstance(exc, TrainError):
-            self._show_error(f"The head could not be trained: {exc}")
         else:
-            self._show_error(f"The head could not be trained.\n{describe_error(exc, self.out.parent)}")
+            self.status.setText("")
+            if isinstance(exc, TrainError):
+                self._show_error(f"The head could not be trained: {exc}")
+            else:
+                self._show_error(f"The head could not be trained.\n{describe_error(exc, self.out.parent)}")
+        self._show_idle()
+        self._fit()
 
     def _show_error(self, message: str) -> None:
         self.error.setText(message)
@@ -426,7 +405,7 @@ class TrainHeadDialog(QDialog):
 
     def reject(self) -> None:
         """Close; while training, cancel first and close once the checkpoint is saved."""
-        if self._training:
+        if self.job.running:
             self._close_when_done = True
             self.cancel()
             self.status.setText("Cancelling … the window closes once the checkpoint is saved.")
@@ -434,14 +413,5 @@ class TrainHeadDialog(QDialog):
         super().reject()
 
     def done(self, result: int) -> None:
-        self._closed = True
         super().done(result)
-        self._shutdown()
-
-    def _shutdown(self) -> None:
-        self._poll.stop()
-        if self._cancel is not None:
-            self._cancel.cancel()
-        if self._thread is not None:
-            end_job_thread(self._thread)
-            self._thread = None
+        self.job.close()

@@ -136,7 +136,9 @@ def _sse(obj) -> str:
 def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> Starlette:
     """A server over ``runtime`` (draftscope.runtime): its settings give what a request leaves out
     (sampling, max tokens), read at each request (the app's live settings);
-    ``on_stored(conversation_id)`` hears of each answer kept in ``history``."""
+    ``on_stored(conversation_id)`` hears of each answer kept in ``history``. Served answers are
+    learned from, as the window's are."""
+    runtime.start_learning()
     answerer = Answerer(runtime, history=history, config=config, on_stored=on_stored)
     cfg = answerer.config
     engine = runtime.engine

@@ -1,0 +1,265 @@
+"""The chat transcript: a conversation's messages rendered as Markdown, the answer being streamed
+at its end, links (copy, edit, regenerate, inspect, a token's step) and the selected step marked.
+
+``ChatTranscript`` observes a ``ChatSession`` (Qt-free): it shows the session's conversation
+from the history store and never changes either. Links that act on the conversation are handed to the window as
+``action_requested(verb, message id)`` and ``step_clicked(key, index)``.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+
+from PySide6.QtCore import QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QPalette, QTextCursor
+from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
+
+from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
+from draftscope.words import answer_stats
+
+STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
+CURSOR = "▌"  # marks the end of the answer being written
+
+
+def message_html(role: str, body: str, actions: list[str], stats: dict | None) -> str:
+    who = "You" if role == "user" else "Assistant"
+    links = " &nbsp; ".join(actions)
+    out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{body}'
+    if stats:
+        out += f'<p><small style="color:gray;">{html.escape(answer_stats(stats))}</small></p>'
+    return out
+
+
+class ChatTranscript(QTextBrowser):
+    action_requested = Signal(str, int)  # "regenerate" / "edit" / "inspect", a message id
+    step_clicked = Signal(str, int)  # a token's step: (message id or "live", step index)
+    said = Signal(str)  # a short confirmation for the status bar ("Code copied …")
+
+    def __init__(self, session, *, code_style: str = "default", dark: bool = False) -> None:
+        super().__init__(objectName="chatView")
+        self.session = session
+        self.history = session.history
+        self.renderer = ChatRenderer(code_style, dark=dark)
+        self.show_provenance = False  # tokens coloured by their drafter, each a link to its step
+        self.selection = lambda: None  # () -> (answer id or None for the live one, step index) to mark
+        self._shown: list[int] = []  # ids of the messages in the view, in order
+        self._html_cache: dict[int, str] = {}  # message id -> rendered body (messages never change)
+        self.code_blocks: dict[str, list[str]] = {}  # "<message id>", "live" or "stream" -> code of each block
+        # the answer being streamed: where it begins in the document, its text and steps so far
+        self.streaming = False
+        self.streaming_text = ""
+        self.current_steps: list = []
+        self._stream_start: int | None = None
+        self._stream_render_at, self._stream_render_s = 0.0, 0.0  # when it last rendered, and how long it took
+        self._stream_timer = QTimer(self, singleShot=True)
+        self._stream_timer.timeout.connect(lambda: self.streaming and self.render(stream_only=True))
+        self.setOpenLinks(False)  # our links (copy, edit, regenerate) are handled here
+        self.anchorClicked.connect(self._on_link)
+
+    # --- what is shown ---------------------------------------------------------------------------
+
+    @property
+    def conversation_id(self) -> int | None:
+        return self.session.conversation_id
+
+    def refresh(self) -> None:
+        """Render from scratch (another conversation is shown, or messages were removed)."""
+        self._shown = []
+        self.render()
+
+    def set_show_provenance(self, on: bool) -> None:
+        self.show_provenance = on
+        self._restyle()
+
+    def set_code_style(self, code_style: str, *, dark: bool) -> None:
+        """Re-highlight code for another theme."""
+        self.renderer.dark = dark
+        self.renderer.set_code_style(code_style)
+        self._restyle()
+
+    def _restyle(self) -> None:
+        self._html_cache.clear()
+        self.refresh()
+
+    # --- streaming -------------------------------------------------------------------------------
+
+    def begin_stream(self) -> None:
+        self.streaming, self.streaming_text, self.current_steps = True, "", []
+        self.render()
+
+    def add_steps(self, events: list) -> None:
+        self.current_steps.extend(events)
+        self.streaming_text += "".join("".join(e.pieces) for e in events)
+        self.render(stream_only=True)
+
+    def end_stream(self) -> None:
+        """The answer ended (kept in the history, or not): show the conversation as stored."""
+        self.streaming, self.streaming_text = False, ""
+        self.render()
+
+    # --- rendering -------------------------------------------------------------------------------
+
+    def render(self, *, stream_only: bool = False) -> None:
+        """Bring the view up to date with the history and the answer being streamed.
+
+        Work is proportional to what changed: new messages are appended, and a streaming update
+        replaces only the answer being written, so an update costs the same in a long conversation.
+        A full re-render happens only when messages were removed or another conversation is shown.
+        """
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4  # auto-scroll pauses when the user scrolls up
+        if not stream_only:
+            self._drop_stream_region()
+            messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
+            ids = [m.id for m in messages]
+            if ids[:len(self._shown)] != self._shown or not self._shown:
+                self.setHtml("".join(self._message_block(m) for m in messages))
+            else:
+                self._append_html("".join(self._message_block(m) for m in messages[len(self._shown):]))
+            self._shown = ids
+            if self.streaming:
+                self._stream_start = self._append_html("")
+        if self.streaming and self._stream_start is not None and self._stream_render_due(stream_only):
+            self._render_stream()
+        selected = self.selection()
+        if not stream_only or selected is None or selected[0] is None:
+            self.refresh_highlight()  # marks on a stored answer track the stream's edits by themselves
+        if follow:
+            bar.setValue(bar.maximum())
+
+    def _render_stream(self) -> None:
+        # the answer so far as Markdown (its drafters' colours when they are shown), re-rendered
+        # whole: an unfinished list or code fence changes how earlier lines render
+        started = time.perf_counter()
+        blocks: list[str] = []
+        if self.show_provenance:
+            body = self.renderer.markdown_with_provenance(self.current_steps, blocks, key="live",
+                                                          text_colour=self._text_colour(), suffix=CURSOR)
+        else:
+            body = self.renderer.markdown(self.streaming_text + CURSOR, blocks, key="stream")
+        self.code_blocks["live" if self.show_provenance else "stream"] = blocks
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._stream_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertHtml(message_html("assistant", body, [], None))
+        self._stream_render_at, self._stream_render_s = time.perf_counter(), time.perf_counter() - started
+
+    def _stream_render_due(self, stream_only: bool) -> bool:
+        """Whether a streaming update re-renders the answer now: at most a fifth of the time goes
+        to rendering (a render that took 20 ms waits 80 ms before the next), so the UI thread keeps
+        most of its time in a long answer; the answer's end always renders."""
+        if not stream_only:
+            return True
+        wait = STREAM_RENDER_SHARE_WAIT * self._stream_render_s - (time.perf_counter() - self._stream_render_at)
+        if wait <= 0:
+            return True
+        if not self._stream_timer.isActive():  # what arrived meanwhile is shown when the wait is over
+            self._stream_timer.start(int(wait * 1000) + 1)
+        return False
+
+    def _text_colour(self) -> str:
+        return self.palette().color(QPalette.ColorRole.Text).name()
+
+    def _message_block(self, m) -> str:
+        if m.id not in self._html_cache:
+            steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" else []
+            blocks: list[str] = []
+            if steps:
+                self._html_cache[m.id] = self.renderer.markdown_with_provenance(
+                    steps, blocks, key=str(m.id), text_colour=self._text_colour())
+            else:
+                self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
+            self.code_blocks[str(m.id)] = blocks
+        verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate", "inspect")
+        names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
+        actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
+        return message_html(m.role, self._html_cache[m.id], actions, m.stats)
+
+    def _append_html(self, fragment: str) -> int:
+        """Append HTML at the end in a new block; returns where it starts."""
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        if not self.document().isEmpty():
+            cursor.insertBlock()
+        start = cursor.position()
+        if fragment:
+            cursor.insertHtml(fragment)
+        return start
+
+    def _drop_stream_region(self) -> None:
+        if self._stream_start is None:
+            return
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(max(0, self._stream_start - 1))  # and the block break before it
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        self._stream_start = None
+
+    # --- the selected step -----------------------------------------------------------------------
+
+    def highlight_step(self, answer: int | None, index: int, *, scroll: bool = True) -> None:
+        """Mark the tokens of a step (``answer``: its message id, None for the live answer).
+        Tokens are step links only while drafted tokens are coloured; otherwise nothing maps text
+        to steps, so nothing is marked."""
+        href = f"{STEP_SCHEME}:{'live' if answer is None else answer}/{index}"
+        marks = []
+        palette = self.palette()
+        doc = self.document()
+        # the live answer is the streamed region at the end: scan only that
+        start = self._stream_start if answer is None and self._stream_start is not None else 0
+        block = doc.findBlock(start)
+        while block.isValid():
+            fragments = block.begin()
+            while not fragments.atEnd():
+                fragment = fragments.fragment()
+                if fragment.charFormat().anchorHref() == href:
+                    mark = QTextEdit.ExtraSelection()
+                    mark.cursor = QTextCursor(doc)
+                    mark.cursor.setPosition(fragment.position())
+                    mark.cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
+                    mark.format.setBackground(palette.color(QPalette.ColorRole.Highlight))
+                    mark.format.setForeground(palette.color(QPalette.ColorRole.HighlightedText))
+                    marks.append(mark)
+                fragments += 1
+            block = block.next()
+        self.setExtraSelections(marks)
+        if marks and scroll:
+            cursor = QTextCursor(doc)
+            cursor.setPosition(marks[0].cursor.selectionStart())
+            self.setTextCursor(cursor)
+            self.ensureCursorVisible()
+
+    def refresh_highlight(self) -> None:
+        """After a re-render, mark the selected step again (positions changed)."""
+        selected = self.selection()
+        if self.show_provenance and selected is not None:
+            self.highlight_step(*selected, scroll=False)
+        else:
+            self.setExtraSelections([])
+
+    # --- links -----------------------------------------------------------------------------------
+
+    def _on_link(self, url: QUrl) -> None:
+        scheme = url.scheme()
+        key, _, ident = url.path().partition("/")
+        if scheme == COPY_SCHEME:
+            blocks = self.code_blocks.get(key, [])
+            if ident.isdigit() and int(ident) < len(blocks):
+                QApplication.clipboard().setText(blocks[int(ident)])
+                self.said.emit("Code copied to the clipboard")
+        elif scheme == ACTION_SCHEME and ident.isdigit():
+            if key == "copy":
+                self._copy_message(int(ident))
+            else:
+                self.action_requested.emit(key, int(ident))
+        elif scheme == STEP_SCHEME and ident.isdigit():
+            self.step_clicked.emit(key, int(ident))
+        elif scheme in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+
+    def _copy_message(self, message_id: int) -> None:
+        for m in self.history.messages(self.conversation_id) if self.conversation_id is not None else []:
+            if m.id == message_id:
+                QApplication.clipboard().setText(m.content)
+                self.said.emit("Message copied to the clipboard")

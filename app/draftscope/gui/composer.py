@@ -1,0 +1,101 @@
+"""Where the user writes: the message box (Enter sends, Shift+Enter breaks the line, Esc leaves an
+edit), the banner shown while a message is being edited, and the Regenerate / Edit / Stop / Send
+buttons. It holds no conversation: the window acts on its signals."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+
+class _EnterSends(QObject):
+    """Enter sends, Shift+Enter breaks the line, Esc leaves an edit."""
+
+    def __init__(self, on_send, on_escape) -> None:
+        super().__init__()
+        self.on_send, self.on_escape = on_send, on_escape
+
+    def eventFilter(self, obj, event) -> bool:
+        if event.type() != QEvent.Type.KeyPress:
+            return False
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.on_send()
+                return True
+        elif event.key() == Qt.Key.Key_Escape:
+            return self.on_escape()
+        return False
+
+
+class Composer(QWidget):
+    send_requested = Signal()
+    stop_requested = Signal()
+    regenerate_requested = Signal()
+    edit_last_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.editing_message_id: int | None = None  # sending replaces this message and what followed
+        self.edit_banner = QLabel("Editing a message: Enter sends it in place of the old one and what followed, "
+                                  "Esc cancels.", objectName="editBanner")
+        self.edit_banner.hide()
+        self.chat_input = QPlainTextEdit(objectName="chatInput")
+        self.chat_input.setPlaceholderText("Message (Enter sends, Shift+Enter breaks the line)")
+        self.chat_input.setMaximumHeight(110)
+        self._enter = _EnterSends(self.send_requested.emit, self._escape)
+        self.chat_input.installEventFilter(self._enter)
+        self.regenerate_button = QPushButton("Regenerate", objectName="regenerateButton")
+        self.regenerate_button.setToolTip("Answer the last message again (Ctrl+R)")
+        self.regenerate_button.clicked.connect(self.regenerate_requested)
+        self.edit_button = QPushButton("Edit last message", objectName="editButton")
+        self.edit_button.setToolTip("Edit your last message and send it again (Ctrl+E)")
+        self.edit_button.clicked.connect(self.edit_last_requested)
+        self.send_button = QPushButton("Send", objectName="sendButton")
+        self.send_button.clicked.connect(self.send_requested)
+        self.stop_button = QPushButton("Stop", objectName="stopButton")
+        self.stop_button.clicked.connect(self.stop_requested)
+        self.stop_button.setEnabled(False)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.regenerate_button)
+        buttons.addWidget(self.edit_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.send_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit_banner)
+        layout.addWidget(self.chat_input)
+        layout.addLayout(buttons)
+
+    def text(self) -> str:
+        return self.chat_input.toPlainText().strip()
+
+    def clear(self) -> None:
+        self.chat_input.clear()
+
+    def begin_edit(self, message_id: int, text: str) -> None:
+        """Put a message back in the box, the cursor at its end."""
+        self.editing_message_id = message_id
+        self.chat_input.setPlainText(text)
+        self.chat_input.setFocus()
+        cursor = self.chat_input.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        self.chat_input.setTextCursor(cursor)
+        self.edit_banner.show()
+
+    def end_edit(self) -> None:
+        self.editing_message_id = None
+        self.edit_banner.hide()
+
+    def _escape(self) -> bool:
+        if self.editing_message_id is None:
+            return False
+        self.end_edit()
+        self.chat_input.clear()
+        return True
+
+    def set_state(self, *, streaming: bool, has_messages: bool) -> None:
+        self.send_button.setEnabled(not streaming)
+        self.stop_button.setEnabled(streaming)
+        self.regenerate_button.setEnabled(has_messages)
+        self.edit_button.setEnabled(has_messages)
