@@ -54,9 +54,6 @@ class _JobWorker(QObject):
         with self._lock:
             self._outcome = outcome
 
-    def stop(self) -> None:  # WorkerThread.shutdown calls it
-        self.token.cancel()
-
     def _report(self, value) -> None:
         with self._lock:
             self._progress = value
