@@ -21,9 +21,9 @@ from draftscope.engine.backends import backend_for_gguf, llama_cpp_available  # 
 from draftscope import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog  # noqa: E402
-from draftscope.gui.settings_dialog import _OTHER as OTHER  # noqa: E402
 from draftscope.gui.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
+from draftscope.settings_checks import OTHER  # noqa: E402
 from draftscope.storage.settings import Settings, load_settings  # noqa: E402
 
 SMOL, QWEN, QWEN_SMALL = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B, catalog.QWEN_CODER_05B
@@ -63,7 +63,7 @@ class FakeFetch:
         on_status(f"downloading part 3 of {len(model.parts)} (fake)")
         progress(model.size // 4, model.size)
         while not self.release.wait(0.01):
-            if cancel.is_set():
+            if cancel.cancelled:  # the dialog's job passes a CancelToken
                 self.cancelled.set()
                 raise assets.FetchCancelled("download cancelled; the parts fetched so far are kept")
             progress(model.size // 4, model.size)

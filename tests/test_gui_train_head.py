@@ -180,7 +180,7 @@ def test_closing_while_training_cancels_and_waits(qtbot, engine, chat_file):
     dialog.reject()  # the window's close button
     assert dialog.isVisible() and "closes once the checkpoint is saved" in text(dialog, "trainStatus")
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=30_000)
-    assert dialog._thread is None  # the worker thread ended
+    assert not dialog.job.running  # the job and its thread ended
     assert checkpoint_path(dialog.out).exists()
 
 

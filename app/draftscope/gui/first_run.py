@@ -4,16 +4,16 @@ downloaded here with progress and cancel), then optionally build the model's def
 
 ``FirstRunDialog(settings).exec()`` is Accepted once the settings are saved (``dialog.settings``
 holds them), Rejected when the user closes it (nothing is saved; the launcher quits).
-Downloads and builds run on a worker thread; the model fetcher (``catalog.fetch_model``) and the
-datastore builder can be injected (tests).
+The download (``ModelDownload``) and the build each run as a job off the UI thread (``JobRunner``),
+one at a time; the model fetcher (``catalog.fetch_model``) and the datastore builder can be
+injected (tests).
 """
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
-from PySide6.QtCore import QMetaObject, Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QButtonGroup, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QProgressBar, QPushButton,
@@ -21,30 +21,26 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope import assets, catalog
-from draftscope.datastore.default import default_datastore_path
-from draftscope.datastore.progress import CancelToken, Progress
+from draftscope.datastore.default import build_default_datastore, default_datastore_path
+from draftscope.datastore.progress import Progress
 from draftscope.engine.models import ModelNotFoundError, resolve_model
-from draftscope.datastore.default import build_default_datastore
-from draftscope.gui.worker import WorkerThread
-from draftscope.local_models import find_local_models
-from draftscope.gui.jobs import (
-    POLL_INTERVAL_S, TransferRate, end_job_thread, eta_text as _eta, indented as _indented, note as _note,
-    progress_row as _progress_row, wrapping_label as _wrapping_label,
-)
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
-from draftscope.gui.jobs import JobWorker as _JobWorker
-from draftscope.words import (
-    catalog_note, describe_error, part_status, run_precision, setting_name, size_text,
-)
+from draftscope.gui.jobs import JobRunner, TransferRate
+from draftscope.gui.jobs import eta_text as _eta
+from draftscope.gui.jobs import indented as _indented
+from draftscope.gui.jobs import note as _note
+from draftscope.gui.jobs import progress_row as _progress_row
+from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.gui.model_download import ModelDownload
+from draftscope.local_models import find_local_models
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path
+from draftscope.words import catalog_note, describe_error, run_precision, setting_name, size_text
+
 
 def needs_first_run(path: Path | str | None = None) -> bool:
     """True when there is no settings file yet (``path``: the settings file, default the user's)."""
     return not Path(path or settings_path()).exists()
-
-
-# --- the catalogue in words (the settings dialog shows the same) -----------------------------------
 
 
 class FirstRunDialog(QDialog):
@@ -55,22 +51,17 @@ class FirstRunDialog(QDialog):
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings or Settings()
-        self._fetch_model, self._build = fetch_model, build_datastore
-        self._fetching: catalog.CatalogModel | None = None  # the model a download is for
-        self._fetch_line = self._fetch_phase = ""  # bytes, rate, time left; the fetcher's last word (which part)
+        self._build = build_datastore
         self._settings_file = settings_file
-        self._worker: _JobWorker | None = None
-        self._thread: WorkerThread | None = None
-        self._busy: str | None = None  # "fetch" or "build" while a job runs
-        self._cancel = None  # stops the running job
-        self._cancelled = False
         self._retry = None  # what Retry repeats
-        self._rate = TransferRate()
+        self.download = ModelDownload(self, fetch_model=fetch_model, resume_with="Continue")
+        self.download.ended.connect(self._download_ended)
+        self.download.status_grew.connect(self._fit_height)  # a second line: grow rather than squeeze the page
+        self.build_job = JobRunner(self, on_progress=self._show_build_progress, on_status=self._show_build_status,
+                                   on_done=self._on_built, on_failed=self._on_build_failed)
+        self._build_rate = TransferRate()  # the ShareGPT download, the build's first phase
         self._datastore_built = False
-        self._poll = QTimer(self, interval=int(POLL_INTERVAL_S * 1000))
-        self._poll.timeout.connect(self._poll_job)
         self._datastore_folder: Path | None = None
-        self._closed = False
         self.setObjectName("firstRunDialog")
         self.setWindowTitle("Set up Draftscope")
         self.setMinimumWidth(640)
@@ -179,11 +170,6 @@ class FirstRunDialog(QDialog):
             self.model_choice.addButton(radio)
         self.catalog_radios[self.recommended.name].setChecked(True)
 
-        self.fetch_progress = QProgressBar(objectName="fetchProgress")
-        self.fetch_status = _wrapping_label(objectName="fetchStatus")
-        self.cancel_fetch_button = QPushButton("Cancel", objectName="cancelFetchButton")
-        self.cancel_fetch_button.clicked.connect(self._on_cancel)
-        self.fetch_row = _progress_row(self.fetch_progress, self.cancel_fetch_button)
 
         layout = QVBoxLayout(page)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -205,8 +191,8 @@ class FirstRunDialog(QDialog):
         layout.addWidget(_indented(self.hub_id))
         layout.addWidget(_indented(hub_note))
         layout.addSpacing(8)
-        layout.addWidget(self.fetch_row)
-        layout.addWidget(self.fetch_status)
+        layout.addWidget(self.download.bar_row)
+        layout.addWidget(self.download.status)
         layout.addStretch(1)
         return page
 
@@ -240,11 +226,11 @@ class FirstRunDialog(QDialog):
 
     def _on_continue(self) -> None:
         self._clear_error()
-        self.fetch_status.clear()
+        self.download.show_status("")
         model = self.chosen_catalog_model()
         if model is not None:
             if model.fetched:
-                self.fetch_status.setText(f"{model.title} is already downloaded.")
+                self.download.show_status(f"{model.title} is already downloaded.")
                 self._model_chosen(setting_name(model))
             else:
                 self._start_fetch(model)
@@ -290,17 +276,21 @@ class FirstRunDialog(QDialog):
         return None
 
     def _start_fetch(self, model: catalog.CatalogModel) -> None:
-        cancel = threading.Event()
-        fetch_model = self._fetch_model
+        if self._busy() or not self.download.start(model):
+            return
+        self._clear_error()
+        self._sync()
 
-        def job(report, status):
-            return fetch_model(model, progress=lambda done, total: report((done, total)), cancel=cancel,
-                               on_status=status)
-
-        self._fetching, self._fetch_phase = model, ""
-        self._fetch_line = f"Downloading {model.title} …"
-        self.fetch_status.setText(self._fetch_line)
-        self._begin("fetch", job, cancel.set, retry=lambda: self._start_fetch(model))
+    def _download_ended(self, outcome: str) -> None:
+        self._sync()
+        model = self.download.model
+        if outcome == "done":
+            self._refresh_catalog_notes()
+            self.download.show_status(f"{model.title} is ready.")
+            self._model_chosen(setting_name(model))
+        elif outcome == "failed":
+            self._show_error(f"The model could not be downloaded.\n{self.download.why_failed()}",
+                             retry=lambda: self._start_fetch(model))
 
     def _model_chosen(self, spec: str) -> None:
         self.settings.model = spec
@@ -324,7 +314,7 @@ class FirstRunDialog(QDialog):
         self.datastore_note.setObjectName("datastoreNote")
         self.datastore_progress = QProgressBar(objectName="datastoreProgress")
         self.cancel_build_button = QPushButton("Cancel", objectName="cancelBuildButton")
-        self.cancel_build_button.clicked.connect(self._on_cancel)
+        self.cancel_build_button.clicked.connect(self._cancel_build)
         self.build_row = _progress_row(self.datastore_progress, self.cancel_build_button)
         self.datastore_status = _wrapping_label(objectName="datastoreStatus")
 
@@ -358,17 +348,26 @@ class FirstRunDialog(QDialog):
         self.datastore_note.setVisible(bool(note))
 
     def _start_build(self) -> None:
-        token = CancelToken()
         build, model = self._build, self.settings.model
         out = default_datastore_path(model)
 
-        def job(report, status):
-            result = build(out, model=model, progress=report, cancel=token, on_status=status)
+        def job(report, status, cancel):
+            result = build(out, model=model, progress=report, cancel=cancel, on_status=status)
             return Path(getattr(result, "path", None) or out)
 
+        if self._busy() or not self.build_job.start(job):
+            return
         self._datastore_folder = out.parent
+        self._build_rate.restart()
+        self._clear_error()
+        self.datastore_progress.setRange(0, 0)  # indeterminate until sizes are known
         self.datastore_status.setText("Starting …")
-        self._begin("build", job, token.cancel, retry=self._start_build)
+        self._sync()
+
+    def _cancel_build(self) -> None:
+        if self.build_job.cancel():
+            self.datastore_status.setText("Cancelling …")
+            self._sync()
 
     def _finish(self) -> None:
         self._clear_error()
@@ -380,42 +379,7 @@ class FirstRunDialog(QDialog):
             return
         self.accept()
 
-    # --- running jobs --------------------------------------------------------------------------
-
-    def _begin(self, kind: str, job, cancel, *, retry) -> None:
-        if self._busy:  # one job at a time
-            return
-        if self._thread is None:
-            self._worker = _JobWorker()
-            self._thread = WorkerThread(self._worker)
-        self._busy, self._cancel, self._cancelled, self._retry = kind, cancel, False, retry
-        self._rate.restart()
-        self._clear_error()
-        bar = self.fetch_progress if kind == "fetch" else self.datastore_progress
-        bar.setRange(0, 0)  # indeterminate until sizes are known
-        self._sync()
-        self._worker.take()  # nothing left over from an earlier job
-        self._worker.job = job
-        QMetaObject.invokeMethod(self._worker, "run", Qt.ConnectionType.QueuedConnection)
-        self._poll.start()
-
-    def _poll_job(self) -> None:
-        progress, status, outcome = self._worker.take()
-        if status is not None:
-            self._on_status(status)
-        if progress is not None:
-            self._on_progress(progress)
-        if outcome is not None:
-            self._poll.stop()
-            what, value = outcome
-            (self._on_done if what == "done" else self._on_failed)(value)
-
-    def _on_cancel(self) -> None:
-        if self._busy and self._cancel is not None:
-            self._cancelled = True
-            self._cancel()
-            self._status_label().setText("Cancelling …")
-            self._sync()
+    # --- the build's reports and outcome ------------------------------------------------------
 
     def _on_retry(self) -> None:
         retry = self._retry
@@ -423,44 +387,14 @@ class FirstRunDialog(QDialog):
         if retry is not None:
             retry()
 
-    def _on_status(self, text: str) -> None:
-        if not self._busy:
-            return
+    def _show_build_status(self, text: str) -> None:
         text = text.strip().replace("...", "…")
-        text = text[:1].upper() + text[1:]
-        if self._busy == "fetch":  # which part, or joining: a second line under the byte counts
-            one_part = self._fetching is not None and len(self._fetching.parts) == 1
-            if not (one_part and text.startswith("Downloading part")):
-                self._fetch_phase = part_status(text)
-                self._show_fetch_status()
-        else:
-            self._status_label().setText(text)
-
-    def _show_fetch_status(self) -> None:
-        if not self._cancelled:
-            self.fetch_status.setText("\n".join(t for t in (self._fetch_line, self._fetch_phase) if t))
-            if self.fetch_status.heightForWidth(self.fetch_status.width()) > self.fetch_status.height():
-                self._fit_height()  # a second line: grow rather than squeeze the page
-
-    def _on_progress(self, value) -> None:
-        if not self._busy or self._cancelled:
-            return
-        if isinstance(value, Progress):
-            self._show_build_progress(value)
-        else:
-            done, total = value
-            title = self._fetching.title if self._fetching is not None else "the model"
-            self._show_bytes(self.fetch_progress, self.fetch_status, f"Downloading {title}", done, total)
-            self._fetch_line = self.fetch_status.text()
-            self._show_fetch_status()
-
-    def _show_bytes(self, bar: QProgressBar, label: QLabel, what: str, done: int, total: int | None) -> None:
-        label.setText(self._rate.show(bar, what, done, total))
+        self.datastore_status.setText(text[:1].upper() + text[1:])
 
     def _show_build_progress(self, p: Progress) -> None:
         bar, label = self.datastore_progress, self.datastore_status
         if p.phase == "downloading":
-            self._show_bytes(bar, label, "Downloading ShareGPT", p.bytes_read, p.bytes_total)
+            label.setText(self._build_rate.show(bar, "Downloading ShareGPT", p.bytes_read, p.bytes_total))
             return
         if p.phase == "reading":
             fraction = p.fraction
@@ -482,67 +416,42 @@ class FirstRunDialog(QDialog):
             bar.setRange(0, _STEPS)
             bar.setValue(_STEPS)
 
-    def _on_done(self, result) -> None:
-        kind = self._end()
-        if kind is None:
-            return
-        if self._cancelled:  # finished before it saw the cancel: treat as cancelled all the same
-            self._after_cancel(kind)
-        elif kind == "fetch":
-            model = self._fetching
-            self._refresh_catalog_notes()
-            self.fetch_status.setText(f"{model.title} is ready.")
-            self._model_chosen(setting_name(model))
-        else:
-            # the model's default datastore stays implicit, so a later model switch picks its own
-            self.settings.datastore = "" if Path(result) == default_datastore_path(self.settings.model) else str(result)
-            self._datastore_built = True
-            self.datastore_progress.setRange(0, _STEPS)
-            self.datastore_progress.setValue(_STEPS)
-            self.datastore_status.setText(f"The datastore is ready: {result}")
-            self._update_datastore_page()
-            self._sync()
-            self.finish_button.setFocus()
-
-    def _on_failed(self, exc) -> None:
-        kind = self._end()
-        if kind is None:
-            return
-        if self._cancelled or isinstance(exc, (assets.FetchCancelled, BuildCancelled)):
-            self._after_cancel(kind)
-            return
-        self._status_label(kind).clear()
-        folder = self._fetching.path.parent if kind == "fetch" and self._fetching else self._datastore_folder
-        what = "The model could not be downloaded." if kind == "fetch" else "The datastore could not be built."
-        self._show_error(f"{what}\n{describe_error(exc, folder)}", retry=self._retry)
-
-    def _after_cancel(self, kind: str) -> None:
-        if kind == "fetch":
-            several = self._fetching is not None and len(self._fetching.parts) > 1
-            self.fetch_status.setText("Download cancelled." + (" The parts downloaded so far are kept: Continue "
-                                                               "resumes it." if several else ""))
-        else:
+    def _on_built(self, result: Path) -> None:
+        self._sync()
+        if self.build_job.cancelled:  # finished before it saw the cancel: treat as cancelled all the same
             self.datastore_status.setText("Build cancelled; nothing was written.")
+            return
+        # the model's default datastore stays implicit, so a later model switch picks its own
+        self.settings.datastore = "" if Path(result) == default_datastore_path(self.settings.model) else str(result)
+        self._datastore_built = True
+        self.datastore_progress.setRange(0, _STEPS)
+        self.datastore_progress.setValue(_STEPS)
+        self.datastore_status.setText(f"The datastore is ready: {result}")
+        self._update_datastore_page()
+        self._sync()
+        self.finish_button.setFocus()
+
+    def _on_build_failed(self, exc: Exception) -> None:
+        self._sync()
+        if self.build_job.cancelled or isinstance(exc, (assets.FetchCancelled, BuildCancelled)):
+            self.datastore_status.setText("Build cancelled; nothing was written.")
+            return
+        self.datastore_status.clear()
+        self._show_error(f"The datastore could not be built.\n{describe_error(exc, self._datastore_folder)}",
+                         retry=self._start_build)
 
     def _refresh_catalog_notes(self) -> None:
         for name, note in self.catalog_notes.items():
             note.setText(catalog_note(catalog.get(name), self._dtype, self._backend))
 
-    def _end(self) -> str | None:
-        """Leave the busy state; the kind of job that ended (None if the dialog is closing)."""
-        kind, self._busy, self._cancel = self._busy, None, None
-        if self._closed or kind is None:
-            return None
-        self._sync()
-        return kind
-
     # --- state and looks -----------------------------------------------------------------------
 
-    def _status_label(self, kind: str | None = None) -> QLabel:
-        return self.fetch_status if (kind or self._busy) == "fetch" else self.datastore_status
+    def _busy(self) -> bool:
+        """A download or a build runs: one job at a time, and the pages wait."""
+        return self.download.running or self.build_job.running
 
     def _show_page(self, index: int) -> None:
-        if self._busy:
+        if self._busy():
             return
         self._clear_error()
         self.pages.setCurrentIndex(index)
@@ -551,25 +460,24 @@ class FirstRunDialog(QDialog):
         self._sync()
 
     def _sync(self) -> None:
-        """Enable and show what fits the page and whether a job runs."""
-        page, busy = self.pages.currentIndex(), self._busy
-        for w in (*self.catalog_radios.values(), self.local_radio, self.hub_radio, self.local_path,
-                  self.browse_button, self.hub_id):
-            w.setEnabled(busy is None)
-        self.fetch_row.setVisible(busy == "fetch")
-        self.build_row.setVisible(busy == "build")
-        self.cancel_fetch_button.setEnabled(busy == "fetch" and not self._cancelled)
-        self.cancel_build_button.setEnabled(busy == "build" and not self._cancelled)
+        """Enable and show what fits the page and whether a job runs (the download's own bar and
+        Cancel follow it)."""
+        page, busy, building = self.pages.currentIndex(), self._busy(), self.build_job.running
+        for w in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio,
+                  self.local_path, self.browse_button, self.hub_id):
+            w.setEnabled(not busy)
+        self.build_row.setVisible(building)
+        self.cancel_build_button.setEnabled(building and not self.build_job.cancelled)
         self.continue_button.setVisible(page == 0)
-        self.continue_button.setEnabled(busy is None)
+        self.continue_button.setEnabled(not busy)
         self.back_button.setVisible(page == 1)
-        self.back_button.setEnabled(busy is None)
+        self.back_button.setEnabled(not busy)
         self.skip_button.setVisible(page == 1 and not self._datastore_built)
-        self.skip_button.setEnabled(busy is None)
+        self.skip_button.setEnabled(not busy)
         self.finish_button.setVisible(page == 1)
-        self.finish_button.setEnabled(busy is None and self._datastore_built)
+        self.finish_button.setEnabled(not busy and self._datastore_built)
         if page == 1:
-            self.build_button.setEnabled(busy is None and catalog.find(self.settings.model) is not None
+            self.build_button.setEnabled(not busy and catalog.find(self.settings.model) is not None
                                          and not self._datastore_built)
         default = self.continue_button if page == 0 else (self.finish_button if self._datastore_built else None)
         for b in (self.continue_button, self.finish_button):
@@ -602,15 +510,11 @@ class FirstRunDialog(QDialog):
 
     def reject(self) -> None:
         # stop a download or build first: the worker removes its partial files as it stops
-        if self._busy and self._cancel is not None:
-            self._cancelled = True
-            self._cancel()
+        self.download.cancel()
+        self.build_job.cancel()
         super().reject()
 
     def done(self, result: int) -> None:
-        self._closed = True
-        self._poll.stop()
         super().done(result)
-        if self._thread is not None:
-            end_job_thread(self._thread)
-            self._thread = None
+        self.download.close()
+        self.build_job.close()

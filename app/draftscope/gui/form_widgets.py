@@ -1,0 +1,93 @@
+"""The settings form's building blocks: labels whose wrapped text gets its height in a form row,
+greyed hints, rows of widgets, spin boxes, and one label column for every tab."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox, QTabWidget, QWidget
+
+
+class FitsWidth:
+    """Asks for the height its wrapped text takes at its actual width. QFormLayout gives a row the
+    height of its size hint, which Qt works out for a narrower guess at the width: a wrapped text
+    would float in a gap a line or two too tall. Mixed in before a QWidget class."""
+
+    def _fitted(self, hint: QSize) -> QSize:
+        if self.width() > 1 and self.hasHeightForWidth():
+            height = self.heightForWidth(self.width())
+            if height > 0:
+                return QSize(hint.width(), height)
+        return hint
+
+    def sizeHint(self) -> QSize:
+        return self._fitted(super().sizeHint())
+
+    def minimumSizeHint(self) -> QSize:
+        return self._fitted(super().minimumSizeHint())
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width():
+            self.updateGeometry()
+
+
+class FittedLabel(FitsWidth, QLabel):
+    """A QLabel that, wrapped, is as tall as its text at its width."""
+
+
+def hint(text: str, *, wrap: bool = False, objectName: str = "") -> QLabel:
+    """Explanatory text next to or under a field."""
+    label = FittedLabel(text, objectName=objectName)
+    label.setEnabled(False)  # the disabled palette greys it, in every theme
+    label.setWordWrap(wrap)
+    return label
+
+
+def form_layout(tab: QWidget) -> QFormLayout:
+    form = QFormLayout(tab)
+    form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return form
+
+
+def row(*widgets: QWidget, stretch_first: bool = True) -> QWidget:
+    """Widgets side by side: the first takes the spare width, or (``stretch_first=False``) none does."""
+    box = QWidget()
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for i, w in enumerate(widgets):
+        layout.addWidget(w, 1 if (i == 0 and stretch_first) else 0)
+    if not stretch_first:
+        layout.addStretch(1)
+    return box
+
+
+def double_spin(name: str, low: float, high: float, step: float) -> QDoubleSpinBox:
+    spin = QDoubleSpinBox(objectName=name)
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    spin.setDecimals(2)
+    spin.setMinimumWidth(110)
+    return spin
+
+
+def int_spin(name: str, low: int, high: int) -> QSpinBox:
+    spin = QSpinBox(objectName=name)
+    spin.setRange(low, high)
+    spin.setMinimumWidth(110)
+    return spin
+
+
+def align_label_columns(tabs: QTabWidget) -> None:
+    """One label width for all tabs (each a QFormLayout), so the fields do not jump when switching tabs."""
+    labels = []
+    for i in range(tabs.count()):
+        form = tabs.widget(i).layout()
+        for r in range(form.rowCount()):
+            item = form.itemAt(r, QFormLayout.ItemRole.LabelRole)
+            if item is not None and item.widget() is not None:
+                labels.append(item.widget())
+    width = max(label.sizeHint().width() for label in labels)
+    for label in labels:
+        label.setMinimumWidth(width)
+        label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

@@ -1,0 +1,228 @@
+"""The settings dialog's plain tabs: Drafting, Generation, Appearance and Server (the Model tab, with
+its catalogue and downloads, is the dialog's own). Each shows a Settings (``show_settings``), gives
+back its fields (``values``) and names the widget for each field's problems (``fields``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QLineEdit, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget,
+)
+
+from draftscope.datastore.default import default_datastore_path
+from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
+from draftscope.settings_checks import browse_start, build_default_command
+from draftscope.storage.settings import Settings
+
+THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
+
+
+def _kept_float(spin: QDoubleSpinBox, original: float) -> float:
+    # The spin box rounds to its decimals; an untouched field keeps its exact stored value.
+    return original if round(original, spin.decimals()) == spin.value() else spin.value()
+
+
+def _server_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/v1  (editors, scripts, the openai client)"
+
+
+class DraftingTab(QWidget):
+    """The datastore (empty: the model's default, named under the field) and the drafters' switches.
+    ``learned`` and ``recurrent`` say in words what the model has learned and its recurrent head
+    ("": none); ``model_spec()`` is the model the form shows, whose default datastore is meant."""
+
+    def __init__(self, *, learned: str, recurrent: str, model_spec: Callable[[], str]) -> None:
+        super().__init__()
+        self._recurrent, self._model_spec = recurrent, model_spec
+        self._drafters: dict = {}  # the stored switches: the base of values() (Restore Defaults included)
+        form = form_layout(self)
+        self.datastore_edit = QLineEdit(objectName="datastoreEdit")
+        browse = QPushButton("Browse…", objectName="browseDatastoreButton")
+        browse.setToolTip("Choose a Draftscope index (.idx)")
+        browse.clicked.connect(self._browse)
+        form.addRow("Datastore:", row(self.datastore_edit, browse))
+        self.datastore_hint = hint("", objectName="datastoreHint")
+        self.datastore_hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("", self.datastore_hint)
+
+        self.retrieval = QCheckBox("Retrieval (suffix search in the datastore)", objectName="drafterRetrieval")
+        self.learned = QCheckBox("Learned (this model's own past answers; learns as you chat)",
+                                 objectName="drafterLearned")
+        self.learned.setToolTip("Each answer is added to a datastore of the model's own answers, indexed in the "
+                                "background; drafts that sound like the model get accepted more. Off: nothing is "
+                                "recorded and nothing drafted from it.")
+        self.context = QCheckBox("Context (repeats from this conversation)", objectName="drafterContext")
+        self.model = QCheckBox("Draft model", objectName="drafterModel")
+        self.recurrent = QCheckBox("Recurrent (a head trained on this model's own predictions)",
+                                   objectName="drafterRecurrent")
+        self.recurrent.setEnabled(bool(recurrent))
+        self.recurrent.setToolTip("A small network drafts a few tokens ahead from the model's hidden state"
+                                  if recurrent else "Train one: File ▸ Train the recurrent drafter…")
+        drafters = QWidget()
+        column = QVBoxLayout(drafters)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.retrieval)
+        column.addWidget(self.learned)
+        if learned:
+            column.addWidget(hint(learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears them)",
+                                  objectName="learnedHint"))
+        for box in (self.context, self.model, self.recurrent):
+            column.addWidget(box)
+        if recurrent:
+            column.addWidget(hint(f"The head: {recurrent}", objectName="recurrentHint"))
+        form.addRow("Drafters:", drafters)
+        self.fields = {"datastore": self.datastore_edit}
+
+    def show_settings(self, s: Settings) -> None:
+        self.datastore_edit.setText(s.datastore)
+        self.retrieval.setChecked(s.drafters.get("retrieval", False))
+        self.learned.setChecked(s.drafters.get("learned", True))
+        self.context.setChecked(s.drafters.get("context", False))
+        self.model.setChecked(s.drafters.get("model", False))
+        self._drafters = dict(s.drafters)
+        # without a head the box stays unticked (nothing drafts), and the stored switch is kept as it is
+        self.recurrent.setChecked(bool(self._recurrent) and s.drafters.get("recurrent", True))
+
+    def values(self) -> dict:
+        switches = {"retrieval": self.retrieval.isChecked(), "learned": self.learned.isChecked(),
+                    "context": self.context.isChecked(), "model": self.model.isChecked()}
+        if self._recurrent:
+            switches["recurrent"] = self.recurrent.isChecked()
+        return {"datastore": self.datastore_edit.text().strip(), "drafters": {**self._drafters, **switches}}
+
+    def set_draft_model_chosen(self, chosen: bool) -> None:
+        """The draft-model drafter needs a draft model (chosen on the Model tab)."""
+        self.model.setEnabled(chosen)
+        self.model.setToolTip("" if chosen else "Set a draft model on the Model tab to use this drafter")
+
+    def update_default_datastore(self) -> None:
+        """Name the model's default datastore under the field, and whether it is built."""
+        spec = self._model_spec()
+        try:
+            default = default_datastore_path(spec)
+        except OSError:  # the data folder cannot be made: say where it would be
+            return
+        state = "exists" if default.is_file() else "not built yet"
+        # The state first: a long path is clipped at the end, the tooltip has it whole.
+        self.datastore_edit.setPlaceholderText(f"default ({state}): {default}")
+        self.datastore_edit.setToolTip(f"Empty uses the model's default datastore:\n{default} ({state})")
+        # A deep home folder must not widen the dialog: elide the middle of the path.
+        shown = self.datastore_hint.fontMetrics().elidedText(str(default), Qt.TextElideMode.ElideMiddle, 460)
+        missing = "" if default.is_file() else f"\nNot built yet: {build_default_command(spec)} builds it."
+        self.datastore_hint.setText(f"Empty uses the model's default datastore:\n{shown}{missing}")
+
+    def _browse(self) -> None:
+        start = self.datastore_edit.text() or str(default_datastore_path(self._model_spec()).parent)
+        path, _ = QFileDialog.getOpenFileName(self, "Datastore", browse_start(start),
+                                              "Draftscope index (*.idx);;All files (*)")
+        if path:
+            self.datastore_edit.setText(path)
+
+
+class GenerationTab(QWidget):
+    """Sampling, the answer's length, the seed and the system prompt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        form = form_layout(self)
+        self.temperature = double_spin("temperatureSpin", 0.0, 5.0, 0.05)
+        form.addRow("Temperature:", row(self.temperature, hint("0 = greedy: always the most likely token"),
+                                        stretch_first=False))
+        self.top_p = double_spin("topPSpin", 0.01, 1.0, 0.05)
+        form.addRow("Top-p:", row(self.top_p, hint("1 = off"), stretch_first=False))
+        self.top_k = int_spin("topKSpin", 0, 100_000)
+        self.top_k.setSpecialValueText("off")
+        form.addRow("Top-k:", row(self.top_k, hint("0 = off"), stretch_first=False))
+        self.max_new_tokens = int_spin("maxNewTokensSpin", 1, 1_000_000)
+        self.max_new_tokens.setSingleStep(64)
+        form.addRow("Max new tokens:", row(self.max_new_tokens, stretch_first=False))
+        self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, 10.0, 0.05)
+        form.addRow("Repetition penalty:", row(self.repetition_penalty, hint("1 = off"), stretch_first=False))
+        self.seed = int_spin("seedSpin", -1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        form.addRow("Seed:", row(self.seed, hint("sampled answers: the same seed writes the same answer, with or "
+                                                 "without drafts; each answer shows its seed; Regenerate draws a "
+                                                 "new one"), stretch_first=False))
+        self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
+        self.system_prompt.setPlaceholderText("none: the model's own default")
+        self.system_prompt.setMinimumHeight(100)
+        form.addRow("System prompt:", self.system_prompt)
+        self.fields = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                       "max_new_tokens": self.max_new_tokens, "repetition_penalty": self.repetition_penalty,
+                       "seed": self.seed, "system_prompt": self.system_prompt}
+
+    def show_settings(self, s: Settings) -> None:
+        self.temperature.setValue(s.temperature)
+        self.top_p.setValue(s.top_p)
+        self.top_k.setValue(s.top_k)
+        self.max_new_tokens.setValue(s.max_new_tokens)
+        self.repetition_penalty.setValue(s.repetition_penalty)
+        self.seed.setValue(s.seed)
+        self.system_prompt.setPlainText(s.system_prompt)
+
+    def values(self, original: Settings) -> dict:
+        """The fields; a float the spin box rounds keeps ``original``'s exact value while untouched."""
+        return {"temperature": _kept_float(self.temperature, original.temperature),
+                "top_p": _kept_float(self.top_p, original.top_p), "top_k": self.top_k.value(),
+                "max_new_tokens": self.max_new_tokens.value(),
+                "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
+                "seed": self.seed.value(), "system_prompt": self.system_prompt.toPlainText()}
+
+
+class AppearanceTab(QWidget):
+    """The theme and the font size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        form = form_layout(self)
+        self.theme = QComboBox(objectName="themeCombo")
+        for text, value in THEMES:
+            self.theme.addItem(text, value)
+        self.theme.setMinimumWidth(180)
+        form.addRow("Theme:", row(self.theme, stretch_first=False))
+        self.font_size = int_spin("fontSizeSpin", 6, 48)
+        self.font_size.setSuffix(" pt")
+        form.addRow("Font size:", row(self.font_size, stretch_first=False))
+        self.fields = {"theme": self.theme, "font_size": self.font_size}
+
+    def show_settings(self, s: Settings) -> None:
+        self.theme.setCurrentIndex(max(0, self.theme.findData(s.theme)))
+        self.font_size.setValue(s.font_size)
+
+    def values(self) -> dict:
+        return {"theme": self.theme.currentData(), "font_size": self.font_size.value()}
+
+
+class ServerTab(QWidget):
+    """The OpenAI-compatible server: on or off, its port, its key, whether served answers are kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        form = form_layout(self)
+        self.enabled = QCheckBox("Run an OpenAI-compatible server on this machine", objectName="serverEnabled")
+        form.addRow(self.enabled)
+        self.port = int_spin("serverPortSpin", 1, 65535)
+        self.url = hint("")
+        self.port.valueChanged.connect(lambda port: self.url.setText(_server_url(port)))
+        form.addRow("Port:", row(self.port, self.url, stretch_first=False))
+        self.key = QLineEdit(objectName="serverKeyEdit")
+        self.key.setPlaceholderText("none: any program on this machine may use it")
+        self.key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        form.addRow("API key:", self.key)
+        self.keep_history = QCheckBox("Keep served answers in the history (inspect their drafts in the panels)",
+                                      objectName="serverKeepHistory")
+        form.addRow(self.keep_history)
+        self.fields = {"server_port": self.port, "server_api_key": self.key}
+
+    def show_settings(self, s: Settings) -> None:
+        self.enabled.setChecked(s.server_enabled)
+        self.port.setValue(s.server_port)
+        self.url.setText(_server_url(s.server_port))  # valueChanged does not fire for the same port
+        self.key.setText(s.server_api_key)
+        self.keep_history.setChecked(s.server_keep_history)
+
+    def values(self) -> dict:
+        return {"server_enabled": self.enabled.isChecked(), "server_port": self.port.value(),
+                "server_api_key": self.key.text().strip(), "server_keep_history": self.keep_history.isChecked()}
