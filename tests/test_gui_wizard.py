@@ -290,3 +290,32 @@ def test_a_failing_tokenizer_is_shown_with_retry(qtbot, dirs, tokenizer, chat_fi
     with qtbot.waitSignal(wizard.datastore_built, timeout=2000) as signal:
         click(qtbot, button(wizard, QWizard.WizardButton.FinishButton))
     assert signal.args == [str(wizard.result_path()), False]
+
+
+def test_closing_mid_build_cancels_it_and_writes_nothing(qtbot, dirs, tokenizer, tmp_path):
+    chats = tmp_path / "many.jsonl"
+    with chats.open("w") as f:
+        for rec in sharegpt(400):
+            f.write(json.dumps(rec) + "\n")
+    reports = []
+
+    def slow_builder(sources, tokenizer, out, *, options, progress, **kw):
+        def report(p):
+            reports.append(p)
+            time.sleep(0.05)
+
+        options = dataclasses.replace(options, batch_chars=300)
+        return build_datastore(sources, tokenizer, out, options=options, progress=report, **kw)
+
+    wizard = make_wizard(qtbot, tokenizer, sources=[f"chat:{chats}"], builder=slow_builder)
+    built = []
+    wizard.datastore_built.connect(lambda *args: built.append(args))
+    next_page(qtbot, wizard)
+    next_page(qtbot, wizard)
+    qtbot.waitUntil(lambda: len(reports) > 2, timeout=20_000)
+    click(qtbot, button(wizard, QWizard.WizardButton.CancelButton))  # "Close"
+    assert not wizard.isVisible() and not wizard.is_building()
+    seen = len(reports)
+    qtbot.wait(300)
+    assert len(reports) == seen, "the build stopped with the wizard"
+    assert files_in(datastores_dir()) == set() and built == [] and wizard.result_path() is None
