@@ -288,19 +288,22 @@ class BuildPage(QWizardPage):
                 self.progress.setValue(int(_STEPS * fraction))
             self.eta_label.setText(_eta(p.eta_seconds) if p.eta_seconds is not None and p.eta_seconds >= 1 else
                                    ("less than a second" if p.eta_seconds is not None else "–"))
-        elif p.phase == "indexing":
-            self.phase_label.setText("Indexing (sorting suffixes) …")
-            self.progress.setRange(0, 0)
-            self.eta_label.setText("–")
         else:
-            self.phase_label.setText("Done")
-            self.progress.setRange(0, _STEPS)
-            self.progress.setValue(_STEPS)
-            self.eta_label.setText("–")
+            self._show_last_phases(p.phase, "Indexing (sorting suffixes) …")
         total = f" of {size_words(p.bytes_total)}" if p.bytes_total else ""
         self.read_label.setText(f"{size_words(p.bytes_read)}{total} · {p.items:,} records")
         self.tokens_label.setText(f"{p.tokens:,}")
         self.rate_label.setText(f"{p.tokens_per_second:,.0f} tokens/s")
+
+    def _show_last_phases(self, phase: str, indexing: str) -> None:
+        """Indexing (no way to tell how far: a busy bar) or done, in either kind of build."""
+        self.phase_label.setText(indexing if phase == "indexing" else "Done")
+        if phase == "indexing":
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, _STEPS)
+            self.progress.setValue(_STEPS)
+        self.eta_label.setText("–")
 
     def show_distill_progress(self, p: DistillProgress) -> None:
         if p.phase == "generating":
@@ -308,15 +311,8 @@ class BuildPage(QWizardPage):
             self.progress.setRange(0, _STEPS)
             self.progress.setValue(int(_STEPS * (p.fraction or 0.0)))
             self.eta_label.setText("–" if p.eta_seconds is None else (_eta(p.eta_seconds) or "less than a second"))
-        elif p.phase == "indexing":
-            self.phase_label.setText("Indexing the answers …")
-            self.progress.setRange(0, 0)
-            self.eta_label.setText("–")
         else:
-            self.phase_label.setText("Done")
-            self.progress.setRange(0, _STEPS)
-            self.progress.setValue(_STEPS)
-            self.eta_label.setText("–")
+            self._show_last_phases(p.phase, "Indexing the answers …")
         self.read_label.setText(f"{p.answers:,} of {p.total:,}")
         self.tokens_label.setText(f"{p.tokens:,} generated")
         self.rate_label.setText(f"{p.tokens_per_second:,.1f} tokens/s")
