@@ -267,3 +267,23 @@ def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, engine, tmp_path):
         qtbot.keyClick(w.chat_input, Qt.Key.Key_Return)
     assert history.messages(w.conversation_id)[0].content == "first line\nsecond line"
     assert w.chat_input.toPlainText() == ""
+
+
+def test_a_conversation_opens_on_a_click_and_renames_on_a_double_click(qtbot, engine, tmp_path):
+    """Picking a conversation opens it without rebuilding the list under the mouse, so the
+    double-click that follows starts renaming it in place."""
+    from PySide6.QtWidgets import QAbstractItemView
+
+    history, first = seeded_history(tmp_path)
+    second = history.create_conversation("another one")
+    history.add_message(second, "user", "a second question")
+    w = make_window(qtbot, engine, history)
+    w.show()
+    listing = w.findChild(QListWidget, "conversationList")
+    row = next(i for i in range(listing.count()) if listing.item(i).data(Qt.ItemDataRole.UserRole) == first)
+    item = listing.item(row)
+    centre = listing.visualItemRect(item).center()
+    qtbot.mouseClick(listing.viewport(), Qt.MouseButton.LeftButton, pos=centre)
+    assert w.conversation_id == first and listing.item(row) is item, "opened, the list left as it was"
+    qtbot.mouseDClick(listing.viewport(), Qt.MouseButton.LeftButton, pos=centre)
+    qtbot.waitUntil(lambda: listing.state() == QAbstractItemView.State.EditingState, timeout=3000)

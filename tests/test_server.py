@@ -163,9 +163,10 @@ def test_models_chat_and_the_history(served):
 
 
 @pytest.mark.parametrize("learning", [True, False])
-def test_served_answers_are_learned_like_the_windows(tokenizer, tmp_path, learning):
-    """The server's answers feed the model's learned datastore (the next answer, in any face, drafts
-    from them); with learning switched off nothing is recorded."""
+def test_answers_served_beside_the_window_are_learned(tokenizer, tmp_path, learning):
+    """Settings ▸ Server serves over the window's runtime, which learns: served answers feed the
+    model's learned datastore as the window's do (the next answer drafts from them); with learning
+    switched off nothing is recorded."""
     from draftscope.datastore.learned import LearnedStore
     from draftscope.runtime import Runtime
     from draftscope.storage import Settings
@@ -175,13 +176,14 @@ def test_served_answers_are_learned_like_the_windows(tokenizer, tmp_path, learni
     store = LearnedStore("tiny", len(tokenizer), tmp_path / "learned")
     drafters = {"retrieval": False, "learned": learning, "context": True, "model": False, "recurrent": False}
     runtime = Runtime(Settings(drafters=drafters, max_new_tokens=10), engine, learned=store)
+    runtime.start_learning()  # as the window does
     server = ServerThread(create_app(runtime, history=None), port=0).start()
     try:
         client = openai.OpenAI(base_url=server.url, api_key="x")
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=10)
     finally:
         server.stop()
-    runtime.close()  # waits for the learner to index what it was given
+    runtime.close(timeout=10)  # waits for the learner to index what it was given
     assert store.stats().answers == (1 if learning else 0)
 
 

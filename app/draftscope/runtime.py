@@ -83,7 +83,10 @@ class Runtime:
     # ------------------------------------------------------------------ learning from answers
 
     def start_learning(self) -> None:
-        """Index kept answers from now on (no-op without a learned store, or when started)."""
+        """Index kept answers from now on (no-op without a learned store, or when started). Only
+        the desktop app does (its window and the server beside it share this runtime): the store
+        has one writer, and a terminal or a separate ``draftscope serve`` process must not append
+        to the same files at the same time."""
         from draftscope.datastore.learned import Learner
 
         if self.learned is not None and self.learner is None:
@@ -101,8 +104,9 @@ class Runtime:
         text = self.learned.stats().describe()
         return text + ("" if self.settings.drafters.get("learned", True) else " (off)")
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Finish learning what was submitted (up to ``timeout`` seconds), then stop the learner."""
+    def close(self, timeout: float = 0.0) -> None:
+        """Stop the learner, after waiting up to ``timeout`` seconds for what was submitted (a
+        re-index cut short is redone from the corpus when the store next opens)."""
         if self.learner is not None:
             self.learner.wait_idle(timeout)
             self.learner.close()
@@ -179,7 +183,6 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
             if strict:
                 raise
             runtime.notices.append(f"Draft model not used: {exc}")
-    runtime.start_learning()
     return runtime
 
 

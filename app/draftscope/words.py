@@ -20,10 +20,11 @@ def memory_text(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
-def answer_stats(stats: dict) -> str:
+def answer_stats(stats: dict, *, tau: str = "τ") -> str:
     """An answer's figures as stored with it (``session.answer_record``): "64 tokens · τ 2.10 ·
-    18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7"."""
-    parts = [f"{stats['tokens']} tokens", f"τ {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
+    18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7" (``tau``: how τ is written; the
+    terminal writes "tau", which any terminal shows and scripts grep for)."""
+    parts = [f"{stats['tokens']} tokens", f"{tau} {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
              f"first token {stats['time_to_first_token_ms']:.0f} ms"]
     if stats.get("speedup_estimate"):
         parts.append(f"{stats['speedup_estimate']:.2f}x plain")

@@ -43,7 +43,7 @@ def _stats_line(final) -> str:
     from draftscope.session import answer_record
     from draftscope.words import answer_stats
 
-    return f"[{answer_stats(answer_record(final, None)[0])} · {final.finish_reason}]"
+    return f"[{answer_stats(answer_record(final, None)[0], tau='tau')} · {final.finish_reason}]"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -52,10 +52,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     runtime = runtime_from_args(args)
     session = ChatSession(runtime)
     session.say(args.prompt)
-    try:
-        final = _answer(session, args)
-    finally:
-        runtime.close()  # the answer is learned before the process ends
+    final = _answer(session, args)
     print()
     if final.finish_reason == "error":
         print(f"draftscope: {final.error}", file=sys.stderr)
@@ -68,11 +65,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from draftscope.session import ChatSession
 
-    runtime = runtime_from_args(args)
-    try:
-        return _chat_loop(ChatSession(runtime), args)  # the conversation lives in memory
-    finally:
-        runtime.close()  # what was answered is learned before the process ends
+    return _chat_loop(ChatSession(runtime_from_args(args)), args)  # the conversation lives in memory
 
 
 def _chat_loop(session, args: argparse.Namespace) -> int:

@@ -41,8 +41,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                          keep_history=not args.no_history))
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)"
           + ("; an API key is required" if api_key else ""), file=sys.stderr)
-    try:
-        serve(app, args.host, args.port)
-    finally:
-        runtime.close()  # served answers are learned before the process ends
+    serve(app, args.host, args.port)
     return 0

@@ -52,9 +52,18 @@ class ConversationList(QWidget):
         layout.addWidget(self.list)
 
     def select(self, conversation_id: int | None) -> None:
-        """Show ``conversation_id`` as the current one (None: nothing selected)."""
+        """Show ``conversation_id`` as the current one (None: nothing selected). The list is left
+        as it is when the conversation is in it: this runs inside the list's own selection signal,
+        and rebuilding it there would lose the press (a double-click would no longer rename)."""
         self.selected = conversation_id
-        self.reload()
+        items = [self.list.item(i) for i in range(self.list.count())]
+        item = next((it for it in items if it.data(Qt.ItemDataRole.UserRole) == conversation_id), None)
+        if item is None and conversation_id is not None:
+            self.reload()  # a new conversation
+            return
+        self.list.blockSignals(True)
+        self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
 
     def reload(self) -> None:
         """List the conversations again (those matching the search), keeping the selection."""

@@ -91,8 +91,8 @@ class MainWindow(QMainWindow):
         self._build_docks(engine)
         self.status = StatusLine(self.statusBar(), engine)
         self.status.show_baseline(engine.baseline_tokens_per_second)
-        for part in (self.conversations, self.chat_view):
-            part.said.connect(lambda text: self.status.say(text, 3000))
+        self.chat_view.said.connect(lambda text: self.status.say(text, 3000))
+        self.conversations.said.connect(lambda text: self.status.say(text, 8000))
         self.notice.connect(lambda text: self.status.say(text, 20000))
 
         self.worker = GenerationWorker(self.session)
@@ -295,7 +295,9 @@ class MainWindow(QMainWindow):
             self.composer.begin_edit(message_id, message.content)
 
     def _on_action(self, verb: str, message_id: int) -> None:
-        {"regenerate": self.regenerate, "edit": self.edit, "inspect": self.inspect}[verb](message_id)
+        act = {"regenerate": self.regenerate, "edit": self.edit, "inspect": self.inspect}.get(verb)
+        if act is not None:  # an answer's own Markdown may hold links of any verb: only ours act
+            act(message_id)
 
     def _generate(self, *, new_seed: bool = False) -> None:
         """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate)."""
@@ -489,5 +491,5 @@ class MainWindow(QMainWindow):
         if getattr(self, "train_dialog", None) is not None:
             self.train_dialog.done(0)  # cancels training (a checkpoint is kept) and ends its thread
         self.worker_thread.shutdown()
-        self.runtime.close()  # what was learned meanwhile is indexed first
+        self.runtime.close()
         super().closeEvent(event)

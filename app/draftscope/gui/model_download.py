@@ -127,8 +127,8 @@ class ModelDownload(QObject):
         self.show_status("\n".join(t for t in (self._line, self._phase) if t))
 
     def _on_done(self, _path) -> None:
-        # a download that finished as Cancel was pressed counts as cancelled: the user asked to stop
-        self._end("cancelled" if self.job.cancelled else "done")
+        # finished, even if Cancel was pressed at the last moment: the file is there, and says so
+        self._end("done")
 
     def _on_failed(self, exc: Exception) -> None:
         self.error = exc

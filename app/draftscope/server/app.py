@@ -137,8 +137,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
     """A server over ``runtime`` (draftscope.runtime): its settings give what a request leaves out
     (sampling, max tokens), read at each request (the app's live settings);
     ``on_stored(conversation_id)`` hears of each answer kept in ``history``. Served answers are
-    learned from, as the window's are."""
-    runtime.start_learning()
+    learned from when the runtime learns (the server beside the window)."""
     answerer = Answerer(runtime, history=history, config=config, on_stored=on_stored)
     cfg = answerer.config
     engine = runtime.engine
