@@ -266,3 +266,23 @@ def QWidgetByName(name):
     from PySide6 import QtWidgets
 
     return getattr(QtWidgets, name)
+
+
+def test_a_closed_window_lets_its_model_go(qtbot, engine, tmp_path):
+    """A model reload replaces the window: the old window, once closed, must not keep its runtime
+    (and with it a model of gigabytes) alive until the application quits."""
+    import weakref
+
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    runtime = runtime_for(engine)
+    gone = weakref.ref(runtime)
+    window = MainWindow(runtime, HistoryStore(tmp_path / "h.sqlite3"))
+    window.show()
+    window.close()
+    window.deleteLater()
+    del window, runtime
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
+    gc.collect()
+    assert gone() is None, "the closed window's runtime is still referenced"

@@ -105,14 +105,14 @@ class MainWindow(QMainWindow):
         self.worker.baseline_measured.connect(self._on_baseline)
         self.request_baseline.connect(self.worker.measure_baseline)
         # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
-        # worker thread before Qt destroys it.
-        QApplication.instance().aboutToQuit.connect(self.worker_thread.shutdown)
+        # worker thread before Qt destroys it. A method, never a lambda: a lambda's closure would
+        # keep the runtime (the model) alive after a reload replaced the window (tested).
+        QApplication.instance().aboutToQuit.connect(self._end_threads)
 
         # The model's own answers feed its learned datastore, indexed on the runtime's background
         # thread; its news reaches this thread as a queued signal.
         runtime.on_learned = self.learned_changed.emit
         runtime.start_learning()
-        QApplication.instance().aboutToQuit.connect(runtime.close)
         self.learned_changed.connect(lambda _stats: self.drafters_changed())  # the first index adds a drafter
         self.drafters_changed()
         self.conversations.reload()
@@ -490,6 +490,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         if getattr(self, "train_dialog", None) is not None:
             self.train_dialog.done(0)  # cancels training (a checkpoint is kept) and ends its thread
+        self._end_threads()
+        super().closeEvent(event)
+
+    def _end_threads(self) -> None:
         self.worker_thread.shutdown()
         self.runtime.close()
-        super().closeEvent(event)
