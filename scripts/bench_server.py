@@ -26,25 +26,27 @@ def main(argv=None) -> int:
 
     import openai
 
-    from draftscope.drafter_factory import setup_drafters
-    from draftscope.engine.engine import Engine
+    from draftscope.runtime import load_runtime
     from draftscope.server import ServerThread, create_app
     from draftscope.session import ChatSession
     from draftscope.storage import Settings
 
     questions = [json.loads(line)["turns"][0] for line in open(args.questions, encoding="utf-8")][: args.prompts]
-    engine = Engine.load(args.model)
-    make = setup_drafters(args.drafters, datastore=None, vocab_size=engine.vocab, tokenizer=engine.tokenizer).make
-    settings = Settings(max_new_tokens=args.max_tokens)
-    server = ServerThread(create_app(engine, settings, make), port=0).start()
+    switches = {name: name in args.drafters.split(",")
+                for name in ("retrieval", "learned", "context", "model", "recurrent")}
+    runtime = load_runtime(Settings(model=args.model, max_new_tokens=args.max_tokens, temperature=0.0,
+                                    drafters=switches))
+    engine = runtime.engine
+    server = ServerThread(create_app(runtime), port=0).start()
     client = openai.OpenAI(base_url=server.url, api_key="unused")
 
     def in_process(q: str) -> tuple[float, float, int, str]:
-        session = ChatSession(engine, settings, make)
+        session = ChatSession(runtime)
         session.say(q)
         t0 = time.perf_counter()
         first = []
-        final = session.run(session.request(), lambda ev: first or first.append(time.perf_counter()), keep=False)
+        session.events.step.connect(lambda _ev: first or first.append(time.perf_counter()))
+        final = session.run(session.request(), keep=False)
         total = time.perf_counter() - t0
         return first[0] - t0, final.stats.tokens / total, final.stats.tokens, final.text
 

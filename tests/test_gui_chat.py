@@ -61,7 +61,7 @@ def test_widgets_are_found_by_name(qtbot, engine, tmp_path):
 def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
     w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
     batches = []
-    w.worker.steps.connect(batches.append)
+    w.answer_signals.steps.connect(batches.append)
     with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
         send(qtbot, w, "Hello there")
     final = done.args[0]
@@ -81,7 +81,7 @@ def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
 
 def test_stop_mid_answer(qtbot, engine, tmp_path):
     w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=3000)
-    with qtbot.waitSignal(w.worker.steps, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.steps, timeout=60_000):
         send(qtbot, w, "Tell me a very long story")
     with qtbot.waitSignal(w.worker.cancelled, timeout=10_000) as stopped:
         qtbot.mouseClick(w.findChild(QPushButton, "stopButton"), qtbot_left())

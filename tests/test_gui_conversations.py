@@ -158,7 +158,7 @@ def test_auto_scroll_pauses_when_the_user_scrolls_up(qtbot, engine, tmp_path):
     bar = w.chat_view.verticalScrollBar()
     assert bar.maximum() > 0 and bar.value() == bar.maximum(), "a selected conversation opens at its end"
     w.chat_input.setPlainText("and now?")
-    with qtbot.waitSignal(w.worker.steps, timeout=30_000):
+    with qtbot.waitSignal(w.answer_signals.steps, timeout=30_000):
         w.send()
     bar.setValue(bar.maximum() // 3)  # the user scrolls up to read
     held = bar.value()

@@ -84,7 +84,7 @@ def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer
     first = MainWindow(runtime_for(engine, max_new_tokens=40), HistoryStore(db))
     qtbot.addWidget(first)
     live = []
-    first.steps_arrived.connect(live.extend)
+    first.answer_signals.steps.connect(live.extend)
     first.chat_input.setPlainText("one two three one two three")
     with qtbot.waitSignal(first.worker.finished, timeout=60_000):
         first.send()

@@ -92,7 +92,7 @@ def test_stop_ends_an_answer_on_llama_cpp(qtbot, engine, tmp_path):
                         HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(window)
     window.show()
-    with qtbot.waitSignal(window.worker.steps, timeout=30_000):
+    with qtbot.waitSignal(window.answer_signals.steps, timeout=30_000):
         send(qtbot, window, PROMPT)
     with qtbot.waitSignal(window.worker.cancelled, timeout=10_000) as stopped:
         qtbot.mouseClick(window.findChild(QPushButton, "stopButton"), Qt.MouseButton.LeftButton)

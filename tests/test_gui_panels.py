@@ -43,7 +43,7 @@ def streamed_window(qtbot, engine, tmp_path, *, max_new_tokens=60):
     window.show()
     window.show_panels()
     live = []
-    window.steps_arrived.connect(live.extend)
+    window.answer_signals.steps.connect(live.extend)
     window.chat_input.setPlainText(PROMPT)
     with qtbot.waitSignal(window.worker.finished, timeout=60_000):
         window.send()

@@ -130,3 +130,50 @@ def test_the_session_is_the_one_answer_loop_and_keeps_answers(engine, tmp_path):
     roles = [(m.role, m.id) for m in history.messages(conversation.id)]
     assert [r for r, _ in roles] == ["user", "assistant"] and session.last_kept == roles[-1][1]
     assert len(history.steps(session.last_kept)) == len(events) - 1, "the steps are kept with the answer"
+
+
+def test_views_observe_the_session_answer_by_answer(engine, tmp_path):
+    """The session tells what its answers do (start, each step, end with the message it was kept
+    as), in order, to every view connected; a refused request is told as a failure."""
+    from draftscope.storage import HistoryStore
+
+    history = HistoryStore(tmp_path / "h.sqlite3")
+    session = ChatSession(Runtime(Settings(drafters=dict(OFF, context=True), max_new_tokens=12), engine),
+                          history=history)
+    seen = []
+    session.events.answer_started.connect(lambda request: seen.append(("started", request)))
+    session.events.step.connect(lambda ev: seen.append(("step", ev)))
+    session.events.answer_ended.connect(lambda final, message_id: seen.append(("ended", final, message_id)))
+    session.events.answer_failed.connect(lambda message: seen.append(("failed", message)))
+    session.say("hello")
+    request = session.request()
+    yielded = list(session.stream(request))
+    assert seen[0] == ("started", request)
+    assert [e[1] for e in seen[1:-1]] == yielded[:-1] and all(e[0] == "step" for e in seen[1:-1])
+    assert seen[-1] == ("ended", yielded[-1], session.last_kept) and session.last_kept is not None
+    assert history.messages(session.conversation_id)[-1].id == session.last_kept, "kept before it is told"
+
+    seen.clear()
+    too_long = session.request(prompt_ids=[5] * (engine.max_context + 1))
+    with pytest.raises(ValueError, match="prompt has"):
+        list(session.stream(too_long))
+    assert [e[0] for e in seen] == ["started", "failed"] and "prompt has" in seen[-1][1]
+
+
+def test_views_hear_of_notices_from_the_runtime(engine, tokenizer, tmp_path):
+    """A datastore replaced on disk between answers is told to whoever observes the runtime (the
+    window's status bar, the terminal's stderr)."""
+    import os
+
+    store = datastore(tmp_path / "a.idx", tokenizer)
+    runtime = Runtime(Settings(datastore=str(store), drafters=dict(OFF, retrieval=True), max_new_tokens=4), engine)
+    heard = []
+    runtime.events.notice.connect(heard.append)
+    session = ChatSession(runtime)
+    session.say("hello")
+    session.run(session.request(), keep=False)
+    assert heard == []
+    datastore(tmp_path / "b.idx", tokenizer)
+    os.replace(tmp_path / "b.idx", store)
+    session.run(session.request(), keep=False)
+    assert len(heard) == 1 and "a.idx changed on disk" in heard[0], heard

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psygnal import Signal, SignalGroup
+
 from draftscope.storage.settings import Settings
 
 # Fields whose change needs the model loaded again; DRAFTER_FIELDS only new drafters.
@@ -30,6 +32,14 @@ def changed_fields(old: Settings, new: Settings) -> set[str]:
     return {f.name for f in dataclasses.fields(Settings) if getattr(old, f.name) != getattr(new, f.name)}
 
 
+class RuntimeEvents(SignalGroup):
+    """What happens to the runtime after loading, for the views that show it (emitted on the thread
+    it happens on)."""
+
+    notice = Signal(str)  # something the user should know (a datastore changed on disk between answers)
+    learned = Signal(object)  # LearnedStats, after the learned answers were re-indexed (the learner's thread)
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -37,14 +47,10 @@ class Runtime:
     draft_model: object | None = None  # the model drafter's model (None: none set, or it cannot draft here)
     learned: object | None = None  # the model's LearnedStore (None: learning is off, see notices)
     recurrent: object | None = None  # a RecurrentSetup: the head trained for this model
-    notices: list[str] = field(default_factory=list)  # what was left out and why, for the user
-    # Hears of things that happen after loading (a datastore changed on disk between answers);
-    # called on the thread that makes drafters. Default: kept in ``notices``.
-    on_notice: Callable[[str], None] | None = None
-    # Learns from kept answers on a background thread (start_learning); ``on_learned(stats)`` hears
-    # of each re-index, on that thread.
+    notices: list[str] = field(default_factory=list)  # what was left out when loading, and why
+    # Learns from kept answers on a background thread (start_learning).
     learner: object | None = None
-    on_learned: Callable[[object], None] | None = None
+    events: RuntimeEvents = field(default_factory=RuntimeEvents, repr=False)
     _setup: object | None = field(default=None, repr=False)  # DrafterSetup for the current settings
 
     # ------------------------------------------------------------------ drafters
@@ -64,12 +70,6 @@ class Runtime:
     def datastore_label(self) -> str:
         return self.drafter_setup.label
 
-    def _notice(self, text: str) -> None:
-        if self.on_notice is not None:
-            self.on_notice(text)
-        else:
-            self.notices.append(text)
-
     def _build_drafters(self, settings: Settings):
         from draftscope.datastore.default import default_datastore_path
         from draftscope.drafter_factory import setup_drafters
@@ -78,7 +78,7 @@ class Runtime:
         return setup_drafters(settings.drafters, datastore=path, draft_model=self.draft_model,
                               eos_token_id=_eos_of(self.draft_model), vocab_size=self.engine.vocab,
                               learned=self.learned, recurrent=self.recurrent, tokenizer=self.engine.tokenizer,
-                              notify=self._notice)
+                              notify=self.events.notice.emit)
 
     # ------------------------------------------------------------------ learning from answers
 
@@ -90,7 +90,7 @@ class Runtime:
         from draftscope.datastore.learned import Learner
 
         if self.learned is not None and self.learner is None:
-            self.learner = Learner(self.learned, on_change=lambda stats: self.on_learned and self.on_learned(stats))
+            self.learner = Learner(self.learned, on_change=self.events.learned.emit)
 
     def learn(self, prompt_ids, answer_ids) -> None:
         """Learn from a finished answer, when learning is on (Settings ▸ Drafting ▸ learned)."""

@@ -4,13 +4,20 @@ A :class:`ChatSession` owns a conversation's turn cycle, with no Qt in it: a use
 edit of one, which replaces it and what followed), the request built from the settings, the
 engine's events, and the answer stored with its statistics and steps (or kept in memory when
 there is no history store). :meth:`ChatSession.stream` is the one answer loop: the window's worker
-thread, the terminal and the server all iterate it, and only show what it yields.
+thread, the terminal and the server all iterate it.
+
+What happens to the conversation's answers is the session's to tell (as napari's Qt-free models
+tell their ``_qt`` views): ``session.events`` (psygnal signals) announces each answer's start, its
+steps and its end, on the thread that runs the answer. Views observe them — the window through
+``gui/session_qt.py``, which carries them to the UI thread; the terminal directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from psygnal import Signal, SignalGroup
 
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, StepEvent
@@ -47,6 +54,15 @@ def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -
     return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}
 
 
+class SessionEvents(SignalGroup):
+    """What a session's answers do, for the views that show them (emitted on the answering thread)."""
+
+    answer_started = Signal(object)  # the GenerationRequest about to be answered
+    step = Signal(object)  # a StepEvent of the answer being written
+    answer_ended = Signal(object, object)  # its FinalEvent, and the message id it was kept as (None: not kept)
+    answer_failed = Signal(str)  # the engine refused the request (a prompt too long for the context)
+
+
 @dataclass
 class Turn:
     role: str
@@ -68,6 +84,7 @@ class ChatSession:
         self.defer, self.title_prefix = defer, title_prefix
         self.last_kept: int | None = None  # the message id of the last answer kept in the history
         self._memory: list[Turn] = []
+        self.events = SessionEvents()
 
     @property
     def engine(self):
@@ -183,25 +200,31 @@ class ChatSession:
     def stream(self, request: GenerationRequest, *, keep: bool = True) -> Iterator[StepEvent | FinalEvent]:
         """The one answer loop (window, terminal, server): the engine's StepEvents as they come,
         then its FinalEvent, once the answer is recorded (unless ``keep`` is False; its message id
-        is then ``last_kept``). A request the engine refuses (a prompt too long) raises here."""
+        is then ``last_kept``). ``events`` hears of each as it is yielded. A request the engine
+        refuses (a prompt too long) raises here, after ``events.answer_failed``."""
         steps: list[StepEvent] = []
         self.last_kept = None
-        for ev in self.engine.generate(request):
-            if isinstance(ev, FinalEvent):
-                if keep:
-                    self.last_kept = self.record(ev, steps)
+        self.events.answer_started.emit(request)
+        try:
+            for ev in self.engine.generate(request):
+                if isinstance(ev, FinalEvent):
+                    if keep:
+                        self.last_kept = self.record(ev, steps)
+                    self.events.answer_ended.emit(ev, self.last_kept)
+                    yield ev
+                    return
+                steps.append(ev)
+                self.events.step.emit(ev)
                 yield ev
-                return
-            steps.append(ev)
-            yield ev
+        except Exception as exc:
+            self.events.answer_failed.emit(str(exc) or type(exc).__name__)
+            raise
+        self.events.answer_failed.emit("the engine ended without a final event")
         raise RuntimeError("the engine ended without a final event")
 
-    def run(self, request: GenerationRequest, on_step: Callable[[StepEvent], None] | None = None,
-            *, keep: bool = True) -> FinalEvent:
-        """Answer ``request`` to the end, calling ``on_step`` per step (the terminal)."""
+    def run(self, request: GenerationRequest, *, keep: bool = True) -> FinalEvent:
+        """Answer ``request`` to the end (its steps reach ``events``)."""
         for ev in self.stream(request, keep=keep):
             if isinstance(ev, FinalEvent):
                 return ev
-            if on_step is not None:
-                on_step(ev)
         raise RuntimeError("the engine ended without a final event")

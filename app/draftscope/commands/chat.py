@@ -27,15 +27,15 @@ def _answer(session, args, out=None):
     out = out or sys.stdout  # looked up per call: sys.stdout may be replaced after import
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    def show(ev):
+        out.write("".join(ev.pieces))
+        out.flush()
+
+    session.events.step.connect(show)  # the terminal is a view of the session's steps
     try:
-        request = session.request(budget=args.budget, cancel=cancel)
-
-        def show(ev):
-            out.write("".join(ev.pieces))
-            out.flush()
-
-        return session.run(request, show)
+        return session.run(session.request(budget=args.budget, cancel=cancel))
     finally:
+        session.events.step.disconnect(show)
         signal.signal(signal.SIGINT, previous)
 
 

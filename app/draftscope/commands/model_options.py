@@ -80,7 +80,7 @@ def runtime_from_args(args: argparse.Namespace):
     settings = settings_from_args(args)
     _switches, named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))
     runtime = load_runtime(settings, head=args.head, strict=True, log=_err)
-    runtime.on_notice = _err  # e.g. the datastore changed on disk between answers
+    runtime.events.notice.connect(_err)  # e.g. the datastore changed on disk between answers
     setup = runtime.drafter_setup
     missing = [n for n in named if n not in setup.names]
     if missing:

@@ -1,7 +1,9 @@
 """The main window, a shell around its parts: the conversations (left), the chat transcript and
 the composer (centre), the inspection docks and the status line. It turns the parts' signals into
 the conversation's turn cycle (``ChatSession``, Qt-free), runs answers on the generation worker's
-thread and opens the dialogs (datastore wizard, training, race)."""
+thread and opens the dialogs (datastore wizard, training, race). The parts observe the session's
+and the runtime's events (an answer's start, steps and end; learned answers; notices) through
+``answer_signals`` (gui/session_qt.py), which brings them to the UI thread."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from draftscope.gui.composer import Composer
 from draftscope.gui.conversation_list import ConversationList
 from draftscope.gui.drafts_panel import DraftsPanel
 from draftscope.gui.inspection import InspectionController
+from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.speedup_panel import SpeedupPanel
 from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.trie_view import TrieView
@@ -38,11 +41,7 @@ class MainWindow(QMainWindow):
     request_baseline = Signal()  # measure plain decoding speed again (on the worker thread)
     settings_requested = Signal()
     datastore_chosen = Signal(str)  # a datastore built in the wizard, to be used from now on
-    answer_started = Signal()  # a new answer begins streaming (panels reset)
-    steps_arrived = Signal(list)  # [StepEvent, ...] of the answer being streamed
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
-    learned_changed = Signal(object)  # LearnedStats, after the learned answers were re-indexed (any thread)
-    notice = Signal(str)  # something the user should know, from any thread (a datastore changed on disk)
 
     def __init__(self, runtime, history, *, code_style: str = "default", dark: bool = False) -> None:
         """``runtime``: the model and what it drafts with (draftscope.runtime)."""
@@ -50,10 +49,10 @@ class MainWindow(QMainWindow):
         self.runtime = runtime
         engine = self.engine = runtime.engine
         self.history = history
-        runtime.on_notice = self.notice.emit
         # The conversation's turn cycle (Qt-free, shared with the terminal and the server); the
         # window's settings and drafters are the runtime's, its conversation the session's.
         self.session = ChatSession(runtime, history=history)
+        self.answer_signals = SessionSignals(self.session, runtime, self)
         self.error_box: QMessageBox | None = None
         self.setWindowTitle("Draftscope")
         self.resize(1100, 720)
@@ -93,15 +92,16 @@ class MainWindow(QMainWindow):
         self.status.show_baseline(engine.baseline_tokens_per_second)
         self.chat_view.said.connect(lambda text: self.status.say(text, 3000))
         self.conversations.said.connect(lambda text: self.status.say(text, 8000))
-        self.notice.connect(lambda text: self.status.say(text, 20000))
+        signals = self.answer_signals
+        signals.notice.connect(lambda text: self.status.say(text, 20000))
+        signals.answer_started.connect(lambda: self.inspection.begin_live(self.engine.baseline_tokens_per_second))
+        signals.steps.connect(self._on_steps)
+        signals.answer_ended.connect(self._on_answer_ended)
+        signals.answer_failed.connect(self._on_failed)
 
         self.worker = GenerationWorker(self.session)
         self.worker_thread = WorkerThread(self.worker)
         self.request_generation.connect(self.worker.generate)  # queued: runs on the worker thread
-        self.worker.steps.connect(self._on_steps)
-        self.worker.finished.connect(self._on_finished)
-        self.worker.cancelled.connect(self._on_finished)
-        self.worker.failed.connect(self._on_failed)
         self.worker.baseline_measured.connect(self._on_baseline)
         self.request_baseline.connect(self.worker.measure_baseline)
         # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
@@ -110,10 +110,9 @@ class MainWindow(QMainWindow):
         QApplication.instance().aboutToQuit.connect(self._end_threads)
 
         # The model's own answers feed its learned datastore, indexed on the runtime's background
-        # thread; its news reaches this thread as a queued signal.
-        runtime.on_learned = self.learned_changed.emit
+        # thread; its news reaches this thread through answer_signals.
         runtime.start_learning()
-        self.learned_changed.connect(lambda _stats: self.drafters_changed())  # the first index adds a drafter
+        signals.learned.connect(lambda _stats: self.drafters_changed())  # the first index adds a drafter
         self.drafters_changed()
         self.conversations.reload()
         self._update_actions()
@@ -196,8 +195,6 @@ class MainWindow(QMainWindow):
         self.show_panels_action.setShortcut(QKeySequence("Ctrl+I"))
         self.show_panels_action.triggered.connect(self.show_panels)
         self.view_menu.addAction(self.show_panels_action)
-        self.answer_started.connect(lambda: self.inspection.begin_live(self.engine.baseline_tokens_per_second))
-        self.steps_arrived.connect(self.inspection.add_live)
         self.answer_selected.connect(
             lambda message_id, steps: self.inspection.show_answer(message_id, steps, self._baseline_of(message_id)))
 
@@ -303,7 +300,6 @@ class MainWindow(QMainWindow):
         """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate)."""
         request = self.session.request(sampling=sampling_from(self.session.settings, seed=fresh_seed())
                                        if new_seed else None)
-        self.answer_started.emit()
         self.chat_view.begin_stream()
         self._update_actions()
         self.request_generation.emit(request)
@@ -312,12 +308,15 @@ class MainWindow(QMainWindow):
         self.worker.stop()
 
     def _on_steps(self, events: list) -> None:
-        self.steps_arrived.emit(events)
+        self.inspection.add_live(events)
         self.status.show_rate(events[-1].tokens_per_second, events[-1].tau)
         self.chat_view.add_steps(events)
 
-    def _on_finished(self, final, message_id: int | None = None) -> None:
+    def _on_answer_ended(self, final, message_id: int | None = None) -> None:
         # kept in the history by the worker's answer loop (ChatSession.stream)
+        if final.finish_reason == "error":
+            self._on_failed(final.error or "generation failed")
+            return
         if message_id is not None:
             self.inspection.finish_live(message_id)
         self._end_stream()
@@ -495,4 +494,5 @@ class MainWindow(QMainWindow):
 
     def _end_threads(self) -> None:
         self.worker_thread.shutdown()
+        self.answer_signals.disconnect_all()
         self.runtime.close()

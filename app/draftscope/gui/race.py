@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope.engine.sampling import fresh_seed
+from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.worker import GenerationWorker, WorkerThread
 from draftscope.session import ChatSession, sampling_from
 
@@ -123,7 +124,8 @@ class RaceDialog(QDialog):
         self.worker = GenerationWorker(self.session, keep=False)
         self.worker_thread = WorkerThread(self.worker)
         self._request.connect(self.worker.generate)
-        self.worker.steps.connect(self._on_steps)
+        self.answer_signals = SessionSignals(self.session, parent=self)  # each lane's steps, as they come
+        self.answer_signals.steps.connect(self._on_steps)
         self.worker.finished.connect(self._on_finished)
         self.worker.cancelled.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
@@ -222,11 +224,14 @@ class RaceDialog(QDialog):
         self.stats[key].setText(f"<b>{elapsed:.2f} s</b> · {tokens} tokens · {rate:.1f} tokens/s")
 
     def closeEvent(self, event) -> None:
-        self.timer.stop()
-        self.worker_thread.shutdown()
+        self._end()
         super().closeEvent(event)
 
     def done(self, result: int) -> None:
+        self._end()
+        super().done(result)
+
+    def _end(self) -> None:
         self.timer.stop()
         self.worker_thread.shutdown()
-        super().done(result)
+        self.answer_signals.disconnect_all()

@@ -13,8 +13,9 @@ class StatusLine:
 
     def __init__(self, bar: QStatusBar, engine) -> None:
         self.bar = bar
-        self.model = QLabel(f"model: {engine.name}", objectName="statusModel")
-        self.model.setToolTip(engine.name)
+        # short words: the status bar squeezes (and cuts) labels once they outgrow the window
+        self.model = QLabel(engine.name, objectName="statusModel")
+        self.model.setToolTip(f"The model: {engine.name}")
         backend = engine.backend
         self.device = QLabel(backend.describe(), objectName="statusDevice")
         self.device.setToolTip(f"{backend.kind} runs the model on {engine.device}, in {engine.precision}"
@@ -48,7 +49,8 @@ class StatusLine:
                                   "conversation (and the draft model, if one is set)")
 
     def show_drafters(self, names: list[str]) -> None:
-        self.drafters.setText(f"drafters: {', '.join(names) or 'none'}")
+        self.drafters.setText(f"drafts: {', '.join(names) or 'none'}")
+        self.drafters.setToolTip("Where drafts come from for the next answer (Settings ▸ Drafting)")
 
     def show_rate(self, tokens_per_second: float, tau: float) -> None:
         self.rate.setText(f"{tokens_per_second:.1f} tokens/s · τ {tau:.2f}")

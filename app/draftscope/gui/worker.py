@@ -1,19 +1,19 @@
 """Running the engine off the UI thread (superqt-style worker on a QThread).
 
-``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) iterates the
-session's one answer loop (``ChatSession.stream``, which also keeps the answer in the history) and
-reports through signals carrying plain data: ``started``, ``steps`` (StepEvents batched to at most
-~30 UI updates per second), ``finished`` / ``cancelled`` (the FinalEvent and the id of the message
-it was kept as) and ``failed`` (a message); ``measure_baseline`` re-measures plain decoding speed
-and reports it with ``baseline_measured``. ``stop`` may be called from any thread: the engine
-checks the flag between steps, so an answer stops within one step.
+``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) drives the session's
+one answer loop (``ChatSession.stream``, which also keeps the answer in the history) and reports
+the job's lifecycle: ``started``, ``finished`` / ``cancelled`` (the FinalEvent and the id of the
+message it was kept as) and ``failed`` (a message). The answer itself — its steps as they come —
+is the session's to tell: views observe ``session.events`` through ``gui/session_qt.py``.
+``measure_baseline`` re-measures plain decoding speed and reports it with ``baseline_measured``.
+``stop`` may be called from any thread: the engine checks the flag between steps, so an answer
+stops within one step.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -21,7 +21,6 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
 
-UPDATE_INTERVAL_S = 1 / 30
 DECODING_NICENESS = 5  # how far decoding yields the CPU to the UI thread (Linux nice levels)
 
 
@@ -49,7 +48,6 @@ def lower_decoding_priority() -> None:
 
 class GenerationWorker(QObject):
     started = Signal()
-    steps = Signal(list)  # [StepEvent, ...] since the last emission
     finished = Signal(object, object)  # FinalEvent, its message id in the history (None: not kept)
     cancelled = Signal(object, object)  # FinalEvent (the answer so far), its message id
     failed = Signal(str)
@@ -71,24 +69,16 @@ class GenerationWorker(QObject):
         request.cancel = self._cancel
         lower_decoding_priority()
         self.started.emit()
-        pending, last = [], 0.0
         try:
             for event in self.session.stream(request, keep=self.keep):
-                if isinstance(event, FinalEvent):
-                    if pending:
-                        self.steps.emit(pending)
-                    if event.finish_reason == "error":
-                        self.failed.emit(event.error or "generation failed")
-                    elif event.finish_reason == "cancel":
-                        self.cancelled.emit(event, self.session.last_kept)
-                    else:
-                        self.finished.emit(event, self.session.last_kept)
-                    return
-                pending.append(event)
-                now = time.monotonic()
-                if now - last >= UPDATE_INTERVAL_S:
-                    self.steps.emit(pending)
-                    pending, last = [], now
+                if not isinstance(event, FinalEvent):
+                    continue
+                if event.finish_reason == "error":
+                    self.failed.emit(event.error or "generation failed")
+                elif event.finish_reason == "cancel":
+                    self.cancelled.emit(event, self.session.last_kept)
+                else:
+                    self.finished.emit(event, self.session.last_kept)
         except Exception as exc:  # e.g. the prompt outgrew the context window
             self.failed.emit(str(exc))
 

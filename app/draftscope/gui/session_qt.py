@@ -1,0 +1,75 @@
+"""The Qt face of a session's and a runtime's events (``ChatSession.events``, ``Runtime.events``).
+
+Those are Qt-free and emitted on the thread where things happen: the worker thread that runs an
+answer, the learner's thread. ``SessionSignals`` re-emits them as Qt signals of an object that
+lives on the UI thread, so Qt queues them there and views connect to it as to any widget's signal.
+Steps are handed on in batches, at most ~30 a second: a view redrawn for every step of a fast
+model starves the UI thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QObject, Signal
+
+UPDATE_INTERVAL_S = 1 / 30
+
+
+class SessionSignals(QObject):
+    answer_started = Signal()  # a new answer begins (views reset)
+    steps = Signal(list)  # [StepEvent, ...] of the answer being written, since the last emission
+    answer_ended = Signal(object, object)  # FinalEvent (any finish reason), its message id (None: not kept)
+    answer_failed = Signal(str)  # the engine refused the request
+    learned = Signal(object)  # LearnedStats: the model's learned answers were re-indexed
+    notice = Signal(str)  # something the user should know (a datastore changed on disk)
+
+    def __init__(self, session, runtime=None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pending: list = []
+        self._last = 0.0
+        # psygnal holds bound methods weakly: this object, not the session, decides how long it lives
+        self._links = [(session.events.answer_started, self._on_started), (session.events.step, self._on_step),
+                       (session.events.answer_ended, self._on_ended),
+                       (session.events.answer_failed, self._on_failed)]
+        if runtime is not None:
+            self._links += [(runtime.events.learned, self._on_learned), (runtime.events.notice, self._on_notice)]
+        for signal, slot in self._links:
+            signal.connect(slot)
+
+    def disconnect_all(self) -> None:
+        """Stop hearing the session (before this object goes: a late emit must not reach it)."""
+        for signal, slot in self._links:
+            signal.disconnect(slot, missing_ok=True)
+        self._links = []
+
+    # These run on the answering thread.
+
+    def _on_started(self, _request) -> None:
+        self._pending, self._last = [], 0.0
+        self.answer_started.emit()
+
+    def _on_step(self, event) -> None:
+        self._pending.append(event)
+        now = time.monotonic()
+        if now - self._last >= UPDATE_INTERVAL_S:
+            self._flush()
+            self._last = now
+
+    def _on_ended(self, final, message_id) -> None:
+        self._flush()
+        self.answer_ended.emit(final, message_id)
+
+    def _on_failed(self, message: str) -> None:
+        self.answer_failed.emit(message)
+
+    def _on_learned(self, stats) -> None:  # the learner's thread
+        self.learned.emit(stats)
+
+    def _on_notice(self, text: str) -> None:
+        self.notice.emit(text)
+
+    def _flush(self) -> None:
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self.steps.emit(batch)
