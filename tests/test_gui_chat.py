@@ -286,3 +286,15 @@ def test_a_closed_window_lets_its_model_go(qtbot, engine, tmp_path):
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
     gc.collect()
     assert gone() is None, "the closed window's runtime is still referenced"
+
+
+def test_a_theme_switch_recolours_the_drafter_legend(qtbot, engine, tmp_path):
+    """Dark chips under light text in a dark theme: the legend shown before the switch would keep
+    light chips, and its light text on them would vanish."""
+    from draftscope.gui.chat_render import provenance_legend
+
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w.provenance_action.setChecked(True)
+    assert w.provenance_legend.text() == provenance_legend(dark=False)
+    w.set_code_style("monokai", dark=True)
+    assert w.provenance_legend.text() == provenance_legend(dark=True) != provenance_legend(dark=False)

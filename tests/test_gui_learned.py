@@ -52,7 +52,7 @@ def test_an_answer_is_learned_without_blocking_the_ui_and_drafts_the_next(qtbot,
                                                      "model": False})
     w = window_for(qtbot, model, tokenizer, tmp_path, settings, store)
     label = w.findChild(QLabel, "statusLearned")
-    assert label.text() == "learned from 400 answers, 0.6M tokens"
+    assert label.text() == "learned: 400 answers" and "from 400 answers, 0.6M tokens" in label.toolTip()
 
     lateness, last = [], [time.perf_counter()]
 
@@ -66,7 +66,7 @@ def test_an_answer_is_learned_without_blocking_the_ui_and_drafts_the_next(qtbot,
     timer.start()  # from the question on: the answer streams, then is indexed
     first = ask(qtbot, w, "Tell me something")
     started = time.perf_counter()
-    qtbot.waitUntil(lambda: label.text().startswith("learned from 401 answers"), timeout=30_000)
+    qtbot.waitUntil(lambda: label.text() == "learned: 401 answers", timeout=30_000)
     timer.stop()
     indexing_ms = (time.perf_counter() - started) * 1000
     worst = max(lateness[1:], default=0.0)
@@ -90,7 +90,7 @@ def test_learning_off_records_nothing_and_forget_clears(qtbot, model, tokenizer,
     ask(qtbot, w, "Hello")
     qtbot.wait(300)
     assert store.stats().answers == 0
-    assert w.findChild(QLabel, "statusLearned").text() == "learned from no answers yet (off)"
+    assert w.findChild(QLabel, "statusLearned").text() == "learned: none yet (off)"
 
     w.runtime.apply(dataclasses.replace(off, drafters=dict(off.drafters, learned=True)))
     w.drafters_changed()
@@ -100,6 +100,6 @@ def test_learning_off_records_nothing_and_forget_clears(qtbot, model, tokenizer,
     qtbot.waitUntil(lambda: "learned" in w.findChild(QLabel, "statusDrafters").text(), timeout=5_000)
     qtbot.waitUntil(lambda: w.forget_action.isEnabled(), timeout=5_000)
     w.forget_learned(confirm=False)
-    qtbot.waitUntil(lambda: w.findChild(QLabel, "statusLearned").text() == "learned from no answers yet",
+    qtbot.waitUntil(lambda: w.findChild(QLabel, "statusLearned").text() == "learned: none yet",
                     timeout=10_000)
     assert not (tmp_path / "learned" / "tiny.tokens").exists()

@@ -325,3 +325,26 @@ def test_metainfo_parses_and_matches_the_desktop_file():
     image = root.findtext("screenshots/screenshot/image")
     assert image.endswith("docs/screenshots/main-window.png")
     assert (ROOT / "docs" / "screenshots" / "main-window.png").is_file()
+
+
+def test_the_speedup_caption_stays_readable_across_theme_switches(qapp, restore_app):
+    """Its text is drawn in the theme's colours after a live switch (a palette set on the label by
+    hand came back as the old theme's once the new style sheet was applied: dark on dark)."""
+    from draftscope.gui.speedup_panel import SpeedupPanel
+
+    def caption_contrast(panel) -> float:
+        image = panel.caption.grab().toImage()
+        background = image.pixelColor(1, 1).lightnessF()
+        return max(abs(image.pixelColor(x, y).lightnessF() - background)
+                   for x in range(0, image.width(), 2) for y in range(0, image.height(), 2))
+
+    theme.apply_theme(qapp, "light", 11)
+    panel = SpeedupPanel()
+    panel.resize(500, 400)
+    panel.show()
+    qapp.processEvents()
+    for name in ("dark", "light", "dark"):
+        theme.apply_theme(qapp, name, 11)
+        qapp.processEvents()
+        assert caption_contrast(panel) > 0.4, name
+    panel.close()

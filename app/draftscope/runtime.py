@@ -97,11 +97,13 @@ class Runtime:
         if self.learner is not None and self.settings.drafters.get("learned", True):
             self.learner.submit(prompt_ids, answer_ids)
 
-    def learned_text(self) -> str:
-        """What the model has learned from its answers, in words ("" when it cannot learn)."""
+    def learned_text(self, *, brief: bool = False) -> str:
+        """What the model has learned from its answers, in words ("" when it cannot learn);
+        ``brief``: in few words."""
         if self.learned is None:
             return ""
-        text = self.learned.stats().describe()
+        stats = self.learned.stats()
+        text = stats.brief() if brief else stats.describe()
         return text + ("" if self.settings.drafters.get("learned", True) else " (off)")
 
     def close(self, timeout: float = 0.0) -> None:

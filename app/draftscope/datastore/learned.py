@@ -57,6 +57,11 @@ class LearnedStats:
         tokens = f"{self.tokens / 1e6:.1f}M" if self.tokens >= 100_000 else f"{self.tokens:,}"
         return f"learned from {self.answers:,} answer{'s' if self.answers != 1 else ''}, {tokens} tokens"
 
+    def brief(self) -> str:
+        """Few words, for the status bar."""
+        return f"learned: {self.answers:,} answer{'s' if self.answers != 1 else ''}" if self.answers else \
+            "learned: none yet"
+
 
 class LearnedStore:
     """One model's learned answers. Thread-safe: answers are added from the UI's callback, the

@@ -374,8 +374,9 @@ class MainWindow(QMainWindow):
         self.chat_view.set_show_provenance(on)
 
     def set_code_style(self, code_style: str, *, dark: bool) -> None:
-        """Re-highlight code for another theme."""
+        """Re-highlight code and recolour the drafter legend for another theme."""
         self.chat_view.set_code_style(code_style, dark=dark)
+        self.provenance_legend.setText(provenance_legend(dark=dark))
 
     def _baseline_of(self, message_id: int) -> float | None:
         """The plain speed a stored answer was compared with (older answers: today's figure)."""
@@ -402,7 +403,7 @@ class MainWindow(QMainWindow):
         """The runtime's drafters changed (settings, a new head, the learned answers): show them."""
         self.status.show_datastore(self.runtime.datastore_label)
         self.status.show_drafters([d.name for d in self.make_drafters()])
-        self.status.show_learned(self.runtime.learned_text())
+        self.status.show_learned(self.runtime.learned_text(brief=True), self.runtime.learned_text())
         self.forget_action.setEnabled(self.learner is not None and self.learner.store.stats().answers > 0)
 
     @property

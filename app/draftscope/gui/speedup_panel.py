@@ -402,11 +402,6 @@ class SpeedupPanel(QWidget):
         self.legend.setText(" &nbsp; ".join(
             f'<span style="white-space:nowrap"><b style="color:{colours[key].name()}">{glyph}</b>&nbsp;{series.name()}'
             "</span>" for glyph, key, series in entries))
-        muted = QColor(text)
-        muted.setAlphaF(0.72)
-        caption_palette = self.caption.palette()
-        caption_palette.setColor(QPalette.ColorRole.WindowText, muted)
-        self.caption.setPalette(caption_palette)
 
     def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name): a theme switch recolours the charts
         if event.type() == event.Type.PaletteChange:

@@ -28,9 +28,6 @@ class StatusLine:
         self.baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
                                  "and again when older than 10 minutes)")
         self.learned = QLabel(objectName="statusLearned")
-        self.learned.setToolTip("Drafts also come from this model's own past answers, which grow as you chat "
-                                "(indexed in the background). Settings ▸ Drafting turns it off; File ▸ Forget the "
-                                "learned answers clears them.")
         for label in (self.model, self.device, self.datastore, self.drafters, self.learned, self.baseline):
             bar.addWidget(label)
         self.server = QLabel(objectName="statusServer")
@@ -59,9 +56,12 @@ class StatusLine:
         self.baseline.setText("plain: measuring …" if measuring else
                               f"plain: {rate:.1f} tokens/s" if rate else "plain: not measured")
 
-    def show_learned(self, text: str) -> None:
-        self.learned.setVisible(bool(text))
-        self.learned.setText(text)
+    def show_learned(self, brief: str, full: str = "") -> None:
+        self.learned.setVisible(bool(brief))
+        self.learned.setText(brief)
+        self.learned.setToolTip(f"{(full or brief)[:1].upper()}{(full or brief)[1:]}. Drafts also come from this "
+                                "model's own past answers, which grow as you chat (indexed in the background). "
+                                "Settings ▸ Drafting turns it off; File ▸ Forget the learned answers clears them.")
 
     def show_server(self, url: str | None) -> None:
         self.server.setVisible(url is not None)
