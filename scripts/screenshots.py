@@ -1,8 +1,9 @@
 """Render the desktop app with real answers to docs/screenshots/ (offscreen Qt): the main window
 in the light and the dark theme with the inspection panels, each panel on its own, the chat with
-drafted tokens coloured, and the pages of the datastore wizard building from real files.
+drafted tokens coloured; the race of plain against speculative decoding, the settings and the
+first run's two pages; and the pages of the datastore wizard building from real files.
 
-    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|wizard]
+    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|dialogs|wizard]
 
 The model runs as the app runs it (the runtime from Settings: a GGUF on llama.cpp); drafts come
 from the default chat datastore when it was built (`draftscope datastore build-default`), the
@@ -31,7 +32,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", default="qwen2.5-coder-1.5b")
 parser.add_argument("--max-new-tokens", type=int, default=200)
 parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
-parser.add_argument("--only", choices=("window", "wizard"))
+parser.add_argument("--only", choices=("window", "dialogs", "wizard"))
+parser.add_argument("--head-model", default="smollm2-135m",
+                    help="the model the recurrent drafter's training is shown on (on torch: it reads hidden states)")
 args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
@@ -108,6 +111,78 @@ def window_shots() -> None:
     window.close()
 
 
+def dialog_shots() -> None:
+    from draftscope import catalog
+    from draftscope.gui.first_run import FirstRunDialog
+    from draftscope.gui.race import RaceDialog
+    from draftscope.gui.settings_dialog import SettingsDialog
+
+    # the race: one prompt answered plainly, then speculatively, replayed side by side at real pace
+    race = RaceDialog(runtime)
+    race.resize(1000, 600)
+    race.show()
+    # an edit of code in the prompt: the answer copies most of it, which drafts from the conversation
+    # predict (a list rewritten in another order, by contrast, is drafted wrong at every item)
+    race.race("Rename the variable `x` to `total` in this function; answer with the code only.\n\n"
+              "def summarize(orders):\n    x = 0\n    for order in orders:\n        if order.paid and not "
+              "order.refunded:\n            x += order.amount - order.discount\n    return x\n")
+    wait_until(lambda: race._running is None and race.lanes and not race.timer.isActive(), 300_000)
+    settle()
+    save(race, "race.png")
+    race.done(0)
+
+    settings = SettingsDialog(runtime.settings, learned=runtime.learned_text())
+    settings.resize(740, 420)
+    settings.show()
+    settle()
+    save(settings, "settings.png")
+    settings.done(0)
+
+    # the first run, with this model chosen (a catalogue model already downloaded, else its file)
+    first = FirstRunDialog(Settings(), settings_file=Path(tempfile.mkdtemp()) / "settings.json")
+    first.resize(640, 620)
+    first.show()
+    settle()
+    save(first, "first-run-model.png")
+    model = catalog.find(args.model)
+    if model is not None and model.fetched:
+        first.catalog_radios[model.name].setChecked(True)
+    else:
+        first.local_radio.setChecked(True)
+        first.local_path.setText(args.model)
+    first.continue_button.click()
+    wait_until(lambda: first.pages.currentIndex() == 1, 10_000)
+    settle()
+    save(first, "first-run-datastore.png")
+    first.done(0)
+
+    # training the recurrent drafter: on torch (it reads the model's hidden states), a short run
+    # from a chat file, the head written to scratch space (the user's own head stays)
+    from draftscope.engine.engine import Engine
+    from draftscope.gui.train_dialog import TrainHeadDialog
+
+    scratch = Path(tempfile.mkdtemp())
+    chats = scratch / "chats.jsonl"
+    chats.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"How do I reverse a list of {n} items in Python?"},
+        {"role": "assistant", "content": "Use slicing, `items[::-1]`, for a reversed copy, or `items.reverse()` "
+                                         "to reverse it in place."}]}) + "\n" for n in range(40)))
+    head_engine = Engine.load(args.head_model, backend="torch", dtype="float32", measure=False)
+    dialog = TrainHeadDialog(head_engine, args.head_model, out=scratch / "head.safetensors")
+    dialog.resize(600, 330)
+    dialog.show()
+    dialog.data_combo.setCurrentIndex(dialog.data_combo.findData("chat"))
+    dialog.path_edit.setText(str(chats))
+    dialog.tokens_spin.setValue(2_000)
+    trained = []
+    dialog.head_trained.connect(trained.append)
+    dialog.start()
+    wait_until(lambda: trained or dialog.error.isVisible(), 600_000)
+    settle()
+    save(dialog, "train-head.png")
+    dialog.done(0)
+
+
 def wizard_shots() -> None:
     from draftscope.gui.datastore_wizard import DatastoreWizard
 
@@ -143,5 +218,7 @@ def wizard_shots() -> None:
 
 if args.only in (None, "window"):
     window_shots()
+if args.only in (None, "dialogs"):
+    dialog_shots()
 if args.only in (None, "wizard"):
     wizard_shots()

@@ -301,3 +301,15 @@ def test_detected_devices_include_auto_and_cpu(qtbot):
     combo = w(d, QComboBox, "deviceCombo")
     items = [combo.itemData(i) for i in range(combo.count())]
     assert items[:2] == ["auto", "cpu"] and "(not available)" not in combo.currentText()
+
+
+def test_the_dialog_fits_a_small_screen(qtbot):
+    """Every tab's text wraps: no line of explanation may widen the dialog past a 1024-pixel screen
+    (the seed's hint, unwrapped, once made it 1,124 pixels wide)."""
+    from PySide6.QtWidgets import QTabWidget
+
+    dialog = open_dialog(qtbot, Settings())
+    tabs = w(dialog, QTabWidget, "settingsTabs")
+    widths = {tabs.tabText(i): tabs.widget(i).minimumSizeHint().width() for i in range(tabs.count())}
+    assert max(widths.values()) <= 800, widths
+    assert dialog.minimumSizeHint().width() <= 900 and dialog.width() <= 900, dialog.size()

@@ -144,7 +144,7 @@ class GenerationTab(QWidget):
         self.seed.setSpecialValueText("random")
         form.addRow("Seed:", row(self.seed, hint("sampled answers: the same seed writes the same answer, with or "
                                                  "without drafts; each answer shows its seed; Regenerate draws a "
-                                                 "new one"), stretch_first=False))
+                                                 "new one", wrap=True), stretch_first=False))
         self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
         self.system_prompt.setPlaceholderText("none: the model's own default")
         self.system_prompt.setMinimumHeight(100)
