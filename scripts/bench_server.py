@@ -81,7 +81,7 @@ def main(argv=None) -> int:
             same += texts["in process"] == texts["server"]
     server.stop()
     n = len(rows["server"])
-    print(f"{engine.name} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), drafters {args.drafters}, "
+    print(f"{engine.name} on {engine.backend.describe()}, drafters {args.drafters}, "
           f"{len(questions)} Spec-Bench first turns x {args.rounds} rounds, greedy, max {args.max_tokens} tokens; "
           f"Python {sys.version.split()[0]}")
     print("| path | time to first token, median ms | tokens/s, median | tokens/s, mean |")
