@@ -298,3 +298,21 @@ def test_a_theme_switch_recolours_the_drafter_legend(qtbot, engine, tmp_path):
     assert w.provenance_legend.text() == provenance_legend(dark=False)
     w.set_code_style("monokai", dark=True)
     assert w.provenance_legend.text() == provenance_legend(dark=True) != provenance_legend(dark=False)
+
+
+def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(qtbot, engine, tmp_path):
+    """At the default width a long model name, datastore and drafter list end in "…" (whole on
+    hover); the plain decoding speed and the live rate are never cut."""
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    status = w.status
+    status.model.setText("Qwen2.5-Coder-1.5B-Instruct-a-long-name-to-fit")
+    status.show_datastore("/data/datastores/sharegpt-qwen2-and-the-python-standard-library.idx")
+    status.show_drafters(["retrieval", "learned", "context", "model", "recurrent"])
+    status.show_rate(12.3, 2.5)
+    w.resize(900, 600)
+    qtbot.waitUntil(lambda: status.model.width() < status.model.fontMetrics().horizontalAdvance(status.model.text()),
+                    timeout=5000)
+    assert status.model.shown_text().endswith("…")
+    assert "retrieval, learned, context, model, recurrent" in status.drafters.toolTip()
+    for label in (status.baseline, status.rate):
+        assert label.width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()

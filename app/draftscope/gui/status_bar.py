@@ -5,7 +5,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar
+
+SHORTEST = 48  # pixels a name may shrink to before the status bar cuts it off
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that, given less room than its text needs, ends it with "…" (its whole
+    text on hover) instead of being cut mid-letter; it gives way before the labels beside it that
+    hold figures."""
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(min(SHORTEST, super().minimumSizeHint().width()), super().minimumSizeHint().height())
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        room = self.contentsRect().width()
+        if self.fontMetrics().horizontalAdvance(self.text()) <= room:
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, room)
+        painter.drawText(self.contentsRect(), int(self.alignment()), shown)
+
+    def shown_text(self) -> str:
+        """The text as drawn now (elided when the label is narrower than its text)."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
 
 
 class StatusLine:
@@ -13,21 +40,21 @@ class StatusLine:
 
     def __init__(self, bar: QStatusBar, engine) -> None:
         self.bar = bar
-        # short words: the status bar squeezes (and cuts) labels once they outgrow the window
-        self.model = QLabel(engine.name, objectName="statusModel")
+        # names give way (ending in "…") before the figures when the window is narrow
+        self.model = ElidedLabel(engine.name, objectName="statusModel")
         self.model.setToolTip(f"The model: {engine.name}")
         backend = engine.backend
-        self.device = QLabel(backend.describe(), objectName="statusDevice")
-        self.device.setToolTip(f"{backend.kind} runs the model on {engine.device}, in {engine.precision}"
-                               + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
+        self.device = ElidedLabel(backend.describe(), objectName="statusDevice")
+        self.device.setToolTip(f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, "
+                               f"in {engine.precision}" + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
                                + ". Settings ▸ Model ▸ Backend and Precision change it.")
-        self.datastore = QLabel(objectName="statusDatastore")
-        self.drafters = QLabel(objectName="statusDrafters")
+        self.datastore = ElidedLabel(objectName="statusDatastore")
+        self.drafters = ElidedLabel(objectName="statusDrafters")
         self.rate = QLabel("– tokens/s", objectName="statusTokensPerSecond")
         self.baseline = QLabel(objectName="statusBaseline")
         self.baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
                                  "and again when older than 10 minutes)")
-        self.learned = QLabel(objectName="statusLearned")
+        self.learned = ElidedLabel(objectName="statusLearned")
         for label in (self.model, self.device, self.datastore, self.drafters, self.learned, self.baseline):
             bar.addWidget(label)
         self.server = QLabel(objectName="statusServer")
@@ -47,7 +74,8 @@ class StatusLine:
 
     def show_drafters(self, names: list[str]) -> None:
         self.drafters.setText(f"drafts: {', '.join(names) or 'none'}")
-        self.drafters.setToolTip("Where drafts come from for the next answer (Settings ▸ Drafting)")
+        self.drafters.setToolTip(f"Drafts for the next answer come from: {', '.join(names) or 'nothing (plain decoding)'}"
+                                 " (Settings ▸ Drafting)")
 
     def show_rate(self, tokens_per_second: float, tau: float) -> None:
         self.rate.setText(f"{tokens_per_second:.1f} tokens/s · τ {tau:.2f}")
