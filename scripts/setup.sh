@@ -107,6 +107,10 @@ if ! "$PY" -m draftscope.engine.backends.selftest; then
     CMAKE_ARGS="${cmake_args:-${CMAKE_ARGS:-}}" "$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps \
         --no-binary llama-cpp-python "llama-cpp-python==$llama_version"
     if ! "$PY" -m draftscope.engine.backends.selftest; then
+        if [ "${DRAFTSCOPE_REQUIRE_LLAMA_CPP:-0}" != 0 ]; then  # CI (.ci/run): its tests must run
+            say "llama.cpp does not run on this CPU and DRAFTSCOPE_REQUIRE_LLAMA_CPP asks for it: stopping"
+            exit 1
+        fi
         say "llama.cpp still does not run here: uninstalling it; GGUF models will run on torch"
         "$PY" -m pip uninstall -q -y llama-cpp-python
     fi

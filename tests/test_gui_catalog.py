@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (  # noqa: E402
     QCheckBox, QComboBox, QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton, QTabWidget,
 )
 
-from draftscope.engine.backends import backend_for_gguf, llama_cpp_available  # noqa: E402
+from draftscope.engine.backends import backend_for_gguf  # noqa: E402
 from draftscope import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog  # noqa: E402
@@ -25,8 +25,36 @@ from draftscope.gui.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
 from draftscope.settings_checks import OTHER  # noqa: E402
 from draftscope.storage.settings import Settings, load_settings  # noqa: E402
+from llama_helpers import need_llama_cpp  # noqa: E402
 
 SMOL, QWEN, QWEN_SMALL = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B, catalog.QWEN_CODER_05B
+
+# Each model's shape, from its own config.json (not from the catalogue): weights, layers, KV heads, head size.
+SHAPES = {SMOL.name: (134_515_008, 30, 3, 64), QWEN.name: (1_543_714_304, 28, 2, 128),
+          QWEN_SMALL.name: (494_032_768, 24, 2, 64)}
+CONTEXT = 4096  # tokens of context the llama.cpp backend opens
+
+
+def memory_text(model, dtype: str, backend: str) -> str:
+    """The memory a catalogue model needs, in the dialogs' words, worked out here from the file size
+    and the model's shape, as CatalogModel.memory_needed's docstring states it. On torch: the weights
+    in ``dtype`` plus 25% (activations, a long chat's KV cache) plus 400 MB of runtime; on llama.cpp:
+    the file as it is, its f16 KV cache (K and V per layer, per KV head) at the context opened, and
+    250 MB of compute buffers and runtime. E.g. Qwen 1.5B: 8.1 GB in float32, 4.3 GB in bfloat16,
+    1.5 GB on llama.cpp (1,117,320,768 + 28·2·2·128·2·4096 + 250,000,000 bytes)."""
+    weights, layers, kv_heads, head = SHAPES[model.name]
+    if backend == "llama.cpp":
+        need = model.size + layers * 2 * kv_heads * head * 2 * CONTEXT + 250_000_000
+    else:
+        need = weights * {"float32": 4, "bfloat16": 2, "float16": 2}[dtype] * 5 // 4 + 400_000_000
+    return f"{need / 1e9:.1f} GB"
+
+
+def test_the_memory_worked_out_here_matches_figures_done_by_hand():
+    """The helper above is right (so that the dialogs' tests below hold memory_needed to it)."""
+    assert [memory_text(m, "float32", "torch") for m in (SMOL, QWEN, QWEN_SMALL)] == ["1.1 GB", "8.1 GB", "2.9 GB"]
+    assert [memory_text(m, "bfloat16", "torch") for m in (SMOL, QWEN, QWEN_SMALL)] == ["0.7 GB", "4.3 GB", "1.6 GB"]
+    assert [memory_text(m, "", "llama.cpp") for m in (SMOL, QWEN, QWEN_SMALL)] == ["0.4 GB", "1.5 GB", "0.8 GB"]
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +142,7 @@ def test_first_run_lists_the_catalogue_with_sizes_memory_and_state(qtbot):
         radio = w(dialog, QRadioButton, f"catalogRadio-{model.name}")
         note = w(dialog, QLabel, f"catalogNote-{model.name}").text()
         assert radio.text().startswith(model.title) and radio.isVisible()
-        memory = f"{model.memory_needed(dtype, backend) / 1e9:.1f} GB"
+        memory = memory_text(model, dtype, backend)
         how = "llama.cpp" if backend == "llama.cpp" else dtype
         assert size in note and f"needs about {memory} of memory ({how})" in note and state in note, note
         assert model.good_for.split(";")[0].lower() in note.lower()
@@ -234,20 +262,27 @@ def test_settings_list_the_catalogue_and_other(qtbot):
     dtype = d.dtype_name()
     backend = backend_for_gguf("auto", "auto")  # what a GGUF opens on here
     texts = [combo.itemText(i) for i in range(combo.count())]
-    assert texts[0] == f"{SMOL.title} · 98 MB · {SMOL.memory_needed(dtype, backend) / 1e9:.1f} GB memory · downloaded"
-    assert texts[1] == (f"{QWEN.title} · 1.12 GB · {QWEN.memory_needed(dtype, backend) / 1e9:.1f} GB memory · "
-                        "not downloaded")
+    assert texts[0] == f"{SMOL.title} · 98 MB · {memory_text(SMOL, dtype, backend)} memory · downloaded"
+    assert texts[1] == f"{QWEN.title} · 1.12 GB · {memory_text(QWEN, dtype, backend)} memory · not downloaded"
     assert texts[3].startswith("Other")
     assert not w(d, QPushButton, "downloadModelButton").isVisible()
     choose(combo, OTHER)
     assert w(d, QLineEdit, "modelEdit").isVisible() and w(d, QPushButton, "browseModelGgufButton").isVisible()
-    # the memory follows the precision on torch, and on llama.cpp is the file and its KV cache
+    # the memory follows the precision on torch
     choose(w(d, QComboBox, "backendCombo"), "torch")
+    for dtype in ("bfloat16", "float32"):
+        choose(w(d, QComboBox, "dtypeCombo"), dtype)
+        assert f" · {memory_text(QWEN, dtype, 'torch')} memory · " in combo.itemText(1), (dtype, combo.itemText(1))
+
+
+def test_settings_memory_on_llama_cpp_is_the_file_and_its_kv_cache(qtbot):
+    need_llama_cpp()  # without it a GGUF opens on torch, and the torch figure is shown
+    d = settings_dialog(qtbot, Settings())
+    combo = w(d, QComboBox, "modelCombo")
     choose(w(d, QComboBox, "dtypeCombo"), "bfloat16")
-    assert f"{QWEN.memory_needed('bfloat16') / 1e9:.1f} GB memory" in combo.itemText(1)
-    if llama_cpp_available():
-        choose(w(d, QComboBox, "backendCombo"), "llama.cpp")
-        assert f"{QWEN.memory_needed('bfloat16', 'llama.cpp') / 1e9:.1f} GB memory" in combo.itemText(1)
+    choose(w(d, QComboBox, "backendCombo"), "llama.cpp")
+    for i, model in enumerate((SMOL, QWEN, QWEN_SMALL)):
+        assert f" · {memory_text(model, '', 'llama.cpp')} memory · " in combo.itemText(i), combo.itemText(i)
 
 
 def test_draft_models_offered_for_qwen_and_why_smollm2_is_not(qtbot):

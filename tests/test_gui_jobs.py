@@ -111,3 +111,99 @@ def test_closing_mid_job_ends_the_thread_without_late_callbacks(qtbot, dialog):
     assert not runner.running and not runner.start(job), "a closed runner starts nothing"
     qtbot.wait(200)
     assert heard.done == [] and heard.failed == [], "nothing reaches a closed dialog"
+
+
+@pytest.fixture
+def short_shutdown(monkeypatch):
+    """Threads end after at most 0.3 s of waiting (the code waits up to 10 s for a job to heed its
+    cancel); a wait asked to be shorter, or forever, is left as asked."""
+    from draftscope.gui.worker import WorkerThread
+
+    shutdown = WorkerThread.shutdown
+
+    def short(self, timeout_ms=5000):
+        shutdown(self, min(timeout_ms, 300) if timeout_ms >= 0 else timeout_ms)
+
+    monkeypatch.setattr(WorkerThread, "shutdown", short)
+
+
+def test_closing_mid_job_that_ignores_its_cancel_neither_hangs_nor_aborts(qtbot, dialog, short_shutdown):
+    """A job deaf to Cancel (a blocking read, a C library call): close returns once the wait is up,
+    the thread runs on in _STRAGGLERS (a QThread destroyed while running aborts the process), and
+    what the job says or returns afterwards never reaches the closed dialog."""
+    from draftscope.gui import jobs
+
+    heard = Heard()
+    runner = heard.runner(dialog)
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def job(report, status, cancel):
+        started.set()
+        release.wait(4)  # ignores the cancel; ends when the test lets it (or, whatever happens, within 4 s)
+        report(0.9)
+        status("still here")
+        ended.set()
+        return "late"
+
+    runner.start(job)
+    assert started.wait(5)
+    worker_thread = runner._thread  # held here too, so a thread the runner dropped cannot abort the run
+    try:
+        t = time.monotonic()
+        runner.close()
+        took = time.monotonic() - t
+        assert took < 2, f"close waited {took:.1f} s for a job that ignores its cancel"
+        assert not ended.is_set() and worker_thread.thread.isRunning(), "the job still runs"
+        assert worker_thread in jobs._STRAGGLERS, "the running thread is kept alive, not destroyed"
+        assert not runner.running and runner.cancelled
+        release.set()
+        assert ended.wait(5)
+        assert worker_thread.thread.wait(5000), "the straggler's thread ends with its job"
+        qtbot.wait(300)  # several poll intervals
+        assert (heard.progress, heard.status, heard.done, heard.failed) == ([], [], [], []), \
+            "nothing reaches a closed dialog"
+    finally:
+        release.set()
+        worker_thread.thread.wait(5000)
+        if worker_thread in jobs._STRAGGLERS:
+            jobs._STRAGGLERS.remove(worker_thread)
+
+
+def test_quitting_the_application_closes_a_runner_whose_dialog_stayed_open(qtbot, dialog, monkeypatch):
+    """The runner closes itself on QApplication.aboutToQuit: the job is cancelled and its thread
+    ends though the dialog was never closed. (A stand-in application: emitting the real
+    aboutToQuit would reach every window and server the other tests left connected to it.)"""
+    from PySide6.QtCore import QObject, Signal
+
+    from draftscope.gui import jobs
+
+    class App(QObject):
+        aboutToQuit = Signal()
+
+    app = App()
+    monkeypatch.setattr(jobs, "QApplication", type("QApplication", (), {"instance": staticmethod(lambda: app)}))
+    heard = Heard()
+    runner = heard.runner(dialog)
+    started, stopped = threading.Event(), threading.Event()
+
+    def job(report, status, cancel):
+        started.set()
+        deadline = time.monotonic() + 4
+        while not cancel.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stopped.set()
+        return "late"
+
+    runner.start(job)
+    assert started.wait(5)
+    worker_thread = runner._thread
+    app.aboutToQuit.emit()
+    try:
+        assert stopped.is_set() and runner.cancelled, "the quit cancelled the job"
+        assert not runner.running and worker_thread.thread.isFinished(), "and ended its thread"
+        assert not runner.start(job), "a closed runner starts nothing"
+        qtbot.wait(200)
+        assert heard.done == [] and heard.failed == []
+    finally:
+        runner.close()
+        worker_thread.thread.wait(5000)

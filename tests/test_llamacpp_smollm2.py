@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from llama_helpers import need_llama_cpp
 
-pytest.importorskip("llama_cpp")
+need_llama_cpp()  # a skip where llama-cpp-python is missing, a failure where CI requires it
 
 from draftscope.draft_tree import DraftTree  # noqa: E402
 from draftscope.engine.backends.base import chain_tree  # noqa: E402

@@ -13,6 +13,7 @@ from draftscope.engine.models import resolve_model
 from draftscope.local_models import find_local_models
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
+from llama_helpers import need_llama_cpp
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ def test_an_ollama_blob_opens_by_its_path_under_its_name(home):
 
 
 def test_an_ollama_model_answers_on_llama_cpp(home):
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from draftscope.engine.engine import Engine, GenerationRequest
 
     blob = next(m.path for m in find_local_models() if m.app == "Ollama")

@@ -4,6 +4,7 @@ model or damaged, and the CLI. Sampling exactness is in test_engine_exactness.py
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -326,3 +327,40 @@ def test_a_beam_that_drafts_an_end_token_stops_there(model):
     tree = beams_to_tree(paths, scores, 16)
     assert (best,) in {tuple(tree.token_path(i)) for i in range(len(tree))}
     assert end_rows(head, {1}) is None, "token 1 is not in this head's vocabulary"
+
+
+def test_a_head_on_a_llama_cpp_model_is_left_out_saying_why(model, tokenizer_dir, tmp_path, capsys):
+    """The head reads the model's hidden state, which llama.cpp does not give: the model still
+    loads (the window), with a notice naming why and the way out (the torch backend); the command
+    line, asked for the head, refuses with the same reason."""
+    from gguf_fixtures import write_tiny_gguf
+    from llama_helpers import need_llama_cpp
+
+    from draftscope.runtime import load_runtime
+    from draftscope.storage import Settings
+
+    need_llama_cpp()
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", model, tokenizer_dir)
+    head = save_head(RecurrentHead.for_target(model, torch.arange(10), layers=1), tmp_path / "head",
+                     target=target_identity(model, "tiny"))
+    assert RecurrentSetup.load(head, model) is not None, "a head this model can use on torch"
+    settings = Settings(model=str(gguf), backend="llama.cpp", max_new_tokens=4)
+    why = r"hidden state, which the llama\.cpp backend does not give.*Backend ▸ torch \(or --backend torch\)"
+
+    runtime = load_runtime(settings, head=head)
+    try:
+        assert runtime.engine.backend.kind == "llama.cpp" and not runtime.engine.backend.gives_hidden
+        assert runtime.recurrent is None and "recurrent" not in runtime.drafter_setup.names
+        [notice] = [n for n in runtime.notices if "ecurrent" in n]
+        assert notice.startswith("Recurrent drafter not used: the head reads the model's hidden state"), notice
+        assert re.search(why, notice), notice
+        assert runtime.use_head(head).startswith("Recurrent drafter not used: the head reads"), "nor later (the GUI)"
+    finally:
+        runtime.engine.backend.close()
+
+    with pytest.raises(HeadError, match=why):
+        load_runtime(settings, head=head, strict=True)
+    assert main(["generate", "hi", "--model", str(gguf), "--backend", "llama.cpp", "--head", str(head),
+                 "--max-new-tokens", "4"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"draftscope: error: the head reads the model's hidden state.*--backend torch", err), err

@@ -177,3 +177,40 @@ def test_views_hear_of_notices_from_the_runtime(engine, tokenizer, tmp_path):
     os.replace(tmp_path / "b.idx", store)
     session.run(session.request(), keep=False)
     assert len(heard) == 1 and "a.idx changed on disk" in heard[0], heard
+
+
+def test_a_cancelled_answer_is_not_learned_a_finished_one_is(engine, tmp_path):
+    """Only answers that ended (end token, length, stop string) reach the model's learned answers: a
+    stopped answer is cut anywhere, and drafting its cut-off ending later would teach the wrong
+    continuation. Through the one answer loop, into a real learned store."""
+    import threading
+
+    from draftscope.datastore.learned import LearnedStore
+    from draftscope.engine.events import FinalEvent
+
+    runtime = Runtime(Settings(drafters=dict(OFF, learned=True), max_new_tokens=8), engine)
+    runtime.learned = LearnedStore("tiny", engine.vocab, tmp_path)
+    runtime.start_learning()
+    try:
+        session = ChatSession(runtime)
+        session.say("hello")
+        cancel = threading.Event()
+        events = []
+        for ev in session.stream(session.request(cancel=cancel, drafters=[])):
+            events.append(ev)
+            cancel.set()  # Stop, once the first step is shown
+        stopped = events[-1]
+        assert isinstance(stopped, FinalEvent) and stopped.finish_reason == "cancel", stopped.finish_reason
+        assert len(events) == 2 and stopped.token_ids and stopped.text.strip(), "a step was made: text to learn"
+        assert runtime.learner.wait_idle(10)
+        assert runtime.learned.stats().answers == 0, "the cancelled answer was learned"
+
+        session.rewind()
+        finished = session.run(session.request(drafters=[]))
+        assert finished.finish_reason == "length" and len(finished.token_ids) == 8
+        assert runtime.learner.wait_idle(10)
+        assert runtime.learned.stats().answers == 1, "the finished answer is learned, and it alone"
+        [learned] = runtime.learned.read_answers()
+        assert learned.tolist()[-len(finished.token_ids):] == list(finished.token_ids)
+    finally:
+        runtime.close(5)

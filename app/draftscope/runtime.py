@@ -75,8 +75,9 @@ class Runtime:
         from draftscope.drafter_factory import setup_drafters
 
         path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
+        # the model drafter stops at the draft model's own end tokens, whatever backend runs it
         return setup_drafters(settings.drafters, datastore=path, draft_model=self.draft_model,
-                              eos_token_id=_eos_of(self.draft_model), vocab_size=self.engine.vocab,
+                              vocab_size=self.engine.vocab,
                               learned=self.learned, recurrent=self.recurrent, tokenizer=self.engine.tokenizer,
                               notify=self.events.notice.emit)
 
@@ -152,13 +153,6 @@ class Runtime:
             self.recurrent = previous
             return f"The drafters could not be rebuilt: {exc}"
         return None
-
-
-def _eos_of(draft_model) -> int | None:
-    if draft_model is None:
-        return None
-    eos = getattr(draft_model.generation_config, "eos_token_id", None)
-    return eos[0] if isinstance(eos, (list, tuple)) else eos
 
 
 def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: bool = False,

@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     history = None if args.no_history else HistoryStore()
     app = create_app(runtime, history=history,
                      config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit,
-                                         keep_history=not args.no_history))
+                                         keep_history=not args.no_history, budget=args.budget))
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)"
           + ("; an API key is required" if api_key else ""), file=sys.stderr)
     serve(app, args.host, args.port)

@@ -83,12 +83,7 @@ class Launcher(QObject):
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.progress.hide()
         self.loader_thread.shutdown()
-        try:
-            notes = list(runtime.drafter_setup.notes)
-        except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: answer without it
-            runtime.settings = dataclasses.replace(runtime.settings,
-                                                   drafters=dict(runtime.settings.drafters, retrieval=False))
-            notes = [f"Retrieval drafts are off: the datastore could not be opened: {exc}"]
+        notes = _drafter_notes(runtime)
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
         self.window = MainWindow(runtime, self.history, code_style=code_style(theme), dark=theme == "dark")
@@ -270,3 +265,21 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
         launcher.loader.failed.connect(failed)
     launcher.start()
     return app.exec()
+
+
+def _drafter_notes(runtime) -> list[str]:
+    """The runtime's drafter notes, once its drafters could be set up: a datastore that cannot be
+    opened turns retrieval off; anything else that fails turns drafting off (the model still
+    answers, plainly), and the note names what failed."""
+    try:
+        return list(runtime.drafter_setup.notes)
+    except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: answer without it
+        first = exc
+    settings = runtime.settings
+    runtime.settings = dataclasses.replace(settings, drafters=dict(settings.drafters, retrieval=False))
+    try:
+        return [f"Retrieval drafts are off: the datastore could not be opened: {first}",
+                *runtime.drafter_setup.notes]
+    except Exception as exc:  # noqa: BLE001 - not the datastore: answer plainly, saying why
+        runtime.settings = dataclasses.replace(settings, drafters={name: False for name in settings.drafters})
+        return [f"Drafting is off: the drafters could not be set up: {exc}"]

@@ -10,6 +10,7 @@ model starves the UI thread.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
@@ -24,10 +25,13 @@ class SessionSignals(QObject):
     learned = Signal(object)  # LearnedStats: the model's learned answers were re-indexed
     notice = Signal(str)  # something the user should know (a datastore changed on disk)
 
-    def __init__(self, session, runtime=None, parent: QObject | None = None) -> None:
+    def __init__(self, session, runtime=None, parent: QObject | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: seconds, for the batching (a test's own clock)."""
         super().__init__(parent)
         self._pending: list = []
-        self._last = 0.0
+        self._clock = clock
+        self._last: float | None = None  # when steps were last handed on (None: not yet in this answer)
         # psygnal holds bound methods weakly: this object, not the session, decides how long it lives
         self._links = [(session.events.answer_started, self._on_started), (session.events.step, self._on_step),
                        (session.events.answer_ended, self._on_ended),
@@ -46,13 +50,13 @@ class SessionSignals(QObject):
     # These run on the answering thread.
 
     def _on_started(self, _request) -> None:
-        self._pending, self._last = [], 0.0
+        self._pending, self._last = [], None
         self.answer_started.emit()
 
     def _on_step(self, event) -> None:
         self._pending.append(event)
-        now = time.monotonic()
-        if now - self._last >= UPDATE_INTERVAL_S:
+        now = self._clock()
+        if self._last is None or now - self._last >= UPDATE_INTERVAL_S:  # the first step shows at once
             self._flush()
             self._last = now
 

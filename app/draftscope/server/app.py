@@ -46,6 +46,7 @@ class ServerConfig:
     api_key: str | None = None
     queue_limit: int = 8  # requests that may wait behind the one answering
     keep_history: bool = True  # store answers in the history (when a store is given)
+    budget: int | None = None  # draft nodes per step (None: adaptive), as `draftscope serve --budget`
 
 
 class Answerer:
@@ -168,7 +169,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
         params = sampling_from(runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p,
                                seed=sampling.seed)
         gen = session.request(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens, sampling=params,
-                              stop=sampling.stop)
+                              stop=sampling.stop, budget=answerer.config.budget)
         events = answerer.events(session, gen)
         if not stream:
             try:

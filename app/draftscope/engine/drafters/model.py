@@ -73,7 +73,9 @@ class ModelDrafter:
             model = TorchBackend(model, None, name="draft model")
         self.backend = model
         self.max_tokens = max_tokens
-        self.eos_token_id = eos_token_id
+        # a draft ends where the draft model ends its answers: its backend knows its own end tokens
+        # (generation config and tokenizer on torch, end-of-generation tokens on llama.cpp)
+        self.stop_ids = set(getattr(model, "eos_ids", ())) | ({eos_token_id} if eos_token_id is not None else set())
         self.cached: list[int] = []  # tokens whose keys/values the draft model holds
         self.sampling = SamplingParams()
         self.noise: PositionNoise | None = None
@@ -114,7 +116,7 @@ class ModelDrafter:
             tok = choose(probs, [len(context) + k], self.noise)[0]
             drafted.append(tok)
             rows.append(row)
-            if tok == self.eos_token_id or k + 1 == n:
+            if tok in self.stop_ids or k + 1 == n:
                 break
             row = backend.verify(tok, DraftTree.empty()).logits[-1:]
             backend.commit([])
