@@ -124,3 +124,19 @@ def test_the_window_opens_with_a_gguf_draft_model_and_drafts_with_it(qtbot, file
     assert final.error is None and final.stats.accepted_by_source.get("model", 0) > 0, final.stats
     window.close()
     launcher.server.stop()
+
+
+def test_a_draft_ends_at_the_draft_models_own_end_token(files, tokenizer):
+    """The model drafter stops drafting where its draft model would end the answer (llama.cpp's
+    end-of-generation tokens for a GGUF draft model): drafting past it is wasted verify work."""
+    runtime = load_runtime(settings_for(files), strict=True)
+    try:
+        ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+        [drafter] = runtime.make_drafters()
+        free = drafter.propose(ids, 6)
+        assert len(free) == 6
+        runtime.draft_model.eos_ids.add(int(free.tokens[2]))  # as if the third draft token ended answers
+        [drafter] = runtime.make_drafters()
+        assert drafter.propose(ids, 6).tokens.tolist() == free.tokens[:3].tolist()
+    finally:
+        runtime.close()
