@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.attention import kernel_names, step_kernels
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.tree_attention import crop_cache, keep_accepted, tree_inputs
 
@@ -40,11 +41,18 @@ class TorchBackend(Backend):
         if window and "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
             self.max_context = min(self.max_context, int(window))
         self.eos_ids = model_eos_ids(model, tokenizer)
+        # the attention kernels are chosen per step for this kind of device (engine/attention.py)
+        self.kernel_device = torch.device(self.device).type
         self._cache = None
         self._past = 0
 
     def describe(self) -> str:
         return f"torch · {self.device} · {self.precision}"
+
+    @property
+    def attention(self) -> str:
+        """The attention kernels its steps run on, in words."""
+        return kernel_names(self.kernel_device)
 
     @property
     def cached(self) -> int:
@@ -59,15 +67,17 @@ class TorchBackend(Backend):
         if len(prompt) < 2:
             return None
         pre = torch.tensor([prompt[:-1]], device=self.device)
-        out = self.model(input_ids=pre, past_key_values=self._cache, use_cache=True, logits_to_keep=1,  # logits unused
-                         output_hidden_states=want_hidden)
+        with step_kernels(self.kernel_device, tree=False):
+            out = self.model(input_ids=pre, past_key_values=self._cache, use_cache=True, logits_to_keep=1,  # logits unused
+                             output_hidden_states=want_hidden)
         return out.hidden_states[-1][0, -1] if want_hidden else None
 
     @torch.inference_mode()
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
         input_ids, positions, mask = tree_inputs(root, tree, self._past, self.device, self.dtype)
-        out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                         past_key_values=self._cache, use_cache=True, output_hidden_states=want_hidden)
+        with step_kernels(self.kernel_device, tree=mask is not None):
+            out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+                             past_key_values=self._cache, use_cache=True, output_hidden_states=want_hidden)
         return Verified(out.logits[0, :, : self.vocab], out.hidden_states[-1][0] if want_hidden else None)
 
     def commit(self, path: list[int]) -> None:

@@ -1,0 +1,46 @@
+"""Which attention kernel each step of the torch backend runs on, chosen here rather than left to
+PyTorch's per-call dispatch.
+
+On CUDA, ``scaled_dot_product_attention`` with an arbitrary (tree) mask goes to cuDNN attention,
+which builds an execution plan for every (query length, key length) it meets: on an H100 the first
+tree step at each new cache length took 0.5-1.2 s and later ones 3-4x a plain step; in a
+conversation every length is new. So tree steps run on a kernel that takes any mask and plans
+nothing per shape (the math kernel: on the same card a 64-node tree step cost 1.4x a plain step),
+and plain steps and prefill (no mask) on flash attention. Elsewhere PyTorch's own choice is kept:
+the CPU's kernels plan nothing per shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# Per device type: (plain steps and prefill, tree steps); None: PyTorch's own dispatch.
+# The lists are in order of preference; the first kernel that supports the call runs.
+KERNELS: dict[str, tuple[list[SDPBackend] | None, list[SDPBackend] | None]] = {
+    "cuda": ([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH], [SDPBackend.MATH]),
+}
+
+
+def kernels_for(device_type: str, *, tree: bool) -> list[SDPBackend] | None:
+    """The kernels a step may use on ``device_type`` ("cuda", "cpu", "mps"): ``tree`` for a step
+    whose queries carry a tree mask."""
+    plain, tree_kernels = KERNELS.get(device_type, (None, None))
+    return tree_kernels if tree else plain
+
+
+def step_kernels(device_type: str, *, tree: bool):
+    """A context in which the step's attention runs on :func:`kernels_for`'s kernels."""
+    chosen = kernels_for(device_type, tree=tree)
+    return sdpa_kernel(chosen) if chosen else contextlib.nullcontext()
+
+
+def kernel_names(device_type: str) -> str:
+    """In words, for the status bar and benchmarks: "flash / math (tree steps)" or "PyTorch's choice"."""
+    plain, tree = (kernels_for(device_type, tree=t) for t in (False, True))
+    if plain is None and tree is None:
+        return "PyTorch's attention choice"
+    name = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "mem-efficient",
+            SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cuDNN"}
+    return f"{name[plain[0]]} attention, {name[tree[0]]} for trees"
