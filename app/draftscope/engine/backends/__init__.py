@@ -74,10 +74,13 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
         opened.source = source
         return opened
     from draftscope.engine.backends.torch_backend import TorchBackend
+    from draftscope.engine.backends.torch_static import StaticTorchBackend
     from draftscope.engine.loader import load_model
 
     loaded = load_model(source, device=device, dtype=dtype)
-    opened = TorchBackend(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
+    # on CUDA a static cache whose steps replay as CUDA graphs (captured now, at load)
+    kind = StaticTorchBackend if loaded.device.type == "cuda" else TorchBackend
+    opened = kind(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
                           precision_reason=loaded.dtype_reason)
     opened.source = source
     if source.kind == "gguf":

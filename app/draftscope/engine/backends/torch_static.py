@@ -1,0 +1,110 @@
+"""The torch backend on a static KV cache (engine/static_cache.py): every step of a bucket has one
+shape, so on CUDA its forward is captured once as a CUDA graph and replayed (engine/step_graphs.py),
+and the decode loop no longer waits on Python and kernel launches. Where graphs are unavailable
+(CPU, MPS) or fail, the same steps run eagerly, and ``graphs_note`` says why."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.attention import step_kernels
+from draftscope.engine.backends.base import Verified
+from draftscope.engine.backends.torch_backend import TorchBackend
+from draftscope.engine.static_cache import BUCKETS, StaticTreeCache, additive_mask, bucket_for, step_layout
+
+TREE_ROOM = max(BUCKETS) + 1  # slots past the context's end a padded step may write
+# Every step reads the whole buffer (masked): a model's full 32k context would make each step read
+# it all, so answers get this many positions on this backend.
+STATIC_CONTEXT = 8192
+
+
+class StaticTorchBackend(TorchBackend):
+    def __init__(self, model, tokenizer, *, graphs: str | None = None, **kwargs) -> None:
+        """``graphs``: "cuda" (capture each bucket's step as a CUDA graph), "off", or "eager" (the
+        graphs' buffers replayed without a graph: for tests on a CPU); None: "cuda" on CUDA, else off."""
+        super().__init__(model, tokenizer, **kwargs)
+        self.max_context = min(self.max_context, STATIC_CONTEXT)
+        layers = int(model.config.num_hidden_layers)
+        self._cache = StaticTreeCache(layers, self.max_context + TREE_ROOM, self.device)
+        self._past = 0
+        self.graphs = None  # StepGraphs once captured
+        self.graphs_note = "eager steps (no CUDA graphs on this device)"
+        if graphs is None:
+            graphs = "cuda" if torch.device(self.device).type == "cuda" else "off"
+        if graphs != "off":
+            from draftscope.engine.step_graphs import capture
+
+            self.graphs, self.graphs_note = capture(self, replay=graphs)
+
+    def describe(self) -> str:
+        return f"{super().describe()} · static cache, {self.graphs_note}"
+
+    # ------------------------------------------------------------------ the loop's calls
+
+    @torch.inference_mode()
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+        cache = self._cache
+        self._past = cache.past = 0
+        if len(prompt) < 2:
+            return None
+        n = len(prompt) - 1
+        cache.slots = torch.arange(n, device=self.device)
+        cache.view = n  # the prompt sees itself only, causally: flash attention, no mask
+        try:
+            with step_kernels(self.kernel_device, tree=False):
+                out = self.model(input_ids=torch.tensor([prompt[:-1]], device=self.device),
+                                 position_ids=torch.arange(n, device=self.device)[None], past_key_values=cache,
+                                 use_cache=True, logits_to_keep=1, output_hidden_states=want_hidden)
+        finally:
+            cache.view = None
+        self._past = cache.past = n
+        return out.hidden_states[-1][0, -1] if want_hidden else None
+
+    @torch.inference_mode()
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        n = len(tree)
+        padded = bucket_for(n)
+        past = self._past
+        if past + padded + 1 > self._cache.max_len:
+            raise ValueError(f"the static cache holds {self._cache.max_len:,} positions: no room for this step")
+        positions, allowed, _real = step_layout(tree, past, padded)
+        ids = np.zeros(padded + 1, dtype=np.int64)
+        ids[0] = root
+        ids[1 : n + 1] = tree.tokens
+        ids[n + 1 :] = root  # padding nodes: any token will do, nothing reads their rows
+        inputs = (torch.from_numpy(ids)[None], torch.from_numpy(past + positions)[None], torch.from_numpy(allowed))
+        self._last_padded = padded
+        if self.graphs is not None and not want_hidden and padded in self.graphs.buckets:
+            logits = self.graphs.run(padded, past, *inputs)
+            return Verified(logits[: n + 1, : self.vocab].clone())
+        return self._eager_step(past, *inputs, want_hidden=want_hidden, rows=n + 1)
+
+    def _eager_step(self, past: int, ids, positions, allowed, *, want_hidden: bool = False, rows: int) -> Verified:
+        cache = self._cache
+        q = ids.shape[1]
+        cache.slots = torch.arange(past, past + q, device=self.device)
+        mask = additive_mask(allowed.to(self.device), past, cache.max_len, self.dtype)
+        with step_kernels(self.kernel_device, tree=True):
+            out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                             attention_mask=mask, past_key_values=cache, use_cache=True,
+                             output_hidden_states=want_hidden)
+        hidden = out.hidden_states[-1][0, :rows] if want_hidden else None
+        return Verified(out.logits[0, :rows, : self.vocab], hidden)
+
+    @torch.inference_mode()
+    def commit(self, path: list[int]) -> None:
+        base = self._past + 1
+        if path != list(range(len(path))):  # a chain from the first node is already in place
+            self._cache.move([base + i for i in path], list(range(base, base + len(path))))
+        self._past += 1 + len(path)
+        self._cache.past = self._past
+
+    def truncate(self, length: int) -> None:
+        self._past = min(self._past, length)  # what lies past it is masked out, and overwritten later
+        self._cache.past = self._past
+
+    def close(self) -> None:
+        self.graphs = None
+        self._cache = None

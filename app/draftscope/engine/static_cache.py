@@ -1,0 +1,101 @@
+"""A static KV cache for the torch backend, so each step's forward has the same shapes every time.
+
+Keys and values live in tensors allocated once (``max_len`` positions per layer). A step writes its
+tokens at the slots the backend names (``slots``, a tensor the model's attention layers read); the
+attention sees the whole buffer through a mask that allows the committed prefix and, for a tree,
+each node's ancestors. Tree steps are padded to a few sizes (:data:`BUCKETS`): padding nodes attend
+to the prefix and themselves, are written past the real nodes and never accepted, so every step of
+a bucket has one shape, which a CUDA graph can replay (engine/step_graphs.py). Commit moves the
+accepted nodes' entries into place and truncate only moves the end: stale entries past it are
+masked out and overwritten by later steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers.cache_utils import Cache, StaticLayer
+
+from draftscope.draft_tree import DraftTree
+
+BUCKETS = (0, 4, 8, 16, 32, 64)  # tree sizes a step is padded to (larger trees run unpadded)
+
+
+def bucket_for(nodes: int) -> int:
+    """The padded size of a tree of ``nodes`` nodes."""
+    return next((b for b in BUCKETS if b >= nodes), nodes)
+
+
+class _SlotLayer(StaticLayer):
+    """One layer's keys and values, written at the owner's current slots."""
+
+    def __init__(self, max_len: int, owner: "StaticTreeCache") -> None:
+        super().__init__(max_cache_len=max_len)
+        self.owner = owner
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys.index_copy_(2, self.owner.slots, key_states)
+        self.values.index_copy_(2, self.owner.slots, value_states)
+        view = self.owner.view
+        if view is not None:  # a prefill: the prompt alone, causally (flash attention, no mask)
+            return self.keys[:, :, :view], self.values[:, :, :view]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.owner.past
+
+    def get_mask_sizes(self, *args, **kwargs) -> tuple[int, int]:
+        view = self.owner.view
+        return (self.max_cache_len if view is None else view), 0
+
+
+class StaticTreeCache(Cache):
+    def __init__(self, layers: int, max_len: int, device) -> None:
+        super().__init__(layers=[_SlotLayer(max_len, self) for _ in range(layers)])
+        self.max_len = max_len
+        self.past = 0  # committed positions
+        self.slots = torch.zeros(1, dtype=torch.long, device=device)  # where the running step writes
+        self.view: int | None = None  # during a prefill: attention sees only the first `view` slots
+
+    def move(self, sources: list[int], targets: list[int]) -> None:
+        """Copy the entries at ``sources`` to ``targets`` in every layer (an accepted path into place)."""
+        device = self.slots.device
+        src = torch.tensor(sources, dtype=torch.long, device=device)
+        dst = torch.tensor(targets, dtype=torch.long, device=device)
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
+                layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
+
+
+def step_layout(tree: DraftTree, past: int, padded: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For [root] + ``tree`` padded to ``padded`` nodes, written at slots past .. past + padded:
+    (position offsets [q], allowed [q, q] among the step's own slots, real [q]) with q = padded + 1.
+    Padding rows see only themselves here (and the prefix, as every row does)."""
+    n, q = len(tree), padded + 1
+    positions = np.ones(q, dtype=np.int64)  # padding: any position inside the context will do
+    positions[0] = 0
+    positions[1 : n + 1] = tree.depth
+    allowed = np.eye(q, dtype=bool)
+    allowed[: n + 1, 0] = True
+    if n:
+        allowed[1 : n + 1, 1 : n + 1] = tree.ancestor_mask()
+    real = np.zeros(q, dtype=bool)
+    real[: n + 1] = True
+    return positions, allowed, real
+
+
+def additive_mask(allowed_own: torch.Tensor, past: int, max_len: int, dtype) -> torch.Tensor:
+    """[1, 1, q, max_len]: every row sees the committed prefix [0, past) and the step's own slots
+    as ``allowed_own`` [q, q] says; nothing else (stale entries, other steps' padding)."""
+    q = allowed_own.shape[0]
+    device = allowed_own.device
+    allowed = torch.zeros(q, max_len, dtype=torch.bool, device=device)
+    allowed[:, :past] = True
+    allowed[:, past : past + q] = allowed_own
+    mask = torch.zeros(q, max_len, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+

@@ -1,0 +1,141 @@
+"""The static-cache torch backend (what CUDA runs, with each tree size's step replayed as a CUDA
+graph): on the CPU, the same steps eagerly and through the graphs' fixed buffers. Its logits are
+the dynamic cache's after accepting, rejecting, switching branch, truncating and cancelling;
+trees are padded to a few sizes and the padding is never accepted nor shown; answers with drafts
+are plain decoding's (fp32, greedy and seeded); a layout that lets nodes see the padding is caught."""
+
+import numpy as np
+import pytest
+import torch
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.backends.torch_backend import TorchBackend
+from draftscope.engine.backends.torch_static import StaticTorchBackend
+from draftscope.engine.drafters import ContextDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.engine.static_cache import BUCKETS, bucket_for
+from engine_fixtures import tiny_llama
+
+PROMPT = list(range(5, 45))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_llama(len(tokenizer), seed=2, sharpen=4.0)
+
+
+def tree_of(tokens, parents):
+    depth = []
+    for p in parents:
+        depth.append(1 if p < 0 else depth[p] + 1)
+    n = len(tokens)
+    return DraftTree(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(depth, np.int32),
+                     np.ones(n, np.float32), np.full(n, DraftSource.CONTEXT, np.int8))
+
+
+def close(a, b):
+    return torch.allclose(a, b, atol=1e-4), float((a - b).abs().max())
+
+
+@pytest.mark.parametrize("graphs", ["off", "eager"], ids=["eager steps", "graph buffers"])
+@torch.inference_mode()
+def test_steps_match_the_dynamic_cache_through_accept_reject_branch_truncate_cancel(model, tokenizer, graphs):
+    dynamic = TorchBackend(model, tokenizer)
+    static = StaticTorchBackend(model, tokenizer, graphs=graphs)
+    branchy = tree_of([60, 61, 62, 63, 64, 65, 66], [-1, -1, 0, 0, 1, 4, 2])
+    script = [  # (root, tree, accepted path or "cancel" / ("truncate", length))
+        (PROMPT[-1], chain_tree([50, 51, 52]), [0, 1, 2]),  # all accepted
+        (53, chain_tree([54, 55]), []),  # all rejected
+        (56, branchy, [1, 4, 5]),  # the second branch: entries move into place
+        (57, branchy, [0, 3]),
+        (58, chain_tree([59] * 9), "cancel"),  # verified, never committed: the next step starts over
+        (58, tree_of([70 + i for i in range(20)], [-1] * 20), [7]),  # 20 nodes, padded to 32
+        ("truncate", len(PROMPT) + 3),
+        (52, chain_tree([53, 54]), [0]),
+    ]
+    for backend in (dynamic, static):
+        backend.start(PROMPT)
+    for step in script:
+        if step[0] == "truncate":
+            dynamic.truncate(step[1])
+            static.truncate(step[1])
+            continue
+        root, tree, path = step
+        a, b = dynamic.verify(root, tree).logits, static.verify(root, tree).logits
+        assert a.shape == b.shape == (len(tree) + 1, dynamic.vocab)
+        assert close(a, b)[0], (step, close(a, b)[1])
+        if path == "cancel":
+            dynamic.truncate(dynamic.cached)
+            static.truncate(static.cached)
+            continue
+        dynamic.commit(path)
+        static.commit(path)
+        assert dynamic.cached == static.cached
+    assert static.graphs is None if graphs == "off" else set(static.graphs.buckets) == set(BUCKETS)
+
+
+def test_trees_are_padded_to_a_few_sizes():
+    assert [bucket_for(n) for n in (0, 1, 4, 5, 9, 17, 33, 64, 65)] == [0, 4, 4, 8, 16, 32, 64, 64, 65]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)],
+                         ids=["greedy", "T0.9"])
+@pytest.mark.parametrize("graphs", ["off", "eager"], ids=["eager steps", "graph buffers"])
+def test_answers_with_drafts_are_plain_decodings_and_show_no_padding(model, tokenizer, params, graphs):
+    plain_engine = Engine(backend=TorchBackend(model, tokenizer))
+    static_engine = Engine(backend=StaticTorchBackend(model, tokenizer, graphs=graphs))
+    ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
+    plain = list(plain_engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params)))[-1]
+    events = list(static_engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params,
+                                                           drafters=[ContextDrafter()], budget=10)))
+    final = events[-1]
+    assert final.token_ids == plain.token_ids
+    steps = events[:-1]
+    assert sum(e.accepted for e in steps) > 0 or not params.greedy
+    for e in steps:  # what the panels and the step records see: the drafters' nodes, no padding
+        nodes = len(e.tree.tokens) if e.tree is not None else 0
+        assert nodes == e.proposed and nodes <= 10 and all(i < nodes for i in e.accepted_path)
+
+
+def test_a_layout_that_lets_nodes_see_the_padding_is_caught(model, tokenizer, monkeypatch):
+    """The identity check above can fail: padding nodes (the root's token, repeated) seen by the
+    real nodes change their logits, and the drafted answer is no longer plain decoding's."""
+    import draftscope.engine.backends.torch_static as torch_static
+    from draftscope.engine.static_cache import step_layout
+
+    def leaky(tree, past, padded):
+        positions, allowed, real = step_layout(tree, past, padded)
+        allowed[:, len(tree) + 1 :] = True  # every node also sees the padding
+        return positions, allowed, real
+
+    monkeypatch.setattr(torch_static, "step_layout", leaky)
+    ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
+    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
+        GenerationRequest(prompt_ids=ids, max_new_tokens=48)))[-1]
+    leaked = list(Engine(backend=StaticTorchBackend(model, tokenizer, graphs="off")).generate(
+        GenerationRequest(prompt_ids=ids, max_new_tokens=48, drafters=[ContextDrafter()], budget=5)))[-1]
+    assert leaked.token_ids != plain.token_ids
+
+
+def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, tokenizer, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: capture would be attempted for real")
+    backend = StaticTorchBackend(model, tokenizer, graphs="cuda")
+    assert backend.graphs is None and "CUDA graphs need a CUDA device" in backend.describe()
+
+    from draftscope.engine import step_graphs
+
+    def broken(self, padded):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(step_graphs.StepGraphs, "add", broken)
+    failed = StaticTorchBackend(model, tokenizer, graphs="eager")
+    assert failed.graphs is None and "CUDA graphs failed: RuntimeError: operation not permitted" in failed.describe()
+    ids = PROMPT[:12]
+    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
+        GenerationRequest(prompt_ids=ids, max_new_tokens=12)))[-1]
+    still = list(Engine(backend=failed).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=12,
+                                                                   drafters=[ContextDrafter()], budget=4)))[-1]
+    assert still.token_ids == plain.token_ids
