@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
                                       description=lossless.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     lossless.add_arguments(lossless_p)
     lossless_p.set_defaults(func=lambda a: lossless.run(a))
+
+    from draftscope.bench import gpu
+
+    gpu_p = bench_sub.add_parser("gpu", help="step costs on this device (GPU or CPU): verify curve, worst step, "
+                                 "plain vs HF generate, the oracle's limit", description=gpu.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    gpu.add_arguments(gpu_p)
+    gpu_p.set_defaults(func=lambda a: gpu.run(a))
     return parser
 
 

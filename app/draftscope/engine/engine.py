@@ -102,9 +102,9 @@ class Engine:
 
     def __init__(self, model=None, tokenizer=None, *, name: str = "model", device=None, backend: Backend | None = None) -> None:
         if backend is None:
-            from draftscope.engine.backends.torch_backend import TorchBackend
+            from draftscope.engine.backends import torch_backend_for
 
-            backend = TorchBackend(model, tokenizer, name=name, device=device)
+            backend = torch_backend_for(model, tokenizer, name=name, device=device)
         self.backend = backend
         self.tokenizer = backend.tokenizer
         self.name = backend.name

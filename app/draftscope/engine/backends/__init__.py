@@ -9,7 +9,7 @@ from draftscope.engine.backends.base import Backend, Verified, chain_tree
 BACKENDS = ("auto", "torch", "llama.cpp")
 
 __all__ = ["BACKENDS", "Backend", "Verified", "backend_for_gguf", "chain_tree", "choose_backend", "llama_cpp_available",
-           "open_backend"]
+           "open_backend", "torch_backend_for"]
 
 
 def llama_cpp_available() -> bool:
@@ -73,16 +73,29 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
                                  context=context or DEFAULT_CONTEXT, threads=threads)
         opened.source = source
         return opened
-    from draftscope.engine.backends.torch_backend import TorchBackend
-    from draftscope.engine.backends.torch_static import StaticTorchBackend
     from draftscope.engine.loader import load_model
 
     loaded = load_model(source, device=device, dtype=dtype)
-    # on CUDA a static cache whose steps replay as CUDA graphs (captured now, at load)
-    kind = StaticTorchBackend if loaded.device.type == "cuda" else TorchBackend
-    opened = kind(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                          precision_reason=loaded.dtype_reason)
+    opened = torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
+                               precision_reason=loaded.dtype_reason)
     opened.source = source
     if source.kind == "gguf":
         opened.precision_reason += f"; torch backend: {why}"
     return opened
+
+
+def torch_backend_for(model, tokenizer, *, cache: str = "auto", **kwargs) -> Backend:
+    """A loaded torch model as a backend. ``cache``: "static" (preallocated; on CUDA each tree
+    size's step is captured as a CUDA graph at once, here, at load), "dynamic", or "auto": static
+    on CUDA, dynamic elsewhere (where a step's launches cost little next to its work)."""
+    import torch
+
+    from draftscope.engine.backends.torch_backend import TorchBackend
+    from draftscope.engine.backends.torch_static import StaticTorchBackend
+
+    if cache not in ("auto", "static", "dynamic"):
+        raise ValueError(f"unknown cache {cache!r}: choose auto, static or dynamic")
+    device = kwargs.get("device") or next(model.parameters()).device
+    if cache == "auto":
+        cache = "static" if torch.device(device).type == "cuda" else "dynamic"
+    return (StaticTorchBackend if cache == "static" else TorchBackend)(model, tokenizer, **kwargs)

@@ -1,0 +1,467 @@
+"""``draftscope bench gpu``: what the torch backend's steps cost on this device, in five sections.
+
+1. verify cost curve: one verify of [root] + a chain of 0-64 nodes, and of a 64-node wide tree,
+   over caches of each ``--contexts`` length, as ms and as a ratio to the plain (0-node) step;
+2. worst step: an answer-like run of 64-node tree steps, every cache length new (as in a
+   conversation), committing 3 nodes + the root a step: median, 99th percentile and max;
+3. plain decoding vs HF generate: Hugging Face's eager ``generate`` against the engine's plain
+   loop (``Engine.generate`` with no drafters), greedy, alternated;
+4. oracle limit: the engine with an oracle drafter replaying the plain answer (every draft right)
+   at fixed depths and with the adaptive budget: the most drafting can buy here;
+5. spec-bench: ``draftscope bench spec`` on the Spec-Bench questions (only with ``--model``).
+
+``--shape`` builds a Qwen2.5-shaped model from its published config with random weights (no
+download; the GPU machines have no network), sharpened so that greedy answers are not near-ties
+and the oracle's drafts are accepted in bf16 too (see ``shape_model``). It has no tokenizer and needs
+none: prompts are seeded random token ids, fed to the engine directly. Random weights measure
+costs, not acceptance. Every time is the median of ``--reps`` runs after warm-ups, read after
+synchronising the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from draftscope.commands import argtypes
+
+SECTIONS = {"verify": "verify cost curve", "worst": "worst step", "plain": "plain decoding vs HF generate",
+            "oracle": "oracle limit", "spec-bench": "spec-bench"}
+# Qwen2.5 shapes from the published configs (the instruct and coder models share them); tiny, with
+# Qwen's vocabulary and two small layers, is for dry runs and tests. All are built with their own
+# head (see shape_model): the same compute as a tied one, 0.3-0.5 GB more for the tied shapes.
+SHAPES = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
+SHARPEN = 100.0  # the embeddings' scale in a shape model (see shape_model)
+CHAINS = (0, 1, 2, 4, 8, 16, 32, 64)
+WARMUP = 2  # untimed runs before each timed series
+WORST_WARMUP = 3  # the first tree steps of section 2, reported on their own
+COMMIT = [0, 1, 2]  # nodes kept per worst-step step: a branch's first three, as an answer accepts them
+PROMPT_LEN = 128  # random-id prompt of a shape model (sections 3 and 4)
+QUESTION = "Explain how a hash table works, with a short example in Python."  # a real model's prompt
+ORACLE_DEPTHS = (3, 7, 15)
+
+
+def _contexts(text: str) -> list[int]:
+    values = [argtypes.positive_int(x) for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one context length, e.g. 256,2048")
+    return values
+
+
+def _sections(text: str) -> list[str]:
+    chosen = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in SECTIONS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(map(repr, unknown)) or '(none given)'} "
+                                         f"(choose from {', '.join(SECTIONS)})")
+    return [k for k in SECTIONS if k in chosen]  # always in the documented order
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from draftscope.bench.spec import DEFAULT_QUESTIONS
+
+    p.add_argument("--device", type=argtypes.device, default=None,
+                   help="cuda, mps or cpu (default: the best available)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--shape", choices=tuple(SHAPES), default="qwen2.5-1.5b",
+                      help="a Qwen2.5-shaped model with random weights (default: %(default)s)")
+    what.add_argument("--model", default=None, help="a real model instead: catalogue name, folder or .gguf (on torch)")
+    p.add_argument("--dtype", type=argtypes.dtype, default=None,
+                   help="default: bf16 on CUDA, fp32 elsewhere for a shape; the app's choice for --model")
+    p.add_argument("--tokens", type=argtypes.positive_int, default=128,
+                   help="new tokens per answer, and steps of the worst-step run")
+    p.add_argument("--contexts", type=_contexts, default=_contexts("256,2048"),
+                   help="cache lengths of the verify cost curve")
+    p.add_argument("--reps", type=argtypes.positive_int, default=5, help="timed repetitions of each figure")
+    p.add_argument("--cache", choices=("auto", "static", "dynamic"), default="auto",
+                   help="the torch backend's KV cache: static (CUDA graphs on CUDA), dynamic, or auto (static on "
+                   "CUDA, as the app runs); run both in one session to compare")
+    p.add_argument("--json", dest="json_out", default=None, help="also write every figure as JSON lines here")
+    p.add_argument("--sections", type=_sections, default=list(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
+    p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
+                   help="Spec-Bench question file for the spec-bench section")
+
+
+class Report:
+    """Prints the figures and, with --json, writes each as one JSON line naming its section."""
+
+    def __init__(self, path: str | None) -> None:
+        self.file = open(path, "w", encoding="utf-8") if path else None
+
+    def heading(self, key: str) -> None:
+        number = list(SECTIONS).index(key) + 1
+        print(f"\n== {number}. {SECTIONS[key]} ==", flush=True)
+
+    def line(self, text: str) -> None:
+        print(text, flush=True)
+
+    def figures(self, key: str, text: str | None = None, **data) -> None:
+        if text:
+            self.line(text)
+        if self.file:
+            self.file.write(json.dumps({"section": SECTIONS.get(key, key), **data}) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+class IdsOnly:
+    """A shape model's stand-in tokenizer: token ids go in directly, and the engine's events spell
+    each token as its number. No end token: every answer runs to --tokens."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(f" {int(i)}" for i in ids)
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def sync(device) -> None:
+    """Kernels run asynchronously on a GPU: wait for them before reading the clock."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn, device, reps: int, warm: int = WARMUP) -> float:
+    """Median milliseconds of ``fn`` over ``reps`` runs after ``warm`` untimed ones."""
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | None = None):
+    """(token ids, seconds, steps) of one answer through Engine.generate, the app's own loop."""
+    from draftscope.engine.engine import GenerationRequest
+
+    sync(engine.device)
+    t0 = time.perf_counter()
+    final = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens,
+                                                   drafters=list(drafters), budget=budget)))[-1]
+    sync(engine.device)
+    if final.finish_reason == "error":
+        raise RuntimeError(final.error)
+    return final.token_ids, time.perf_counter() - t0, final.stats.steps
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+def shape_model(shape: str, device, dtype):
+    """A Qwen2 model of ``shape`` with seeded random weights whose greedy answer walks a fixed
+    permutation of the vocabulary with a wide margin at every step.
+
+    Random weights give near-flat logits, whose argmaxes flip between a one-token and a tree
+    forward in bf16. Scaled embeddings make each position's last hidden state follow its own
+    token, and a head of those embeddings (its own weights) in a seeded shuffled order turns that
+    into a large margin for one next token. Measured on random-id positions in fp32 (the gap between
+    the two best logits over the best; bf16 resolves 0.004): the 0.5B shape followed the walk at
+    17% of positions with x10 (gaps down to 0.003) and at all with x40 (gaps at least 0.56); the
+    1.5B shape at all with x40 (0.12) and with x100 (0.70). Scaling a tied head instead (the
+    recipe in ../shared/gpu) makes the answer one token repeated."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6, bos_token_id=None,
+                         eos_token_id=None, **{**SHAPES[shape], "tie_word_embeddings": False})
+    torch.manual_seed(0)
+    with torch.device(device):  # weights made where they run: a 7B model never passes through the CPU
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.no_grad():
+        embeddings = model.get_input_embeddings().weight
+        embeddings.mul_(SHARPEN)  # the RMSNorms see no difference; the residual stream follows the token
+        order = torch.randperm(embeddings.shape[0], generator=torch.Generator().manual_seed(0))
+        model.get_output_embeddings().weight.copy_(embeddings[order.to(embeddings.device)])
+    return model.eval()
+
+
+def open_engine(args):
+    """(engine, prompt for sections 3-4): the real model as the app loads it, or a shape model."""
+    import torch
+
+    from draftscope.engine.backends import torch_backend_for
+    from draftscope.engine.engine import Engine
+    from draftscope.engine.loader import load_model, pick_device
+
+    if args.model:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+        engine = Engine(backend=torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
+                                                  cache=args.cache))
+        return engine, engine.encode_chat([{"role": "user", "content": QUESTION}])
+    device = pick_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here")
+    if args.dtype and args.dtype != "auto":
+        dtype = getattr(torch, args.dtype)
+    else:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    engine = Engine(backend=torch_backend_for(shape_model(args.shape, device, dtype), IdsOnly(), name=args.shape,
+                                              cache=args.cache))
+    prompt = np.random.default_rng(1).integers(0, engine.vocab, PROMPT_LEN).tolist()
+    return engine, prompt
+
+
+def device_name(device) -> str:
+    import torch
+
+    from draftscope.bench.spec import _cpu_name
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{_cpu_name()} ({os.cpu_count()} cores)" if device.type == "cpu" else device.type
+
+
+def header(engine, args, report: Report) -> None:
+    import torch
+    import transformers
+
+    what = f"model {args.model}" if args.model else f"shape {args.shape}"
+    report.figures("header", f"draftscope bench gpu: {what} on {device_name(engine.device)}; "
+                   f"torch {torch.__version__}, transformers {transformers.__version__}, {engine.precision}; "
+                   f"backend {engine.backend.describe()}; {time.strftime('%Y-%m-%d')}",
+                   device=device_name(engine.device), torch=torch.__version__, transformers=transformers.__version__,
+                   dtype=engine.precision, model=args.model, shape=None if args.model else args.shape,
+                   backend=engine.backend.describe(), random_weights=not args.model, tokens=args.tokens, reps=args.reps)
+    if not args.model:
+        report.line("random weights: these figures measure costs, not acceptance "
+                    f"(embeddings x{SHARPEN:g}, the head a shuffled copy: greedy answers walk a fixed permutation "
+                    "of the vocabulary; prompts are seeded random token ids: no tokenizer is needed)")
+    report.line(f"times: median of {args.reps} reps after {WARMUP} warm-ups, the device synchronised before each "
+                "clock reading")
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def wide_tree(rng, vocab: int):
+    """64 nodes: 8 children of the root, each heading a chain of 7 (branch b holds nodes 8b..8b+7)."""
+    from draftscope.draft_tree import DraftTree
+
+    parents = np.array([-1 if k == 0 else 8 * b + k - 1 for b in range(8) for k in range(8)], np.int32)
+    depth = np.array([k + 1 for _ in range(8) for k in range(8)], np.int32)
+    return DraftTree(rng.integers(0, vocab, 64).astype(np.int64), parents, depth, np.ones(64, np.float32),
+                     np.ones(64, np.int8))
+
+
+def verify_curve(engine, args, report: Report) -> None:
+    from draftscope.engine.backends import chain_tree
+
+    key, backend, rng = "verify", engine.backend, np.random.default_rng(0)
+    report.heading(key)
+    for context in args.contexts:
+        ids = rng.integers(0, engine.vocab, context).tolist()
+        backend.start(ids)
+        past = backend.cached
+        trees = {f"chain {n}": chain_tree(rng.integers(0, engine.vocab, n)) for n in CHAINS}
+        trees["wide 64 (8 x chain of 8)"] = wide_tree(rng, engine.vocab)
+        report.line(f"context {context}: ms per verify (then truncated back), ratio to the plain step; each tree at "
+                    "one cache length throughout (steady state: section 2 has new lengths)")
+        plain = None
+        for name, tree in trees.items():
+            ms = timed(lambda tree=tree: (backend.verify(ids[-1], tree), backend.truncate(past)), engine.device,
+                       args.reps)
+            plain = plain or ms
+            report.figures(key, f"  {name:<26} {ms:9.2f} ms  {ms / plain:6.2f}x", context=context, tree=name,
+                           nodes=len(tree), ms=round(ms, 3), ratio=round(ms / plain, 3), statistic="median",
+                           reps=args.reps, warmups=WARMUP)
+
+
+def worst_step(engine, args, report: Report) -> None:
+    key, backend, rng = "worst", engine.backend, np.random.default_rng(2)
+    report.heading(key)
+    start = max(args.contexts) + 1  # past every length section 1 verified a 64-node tree at
+    ids = rng.integers(0, engine.vocab, start).tolist()
+    backend.start(ids)
+    tree, root, times = wide_tree(rng, engine.vocab), ids[-1], []
+    first = backend.cached
+    for _ in range(args.tokens):
+        sync(engine.device)
+        t0 = time.perf_counter()
+        backend.verify(root, tree)
+        backend.commit(COMMIT)
+        sync(engine.device)
+        times.append((time.perf_counter() - t0) * 1000)
+        root = int(tree.tokens[COMMIT[-1]])
+    warm, rest = times[:WORST_WARMUP], np.array(times[WORST_WARMUP:] or times)
+    median, p99, worst = float(np.median(rest)), float(np.percentile(rest, 99)), float(rest.max())
+    report.line(f"{len(times)} steps of verify + commit of a 64-node tree, {1 + len(COMMIT)} tokens kept a step: "
+                f"cache {first} to {backend.cached}, every length new")
+    report.figures(key, f"  first {len(warm)} steps (warm-up): {', '.join(f'{t:.2f}' for t in warm)} ms",
+                   part="warm-up", ms=[round(t, 3) for t in warm])
+    report.figures(key, f"  the other {len(rest)}: median {median:.2f} ms, p99 {p99:.2f} ms, "
+                   f"max {worst:.2f} ms, max/median {worst / median:.2f}", part="steps", steps=len(rest),
+                   median_ms=round(median, 3), p99_ms=round(p99, 3), max_ms=round(worst, 3),
+                   max_over_median=round(worst / median, 3), first_cache=first, last_cache=backend.cached)
+
+
+def hf_generate(engine, prompt: list[int], tokens: int):
+    """(token ids, seconds) of Hugging Face's own greedy loop on the same model and prompt."""
+    import torch
+
+    eos = sorted(engine.eos_ids)
+    ids = torch.tensor([prompt], device=engine.device)
+    sync(engine.device)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = engine.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False,
+                                    temperature=None, top_p=None, top_k=None, eos_token_id=eos or None,
+                                    pad_token_id=eos[0] if eos else 0)
+    sync(engine.device)
+    return out[0, len(prompt):].tolist(), time.perf_counter() - t0
+
+
+def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
+    key = "plain"
+    report.heading(key)
+    hf_s, ours_s, hf_ids, ours_ids = [], [], None, None
+    for rep in range(1 + args.reps):  # alternated, so drift hits both alike; round 0 warms up
+        hf_ids, secs = hf_generate(engine, prompt, args.tokens)
+        if rep:
+            hf_s.append(secs)
+        ours_ids, secs, _ = answer(engine, prompt, args.tokens)
+        if rep:
+            ours_s.append(secs)
+    hf_tps, ours_tps = len(hf_ids) / statistics.median(hf_s), len(ours_ids) / statistics.median(ours_s)
+    same = hf_ids == ours_ids
+    report.line(f"prompt {len(prompt)} tokens, greedy, up to {args.tokens} new tokens; median of {args.reps} "
+                "alternated runs after 1 warm-up each, prefill included")
+    report.figures(key, f"  HF generate        {hf_tps:9.1f} tokens/s ({len(hf_ids)} tokens)", method="hf",
+                   tokens_per_s=round(hf_tps, 2), tokens=len(hf_ids))
+    report.figures(key, f"  engine plain loop  {ours_tps:9.1f} tokens/s ({len(ours_ids)} tokens)",
+                   method="engine plain", tokens_per_s=round(ours_tps, 2), tokens=len(ours_ids))
+    expected = ("expected in fp32" if engine.precision == "float32"
+                else f"{engine.precision} rounding may flip near-ties")
+    report.figures(key, f"  engine / HF: {ours_tps / hf_tps:.2f}x; token-identical: {same} ({expected})",
+                   ratio=round(ours_tps / hf_tps, 3), identical=same)
+    return ours_ids
+
+
+def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, report: Report) -> None:
+    from draftscope.engine.drafters.oracle import OracleDrafter
+
+    key = "oracle"
+    report.heading(key)
+    if plain is None:
+        plain = answer(engine, prompt, args.tokens)[0]
+    configs = {f"depth {d}": (d, d) for d in ORACLE_DEPTHS} | {"adaptive": (16, None)}  # (max depth, budget)
+    secs: dict[str, list[float]] = {name: [] for name in ["plain", *configs]}
+    out: dict[str, tuple[list[int], int]] = {}
+    for rep in range(1 + args.reps):  # each round: plain, then every configuration; round 0 warms up
+        ids, s, steps = answer(engine, prompt, args.tokens)
+        secs["plain"].append(s)
+        out["plain"] = (ids, steps)
+        for name, (depth, budget) in configs.items():
+            drafter = OracleDrafter(plain, len(prompt), max_depth=depth)
+            ids, s, steps = answer(engine, prompt, args.tokens, [drafter], budget)
+            secs[name].append(s)
+            out[name] = (ids, steps)
+    report.line(f"oracle drafts = the plain answer ({len(plain)} tokens), a chain; median of {args.reps} rounds after "
+                "1 warm-up, each round plain then every configuration")
+    plain_tps = len(out["plain"][0]) / statistics.median(secs["plain"][1:])
+    report.figures(key, f"  plain              {plain_tps:9.1f} tokens/s", config="plain",
+                   tokens_per_s=round(plain_tps, 2))
+    for name in configs:
+        ids, steps = out[name]
+        tps = len(ids) / statistics.median(secs[name][1:])
+        tau, same = len(ids) / max(steps, 1), ids == plain
+        report.figures(key, f"  {name:<18} {tps:9.1f} tokens/s  {tps / plain_tps:5.2f}x plain  "
+                       f"tau {tau:5.2f}  token-identical: {same}", config=name, tokens_per_s=round(tps, 2),
+                       speedup=round(tps / plain_tps, 3), tau=round(tau, 3), identical=same)
+
+
+def spec_bench(args, report: Report) -> int:
+    """``bench spec`` itself (its questions, methods and table), run after this run's model is gone."""
+    import tempfile
+
+    from draftscope.bench import spec
+
+    key = "spec-bench"
+    report.heading(key)
+    why = ("needs --model: random weights accept no real drafts" if not args.model else
+           None if Path(args.questions).is_file() else f"no questions at {args.questions} (pass --questions)")
+    if why:
+        report.figures(key, f"skipped: {why}", skipped=why)
+        return 0
+    parser = argparse.ArgumentParser()
+    spec.add_arguments(parser)
+    with tempfile.TemporaryDirectory(prefix="draftscope-bench-gpu-") as scratch:
+        summary = Path(scratch) / "spec.json"
+        argv = ["--model", args.model, "--questions", args.questions, "--backend", "torch",
+                "--methods", "hf,plain,context,oracle", "--max-new-tokens", str(args.tokens), "--json", str(summary)]
+        argv += ["--device", args.device] if args.device else []
+        argv += ["--dtype", args.dtype] if args.dtype else []
+        code = spec.run(parser.parse_args(argv))
+        overall = json.loads(summary.read_text())["summary"]["overall"]
+    for method, v in overall.items():
+        report.figures(key, None, method=method, **v)
+    return code
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def engine_sections(args, report: Report) -> None:
+    engine, prompt = open_engine(args)
+    longest = max(args.contexts) + 1 + args.tokens * (1 + len(COMMIT)) + 65
+    if longest > engine.max_context:
+        raise ValueError(f"--contexts and --tokens reach {longest:,} cached tokens; {engine.name} holds "
+                         f"{engine.max_context:,}")
+    header(engine, args, report)
+    plain = None
+    if "verify" in args.sections:
+        verify_curve(engine, args, report)
+    if "worst" in args.sections:
+        worst_step(engine, args, report)
+    if "plain" in args.sections:
+        plain = plain_vs_hf(engine, prompt, args, report)
+    if "oracle" in args.sections:
+        oracle_limit(engine, prompt, plain, args, report)
+    engine.backend.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    report = Report(args.json_out)
+    try:
+        if set(args.sections) - {"spec-bench"}:
+            engine_sections(args, report)
+        if "spec-bench" in args.sections:
+            gc.collect()  # this run's model is gone before bench spec loads its own
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            return spec_bench(args, report)
+    finally:
+        report.close()
+    return 0

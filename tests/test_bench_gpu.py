@@ -1,0 +1,138 @@
+"""`draftscope bench gpu` on the CPU: every section prints its figures and writes them as JSON
+lines; the tiny fp32 shape keeps the fp32 promise (plain = HF generate, oracle = plain); a real
+model folder runs the spec-bench section through `bench spec`; bad arguments are usage errors."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftscope.bench.gpu import SECTIONS
+from draftscope.cli import main
+from engine_fixtures import tiny_llama
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The tests share two cores with other work: two torch threads then wait on each other
+    (steps of 20 ms took 200 ms), one thread runs these small models at full speed."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def sections_of(out: str) -> dict[str, str]:
+    """The printed text under each numbered heading, by section name."""
+    parts = re.split(r"^== \d\. (.+) ==$", out, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def json_lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsys):
+    out_file = tmp_path / "gpu.jsonl"
+    code = main(["bench", "gpu", "--device", "cpu", "--shape", "tiny", "--tokens", "16", "--contexts", "32,64",
+                 "--reps", "2", "--json", str(out_file)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "shape tiny on " in out and "float32" in out and "backend torch · cpu · float32" in out
+    assert "random weights: these figures measure costs, not acceptance" in out
+    assert "median of 2 reps after 2 warm-ups" in out
+    text = sections_of(out)
+    assert list(text) == list(SECTIONS.values())
+
+    curve = text["verify cost curve"]
+    assert "context 32:" in curve and "context 64:" in curve
+    for tree in ("chain 0", "chain 1", "chain 8", "chain 64", "wide 64 (8 x chain of 8)"):
+        assert re.search(rf"{re.escape(tree)} +\d+\.\d+ ms +\d+\.\d+x", curve), tree
+    worst = text["worst step"]
+    assert "16 steps of verify + commit of a 64-node tree" in worst and "first 3 steps (warm-up):" in worst
+    assert re.search(r"the other 13: median [\d.]+ ms, p99 [\d.]+ ms, max [\d.]+ ms, max/median [\d.]+", worst)
+    plain = text["plain decoding vs HF generate"]
+    assert re.search(r"HF generate +[\d.]+ tokens/s \(16 tokens\)", plain)
+    assert re.search(r"engine plain loop +[\d.]+ tokens/s \(16 tokens\)", plain)
+    assert "token-identical: True (expected in fp32)" in plain
+    oracle = text["oracle limit"]
+    for config in ("depth 3", "depth 7", "depth 15", "adaptive"):
+        line = rf"{config} +[\d.]+ tokens/s +[\d.]+x plain +tau +[\d.]+ +token-identical: True"
+        assert re.search(line, oracle), config
+    assert "skipped: needs --model" in text["spec-bench"]
+
+    rows = json_lines(out_file)
+    assert {r["section"] for r in rows} == {"header", *SECTIONS.values()}
+    curve_rows = [r for r in rows if r["section"] == "verify cost curve"]
+    assert len(curve_rows) == 2 * 9 and all(r["ms"] > 0 for r in curve_rows)
+    assert all(r["ratio"] == 1.0 for r in curve_rows if r["nodes"] == 0)
+    assert {r["nodes"] for r in curve_rows} == {0, 1, 2, 4, 8, 16, 32, 64}
+    steps = next(r for r in rows if r["section"] == "worst step" and r["part"] == "steps")
+    assert steps["median_ms"] <= steps["p99_ms"] <= steps["max_ms"]
+    assert steps["last_cache"] - steps["first_cache"] == 16 * 4
+    assert next(r for r in rows if r["section"] == "plain decoding vs HF generate" and "identical" in r)["identical"]
+    oracle_rows = [r for r in rows if r["section"] == "oracle limit" and r["config"] != "plain"]
+    assert [r["config"] for r in oracle_rows] == ["depth 3", "depth 7", "depth 15", "adaptive"]
+    assert all(r["identical"] for r in oracle_rows)
+    assert [r["tau"] for r in oracle_rows[:3]] == [4.0, 8.0, 16.0]  # all drafts accepted: depth + 1 a step
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
+    folder = tmp_path_factory.mktemp("bench-gpu") / "tiny-model"
+    shutil.copytree(tokenizer_dir, folder)
+    tiny_llama(len(tokenizer), seed=1, sharpen=3.0, max_positions=8192).save_pretrained(folder)
+    return folder
+
+
+def test_a_model_folder_runs_the_spec_bench_section(model_dir, tmp_path, capsys):
+    out_file = tmp_path / "gpu.jsonl"
+    questions = str(Path(__file__).parent / "data" / "spec_bench_sample.jsonl")
+    code = main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--tokens", "12",
+                 "--contexts", "32", "--reps", "1", "--sections", "oracle,spec-bench", "--questions", questions,
+                 "--json", str(out_file)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert list(sections_of(out)) == ["oracle limit", "spec-bench"]
+    assert "random weights" not in out
+    assert "draftscope bench spec: tiny-model" in out  # bench spec's own run and table
+    rows = json_lines(out_file)
+    assert all(r["identical"] for r in rows if r["section"] == "oracle limit" and "identical" in r)
+    spec = {r["method"]: r for r in rows if r["section"] == "spec-bench"}
+    assert set(spec) == {"hf", "plain", "context", "oracle"} and spec["oracle"]["equal"] == 1
+
+
+def test_contexts_past_the_models_length_are_refused_in_words(model_dir, capsys):
+    code = main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--contexts", "9000", "--tokens", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds 8,192" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--shape", "huge"], "invalid choice: 'huge' (choose from 'tiny', 'qwen2.5-0.5b', 'qwen2.5-1.5b', 'qwen2.5-7b')"),
+    (["--sections", "verify,nope"], "unknown section(s) 'nope' (choose from verify, worst, plain, oracle, spec-bench)"),
+    (["--sections", ","], "unknown section(s) (none given)"),
+    (["--contexts", "256,x"], "not a whole number: 'x'"),
+    (["--shape", "tiny", "--model", "x"], "not allowed with argument --shape"),
+])
+def test_bad_arguments_are_usage_errors(argv, words, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "gpu", *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert words in err and "Traceback" not in err
+
+
+def test_the_static_cache_runs_the_same_sections_and_says_so(capsys):
+    """--cache static: what CUDA runs (here its steps eagerly, saying why), same identity promise."""
+    code = main(["bench", "gpu", "--device", "cpu", "--shape", "tiny", "--cache", "static", "--tokens", "12",
+                 "--contexts", "32", "--reps", "1", "--sections", "verify,plain,oracle"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "static cache, eager steps" in out
+    found = sections_of(out)
+    assert "token-identical: True" in found["plain decoding vs HF generate"]
+    assert "False" not in found["oracle limit"]
