@@ -4,7 +4,11 @@ speedup over Hugging Face ``generate``, and whether the output equals the baseli
 
 Methods: ``hf`` (baseline), ``hf-pld`` (HF prompt lookup), ``hf-assisted`` (with --draft-model),
 on the llama.cpp backend ``llama`` (the baseline: llama-cpp-python's own ``Llama`` loop on the
-same GGUF and threads) and ``llama-pld`` (its ``LlamaPromptLookupDecoding``),
+same GGUF and threads), ``llama-pld`` (its ``LlamaPromptLookupDecoding``) and llama.cpp's own
+server with its speculation types: ``llama-server`` (plain), ``llama-server-ngram-mod``
+(``--spec-default``), ``llama-server-ngram-simple``, ``llama-server-ngram-map-k`` and
+``llama-server-draft`` (with a GGUF --draft-model) — skipped, saying why, where no llama-server
+is found (bench/llama_server.py),
 ours: ``auto`` (what the app does out of the box: the settings' default drafters — retrieval from
 the default datastore, the model's learned answers, the conversation — plus the draft model when
 one is given, under the step policy), ``plain``, ``retrieval``, ``context``, ``learned``,
@@ -29,14 +33,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from draftscope.bench.llama_server import METHODS as SERVER_METHODS
 from draftscope.commands import argtypes
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
-ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "llama", "llama-pld", "auto", "auto-no-recurrent", "plain", "retrieval", "context", "learned",
+ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "llama", "llama-pld", *SERVER_METHODS, "auto", "auto-no-recurrent", "plain", "retrieval", "context", "learned",
                "recurrent", "composite", "model", "oracle"]
 NEEDS_HEAD = ("recurrent", "auto-no-recurrent")  # methods that only make sense with a recurrent head
-REFERENCES = {"torch": ("hf", "hf-pld", "hf-assisted"), "llama.cpp": ("llama", "llama-pld")}  # each backend's own loops
+REFERENCES = {"torch": ("hf", "hf-pld", "hf-assisted"),  # each backend's own loops
+              "llama.cpp": ("llama", "llama-pld", *SERVER_METHODS)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -100,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     methods = [m for m in args.methods.split(",") if m]
     if not args.draft_model:
-        methods = [m for m in methods if m not in ("hf-assisted", "model")]
+        methods = [m for m in methods if m not in ("hf-assisted", "model", "llama-server-draft")]
     unknown = sorted(set(methods) - set(ALL_METHODS))
     if unknown:
         raise ValueError(f"unknown method(s): {', '.join(unknown)} (known: {', '.join(ALL_METHODS)})")
@@ -122,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     if base not in methods:
         methods.insert(0, base)
     reference = LlamaReference(engine, args.max_new_tokens) if kind == "llama.cpp" else None
+    peers = _server_peers(methods, engine, args)
+    methods = [m for m in methods if m not in SERVER_METHODS or (peers and m in peers.servers)]
     recurrent = find_recurrent(args.model, engine, args.head)
     from draftscope.retrieval import Reader
 
@@ -201,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 if m == "llama-pld":
                     results[m] = reference.prompt_lookup(ids)
+                elif m in SERVER_METHODS:
+                    results[m] = peers.answer(m, ids)
                 elif m == "hf-pld":
                     results[m] = hf(ids, prompt_lookup_num_tokens=10)
                 elif m == "hf-assisted":
@@ -220,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{qi + 1}/{len(questions)}] {q['category']}{' (turn 2)' if turn == 2 else ''}: tok/s {line}",
                   flush=True)
 
+    if peers is not None:
+        peers.close()
     from draftscope.sysinfo import peak_rss_mb
 
     table = summarise(rows, methods, base)
@@ -233,6 +245,30 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return 0
+
+
+def _server_peers(methods: list[str], engine, args):
+    """The llama-server methods asked for, or None (saying why) where they cannot run."""
+    from draftscope.bench.llama_server import LlamaServerPeers
+
+    wanted = [m for m in methods if m in SERVER_METHODS]
+    if not wanted:
+        return None
+    draft = None
+    if "llama-server-draft" in wanted:
+        from draftscope.engine.models import resolve_model
+
+        source = resolve_model(args.draft_model)
+        if source.kind != "gguf":
+            print("llama-server-draft skipped: the draft model is not a GGUF file")
+            wanted.remove("llama-server-draft")
+        else:
+            draft = source.gguf_path
+    try:
+        return LlamaServerPeers(wanted, engine, args.max_new_tokens, draft)
+    except FileNotFoundError as exc:
+        print(f"{', '.join(wanted)} skipped: {exc}")
+        return None
 
 
 def draft_costs(rows: list[dict], methods: list[str]) -> str:
