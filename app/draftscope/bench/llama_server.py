@@ -37,10 +37,10 @@ def find_llama_server() -> tuple[str | None, str]:
     on_path = shutil.which("llama-server")
     if on_path:
         return on_path, ""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    built = cache / "draftscope" / f"llama.cpp-{VERSION}" / "bin" / "llama-server"
-    if built.is_file():
-        return str(built), ""
+    for cache in (os.environ.get("XDG_CACHE_HOME"), Path.home() / ".cache"):
+        built = Path(cache or "") / "draftscope" / f"llama.cpp-{VERSION}" / "bin" / "llama-server"
+        if cache and built.is_file():
+            return str(built), ""
     return None, "llama-server not found (build it with `bash scripts/build_llama_tools.sh`, or put it on PATH)"
 
 
