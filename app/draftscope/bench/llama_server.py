@@ -96,10 +96,8 @@ class LlamaServer:
         with urllib.request.urlopen(request, timeout=self.timeout * 10) as r:
             reply = json.loads(r.read())
         seconds = time.perf_counter() - t0
-        tokens = [int(t) for t in reply.get("tokens") or []]
-        if reply.get("stop_type") == "eos" and reply.get("tokens") is not None:
-            tokens.append(-1)  # our answers keep the EOS token; the server's stop at it (replaced below)
-        return tokens, seconds, reply.get("timings") or {}
+        # the tokens end with the end token where the answer ended there, as ours do
+        return [int(t) for t in reply.get("tokens") or []], seconds, reply.get("timings") or {}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -119,18 +117,14 @@ class LlamaServerPeers:
         if binary is None:
             raise FileNotFoundError(why)
         backend = engine.backend
-        self.eos = sorted(engine.eos_ids)
         atexit.register(self.close)  # a run that fails midway leaves no server behind
         self.servers = {m: LlamaServer(binary, m, Path(backend.path), threads=backend.threads,
                                        context=backend.max_context, max_new_tokens=max_new_tokens,
                                        draft_model=draft_model) for m in methods}
 
     def answer(self, method: str, ids: list[int]):
-        """As bench spec's methods answer: (tokens, seconds, steps, draft ms); an EOS the server
-        stopped at is given back as the model's EOS id, as our answers end."""
-        tokens, seconds, timings = self.servers[method].answer(ids)
-        if tokens and tokens[-1] == -1:
-            tokens[-1] = self.eos[0] if self.eos else tokens[-2]
+        """As bench spec's methods answer: (tokens, seconds, steps, draft ms)."""
+        tokens, seconds, _timings = self.servers[method].answer(ids)
         return tokens, seconds, None, None
 
     def close(self) -> None:
