@@ -91,11 +91,19 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", **kwargs) -> Bac
     import torch
 
     from draftscope.engine.backends.torch_backend import TorchBackend
-    from draftscope.engine.backends.torch_static import StaticTorchBackend
 
     if cache not in ("auto", "static", "dynamic"):
         raise ValueError(f"unknown cache {cache!r}: choose auto, static or dynamic")
     device = kwargs.get("device") or next(model.parameters()).device
+    wanted = cache
     if cache == "auto":
         cache = "static" if torch.device(device).type == "cuda" else "dynamic"
-    return (StaticTorchBackend if cache == "static" else TorchBackend)(model, tokenizer, **kwargs)
+    if cache == "static":
+        try:  # its cache layers build on transformers' own (5.x)
+            from draftscope.engine.backends.torch_static import StaticTorchBackend
+        except ImportError as exc:
+            if wanted == "static":
+                raise ValueError(f"the static cache needs a newer transformers: {exc}") from exc
+            return TorchBackend(model, tokenizer, **kwargs)  # an older transformers: the dynamic cache
+        return StaticTorchBackend(model, tokenizer, **kwargs)
+    return TorchBackend(model, tokenizer, **kwargs)
