@@ -57,3 +57,37 @@ def test_llama_server_answers_beside_ours(gguf, tmp_path, capsys):
     # llama.cpp's plain decoding twice over (the server's loop and llama-cpp-python's): the same
     # tokens on this F32 model, as the near-ties of a quantised one are absent
     assert all(r["equal"] for r in rows if r["method"] == "llama-server"), out
+
+
+def test_repeats_rotate_the_order_and_keep_the_median(gguf, tmp_path, capsys, monkeypatch):
+    import draftscope.bench.spec as spec_mod
+
+    calls = []
+    repeated = spec_mod.repeated
+
+    def watching(run_method, methods, repeats):
+        def run(m):
+            calls.append(m)
+            return run_method(m)
+        return repeated(run, methods, repeats)
+
+    monkeypatch.setattr(spec_mod, "repeated", watching)
+    out = tmp_path / "spec.json"
+    code = main(["bench", "spec", "--model", str(gguf), "--backend", "llama.cpp", "--questions", QUESTIONS,
+                 "--per-category", "1", "--categories", "coding", "--max-new-tokens", "16",
+                 "--methods", "llama,plain,context", "--repeats", "3", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    # three rounds, each starting one method later
+    assert calls == ["llama", "plain", "context", "plain", "context", "llama", "context", "llama", "plain"], calls
+    assert "speedup over plain" in text and "| context |" in text.split("speedup over plain")[1], text
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["method"] for r in rows} == {"llama", "plain", "context"}
+
+
+def test_the_median_of_the_rounds_is_kept():
+    from draftscope.bench.spec import repeated
+
+    times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 7.0])}
+    out = repeated(lambda m: ([1, 2], next(times[m]), None, None), ["a", "b"], 3)
+    assert out["a"][1] == 2.0 and out["b"][1] == 7.0 and out["a"][0] == [1, 2]

@@ -135,3 +135,46 @@ def test_a_slow_drafter_sits_out_while_its_drafts_do_not_pay_for_its_time(monkey
         path = [i for i in range(len(tree)) if tree.source[i] == DraftSource.MODEL][:2]
         composite.feedback(tree, path)
     assert slow.calls >= 40, slow.calls
+
+
+# Measured at load on a 2-core AVX2 box (Qwen2.5-Coder-1.5B Q4_K_M on llama.cpp): one more token
+# nearly doubles a step.
+LLAMA_CPU = {0: 0.064, 1: 0.105, 2: 0.155, 3: 0.182, 4: 0.227, 8: 0.596, 16: 0.736, 32: 1.2, 64: 2.29}
+
+
+def test_a_one_node_tree_is_learned_at_its_own_size_never_as_a_plain_step():
+    policy = StepPolicy(dict(LLAMA_CPU))
+    for _ in range(30):
+        policy.update(chain(1), [0], draft_seconds=0.001, verify_seconds=0.130, drafted=True)
+    assert abs(policy.cost(0) - LLAMA_CPU[0]) < 1e-9, "a plain step's cost moved with one-node trees"
+    assert abs(policy.cost(1) - 0.130) < 0.002
+    for _ in range(30):  # a size the curve never measured starts from its estimate, then follows the steps
+        policy.update(chain(5), [], draft_seconds=0.001, verify_seconds=0.300, drafted=True)
+    assert abs(policy.cost(5) - 0.300) < 0.003 and policy.cost(4) <= policy.cost(5)
+
+
+def test_where_one_more_token_nearly_doubles_a_step_only_near_certain_drafts_are_verified():
+    policy = StepPolicy(dict(LLAMA_CPU))
+    assert len(policy.trim(chain(8))) == 0, "an unproven datastore chain (prior 0.6 a node) cannot pay here"
+    for _ in range(40):  # the conversation's drafts are accepted whole, again and again
+        policy.calibration.observe(chain(4, DraftSource.CONTEXT), [0, 1, 2, 3])
+    kept = policy.trim(chain(8, DraftSource.CONTEXT))
+    assert len(kept) >= 3 and policy.last.reason == "tree", policy.last
+
+
+def explorations(costs, steps=300):
+    policy = StepPolicy(dict(costs))
+    verified = 0
+    for _ in range(steps):
+        tree = policy.trim(scattered(8))  # never worth a tree: only exploration verifies a node
+        verified += len(tree) > 0
+        policy.update(tree, [], draft_seconds=0.0, verify_seconds=policy.cost(len(tree)), drafted=True)
+    return verified
+
+
+def test_exploring_costs_a_small_share_of_the_time_wherever_it_runs():
+    on_cpu, flat = explorations(LLAMA_CPU), explorations(CPU_LIKE)
+    extra = (LLAMA_CPU[1] - LLAMA_CPU[0]) / LLAMA_CPU[0]  # what a wasted exploration costs, in plain steps
+    assert on_cpu * extra <= 0.04 * 300, f"{on_cpu} explorations of +{extra:.0%} each in 300 steps"
+    assert on_cpu >= 3, "drafts that start to be accepted must still be noticed"
+    assert flat >= 40, f"where a node is nearly free, exploring stays frequent ({flat} in 300 steps)"

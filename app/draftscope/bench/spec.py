@@ -73,6 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-curve", default=None, help="e.g. 0,50,200,1000: auto's speedup on held-out "
                    "ShareGPT prompts after N answers of --learn-from were learned")
     p.add_argument("--held-out", type=argtypes.positive_int, default=12, help="prompts per point of the learning curve")
+    p.add_argument("--repeats", type=argtypes.positive_int, default=1,
+                   help="run every method this many times per prompt, the order rotated each round, and "
+                        "keep the median time (a busy machine's noise is per run)")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
 
@@ -202,21 +205,26 @@ def run(args: argparse.Namespace) -> int:
         for turn, text in enumerate(turns, start=1):
             messages.append({"role": "user", "content": text})
             ids = engine.encode_chat(messages)
-            base_ids, base_t, _, _ = hf(ids)
-            results = {base: (base_ids, base_t, None, None)}
-            for m in methods:
+
+            first = {}  # the baseline's answer (the oracle drafts it): the baseline runs first in round one
+
+            def run_method(m):
                 if m == base:
-                    continue
+                    out = hf(ids)
+                    first.setdefault("ids", out[0])
+                    return out
                 if m == "llama-pld":
-                    results[m] = reference.prompt_lookup(ids)
-                elif m in SERVER_METHODS:
-                    results[m] = peers.answer(m, ids)
-                elif m == "hf-pld":
-                    results[m] = hf(ids, prompt_lookup_num_tokens=10)
-                elif m == "hf-assisted":
-                    results[m] = hf(ids, assistant_model=draft)
-                else:
-                    results[m] = ours(ids, make_drafters(m, ids, base_ids))
+                    return reference.prompt_lookup(ids)
+                if m in SERVER_METHODS:
+                    return peers.answer(m, ids)
+                if m == "hf-pld":
+                    return hf(ids, prompt_lookup_num_tokens=10)
+                if m == "hf-assisted":
+                    return hf(ids, assistant_model=draft)
+                return ours(ids, make_drafters(m, ids, first["ids"]))
+
+            results = repeated(run_method, [base, *[m for m in methods if m != base]], args.repeats)
+            base_ids, base_t = results[base][0], results[base][1]
             for m, (out, secs, steps, draft_ms) in results.items():
                 rows.append({"question_id": q["question_id"], "category": q["category"], "turn": turn, "method": m,
                              "tokens": len(out), "seconds": secs, "steps": steps, "draft_ms": draft_ms,
@@ -236,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
 
     table = summarise(rows, methods, base)
     text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods, base) + draft_costs(rows, methods)
+    if "plain" in methods and base != "plain":  # what drafting costs or gains over our own plain decoding
+        text += "\n\n" + worst_prompts(against(rows, "plain"), [m for m in methods if m not in REFERENCES[kind]], "plain")
     print(text)
     print(f"peak resident memory of this run: {peak_rss_mb():,.0f} MiB (every method's model in one process: "
           "compare memory with one method a run)")
@@ -245,6 +255,22 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     return 0
+
+
+def repeated(run_method, methods: list[str], repeats: int) -> dict:
+    """Each method run ``repeats`` times, the order rotated each round so no method always follows
+    the same one; the median time is kept (the answer is the same every time: greedy)."""
+    runs: dict[str, list] = {m: [] for m in methods}
+    for r in range(repeats):
+        shift = r % len(methods)
+        for m in methods[shift:] + methods[:shift]:
+            runs[m].append(run_method(m))
+    out = {}
+    for m, rs in runs.items():
+        secs = sorted(x[1] for x in rs)
+        median = secs[len(secs) // 2] if len(secs) % 2 else (secs[len(secs) // 2 - 1] + secs[len(secs) // 2]) / 2
+        out[m] = (rs[0][0], median, *rs[0][2:])
+    return out
 
 
 def _server_peers(methods: list[str], engine, args):
@@ -381,6 +407,18 @@ def format_table(table: dict, methods: list[str]) -> str:
             cells.append(f"{tau}{v['tokens_per_s']:.1f}/s, {v['speedup']:.2f}x{eq}")
         lines.append(f"| {cat} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def against(rows: list[dict], base: str) -> list[dict]:
+    """The rows with each speedup taken over ``base`` on the same prompt and turn."""
+    base_rate = {(r["question_id"], r.get("turn", 1)): r["tokens"] / r["seconds"]
+                 for r in rows if r["method"] == base and r["seconds"]}
+    out = []
+    for r in rows:
+        ref = base_rate.get((r["question_id"], r.get("turn", 1)))
+        speedup = (r["tokens"] / r["seconds"]) / ref if ref and r["seconds"] else None
+        out.append(dict(r, speedup=speedup))
+    return out
 
 
 def worst_prompts(rows: list[dict], methods: list[str], base: str = "hf") -> str:

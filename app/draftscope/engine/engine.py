@@ -345,6 +345,8 @@ class Engine:
             if stop_here:
                 break
 
+        if isinstance(budget, StepPolicy):  # what this answer's steps cost is the next answer's start
+            self.verify_costs = dict(budget.costs)
         elapsed = time.perf_counter() - started
         text = self.tokenizer.decode(generated, skip_special_tokens=True)
         if finish == "stop":

@@ -30,6 +30,7 @@ SHARE_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # buckets of a node's share of i
 DEPTH_EDGES = (1, 2, 4)  # depth 1, 2, 3-4, 5+
 PRIOR_WEIGHT = 4.0  # how many observations the prior (the share itself, discounted) is worth
 PRIOR_DISCOUNT = 0.6  # before evidence, a share of s is taken as a s * 0.6 chance of acceptance
+EXPLORE_SHARE = 0.03  # what exploring may cost, as a share of the time of plain steps
 
 
 def _bucket(value: float, edges) -> int:
@@ -144,10 +145,22 @@ class StepPolicy:
         return self.costs[lo] * (1 - w) + self.costs[hi] * w
 
     def _learn_cost(self, n: int, seconds: float) -> None:
-        nearest = min(self.costs, key=lambda s: abs(s - n))
-        if abs(nearest - n) <= max(1, nearest // 4):
-            self.costs[nearest] += self.smoothing * (seconds - self.costs[nearest])
-            self.costs = monotone(self.costs)
+        """Learned at the size verified, never at a neighbour's: a one-node tree learned into the plain
+        step's cost made plain steps look dear and every tree look cheap. A size not measured yet
+        starts from the curve's estimate."""
+        if n > self.max_size:
+            return
+        known = self.costs.get(n, self.cost(n))
+        self.costs[n] = known + self.smoothing * (seconds - known)
+        self.costs = monotone(self.costs)
+
+    def explore_interval(self) -> int:
+        """Steps between explorations (verifying the likeliest node when no tree pays): a wasted
+        exploration costs ``cost(1) - cost(0)``, kept to about EXPLORE_SHARE of the plain steps'
+        time, so a CPU where one more token nearly doubles a step explores rarely and a GPU where
+        it is nearly free explores every ``explore_every`` steps."""
+        extra = max(0.0, self.cost(1) - self.costs[0]) / self.costs[0]
+        return max(self.explore_every, math.ceil(extra / EXPLORE_SHARE))
 
     # ------------------------------------------------------------------ before drafting
 
@@ -200,7 +213,7 @@ class StepPolicy:
         if best_k == 0:
             self._unverified += 1
             reason = "plain: drafts cannot pay"
-            if self._unverified >= self.explore_every and order:
+            if self._unverified >= self.explore_interval() and order:
                 # Verify the likeliest node now and then: drafts that start to be accepted (a
                 # stretch the datastore knows) are only noticed if some are verified.
                 best_k, best_gain, reason = 1, 1.0 + p[order[0]], "explore"
