@@ -195,8 +195,8 @@ def steep_policy(monkeypatch):
     counts = {"trimmed": 0, "steps": 0}
     trim = StepPolicy.trim
 
-    def counting(self, tree, asked=None):
-        kept = trim(self, tree, asked)
+    def counting(self, tree, asked=None, shared=None):
+        kept = trim(self, tree, asked, shared)
         counts["steps"] += 1
         counts["trimmed"] += len(kept) < len(tree)
         return kept

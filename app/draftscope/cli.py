@@ -61,11 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --quit-after: save the main window as the screen shows it to PATH (PNG) before quitting")
     gui.set_defaults(func=_cmd_gui)
 
-    from draftscope.commands import chat, datastore, drafter, models, serve
+    from draftscope.commands import chat, datastore, drafter, models, serve, worker
 
     datastore.add_parser(sub)
     chat.add_parser(sub)
     serve.add_parser(sub)
+    worker.add_parser(sub)
     models.add_parser(sub)
     drafter.add_parser(sub)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from psygnal import Signal, SignalGroup
 
-from draftscope.storage.settings import Settings
+from draftscope.storage.settings import Settings, answer_slots
 
 # Fields whose change needs the model loaded again; DRAFTER_FIELDS only new drafters.
-RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model"})
+RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model", "workers"})
 DRAFTER_FIELDS = frozenset({"datastore", "drafters"})
 
 
@@ -121,7 +121,8 @@ class Runtime:
         precision, backend or draft model changed, or a draft model is switched on that is not loaded."""
         changed = changed_fields(self.settings, new)
         wants_draft = bool(new.drafters.get("model") and new.draft_model) and self.draft_model is None
-        return bool(changed & RELOAD_FIELDS) or (wants_draft and "drafters" in changed)
+        more_answers = self.engine.slots.size < answer_slots(new) and self.engine.backend.kind == "llama.cpp"
+        return bool(changed & RELOAD_FIELDS) or (wants_draft and "drafters" in changed) or more_answers
 
     def apply(self, new: Settings) -> list[str]:
         """Take settings that need no reload (see :meth:`needs_reload`): the drafters are rebuilt
@@ -156,11 +157,12 @@ class Runtime:
 
 
 def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: bool = False,
-                 log: Callable[[str], None] | None = None) -> Runtime:
+                 log: Callable[[str], None] | None = None, slots: int | None = None) -> Runtime:
     """Load the model the settings name, with what its answers draft with. ``head``: a recurrent
     head file (default: the app's head for the model, when one was trained). ``strict`` (the
     command line): a draft model or head asked for that cannot be used is an error; otherwise it is
-    left out and ``notices`` says why. ``log(text)`` hears of progress."""
+    left out and ``notices`` says why. ``log(text)`` hears of progress. ``slots``: answers the model
+    holds at once (default: as the settings' server asks, see ``answer_slots``)."""
     from draftscope.engine.engine import Engine
     from draftscope.engine.loader import load_draft_model
 
@@ -168,8 +170,15 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
         log(f"loading {settings.model} ...")
     device = None if settings.device == "auto" else settings.device
     dtype = None if settings.dtype == "auto" else settings.dtype
-    engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend)
+    slots = slots or answer_slots(settings)
+    from draftscope.engine.backends.rpc import parse_workers
+
+    engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
+                         workers=parse_workers(settings.workers))
     runtime = Runtime(settings, engine)
+    if slots > 1 and engine.slots.size == 1:
+        runtime.notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
+                               "wait for each other (llama.cpp decodes several in shared forwards)")
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
     if settings.draft_model and settings.drafters.get("model"):

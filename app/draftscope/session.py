@@ -176,13 +176,12 @@ class ChatSession:
                                  budget=budget, cancel=cancel, stop_strings=list(stop))
 
     def record(self, final: FinalEvent, steps: list[StepEvent] | bytes | None = None) -> int | None:
-        """Keep a finished answer (a cancelled one only if it has text); returns its message id
-        (None when nothing was kept or there is no history store)."""
-        if final.finish_reason == "error":
-            return None
+        """Keep a finished answer (a cancelled one, or one cut short by an error, only if it has
+        text: the answer so far stays); returns its message id (None when nothing was kept or there
+        is no history store)."""
         if final.finish_reason in ("eos", "length", "stop"):
             self.runtime.learn(final.prompt_tail, final.token_ids)
-        if not final.text.strip() and final.finish_reason == "cancel":
+        if not final.text.strip() and final.finish_reason in ("cancel", "error"):
             return None
         if self.history is None:
             self._memory.append(Turn("assistant", final.text))

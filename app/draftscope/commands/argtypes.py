@@ -39,6 +39,16 @@ def port(text: str) -> int:
     return value
 
 
+def parallel(text: str) -> int:
+    """Answers at once: as many as the settings allow."""
+    from draftscope.storage.settings import MAX_PARALLEL
+
+    value = _whole(text)
+    if not 1 <= value <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_PARALLEL}, got {value}")
+    return value
+
+
 def device(text: str) -> str:
     if text == "auto" or re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
         return text

@@ -35,6 +35,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
                    help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
                    "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU")
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
+                   help="llama.cpp RPC workers that take a share of the model's layers (start one with "
+                   "`draftscope worker`; RPC is unauthenticated: a trusted network only)")
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
@@ -65,21 +68,21 @@ def settings_from_args(args: argparse.Namespace):
                         top_k=args.top_k, repetition_penalty=args.repetition_penalty,
                         max_new_tokens=args.max_new_tokens, system_prompt=args.system or "",
                         seed=-1 if args.seed is None else args.seed, device=args.device or "auto",
-                        dtype=args.dtype or "auto", backend=args.backend)
+                        dtype=args.dtype or "auto", backend=args.backend, workers=args.rpc or "")
     problems = settings.problems()
     if problems:
         raise ValueError("; ".join(problems))
     return settings
 
 
-def runtime_from_args(args: argparse.Namespace):
+def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
     """The runtime for the command's options. A drafter named in ``--drafters``, a ``--draft-model``
     or a ``--head`` that cannot be used is an error naming why; what ``auto`` leaves out is a note."""
     from draftscope.runtime import load_runtime
 
     settings = settings_from_args(args)
     _switches, named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))
-    runtime = load_runtime(settings, head=args.head, strict=True, log=_err)
+    runtime = load_runtime(settings, head=args.head, strict=True, log=_err, slots=slots)
     runtime.events.notice.connect(_err)  # e.g. the datastore changed on disk between answers
     setup = runtime.drafter_setup
     missing = [n for n in named if n not in setup.names]

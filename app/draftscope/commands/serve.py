@@ -20,8 +20,10 @@ def add_parser(sub) -> None:
     p.add_argument("--port", type=argtypes.port, default=8911)
     p.add_argument("--api-key", default=None, help="clients must send 'Authorization: Bearer KEY' "
                    "(default: $DRAFTSCOPE_API_KEY; none on localhost)")
-    p.add_argument("--queue-limit", type=argtypes.count, default=8, help="requests that may wait behind the one "
-                   "being answered; more get HTTP 429")
+    p.add_argument("--parallel", type=argtypes.parallel, default=1, help="answers decoded at once (llama.cpp: "
+                   "their steps share forwards; each holds a cache of the model's context)")
+    p.add_argument("--queue-limit", type=argtypes.count, default=8, help="requests that may wait while --parallel "
+                   "are answered; more get HTTP 429")
     p.add_argument("--no-history", action="store_true", help="do not keep served answers in the app's history")
     p.set_defaults(func=cmd_serve)
 
@@ -33,13 +35,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     api_key = args.api_key or os.environ.get("DRAFTSCOPE_API_KEY") or None
     check_bind(args.host, api_key)  # before the model loads: a refusal costs nothing
-    runtime = runtime_from_args(args)
+    runtime = runtime_from_args(args, slots=args.parallel)
     engine = runtime.engine
     history = None if args.no_history else HistoryStore()
     app = create_app(runtime, history=history,
-                     config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit,
+                     config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit, parallel=args.parallel,
                                          keep_history=not args.no_history, budget=args.budget))
-    print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible; Ctrl-C stops)"
+    at_once = f"; {args.parallel} answers at once" if engine.slots.size > 1 else ""
+    print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible{at_once}; Ctrl-C stops)"
           + ("; an API key is required" if api_key else ""), file=sys.stderr)
     serve(app, args.host, args.port)
     return 0

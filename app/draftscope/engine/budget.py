@@ -27,7 +27,7 @@ class FixedBudget:
     def draft_budget(self) -> int:
         return self.size
 
-    def trim(self, tree: DraftTree, asked: int | None = None) -> DraftTree:
+    def trim(self, tree: DraftTree, asked: int | None = None, shared=None) -> DraftTree:
         return tree
 
     def update(self, tree: DraftTree, path: list[int], **_) -> None:

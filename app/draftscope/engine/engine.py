@@ -17,10 +17,12 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend
+from draftscope.engine.backends.slots import Cancelled, SlotPool
 from draftscope.engine.budget import FixedBudget, measure_verify_costs
 from draftscope.engine.policy import Calibration, StepPolicy, subtree
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, StepTree
@@ -68,6 +70,30 @@ def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
     return subtree(tree, tree.depth <= max_depth)
 
 
+def limit_leaves(tree: DraftTree, max_leaves: int | None) -> DraftTree:
+    """At most ``max_leaves`` leaves (a backend shared by several answers gives each fewer cache
+    sequences, one per leaf): nodes are kept in the tree's order, parents first, while they do not
+    add a leaf past the limit."""
+    if max_leaves is None or len(tree) == 0 or len(tree.leaves()) <= max_leaves:
+        return tree
+    keep = np.zeros(len(tree), dtype=bool)
+    is_leaf = np.zeros(len(tree), dtype=bool)
+    leaves = 0
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        if parent >= 0 and not keep[parent]:
+            continue
+        extends = parent >= 0 and is_leaf[parent]  # the parent stops being a leaf: the count holds
+        if not extends and leaves >= max_leaves:
+            continue
+        keep[i], is_leaf[i] = True, True
+        if extends:
+            is_leaf[parent] = False
+        else:
+            leaves += 1
+    return subtree(tree, keep)
+
+
 class _Detokenizer:
     """Text of each new token. The tokens since the last piece are decoded together with the few
     before them (so a leading space or a multi-byte character comes out as in the whole text); a
@@ -113,11 +139,11 @@ class Engine:
         self.max_context = backend.max_context
         self.eos_ids = backend.eos_ids
         self.verify_costs: dict[int, float] | None = None
-        # Re-entrant: an answer abandoned mid-way (its generator never closed) must not block the
-        # next one on the same thread. The backend holds one answer's cache, so an answer whose
-        # cache another one took over stops with an error instead of reading the wrong cache.
-        self.answer_lock = threading.RLock()
-        self._answers_started = 0
+        # Each answer holds a slot of the backend (its own cache) while it runs: one on a backend
+        # that holds one answer, several on llama.cpp opened with slots (their steps then share
+        # forwards). An answer abandoned mid-way on a thread (its generator never closed) gives its
+        # slot to the thread's next answer and stops with an error if resumed.
+        self.slots = SlotPool(backend)
         # What the step policy learned of each drafter's acceptance (per source), kept across answers.
         self.calibration = Calibration()
         self.drafter_gates: dict[str, dict] = {}  # which slow drafters earn their time (CompositeDrafter)
@@ -144,10 +170,11 @@ class Engine:
 
     @classmethod
     def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, backend: str = "auto",
-             measure: bool = True) -> Engine:
+             measure: bool = True, slots: int = 1, workers: list[str] | None = None) -> Engine:
         from draftscope.engine.backends import open_backend
 
-        engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype))
+        engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype, slots=slots,
+                                          workers=workers))
         if measure:
             engine.measure()
         return engine
@@ -157,6 +184,7 @@ class Engine:
     def measure(self) -> None:
         """Verify cost by tree size (for the adaptive budget) and plain tokens/s (the baseline)."""
         self.verify_costs = measure_verify_costs(self.backend)
+        self.slots.set_step_cost(self.verify_costs[0])
         self.measure_baseline()
 
     def measure_baseline(self, tokens: int = 32) -> float:
@@ -196,16 +224,25 @@ class Engine:
         if any(not 0 <= t < self.vocab for t in prompt):
             raise ValueError(f"prompt token ids must be in [0, {self.vocab})")
         try:
-            # One answer at a time whatever the face (window, server, terminal): they share the model.
-            with self.answer_lock:
-                yield from self._loop(request, prompt, _ignore_eos)
+            # Every face (window, server, terminal) shares the model: as many answers at once as it
+            # has slots, the others wait for one.
+            try:
+                backend = self.slots.acquire(request.cancel)
+            except Cancelled:
+                yield FinalEvent("cancel", "", [], MessageStats(0, 0, 0.0, 0.0, 0.0, 0.0, None))
+                return
+            try:
+                yield from self._loop(request, prompt, _ignore_eos, backend)
+            finally:
+                self.slots.release(backend)
         except PromptTooLongError:
             raise
         except Exception as exc:  # reported as an event: the GUI shows it, the answer so far stays
             yield FinalEvent("error", "", [], MessageStats(0, 0, 0.0, 0.0, 0.0, 0.0, None), error=f"{type(exc).__name__}: {exc}")
 
     @torch.inference_mode()
-    def _loop(self, request: GenerationRequest, prompt: list[int], ignore_eos: bool) -> Iterator[StepEvent | FinalEvent]:
+    def _loop(self, request: GenerationRequest, prompt: list[int], ignore_eos: bool,
+              backend: Backend) -> Iterator[StepEvent | FinalEvent]:
         params = request.sampling
         # The seed decides every token at T > 0 (with the position): kept with the answer.
         seed = None if params.greedy else (params.seed if params.seed is not None else fresh_seed())
@@ -221,7 +258,7 @@ class Engine:
             budget = FixedBudget(request.budget)
         else:
             if self.verify_costs is None:
-                self.verify_costs = measure_verify_costs(self.backend)
+                self.verify_costs = measure_verify_costs(backend)
             budget = StepPolicy(self.verify_costs, calibration=self.calibration)
         drafter = drafters[0] if len(drafters) == 1 else None
         if len(drafters) > 1:
@@ -232,8 +269,8 @@ class Engine:
         # Drafters that read the target's hidden state (the recurrent head) get it from the
         # forwards the loop runs anyway: the prefill, then each verify step.
         wants_hidden = drafter is not None and getattr(drafter, "wants_hidden", False)
-        if wants_hidden and not self.backend.gives_hidden:
-            raise ValueError(f"the recurrent drafter reads the model's hidden state, which the {self.backend.kind} "
+        if wants_hidden and not backend.gives_hidden:
+            raise ValueError(f"the recurrent drafter reads the model's hidden state, which the {backend.kind} "
                              "backend does not give: use the torch backend for it")
 
         limit = min(request.max_new_tokens, self.max_context - len(prompt))
@@ -245,9 +282,7 @@ class Engine:
         accepted_by_source: Counter = Counter()
         started = time.perf_counter()
         first_token_at = None
-        self._answers_started += 1
-        mine = self._answers_started
-        hidden = self.backend.start(prompt, want_hidden=wants_hidden)
+        hidden = backend.start(prompt, want_hidden=wants_hidden)
         if hidden is not None:
             drafter.set_hidden(hidden)
         root = prompt[-1]
@@ -256,95 +291,105 @@ class Engine:
         finish = "length"
         max_stop = max((len(s) for s in request.stop_strings), default=0)
 
-        while len(generated) < limit:
-            if request.cancel is not None and request.cancel.is_set():
-                finish = "cancel"
-                break
-            if self._answers_started != mine:
-                raise RuntimeError("another answer started on this model while this one was paused")
-            t0 = time.perf_counter()
-            size = budget.draft_budget()
-            tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
-            tree = budget.trim(prune_depth(drop_foreign_tokens(tree, self.vocab), limit - len(generated) - 1), size)
-            t1 = time.perf_counter()
-            verified = self.backend.verify(root, tree, want_hidden=wants_hidden)
-            logits = verified.logits
-            row_seen = None
-            if params.repetition_penalty != 1.0:
-                row_seen = seen.repeat(len(tree) + 1, 1)
-                for i in range(len(tree)):
-                    row_seen[i + 1, torch.tensor(tree.token_path(i))] = True
-                row_seen = row_seen.to(logits.device)
-            probs = probabilities(logits, params, row_seen)
-            path, bonus = verify_tree(tree, choose(probs, token_positions(tree, len(ids)), noise))
-            self.backend.commit(path)
-            if wants_hidden:  # the position that predicted the bonus token, the next root
-                drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])
-            t2 = time.perf_counter()
-
-            emitted = [int(tree.tokens[i]) for i in path] + [bonus]
-            provenance = [SOURCE_NAMES[int(tree.source[i])] for i in path] + ["target"]
-            emitted = emitted[: limit - len(generated)]
-            stop_here = False
-            if not ignore_eos:
-                for k, tok in enumerate(emitted):
-                    if tok in self.eos_ids:
-                        emitted, stop_here, finish = emitted[: k + 1], True, "eos"
-                        break
-            provenance = provenance[: len(emitted)]
-            pieces = []
-            for tok in emitted:
-                pieces.append(detok.push(tok))
-                generated.append(tok)
-                if max_stop and any(s in detok.text[-(max_stop + 16):] for s in request.stop_strings):
-                    stop_here, finish = True, "stop"
+        error = None
+        try:
+            while len(generated) < limit:
+                if request.cancel is not None and request.cancel.is_set():
+                    finish = "cancel"
                     break
-            emitted = emitted[: len(pieces)]
-            provenance = provenance[: len(pieces)]
-            for src in provenance:
-                if src != "target":
-                    accepted_by_source[src] += 1
-            ids.extend(emitted)
-            seen[torch.tensor(emitted)] = True
-            root = ids[-1]
-            budget.update(tree, path, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
-                          drafted=drafter is not None and size > 0)
-            if drafter is not None:
-                drafter.observe(emitted)
-                if hasattr(drafter, "feedback"):
-                    drafter.feedback(tree, path)
-            step += 1
-            now = time.perf_counter()
-            if first_token_at is None:
-                first_token_at = now
-            elapsed = now - started
-            tps = len(generated) / elapsed if elapsed > 0 else 0.0
-            if step == 1:
-                first_step_tokens = len(generated)
-            decode_tps = (len(generated) - first_step_tokens) / (now - first_token_at) if now > first_token_at else None
-            yield StepEvent(
-                step=step,
-                token_ids=emitted,
-                pieces=pieces,
-                provenance=provenance,
-                tree=StepTree.of(tree),
-                accepted_path=path[: len(emitted)],  # nodes whose tokens were emitted (EOS may cut the path)
-                proposed=len(tree),
-                accepted=min(len(path), len(emitted)),
-                draft_ms=(t1 - t0) * 1000,
-                verify_ms=(t2 - t1) * 1000,
-                total_ms=(now - t0) * 1000,
-                tokens_total=len(generated),
-                steps_total=step,
-                tau=len(generated) / step,
-                tokens_per_second=tps,
-                speedup_estimate=self._speedup(decode_tps),
-                elapsed_ms=elapsed * 1000,
-                decode_tokens_per_second=decode_tps,
-            )
-            if stop_here:
-                break
+                if not self.slots.holds(backend):
+                    raise RuntimeError("another answer started on this model while this one was paused")
+                t0 = time.perf_counter()
+                size = budget.draft_budget()
+                tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
+                tree = limit_leaves(prune_depth(drop_foreign_tokens(tree, self.vocab), limit - len(generated) - 1),
+                                    getattr(backend, "max_leaves", None))
+                shared = backend.forward_stats() if hasattr(backend, "forward_stats") else None
+                tree = budget.trim(tree, size, shared)
+                t1 = time.perf_counter()
+                verified = backend.verify(root, tree, want_hidden=wants_hidden)
+                logits = verified.logits
+                row_seen = None
+                if params.repetition_penalty != 1.0:
+                    row_seen = seen.repeat(len(tree) + 1, 1)
+                    for i in range(len(tree)):
+                        row_seen[i + 1, torch.tensor(tree.token_path(i))] = True
+                    row_seen = row_seen.to(logits.device)
+                probs = probabilities(logits, params, row_seen)
+                path, bonus = verify_tree(tree, choose(probs, token_positions(tree, len(ids)), noise))
+                backend.commit(path)
+                if wants_hidden:  # the position that predicted the bonus token, the next root
+                    drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])
+                t2 = time.perf_counter()
 
+                emitted = [int(tree.tokens[i]) for i in path] + [bonus]
+                provenance = [SOURCE_NAMES[int(tree.source[i])] for i in path] + ["target"]
+                emitted = emitted[: limit - len(generated)]
+                stop_here = False
+                if not ignore_eos:
+                    for k, tok in enumerate(emitted):
+                        if tok in self.eos_ids:
+                            emitted, stop_here, finish = emitted[: k + 1], True, "eos"
+                            break
+                provenance = provenance[: len(emitted)]
+                pieces = []
+                for tok in emitted:
+                    pieces.append(detok.push(tok))
+                    generated.append(tok)
+                    if max_stop and any(s in detok.text[-(max_stop + 16):] for s in request.stop_strings):
+                        stop_here, finish = True, "stop"
+                        break
+                emitted = emitted[: len(pieces)]
+                provenance = provenance[: len(pieces)]
+                for src in provenance:
+                    if src != "target":
+                        accepted_by_source[src] += 1
+                ids.extend(emitted)
+                seen[torch.tensor(emitted)] = True
+                root = ids[-1]
+                budget.update(tree, path, draft_seconds=t1 - t0, verify_seconds=t2 - t1,
+                              drafted=drafter is not None and size > 0,
+                              shared=backend.forward_stats() if hasattr(backend, "forward_stats") else None)
+                if drafter is not None:
+                    drafter.observe(emitted)
+                    if hasattr(drafter, "feedback"):
+                        drafter.feedback(tree, path)
+                step += 1
+                now = time.perf_counter()
+                if first_token_at is None:
+                    first_token_at = now
+                elapsed = now - started
+                tps = len(generated) / elapsed if elapsed > 0 else 0.0
+                if step == 1:
+                    first_step_tokens = len(generated)
+                decode_tps = (len(generated) - first_step_tokens) / (now - first_token_at) if now > first_token_at else None
+                yield StepEvent(
+                    step=step,
+                    token_ids=emitted,
+                    pieces=pieces,
+                    provenance=provenance,
+                    tree=StepTree.of(tree),
+                    accepted_path=path[: len(emitted)],  # nodes whose tokens were emitted (EOS may cut the path)
+                    proposed=len(tree),
+                    accepted=min(len(path), len(emitted)),
+                    draft_ms=(t1 - t0) * 1000,
+                    verify_ms=(t2 - t1) * 1000,
+                    total_ms=(now - t0) * 1000,
+                    tokens_total=len(generated),
+                    steps_total=step,
+                    tau=len(generated) / step,
+                    tokens_per_second=tps,
+                    speedup_estimate=self._speedup(decode_tps),
+                    elapsed_ms=elapsed * 1000,
+                    decode_tokens_per_second=decode_tps,
+                )
+                if stop_here:
+                    break
+
+        except Exception as exc:  # noqa: BLE001 - the answer so far stays; the error is said with it
+            if not generated:
+                raise
+            finish, error = "error", f"{type(exc).__name__}: {exc}"
         if isinstance(budget, StepPolicy):  # what this answer's steps cost is the next answer's start
             self.verify_costs = dict(budget.costs)
         elapsed = time.perf_counter() - started
@@ -369,4 +414,4 @@ class Engine:
             accepted_by_source=dict(accepted_by_source),
             seed=seed,
         )
-        yield FinalEvent(finish, text, generated, stats, prompt_tail=prompt[-8:])
+        yield FinalEvent(finish, text, generated, stats, prompt_tail=prompt[-8:], error=error)

@@ -129,6 +129,7 @@ class StepPolicy:
         self._idle = 0  # steps since drafting was last tried
         self._retry = explore_every  # steps to wait before trying again (doubles while it loses)
         self._unverified = 0  # steps whose drafts were all trimmed since one was last verified
+        self._my_tokens = 1  # this answer's tokens in its last forward
         self.last = Decision(0, 0, 0, 0.0, "tree")
 
     # ------------------------------------------------------------------ costs
@@ -193,7 +194,16 @@ class StepPolicy:
             p[i] = above * self.calibration.probability(int(tree.source[i]), int(tree.depth[i]), float(share[i]))
         return p
 
-    def trim(self, tree: DraftTree, asked: int | None = None) -> DraftTree:
+    def _others(self, shared) -> tuple[int, int]:
+        """(tokens, answers) the other answers put in the forward this one shares (0, 0 alone)."""
+        if shared is None or shared.answers <= 1:
+            return 0, 0
+        return max(0, shared.tokens - self._my_tokens), shared.answers - 1
+
+    def trim(self, tree: DraftTree, asked: int | None = None, shared=None) -> DraftTree:
+        """``shared``: the last forward this answer shared with others (slots.ForwardStats), whose
+        tokens the tree's nodes are added to: a node costs what it adds to that forward, and pays
+        when the forward's tokens for every answer per second grow."""
         n = len(tree)
         asked = n if asked is None else asked
         if n == 0:
@@ -202,11 +212,12 @@ class StepPolicy:
         p = self.path_probabilities(tree)
         # Children never outrank their parent (p only shrinks down a path); ties go to the shallower.
         order = sorted(range(n), key=lambda i: (-p[i], int(tree.depth[i]), i))
-        best_k, best_rate, gain = 0, 1.0 / self.cost(0), 1.0
+        others, their_tokens = self._others(shared)  # each other answer gets at least its own token
+        best_k, best_rate, gain = 0, (their_tokens + 1.0) / self.cost(others), 1.0
         best_gain = 1.0
         for k, i in enumerate(order, start=1):
             gain += p[i]
-            rate = gain / self.cost(k)
+            rate = (their_tokens + gain) / self.cost(others + k)
             if rate > best_rate:
                 best_k, best_rate, best_gain = k, rate, gain
         reason = "tree"
@@ -227,9 +238,13 @@ class StepPolicy:
     # ------------------------------------------------------------------ after verifying
 
     def update(self, tree: DraftTree, path: list[int], *, draft_seconds: float, verify_seconds: float,
-               drafted: bool) -> None:
+               drafted: bool, shared=None) -> None:
         self.calibration.observe(tree, path)
-        if verify_seconds > 0:
+        self._my_tokens = 1 + len(tree)
+        if shared is not None and shared.answers > 1:
+            # a shared forward's own time (the answer's verify_seconds include waiting for the others)
+            self._learn_cost(shared.tokens - 1, shared.seconds)
+        elif verify_seconds > 0:
             self._learn_cost(len(tree), verify_seconds)
         if drafted:
             tokens, seconds = 1.0 + len(path), draft_seconds + verify_seconds

@@ -1,6 +1,6 @@
 """The OpenAI-compatible server beside the window (Settings ▸ Server): started, restarted and
-stopped as the settings say, answering with the window's model and drafters, one answer at a time
-with the window's own (the engine's answer lock). Served answers kept in the history appear in the
+stopped as the settings say, answering with the window's model and drafters, ``server_parallel``
+answers at once beside the window's own (the engine holds a slot more than the server uses). Served answers kept in the history appear in the
 conversation list as they are stored."""
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ class LocalServer(QObject):
         from draftscope.server import ServerConfig, ServerThread, create_app
 
         key = (id(window), id(window.runtime), settings.server_enabled, settings.server_port, settings.server_api_key,
-               settings.server_keep_history)
+               settings.server_keep_history, settings.server_parallel)
         if key == self._key and (self.thread is not None) == settings.server_enabled:
             return None
         self.stop()
         self._key = key
         if not settings.server_enabled:
             return None
-        config = ServerConfig(api_key=settings.server_api_key or None, keep_history=settings.server_keep_history)
+        config = ServerConfig(api_key=settings.server_api_key or None, keep_history=settings.server_keep_history,
+                              parallel=settings.server_parallel)
         app = create_app(window.runtime, history=window.history, config=config, on_stored=self.stored.emit)
         try:
             self.thread = ServerThread(app, "127.0.0.1", settings.server_port).start()

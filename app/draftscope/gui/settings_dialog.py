@@ -36,7 +36,8 @@ from draftscope.words import run_precision, sentence, size_text
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
 # Changing one of these starts, restarts or stops the local server (the launcher's apply_settings).
-SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history"})
+SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history",
+                           "server_parallel"})
 
 _OTHER_TEXT = "Other: folder, .gguf file or hub id"
 
@@ -183,6 +184,12 @@ class SettingsDialog(QDialog):
         form.addRow("", hint("Auto: llama.cpp for a GGUF model on the CPU: it computes with the file's own "
                              "quantised weights, in a fraction of the memory; torch for Hugging Face folders, "
                              "CUDA, and the recurrent drafter. Precision applies to torch.", wrap=True))
+        self.workers_edit = QLineEdit(objectName="workersEdit")
+        self.workers_edit.setPlaceholderText("none: the whole model on this computer")
+        form.addRow("Workers:", self.workers_edit)
+        form.addRow("", hint("llama.cpp RPC workers (host:port, comma-separated) that each hold an equal share of a "
+                             "GGUF model's layers: run `draftscope worker --host 0.0.0.0` on each. RPC is "
+                             "unauthenticated: workers on a trusted network only.", wrap=True))
 
         self.draft_model_combo = QComboBox(objectName="draftModelCombo")
         self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
@@ -197,7 +204,8 @@ class SettingsDialog(QDialog):
         form.addRow("", self.draft_box)
         self.draft_hint = hint("", wrap=True, objectName="draftModelHint")
         form.addRow("", self.draft_hint)
-        form.addRow("", hint("Changing the model, device, precision or draft model reloads the model.", wrap=True))
+        form.addRow("", hint("Changing the model, device, precision, workers or draft model reloads the model.",
+                             wrap=True))
         filler = QWidget()  # spare height goes below the last row, not between wrapped hints
         filler.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
         form.addRow(filler)
@@ -233,6 +241,7 @@ class SettingsDialog(QDialog):
             self._fill_devices(s.device)
             self.dtype_combo.setCurrentIndex(max(0, self.dtype_combo.findData(s.dtype)))
             self.backend_combo.setCurrentIndex(max(0, self.backend_combo.findData(s.backend)))
+            self.workers_edit.setText(s.workers)
             self._fill_drafts(s.draft_model)
         finally:
             self._filling = False
@@ -248,7 +257,7 @@ class SettingsDialog(QDialog):
         return Settings(
             model=self._model_spec(), draft_model=self._draft_spec(), device=self.device_combo.currentData(),
             dtype=self.dtype_combo.currentData(), backend=self.backend_combo.currentData(),
-            **self.drafting.values(), **self.generation.values(self._original), **self.appearance.values(),
+            workers=self.workers_edit.text().strip(), **self.drafting.values(), **self.generation.values(self._original), **self.appearance.values(),
             **self.server.values())
 
     def _select_spec(self, combo: QComboBox, edit: QLineEdit, spec: str) -> None:
@@ -420,7 +429,8 @@ class SettingsDialog(QDialog):
         """(message, widget to focus) for every invalid field of the form."""
         s = self.result_settings()
         widgets = {"model": self.model_edit, "draft_model": self.draft_model_edit, "device": self.device_combo,
-                   "dtype": self.dtype_combo, "backend": self.backend_combo, **self.drafting.fields,
+                   "dtype": self.dtype_combo, "backend": self.backend_combo, "workers": self.workers_edit,
+                   **self.drafting.fields,
                    **self.generation.fields, **self.appearance.fields, **self.server.fields}
         out = [(p, widgets.get(p.split()[0], self.tabs)) for p in s.problems()]
         if not s.model:

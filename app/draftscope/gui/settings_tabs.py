@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
 from draftscope.datastore.default import default_datastore_path
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
 from draftscope.settings_checks import browse_start, build_default_command
-from draftscope.storage.settings import Settings
+from draftscope.storage.settings import MAX_PARALLEL, Settings
 
 THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
 
@@ -211,10 +211,14 @@ class ServerTab(QWidget):
         self.key.setPlaceholderText("none: any program on this machine may use it")
         self.key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
         form.addRow("API key:", self.key)
+        self.parallel = int_spin("serverParallelSpin", 1, MAX_PARALLEL)
+        form.addRow("Answers at once:", row(self.parallel, stretch_first=False))
+        form.addRow("", hint("Served requests decoded together (llama.cpp shares each forward among them); your "
+                             "own chat never waits for them. Each holds a cache of the model's context.", wrap=True))
         self.keep_history = QCheckBox("Keep served answers in the history (inspect their drafts in the panels)",
                                       objectName="serverKeepHistory")
         form.addRow(self.keep_history)
-        self.fields = {"server_port": self.port, "server_api_key": self.key}
+        self.fields = {"server_port": self.port, "server_api_key": self.key, "server_parallel": self.parallel}
 
     def show_settings(self, s: Settings) -> None:
         self.enabled.setChecked(s.server_enabled)
@@ -222,7 +226,9 @@ class ServerTab(QWidget):
         self.url.setText(_server_url(s.server_port))  # valueChanged does not fire for the same port
         self.key.setText(s.server_api_key)
         self.keep_history.setChecked(s.server_keep_history)
+        self.parallel.setValue(s.server_parallel)
 
     def values(self) -> dict:
         return {"server_enabled": self.enabled.isChecked(), "server_port": self.port.value(),
-                "server_api_key": self.key.text().strip(), "server_keep_history": self.keep_history.isChecked()}
+                "server_api_key": self.key.text().strip(), "server_keep_history": self.keep_history.isChecked(),
+                "server_parallel": self.parallel.value()}

@@ -1,7 +1,8 @@
 """``draftscope serve``: an OpenAI-compatible server over the engine (Starlette on uvicorn).
 
-One model, one answer at a time: answers run on one worker thread, in arrival order; at most
-``queue_limit`` requests wait behind the one answering, and one more gets 429. A client that goes
+One model, ``parallel`` answers at once: each runs on a worker thread of its own, and on llama.cpp
+their steps share forwards (the engine's slots); further requests wait in arrival order, at most
+``queue_limit`` of them, and one more gets 429. A client that goes
 away cancels its answer within one decoding step (the engine checks between steps). Streamed chunks
 carry, in the extension field ``draftscope``, the step's tokens and which drafter drafted each;
 the last chunk carries the answer's statistics (τ, speedup). Answers go to the app's history as
@@ -44,19 +45,21 @@ def check_bind(host: str, api_key: str | None) -> None:
 @dataclass
 class ServerConfig:
     api_key: str | None = None
-    queue_limit: int = 8  # requests that may wait behind the one answering
+    queue_limit: int = 8  # requests that may wait while `parallel` are answered
+    parallel: int = 1  # answers decoded at once (the engine must hold as many slots to decode them together)
     keep_history: bool = True  # store answers in the history (when a store is given)
     budget: int | None = None  # draft nodes per step (None: adaptive), as `draftscope serve --budget`
 
 
 class Answerer:
-    """Runs answers one at a time on a worker thread and streams their events to the event loop."""
+    """Runs up to ``parallel`` answers at once on worker threads and streams their events to the
+    event loop."""
 
     def __init__(self, runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> None:
         self.runtime = runtime
         self.history, self.on_stored = history, on_stored
         self.config = config or ServerConfig()
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftscope-answer")
+        self.executor = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="draftscope-answer")
         self.in_flight = 0  # touched on the event loop only
         self.served = 0
 
@@ -64,8 +67,9 @@ class Answerer:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def admit(self) -> None:
-        if self.in_flight >= 1 + self.config.queue_limit:
-            raise p.ApiError(429, f"the server is busy: {self.in_flight - 1} requests are waiting (limit "
+        answering = self.config.parallel
+        if self.in_flight >= answering + self.config.queue_limit:
+            raise p.ApiError(429, f"the server is busy: {self.in_flight - answering} requests are waiting (limit "
                                   f"{self.config.queue_limit}); try again shortly", type="rate_limit_error",
                              code="queue_full")
 

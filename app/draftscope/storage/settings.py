@@ -23,6 +23,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # as engine.precision.DTYPE
 BACKENDS = ("auto", "torch", "llama.cpp")  # as engine.backends.BACKENDS
 
 
+MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
+
+
 @dataclass
 class Settings:
     model: str = "default"
@@ -41,6 +44,7 @@ class Settings:
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
     backend: str = "auto"  # auto: llama.cpp for a GGUF file on the CPU, torch otherwise (engine.backends)
+    workers: str = ""  # llama.cpp RPC workers sharing the model's layers: "host:port, host:port" (none: empty)
     theme: str = "system"
     font_size: int = 11
     # The OpenAI-compatible server beside the window (Settings ▸ Server; `draftscope serve` alone).
@@ -48,6 +52,7 @@ class Settings:
     server_port: int = 8911
     server_api_key: str = ""  # empty: none (the server listens on this machine only)
     server_keep_history: bool = True  # served answers appear in the history as conversations
+    server_parallel: int = 1  # served answers decoded at once (llama.cpp: in shared forwards)
 
     def problems(self) -> list[str]:
         """Fields whose value is out of range (names and why)."""
@@ -69,6 +74,12 @@ class Settings:
         for name in ("model", "datastore", "draft_model", "device"):
             if len(getattr(self, name)) > MAX_TEXT:
                 out.append(f"{name} must be at most {MAX_TEXT:,} characters")
+        try:
+            from draftscope.engine.backends.rpc import parse_workers
+
+            parse_workers(self.workers)
+        except ValueError as exc:
+            out.append(f"workers must be host:port addresses: {exc}")
         if self.dtype not in DTYPES:
             out.append(f"dtype must be one of {', '.join(DTYPES)}")
         if self.backend not in BACKENDS:
@@ -79,9 +90,17 @@ class Settings:
             out.append("font_size must be between 6 and 48")
         if not 1 <= self.server_port <= 65535:
             out.append("server_port must be between 1 and 65535")
+        if not 1 <= self.server_parallel <= MAX_PARALLEL:
+            out.append(f"server_parallel must be between 1 and {MAX_PARALLEL}")
         if len(self.server_api_key) > MAX_TEXT:
             out.append(f"server_api_key must be at most {MAX_TEXT:,} characters")
         return out
+
+
+def answer_slots(settings: Settings) -> int:
+    """Answers the model holds at once: the server's, plus the window's own while the server runs
+    beside it (a window answer never waits for served ones)."""
+    return settings.server_parallel + 1 if settings.server_enabled else 1
 
 
 def settings_path() -> Path:

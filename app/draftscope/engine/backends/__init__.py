@@ -58,19 +58,36 @@ def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
 
 
 def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtype: str | None = None,
-                 context: int | None = None, threads: int | None = None) -> Backend:
-    """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend."""
+                 context: int | None = None, threads: int | None = None, slots: int = 1,
+                 workers: list[str] | None = None) -> Backend:
+    """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend. ``slots``:
+    answers it holds at once (llama.cpp; torch holds one). ``workers``: llama.cpp RPC workers
+    (host:port) that take a share of the layers; the model then runs in a child process."""
     from draftscope.engine.models import ModelSource, load_tokenizer, resolve_model
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     kind, why = choose_backend(source, backend, device)
+    if workers and kind != "llama.cpp":
+        raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
+                         f"({why}): use a GGUF model on the llama.cpp backend, or no workers")
     if kind == "llama.cpp":
         from draftscope.engine.backends import gguf_check
         from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
 
         gguf_check.check(source.gguf_path)  # a file llama.cpp would crash on is refused here, in words
-        opened = LlamaCppBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
-                                 context=context or DEFAULT_CONTEXT, threads=threads)
+        if workers:
+            from draftscope.engine.backends.isolated import IsolatedLlamaBackend
+            from draftscope.engine.backends.rpc import WorkerError, rpc_supported
+
+            if not rpc_supported():
+                raise WorkerError("this llama.cpp was built without RPC, so the model cannot use workers "
+                                  "(bash scripts/setup.sh builds it with GGML_RPC=ON)")
+            opened = IsolatedLlamaBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
+                                          context=context or DEFAULT_CONTEXT, threads=threads, slots=slots,
+                                          workers=workers)
+        else:
+            opened = LlamaCppBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
+                                     context=context or DEFAULT_CONTEXT, threads=threads, slots=slots)
         opened.source = source
         return opened
     from draftscope.engine.loader import load_model

@@ -7,12 +7,19 @@ the cached cells that share its (first) sequence id and sit at an earlier or equ
 each node sees exactly the committed prefix (copied into every leaf's sequence first, which in a
 unified KV cache only tags the cells), its ancestors and itself. Commit keeps the sequence of a
 leaf below the last accepted node, cuts it after that node and makes it sequence 0 again.
+
+Several answers at once (``slots``): answer slot k owns the sequence ids [k·L, (k+1)·L), L leaves
+each, and its own share of the cache's cells; ``decode_many`` puts the prefill chunks and draft
+trees of several slots in one ``llama_decode`` (engine/backends/slots.py gathers them). The
+single-answer calls (start, verify, commit, truncate) are slot 0's.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +31,39 @@ from draftscope.engine.backends.llama_lib import LlamaCppError, last_error
 from draftscope.engine.backends.llama_lib import lib as _lib
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
+MAX_TREE = 64  # nodes per tree (the step policy's largest)
 DEFAULT_CONTEXT = 4096  # as catalog.LLAMA_CONTEXT (the memory estimate)
 PREFILL_BATCH = 512
+SHARED_PREFILL = 64  # prompt tokens a slot adds to a forward other answers are waiting on
+
+
+@dataclass
+class Prefill:
+    """Prompt tokens for a slot's cache, from position ``start``; no logits wanted."""
+
+    tokens: list[int]
+    start: int
+
+
+@dataclass
+class Verify:
+    """A root and its draft tree: a row of logits for each."""
+
+    root: int
+    tree: DraftTree
+
+
+def _serialised(method):
+    """Slots' calls reach llama.cpp's one context from several threads: one at a time."""
+    import functools
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._native:
+            return method(self, *args, **kwargs)
+    return call
+
 
 def default_threads() -> int:
     try:
@@ -39,7 +77,10 @@ class LlamaCppBackend(Backend):
     gives_hidden = False  # see Engine: the recurrent head asks for the torch backend
 
     def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = DEFAULT_CONTEXT,
-                 threads: int | None = None, gpu_layers: int = 0) -> None:
+                 threads: int | None = None, gpu_layers: int = 0, slots: int = 1,
+                 workers: list[str] | None = None) -> None:
+        if not 1 <= slots <= MAX_SEQUENCES:
+            raise ValueError(f"slots (answers at once) must be between 1 and {MAX_SEQUENCES}, not {slots}")
         L = _lib()
         self._L = L
         self.path = Path(path)
@@ -48,6 +89,9 @@ class LlamaCppBackend(Backend):
         self.device = "cpu" if gpu_layers == 0 else "gpu"
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = gpu_layers
+        self.split: dict[str, int] = {}  # layers per machine, when workers share the model
+        if workers:
+            self._offload_to_workers(mparams, workers)
         self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise LlamaCppError(f"llama.cpp could not load {self.path.name}: {last_error() or 'damaged file or unsupported model'}")
@@ -57,13 +101,16 @@ class LlamaCppBackend(Backend):
         trained = trained if trained > 0 else context  # a file may leave it out (0) or hold nonsense
         self.max_context = min(context, trained)
         self.threads = threads or default_threads()
+        self.slots = slots
+        self.leaves = min(MAX_LEAVES, MAX_SEQUENCES // slots)  # sequence ids (tree leaves) per slot
+        self.batch_capacity = max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL)
         cparams = L.llama_context_default_params()
-        # Room for a whole tree past the last position an answer may reach: tree siblings take
-        # cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
-        cparams.n_ctx = self.max_context + MAX_LEAVES + 1
-        cparams.n_batch = PREFILL_BATCH
+        # Room for every slot's whole tree past the last position its answer may reach: tree
+        # siblings take cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
+        cparams.n_ctx = slots * (self.max_context + MAX_TREE + 1)
+        cparams.n_batch = self.batch_capacity
         cparams.n_ubatch = PREFILL_BATCH
-        cparams.n_seq_max = MAX_LEAVES
+        cparams.n_seq_max = slots * self.leaves
         cparams.kv_unified = True  # one cache whose cells carry sequence tags: copying a prefix is free
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
@@ -74,7 +121,7 @@ class LlamaCppBackend(Backend):
             raise LlamaCppError(f"llama.cpp could not make a context of {self.max_context:,} tokens for {self.path.name} "
                                 "(not enough memory?)")
         self._memory = L.llama_get_memory(self._ctx)
-        self._batch = L.llama_batch_init(PREFILL_BATCH, 0, MAX_LEAVES)
+        self._batch = L.llama_batch_init(self.batch_capacity, 0, self.leaves)
         buf = ctypes.create_string_buffer(128)
         L.llama_model_desc(self._model, buf, len(buf))
         self.description = buf.value.decode(errors="replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
@@ -84,64 +131,141 @@ class LlamaCppBackend(Backend):
         eos = getattr(tokenizer, "eos_token_id", None)
         if isinstance(eos, int):
             self.eos_ids.add(eos)
-        self._past = 0
+        self._native = threading.RLock()  # one thread in llama.cpp's context at a time (slots share it)
+        self._past = [0] * slots  # positions each slot's cache holds
+        self._last_seqs: list[list[tuple[int, ...]] | None] = [None] * slots
+
+    def _offload_to_workers(self, mparams, workers: list[str]) -> None:
+        """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
+        from draftscope.engine.backends.rpc import connect_workers, gguf_layers, layer_split
+
+        devices = connect_workers(workers)
+        layers = gguf_layers(self.path)
+        remote, shares = layer_split(layers, devices)
+        self._devices = (ctypes.c_void_p * (len(devices) + 1))(*[d.device for d in devices], None)
+        self._tensor_split = (ctypes.c_float * max(len(devices), int(self._L.llama_max_devices())))(*shares)
+        mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        mparams.n_gpu_layers = remote
+        mparams.tensor_split = self._tensor_split
+        self.split = {"this computer": layers - remote}
+        per_device = _spread(remote, len(devices))
+        for d, n in zip(devices, per_device):
+            self.split[d.endpoint] = self.split.get(d.endpoint, 0) + n
+        self.device = "cpu + workers"
 
     def describe(self) -> str:
-        return f"llama.cpp · {self.precision} · {self.threads} threads"
+        where = ""
+        if self.split:
+            where = " · layers " + ", ".join(f"{n} on {m}" for m, n in self.split.items())
+        return f"llama.cpp · {self.precision} · {self.threads} threads{where}"
 
     @property
     def cached(self) -> int:
-        return self._past
+        return self._past[0]
 
-    # ------------------------------------------------------------------ the loop's calls
+    # ------------------------------------------------------------------ the loop's calls (slot 0)
 
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> None:
-        L = self._L
-        L.llama_memory_clear(self._memory, False)
-        self._past = 0
+        self.clear_slot(0)
         prefix = prompt[:-1]
         for at in range(0, len(prefix), PREFILL_BATCH):
-            chunk = prefix[at : at + PREFILL_BATCH]
-            self._fill([(tok, at + k, (0,)) for k, tok in enumerate(chunk)], outputs=False)
-            self._decode(len(chunk))
-            self._past = at + len(chunk)
+            self.decode_many({0: Prefill(prefix[at : at + PREFILL_BATCH], at)})
         return None
 
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
-        L = self._L
-        n = len(tree)
-        seqs = _leaf_sequences(tree)
-        leaves = sorted({s for node in seqs for s in node}) or [0]
-        if len(leaves) > MAX_LEAVES:
-            raise ValueError(f"a draft tree of {len(leaves)} leaves; llama.cpp verifies at most {MAX_LEAVES}")
-        for s in leaves:
-            if s != 0:  # every leaf's sequence starts from the committed prefix
-                L.llama_memory_seq_rm(self._memory, s, -1, -1)
-                L.llama_memory_seq_cp(self._memory, 0, s, -1, -1)
-        entries = [(root, self._past, tuple(leaves))]
-        entries += [(int(tree.tokens[i]), self._past + int(tree.depth[i]), seqs[i]) for i in range(n)]
-        self._fill(entries, outputs=True)
-        self._decode(n + 1)
-        self._last_seqs = seqs
-        rows = L.llama_get_logits(self._ctx)
-        logits = np.ctypeslib.as_array(rows, shape=(n + 1, self.vocab)).copy()
-        return Verified(torch.from_numpy(logits))
+        return self.decode_many({0: Verify(root, tree)})[0]
 
     def commit(self, path: list[int]) -> None:
-        L = self._L
-        keep = self._last_seqs[path[-1]][0] if path else 0
-        L.llama_memory_seq_keep(self._memory, keep)  # drops every cell no longer on the kept branch
-        L.llama_memory_seq_rm(self._memory, keep, self._past + 1 + len(path), -1)
-        if keep != 0:
-            L.llama_memory_seq_cp(self._memory, keep, 0, -1, -1)
-            L.llama_memory_seq_rm(self._memory, keep, -1, -1)
-        self._past += 1 + len(path)
+        self.commit_slot(0, path)
 
     def truncate(self, length: int) -> None:
+        self.truncate_slot(0, length)
+
+    # ------------------------------------------------------------------ slots
+
+    def slot_cached(self, slot: int) -> int:
+        return self._past[slot]
+
+    def _seq(self, slot: int, leaf: int = 0) -> int:
+        return slot * self.leaves + leaf
+
+    @_serialised
+    def clear_slot(self, slot: int) -> None:
+        """Forget the slot's answer: every cell tagged with one of its sequences is freed."""
+        for leaf in range(self.leaves):
+            self._L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
+        self._past[slot] = 0
+        self._last_seqs[slot] = None
+
+    @_serialised
+    def decode_many(self, work: dict) -> dict:
+        """One ``llama_decode`` for several slots' Prefill and Verify items; a Verified for each
+        Verify (the Prefill items' positions join their slot's cache)."""
         L = self._L
-        L.llama_memory_seq_keep(self._memory, 0)
-        L.llama_memory_seq_rm(self._memory, 0, length, -1)
-        self._past = min(self._past, length)
+        entries, outputs = [], {}
+        for slot, item in work.items():
+            base = self._past[slot]
+            if isinstance(item, Prefill):
+                if item.start != base:
+                    raise ValueError(f"slot {slot} holds {base} positions; a prefill from {item.start} does not follow")
+                entries += [(tok, base + k, (self._seq(slot),), False) for k, tok in enumerate(item.tokens)]
+                continue
+            tree, n = item.tree, len(item.tree)
+            seqs = _leaf_sequences(tree)
+            leaves = sorted({s for node in seqs for s in node}) or [0]
+            if len(leaves) > self.leaves:
+                raise ValueError(f"a draft tree of {len(leaves)} leaves; llama.cpp verifies at most {self.leaves} "
+                                 f"per answer with {self.slots} answers at once")
+            for leaf in leaves:
+                if leaf != 0:  # every leaf's sequence starts from the committed prefix
+                    L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
+                    L.llama_memory_seq_cp(self._memory, self._seq(slot), self._seq(slot, leaf), -1, -1)
+            mine = [tuple(self._seq(slot, leaf) for leaf in node) for node in seqs]
+            outputs[slot] = (len(entries), n + 1)
+            entries.append((item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True))
+            entries += [(int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(n)]
+            self._last_seqs[slot] = mine
+        if len(entries) > self.batch_capacity:
+            raise ValueError(f"{len(entries)} tokens in one forward; this context takes at most {self.batch_capacity}")
+        self._fill(entries)
+        self._decode(len(entries))
+        for slot, item in work.items():
+            if isinstance(item, Prefill):
+                self._past[slot] += len(item.tokens)
+        out = {}
+        for slot, (first, rows) in outputs.items():
+            # llama.cpp numbers output rows by the batch tokens that asked for logits, in order
+            row = sum(1 for e in entries[:first] if e[3])
+            logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(row + rows, self.vocab))[row:].copy()
+            out[slot] = Verified(torch.from_numpy(logits))
+        return out
+
+    @_serialised
+    def commit_slot(self, slot: int, path: list[int]) -> None:
+        L = self._L
+        seqs = self._last_seqs[slot]
+        keep = seqs[path[-1]][0] if path else self._seq(slot)
+        base = self._seq(slot)
+        used = {s for node in seqs for s in node} | {base} if seqs else {base}
+        for s in used:  # every other branch of this slot's tree goes; other slots are untouched
+            if s != keep:
+                L.llama_memory_seq_rm(self._memory, s, -1, -1)
+        L.llama_memory_seq_rm(self._memory, keep, self._past[slot] + 1 + len(path), -1)
+        if keep != base:
+            L.llama_memory_seq_cp(self._memory, keep, base, -1, -1)
+            L.llama_memory_seq_rm(self._memory, keep, -1, -1)
+        self._past[slot] += 1 + len(path)
+        self._last_seqs[slot] = None
+
+    @_serialised
+    def truncate_slot(self, slot: int, length: int) -> None:
+        L = self._L
+        base = self._seq(slot)
+        for leaf in range(1, self.leaves):
+            L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
+        L.llama_memory_seq_rm(self._memory, base, length, -1)
+        self._past[slot] = min(self._past[slot], length)
+        self._last_seqs[slot] = None
 
     # ------------------------------------------------------------------ tokens (llama.cpp's own)
 
@@ -158,15 +282,15 @@ class LlamaCppBackend(Backend):
 
     # ------------------------------------------------------------------ internals
 
-    def _fill(self, entries, *, outputs: bool) -> None:
+    def _fill(self, entries) -> None:
         b = self._batch
-        for i, (tok, pos, seq_ids) in enumerate(entries):
+        for i, (tok, pos, seq_ids, wants_logits) in enumerate(entries):
             b.token[i] = tok
             b.pos[i] = pos
             b.n_seq_id[i] = len(seq_ids)
             for j, s in enumerate(seq_ids):
                 b.seq_id[i][j] = s
-            b.logits[i] = outputs
+            b.logits[i] = wants_logits
         b.n_tokens = len(entries)
 
     def _decode(self, n: int) -> None:
@@ -193,6 +317,11 @@ class LlamaCppBackend(Backend):
             self.close()
         except Exception:
             pass
+
+
+def _spread(total: int, parts: int) -> list[int]:
+    """``total`` split into ``parts`` whole numbers as equal as can be."""
+    return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
 
 
 def _leaf_sequences(tree: DraftTree) -> list[tuple[int, ...]]:

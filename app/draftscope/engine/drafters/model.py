@@ -15,6 +15,7 @@ last draft token included) and a rejected one both resync with no extra work.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,6 +58,17 @@ def draft(model, query_token_ids: torch.Tensor, kv_cache, num_draft_tokens: int,
     return DraftOut(torch.stack(ids, dim=1), torch.stack(all_logits, dim=1))
 
 
+_locks_guard = threading.Lock()
+
+
+def _draft_lock(backend) -> threading.Lock:
+    with _locks_guard:
+        lock = getattr(backend, "draft_lock", None)
+        if lock is None:
+            lock = backend.draft_lock = threading.Lock()
+        return lock
+
+
 class ModelDrafter:
     """``model``: a torch causal LM or an opened Backend (a GGUF draft model on llama.cpp runs in
     its own llama.cpp context); either way it drafts through the backend seam the target uses."""
@@ -90,11 +102,20 @@ class ModelDrafter:
     def observe(self, accepted_ids: Sequence[int]) -> None:
         pass  # resynchronised lazily in propose
 
-    @torch.inference_mode()
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
-        n = min(budget, self.max_tokens)
-        if n <= 0:
+        if budget <= 0 or self.max_tokens <= 0:
             return DraftTree.empty()
+        # One draft model serves every answer in progress (answers at once): one drafts at a time,
+        # and a drafter whose answer's text another one replaced in the cache reads it again.
+        with _draft_lock(self.backend):
+            if getattr(self.backend, "draft_owner", None) is not self:
+                self.cached = []
+                self.backend.draft_owner = self
+            return self._propose(context_ids, budget)
+
+    @torch.inference_mode()
+    def _propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
+        n = min(budget, self.max_tokens)
         context = list(context_ids)
         backend = self.backend
         common = 0

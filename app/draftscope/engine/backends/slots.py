@@ -1,0 +1,225 @@
+"""Several answers on one model at once: each answer holds a slot (its own cache), and the
+forwards of the answers stepping at the same time are one forward.
+
+``SlotPool(backend)`` hands out :class:`SlotBackend` views, one per answer; each view is a whole
+Backend to the answer loop, which never knows it shares the model. On a backend that can hold
+several answers (llama.cpp opened with ``slots`` > 1: a sequence range per slot, ``decode_many``)
+the views' ``start`` and ``verify`` calls meet in a :class:`SharedForward`: the first caller waits
+until every other answer in progress has asked too, or a short while at most, then runs them all
+in one ``llama_decode`` (continuous batching: answers join and leave between steps). Prompts are
+read in small chunks while other answers are waiting, so no answer waits behind another's prompt
+for more than one short forward. A backend that holds one answer gives one slot, and a second
+answer waits for the first to end, as before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.base import Backend, Verified
+
+WAIT_SHARE = 0.25  # how long the first caller waits for the others, as a share of a plain step
+DEFAULT_WAIT_S = 0.010  # before the plain step's cost is known
+
+
+@dataclass
+class ForwardStats:
+    """What the last shared forward held, for the step policy: a tree's nodes cost what they add
+    to a forward other answers share."""
+
+    tokens: int = 0  # tokens in the forward, every answer's
+    answers: int = 0  # answers in it
+    seconds: float = 0.0  # the forward's own time (not the waiting)
+
+
+class SharedForward:
+    """Gathers the slots' work and runs it in one forward: the first caller of a round leads it."""
+
+    def __init__(self, backend, wait_s: float = DEFAULT_WAIT_S) -> None:
+        self.backend = backend
+        self.wait_s = wait_s
+        self._cond = threading.Condition()
+        self._pending: dict[int, object] = {}
+        self._results: dict[int, object] = {}
+        self._running = False
+        self.active: set[int] = set()  # slots whose answers are in progress
+        self.last = ForwardStats()
+
+    def run(self, slot: int, item) -> object:
+        with self._cond:
+            self._pending[slot] = item
+            self._cond.notify_all()
+            deadline = time.monotonic() + self.wait_s
+            while slot not in self._results:
+                everyone = self.active <= set(self._pending)
+                if not self._running and (everyone or time.monotonic() >= deadline):
+                    self._lead()
+                    continue
+                remaining = deadline - time.monotonic()
+                self._cond.wait(timeout=max(remaining, 0.0005) if not self._running else None)
+            result = self._results.pop(slot)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _lead(self) -> None:
+        """Called holding the lock: run what is pending, the lock released during the forward."""
+        work, self._pending, self._running = self._pending, {}, True
+        self._cond.release()
+        started = time.perf_counter()
+        try:
+            out = self.backend.decode_many(work)
+            results = {slot: out.get(slot) for slot in work}
+        except BaseException as exc:  # noqa: BLE001 - each answer in the forward hears of it
+            results = {slot: exc for slot in work}
+        seconds = time.perf_counter() - started
+        self._cond.acquire()
+        self._running = False
+        tokens = sum(len(w.tokens) if hasattr(w, "tokens") else 1 + len(w.tree) for w in work.values())
+        self.last = ForwardStats(tokens, len(work), seconds)
+        self._results.update(results)
+        self._cond.notify_all()
+
+    def join(self, slot: int) -> None:
+        with self._cond:
+            self.active.add(slot)
+
+    def leave(self, slot: int) -> None:
+        with self._cond:
+            self.active.discard(slot)
+            self._cond.notify_all()  # a leader may have been waiting for this slot
+
+
+class SlotPool:
+    """The answers' slots on one backend. ``acquire()`` blocks while every slot is busy.
+
+    A thread holds at most one slot: an answer started on a thread whose previous answer was left
+    paused (its generator never closed) takes that slot over, and the paused answer, if resumed,
+    stops with an error instead of reading a cache that is no longer its own."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.size = int(getattr(backend, "slots", 1))
+        self.shared = SharedForward(backend) if self.size > 1 else None
+        self._free = list(range(self.size))
+        self._owner: dict[int, int] = {}  # slot -> thread id
+        self._ticket: dict[int, int] = {}  # slot -> the current holder's ticket
+        self._tickets = 0
+        self._cond = threading.Condition()
+
+    @property
+    def busy(self) -> int:
+        with self._cond:
+            return self.size - len(self._free)
+
+    def acquire(self, cancel: threading.Event | None = None) -> SlotBackend:
+        me = threading.get_ident()
+        with self._cond:
+            self._tickets += 1
+            mine = next((s for s, t in self._owner.items() if t == me), None)
+            if mine is None:
+                while not self._free:
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled("cancelled while waiting for the model")
+                    self._cond.wait(timeout=0.1)
+                mine = self._free.pop(0)
+            self._owner[mine] = me
+            self._ticket[mine] = self._tickets
+            view = SlotBackend(self, mine, self._tickets)
+        if self.shared is not None:
+            self.shared.join(mine)
+        return view
+
+    def holds(self, view: SlotBackend) -> bool:
+        with self._cond:
+            return self._ticket.get(view.slot) == view.ticket
+
+    def release(self, view: SlotBackend) -> None:
+        with self._cond:
+            if self._ticket.get(view.slot) != view.ticket:
+                return  # taken over by a later answer on the same thread, which releases it
+            del self._ticket[view.slot], self._owner[view.slot]
+            self._free.append(view.slot)
+            self._free.sort()
+            self._cond.notify_all()
+        if self.shared is not None:
+            self.shared.leave(view.slot)
+            self.backend.clear_slot(view.slot)  # its cells freed: the other answers attend over fewer
+
+    def set_step_cost(self, seconds: float | None) -> None:
+        """How long a caller waits for the others: a share of a plain step."""
+        if self.shared is not None and seconds:
+            self.shared.wait_s = max(0.001, WAIT_SHARE * seconds)
+
+
+class Cancelled(Exception):
+    """The answer was cancelled while it waited for a free slot."""
+
+
+class SlotBackend(Backend):
+    """One answer's view of a shared backend: the loop's calls on its own slot."""
+
+    def __init__(self, pool: SlotPool, slot: int, ticket: int) -> None:
+        self.pool, self.slot, self.ticket = pool, slot, ticket
+        b = pool.backend
+        self.kind, self.name, self.tokenizer, self.vocab = b.kind, b.name, b.tokenizer, b.vocab
+        self.max_context, self.eos_ids, self.device = b.max_context, b.eos_ids, b.device
+        self.precision, self.precision_reason = b.precision, b.precision_reason
+        self.model, self.gives_hidden = b.model, b.gives_hidden
+
+    @property
+    def _shared(self) -> SharedForward | None:
+        return self.pool.shared
+
+    @property
+    def max_leaves(self) -> int | None:
+        """Leaves a tree may have in this slot (None: the backend's own limit)."""
+        return getattr(self.pool.backend, "leaves", None) if self._shared is not None else None
+
+    def forward_stats(self) -> ForwardStats | None:
+        """The last shared forward (None when this answer has the model to itself)."""
+        return self._shared.last if self._shared is not None else None
+
+    def start(self, prompt: list[int], *, want_hidden: bool = False):
+        if self._shared is None:
+            return self.pool.backend.start(prompt, want_hidden=want_hidden)
+        from draftscope.engine.backends.llamacpp import PREFILL_BATCH, SHARED_PREFILL, Prefill
+
+        b = self.pool.backend
+        b.clear_slot(self.slot)
+        prefix, at = prompt[:-1], 0
+        while at < len(prefix):
+            alone = self._shared.active <= {self.slot}
+            chunk = prefix[at : at + (PREFILL_BATCH if alone else SHARED_PREFILL)]
+            self._shared.run(self.slot, Prefill(chunk, at))
+            at += len(chunk)
+        return None
+
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        if self._shared is None:
+            return self.pool.backend.verify(root, tree, want_hidden=want_hidden)
+        from draftscope.engine.backends.llamacpp import Verify
+
+        return self._shared.run(self.slot, Verify(root, tree))
+
+    def commit(self, path: list[int]) -> None:
+        if self._shared is None:
+            return self.pool.backend.commit(path)
+        self.pool.backend.commit_slot(self.slot, path)
+
+    def truncate(self, length: int) -> None:
+        if self._shared is None:
+            return self.pool.backend.truncate(length)
+        self.pool.backend.truncate_slot(self.slot, length)
+
+    @property
+    def cached(self) -> int:
+        if self._shared is None:
+            return self.pool.backend.cached
+        return self.pool.backend.slot_cached(self.slot)
+
+    def describe(self) -> str:
+        return self.pool.backend.describe()

@@ -1,0 +1,256 @@
+"""Several answers on one model at once (issue 33). On llama.cpp each answer holds a slot (its own
+cache sequences) and the steps of the answers in progress share one forward; every answer is still
+plain decoding's, alone or beside others, greedy and sampled, drafted or not. Answers beyond the
+slots wait (and can be cancelled while waiting); the server answers ``parallel`` requests at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import openai
+import pytest
+
+from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
+
+need_llama_cpp()
+
+from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
+from draftscope.engine.backends import open_backend  # noqa: E402
+from draftscope.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves  # noqa: E402
+from draftscope.engine.sampling import SamplingParams  # noqa: E402
+from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
+
+# Prompts that repeat themselves: the conversation's drafts are accepted in every answer.
+PROMPTS = ["one two three four five one two three four five one two", "red green blue red green blue red green",
+           "a b c d e f a b c d e f a b c", "the cat sat on the mat the cat sat on the"]
+SAMPLED = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i) for i in range(len(PROMPTS))]
+GREEDY = [SamplingParams()] * len(PROMPTS)
+
+
+@pytest.fixture(scope="module")
+def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
+    model = tiny_llama(len(tokenizer), seed=3, sharpen=32.0)  # peaked: sampled answers repeat themselves too
+    return write_tiny_gguf(tmp_path_factory.mktemp("parallel") / "tiny-F32.gguf", model, tokenizer_dir)
+
+
+def engine_with(gguf, slots: int) -> Engine:
+    engine = Engine(backend=open_backend(str(gguf), backend="llama.cpp", slots=slots))
+    engine.eos_ids = set()  # every answer runs to its length
+    return engine
+
+
+@pytest.fixture(scope="module")
+def alone(gguf):
+    engine = engine_with(gguf, 1)
+    yield engine
+    engine.backend.close()
+
+
+@pytest.fixture(scope="module")
+def shared(gguf):
+    engine = engine_with(gguf, 4)
+    yield engine
+    engine.backend.close()
+
+
+def ids_of(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def answer(engine, ids, params, drafted: bool, tokens: int = 40):
+    request = GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, sampling=params,
+                                drafters=[ContextDrafter()] if drafted else [], budget=6 if drafted else None)
+    return list(engine.generate(request))[-1]
+
+
+def side_by_side(engine, prompts, params, drafted=True):
+    """Every prompt answered at once, each on a thread of its own."""
+    finals = [None] * len(prompts)
+    start = threading.Barrier(len(prompts))
+
+    def run(i):
+        start.wait()
+        finals[i] = answer(engine, prompts[i], params[i], drafted)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return finals
+
+
+def forwards_seen(monkeypatch) -> list[int]:
+    """How many answers each llama_decode held."""
+    sizes = []
+    decode = LlamaCppBackend.decode_many
+
+    def counting(self, work):
+        sizes.append(len(work))
+        return decode(self, work)
+
+    monkeypatch.setattr(LlamaCppBackend, "decode_many", counting)
+    return sizes
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "T0.9"])
+def test_answers_side_by_side_are_each_plain_decodings_answer(alone, shared, tokenizer, params, monkeypatch):
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, params)]
+    sizes = forwards_seen(monkeypatch)
+    finals = side_by_side(shared, prompts, params)
+    assert all(f is not None and f.error is None for f in finals), finals
+    assert max(sizes) >= 3, f"the answers' steps were not decoded together: {sizes[:40]}"
+    accepted = [f.stats.accepted_by_source.get("context", 0) for f in finals]
+    # greedy answers of this model repeat themselves, each; sampled ones less, together still
+    assert (min(accepted) if params is GREEDY else sum(accepted)) > 0, f"drafts accepted per answer: {accepted}"
+    for i, f in enumerate(finals):
+        assert len(f.token_ids) == 40
+        assert_plain_or_near_tie(alone, prompts[i], plain[i], f.token_ids, params[i], what=f"answer {i}: ")
+
+
+def test_a_forward_that_mixes_up_the_answers_rows_is_caught(alone, shared, tokenizer, monkeypatch):
+    """The check above is not blind: logits handed to the wrong answer make answers that are not
+    plain decoding's, and it says so."""
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
+    decode = LlamaCppBackend.decode_many
+
+    def crossed(self, work):
+        out = decode(self, work)
+        slots = sorted(out)
+        return {s: out[slots[(k + 1) % len(slots)]] if len(slots) > 1 and out[slots[(k + 1) % len(slots)]]
+                .logits.shape == out[s].logits.shape else out[s] for k, s in enumerate(slots)}
+
+    monkeypatch.setattr(LlamaCppBackend, "decode_many", crossed)
+    finals = side_by_side(shared, prompts, SAMPLED, drafted=False)
+    caught = 0
+    for i, f in enumerate(finals):
+        try:
+            assert_plain_or_near_tie(alone, prompts[i], plain[i], f.token_ids, SAMPLED[i])
+        except AssertionError:
+            caught += 1
+    assert caught >= 2, "answers decoded with another answer's logits passed as plain decoding's"
+
+
+def test_an_answer_beyond_the_slots_waits_and_can_be_cancelled_while_it_waits(alone, tokenizer):
+    holder_has_it, done = threading.Event(), threading.Event()
+
+    def hold():  # another thread's answer holds the only slot
+        view = alone.slots.acquire()
+        holder_has_it.set()
+        done.wait(10)
+        alone.slots.release(view)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holder_has_it.wait(5)
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.monotonic()
+    final = list(alone.generate(GenerationRequest(prompt_ids=ids_of(tokenizer, PROMPTS[0]), max_new_tokens=8,
+                                                  cancel=cancel)))[-1]
+    assert final.finish_reason == "cancel" and final.token_ids == [] and 0.25 < time.monotonic() - t0 < 5
+    done.set()
+    holder.join()
+    final = answer(alone, ids_of(tokenizer, PROMPTS[0]), SamplingParams(), drafted=False, tokens=8)
+    assert final.error is None and len(final.token_ids) == 8, "the slot was not given back"
+
+
+def test_an_answer_left_paused_gives_its_slot_to_the_threads_next_answer(shared, tokenizer):
+    ids = ids_of(tokenizer, PROMPTS[1])
+    paused = shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20))
+    next(paused)  # one step, then left as it is
+    assert shared.slots.busy == 1
+    fresh = shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, drafters=[ContextDrafter()]))
+    next(fresh)
+    assert shared.slots.busy == 1, "the next answer took a second slot instead of the paused one's"
+    final = list(fresh)[-1]
+    assert final.error is None and len(final.token_ids) == 20
+    rest = list(paused)
+    assert rest[-1].error and "another answer started" in rest[-1].error
+    assert shared.slots.busy == 0
+
+
+def test_a_tree_keeps_within_the_leaves_a_slot_has():
+    # eight first-level candidates, the first of them with a chain below it
+    parents = np.array([-1] * 8 + [0, 8], np.int32)
+    tree = DraftTree(np.arange(10, 20), parents, np.array([1] * 8 + [2, 3], np.int32), np.ones(10, np.float32),
+                     np.full(10, DraftSource.RETRIEVAL, np.int8))
+    cut = limit_leaves(tree, 3)
+    assert len(cut.leaves()) == 3 and cut.tokens.tolist() == [10, 11, 12, 18, 19]
+    assert limit_leaves(tree, 8) is tree
+
+
+def test_each_slot_holds_its_own_cache_and_gives_it_back(gguf, tokenizer):
+    engine = engine_with(gguf, 8)
+    try:
+        backend = engine.backend
+        assert backend.leaves == 32 and engine.slots.size == 8
+        first = answer(engine, ids_of(tokenizer, PROMPTS[2]), SamplingParams(), drafted=True, tokens=12)
+        assert first.error is None and all(backend.slot_cached(s) == 0 for s in range(8)), "a finished answer's cache stays"
+    finally:
+        backend.close()
+
+
+def test_slots_out_of_range_are_refused_in_words(gguf):
+    with pytest.raises(ValueError, match="slots .answers at once. must be between 1 and 256"):
+        LlamaCppBackend(gguf, None, slots=0)
+
+
+# ---------------------------------------------------------------- the server
+
+
+class SlowContext(ContextDrafter):
+    """The conversation's drafts, a little slowly: answers last long enough to overlap."""
+
+    def propose(self, context_ids, budget):
+        time.sleep(0.02)
+        return super().propose(context_ids, budget)
+
+
+def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, tokenizer):
+    engine = engine_with(gguf, 2)
+    pin_budget(engine, 4)
+    app = create_app(runtime_for(engine, max_new_tokens=40, drafters=lambda: [SlowContext()]), history=None,
+                     config=ServerConfig(parallel=2, queue_limit=1))
+    server = ServerThread(app, port=0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
+        spans, errors = {}, []
+
+        def ask(i):
+            try:
+                t0 = time.monotonic()
+                stream = client.chat.completions.create(model="m", max_tokens=40, stream=True, temperature=0,
+                                                        messages=[{"role": "user", "content": PROMPTS[i]}])
+                times = [time.monotonic() for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
+                spans[i] = (t0, times[0], times[-1])
+            except openai.RateLimitError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        while engine.slots.busy < 2:
+            time.sleep(0.005)
+        third = threading.Thread(target=ask, args=(2,))  # waits in the queue
+        third.start()
+        time.sleep(0.1)
+        ask(3)  # one too many: 2 answering, 1 waiting
+        for t in [*threads, third]:
+            t.join(timeout=60)
+        assert len(errors) == 1 and errors[0].body["code"] == "queue_full", errors
+        (a0, a_first, a_last), (b0, b_first, b_last) = spans[0], spans[1]
+        assert a_first < b_last and b_first < a_last, "the two answers did not stream at the same time"
+        assert spans[2][1] > min(a_last, b_last) - 0.05, "the queued request started before a slot was free"
+    finally:
+        server.stop()
+        engine.backend.close()
