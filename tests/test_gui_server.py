@@ -90,3 +90,71 @@ def test_the_settings_dialog_server_tab_round_trips(qtbot):
     dialog.findChild(QSpinBox, "serverPortSpin").setValue(9200)
     s = dialog.result_settings()
     assert (s.server_enabled, s.server_port, s.server_api_key, s.server_keep_history) == (False, 9200, "abc", False)
+
+
+def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(qtbot, tokenizer, tokenizer_dir,
+                                                                                tmp_path):
+    """Settings ▸ Server ▸ Answers at once = 2 on llama.cpp: the model opens with three slots, and
+    with two served answers in progress the window's own answer still runs at once."""
+    import threading
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QPlainTextEdit, QPushButton
+
+    from draftscope.runtime import load_runtime
+    from gguf_fixtures import write_tiny_gguf
+    from llama_helpers import need_llama_cpp
+
+    need_llama_cpp()
+    gguf = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer_dir)
+    settings = Settings(model=str(gguf), backend="llama.cpp", datastore=str(tmp_path / "none.idx"), max_new_tokens=8,
+                        server_enabled=True, server_port=free_port(), server_parallel=2)
+    launcher = Launcher(load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings,
+                        settings_file=tmp_path / "settings.json")
+    with qtbot.waitSignal(launcher.window_ready, timeout=60_000) as ready:
+        launcher.start()
+    window = ready.args[0]
+    qtbot.addWidget(window)
+    engine = window.runtime.engine
+    assert engine.slots.size == 3
+    held, release = [], threading.Event()
+
+    def served_answer():  # what a served answer does while it runs: it holds a slot
+        held.append(engine.slots.acquire())
+        release.wait(30)
+        engine.slots.release(held[-1])
+
+    holders = [threading.Thread(target=served_answer) for _ in range(2)]
+    for t in holders:
+        t.start()
+    qtbot.waitUntil(lambda: engine.slots.busy == 2, timeout=5000)
+    window.findChild(QPlainTextEdit, "chatInput").setPlainText("hello")
+    try:
+        with qtbot.waitSignal(window.worker.finished, timeout=20_000) as done:
+            qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
+        assert done.args[0].error is None and done.args[0].token_ids
+    finally:
+        release.set()
+        for t in holders:
+            t.join()
+    window.close()
+    launcher.server.stop()
+
+
+def test_answers_at_once_and_workers_round_trip_through_the_settings_dialog(qtbot):
+    from PySide6.QtWidgets import QLineEdit, QSpinBox
+
+    from draftscope.gui.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(Settings(server_parallel=3, workers="10.0.0.2:50052"))
+    qtbot.addWidget(dialog)
+    assert dialog.findChild(QSpinBox, "serverParallelSpin").value() == 3
+    assert dialog.findChild(QLineEdit, "workersEdit").text() == "10.0.0.2:50052"
+    dialog.findChild(QSpinBox, "serverParallelSpin").setValue(4)
+    dialog.findChild(QLineEdit, "workersEdit").setText("10.0.0.2:50052, 10.0.0.3:50052")
+    s = dialog.result_settings()
+    assert (s.server_parallel, s.workers) == (4, "10.0.0.2:50052, 10.0.0.3:50052")
+    dialog.findChild(QLineEdit, "workersEdit").setText("10.0.0.2")
+    problems = dialog.problems()
+    assert any("workers must be host:port" in text and widget is dialog.findChild(QLineEdit, "workersEdit")
+               for text, widget in problems), problems

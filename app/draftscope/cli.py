@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     gpu.add_arguments(gpu_p)
     gpu_p.set_defaults(func=lambda a: gpu.run(a))
+
+    from draftscope.bench import serve as serve_bench
+
+    serve_p = bench_sub.add_parser("serve", help="concurrent clients against one server: aggregate tokens/s and "
+                                   "latencies, ours (drafting on and off) and llama-server", description=serve_bench.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve_bench.add_arguments(serve_p)
+    serve_p.set_defaults(func=lambda a: serve_bench.run(a))
     return parser
 
 

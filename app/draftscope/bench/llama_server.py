@@ -54,7 +54,7 @@ class LlamaServer:
     """One ``llama-server`` process for one method, started on first use."""
 
     def __init__(self, binary: str, method: str, model: Path, *, threads: int, context: int, max_new_tokens: int,
-                 draft_model: Path | None = None, timeout: float = 120.0) -> None:
+                 draft_model: Path | None = None, timeout: float = 120.0, parallel: int = 1) -> None:
         if method == "llama-server-draft" and draft_model is None:
             raise ValueError("llama-server-draft needs --draft-model (a GGUF)")
         self.method, self.max_new_tokens, self.timeout = method, max_new_tokens, timeout
@@ -62,7 +62,7 @@ class LlamaServer:
         flags = list(SPEC_TYPES[method]) + (["--model-draft", str(draft_model), "--threads-draft", str(threads)]
                                             if method == "llama-server-draft" else [])
         self.command = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-                        "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", *flags]
+                        "-tb", str(threads), "-c", str(context * parallel), "-np", str(parallel), "--no-webui", *flags]
         self.proc: subprocess.Popen | None = None
         self.log = b""
 

@@ -240,8 +240,8 @@ def _child_main(conn, args: dict, log: str) -> None:
                              slots=backend.slots, leaves=backend.leaves, batch_capacity=backend.batch_capacity,
                              device=backend.device, describe=backend.describe())
             elif name == "attach":
+                # the parent's (spawn shares its resource tracker: the parent's unlink is the one)
                 shm = shared_memory.SharedMemory(name=call_args[0])
-                _untrack(shm)
                 rows = call_args[1]
                 value = None
             elif name == "cached_positions":
@@ -265,6 +265,9 @@ def _pack(value, shm, rows: int, vocab: int):
     if isinstance(value, dict) and any(isinstance(v, Verified) for v in value.values()):
         out, first = {}, 0
         for key, v in value.items():
+            if not isinstance(v, Verified):  # an item's error (pickled as it is)
+                out[key] = v
+                continue
             logits = v.logits.numpy()
             n = logits.shape[0]
             if first + n > rows:
@@ -274,13 +277,3 @@ def _pack(value, shm, rows: int, vocab: int):
             first += n
         return out
     return value
-
-
-def _untrack(shm) -> None:
-    """The parent owns the shared memory; this process's resource tracker must not remove it."""
-    try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - Python < 3.13 has no track=False
-    except Exception:  # noqa: BLE001
-        pass

@@ -169,11 +169,16 @@ class LlamaCppBackend(Backend):
         self.clear_slot(0)
         prefix = prompt[:-1]
         for at in range(0, len(prefix), PREFILL_BATCH):
-            self.decode_many({0: Prefill(prefix[at : at + PREFILL_BATCH], at)})
+            out = self.decode_many({0: Prefill(prefix[at : at + PREFILL_BATCH], at)})
+            if 0 in out:
+                raise out[0]
         return None
 
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
-        return self.decode_many({0: Verify(root, tree)})[0]
+        out = self.decode_many({0: Verify(root, tree)})[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     def commit(self, path: list[int]) -> None:
         self.commit_slot(0, path)
@@ -200,22 +205,23 @@ class LlamaCppBackend(Backend):
     @_serialised
     def decode_many(self, work: dict) -> dict:
         """One ``llama_decode`` for several slots' Prefill and Verify items; a Verified for each
-        Verify (the Prefill items' positions join their slot's cache)."""
+        Verify (the Prefill items' positions join their slot's cache). An item that cannot be
+        decoded gets its error as its result; the others are decoded without it."""
         L = self._L
-        entries, outputs = [], {}
+        entries, outputs, failed = [], {}, {}
+        for slot, item in work.items():
+            problem = self._problem(slot, item)
+            if problem is not None:
+                failed[slot] = ValueError(problem)
+        work = {slot: item for slot, item in work.items() if slot not in failed}
         for slot, item in work.items():
             base = self._past[slot]
             if isinstance(item, Prefill):
-                if item.start != base:
-                    raise ValueError(f"slot {slot} holds {base} positions; a prefill from {item.start} does not follow")
                 entries += [(tok, base + k, (self._seq(slot),), False) for k, tok in enumerate(item.tokens)]
                 continue
             tree, n = item.tree, len(item.tree)
             seqs = _leaf_sequences(tree)
             leaves = sorted({s for node in seqs for s in node}) or [0]
-            if len(leaves) > self.leaves:
-                raise ValueError(f"a draft tree of {len(leaves)} leaves; llama.cpp verifies at most {self.leaves} "
-                                 f"per answer with {self.slots} answers at once")
             for leaf in leaves:
                 if leaf != 0:  # every leaf's sequence starts from the committed prefix
                     L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
@@ -225,6 +231,8 @@ class LlamaCppBackend(Backend):
             entries.append((item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True))
             entries += [(int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(n)]
             self._last_seqs[slot] = mine
+        if not entries:
+            return failed
         if len(entries) > self.batch_capacity:
             raise ValueError(f"{len(entries)} tokens in one forward; this context takes at most {self.batch_capacity}")
         self._fill(entries)
@@ -238,7 +246,22 @@ class LlamaCppBackend(Backend):
             row = sum(1 for e in entries[:first] if e[3])
             logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(row + rows, self.vocab))[row:].copy()
             out[slot] = Verified(torch.from_numpy(logits))
-        return out
+        return {**out, **failed}
+
+    def _problem(self, slot: int, item) -> str | None:
+        if isinstance(item, Prefill):
+            if item.start != self._past[slot]:
+                return f"slot {slot} holds {self._past[slot]} positions; a prefill from {item.start} does not follow"
+            if len(item.tokens) > PREFILL_BATCH:
+                return f"a prefill chunk of {len(item.tokens)} tokens; at most {PREFILL_BATCH} a forward"
+            return None
+        leaves = len(item.tree.leaves()) if len(item.tree) else 1
+        if leaves > self.leaves:
+            return (f"a draft tree of {leaves} leaves; llama.cpp verifies at most {self.leaves} per answer with "
+                    f"{self.slots} answers at once")
+        if len(item.tree) > MAX_TREE:
+            return f"a draft tree of {len(item.tree)} nodes; at most {MAX_TREE}"
+        return None
 
     @_serialised
     def commit_slot(self, slot: int, path: list[int]) -> None:

@@ -71,7 +71,7 @@ class SharedForward:
         self._cond.release()
         started = time.perf_counter()
         try:
-            out = self.backend.decode_many(work)
+            out = self.backend.decode_many(work)  # an item that failed has its error as its result
             results = {slot: out.get(slot) for slot in work}
         except BaseException as exc:  # noqa: BLE001 - each answer in the forward hears of it
             results = {slot: exc for slot in work}

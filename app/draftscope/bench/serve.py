@@ -1,0 +1,191 @@
+"""``draftscope bench serve``: concurrent clients against one server, through the official
+``openai`` client, streaming. For each number of clients (``--clients 1,2,4,8``) every client
+asks ``--requests`` Spec-Bench questions one after another; printed per server and client count:
+aggregate tokens/s (all answers' tokens over the round's wall time), first-token latency (median
+and worst) and per-token latency (p50 / p95 of the gaps between streamed tokens; a chunk of several
+drafted tokens counts its gap once per token).
+
+Servers: ``ours`` (``draftscope serve``'s app in this process, ``--parallel`` the largest client
+count: answers share forwards on llama.cpp) with drafting on (the app's default drafters) and off,
+and ``llama-server`` (llama.cpp's own server, ``-np`` the same, prompt cache off) where one is
+found (bench/llama_server.py). ``--rpc host:port`` splits the model over llama.cpp RPC workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from draftscope.commands import argtypes
+
+DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="qwen2.5-coder-1.5b")
+    p.add_argument("--questions", default=str(DEFAULT_QUESTIONS))
+    p.add_argument("--clients", default="1,2,4,8", help="comma-separated client counts")
+    p.add_argument("--requests", type=argtypes.positive_int, default=2, help="questions each client asks in turn")
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64)
+    p.add_argument("--servers", default="ours-drafting,ours-plain,llama-server",
+                   help="which of ours-drafting, ours-plain, llama-server")
+    p.add_argument("--parallel", type=argtypes.parallel, default=None, help="answers at once (default: the "
+                   "largest client count)")
+    p.add_argument("--rpc", default=None, help="llama.cpp RPC workers for our server (host:port,...)")
+    p.add_argument("--json", dest="json_out", default=None)
+
+
+def questions(path: str, count: int) -> list[str]:
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            out.append(json.loads(line)["turns"][0])
+    if not out:
+        raise ValueError(f"no questions in {path}")
+    return [out[i % len(out)] for i in range(count)]
+
+
+def one_answer(client, model: str, question: str, max_tokens: int, extra: dict | None = None) -> dict:
+    t0 = time.perf_counter()
+    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
+                                            max_tokens=max_tokens, temperature=0, stream=True, extra_body=extra)
+    steps, texts = [], []  # (time, tokens in the chunk)
+    for chunk in stream:
+        step = ((chunk.model_extra or {}).get("draftscope") or {}).get("tokens")
+        if isinstance(step, list) and step:  # ours: a step's tokens (several when drafts were accepted)
+            steps.append((time.perf_counter(), len(step)))
+        elif chunk.choices and chunk.choices[0].delta.content:
+            texts.append((time.perf_counter(), 1))  # llama-server: a token a chunk
+    end = time.perf_counter()
+    arrivals = steps or texts  # ours also sends text held back for stop sequences, in chunks of no step
+    gaps = []
+    for (a, _), (b, n) in zip(arrivals, arrivals[1:]):
+        gaps += [(b - a) / n] * n
+    tokens = sum(n for _, n in arrivals)
+    return {"first_token_s": arrivals[0][0] - t0 if arrivals else end - t0, "gaps": gaps, "tokens": tokens,
+            "seconds": end - t0}
+
+
+def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tokens: int,
+              extra: dict | None = None) -> dict:
+    import openai
+
+    results: list[dict] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def client_loop(mine: list[str]) -> None:
+        client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0, timeout=3600)
+        for q in mine:
+            try:
+                r = one_answer(client, model, q, max_tokens, extra)
+            except openai.OpenAIError as exc:  # counted and said, the round goes on
+                with lock:
+                    errors.append(str(exc))
+                continue
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=client_loop, args=(asks[c],)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    gaps = sorted(g for r in results for g in r["gaps"])
+    firsts = sorted(r["first_token_s"] for r in results)
+
+    def pct(xs, q):
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+    if not results:
+        raise RuntimeError(f"every request failed: {errors[0] if errors else 'no answers'}")
+    return {"clients": clients, "errors": errors, "tokens": sum(r["tokens"] for r in results), "wall_s": wall,
+            "tokens_per_s": sum(r["tokens"] for r in results) / wall,
+            "first_token_median_s": statistics.median(firsts), "first_token_max_s": firsts[-1],
+            "token_p50_ms": pct(gaps, 0.5) * 1000, "token_p95_ms": pct(gaps, 0.95) * 1000}
+
+
+def run(args: argparse.Namespace) -> int:
+    from draftscope.runtime import load_runtime
+    from draftscope.server import ServerConfig, ServerThread, create_app
+    from draftscope.storage import Settings
+
+    counts = [int(c) for c in args.clients.split(",") if c.strip()]
+    parallel = args.parallel or max(counts)
+    servers = [s for s in args.servers.split(",") if s]
+    total = max(counts) * args.requests
+    asked = questions(args.questions, total)
+    rows = []
+
+    def rounds(name: str, url: str, model: str, extra: dict | None = None) -> None:
+        for c in counts:
+            asks = [asked[k * args.requests:(k + 1) * args.requests] for k in range(c)]
+            r = run_round(url, model, c, asks, args.max_new_tokens, extra)
+            r["server"] = name
+            rows.append(r)
+            print(f"{name}, {c} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
+                  f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
+                  f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
+                  + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
+
+    ours = [s for s in servers if s.startswith("ours")]
+    if ours:
+        settings = Settings(model=args.model, workers=args.rpc or "")
+        runtime = load_runtime(settings, slots=parallel)
+        engine = runtime.engine
+        print(f"draftscope bench serve: {engine.name} on {engine.backend.describe()}, {parallel} answers at once "
+              f"({engine.slots.size} slots), {args.max_new_tokens} tokens per answer, {args.requests} requests per "
+              f"client; plain decoding alone {engine.baseline_tokens_per_second:.1f} tokens/s", flush=True)
+        for name in ours:
+            drafters = dict(Settings().drafters) if name == "ours-drafting" else {k: False for k in Settings().drafters}
+            runtime.apply(Settings(model=args.model, workers=args.rpc or "", drafters=drafters))
+            app = create_app(runtime, history=None, config=ServerConfig(parallel=parallel, queue_limit=64,
+                                                                        keep_history=False))
+            server = ServerThread(app, port=0).start()
+            try:
+                rounds(name, server.url, engine.name)
+            finally:
+                server.stop()
+        runtime.close()
+        engine.backend.close()
+    if "llama-server" in servers:
+        from draftscope.bench.llama_server import LlamaServer, find_llama_server
+        from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
+        from draftscope.engine.models import resolve_model
+
+        binary, why = find_llama_server()
+        if binary is None:
+            print(f"llama-server skipped: {why}")
+        else:
+            source = resolve_model(args.model)
+            peer = LlamaServer(binary, "llama-server", Path(source.gguf_path), threads=default_threads(),
+                               context=DEFAULT_CONTEXT, max_new_tokens=args.max_new_tokens, parallel=parallel)
+            peer.start()
+            try:
+                # no prompt cache: every round asks the same questions again
+                rounds(f"llama-server -np {parallel}", f"http://127.0.0.1:{peer.port}/v1", "model",
+                       {"cache_prompt": False})
+            finally:
+                peer.stop()
+    print(format_table(rows))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["| server | clients | tokens/s (aggregate) | vs 1 client | first token median / worst | per token p50 / p95 |",
+             "|---|---:|---:|---:|---|---|"]
+    single = {r["server"]: r["tokens_per_s"] for r in rows if r["clients"] == 1}
+    for r in rows:
+        base = single.get(r["server"])
+        lines.append(f"| {r['server']} | {r['clients']} | {r['tokens_per_s']:.1f} | "
+                     f"{r['tokens_per_s'] / base:.2f}x | {r['first_token_median_s']:.2f} s / {r['first_token_max_s']:.2f} s | "
+                     f"{r['token_p50_ms']:.0f} / {r['token_p95_ms']:.0f} ms |" if base else "")
+    return "\n".join(line for line in lines if line)
