@@ -277,4 +277,4 @@ def test_bench_serve_measures_concurrent_clients_through_the_openai_client(gguf,
     for r in rows:  # every client's two answers streamed tokens (at most 12 each)
         assert r["errors"] == [], r["errors"]
         assert 2 * r["clients"] <= r["tokens"] <= 12 * 2 * r["clients"] and r["tokens_per_s"] > 0, r
-    assert "| ours-plain | 3 |" in text and "3 answers at once (3 slots)" in text, text
+    assert "| ours-plain | 3 |" in text and "draftscope serve --parallel 3" in text, text

@@ -5,9 +5,9 @@ aggregate tokens/s (all answers' tokens over the round's wall time), first-token
 and worst) and per-token latency (p50 / p95 of the gaps between streamed tokens; a chunk of several
 drafted tokens counts its gap once per token).
 
-Servers: ``ours`` (``draftscope serve``'s app in this process, ``--parallel`` the largest client
-count: answers share forwards on llama.cpp) with drafting on (the app's default drafters) and off,
-and ``llama-server`` (llama.cpp's own server, ``-np`` the same, prompt cache off) where one is
+Servers, each a process of its own: ``ours`` (``draftscope serve --parallel N``, N the largest
+client count unless given: answers share forwards on llama.cpp) with drafting on (the app's
+default drafters) and off, and ``llama-server`` (llama.cpp's own server, ``-np`` the same, prompt cache off) where one is
 found (bench/llama_server.py). ``--rpc host:port`` splits the model over llama.cpp RPC workers.
 """
 
@@ -111,11 +111,52 @@ def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tok
             "token_p50_ms": pct(gaps, 0.5) * 1000, "token_p95_ms": pct(gaps, 0.95) * 1000}
 
 
-def run(args: argparse.Namespace) -> int:
-    from draftscope.runtime import load_runtime
-    from draftscope.server import ServerConfig, ServerThread, create_app
-    from draftscope.storage import Settings
+class OurServer:
+    """``draftscope serve`` in a process of its own, as a user runs it (the clients here must not
+    share its interpreter: they would take turns with its answers for the GIL)."""
 
+    def __init__(self, model: str, parallel: int, *, drafting: bool, workers: str | None = None,
+                 timeout: float = 600.0) -> None:
+        import socket
+        import subprocess
+        import sys
+        import urllib.request
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        command = [sys.executable, "-m", "draftscope", "serve", "--model", model, "--port", str(port), "--parallel",
+                   str(parallel), "--queue-limit", "64", "--no-history", "--drafters", "auto" if drafting else "none"]
+        if workers:
+            command += ["--rpc", workers]
+        import tempfile
+
+        self.log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the server
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        self.url = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"draftscope serve exited: {self.log.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            self.stop()
+            raise RuntimeError("draftscope serve did not come up")
+        self.banner = f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+def run(args: argparse.Namespace) -> int:
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
     parallel = args.parallel or max(counts)
     servers = [s for s in args.servers.split(",") if s]
@@ -134,26 +175,13 @@ def run(args: argparse.Namespace) -> int:
                   f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
                   + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
 
-    ours = [s for s in servers if s.startswith("ours")]
-    if ours:
-        settings = Settings(model=args.model, workers=args.rpc or "")
-        runtime = load_runtime(settings, slots=parallel)
-        engine = runtime.engine
-        print(f"draftscope bench serve: {engine.name} on {engine.backend.describe()}, {parallel} answers at once "
-              f"({engine.slots.size} slots), {args.max_new_tokens} tokens per answer, {args.requests} requests per "
-              f"client; plain decoding alone {engine.baseline_tokens_per_second:.1f} tokens/s", flush=True)
-        for name in ours:
-            drafters = dict(Settings().drafters) if name == "ours-drafting" else {k: False for k in Settings().drafters}
-            runtime.apply(Settings(model=args.model, workers=args.rpc or "", drafters=drafters))
-            app = create_app(runtime, history=None, config=ServerConfig(parallel=parallel, queue_limit=64,
-                                                                        keep_history=False))
-            server = ServerThread(app, port=0).start()
-            try:
-                rounds(name, server.url, engine.name)
-            finally:
-                server.stop()
-        runtime.close()
-        engine.backend.close()
+    for name in [s for s in servers if s.startswith("ours")]:
+        server = OurServer(args.model, parallel, drafting=name == "ours-drafting", workers=args.rpc)
+        try:
+            print(f"{name}: {server.banner}", flush=True)
+            rounds(name, server.url, "default")
+        finally:
+            server.stop()
     if "llama-server" in servers:
         from draftscope.bench.llama_server import LlamaServer, find_llama_server
         from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
