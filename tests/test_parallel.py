@@ -278,3 +278,106 @@ def test_bench_serve_measures_concurrent_clients_through_the_openai_client(gguf,
         assert r["errors"] == [], r["errors"]
         assert 2 * r["clients"] <= r["tokens"] <= 12 * 2 * r["clients"] and r["tokens_per_s"] > 0, r
     assert "| ours-plain | 3 |" in text and "draftscope serve --parallel 3" in text, text
+
+
+def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer,
+                                                                                 monkeypatch):
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
+    stop_text = tokenizer.decode(plain[1][5:7])  # answer 1 stops at a string it writes early
+    cancel = threading.Event()
+    decode = LlamaCppBackend.decode_many
+    forwards = []
+
+    def failing_for_slot_of_answer_3(self, work):
+        forwards.append(len(work))
+        if len(forwards) == 12:  # one answer's step fails inside a shared forward
+            victim = max(work)
+            out = decode(self, {s: w for s, w in work.items() if s != victim})
+            return {**out, victim: ValueError("this answer's step failed")}
+        if len(forwards) == 8:
+            cancel.set()
+        return decode(self, work)
+
+    monkeypatch.setattr(LlamaCppBackend, "decode_many", failing_for_slot_of_answer_3)
+    requests = [GenerationRequest(prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i],
+                                  drafters=[ContextDrafter()], budget=6) for i in range(4)]
+    requests[1].stop_strings = [stop_text]
+    requests[2].cancel = cancel
+    finals = [None] * 4
+    barrier = threading.Barrier(4)
+
+    def run(i):
+        barrier.wait()
+        finals[i] = list(shared.generate(requests[i]))[-1]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    reasons = sorted(f.finish_reason for f in finals)
+    assert "cancel" in [finals[2].finish_reason] and finals[1].finish_reason in ("stop", "error"), reasons
+    failed = [i for i, f in enumerate(finals) if f.finish_reason == "error"]
+    assert len(failed) == 1 and "this answer's step failed" in finals[failed[0]].error, [f.error for f in finals]
+    for i, f in enumerate(finals):  # every answer, whatever its end, is plain decoding's as far as it went
+        assert f.token_ids == plain[i][: len(f.token_ids)] or assert_plain_or_near_tie(
+            alone, prompts[i], plain[i][: len(f.token_ids)], f.token_ids, SAMPLED[i]) is not None
+    survivors = [i for i in range(4) if i not in failed and finals[i].finish_reason == "length"]
+    assert survivors and all(len(finals[i].token_ids) == 40 for i in survivors)
+    assert shared.slots.busy == 0
+
+
+def test_the_server_under_eight_clients_answers_each_with_its_own_text(gguf, tokenizer):
+    engine = engine_with(gguf, 2)
+    app = create_app(runtime_for(engine, max_new_tokens=24), history=None, config=ServerConfig(parallel=2,
+                                                                                             queue_limit=8))
+    server = ServerThread(app, port=0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
+        asks = [PROMPTS[i % 4] + f" {i}" for i in range(8)]
+
+        def ask(text):
+            return client.chat.completions.create(model="m", max_tokens=24, temperature=0, seed=1,
+                                                  messages=[{"role": "user", "content": text}])
+
+        alone = [ask(a).choices[0].message.content for a in asks]  # one at a time
+        got = [None] * 8
+
+        def worker(i):
+            got[i] = ask(asks[i]).choices[0].message.content
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert all(g is not None for g in got), "a client got no answer"
+        # each client its own answer: the one its question gets alone (no texts mixed up)
+        assert got == alone, "an answer decoded beside others is not the one it gets alone"
+    finally:
+        server.stop()
+        engine.backend.close()
+
+
+def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
+    import httpx2 as httpx
+
+    engine = engine_with(gguf, 2)
+    pin_budget(engine, 4)
+    app = create_app(runtime_for(engine, max_new_tokens=200, drafters=lambda: [SlowContext()]), history=None,
+                     config=ServerConfig(parallel=2))
+    server = ServerThread(app, port=0).start()
+    try:
+        body = {"model": "m", "stream": True, "max_tokens": 200, "messages": [{"role": "user", "content": "go"}]}
+        with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=30) as r:
+            for _ in r.iter_lines():
+                if engine.slots.busy == 1:
+                    break
+        deadline = time.monotonic() + 5
+        while engine.slots.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.slots.busy == 0, "the slot of a client that went away was not freed"
+    finally:
+        server.stop()
+        engine.backend.close()

@@ -222,3 +222,38 @@ def test_a_worker_that_never_answers_times_out_instead_of_hanging(gguf, tokenize
         assert time.monotonic() - t0 < 30
     finally:
         silent.close()
+
+
+def test_two_workers_hold_layers_and_a_trees_logits_match_the_whole_model(gguf, tokenizer):
+    import numpy as np
+
+    from draftscope.draft_tree import DraftSource, DraftTree
+
+    need_rpc()
+    ports = [free_port(), free_port()]
+    procs = [start_worker(p) for p in ports]
+    endpoints = [f"127.0.0.1:{p}" for p in ports]
+    whole = open_backend(str(gguf), backend="llama.cpp")
+    split = open_backend(str(gguf), backend="llama.cpp", workers=endpoints)
+    try:
+        # 4 layers over three machines: 1 here (equal shares, rounded), 3 on the workers
+        assert split.split == {"this computer": 1, endpoints[0]: 2, endpoints[1]: 1}, split.split
+        ids = ids_of(tokenizer)
+        tree = DraftTree(np.array([11, 12, 13, 14, 15]), np.array([-1, 0, 0, 1, -1], np.int32),
+                         np.array([1, 2, 2, 3, 1], np.int32), np.ones(5, np.float32),
+                         np.full(5, DraftSource.RETRIEVAL, np.int8))
+        rows = []
+        for backend in (whole, split):
+            backend.start(ids)
+            rows.append(backend.verify(ids[-1], tree).logits)
+            backend.commit([0, 1])
+            rows.append(backend.verify(12, tree).logits)  # after a commit: the kept branch, the next tree
+        for a, b in ((rows[0], rows[2]), (rows[1], rows[3])):
+            assert a.shape == b.shape == (6, whole.vocab)
+            assert float((a - b).abs().max()) < 1e-3 * float(a.abs().max()), "the split model's logits differ"
+    finally:
+        whole.close()
+        split.close()
+        for p in procs:
+            p.terminate()
+            p.wait(10)
