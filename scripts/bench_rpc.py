@@ -85,6 +85,7 @@ def main() -> int:
                 results.setdefault(name, []).append((len(final.token_ids), time.perf_counter() - t0))
                 if final.error:
                     print(f"{name}: {final.error}")
+        prompt_ids = [local.engine.encode_chat([{"role": "user", "content": t}]) for t in prompts]
         gguf = Path(resolve_model(args.model).gguf_path)
         layers = gguf_layers(gguf)
         remote = split.engine.backend.split
@@ -101,10 +102,7 @@ def main() -> int:
                              ",".join(["1"] * len(endpoints))]
             peer.start()
             try:
-                tok = local.engine.tokenizer
-                for text in prompts:
-                    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-                    ids = ids["input_ids"] if isinstance(ids, dict) else ids
+                for ids in prompt_ids:
                     out, secs, _ = peer.answer(list(ids))
                     results.setdefault("llama-server split", []).append((len(out), secs))
             finally:
