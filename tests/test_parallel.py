@@ -381,3 +381,13 @@ def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
     finally:
         server.stop()
         engine.backend.close()
+
+
+def test_turning_the_server_on_reopens_a_llama_cpp_model_with_room_for_its_answers(alone, shared):
+    from draftscope.runtime import Runtime
+    from draftscope.storage import Settings
+
+    serving = Settings(server_enabled=True, server_parallel=2)  # two served answers and the window's
+    assert Runtime(Settings(), alone).needs_reload(serving), "one slot cannot hold three answers"
+    assert not Runtime(Settings(), shared).needs_reload(serving), "four slots hold three answers"
+    assert not Runtime(Settings(), alone).needs_reload(Settings(server_parallel=2)), "no server, no reload"
