@@ -391,3 +391,46 @@ def test_turning_the_server_on_reopens_a_llama_cpp_model_with_room_for_its_answe
     assert Runtime(Settings(), alone).needs_reload(serving), "one slot cannot hold three answers"
     assert not Runtime(Settings(), shared).needs_reload(serving), "four slots hold three answers"
     assert not Runtime(Settings(), alone).needs_reload(Settings(server_parallel=2)), "no server, no reload"
+
+
+def test_a_slot_is_emptied_before_the_next_answer_gets_it(shared, monkeypatch):
+    events = []
+    clear = LlamaCppBackend.clear_slot
+
+    def slow_clear(self, slot):
+        time.sleep(0.2)  # a slow clear: the next answer must not be handed the slot meanwhile
+        clear(self, slot)
+        events.append("cleared")
+
+    monkeypatch.setattr(LlamaCppBackend, "clear_slot", slow_clear)
+    held, go = [], threading.Event()
+
+    def hold():
+        view = shared.slots.acquire()
+        held.append(view)
+        go.wait(10)
+        if view is held[0]:
+            shared.slots.release(view)
+
+    holders = [threading.Thread(target=hold) for _ in range(4)]
+    for t in holders:
+        t.start()
+    while len(held) < 4:
+        time.sleep(0.005)
+
+    def next_answer():
+        view = shared.slots.acquire()
+        events.append("acquired")
+        shared.slots.release(view)
+
+    waiter = threading.Thread(target=next_answer)
+    waiter.start()
+    time.sleep(0.05)
+    go.set()
+    waiter.join(10)
+    for t in holders:
+        t.join(10)
+    assert events[:2] == ["cleared", "acquired"], events
+    for view in held[1:]:
+        shared.slots.release(view)
+    assert shared.slots.busy == 0

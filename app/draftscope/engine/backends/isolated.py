@@ -52,6 +52,8 @@ class IsolatedLlamaBackend(Backend):
     # ------------------------------------------------------------------ the child
 
     def _open(self) -> None:
+        if getattr(self, "_log", None):
+            Path(self._log).unlink(missing_ok=True)  # the last child's words were said with its error
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_end = ctx.Pipe()
         fd, self._log = tempfile.mkstemp(prefix="draftscope-llama-", suffix=".log")
@@ -125,9 +127,14 @@ class IsolatedLlamaBackend(Backend):
 
     # ------------------------------------------------------------------ the loop's calls
 
+    def ensure_open(self) -> None:
+        """The child ended (a lost worker): open the model again, once however many answers ask."""
+        with self._lock:
+            if self._conn is None:
+                self._open()
+
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> None:
-        if self._conn is None:  # the child ended (a lost worker): open the model again
-            self._open()
+        self.ensure_open()
         return self._call("start", list(prompt))
 
     def verify(self, root, tree, *, want_hidden: bool = False) -> Verified:
@@ -148,10 +155,8 @@ class IsolatedLlamaBackend(Backend):
         return self._call("decode_many", work)
 
     def clear_slot(self, slot: int) -> None:
-        if self._conn is None:
-            if slot == 0 and self.slots == 1:
-                return
-            self._open()
+        if self._conn is None:  # nothing to clear in a child that ended; a start opens it again
+            return
         self._call("clear_slot", slot)
 
     def commit_slot(self, slot: int, path: list[int]) -> None:

@@ -53,6 +53,7 @@ class Verify:
 
     root: int
     tree: DraftTree
+    past: int | None = None  # the positions the caller put in its slot's cache (None: not checked)
 
 
 _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
@@ -262,6 +263,9 @@ class LlamaCppBackend(Backend):
             if len(item.tokens) > PREFILL_BATCH:
                 return f"a prefill chunk of {len(item.tokens)} tokens; at most {PREFILL_BATCH} a forward"
             return None
+        if item.past is not None and item.past != self._past[slot]:
+            return (f"this answer's cache was lost (it held {item.past} positions, the model now {self._past[slot]}): "
+                    "the model was opened again")
         leaves = len(item.tree.leaves()) if len(item.tree) else 1
         if leaves > self.leaves:
             return (f"a draft tree of {leaves} leaves; llama.cpp verifies at most {self.leaves} per answer with "

@@ -141,13 +141,17 @@ class SlotPool:
         with self._cond:
             if self._ticket.get(view.slot) != view.ticket:
                 return  # taken over by a later answer on the same thread, which releases it
+        if self.shared is not None:  # emptied before anyone can take it
+            self.shared.leave(view.slot)
+            try:
+                self.backend.clear_slot(view.slot)  # its cells freed: the other answers attend over fewer
+            except Exception:  # noqa: BLE001 - a backend that ended; the next answer's start reopens it
+                pass
+        with self._cond:
             del self._ticket[view.slot], self._owner[view.slot]
             self._free.append(view.slot)
             self._free.sort()
             self._cond.notify_all()
-        if self.shared is not None:
-            self.shared.leave(view.slot)
-            self.backend.clear_slot(view.slot)  # its cells freed: the other answers attend over fewer
 
     def set_step_cost(self, seconds: float | None) -> None:
         """How long a caller waits for the others: a share of a plain step."""
@@ -164,6 +168,7 @@ class SlotBackend(Backend):
 
     def __init__(self, pool: SlotPool, slot: int, ticket: int) -> None:
         self.pool, self.slot, self.ticket = pool, slot, ticket
+        self._past = 0  # positions this answer has put in its slot's cache
         b = pool.backend
         self.kind, self.name, self.tokenizer, self.vocab = b.kind, b.name, b.tokenizer, b.vocab
         self.max_context, self.eos_ids, self.device = b.max_context, b.eos_ids, b.device
@@ -186,16 +191,22 @@ class SlotBackend(Backend):
     def start(self, prompt: list[int], *, want_hidden: bool = False):
         if self._shared is None:
             return self.pool.backend.start(prompt, want_hidden=want_hidden)
-        from draftscope.engine.backends.llamacpp import PREFILL_BATCH, SHARED_PREFILL, Prefill
+        from draftscope.engine.backends.llamacpp import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
 
         b = self.pool.backend
+        if hasattr(b, "ensure_open"):  # a child process that ended (a lost worker) opens again
+            b.ensure_open()
         b.clear_slot(self.slot)
+        self._past = 0
+        # alone, a long chunk; but another answer may join this forward: room for its tree is kept
+        longest = max(SHARED_PREFILL, min(PREFILL_BATCH, b.batch_capacity - (b.slots - 1) * (MAX_TREE + 1)))
         prefix, at = prompt[:-1], 0
         while at < len(prefix):
             alone = self._shared.active <= {self.slot}
-            chunk = prefix[at : at + (PREFILL_BATCH if alone else SHARED_PREFILL)]
+            chunk = prefix[at : at + (longest if alone else SHARED_PREFILL)]
             self._shared.run(self.slot, Prefill(chunk, at))
             at += len(chunk)
+            self._past = at
         return None
 
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
@@ -203,17 +214,20 @@ class SlotBackend(Backend):
             return self.pool.backend.verify(root, tree, want_hidden=want_hidden)
         from draftscope.engine.backends.llamacpp import Verify
 
-        return self._shared.run(self.slot, Verify(root, tree))
+        # the positions this answer put in its cache: a cache lost meanwhile (a reopened model) is an error
+        return self._shared.run(self.slot, Verify(root, tree, past=self._past))
 
     def commit(self, path: list[int]) -> None:
         if self._shared is None:
             return self.pool.backend.commit(path)
         self.pool.backend.commit_slot(self.slot, path)
+        self._past += 1 + len(path)
 
     def truncate(self, length: int) -> None:
         if self._shared is None:
             return self.pool.backend.truncate(length)
         self.pool.backend.truncate_slot(self.slot, length)
+        self._past = min(self._past, length)
 
     @property
     def cached(self) -> int:
