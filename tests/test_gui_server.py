@@ -120,9 +120,10 @@ def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(
     held, release = [], threading.Event()
 
     def served_answer():  # what a served answer does while it runs: it holds a slot
-        held.append(engine.slots.acquire())
+        view = engine.slots.acquire()
+        held.append(view)
         release.wait(30)
-        engine.slots.release(held[-1])
+        engine.slots.release(view)
 
     holders = [threading.Thread(target=served_answer) for _ in range(2)]
     for t in holders:

@@ -140,7 +140,8 @@ class SlotPool:
     def release(self, view: SlotBackend) -> None:
         with self._cond:
             if self._ticket.get(view.slot) != view.ticket:
-                return  # taken over by a later answer on the same thread, which releases it
+                return  # taken over by a later answer on the same thread (it releases it), or released
+            self._ticket[view.slot] = -1  # being released: a second release of this view does nothing
         if self.shared is not None:  # emptied before anyone can take it
             self.shared.leave(view.slot)
             try:
@@ -148,7 +149,8 @@ class SlotPool:
             except Exception:  # noqa: BLE001 - a backend that ended; the next answer's start reopens it
                 pass
         with self._cond:
-            del self._ticket[view.slot], self._owner[view.slot]
+            del self._ticket[view.slot]
+            self._owner.pop(view.slot, None)
             self._free.append(view.slot)
             self._free.sort()
             self._cond.notify_all()
