@@ -59,9 +59,11 @@ def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsy
     assert re.search(r"engine plain loop +[\d.]+ tokens/s \(16 tokens\)", plain)
     assert "token-identical: True (expected in fp32)" in plain
     oracle = text["oracle limit"]
-    for config in ("depth 3", "depth 7", "depth 15", "adaptive"):
-        line = rf"{config} +[\d.]+ tokens/s +[\d.]+x plain +tau +[\d.]+ +token-identical: True"
+    for config in ("depth 3", "depth 7", "depth 15", "adaptive", re.escape("wide 64 (8 x 8)")):
+        line = rf"{config} +[\d.]+ tokens/s +[\d.]+x plain +tau +[\d.]+ +[\d.]+ nodes a step +token-identical: True"
         assert re.search(line, oracle), config
+    assert re.search(r"wide 64 \(8 x 8\): [\d.]+ ms a step, its 64-node forward alone [\d.]+ ms: \d+% of a step "
+                     r"outside the forward", oracle)
     assert "skipped: needs --model" in text["spec-bench"]
 
     rows = json_lines(out_file)
@@ -74,10 +76,15 @@ def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsy
     assert steps["median_ms"] <= steps["p99_ms"] <= steps["max_ms"]
     assert steps["last_cache"] - steps["first_cache"] == 16 * 4
     assert next(r for r in rows if r["section"] == "plain decoding vs HF generate" and "identical" in r)["identical"]
-    oracle_rows = [r for r in rows if r["section"] == "oracle limit" and r["config"] != "plain"]
-    assert [r["config"] for r in oracle_rows] == ["depth 3", "depth 7", "depth 15", "adaptive"]
+    oracle_rows = [r for r in rows if r["section"] == "oracle limit" and "identical" in r]
+    assert [r["config"] for r in oracle_rows] == ["depth 3", "depth 7", "depth 15", "adaptive", "wide 64 (8 x 8)"]
     assert all(r["identical"] for r in oracle_rows)
     assert [r["tau"] for r in oracle_rows[:3]] == [4.0, 8.0, 16.0]  # all drafts accepted: depth + 1 a step
+    assert [r["nodes_per_step"] for r in oracle_rows[:3]] == [3.0, 7.0, 15.0]
+    wide = oracle_rows[4]  # 64-node trees whose first branch is right: 8 drafts + the bonus a step (16 tokens: 2 steps)
+    assert wide["tau"] == 8.0 and wide["nodes_per_step"] > 32
+    outside = next(r for r in rows if r["section"] == "oracle limit" and r["config"] == "outside the forward")
+    assert outside["forward_ms"] > 0 and 0 <= outside["outside_share"] < 1
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +109,7 @@ def test_a_model_folder_runs_the_spec_bench_section(model_dir, tmp_path, capsys)
     rows = json_lines(out_file)
     assert all(r["identical"] for r in rows if r["section"] == "oracle limit" and "identical" in r)
     spec = {r["method"]: r for r in rows if r["section"] == "spec-bench"}
-    assert set(spec) == {"hf", "plain", "context", "oracle"} and spec["oracle"]["equal"] == 1
+    assert set(spec) == {"hf", "hf-pld", "plain", "auto", "oracle"} and spec["oracle"]["equal"] == 1
 
 
 def test_contexts_past_the_models_length_are_refused_in_words(model_dir, capsys):

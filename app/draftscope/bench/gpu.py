@@ -55,6 +55,9 @@ COMMIT = [0, 1, 2]  # nodes kept per worst-step step: a branch's first three, as
 PROMPT_LEN = 128  # random-id prompt of a shape model (sections 3 and 4)
 QUESTION = "Explain how a hash table works, with a short example in Python."  # a real model's prompt
 ORACLE_DEPTHS = (3, 7, 15)
+WIDE = "wide 64 (8 x 8)"  # the oracle configuration whose steps verify 64 nodes
+# the app's drafting (auto) against HF's plain and prompt-lookup loops, with our plain loop and the oracle's limit
+SPEC_METHODS = "hf,hf-pld,plain,auto,oracle"
 
 
 def _contexts(text: str) -> list[int]:
@@ -96,6 +99,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sections", type=_sections, default=list(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
                    help="Spec-Bench question file for the spec-bench section")
+    p.add_argument("--spec-methods", default=SPEC_METHODS,
+                   help="bench spec's methods in the spec-bench section (default: %(default)s)")
+    p.add_argument("--datastore", default=None,
+                   help="the retrieval index for the spec-bench section (default: the model's default datastore)")
 
 
 class Report:
@@ -162,17 +169,51 @@ def timed(fn, device, reps: int, warm: int = WARMUP) -> float:
 
 
 def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | None = None):
-    """(token ids, seconds, steps) of one answer through Engine.generate, the app's own loop."""
+    """(token ids, seconds, steps, mean nodes verified a step, median ms of a step after the first) of
+    one answer through Engine.generate, the app's own loop (the first step holds the prompt's reading)."""
     from draftscope.engine.engine import GenerationRequest
 
     sync(engine.device)
     t0 = time.perf_counter()
-    final = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens,
-                                                   drafters=list(drafters), budget=budget)))[-1]
+    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens,
+                                                    drafters=list(drafters), budget=budget)))
     sync(engine.device)
+    seconds, final = time.perf_counter() - t0, events[-1]
     if final.finish_reason == "error":
         raise RuntimeError(final.error)
-    return final.token_ids, time.perf_counter() - t0, final.stats.steps
+    steps = [ev for ev in events[:-1] if hasattr(ev, "proposed")]
+    nodes = sum(ev.proposed for ev in steps) / len(steps) if steps else 0.0
+    step_ms = statistics.median(ev.total_ms for ev in steps[1:]) if len(steps) > 1 else float("nan")
+    return final.token_ids, seconds, final.stats.steps, nodes, step_ms
+
+
+class WideOracle:
+    """The oracle's next 8 tokens as the first branch of :func:`wide_tree`'s 64-node shape, the other
+    7 branches seeded random tokens: a step verifies 64 nodes and keeps 9 tokens, so the work outside
+    the forward (drafting, tree building, the verification walk, events) is measured at 64 nodes."""
+
+    name = "oracle"
+
+    def __init__(self, answer_ids, prompt_len: int, vocab: int) -> None:
+        from draftscope.draft_tree import DraftSource
+
+        self.answer, self.prompt_len, self.vocab = list(answer_ids), prompt_len, vocab
+        self.source = DraftSource.ORACLE
+        self.rng = np.random.default_rng(3)
+
+    def reset(self, context_ids) -> None:
+        pass
+
+    def observe(self, accepted_ids) -> None:
+        pass
+
+    def propose(self, context_ids, budget: int):
+        tree = wide_tree(self.rng, self.vocab)
+        done = len(context_ids) - self.prompt_len
+        chain = self.answer[done : done + 8]
+        tree.tokens[: len(chain)] = chain
+        tree.source[:] = self.source
+        return tree
 
 
 # ----------------------------------------------------------------------------- the model
@@ -349,7 +390,7 @@ def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
         hf_ids, secs = hf_generate(engine, prompt, args.tokens)
         if rep:
             hf_s.append(secs)
-        ours_ids, secs, _ = answer(engine, prompt, args.tokens)
+        ours_ids, secs, *_ = answer(engine, prompt, args.tokens)
         if rep:
             ours_s.append(secs)
     hf_tps, ours_tps = len(hf_ids) / statistics.median(hf_s), len(ours_ids) / statistics.median(ours_s)
@@ -374,30 +415,52 @@ def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, repor
     report.heading(key)
     if plain is None:
         plain = answer(engine, prompt, args.tokens)[0]
-    configs = {f"depth {d}": (d, d) for d in ORACLE_DEPTHS} | {"adaptive": (16, None)}  # (max depth, budget)
+    configs = {f"depth {d}": (d, d) for d in ORACLE_DEPTHS} | {"adaptive": (16, None), WIDE: (8, 64)}  # (depth, budget)
     secs: dict[str, list[float]] = {name: [] for name in ["plain", *configs]}
-    out: dict[str, tuple[list[int], int]] = {}
+    out: dict[str, tuple[list[int], int, float]] = {}
+    wide_ms: list[float] = []
     for rep in range(1 + args.reps):  # each round: plain, then every configuration; round 0 warms up
-        ids, s, steps = answer(engine, prompt, args.tokens)
+        ids, s, steps, nodes, _ = answer(engine, prompt, args.tokens)
         secs["plain"].append(s)
-        out["plain"] = (ids, steps)
+        out["plain"] = (ids, steps, nodes)
         for name, (depth, budget) in configs.items():
-            drafter = OracleDrafter(plain, len(prompt), max_depth=depth)
-            ids, s, steps = answer(engine, prompt, args.tokens, [drafter], budget)
+            drafter = (WideOracle(plain, len(prompt), engine.vocab) if name == WIDE
+                       else OracleDrafter(plain, len(prompt), max_depth=depth))
+            ids, s, steps, nodes, step_ms = answer(engine, prompt, args.tokens, [drafter], budget)
             secs[name].append(s)
-            out[name] = (ids, steps)
-    report.line(f"oracle drafts = the plain answer ({len(plain)} tokens), a chain; median of {args.reps} rounds after "
-                "1 warm-up, each round plain then every configuration")
+            out[name] = (ids, steps, nodes)
+            if name == WIDE and rep:
+                wide_ms.append(step_ms)
+    report.line(f"oracle drafts = the plain answer ({len(plain)} tokens), a chain ({WIDE}: its first branch, 7 "
+                f"random ones beside it); median of {args.reps} rounds after 1 warm-up, each round plain then "
+                "every configuration")
     plain_tps = len(out["plain"][0]) / statistics.median(secs["plain"][1:])
     report.figures(key, f"  plain              {plain_tps:9.1f} tokens/s", config="plain",
                    tokens_per_s=round(plain_tps, 2))
     for name in configs:
-        ids, steps = out[name]
+        ids, steps, nodes = out[name]
         tps = len(ids) / statistics.median(secs[name][1:])
         tau, same = len(ids) / max(steps, 1), ids == plain
         report.figures(key, f"  {name:<18} {tps:9.1f} tokens/s  {tps / plain_tps:5.2f}x plain  "
-                       f"tau {tau:5.2f}  token-identical: {same}", config=name, tokens_per_s=round(tps, 2),
-                       speedup=round(tps / plain_tps, 3), tau=round(tau, 3), identical=same)
+                       f"tau {tau:5.2f}  {nodes:4.1f} nodes a step  token-identical: {same}", config=name,
+                       tokens_per_s=round(tps, 2), speedup=round(tps / plain_tps, 3), tau=round(tau, 3),
+                       nodes_per_step=round(nodes, 2), identical=same)
+    outside_the_forward(engine, prompt, plain, statistics.median(wide_ms), args, report)
+
+
+def outside_the_forward(engine, prompt, plain, step: float, args, report: Report) -> None:
+    """The share of a 64-node step spent outside the forward: the wide oracle's median step (the
+    engine's own step time, the prompt's step left out) against a 64-node verify alone at the
+    answer's middle length."""
+    backend, rng = engine.backend, np.random.default_rng(4)
+    backend.start(prompt + plain[: len(plain) // 2])
+    past, tree = backend.cached, wide_tree(rng, engine.vocab)
+    forward = timed(lambda: (backend.verify(prompt[-1], tree), backend.truncate(past)), engine.device, args.reps)
+    share = max(0.0, 1 - forward / step)
+    report.figures("oracle", f"  {WIDE}: {step:.2f} ms a step, its 64-node forward alone {forward:.2f} ms: "
+                   f"{share:.0%} of a step outside the forward (drafting, tree, walk, events)",
+                   config="outside the forward", step_ms=round(step, 3), forward_ms=round(forward, 3),
+                   outside_share=round(share, 3))
 
 
 def spec_bench(args, report: Report) -> int:
@@ -418,7 +481,8 @@ def spec_bench(args, report: Report) -> int:
     with tempfile.TemporaryDirectory(prefix="draftscope-bench-gpu-") as scratch:
         summary = Path(scratch) / "spec.json"
         argv = ["--model", args.model, "--questions", args.questions, "--backend", "torch",
-                "--methods", "hf,plain,context,oracle", "--max-new-tokens", str(args.tokens), "--json", str(summary)]
+                "--methods", args.spec_methods, "--max-new-tokens", str(args.tokens), "--json", str(summary)]
+        argv += ["--datastore", args.datastore] if args.datastore else []
         argv += ["--device", args.device] if args.device else []
         argv += ["--dtype", args.dtype] if args.dtype else []
         code = spec.run(parser.parse_args(argv))
