@@ -1,6 +1,6 @@
 """Each torch step runs on an attention kernel the backend chose: on CUDA, plain steps and prefill
 on flash attention and tree steps on the math kernel, never cuDNN's (which plans per shape: 0.5-1.2 s
-at every new cache length on an H100). Read off the dispatch flags at each attention call, not
+at every new cache length on an H100), except in steps replayed as graphs, whose shapes are fixed. Read off the dispatch flags at each attention call, not
 off timings; and the answers stay plain decoding's."""
 
 import pytest
@@ -23,6 +23,9 @@ def test_the_kernel_table():
         assert SDPBackend.CUDNN_ATTENTION not in kernels_for("cuda", tree=tree)
         assert kernels_for("cpu", tree=tree) is None, "the CPU keeps PyTorch's own choice"
     assert kernel_names("cuda") == "flash attention, math for trees"
+    # steps replayed as graphs have one shape each: cuDNN plans once, at capture; math is the fallback
+    assert kernels_for("cuda", tree=True, graph=True) == [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]
+    assert kernels_for("cpu", tree=True, graph=True) is None
 
 
 class Dispatch:

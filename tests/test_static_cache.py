@@ -15,7 +15,7 @@ from draftscope.engine.backends.torch_static import StaticTorchBackend
 from draftscope.engine.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from draftscope.engine.static_cache import BUCKETS, bucket_for
+from draftscope.engine.static_cache import BUCKETS, bucket_for, span_for, spans_for
 from engine_fixtures import tiny_llama
 
 PROMPT = list(range(5, 45))
@@ -43,7 +43,7 @@ def close(a, b):
 @torch.inference_mode()
 def test_steps_match_the_dynamic_cache_through_accept_reject_branch_truncate_cancel(model, tokenizer, graphs):
     dynamic = TorchBackend(model, tokenizer)
-    static = StaticTorchBackend(model, tokenizer, graphs=graphs)
+    static = StaticTorchBackend(model, tokenizer, graphs=graphs, first_span=64)  # the steps cross span 64
     branchy = tree_of([60, 61, 62, 63, 64, 65, 66], [-1, -1, 0, 0, 1, 4, 2])
     script = [  # (root, tree, accepted path or "cancel" / ("truncate", length))
         (PROMPT[-1], chain_tree([50, 51, 52]), [0, 1, 2]),  # all accepted
@@ -73,11 +73,47 @@ def test_steps_match_the_dynamic_cache_through_accept_reject_branch_truncate_can
         dynamic.commit(path)
         static.commit(path)
         assert dynamic.cached == static.cached
-    assert static.graphs is None if graphs == "off" else set(static.graphs.buckets) == set(BUCKETS)
+    assert static.spans == (64, 128, 321)
+    if graphs == "off":
+        assert static.graphs is None
+    else:
+        # a graph for each tree size over each span that can hold it (64 + 1 nodes past a 16-token prompt: not 64)
+        assert set(static.graphs.buckets) == {(b, s) for b in BUCKETS for s in static.spans if b + 17 <= s}
+        assert (64, 64) not in static.graphs.buckets and (32, 64) in static.graphs.buckets
 
 
 def test_trees_are_padded_to_a_few_sizes():
     assert [bucket_for(n) for n in (0, 1, 4, 5, 9, 17, 33, 64, 65)] == [0, 4, 4, 8, 16, 32, 64, 64, 65]
+
+
+def test_a_step_reads_the_smallest_span_of_keys_that_holds_it():
+    spans = spans_for(8257)
+    assert spans == (1024, 2048, 4096, 8257)
+    assert [span_for(spans, end) for end in (1, 1024, 1025, 4096, 4097, 8257)] == [1024, 1024, 2048, 4096, 8257, 8257]
+    assert spans_for(321, 512) == (321,) and spans_for(321, 64) == (64, 128, 321)
+
+
+def test_a_graph_whose_logits_disagree_with_the_math_kernel_is_recaptured_on_it(model, tokenizer, monkeypatch):
+    """On CUDA the graphs run on cuDNN, checked at capture against an eager step on the math kernel;
+    here a first choice that is off by a little is caught and the fallback kernels are used."""
+    from draftscope.engine import step_graphs
+    from draftscope.engine.attention import GRAPH_FALLBACK, GRAPH_KERNELS
+
+    real = step_graphs.StepGraphs._forward
+
+    def off_on_first_choice(self, b):
+        logits = real(self, b)
+        return logits + 0.5 * logits.abs().max() if self.kernels == GRAPH_KERNELS["cuda"] else logits
+
+    monkeypatch.setattr(step_graphs.StepGraphs, "_forward", off_on_first_choice)
+    backend = StaticTorchBackend(model, tokenizer, graphs="eager")  # a CPU backend under CUDA's kernel policy:
+    backend.kernel_device = "cuda"  # (the choice is made by device type; the CPU runs math for either list)
+    graphs, note = step_graphs.capture(backend, replay="eager")
+    assert graphs is not None and graphs.kernels == GRAPH_FALLBACK["cuda"]
+    assert "on math attention" in note and "cuDNN: RuntimeError: a replayed step (0 nodes over 321 keys) differs" in note
+    monkeypatch.setattr(step_graphs.StepGraphs, "_forward", real)
+    graphs, note = step_graphs.capture(backend, replay="eager")
+    assert graphs.kernels == GRAPH_KERNELS["cuda"] and "on cuDNN attention" in note and "differs" not in note
 
 
 @pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)],
@@ -127,12 +163,12 @@ def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, 
 
     from draftscope.engine import step_graphs
 
-    def broken(self, padded):
+    def broken(self, padded, span):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(step_graphs.StepGraphs, "add", broken)
     failed = StaticTorchBackend(model, tokenizer, graphs="eager")
-    assert failed.graphs is None and "CUDA graphs failed: RuntimeError: operation not permitted" in failed.describe()
+    assert failed.graphs is None and "CUDA graphs failed: PyTorch's: RuntimeError: operation not permitted" in failed.describe()
     ids = PROMPT[:12]
     plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
         GenerationRequest(prompt_ids=ids, max_new_tokens=12)))[-1]

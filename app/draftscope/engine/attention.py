@@ -8,6 +8,14 @@ conversation every length is new. So tree steps run on a kernel that takes any m
 nothing per shape (the math kernel: on the same card a 64-node tree step cost 1.4x a plain step),
 and plain steps and prefill (no mask) on flash attention. Elsewhere PyTorch's own choice is kept:
 the CPU's kernels plan nothing per shape.
+
+Steps replayed as CUDA graphs (the static cache) are the exception: each graph has one shape (a
+tree size over a fixed span of keys), so cuDNN plans once per graph, at capture, never while
+answering. There cuDNN is the fastest kernel measured: on an H200 (1.5B shape, bf16, 2026-11-26) a
+plain step cost 5.7 ms on cuDNN against 10.0 on math, a 64-node tree 15.6 against 23.2; the math
+kernel computes in fp32 and its small-query batched matmul dominated the tree steps
+(docs/gpu-runs/2026-11-26-h200/prof.txt). A graph's logits are checked against the math kernel's at
+capture (engine/step_graphs.py), and the math kernel takes over where they disagree.
 """
 
 from __future__ import annotations
@@ -23,17 +31,30 @@ KERNELS: dict[str, tuple[list[SDPBackend] | None, list[SDPBackend] | None]] = {
 }
 
 
-def kernels_for(device_type: str, *, tree: bool) -> list[SDPBackend] | None:
+# Per device type: the kernels of steps captured as graphs (one shape each), in order of preference.
+GRAPH_KERNELS: dict[str, list[SDPBackend]] = {"cuda": [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH]}
+# What a graph falls back to when its first choice's logits disagree with the math kernel's.
+GRAPH_FALLBACK: dict[str, list[SDPBackend]] = {"cuda": [SDPBackend.MATH]}
+
+
+def kernels_for(device_type: str, *, tree: bool, graph: bool = False) -> list[SDPBackend] | None:
     """The kernels a step may use on ``device_type`` ("cuda", "cpu", "mps"): ``tree`` for a step
-    whose queries carry a tree mask."""
+    whose queries carry a tree mask, ``graph`` for one captured as a graph (every shape fixed)."""
+    if graph:
+        return GRAPH_KERNELS.get(device_type)
     plain, tree_kernels = KERNELS.get(device_type, (None, None))
     return tree_kernels if tree else plain
 
 
-def step_kernels(device_type: str, *, tree: bool):
-    """A context in which the step's attention runs on :func:`kernels_for`'s kernels."""
-    chosen = kernels_for(device_type, tree=tree)
+def step_kernels(device_type: str, *, tree: bool, kernels: list[SDPBackend] | None = None):
+    """A context in which the step's attention runs on :func:`kernels_for`'s kernels (or on
+    ``kernels``, where the caller chose them: a graph's capture)."""
+    chosen = kernels if kernels is not None else kernels_for(device_type, tree=tree)
     return sdpa_kernel(chosen) if chosen else contextlib.nullcontext()
+
+
+NAMES = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "mem-efficient",
+         SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cuDNN"}
 
 
 def kernel_names(device_type: str) -> str:
@@ -41,6 +62,4 @@ def kernel_names(device_type: str) -> str:
     plain, tree = (kernels_for(device_type, tree=t) for t in (False, True))
     if plain is None and tree is None:
         return "PyTorch's attention choice"
-    name = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "mem-efficient",
-            SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cuDNN"}
-    return f"{name[plain[0]]} attention, {name[tree[0]]} for trees"
+    return f"{NAMES[plain[0]]} attention, {NAMES[tree[0]]} for trees"

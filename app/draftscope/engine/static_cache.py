@@ -19,11 +19,31 @@ from transformers.cache_utils import Cache, StaticLayer
 from draftscope.draft_tree import DraftTree
 
 BUCKETS = (0, 4, 8, 16, 32, 64)  # tree sizes a step is padded to (larger trees run unpadded)
+# A step's attention reads the buffer's first `span` slots, the smallest span that holds the step:
+# a kernel's time grows with the keys it reads, masked or not (on an H200 a tree step over all 8,257
+# slots cost 8-9 ms more than a plain one whatever the model's size), so a short conversation should
+# not pay for the whole buffer. Spans double from the first; the last is the whole buffer.
+FIRST_SPAN = 1024
 
 
 def bucket_for(nodes: int) -> int:
     """The padded size of a tree of ``nodes`` nodes."""
     return next((b for b in BUCKETS if b >= nodes), nodes)
+
+
+def spans_for(max_len: int, first: int = FIRST_SPAN) -> tuple[int, ...]:
+    """The key spans of a buffer of ``max_len`` slots: ``first``, doubling while at most half the
+    buffer, then ``max_len``."""
+    spans, span = [], first
+    while 2 * span <= max_len:
+        spans.append(span)
+        span *= 2
+    return (*spans, max_len)
+
+
+def span_for(spans: tuple[int, ...], end: int) -> int:
+    """The smallest of ``spans`` holding slots [0, end)."""
+    return next(s for s in spans if s >= end)
 
 
 class _SlotLayer(StaticLayer):
@@ -39,7 +59,7 @@ class _SlotLayer(StaticLayer):
         self.keys.index_copy_(2, self.owner.slots, key_states)
         self.values.index_copy_(2, self.owner.slots, value_states)
         view = self.owner.view
-        if view is not None:  # a prefill: the prompt alone, causally (flash attention, no mask)
+        if view is not None:  # a prefill (the prompt alone, causally) or a step's span (masked)
             return self.keys[:, :, :view], self.values[:, :, :view]
         return self.keys, self.values
 
@@ -57,7 +77,8 @@ class StaticTreeCache(Cache):
         self.max_len = max_len
         self.past = 0  # committed positions
         self.slots = torch.zeros(1, dtype=torch.long, device=device)  # where the running step writes
-        self.view: int | None = None  # during a prefill: attention sees only the first `view` slots
+        # attention sees only the first `view` slots: during a prefill the prompt's, during a step its span
+        self.view: int | None = None
 
     def move(self, sources: list[int], targets: list[int]) -> None:
         """Copy the entries at ``sources`` to ``targets`` in every layer (an accepted path into place)."""
@@ -88,7 +109,7 @@ def step_layout(tree: DraftTree, past: int, padded: int) -> tuple[np.ndarray, np
 
 
 def additive_mask(allowed_own: torch.Tensor, past: int, max_len: int, dtype) -> torch.Tensor:
-    """[1, 1, q, max_len]: every row sees the committed prefix [0, past) and the step's own slots
+    """[1, 1, q, max_len] (``max_len``: the step's span): every row sees the committed prefix [0, past) and the step's own slots
     as ``allowed_own`` [q, q] says; nothing else (stale entries, other steps' padding)."""
     q = allowed_own.shape[0]
     device = allowed_own.device

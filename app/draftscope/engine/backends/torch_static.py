@@ -12,7 +12,8 @@ from draftscope.draft_tree import DraftTree
 from draftscope.engine.attention import step_kernels
 from draftscope.engine.backends.base import Verified
 from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.static_cache import BUCKETS, StaticTreeCache, additive_mask, bucket_for, step_layout
+from draftscope.engine.static_cache import (BUCKETS, FIRST_SPAN, StaticTreeCache, additive_mask, bucket_for, span_for,
+                                            spans_for, step_layout)
 
 TREE_ROOM = max(BUCKETS) + 1  # slots past the context's end a padded step may write
 # Every step reads the whole buffer (masked): a model's full 32k context would make each step read
@@ -21,13 +22,15 @@ STATIC_CONTEXT = 8192
 
 
 class StaticTorchBackend(TorchBackend):
-    def __init__(self, model, tokenizer, *, graphs: str | None = None, **kwargs) -> None:
+    def __init__(self, model, tokenizer, *, graphs: str | None = None, first_span: int = FIRST_SPAN, **kwargs) -> None:
         """``graphs``: "cuda" (capture each bucket's step as a CUDA graph), "off", or "eager" (the
-        graphs' buffers replayed without a graph: for tests on a CPU); None: "cuda" on CUDA, else off."""
+        graphs' buffers replayed without a graph: for tests on a CPU); None: "cuda" on CUDA, else off.
+        ``first_span``: the shortest span of keys a step reads (static_cache.spans_for)."""
         super().__init__(model, tokenizer, **kwargs)
         self.max_context = min(self.max_context, STATIC_CONTEXT)
         layers = int(model.config.num_hidden_layers)
         self._cache = StaticTreeCache(layers, self.max_context + TREE_ROOM, self.device)
+        self.spans = spans_for(self._cache.max_len, first_span)
         self._past = 0
         self.graphs = None  # StepGraphs once captured
         self.graphs_note = "eager steps (no CUDA graphs on this device)"
@@ -76,20 +79,26 @@ class StaticTorchBackend(TorchBackend):
         ids[n + 1 :] = root  # padding nodes: any token will do, nothing reads their rows
         inputs = (torch.from_numpy(ids)[None], torch.from_numpy(past + positions)[None], torch.from_numpy(allowed))
         self._last_padded = padded
-        if self.graphs is not None and not want_hidden and padded in self.graphs.buckets:
-            logits = self.graphs.run(padded, past, *inputs)
+        span = span_for(self.spans, past + padded + 1)
+        if self.graphs is not None and not want_hidden and self.graphs.has(padded, span):
+            logits = self.graphs.run(padded, span, past, *inputs)
             return Verified(logits[: n + 1, : self.vocab].clone())
-        return self._eager_step(past, *inputs, want_hidden=want_hidden, rows=n + 1)
+        return self._eager_step(past, *inputs, span=span, want_hidden=want_hidden, rows=n + 1)
 
-    def _eager_step(self, past: int, ids, positions, allowed, *, want_hidden: bool = False, rows: int) -> Verified:
+    def _eager_step(self, past: int, ids, positions, allowed, *, span: int, want_hidden: bool = False,
+                    rows: int) -> Verified:
         cache = self._cache
         q = ids.shape[1]
         cache.slots = torch.arange(past, past + q, device=self.device)
-        mask = additive_mask(allowed.to(self.device), past, cache.max_len, self.dtype)
-        with step_kernels(self.kernel_device, tree=True):
-            out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
-                             attention_mask=mask, past_key_values=cache, use_cache=True,
-                             output_hidden_states=want_hidden)
+        mask = additive_mask(allowed.to(self.device), past, span, self.dtype)
+        cache.view = span
+        try:
+            with step_kernels(self.kernel_device, tree=True):
+                out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                                 attention_mask=mask, past_key_values=cache, use_cache=True,
+                                 output_hidden_states=want_hidden)
+        finally:
+            cache.view = None
         hidden = out.hidden_states[-1][0, :rows] if want_hidden else None
         return Verified(out.logits[0, :rows, : self.vocab], hidden)
 
