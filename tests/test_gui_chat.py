@@ -159,7 +159,7 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, t
 
     loaded_on = []
 
-    def factory(_settings):
+    def factory(_settings, log=None):
         loaded_on.append(QThread.currentThread())
         return Runtime(_settings, engine)
 
@@ -176,12 +176,36 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, t
     assert "retrieval drafts are off: no datastore" in message, "a drafter switched on but unusable is explained"
 
 
+def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, engine, tmp_path):
+    """On CUDA the load captures the decode steps for seconds; the dialog says so while it happens."""
+    import threading
+
+    from draftscope.gui.app import Launcher
+
+    go_on = threading.Event()
+
+    def factory(settings, log=None):
+        log(f"loading {settings.model} ...")  # the dialog says this already
+        log("preparing the decode steps on cuDNN attention: 6 of 24 captured")
+        go_on.wait(10)
+        return Runtime(settings, engine)
+
+    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings())
+    launcher.start()
+    qtbot.waitUntil(lambda: "6 of 24 captured" in launcher.progress.labelText(), timeout=10_000)
+    assert launcher.progress.isVisible() and "loading " not in launcher.progress.labelText()
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        go_on.set()
+    qtbot.addWidget(ready.args[0])
+    assert not launcher.progress.isVisible()
+
+
 def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
     from draftscope.gui.app import Launcher
 
     attempts = []
 
-    def factory(_settings):
+    def factory(_settings, log=None):
         attempts.append(1)
         if len(attempts) == 1:
             raise FileNotFoundError("model not found: /nope")
@@ -213,7 +237,7 @@ def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, engine,
             return super()._build_drafters(settings)
 
     switches = {"retrieval": True, "learned": False, "context": True, "model": False, "recurrent": False}
-    launcher = Launcher(lambda settings: Failing(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
+    launcher = Launcher(lambda settings, log=None: Failing(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
                         Settings(datastore=str(tmp_path / "store.idx"), drafters=switches, max_new_tokens=8))
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
@@ -243,7 +267,7 @@ def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, engine, 
 
     loads = []
 
-    def factory(settings):
+    def factory(settings, log=None):
         loads.append(settings.model)
         return Runtime(settings, engine)
 

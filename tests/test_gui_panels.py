@@ -148,7 +148,7 @@ def test_wizard_from_the_menu_builds_and_the_app_drafts_from_it(qtbot, engine, t
     chats.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"Question {i}"},
                                                     {"from": "gpt", "value": f"one two three four {i}"}]}
                                  for i in range(20)]))
-    launcher = Launcher(lambda settings: Runtime(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
+    launcher = Launcher(lambda settings, log=None: Runtime(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
                         Settings(drafters={"retrieval": False, "context": True, "model": False}),
                         settings_file=tmp_path / "settings.json")
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:

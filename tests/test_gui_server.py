@@ -33,7 +33,7 @@ def test_the_server_runs_beside_the_window_and_its_answers_appear_in_the_history
     port = free_port()
     settings = Settings(datastore=str(tmp_path / "none.idx"), max_new_tokens=10, server_enabled=True,
                         server_port=port, server_api_key="k")
-    launcher = Launcher(lambda s: Runtime(s, engine), HistoryStore(tmp_path / "h.sqlite3"), settings,
+    launcher = Launcher(lambda s, log=None: Runtime(s, engine), HistoryStore(tmp_path / "h.sqlite3"), settings,
                         settings_file=tmp_path / "settings.json")
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
@@ -64,7 +64,7 @@ def test_a_port_in_use_is_said_and_the_window_opens_anyway(qtbot, tokenizer, tmp
         busy.listen()
         port = busy.getsockname()[1]
         settings = Settings(datastore=str(tmp_path / "none.idx"), server_enabled=True, server_port=port)
-        launcher = Launcher(lambda s: Runtime(s, engine), HistoryStore(tmp_path / "h.sqlite3"), settings,
+        launcher = Launcher(lambda s, log=None: Runtime(s, engine), HistoryStore(tmp_path / "h.sqlite3"), settings,
                             settings_file=tmp_path / "settings.json")
         with qtbot.waitSignal(launcher.window_ready, timeout=30_000) as ready:
             launcher.start()

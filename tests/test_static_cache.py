@@ -155,6 +155,15 @@ def test_a_layout_that_lets_nodes_see_the_padding_is_caught(model, tokenizer, mo
     assert leaked.token_ids != plain.token_ids
 
 
+def test_the_capture_tells_its_progress(model, tokenizer):
+    heard = []
+    backend = StaticTorchBackend(model, tokenizer, graphs="eager", first_span=64, progress=heard.append)
+    shapes = len(backend.graphs.buckets)
+    assert heard[0] == f"preparing the decode steps on PyTorch's attention: 0 of {shapes} captured"
+    assert len(heard) == len(backend.spans) and all("captured" in h for h in heard)
+    assert f"{shapes} graphs (tree sizes x spans of keys) captured in" in backend.describe()
+
+
 def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, tokenizer, monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: capture would be attempted for real")

@@ -174,7 +174,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     from draftscope.engine.backends.rpc import parse_workers
 
     engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
-                         workers=parse_workers(settings.workers))
+                         workers=parse_workers(settings.workers), progress=log)
     runtime = Runtime(settings, engine)
     if slots > 1 and engine.slots.size == 1:
         runtime.notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "

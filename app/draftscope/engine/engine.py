@@ -182,11 +182,13 @@ class Engine:
 
     @classmethod
     def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, backend: str = "auto",
-             measure: bool = True, slots: int = 1, workers: list[str] | None = None) -> Engine:
+             measure: bool = True, slots: int = 1, workers: list[str] | None = None,
+             progress=None) -> Engine:
+        """``progress(text)`` hears of the slow parts of opening (on CUDA: capturing the step graphs)."""
         from draftscope.engine.backends import open_backend
 
         engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype, slots=slots,
-                                          workers=workers))
+                                          workers=workers, progress=progress))
         if measure:
             engine.measure()
         return engine

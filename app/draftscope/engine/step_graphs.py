@@ -91,7 +91,7 @@ class StepGraphs:
         return b.replay()[0]
 
 
-def capture(backend, *, replay: str = "cuda", buckets=BUCKETS) -> tuple[StepGraphs | None, str]:
+def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None) -> tuple[StepGraphs | None, str]:
     """(graphs, a note in words) for ``backend`` (a StaticTorchBackend), or (None, why not): a graph
     for each tree size in ``buckets`` over each of the backend's spans, on the device's graph
     kernels, or on its fallback where those fail or their logits disagree with the math kernel's."""
@@ -102,14 +102,16 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS) -> tuple[StepGrap
     choices = [kernels_for(device_type, tree=True, graph=True)]
     if GRAPH_FALLBACK.get(device_type) and GRAPH_FALLBACK[device_type] != choices[0]:
         choices.append(GRAPH_FALLBACK[device_type])
+    shapes = [(p, s) for s in backend.spans for p in buckets if p + 1 + len(CHECK_PROMPT) <= s]  # else no step fits
     failures = []
     for kernels in choices:
         graphs = StepGraphs(backend, replay=replay, kernels=kernels)
         try:
-            for span in backend.spans:
-                for padded in buckets:
-                    if padded + 1 + len(CHECK_PROMPT) <= span:  # else no step of this size fits the span
-                        graphs.add(padded, span)
+            for done, (padded, span) in enumerate(shapes):
+                if progress is not None and done % len(buckets) == 0:
+                    progress(f"preparing the decode steps on {_kernel_name(kernels)} attention: "
+                             f"{done} of {len(shapes)} captured")
+                graphs.add(padded, span)
             _check(backend, graphs)
         except Exception as exc:  # noqa: BLE001 - any failure: the next kernels, else eager steps, and the user is told
             backend._cache.past = backend._past = 0

@@ -18,6 +18,7 @@ from draftscope.sysinfo import freeze_loaded_objects
 class ModelLoader(QObject):
     loaded = Signal(object)  # the Runtime
     failed = Signal(str)
+    progress = Signal(str)  # what the load is doing (on CUDA: capturing the decode steps, seconds)
 
     def __init__(self, factory) -> None:
         super().__init__()
@@ -38,7 +39,8 @@ class Launcher(QObject):
     applies the settings the user changes (live where it can, reloading the model when the model,
     device, precision, backend or draft model changed).
 
-    ``runtime_factory(settings)`` loads a Runtime for the given settings (default: load_runtime).
+    ``runtime_factory(settings, log)`` loads a Runtime for the given settings (default: load_runtime),
+    telling ``log(text)`` of its progress, which the loading dialog shows.
     """
 
     window_ready = Signal(object)
@@ -67,10 +69,15 @@ class Launcher(QObject):
     def _new_loader(self) -> None:
         """A loader on its own thread, for the first load and each reload; it ends once loaded
         (a QThread must not outlive its owner running)."""
-        self.loader = ModelLoader(lambda: self.runtime_factory(self.settings))
+        self.loader = ModelLoader(lambda: self.runtime_factory(self.settings, log=self.loader.progress.emit))
         self.loader_thread = WorkerThread(self.loader)
+        self.loader.progress.connect(self._show_progress)
         self.loader.loaded.connect(self._on_loaded)
         self.loader.failed.connect(self._on_failed)
+
+    def _show_progress(self, text: str) -> None:
+        if not text.startswith("loading "):  # the dialog already says so
+            self.progress.setLabelText(f"Loading {self.settings.model} …\n{text}")
 
     def start(self) -> None:
         self.progress.show()

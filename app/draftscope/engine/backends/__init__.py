@@ -59,7 +59,7 @@ def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
 
 def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtype: str | None = None,
                  context: int | None = None, threads: int | None = None, slots: int = 1,
-                 workers: list[str] | None = None) -> Backend:
+                 workers: list[str] | None = None, progress=None) -> Backend:
     """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend. ``slots``:
     answers it holds at once (llama.cpp; torch holds one). ``workers``: llama.cpp RPC workers
     (host:port) that take a share of the layers; the model then runs in a child process."""
@@ -94,17 +94,18 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
 
     loaded = load_model(source, device=device, dtype=dtype)
     opened = torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                               precision_reason=loaded.dtype_reason)
+                               precision_reason=loaded.dtype_reason, progress=progress)
     opened.source = source
     if source.kind == "gguf":
         opened.precision_reason += f"; torch backend: {why}"
     return opened
 
 
-def torch_backend_for(model, tokenizer, *, cache: str = "auto", **kwargs) -> Backend:
+def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, **kwargs) -> Backend:
     """A loaded torch model as a backend. ``cache``: "static" (preallocated; on CUDA each tree
-    size's step is captured as a CUDA graph at once, here, at load), "dynamic", or "auto": static
-    on CUDA, dynamic elsewhere (where a step's launches cost little next to its work)."""
+    size's step is captured as a CUDA graph at once, here, at load, telling ``progress(text)``),
+    "dynamic", or "auto": static on CUDA, dynamic elsewhere (where a step's launches cost little next
+    to its work)."""
     import torch
 
     from draftscope.engine.backends.torch_backend import TorchBackend
@@ -122,5 +123,5 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", **kwargs) -> Bac
             if wanted == "static":
                 raise ValueError(f"the static cache needs a newer transformers: {exc}") from exc
             return TorchBackend(model, tokenizer, **kwargs)  # an older transformers: the dynamic cache
-        return StaticTorchBackend(model, tokenizer, **kwargs)
+        return StaticTorchBackend(model, tokenizer, progress=progress, **kwargs)
     return TorchBackend(model, tokenizer, **kwargs)
