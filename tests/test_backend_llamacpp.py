@@ -23,7 +23,8 @@ from gguf_fixtures import write_tiny_gguf
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
-from draftscope.engine.backends.llamacpp import MAX_LEAVES, PREFILL_BATCH, LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llamacpp import MAX_LEAVES, LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.slots import PREFILL_BATCH  # noqa: E402
 
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=11),
              SamplingParams(temperature=1.0, top_k=20, seed=5)]

@@ -1,7 +1,7 @@
 """``draftscope serve``: an OpenAI-compatible server over the engine (Starlette on uvicorn).
 
-One model, ``parallel`` answers at once: each runs on a worker thread of its own, and on llama.cpp
-their steps share forwards (the engine's slots); further requests wait in arrival order, at most
+One model, ``parallel`` answers at once: each runs on a worker thread of its own, and their steps
+share forwards (the engine's slots); further requests wait in arrival order, at most
 ``queue_limit`` of them, and one more gets 429. A client that goes
 away cancels its answer within one decoding step (the engine checks between steps). Streamed chunks
 carry, in the extension field ``draftscope``, the step's tokens and which drafter drafted each;

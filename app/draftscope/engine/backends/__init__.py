@@ -61,7 +61,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
                  context: int | None = None, threads: int | None = None, slots: int = 1,
                  workers: list[str] | None = None, progress=None) -> Backend:
     """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend. ``slots``:
-    answers it holds at once (llama.cpp; torch holds one). ``workers``: llama.cpp RPC workers
+    answers it holds at once (each in shared forwards). ``workers``: llama.cpp RPC workers
     (host:port) that take a share of the layers; the model then runs in a child process."""
     from draftscope.engine.models import ModelSource, load_tokenizer, resolve_model
 
@@ -94,24 +94,28 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
 
     loaded = load_model(source, device=device, dtype=dtype)
     opened = torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                               precision_reason=loaded.dtype_reason, progress=progress)
+                               precision_reason=loaded.dtype_reason, progress=progress, slots=slots)
     opened.source = source
     if source.kind == "gguf":
         opened.precision_reason += f"; torch backend: {why}"
     return opened
 
 
-def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, **kwargs) -> Backend:
+def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, slots: int = 1, **kwargs) -> Backend:
     """A loaded torch model as a backend. ``cache``: "static" (preallocated; on CUDA each tree
     size's step is captured as a CUDA graph at once, here, at load, telling ``progress(text)``),
     "dynamic", or "auto": static on CUDA, dynamic elsewhere (where a step's launches cost little next
-    to its work)."""
+    to its work). ``slots`` > 1: that many answers at once, stepping in shared forwards (eager)."""
     import torch
 
     from draftscope.engine.backends.torch_backend import TorchBackend
 
     if cache not in ("auto", "static", "dynamic"):
         raise ValueError(f"unknown cache {cache!r}: choose auto, static or dynamic")
+    if slots > 1:
+        from draftscope.engine.backends.torch_slots import TorchSlotsBackend
+
+        return TorchSlotsBackend(model, tokenizer, slots=slots, **kwargs)
     device = kwargs.get("device") or next(model.parameters()).device
     wanted = cache
     if cache == "auto":

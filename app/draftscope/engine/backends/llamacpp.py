@@ -29,31 +29,12 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama_lib import LlamaCppError, last_error
+from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.llama_lib import lib as _lib
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
-MAX_TREE = 64  # nodes per tree (the step policy's largest)
 DEFAULT_CONTEXT = 4096  # as catalog.LLAMA_CONTEXT (the memory estimate)
-PREFILL_BATCH = 512
-SHARED_PREFILL = 64  # prompt tokens a slot adds to a forward other answers are waiting on
-
-
-@dataclass
-class Prefill:
-    """Prompt tokens for a slot's cache, from position ``start``; no logits wanted."""
-
-    tokens: list[int]
-    start: int
-
-
-@dataclass
-class Verify:
-    """A root and its draft tree: a row of logits for each."""
-
-    root: int
-    tree: DraftTree
-    past: int | None = None  # the positions the caller put in its slot's cache (None: not checked)
 
 
 _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")

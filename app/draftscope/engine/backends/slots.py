@@ -21,8 +21,29 @@ from dataclasses import dataclass
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 
+MAX_TREE = 64  # nodes per tree (the step policy's largest)
+PREFILL_BATCH = 512  # prompt tokens a forward takes at most
+SHARED_PREFILL = 64  # prompt tokens a slot adds to a forward other answers are waiting on
 WAIT_SHARE = 0.25  # how long the first caller waits for the others, as a share of a plain step
 DEFAULT_WAIT_S = 0.010  # before the plain step's cost is known
+
+
+@dataclass
+class Prefill:
+    """Prompt tokens for a slot's cache, from position ``start``; no logits wanted."""
+
+    tokens: list[int]
+    start: int
+
+
+@dataclass
+class Verify:
+    """A root and its draft tree: a row of logits for each."""
+
+    root: int
+    tree: DraftTree
+    past: int | None = None  # the positions the caller put in its slot's cache (None: not checked)
+    want_hidden: bool = False  # also the last hidden state of each row (backends that give them)
 
 
 @dataclass
@@ -193,8 +214,6 @@ class SlotBackend(Backend):
     def start(self, prompt: list[int], *, want_hidden: bool = False):
         if self._shared is None:
             return self.pool.backend.start(prompt, want_hidden=want_hidden)
-        from draftscope.engine.backends.llamacpp import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
-
         b = self.pool.backend
         if hasattr(b, "ensure_open"):  # a child process that ended (a lost worker) opens again
             b.ensure_open()
@@ -214,10 +233,8 @@ class SlotBackend(Backend):
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
         if self._shared is None:
             return self.pool.backend.verify(root, tree, want_hidden=want_hidden)
-        from draftscope.engine.backends.llamacpp import Verify
-
         # the positions this answer put in its cache: a cache lost meanwhile (a reopened model) is an error
-        return self._shared.run(self.slot, Verify(root, tree, past=self._past))
+        return self._shared.run(self.slot, Verify(root, tree, past=self._past, want_hidden=want_hidden))
 
     def commit(self, path: list[int]) -> None:
         if self._shared is None:

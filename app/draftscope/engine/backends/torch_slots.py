@@ -1,0 +1,225 @@
+"""The torch backend holding several answers at once, so the answers stepping together share one
+forward (engine/backends/slots.py gathers their work).
+
+Each answer slot owns one row of a static KV buffer per layer ([slots, kv heads, positions, head
+dim]). A forward stacks the slots' items as a padded batch: each row is its slot's prompt chunk or
+its [root] + draft tree, padded to the longest row; a 4D mask per row lets each query see its
+slot's committed prefix and, inside its own step, its ancestors (a prompt chunk: the tokens before
+it); padding queries see only themselves and their rows are dropped. Every row writes its keys at
+its own slot's positions, so no answer ever reads another's. Commit moves a slot's accepted entries
+into place; truncate and clear only move that slot's end.
+
+CPU and CUDA run the same eager steps (the batch's shape changes with the answers in it, so there
+are no CUDA graphs here): tree steps on the math kernel on CUDA, as engine/attention.py decides.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from transformers.cache_utils import Cache, StaticLayer
+
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.attention import step_kernels
+from draftscope.engine.backends.base import Verified
+from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.engine.backends.torch_backend import TorchBackend
+from draftscope.engine.static_cache import FIRST_SPAN, span_for, spans_for
+
+# Positions each slot's cache holds: every forward reads each row's buffer up to the batch's span.
+SLOT_CONTEXT = 8192
+
+
+class _RowsLayer(StaticLayer):
+    """One layer's keys and values for every slot; a forward writes each batch row's keys at its
+    slot's positions and returns the rows' buffers up to the forward's span."""
+
+    def __init__(self, owner: _RowsCache) -> None:
+        super().__init__(max_cache_len=owner.max_len)
+        self.owner = owner
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        owner = self.owner
+        if not self.is_initialized:
+            heads, k_dim, v_dim = key_states.shape[1], key_states.shape[-1], value_states.shape[-1]
+            self.keys = key_states.new_zeros(owner.slots, heads, owner.max_len, k_dim)
+            self.values = value_states.new_zeros(owner.slots, heads, owner.max_len, v_dim)
+            self.device, self.is_initialized = key_states.device, True
+        rows, cols = owner.rows, owner.cols  # [B, 1] slot of each batch row, [B, q] positions it writes
+        self.keys[rows, :, cols] = key_states.transpose(1, 2)  # advanced indices first: [B, q, heads, dim]
+        self.values[rows, :, cols] = value_states.transpose(1, 2)
+        picked = owner.rows[:, 0]
+        return self.keys[picked, :, : owner.span], self.values[picked, :, : owner.span]
+
+    def get_seq_length(self) -> int:
+        return 0
+
+    def get_mask_sizes(self, *args, **kwargs) -> tuple[int, int]:
+        return self.owner.span, 0
+
+
+class _RowsCache(Cache):
+    def __init__(self, layers: int, slots: int, max_len: int) -> None:
+        self.slots, self.max_len = slots, max_len
+        super().__init__(layers=[_RowsLayer(self) for _ in range(layers)])
+        self.rows = self.cols = None  # set for each forward
+        self.span = max_len
+
+    def move(self, slot: int, sources: list[int], targets: list[int]) -> None:
+        """Copy a slot's entries at ``sources`` to ``targets`` in every layer."""
+        for layer in self.layers:
+            if layer.is_initialized:
+                src = torch.tensor(sources, device=layer.keys.device)
+                dst = torch.tensor(targets, device=layer.keys.device)
+                layer.keys[slot, :, dst] = layer.keys[slot, :, src]
+                layer.values[slot, :, dst] = layer.values[slot, :, src]
+
+
+class TorchSlotsBackend(TorchBackend):
+    """``slots`` answers on one torch model; :class:`~draftscope.engine.backends.slots.SlotPool`
+    hands them out. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
+
+    def __init__(self, model, tokenizer, *, slots: int, first_span: int = FIRST_SPAN, **kwargs) -> None:
+        super().__init__(model, tokenizer, **kwargs)
+        if slots < 1:
+            raise ValueError(f"slots (answers at once) must be at least 1, not {slots}")
+        self.slots = slots
+        self.max_context = min(self.max_context, SLOT_CONTEXT)
+        self.batch_capacity = max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL)
+        # a slot holds max_context + a tree; a forward's padding may write a prompt chunk's length past that
+        self._holds = self.max_context + MAX_TREE + 1
+        self._rows = _RowsCache(int(model.config.num_hidden_layers), slots, self._holds + PREFILL_BATCH)
+        self.spans = spans_for(self._rows.max_len, first_span)
+        self._pasts = [0] * slots
+
+    def describe(self) -> str:
+        return f"{super().describe()} · {self.slots} answers at once"
+
+    # ------------------------------------------------------------------ one answer (slot 0)
+
+    def start(self, prompt: list[int], *, want_hidden: bool = False):
+        self.clear_slot(0)
+        prefix = prompt[:-1]
+        for at in range(0, len(prefix), PREFILL_BATCH):
+            self._raise(self.decode_many({0: Prefill(prefix[at : at + PREFILL_BATCH], at)}))
+        return None
+
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        return self._raise(self.decode_many({0: Verify(root, tree, want_hidden=want_hidden)}))[0]
+
+    def commit(self, path: list[int]) -> None:
+        self.commit_slot(0, path)
+
+    def truncate(self, length: int) -> None:
+        self.truncate_slot(0, length)
+
+    @property
+    def cached(self) -> int:
+        return self._pasts[0]
+
+    @staticmethod
+    def _raise(results: dict) -> dict:
+        for value in results.values():
+            if isinstance(value, BaseException):
+                raise value
+        return results
+
+    # ------------------------------------------------------------------ slots
+
+    def slot_cached(self, slot: int) -> int:
+        return self._pasts[slot]
+
+    def clear_slot(self, slot: int) -> None:
+        self._pasts[slot] = 0
+
+    def truncate_slot(self, slot: int, length: int) -> None:
+        self._pasts[slot] = min(self._pasts[slot], length)
+
+    @torch.inference_mode()
+    def commit_slot(self, slot: int, path: list[int]) -> None:
+        base = self._pasts[slot] + 1
+        if path != list(range(len(path))):  # a chain from the first node is already in place
+            self._rows.move(slot, [base + i for i in path], list(range(base, base + len(path))))
+        self._pasts[slot] += 1 + len(path)
+
+    @torch.inference_mode()
+    def decode_many(self, work: dict) -> dict:
+        """One forward for several slots' Prefill and Verify items: a Verified for each Verify (a
+        Prefill's tokens join its slot's cache). An item that cannot be run gets its error as its
+        result; the others run without it."""
+        failed = {slot: ValueError(p) for slot, item in work.items() if (p := self._problem(slot, item))}
+        work = {slot: item for slot, item in work.items() if slot not in failed}
+        if not work:
+            return failed
+        layouts = {slot: self._layout(slot, item) for slot, item in work.items()}
+        q = max(len(ids) for ids, *_ in layouts.values())
+        end = max(self._pasts[slot] + q for slot in work)
+        span = span_for(self.spans, end)
+        batch = len(work)
+        ids = np.zeros((batch, q), np.int64)
+        positions = np.zeros((batch, q), np.int64)
+        cols = np.zeros((batch, q), np.int64)
+        allowed = np.zeros((batch, q, span), bool)
+        for b, (slot, (row_ids, row_positions, own)) in enumerate(layouts.items()):
+            n, past = len(row_ids), self._pasts[slot]
+            ids[b, :n], ids[b, n:] = row_ids, row_ids[0]  # padding: any token, nothing reads its row
+            positions[b, :n], positions[b, n:] = past + row_positions, past
+            cols[b] = np.arange(past, past + q)
+            allowed[b, :, :past] = True
+            allowed[b, :n, past : past + n] = own
+            allowed[b, np.arange(n, q), past + np.arange(n, q)] = True  # padding sees the prefix and itself
+        device = self.device
+        mask = torch.zeros(batch, 1, q, span, dtype=self.dtype, device=device)
+        mask.masked_fill_(~torch.from_numpy(allowed).to(device)[:, None], torch.finfo(self.dtype).min)
+        rows_cache = self._rows
+        rows_cache.rows = torch.tensor(list(work), device=device)[:, None]
+        rows_cache.cols = torch.from_numpy(cols).to(device)
+        rows_cache.span = span
+        wants_hidden = any(isinstance(item, Verify) and item.want_hidden for item in work.values())
+        with step_kernels(self.kernel_device, tree=True):
+            out = self.model(input_ids=torch.from_numpy(ids).to(device), position_ids=torch.from_numpy(positions).to(device),
+                             attention_mask=mask, past_key_values=rows_cache, use_cache=True,
+                             output_hidden_states=wants_hidden)
+        results = {}
+        for b, (slot, item) in enumerate(work.items()):
+            if isinstance(item, Prefill):
+                self._pasts[slot] += len(item.tokens)
+                continue
+            rows = len(item.tree) + 1
+            hidden = out.hidden_states[-1][b, :rows] if item.want_hidden else None
+            results[slot] = Verified(out.logits[b, :rows, : self.vocab], hidden)
+        return {**results, **failed}
+
+    def _layout(self, slot: int, item) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(token ids [n], position offsets [n], which of the row's own slots each sees [n, n])."""
+        if isinstance(item, Prefill):
+            n = len(item.tokens)
+            return np.array(item.tokens, np.int64), np.arange(n), np.tril(np.ones((n, n), bool))
+        tree, n = item.tree, len(item.tree)
+        row_ids = np.concatenate([[item.root], tree.tokens]).astype(np.int64)
+        row_positions = np.concatenate([[0], tree.depth]).astype(np.int64)
+        own = np.eye(n + 1, dtype=bool)
+        own[:, 0] = True
+        if n:
+            own[1:, 1:] = tree.ancestor_mask()
+        return row_ids, row_positions, own
+
+    def _problem(self, slot: int, item) -> str | None:
+        if not 0 <= slot < self.slots:
+            return f"no slot {slot}: this model holds {self.slots} answers"
+        if isinstance(item, Prefill):
+            if item.start != self._pasts[slot]:
+                return f"slot {slot} holds {self._pasts[slot]} positions; a prefill from {item.start} does not follow"
+            if len(item.tokens) > PREFILL_BATCH:
+                return f"a prefill chunk of {len(item.tokens)} tokens; at most {PREFILL_BATCH} a forward"
+            room = len(item.tokens)
+        else:
+            if item.past is not None and item.past != self._pasts[slot]:
+                return (f"this answer's cache was lost (it held {item.past} positions, the model now "
+                        f"{self._pasts[slot]})")
+            if len(item.tree) > MAX_TREE:
+                return f"a draft tree of {len(item.tree)} nodes; at most {MAX_TREE} with several answers at once"
+            room = len(item.tree) + 1
+        if self._pasts[slot] + room > self._holds:
+            return f"the answer's cache holds {self._holds:,} positions: no room for this step"
+        return None

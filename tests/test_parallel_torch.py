@@ -1,0 +1,208 @@
+"""Several answers in one forward on torch (issue 33): each answer's slot is a row of a padded
+batch, its own cache row, its own commits. In fp32 every answer stepping beside others is token
+for token its solo answer, greedy and seeded T > 0, drafted or not; a forward that mixes up the
+rows, or lets a node see what is not its ancestor, is caught; an answer that stops, is cancelled
+or fails mid-batch leaves the others untouched."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.backends import torch_backend_for
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.backends.slots import Prefill, Verify
+from draftscope.engine.backends.torch_backend import TorchBackend
+from draftscope.engine.backends.torch_slots import TorchSlotsBackend
+from draftscope.engine.drafters import ContextDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from engine_fixtures import tiny_llama
+
+PROMPTS = ["one two three four five one two three four five one two", "red green blue red green blue red green",
+           "a b c d e f a b c d e f a b c", "the cat sat on the mat the cat sat on the"]
+SAMPLED = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i) for i in range(len(PROMPTS))]
+GREEDY = [SamplingParams()] * len(PROMPTS)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return tiny_llama(len(tokenizer), seed=3, sharpen=32.0, max_positions=1024)  # peaked: answers repeat
+
+
+@pytest.fixture(scope="module")
+def alone(model, tokenizer):
+    engine = Engine(backend=TorchBackend(model, tokenizer, name="tiny"))
+    engine.eos_ids = set()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def shared(model, tokenizer):
+    engine = Engine(backend=torch_backend_for(model, tokenizer, slots=4, first_span=64))
+    engine.eos_ids = set()
+    return engine
+
+
+def ids_of(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def answer(engine, ids, params, drafted: bool, tokens: int = 40):
+    request = GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, sampling=params,
+                                drafters=[ContextDrafter()] if drafted else [], budget=6 if drafted else None)
+    return list(engine.generate(request))[-1]
+
+
+def side_by_side(engine, prompts, params, drafted=True, requests=None):
+    finals = [None] * len(prompts)
+    start = threading.Barrier(len(prompts))
+
+    def run(i):
+        start.wait()
+        if requests is None:
+            finals[i] = answer(engine, prompts[i], params[i], drafted)
+        else:
+            finals[i] = list(engine.generate(requests[i]))[-1]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return finals
+
+
+def forwards_seen(monkeypatch) -> list[int]:
+    sizes = []
+    decode = TorchSlotsBackend.decode_many
+
+    def counting(self, work):
+        sizes.append(len(work))
+        return decode(self, work)
+
+    monkeypatch.setattr(TorchSlotsBackend, "decode_many", counting)
+    return sizes
+
+
+def test_the_torch_backend_holds_as_many_answers_as_asked(shared, alone):
+    assert isinstance(shared.backend, TorchSlotsBackend) and shared.slots.size == 4
+    assert "4 answers at once" in shared.backend.describe()
+    assert alone.slots.size == 1
+
+
+@torch.inference_mode()
+def test_a_shared_forward_gives_each_row_its_solo_logits(model, tokenizer):
+    """One forward with a prompt chunk, a chain and a branching tree of three slots: each row's
+    logits are those of the answer alone on the dynamic cache."""
+    backend = TorchSlotsBackend(model, tokenizer, slots=3, first_span=64)
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS[:3]]
+    for slot in (0, 1):
+        backend.decode_many({slot: Prefill(prompts[slot][:-1], 0)})
+    branchy = DraftTree(np.array([60, 61, 62, 63], np.int64), np.array([-1, -1, 0, 1], np.int32),
+                        np.array([1, 1, 2, 2], np.int32), np.ones(4, np.float32), np.full(4, DraftSource.CONTEXT, np.int8))
+    out = backend.decode_many({0: Verify(prompts[0][-1], chain_tree([50, 51, 52])), 1: Verify(prompts[1][-1], branchy),
+                               2: Prefill(prompts[2][:20], 0)})
+    assert set(out) == {0, 1} and backend.slot_cached(2) == 20
+    for slot, tree in ((0, chain_tree([50, 51, 52])), (1, branchy)):
+        solo = TorchBackend(model, tokenizer)
+        solo.start(prompts[slot])
+        expected = solo.verify(prompts[slot][-1], tree).logits
+        assert torch.allclose(out[slot].logits, expected, atol=1e-4), float((out[slot].logits - expected).abs().max())
+
+
+@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "T0.9"])
+def test_answers_side_by_side_are_each_their_solo_answer(alone, shared, tokenizer, params, count, monkeypatch):
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS[:count]]
+    solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, params)]
+    sizes = forwards_seen(monkeypatch)
+    finals = side_by_side(shared, prompts, params[:count])
+    assert all(f is not None and f.error is None for f in finals), finals
+    assert max(sizes) == count, f"the answers' steps were not decoded together: {sizes[:40]}"
+    accepted = [f.stats.accepted_by_source.get("context", 0) for f in finals]
+    assert sum(accepted) > 0, f"drafts accepted per answer: {accepted}"
+    assert [f.token_ids for f in finals] == solo  # fp32: token for token
+    assert shared.slots.busy == 0
+
+
+def test_a_forward_that_mixes_up_the_answers_rows_is_caught(alone, shared, tokenizer, monkeypatch):
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
+    decode = TorchSlotsBackend.decode_many
+
+    def crossed(self, work):
+        out = decode(self, work)
+        slots = sorted(out)
+        return {s: out[slots[(k + 1) % len(slots)]] if len(slots) > 1 and out[slots[(k + 1) % len(slots)]]
+                .logits.shape == out[s].logits.shape else out[s] for k, s in enumerate(slots)}
+
+    monkeypatch.setattr(TorchSlotsBackend, "decode_many", crossed)
+    finals = side_by_side(shared, prompts, SAMPLED, drafted=False)
+    assert sum(f.token_ids != s for f, s in zip(finals, solo)) >= 2
+
+
+def test_a_batch_that_lets_nodes_see_other_branches_is_caught(alone, shared, tokenizer, monkeypatch):
+    """Padded rows are masked per row; a layout that lets every node see its whole step (siblings,
+    cousins, padding) gives answers that are not the solo ones."""
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, GREEDY)]
+    layout = TorchSlotsBackend._layout
+
+    def leaky(self, slot, item):
+        ids, positions, own = layout(self, slot, item)
+        return ids, positions, np.ones_like(own) if isinstance(item, Verify) else own
+
+    monkeypatch.setattr(TorchSlotsBackend, "_layout", leaky)
+    finals = side_by_side(shared, prompts, GREEDY)
+    assert [f.token_ids for f in finals] != solo
+
+
+def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer,
+                                                                                 monkeypatch):
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
+    stop_text = tokenizer.decode(solo[1][5:7])
+    cancel = threading.Event()
+    decode = TorchSlotsBackend.decode_many
+    forwards = []
+
+    def failing_once(self, work):
+        forwards.append(len(work))
+        if len(forwards) == 12:  # one answer's step fails inside a shared forward
+            victim = max(work)
+            out = decode(self, {s: w for s, w in work.items() if s != victim})
+            return {**out, victim: ValueError("this answer's step failed")}
+        if len(forwards) == 8:
+            cancel.set()
+        return decode(self, work)
+
+    monkeypatch.setattr(TorchSlotsBackend, "decode_many", failing_once)
+    requests = [GenerationRequest(prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i],
+                                  drafters=[ContextDrafter()], budget=6) for i in range(4)]
+    requests[1].stop_strings = [stop_text]
+    requests[2].cancel = cancel
+    finals = side_by_side(shared, prompts, SAMPLED, requests=requests)
+    assert finals[2].finish_reason == "cancel" and finals[1].finish_reason in ("stop", "error")
+    failed = [i for i, f in enumerate(finals) if f.finish_reason == "error"]
+    assert len(failed) == 1 and "this answer's step failed" in finals[failed[0]].error
+    for i, f in enumerate(finals):  # whatever its end, each answer is its solo answer as far as it went
+        assert f.token_ids == solo[i][: len(f.token_ids)], i
+    survivors = [i for i in range(4) if i not in failed and finals[i].finish_reason == "length"]
+    assert survivors and all(finals[i].token_ids == solo[i] for i in survivors)
+    assert shared.slots.busy == 0
+
+
+def test_bad_slot_work_is_refused_in_words_and_the_rest_runs(model, tokenizer):
+    backend = TorchSlotsBackend(model, tokenizer, slots=2)
+    out = backend.decode_many({0: Prefill([5, 6, 7], 3), 1: Prefill([5, 6, 7], 0)})
+    assert "slot 0 holds 0 positions; a prefill from 3 does not follow" in str(out[0])
+    assert backend.slot_cached(1) == 3
+    big = chain_tree(list(range(10, 80)))
+    assert "a draft tree of 70 nodes; at most 64" in str(backend.decode_many({1: Verify(7, big)})[1])
+    with pytest.raises(ValueError, match="at least 1"):
+        TorchSlotsBackend(model, tokenizer, slots=0)
