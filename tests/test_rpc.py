@@ -6,6 +6,8 @@ far stays, and the next answer opens the model again."""
 
 from __future__ import annotations
 
+import re
+
 import os
 import signal
 import socket
@@ -110,6 +112,24 @@ def test_workers_for_a_model_that_opens_on_torch_are_refused_in_words(gguf):
         open_backend(str(gguf), backend="torch", workers=["127.0.0.1:50052"])
 
 
+def test_the_memory_each_machine_holds_is_estimated_from_the_gguf(gguf):
+    """Its layers' tensors as stored, their f16 KV cache; on this computer also the embeddings and output."""
+    from gguf import GGUFReader
+
+    from draftscope.engine.backends.rpc import memory_per_machine
+
+    reader = GGUFReader(str(gguf))
+    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    layer = [sum(n for name, n in sizes.items() if name.startswith(f"blk.{i}.")) for i in range(4)]
+    rest = sum(sizes.values()) - sum(layer)
+    fields = {k: int(f.parts[-1][0]) for k, f in reader.fields.items() if k.startswith("llama.") and len(f.parts[-1]) == 1}
+    kv = 100 * fields["llama.attention.head_count_kv"] * 2 * (fields["llama.embedding_length"]
+                                                            // fields["llama.attention.head_count"]) * 2
+    memory = memory_per_machine(gguf, {"this computer": 1, "a:1": 2, "b:2": 1}, positions=100)
+    assert memory == {"this computer": layer[0] + kv + rest, "a:1": layer[1] + layer[2] + 2 * kv, "b:2": layer[3] + kv}
+    assert rest > 0 and min(layer) > 0
+
+
 # ---------------------------------------------------------------- a real worker
 
 
@@ -122,7 +142,8 @@ def test_a_model_split_with_a_worker_answers_as_the_model_does_alone(gguf, token
     try:
         assert isinstance(split.backend, IsolatedLlamaBackend)
         assert split.backend.split == {"this computer": 2, endpoint: 2}
-        assert f"layers 2 on this computer, 2 on {endpoint}" in split.backend.describe()
+        assert re.search(rf"layers 2 on this computer \(~\d+ MB\), 2 on {re.escape(endpoint)} \(~\d+ MB\)",
+                         split.backend.describe()), split.backend.describe()
         ids = ids_of(tokenizer)
         plain = run(alone, ids, params, drafted=False)[-1]
         final = run(split, ids, params)[-1]

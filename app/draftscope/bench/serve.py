@@ -36,6 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=argtypes.parallel, default=None, help="answers at once (default: the "
                    "largest client count)")
     p.add_argument("--rpc", default=None, help="llama.cpp RPC workers for our server (host:port,...)")
+    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+                   help="what runs the model in our server (auto: llama.cpp for a GGUF on the CPU)")
     p.add_argument("--json", dest="json_out", default=None)
 
 
@@ -116,7 +118,7 @@ class OurServer:
     share its interpreter: they would take turns with its answers for the GIL)."""
 
     def __init__(self, model: str, parallel: int, *, drafting: bool, workers: str | None = None,
-                 timeout: float = 600.0) -> None:
+                 backend: str = "auto", timeout: float = 600.0) -> None:
         import socket
         import subprocess
         import sys
@@ -129,6 +131,8 @@ class OurServer:
                    str(parallel), "--queue-limit", "64", "--no-history", "--drafters", "auto" if drafting else "none"]
         if workers:
             command += ["--rpc", workers]
+        if backend != "auto":
+            command += ["--backend", backend]
         import tempfile
 
         self.log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the server
@@ -148,7 +152,8 @@ class OurServer:
         else:
             self.stop()
             raise RuntimeError("draftscope serve did not come up")
-        self.banner = f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
+        self.banner = (f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
+                       f"{f' --backend {backend}' if backend != 'auto' else ''}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -176,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
                   + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
 
     for name in [s for s in servers if s.startswith("ours")]:
-        server = OurServer(args.model, parallel, drafting=name == "ours-drafting", workers=args.rpc)
+        server = OurServer(args.model, parallel, drafting=name == "ours-drafting", workers=args.rpc,
+                           backend=args.backend)
         try:
             print(f"{name}: {server.banner}", flush=True)
             rounds(name, server.url, "default")

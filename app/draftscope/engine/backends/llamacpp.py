@@ -126,7 +126,7 @@ class LlamaCppBackend(Backend):
 
     def _offload_to_workers(self, mparams, workers: list[str]) -> None:
         """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
-        from draftscope.engine.backends.rpc import connect_workers, gguf_layers, layer_split
+        from draftscope.engine.backends.rpc import THIS_COMPUTER, connect_workers, gguf_layers, layer_split
 
         devices = connect_workers(workers)
         layers = gguf_layers(self.path)
@@ -136,7 +136,7 @@ class LlamaCppBackend(Backend):
         mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         mparams.n_gpu_layers = remote
         mparams.tensor_split = self._tensor_split
-        self.split = {"this computer": layers - remote}
+        self.split = {THIS_COMPUTER: layers - remote}
         per_device = _spread(remote, len(devices))
         for d, n in zip(devices, per_device):
             self.split[d.endpoint] = self.split.get(d.endpoint, 0) + n
@@ -145,7 +145,14 @@ class LlamaCppBackend(Backend):
     def describe(self) -> str:
         where = ""
         if self.split:
-            where = " · layers " + ", ".join(f"{n} on {m}" for m, n in self.split.items())
+            from draftscope.engine.backends.rpc import memory_per_machine
+
+            try:  # the KV cache of every slot's positions, as the context holds them
+                memory = memory_per_machine(self.path, self.split, self.slots * (self.max_context + MAX_TREE + 1))
+            except Exception:  # noqa: BLE001 - an estimate only; the split itself is still shown
+                memory = {}
+            where = " · layers " + ", ".join(f"{n} on {m}" + (f" (~{_size(memory[m])})" if m in memory else "")
+                                             for m, n in self.split.items())
         return f"llama.cpp · {self.precision} · {self.threads} threads{where}"
 
     @property
@@ -333,6 +340,10 @@ class LlamaCppBackend(Backend):
             self.close()
         except Exception:
             pass
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
 
 
 def _spread(total: int, parts: int) -> list[int]:

@@ -139,3 +139,42 @@ def layer_split(layers: int, devices: list[WorkerDevice]) -> tuple[int, list[flo
     machines = len({d.endpoint for d in devices}) + 1
     remote = round(layers * (machines - 1) / machines)
     return remote, [1.0 / len(devices)] * len(devices)
+
+
+THIS_COMPUTER = "this computer"
+
+
+def memory_per_machine(path, split: dict[str, int], positions: int) -> dict[str, int]:
+    """Bytes each machine of ``split`` (layers per machine, this computer's first: it holds the
+    first layers, the workers the next ones in order) holds for the model: its layers' weights as
+    the GGUF stores them and their KV cache (f16, ``positions`` cells), and on this computer the
+    tensors outside the layers too (embeddings, output). An estimate: llama.cpp adds compute buffers."""
+    import re
+
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+
+    def number(key: str, default: int | None = None) -> int | None:
+        field = reader.fields.get(f"{arch}.{key}")
+        return int(field.parts[-1][0]) if field is not None else default
+
+    layers = sum(split.values())
+    per_layer, rest = [0] * layers, 0
+    for tensor in reader.tensors:
+        found = re.match(r"blk\.(\d+)\.", tensor.name)
+        if found and int(found.group(1)) < layers:
+            per_layer[int(found.group(1))] += int(tensor.n_bytes)
+        else:
+            rest += int(tensor.n_bytes)
+    heads = number("attention.head_count", 1)
+    kv_heads = number("attention.head_count_kv", heads)
+    key = number("attention.key_length", number("embedding_length", 0) // heads)
+    value = number("attention.value_length", key)
+    kv_per_layer = positions * kv_heads * (key + value) * 2
+    out, first = {}, 0
+    for machine, count in split.items():
+        out[machine] = sum(per_layer[first : first + count]) + count * kv_per_layer + (rest if machine == THIS_COMPUTER else 0)
+        first += count
+    return out
