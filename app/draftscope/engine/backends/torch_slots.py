@@ -24,10 +24,13 @@ from draftscope.engine.attention import step_kernels
 from draftscope.engine.backends.base import Verified
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.static_cache import FIRST_SPAN, span_for, spans_for
+from draftscope.engine.static_cache import span_for, spans_for
 
 # Positions each slot's cache holds: every forward reads each row's buffer up to the batch's span.
 SLOT_CONTEXT = 8192
+# The shortest span: no graphs are captured here, so spans can start short (a forward's attention
+# reads every key of its span, masked or not; on a CPU that is most of a small model's step).
+SLOT_FIRST_SPAN = 128
 
 
 class _RowsLayer(StaticLayer):
@@ -45,11 +48,14 @@ class _RowsLayer(StaticLayer):
             self.keys = key_states.new_zeros(owner.slots, heads, owner.max_len, k_dim)
             self.values = value_states.new_zeros(owner.slots, heads, owner.max_len, v_dim)
             self.device, self.is_initialized = key_states.device, True
-        rows, cols = owner.rows, owner.cols  # [B, 1] slot of each batch row, [B, q] positions it writes
-        self.keys[rows, :, cols] = key_states.transpose(1, 2)  # advanced indices first: [B, q, heads, dim]
-        self.values[rows, :, cols] = value_states.transpose(1, 2)
-        picked = owner.rows[:, 0]
-        return self.keys[picked, :, : owner.span], self.values[picked, :, : owner.span]
+        q = key_states.shape[2]
+        for b, (slot, past) in enumerate(owner.writes):  # each row's keys at its own slot's positions
+            self.keys[slot, :, past : past + q] = key_states[b]
+            self.values[slot, :, past : past + q] = value_states[b]
+        if owner.block is not None:  # the rows are consecutive slots: a view, no copy
+            first, last = owner.block
+            return self.keys[first:last, :, : owner.span], self.values[first:last, :, : owner.span]
+        return self.keys[owner.rows, :, : owner.span], self.values[owner.rows, :, : owner.span]
 
     def get_seq_length(self) -> int:
         return 0
@@ -62,7 +68,11 @@ class _RowsCache(Cache):
     def __init__(self, layers: int, slots: int, max_len: int) -> None:
         self.slots, self.max_len = slots, max_len
         super().__init__(layers=[_RowsLayer(self) for _ in range(layers)])
-        self.rows = self.cols = None  # set for each forward
+        # set for each forward: (slot, past) of each batch row, the rows' slots as a tensor, and
+        # (first, last + 1) when they are consecutive slots
+        self.writes: list[tuple[int, int]] = []
+        self.rows = None
+        self.block: tuple[int, int] | None = None
         self.span = max_len
 
     def move(self, slot: int, sources: list[int], targets: list[int]) -> None:
@@ -79,7 +89,7 @@ class TorchSlotsBackend(TorchBackend):
     """``slots`` answers on one torch model; :class:`~draftscope.engine.backends.slots.SlotPool`
     hands them out. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
 
-    def __init__(self, model, tokenizer, *, slots: int, first_span: int = FIRST_SPAN, **kwargs) -> None:
+    def __init__(self, model, tokenizer, *, slots: int, first_span: int = SLOT_FIRST_SPAN, **kwargs) -> None:
         super().__init__(model, tokenizer, **kwargs)
         if slots < 1:
             raise ValueError(f"slots (answers at once) must be at least 1, not {slots}")
@@ -148,7 +158,7 @@ class TorchSlotsBackend(TorchBackend):
         Prefill's tokens join its slot's cache). An item that cannot be run gets its error as its
         result; the others run without it."""
         failed = {slot: ValueError(p) for slot, item in work.items() if (p := self._problem(slot, item))}
-        work = {slot: item for slot, item in work.items() if slot not in failed}
+        work = {slot: work[slot] for slot in sorted(work) if slot not in failed}  # by slot: often one block
         if not work:
             return failed
         layouts = {slot: self._layout(slot, item) for slot, item in work.items()}
@@ -158,13 +168,11 @@ class TorchSlotsBackend(TorchBackend):
         batch = len(work)
         ids = np.zeros((batch, q), np.int64)
         positions = np.zeros((batch, q), np.int64)
-        cols = np.zeros((batch, q), np.int64)
         allowed = np.zeros((batch, q, span), bool)
         for b, (slot, (row_ids, row_positions, own)) in enumerate(layouts.items()):
             n, past = len(row_ids), self._pasts[slot]
             ids[b, :n], ids[b, n:] = row_ids, row_ids[0]  # padding: any token, nothing reads its row
             positions[b, :n], positions[b, n:] = past + row_positions, past
-            cols[b] = np.arange(past, past + q)
             allowed[b, :, :past] = True
             allowed[b, :n, past : past + n] = own
             allowed[b, np.arange(n, q), past + np.arange(n, q)] = True  # padding sees the prefix and itself
@@ -172,8 +180,11 @@ class TorchSlotsBackend(TorchBackend):
         mask = torch.zeros(batch, 1, q, span, dtype=self.dtype, device=device)
         mask.masked_fill_(~torch.from_numpy(allowed).to(device)[:, None], torch.finfo(self.dtype).min)
         rows_cache = self._rows
-        rows_cache.rows = torch.tensor(list(work), device=device)[:, None]
-        rows_cache.cols = torch.from_numpy(cols).to(device)
+        slots = list(work)
+        rows_cache.writes = [(slot, self._pasts[slot]) for slot in slots]
+        rows_cache.rows = torch.tensor(slots, device=device)
+        consecutive = slots == list(range(slots[0], slots[0] + batch))
+        rows_cache.block = (slots[0], slots[0] + batch) if consecutive else None
         rows_cache.span = span
         wants_hidden = any(isinstance(item, Verify) and item.want_hidden for item in work.values())
         with step_kernels(self.kernel_device, tree=True):
