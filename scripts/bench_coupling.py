@@ -34,9 +34,9 @@ def worker(args) -> None:
     """Answer requests read as JSON lines on stdin with whatever draftscope is on sys.path."""
     import torch
 
-    from draftscope.engine.drafters.model import ModelDrafter
+    from draftscope.drafters.draft_model import ModelDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
-    from draftscope.engine.loader import load_draft_model
+    from draftscope.engine.draft_model import load_draft_model
     from draftscope.engine.sampling import SamplingParams
 
     import inspect

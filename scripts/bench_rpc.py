@@ -55,8 +55,8 @@ def main() -> int:
     from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
     from draftscope.engine.backends.rpc import gguf_layers
     from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.models import resolve_model
-    from draftscope.runtime import load_runtime
+    from draftscope.models.sources import resolve_model
+    from draftscope.core.runtime import load_runtime
     from draftscope.storage import Settings
 
     seen, prompts = set(), []

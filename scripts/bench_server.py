@@ -26,9 +26,9 @@ def main(argv=None) -> int:
 
     import openai
 
-    from draftscope.runtime import load_runtime
+    from draftscope.core.runtime import load_runtime
     from draftscope.server import ServerThread, create_app
-    from draftscope.session import ChatSession
+    from draftscope.core.session import ChatSession
     from draftscope.storage import Settings
 
     questions = [json.loads(line)["turns"][0] for line in open(args.questions, encoding="utf-8")][: args.prompts]

@@ -22,9 +22,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QProgressBar, QWizard  # noqa: E402
 
-from draftscope.datastore.learned import LearnedStore  # noqa: E402
+from draftscope.drafters.learned import LearnedStore  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.runtime import load_runtime  # noqa: E402
+from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.gui.theme import app_icon, apply_theme, code_style  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 
@@ -112,7 +112,7 @@ def window_shots() -> None:
 
 
 def dialog_shots() -> None:
-    from draftscope import catalog
+    from draftscope.models import catalog
     from draftscope.gui.first_run import FirstRunDialog
     from draftscope.gui.race import RaceDialog
     from draftscope.gui.settings_dialog import SettingsDialog
@@ -184,7 +184,7 @@ def dialog_shots() -> None:
 
 
 def wizard_shots() -> None:
-    from draftscope.gui.datastore_wizard import DatastoreWizard
+    from draftscope.gui.wizard.wizard import DatastoreWizard
 
     os.environ["DRAFTSCOPE_DATA_DIR"] = tempfile.mkdtemp()  # the built index goes to a scratch folder
     folder = Path(tempfile.mkdtemp())

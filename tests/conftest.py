@@ -74,7 +74,7 @@ def pytest_runtest_setup(item):
     registry cannot be reached and nothing is cached (CI reaches it and runs them)."""
     if item.get_closest_marker("network") is None:
         return
-    from draftscope import catalog
+    from draftscope.models import catalog
 
     entry = catalog.find("default")
     if entry is not None and entry.fetched:

@@ -1,8 +1,8 @@
-"""Runtimes around engines the tests build themselves (draftscope.runtime.Runtime)."""
+"""Runtimes around engines the tests build themselves (draftscope.core.runtime.Runtime)."""
 
 from __future__ import annotations
 
-from draftscope.runtime import Runtime
+from draftscope.core.runtime import Runtime
 from draftscope.storage import Settings
 
 # Drafts from the conversation only: what tests on tiny models draft with unless they say otherwise.

@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend
 from draftscope.engine.attention import kernel_names, kernels_for
 from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.drafters import ContextDrafter
+from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from engine_fixtures import tiny_llama

@@ -14,7 +14,7 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from draftscope import assets, catalog
+from draftscope.models import assets, catalog
 from draftscope.cli import main
-from draftscope.engine.models import resolve_model
+from draftscope.models.sources import resolve_model
 
 FAKE_PIP = r'''
 import os, re, sys, zipfile

@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from draftscope.datastore.fingerprint import tokenizer_fingerprint  # noqa: E402
-from draftscope.drafter_factory import setup_drafters  # noqa: E402
+from draftscope.core.drafter_factory import setup_drafters  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.retrieval import Reader, Writer  # noqa: E402
 from draftscope.retrieval.live import LiveReader  # noqa: E402
@@ -116,7 +116,7 @@ def test_answers_go_on_while_the_datastore_is_copied_over_between_and_during_the
 def test_the_window_says_when_the_datastore_changed_on_disk(qtbot, tmp_path, tokenizer):
     pytest.importorskip("PySide6")
     from draftscope.gui.main_window import MainWindow
-    from draftscope.runtime import Runtime
+    from draftscope.core.runtime import Runtime
     from draftscope.storage import HistoryStore, Settings
 
     vocab = len(tokenizer)

@@ -297,7 +297,7 @@ def test_wizard_builds_from_the_models_own_answers(qtbot, model, tokenizer, prom
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit, QSpinBox, QWizard
 
-    from draftscope.gui.datastore_wizard import DatastoreWizard
+    from draftscope.gui.wizard.wizard import DatastoreWizard
 
     without = DatastoreWizard("tiny-test-model", tokenizer_loader=lambda spec: tokenizer, out_dir=tmp_path)
     qtbot.addWidget(without)

@@ -16,10 +16,10 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from draftscope.engine.drafters.model import ModelDrafter  # noqa: E402
+from draftscope.drafters.draft_model import ModelDrafter  # noqa: E402
 from draftscope.engine.engine import GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.runtime import load_runtime  # noqa: E402
+from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.storage import Settings  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402

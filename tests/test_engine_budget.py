@@ -117,8 +117,8 @@ class _Drafter:
 
 
 def test_a_slow_drafter_sits_out_while_its_drafts_do_not_pay_for_its_time(monkeypatch):
-    import draftscope.engine.drafters.composite as composite_mod
-    from draftscope.engine.drafters.composite import CompositeDrafter
+    import draftscope.engine.drafting.composite as composite_mod
+    from draftscope.engine.drafting.composite import CompositeDrafter
 
     monkeypatch.setattr(composite_mod, "time", _Clock)
 

@@ -27,12 +27,12 @@ from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
 
 import draftscope.engine.engine as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.engine.drafters.model import ModelDrafter
-from draftscope.recurrent.drafter import RecurrentSetup
+from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters.draft_model import ModelDrafter
+from draftscope.drafters.recurrent.drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import PositionNoise, SamplingParams
-from draftscope.recurrent.head import RecurrentHead
+from draftscope.drafters.recurrent.head import RecurrentHead
 from draftscope.retrieval import Writer
 from engine_fixtures import IdTokenizer, tiny_llama
 
@@ -101,7 +101,7 @@ def head(target):
 
 
 def fitted_head(target, steps: int = 300) -> RecurrentHead:
-    from draftscope.recurrent.train import head_losses, target_outputs
+    from draftscope.drafters.recurrent.train import head_losses, target_outputs
 
     torch.manual_seed(0)
     head = RecurrentHead.for_target(target, torch.arange(V), layers=1)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.engine.drafters.model import ModelDrafter, draft
+from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters.draft_model import ModelDrafter, draft
 from draftscope.engine.engine import Engine, GenerationRequest, PromptTooLongError
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer
@@ -177,7 +177,7 @@ def test_step_events_describe_the_tree(model, datastore):
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    from draftscope.engine.models import ModelNotFoundError
+    from draftscope.models.sources import ModelNotFoundError
 
     with pytest.raises(ModelNotFoundError, match="model not found"):
         Engine.load(str(tmp_path / "nope"), measure=False)
@@ -188,7 +188,7 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 
 def test_composite_moves_budget_to_the_drafter_that_gets_accepted():
-    from draftscope.engine.drafters.composite import CompositeDrafter
+    from draftscope.engine.drafting.composite import CompositeDrafter
 
     def fixed(tokens, source):
         class D:

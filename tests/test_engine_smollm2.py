@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from draftscope.cli import main
-from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters.draft_model import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer

@@ -13,7 +13,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QTimer  # noqa: E402
 from PySide6.QtWidgets import QDockWidget, QLabel, QListWidget, QPlainTextEdit, QPushButton, QTextBrowser  # noqa: E402
 
-from draftscope.runtime import Runtime  # noqa: E402
+from draftscope.core.runtime import Runtime  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402

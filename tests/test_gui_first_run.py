@@ -18,7 +18,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton  # noqa: E402
 
-from draftscope import assets, catalog  # noqa: E402
+from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.datastore.progress import Progress  # noqa: E402
 from draftscope.gui.first_run import FirstRunDialog, needs_first_run  # noqa: E402

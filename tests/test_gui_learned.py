@@ -13,9 +13,9 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
 
-from draftscope.datastore.learned import LearnedStore  # noqa: E402
+from draftscope.drafters.learned import LearnedStore  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.runtime import Runtime  # noqa: E402
+from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402

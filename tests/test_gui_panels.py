@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt, QUrl  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard  # noqa: E402
 
-from draftscope.runtime import Runtime  # noqa: E402
+from draftscope.core.runtime import Runtime  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.drafts_panel import visible_text  # noqa: E402
@@ -140,7 +140,7 @@ def test_inspecting_an_old_answer_fills_the_panels_from_the_history(qtbot, engin
 
 
 def test_wizard_from_the_menu_builds_and_the_app_drafts_from_it(qtbot, engine, tmp_path, monkeypatch):
-    from draftscope.engine.drafters import RetrievalDrafter
+    from draftscope.drafters import RetrievalDrafter
     from draftscope.gui.app import Launcher
 
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))

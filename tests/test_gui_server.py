@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 import openai  # noqa: E402
 from PySide6.QtWidgets import QLabel  # noqa: E402
 
-from draftscope.runtime import Runtime  # noqa: E402
+from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.app import Launcher  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -101,7 +101,7 @@ def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QPlainTextEdit, QPushButton
 
-    from draftscope.runtime import load_runtime
+    from draftscope.core.runtime import load_runtime
     from gguf_fixtures import write_tiny_gguf
     from llama_helpers import need_llama_cpp
 

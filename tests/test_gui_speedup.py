@@ -15,7 +15,7 @@ from PySide6.QtCharts import QChart  # noqa: E402
 from PySide6.QtCore import QPointF  # noqa: E402
 from PySide6.QtWidgets import QLabel  # noqa: E402
 
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
 from draftscope.gui.speedup_panel import SpeedupPanel, nice_ceiling  # noqa: E402

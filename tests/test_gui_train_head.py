@@ -19,9 +19,9 @@ from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.gui.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.gui.train_dialog import TrainHeadDialog, head_description  # noqa: E402
-from draftscope.recurrent.files import default_head_path  # noqa: E402
-from draftscope.runtime import Runtime  # noqa: E402
-from draftscope.recurrent.train import checkpoint_path, train_head  # noqa: E402
+from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
+from draftscope.core.runtime import Runtime  # noqa: E402
+from draftscope.drafters.recurrent.train import checkpoint_path, train_head  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 

@@ -16,7 +16,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QGraphicsPathItem, QLabel, QPushButton  # noqa: E402
 
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
 from draftscope.gui.drafts_panel import visible_text  # noqa: E402

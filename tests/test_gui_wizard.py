@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit, QProgressBar, QPushB
 from draftscope.datastore.default import datastores_dir  # noqa: E402
 from draftscope.datastore.pipeline import build_datastore  # noqa: E402
 from draftscope.datastore.preview import parse_source, preview_source  # noqa: E402
-from draftscope.gui.datastore_wizard import DatastoreWizard  # noqa: E402
+from draftscope.gui.wizard.wizard import DatastoreWizard  # noqa: E402
 from draftscope.retrieval import Reader, Writer  # noqa: E402
 
 
@@ -272,7 +272,7 @@ def test_a_failing_tokenizer_is_shown_with_retry(qtbot, dirs, tokenizer, chat_fi
     def loader(spec):
         calls.append(spec)
         if len(calls) == 1:
-            from draftscope.engine.models import ModelNotFoundError
+            from draftscope.models.sources import ModelNotFoundError
             raise ModelNotFoundError("model file not found: /nowhere/model.gguf")
         return tokenizer
 

@@ -3,9 +3,9 @@ survive a restart, can be cleared, and a damaged file is repaired rather than fa
 
 import numpy as np
 
-from draftscope.datastore.learned import Learner, LearnedStore
+from draftscope.drafters.learned import Learner, LearnedStore
 from draftscope.draft_tree import DraftSource
-from draftscope.drafter_factory import setup_drafters
+from draftscope.core.drafter_factory import setup_drafters
 from draftscope.engine.engine import Engine, GenerationRequest
 from engine_fixtures import IdTokenizer, tiny_llama
 

@@ -15,7 +15,7 @@ need_llama_cpp()  # a skip where llama-cpp-python is missing, a failure where CI
 
 from draftscope.draft_tree import DraftTree  # noqa: E402
 from draftscope.engine.backends.base import chain_tree  # noqa: E402
-from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter  # noqa: E402
+from draftscope.drafters import ContextDrafter, RetrievalDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.retrieval import Writer  # noqa: E402
 

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from draftscope.engine.models import resolve_model
-from draftscope.local_models import find_local_models
+from draftscope.models.sources import resolve_model
+from draftscope.models.local import find_local_models
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 from llama_helpers import need_llama_cpp

@@ -19,7 +19,7 @@ need_llama_cpp()
 from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
 from draftscope.engine.backends import open_backend  # noqa: E402
 from draftscope.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
 from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: E402
@@ -384,7 +384,7 @@ def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
 
 
 def test_turning_the_server_on_reopens_a_llama_cpp_model_with_room_for_its_answers(alone, shared):
-    from draftscope.runtime import Runtime
+    from draftscope.core.runtime import Runtime
     from draftscope.storage import Settings
 
     serving = Settings(server_enabled=True, server_parallel=2)  # two served answers and the window's

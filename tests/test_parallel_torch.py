@@ -18,7 +18,7 @@ from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.slots import Prefill, Verify
 from draftscope.engine.backends.torch_backend import TorchBackend
 from draftscope.engine.backends.torch_slots import TorchSlotsBackend
-from draftscope.engine.drafters import ContextDrafter
+from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from engine_fixtures import tiny_llama

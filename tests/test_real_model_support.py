@@ -12,12 +12,13 @@ import torch
 from engine_fixtures import tiny_llama
 
 from draftscope.engine import cpu_linear, precision
-from draftscope.drafter_factory import setup_drafters
-from draftscope.engine.loader import draft_incompatibility
-from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.core.drafter_factory import setup_drafters
+from draftscope.engine.draft_model import draft_incompatibility
+from draftscope.drafters.draft_model import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
-from draftscope.engine.loader import load_draft_model, load_model
+from draftscope.engine.draft_model import load_draft_model
+from draftscope.engine.loader import load_model
 from draftscope.storage.settings import Settings, load_settings
 
 
@@ -58,7 +59,7 @@ def test_a_draft_model_with_another_tokenizer_is_refused_with_the_reason(folders
 
 def test_the_app_builds_a_model_drafter_from_its_settings(folders, tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
-    from draftscope.runtime import load_runtime
+    from draftscope.core.runtime import load_runtime
 
     settings = Settings(model=str(folders["target"]), draft_model=str(folders["draft"]),
                         drafters={"retrieval": True, "context": True, "model": True}, dtype="float32")
@@ -183,7 +184,7 @@ def qwen_sized(tmp_path_factory):
 def test_a_qwen_sized_vocabulary_goes_through_datastore_engine_and_tree_labels(qwen_sized, tmp_path):
     from draftscope.datastore.pipeline import build_datastore
     from draftscope.datastore.sources import Source
-    from draftscope.engine.drafters.retrieval import RetrievalDrafter
+    from draftscope.drafters.retrieval import RetrievalDrafter
     from draftscope.retrieval import Reader
 
     tokenizer, model = qwen_sized

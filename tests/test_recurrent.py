@@ -13,14 +13,14 @@ import torch
 from draftscope.cli import main
 from draftscope.datastore.progress import CancelToken
 from draftscope.draft_tree import DraftSource
-from draftscope.drafter_factory import setup_drafters
-from draftscope.recurrent.drafter import RecurrentSetup
+from draftscope.core.drafter_factory import setup_drafters
+from draftscope.drafters.recurrent.drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.policy import shares
-from draftscope.recurrent.beams import beam_search, beams_to_tree
-from draftscope.recurrent.files import HeadError, load_head, read_meta, save_head, target_identity
-from draftscope.recurrent.head import RecurrentHead
-from draftscope.recurrent.train import (TrainCancelled, TrainError, TrainOptions, checkpoint_path, draft_vocabulary,
+from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree
+from draftscope.drafters.recurrent.files import HeadError, load_head, read_meta, save_head, target_identity
+from draftscope.drafters.recurrent.head import RecurrentHead
+from draftscope.drafters.recurrent.train import (TrainCancelled, TrainError, TrainOptions, checkpoint_path, draft_vocabulary,
                                         train_head)
 from engine_fixtures import tiny_llama
 
@@ -314,7 +314,7 @@ def test_the_heads_cpu_layout_drafts_the_same_beams(trained, model):
 
 
 def test_a_beam_that_drafts_an_end_token_stops_there(model):
-    from draftscope.recurrent.beams import end_rows
+    from draftscope.drafters.recurrent.beams import end_rows
 
     torch.manual_seed(0)
     head = RecurrentHead.for_target(model, torch.arange(0, 200, 3), layers=1).eval()
@@ -336,7 +336,7 @@ def test_a_head_on_a_llama_cpp_model_is_left_out_saying_why(model, tokenizer_dir
     from gguf_fixtures import write_tiny_gguf
     from llama_helpers import need_llama_cpp
 
-    from draftscope.runtime import load_runtime
+    from draftscope.core.runtime import load_runtime
     from draftscope.storage import Settings
 
     need_llama_cpp()

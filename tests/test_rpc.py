@@ -26,7 +26,7 @@ from draftscope.engine.backends import open_backend  # noqa: E402
 from draftscope.engine.backends.isolated import IsolatedLlamaBackend  # noqa: E402
 from draftscope.engine.backends.llama_lib import LlamaCppError  # noqa: E402
 from draftscope.engine.backends.rpc import WorkerError, parse_workers, rpc_supported  # noqa: E402
-from draftscope.engine.drafters import ContextDrafter  # noqa: E402
+from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
 from draftscope.storage import Settings  # noqa: E402

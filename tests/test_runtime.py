@@ -1,4 +1,4 @@
-"""The runtime (draftscope.runtime): built from Settings in one place, and a settings change
+"""The runtime (draftscope.core.runtime): built from Settings in one place, and a settings change
 rebuilds what it must (and nothing else)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from draftscope.engine.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.engine.drafters.model import ModelDrafter
+from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters.draft_model import ModelDrafter
 from draftscope.engine.engine import Engine
 from draftscope.retrieval import Writer
-from draftscope.runtime import Runtime, changed_fields
-from draftscope.session import ChatSession
+from draftscope.core.runtime import Runtime, changed_fields
+from draftscope.core.session import ChatSession
 from draftscope.storage import Settings
 from engine_fixtures import tiny_llama
 
@@ -185,7 +185,7 @@ def test_a_cancelled_answer_is_not_learned_a_finished_one_is(engine, tmp_path):
     continuation. Through the one answer loop, into a real learned store."""
     import threading
 
-    from draftscope.datastore.learned import LearnedStore
+    from draftscope.drafters.learned import LearnedStore
     from draftscope.engine.events import FinalEvent
 
     runtime = Runtime(Settings(drafters=dict(OFF, learned=True), max_new_tokens=8), engine)

@@ -13,7 +13,7 @@ import httpx2 as httpx  # what the openai client itself uses
 import openai
 import pytest
 
-from draftscope.engine.drafters import ContextDrafter
+from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine
 from draftscope.server import ServerConfig, ServerThread, check_bind, create_app
 from runtime_helpers import runtime_for
@@ -167,8 +167,8 @@ def test_answers_served_beside_the_window_are_learned(tokenizer, tmp_path, learn
     """Settings ▸ Server serves over the window's runtime, which learns: served answers feed the
     model's learned datastore as the window's do (the next answer drafts from them); with learning
     switched off nothing is recorded."""
-    from draftscope.datastore.learned import LearnedStore
-    from draftscope.runtime import Runtime
+    from draftscope.drafters.learned import LearnedStore
+    from draftscope.core.runtime import Runtime
     from draftscope.storage import Settings
 
     engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")

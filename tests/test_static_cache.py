@@ -12,7 +12,7 @@ from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.torch_backend import TorchBackend
 from draftscope.engine.backends.torch_static import StaticTorchBackend
-from draftscope.engine.drafters import ContextDrafter
+from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.static_cache import BUCKETS, bucket_for, span_for, spans_for

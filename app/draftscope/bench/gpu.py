@@ -253,7 +253,8 @@ def open_engine(args):
 
     from draftscope.engine.backends import torch_backend_for
     from draftscope.engine.engine import Engine
-    from draftscope.engine.loader import load_model, pick_device
+    from draftscope.engine.loader import load_model
+    from draftscope.engine.precision import pick_device
 
     if args.model:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -409,7 +410,7 @@ def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
 
 
 def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, report: Report) -> None:
-    from draftscope.engine.drafters.oracle import OracleDrafter
+    from draftscope.drafters.oracle import OracleDrafter
 
     key = "oracle"
     report.heading(key)

@@ -274,7 +274,7 @@ def _configs(text: str, names_available: list[str]) -> list[list[str]]:
     if text == "auto":
         alone = [[n] for n in names_available]
         return alone + ([names_available] if len(names_available) > 1 else [])
-    from draftscope.drafter_factory import parse_drafter_names
+    from draftscope.core.drafter_factory import parse_drafter_names
 
     return [parse_drafter_names(c, have_datastore=True, have_draft_model=True, have_head=True)
             for c in text.split(";") if c.strip()]
@@ -292,7 +292,8 @@ def _prompts(args, engine) -> list[list[int]]:
 
 def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
     """None, 'self', 'self:N' (the target's first N layers) or a model spec."""
-    from draftscope.engine.loader import load_draft_model, truncated_model
+    from draftscope.engine.draft_model import load_draft_model
+    from draftscope.engine.loader import truncated_model
 
     if not spec:
         return None
@@ -320,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.drafter_factory import drafter_maker
+    from draftscope.core.drafter_factory import drafter_maker
     from draftscope.engine.engine import Engine
     from draftscope.engine.sampling import SamplingParams
 
@@ -333,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend,
                          measure=args.budget is None)
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
-    from draftscope.recurrent.drafter import find_recurrent
+    from draftscope.drafters.recurrent.drafter import find_recurrent
 
     recurrent = find_recurrent(args.model, engine, args.head)
     available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else []) \

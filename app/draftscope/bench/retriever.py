@@ -81,7 +81,7 @@ def _contexts_from(held_back: list[np.ndarray], n: int, length: int, rng: np.ran
 def sharegpt_corpus(work: Path, n_contexts: int, context_len: int) -> Corpus:
     from transformers import AutoTokenizer
 
-    from draftscope import assets
+    from draftscope.models import assets
     from draftscope.datastore.fingerprint import tokenizer_fingerprint
     from draftscope.datastore.records import SkipLog
     from draftscope.datastore.sources import Source
@@ -309,7 +309,7 @@ def report(r: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from draftscope import assets
+    from draftscope.models import assets
 
     work = Path(args.work_dir) if args.work_dir else assets.cache_dir() / "bench"
     work.mkdir(parents=True, exist_ok=True)

@@ -99,12 +99,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.datastore.learned import LearnedStore
-    from draftscope.drafter_factory import setup_drafters
-    from draftscope.engine.drafters.oracle import OracleDrafter
-    from draftscope.recurrent.drafter import find_recurrent
+    from draftscope.drafters.learned import LearnedStore
+    from draftscope.core.drafter_factory import setup_drafters
+    from draftscope.drafters.oracle import OracleDrafter
+    from draftscope.drafters.recurrent.drafter import find_recurrent
     from draftscope.engine.engine import Engine, GenerationRequest
-    from draftscope.engine.loader import load_draft_model
+    from draftscope.engine.draft_model import load_draft_model
     from draftscope.storage.settings import Settings
 
     methods = [m for m in args.methods.split(",") if m]
@@ -282,7 +282,7 @@ def _server_peers(methods: list[str], engine, args):
         return None
     draft = None
     if "llama-server-draft" in wanted:
-        from draftscope.engine.models import resolve_model
+        from draftscope.models.sources import resolve_model
 
         source = resolve_model(args.draft_model)
         if source.kind != "gguf":
@@ -330,7 +330,7 @@ def learn_answers(store, engine, answers) -> None:
 def learning_curve(args, engine, answers, hf, ours, make_drafters, scratch: Path) -> int:
     """auto's speedup on ShareGPT prompts the answers file does not hold, after N answers learned."""
     from draftscope.datastore.distill import prompt_id, read_prompts
-    from draftscope.datastore.learned import LearnedStore
+    from draftscope.drafters.learned import LearnedStore
 
     seen = {a.id for a in answers}
     pool = read_prompts(None, limit=len(seen) + 10 * args.held_out)

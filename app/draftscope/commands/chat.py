@@ -40,14 +40,14 @@ def _answer(session, args, out=None):
 
 
 def _stats_line(final) -> str:
-    from draftscope.session import answer_record
-    from draftscope.words import answer_stats
+    from draftscope.core.session import answer_record
+    from draftscope.core.words import answer_stats
 
     return f"[{answer_stats(answer_record(final, None)[0], tau='tau')} · {final.finish_reason}]"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from draftscope.session import ChatSession
+    from draftscope.core.session import ChatSession
 
     runtime = runtime_from_args(args)
     session = ChatSession(runtime)
@@ -63,7 +63,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from draftscope.session import ChatSession
+    from draftscope.core.session import ChatSession
 
     return _chat_loop(ChatSession(runtime_from_args(args)), args)  # the conversation lives in memory
 

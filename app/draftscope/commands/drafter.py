@@ -47,11 +47,11 @@ def _eta(seconds: float | None) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from draftscope import assets
+    from draftscope.models import assets
     from draftscope.datastore.progress import CancelToken
     from draftscope.engine.loader import load_model
-    from draftscope.recurrent.files import default_head_path
-    from draftscope.recurrent.train import TrainCancelled, TrainError, TrainOptions, train_head
+    from draftscope.drafters.recurrent.files import default_head_path
+    from draftscope.drafters.recurrent.train import TrainCancelled, TrainError, TrainOptions, train_head
 
     data = args.data or [f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"]
     options = TrainOptions(data=data, tokens=args.tokens, seq_len=args.seq_len, batch=args.batch, length=args.length,
@@ -96,7 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from draftscope.recurrent.files import HeadError, default_head_path, read_meta
+    from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
 
     path = args.head or str(default_head_path(args.model))
     try:

@@ -1,6 +1,6 @@
 """The options ``draftscope chat``, ``generate`` and ``serve`` share: which model, how it runs, what
 it drafts with and how it samples. They become Settings, and the runtime is built from those as
-the app builds it (draftscope.runtime)."""
+the app builds it (draftscope.core.runtime)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def drafter_switches(text: str, *, draft_model: bool) -> tuple[dict[str, bool], 
     """``--drafters`` as the settings' switches, and the drafters it names (which must then run):
     ``auto`` = the app's defaults (and the model drafter when a draft model is given), ``none`` =
     plain decoding, else a comma list."""
-    from draftscope.drafter_factory import DRAFTER_NAMES, ON_BY_DEFAULT
+    from draftscope.core.drafter_factory import DRAFTER_NAMES, ON_BY_DEFAULT
 
     if text == "auto":
         return {n: n in ON_BY_DEFAULT or (n == "model" and draft_model) for n in DRAFTER_NAMES}, []
@@ -78,7 +78,7 @@ def settings_from_args(args: argparse.Namespace):
 def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
     """The runtime for the command's options. A drafter named in ``--drafters``, a ``--draft-model``
     or a ``--head`` that cannot be used is an error naming why; what ``auto`` leaves out is a note."""
-    from draftscope.runtime import load_runtime
+    from draftscope.core.runtime import load_runtime
 
     settings = settings_from_args(args)
     _switches, named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))

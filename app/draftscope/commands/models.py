@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
 
 
 def catalogue_rows(dtype: str, backend: str = "torch") -> list[dict]:
-    from draftscope import catalog
+    from draftscope.models import catalog
 
     rows = []
     for m in catalog.CATALOG:
@@ -37,9 +37,9 @@ def catalogue_rows(dtype: str, backend: str = "torch") -> list[dict]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from draftscope import catalog
+    from draftscope.models import catalog
     from draftscope.engine import precision
-    from draftscope.engine.loader import pick_device
+    from draftscope.engine.precision import pick_device
 
     from draftscope.engine.backends import backend_for_gguf
 
@@ -63,7 +63,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from draftscope import assets, catalog
+    from draftscope.models import assets, catalog
 
     model = catalog.get(args.name)
     if model.fetched:
@@ -90,7 +90,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def fetch_named_models(args: argparse.Namespace) -> None:
     """Before a command loads ``--model`` / ``--draft-model``: fetch catalogue models not yet on
     disk, with progress on the terminal (loading would otherwise download 1 GB in silence)."""
-    from draftscope import catalog
+    from draftscope.models import catalog
 
     for attr in ("model", "draft_model"):
         spec = getattr(args, attr, None)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from draftscope.paths import data_dir
 
-from draftscope import assets, catalog
+from draftscope.models import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
 from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
 from draftscope.datastore.sources import Source
-from draftscope.engine.models import DEFAULT_MODEL, load_tokenizer
+from draftscope.models.sources import DEFAULT_MODEL, load_tokenizer
 
 
 def datastores_dir() -> Path:

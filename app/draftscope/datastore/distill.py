@@ -113,7 +113,7 @@ def read_prompts(spec: str | None = None, limit: int | None = None, *, max_chars
     fetched as the default datastore fetches it), skipping empty and over-long ones and repeats,
     stopping after ``limit`` prompts. Raises DatastoreError naming the problem."""
     if spec is None:
-        from draftscope import assets
+        from draftscope.models import assets
 
         spec = f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"
     source = Source.parse(spec)

@@ -276,7 +276,7 @@ class Engine:
             budget = StepPolicy(self.verify_costs, calibration=self.calibration)
         drafter = drafters[0] if len(drafters) == 1 else None
         if len(drafters) > 1:
-            from draftscope.engine.drafters.composite import CompositeDrafter
+            from draftscope.engine.drafting.composite import CompositeDrafter
 
             step_cost = self.verify_costs.get(0) if self.verify_costs else None
             drafter = CompositeDrafter(drafters, step_cost=step_cost, memory=self.drafter_gates)

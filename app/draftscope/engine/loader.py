@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from draftscope import assets
+from draftscope.models import assets
 from draftscope.engine import precision
+from draftscope.engine.precision import pick_device
 from draftscope.engine.cpu_linear import use_fast_layout
-from draftscope.engine.models import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
+from draftscope.models.sources import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
 
 
 @dataclass
@@ -29,16 +30,6 @@ class LoadedModel:
     @property
     def max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
-
-
-def pick_device(requested: str | None = None) -> torch.device:
-    if requested and requested != "auto":
-        return torch.device(requested)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtype:
@@ -63,29 +54,6 @@ def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str
     model.to(dev).eval()
     layout = use_fast_layout(model)
     return LoadedModel(model, tokenizer, source, dev, dt, chosen.reason + (f"; {layout}" if layout else ""))
-
-
-def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | None = None,
-                     dtype: str | None = None) -> LoadedModel:
-    """A draft model for ``target`` (a LoadedModel or an Engine: anything with ``tokenizer``,
-    ``device`` and ``dtype``), in the target's device and dtype unless told otherwise. Refused with
-    the reason in words when its tokenizer differs from the target's: its drafts would be other
-    words, so every one would be rejected (or, worse, accepted by chance)."""
-
-    source = resolve_model(spec)
-    why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
-    if why:
-        raise ValueError(f"{source.display_name} cannot be a draft model here: {why}")
-    target_backend = getattr(target, "backend", None)
-    if getattr(target_backend, "kind", "torch") == "llama.cpp" and source.kind == "gguf":
-        # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own
-        from draftscope.engine.backends import open_backend
-
-        opened = open_backend(source, backend="llama.cpp", context=target.max_context, threads=target_backend.threads)
-        return LoadedModel(opened, opened.tokenizer, source, torch.device("cpu"), None, opened.precision_reason)
-    dev = str(device or (target.device if isinstance(target.device, torch.device) else "cpu"))
-    dt = dtype or (str(target.dtype).removeprefix("torch.") if target.dtype is not None else None)
-    return load_model(source, device=dev, dtype=dt)
 
 
 def _load_gguf(source: ModelSource, dtype: torch.dtype):
@@ -140,18 +108,3 @@ def truncated_model(model, layers: int):
     draft._modules[model.base_model_prefix] = short
     draft.config = config
     return draft
-
-
-def draft_incompatibility(target_tokenizer, draft_tokenizer) -> str | None:
-    """Why a draft model with ``draft_tokenizer`` cannot draft for a target with
-    ``target_tokenizer`` (None when it can): drafts are token ids, so both must mean the same text
-    by the same id."""
-    target_n, draft_n = len(target_tokenizer), len(draft_tokenizer)
-    if target_n != draft_n:
-        return (f"the draft model's tokenizer has {draft_n:,} tokens and the model's has {target_n:,}: "
-                "its drafts would be other words")
-    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-        return "the draft model's tokenizer gives other ids to the same tokens: its drafts would be other words"
-    if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:
-        return "the draft model ends answers with another token"
-    return None

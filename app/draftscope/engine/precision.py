@@ -87,3 +87,14 @@ def choose(device: torch.device, requested: str | None = None) -> Precision:
     if native:
         return Precision(torch.bfloat16, f"the CPU has {feature}")
     return Precision(torch.float32, f"the CPU has {feature}: bf16 would be emulated, and slow")
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    """The device a model runs on: the one asked for, else CUDA, else MPS, else the CPU."""
+    if requested and requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")

@@ -35,7 +35,7 @@ class ModelLoader(QObject):
 
 
 class Launcher(QObject):
-    """Loads the runtime (draftscope.runtime) on a worker thread, then opens the main window;
+    """Loads the runtime (draftscope.core.runtime) on a worker thread, then opens the main window;
     applies the settings the user changes (live where it can, reloading the model when the model,
     device, precision, backend or draft model changed).
 
@@ -144,7 +144,7 @@ class Launcher(QObject):
         device change reloads the model (the window comes back on the same conversation)."""
         from draftscope.gui.settings_dialog import SERVER_FIELDS
         from draftscope.gui.theme import apply_theme, code_style
-        from draftscope.runtime import changed_fields
+        from draftscope.core.runtime import changed_fields
         from draftscope.storage import save_settings
 
         changed = changed_fields(self.settings, new)
@@ -239,7 +239,7 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
         settings = dialog.settings
     history = HistoryStore()
 
-    from draftscope.runtime import load_runtime
+    from draftscope.core.runtime import load_runtime
 
     launcher = Launcher(load_runtime, history, settings, notices)
     if quit_after_ms is not None:

@@ -16,7 +16,7 @@ from PySide6.QtGui import QDesktopServices, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 
 from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
-from draftscope.words import answer_stats
+from draftscope.core.words import answer_stats
 
 STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
 CURSOR = "▌"  # marks the end of the answer being written

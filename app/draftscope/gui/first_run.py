@@ -20,22 +20,20 @@ from PySide6.QtWidgets import (
     QRadioButton, QStackedWidget, QVBoxLayout, QWidget,
 )
 
-from draftscope import assets, catalog
+from draftscope.models import assets, catalog
 from draftscope.datastore.default import build_default_datastore, default_datastore_path
 from draftscope.datastore.progress import Progress
-from draftscope.engine.models import ModelNotFoundError, resolve_model
+from draftscope.models.sources import ModelNotFoundError, resolve_model
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
 from draftscope.gui.jobs import JobRunner, TransferRate
-from draftscope.gui.jobs import eta_text as _eta
-from draftscope.gui.jobs import indented as _indented
-from draftscope.gui.jobs import note as _note
-from draftscope.gui.jobs import progress_row as _progress_row
-from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.gui.jobs import eta_text as _eta, indented as _indented, note as _note
+from draftscope.gui.jobs import progress_row as _progress_row, wrapping_label as _wrapping_label
 from draftscope.gui.model_download import ModelDownload
-from draftscope.local_models import find_local_models
+from draftscope.models.local import find_local_models
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path
-from draftscope.words import catalog_note, describe_error, run_precision, setting_name, size_text
+from draftscope.core.words import catalog_note, describe_error, run_precision, setting_name, size_text
+from draftscope.gui.form_widgets import show_error
 
 
 def needs_first_run(path: Path | str | None = None) -> bool:
@@ -77,7 +75,7 @@ class FirstRunDialog(QDialog):
         self.pages.addWidget(self._datastore_page())
 
         self.error_label = _wrapping_label(objectName="setupError")
-        self.error_label.setStyleSheet("color: #c62828;")
+        show_error(self.error_label)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.retry_button = QPushButton("Retry", objectName="retryButton")
         self.retry_button.clicked.connect(self._on_retry)
@@ -197,7 +195,7 @@ class FirstRunDialog(QDialog):
         return page
 
     def _device_type(self) -> str:
-        from draftscope.engine.loader import pick_device
+        from draftscope.engine.precision import pick_device
 
         try:
             return pick_device(self.settings.device).type

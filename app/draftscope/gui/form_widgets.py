@@ -91,3 +91,10 @@ def align_label_columns(tabs: QTabWidget) -> None:
     for label in labels:
         label.setMinimumWidth(width)
         label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+
+
+def show_error(label: QLabel, on: bool = True) -> None:
+    """Colour ``label`` as an error (the style sheet's ``error`` colour, light or dark) or not."""
+    label.setProperty("error", bool(on))
+    label.style().unpolish(label)  # a dynamic property: the style sheet is applied again
+    label.style().polish(label)

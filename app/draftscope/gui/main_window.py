@@ -29,7 +29,7 @@ from draftscope.gui.speedup_panel import SpeedupPanel
 from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.trie_view import TrieView
 from draftscope.gui.worker import GenerationWorker, WorkerThread
-from draftscope.session import ChatSession, sampling_from
+from draftscope.core.session import ChatSession, sampling_from
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
 # figure is older than this, after an answer (never during one).
@@ -44,7 +44,7 @@ class MainWindow(QMainWindow):
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
 
     def __init__(self, runtime, history, *, code_style: str = "default", dark: bool = False) -> None:
-        """``runtime``: the model and what it drafts with (draftscope.runtime)."""
+        """``runtime``: the model and what it drafts with (draftscope.core.runtime)."""
         super().__init__()
         self.runtime = runtime
         engine = self.engine = runtime.engine
@@ -430,7 +430,7 @@ class MainWindow(QMainWindow):
     def open_datastore_wizard(self) -> None:
         """Build a datastore from the user's files with the current model's tokenizer, or from the
         model's own answers (the loaded model is handed over for that)."""
-        from draftscope.gui.datastore_wizard import DatastoreWizard
+        from draftscope.gui.wizard.wizard import DatastoreWizard
 
         tokenizer = self.engine.tokenizer
         self.datastore_wizard = DatastoreWizard(self.settings.model, tokenizer_loader=lambda _spec: tokenizer,

@@ -12,12 +12,12 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QProgressBar, QPushButton, QWidget
 
-from draftscope import assets, catalog
+from draftscope.models import assets, catalog
 from draftscope.gui.form_widgets import FittedLabel
 from draftscope.gui.jobs import JobRunner, TransferRate, progress_row
-from draftscope.words import describe_error, part_status
+from draftscope.core.words import describe_error, part_status
+from draftscope.gui.form_widgets import show_error
 
-ERROR_STYLE = "color: #c62828;"
 
 
 class ModelDownload(QObject):
@@ -98,7 +98,7 @@ class ModelDownload(QObject):
 
     def show_status(self, text: str, *, error: bool = False) -> None:
         """Put ``text`` on the status line (hidden while empty)."""
-        self.status.setStyleSheet(ERROR_STYLE if error else "")
+        show_error(self.status, bool(error))
         self.status.setText(text)
         self.status.setVisible(bool(text))
         if text and self.status.heightForWidth(self.status.width()) > self.status.height():

@@ -34,6 +34,7 @@ STYLE = {
     "accent_focus_ring": ("#312e81", "#a5b4fc"),
     "accent_disabled_text": ("#f5f5ff", "#7d80a8"),
     "danger": ("#b42318", "#f97066"),  # the stop button
+    "error": ("#c62828", "#f97066"),  # what went wrong, said in a label (widgets.show_error)
     "danger_border": ("#f1b8b2", "#7a2e2a"),
     "danger_hover": ("#fef3f2", "#3a2022"),
     "danger_hover_border": ("#e48b82", "#a23b34"),

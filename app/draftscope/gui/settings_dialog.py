@@ -6,7 +6,7 @@ The Model tab, built here, offers the model catalogue (size, memory needed, down
 download runs here with progress and cancel: ``ModelDownload``), the precision (auto says what it
 picks here and why) and only the draft models that share the chosen model's tokenizer, saying why
 the others are not offered. The other tabs: ``settings_tabs``; the rules, without Qt:
-``draftscope.settings_checks``."""
+``draftscope.core.settings_checks``."""
 
 from __future__ import annotations
 
@@ -19,19 +19,20 @@ from PySide6.QtWidgets import (
     QTabWidget, QVBoxLayout, QWidget,
 )
 
-from draftscope import catalog
-from draftscope.engine.models import DEFAULT_MODEL
+from draftscope.models import catalog
+from draftscope.models.sources import DEFAULT_MODEL
 from draftscope.gui.form_widgets import FitsWidth, align_label_columns, form_layout, hint, row
 from draftscope.gui.model_download import ModelDownload
 from draftscope.gui.settings_tabs import AppearanceTab, DraftingTab, GenerationTab, ServerTab
-from draftscope.local_models import find_local_models
-from draftscope.settings_checks import (
+from draftscope.models.local import find_local_models
+from draftscope.core.settings_checks import (
     EMPTY_MODEL, OTHER, auto_precision_text, available_devices, browse_start, catalog_entry, catalog_item_text,
     catalog_setting, datastore_problem, download_problem, draft_candidates, draft_hint, dropped_draft_note,
     model_problem,
 )
 from draftscope.storage.settings import DTYPES, Settings
-from draftscope.words import run_precision, sentence, size_text
+from draftscope.core.words import run_precision, sentence, size_text
+from draftscope.gui.form_widgets import show_error
 
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
@@ -119,7 +120,7 @@ class SettingsDialog(QDialog):
         self.error_label = QLabel(objectName="settingsError")
         self.error_label.setWordWrap(True)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.error_label.setStyleSheet("color: #c62828;")
+        show_error(self.error_label)
         self.error_label.hide()
 
         self.buttons = QDialogButtonBox(

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.datastore.default import default_datastore_path
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
-from draftscope.settings_checks import browse_start, build_default_command
+from draftscope.core.settings_checks import browse_start, build_default_command
 from draftscope.storage.settings import MAX_PARALLEL, Settings
 
 THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from draftscope import assets
+from draftscope.models import assets
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import answers_path_for
 from draftscope.gui.jobs import JobRunner
@@ -28,14 +28,14 @@ from draftscope.gui.jobs import eta_text as _eta
 from draftscope.gui.jobs import note as _note
 from draftscope.gui.jobs import progress_row as _progress_row
 from draftscope.gui.jobs import wrapping_label as _wrapping_label
-from draftscope.words import describe_error
-from draftscope.recurrent.files import HeadError, default_head_path, read_meta
-from draftscope.recurrent.train import (
+from draftscope.core.words import describe_error
+from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
+from draftscope.drafters.recurrent.train import (
     TrainCancelled, TrainError, TrainOptions, TrainProgress, TrainReport, checkpoint_path, train_head,
 )
+from draftscope.gui.form_widgets import show_error
 
 DEFAULT_TOKENS = 200_000
-_ERROR_STYLE = "color: #c62828;"
 # (combo text, kind): the ShareGPT corpus, or a file the user picks
 DATA_CHOICES = (
     ("ShareGPT conversations (downloaded the first time)", "sharegpt"),
@@ -159,7 +159,7 @@ class TrainHeadDialog(QDialog):
         self.summary = _wrapping_label(objectName="trainSummary")
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error = _wrapping_label(objectName="trainError")
-        self.error.setStyleSheet(_ERROR_STYLE)
+        show_error(self.error)
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.start_button = QPushButton("Start", objectName="trainStart")

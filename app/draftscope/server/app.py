@@ -28,8 +28,8 @@ from starlette.routing import Route
 
 from draftscope.engine.engine import GenerationRequest, PromptTooLongError
 from draftscope.engine.events import FinalEvent
-from draftscope.server import protocol as p
-from draftscope.session import ChatSession, sampling_from
+import draftscope.server.protocol as p
+from draftscope.core.session import ChatSession, sampling_from
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _END = object()
@@ -139,7 +139,7 @@ def _sse(obj) -> str:
 
 
 def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> Starlette:
-    """A server over ``runtime`` (draftscope.runtime): its settings give what a request leaves out
+    """A server over ``runtime`` (draftscope.core.runtime): its settings give what a request leaves out
     (sampling, max tokens), read at each request (the app's live settings);
     ``on_stored(conversation_id)`` hears of each answer kept in ``history``. Served answers are
     learned from when the runtime learns (the server beside the window)."""

@@ -37,7 +37,7 @@ def choose_backend(source, requested: str = "auto", device: str | None = None) -
     if not gguf:
         return "torch", "a Hugging Face model runs on torch"
     if device in (None, "auto"):
-        from draftscope.engine.loader import pick_device
+        from draftscope.engine.precision import pick_device
 
         device = pick_device().type  # a GPU when there is one: torch runs it
     if device != "cpu":
@@ -63,7 +63,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
     """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend. ``slots``:
     answers it holds at once (each in shared forwards). ``workers``: llama.cpp RPC workers
     (host:port) that take a share of the layers; the model then runs in a child process."""
-    from draftscope.engine.models import ModelSource, load_tokenizer, resolve_model
+    from draftscope.models.sources import ModelSource, load_tokenizer, resolve_model
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     kind, why = choose_backend(source, backend, device)

@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from draftscope import assets
-from draftscope.engine.models import ModelNotFoundError
+from draftscope.models import assets
+from draftscope.models.sources import ModelNotFoundError
 
 
 class GGUFError(ModelNotFoundError):

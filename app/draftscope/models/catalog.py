@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftscope import assets
+from draftscope.models import assets
 from draftscope.paths import cache_dir
 
 StatusFn = Callable[[str], None]

@@ -1,6 +1,6 @@
 """The datastore wizard: build a retrieval datastore from the user's own files, in four pages.
 
-1. **Sources** (``sourcesPage``, :mod:`draftscope.gui.datastore_sources_page`): chat logs, code
+1. **Sources** (``sourcesPage``, :mod:`draftscope.gui.wizard.sources_page`): chat logs, code
    folders, text and JSONL files, each checked (and previewed) as it is added.
 2. **Options** (``optionsPage``): the tokenizer, assistant turns only, dedupe, a size limit and the
    output name.
@@ -10,8 +10,8 @@
    back to the sources page with the message; other failures are shown here with Retry.
 4. **Summary** (``summaryPage``): what went in and what was skipped, and "Use this datastore now".
 
-Pages 2 to 4 are in :mod:`draftscope.gui.datastore_build_pages`; the jobs themselves (without Qt)
-in :mod:`draftscope.datastore.wizard_jobs`.
+Pages 2 to 4 are in :mod:`draftscope.gui.wizard.build_pages`; the jobs themselves (without Qt)
+in :mod:`draftscope.gui.wizard.jobs`.
 
 Instead of files, the sources page offers the model's own answers ("learn its style"): with the
 loaded model passed in (``model=``), the build has the model answer N ShareGPT prompts and indexes
@@ -35,13 +35,13 @@ from draftscope.datastore.distill import DistillProgress, DistillReport, distill
 from draftscope.datastore.pipeline import BuildReport, build_datastore
 from draftscope.datastore.progress import Progress
 from draftscope.datastore.sources import Source
-from draftscope.datastore.wizard_jobs import TokenizerOnce, build_job, distill_job, source_at_fault
-from draftscope.engine.models import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer
-from draftscope.gui.datastore_build_pages import BuildPage, OptionsPage, SummaryPage
-from draftscope.gui.datastore_sources_page import SourcesPage
+from draftscope.gui.wizard.jobs import TokenizerOnce, build_job, distill_job, source_at_fault
+from draftscope.models.sources import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer
+from draftscope.gui.wizard.build_pages import BuildPage, OptionsPage, SummaryPage
+from draftscope.gui.wizard.sources_page import SourcesPage
 from draftscope.gui.jobs import JobRunner
 from draftscope.retrieval import BuildCancelled
-from draftscope.words import describe_error
+from draftscope.core.words import describe_error
 
 __all__ = ["BuildPage", "DatastoreWizard", "OptionsPage", "SourcesPage", "SummaryPage"]
 

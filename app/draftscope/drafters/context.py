@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafters.trie import PathTrie
+from draftscope.engine.drafting.trie import PathTrie
 
 
 class ContextDrafter:

@@ -7,8 +7,8 @@ import errno
 import re
 from pathlib import Path
 
-from draftscope import assets, catalog
-from draftscope.engine.models import DEFAULT_MODEL, ModelNotFoundError
+from draftscope.models import assets, catalog
+from draftscope.models.sources import DEFAULT_MODEL, ModelNotFoundError
 
 
 def size_text(n: int) -> str:
@@ -42,7 +42,7 @@ def run_precision(device: str = "auto", dtype: str = "auto"):
     """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
     told (a device that is not there)."""
     from draftscope.engine import precision
-    from draftscope.engine.loader import pick_device
+    from draftscope.engine.precision import pick_device
 
     try:
         return precision.choose(pick_device(device), dtype)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from draftscope import catalog
-from draftscope.engine.models import resolve_model
+from draftscope.models import catalog
+from draftscope.models.sources import resolve_model
 from draftscope.retrieval import Reader
-from draftscope.words import memory_text, sentence, setting_name, size_text
+from draftscope.core.words import memory_text, sentence, setting_name, size_text
 
 OTHER = "\x00other"  # the choice that reveals a line edit for a folder, a .gguf file or a hub id
 EMPTY_MODEL = "Model: choose a model, or enter a model folder, a .gguf file or a hub id"

@@ -38,7 +38,7 @@ def learned_dir() -> Path:
 
 def model_key(model: str) -> str:
     """A file name for a model (catalogue name, folder or file)."""
-    from draftscope import catalog
+    from draftscope.models import catalog
 
     entry = catalog.find(model)
     name = entry.name if entry is not None else Path(model.rstrip("/")).name or model

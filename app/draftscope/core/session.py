@@ -71,7 +71,7 @@ class Turn:
 
 
 class ChatSession:
-    """A conversation over a :class:`~draftscope.runtime.Runtime` (its engine, settings and drafters)."""
+    """A conversation over a :class:`~draftscope.core.runtime.Runtime` (its engine, settings and drafters)."""
 
     def __init__(self, runtime, *, history=None, conversation_id: int | None = None,
                  defer: bool = False, title_prefix: str = "") -> None:

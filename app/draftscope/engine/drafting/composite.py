@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafters.trie import PathTrie
+from draftscope.engine.drafting.trie import PathTrie
 
 
 PROBABILITY_SOURCES = (DraftSource.MODEL, DraftSource.RECURRENT)  # supports that are path probabilities

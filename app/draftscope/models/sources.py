@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftscope import assets
+from draftscope.models import assets
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -44,7 +44,7 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
     folder, a ``.gguf`` file, a hub id) into a source. A catalogue model not yet on disk is
     fetched (``fetch_default=False``: not fetched, only named); ``progress`` is a
     (progress, on_status) pair for that download, default quiet."""
-    from draftscope import catalog
+    from draftscope.models import catalog
 
     entry = catalog.find(spec) if not Path(spec).expanduser().exists() else None
     if entry is not None:
@@ -58,7 +58,7 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
     if path.is_file():
         if path.suffix.lower() != ".gguf" and not _starts_as_gguf(path):  # Ollama's blobs have no suffix
             raise ModelNotFoundError(f"{spec} is a file but not a .gguf model; give a GGUF file or a model folder")
-        from draftscope.local_models import name_for
+        from draftscope.models.local import name_for
 
         return ModelSource("gguf", str(path.resolve()), name_for(path) or path.stem)
     if path.is_dir():

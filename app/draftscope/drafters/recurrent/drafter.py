@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.recurrent.beams import beam_search, beams_to_tree, end_rows
+from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree, end_rows
 
 DEFAULT_WIDTH = 4
 DEFAULT_LENGTH = 4
@@ -126,7 +126,7 @@ class RecurrentSetup:
     @classmethod
     def load(cls, path, model, *, model_name: str = "", eos_ids: Sequence[int] = ()) -> RecurrentSetup:
         """Raises recurrent.files.HeadError (missing, damaged, or trained for another model)."""
-        from draftscope.recurrent.files import load_head
+        from draftscope.drafters.recurrent.files import load_head
 
         head, meta = load_head(path, model, model_name=model_name)
         device = next(model.parameters()).device
@@ -138,9 +138,9 @@ class RecurrentSetup:
 def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
     """The head for ``engine``: ``head`` (a path: it must load) or else the app's head for
     ``model`` when one was trained (None when there is none). Raises recurrent.files.HeadError."""
-    from draftscope.recurrent.files import default_head_path
+    from draftscope.drafters.recurrent.files import default_head_path
 
-    from draftscope.recurrent.files import HeadError
+    from draftscope.drafters.recurrent.files import HeadError
 
     path = Path(head) if head else default_head_path(model)
     if not head and not path.with_suffix(".json").exists():

@@ -27,8 +27,8 @@ import torch
 from torch.nn import functional as F
 
 from draftscope.datastore.progress import CancelToken
-from draftscope.recurrent.files import save_head, target_identity
-from draftscope.recurrent.head import RecurrentHead
+from draftscope.drafters.recurrent.files import save_head, target_identity
+from draftscope.drafters.recurrent.head import RecurrentHead
 
 ANSWERS_KIND = "answers"  # answers:PATH, distilled answers (datastore distill): the model's own text
 

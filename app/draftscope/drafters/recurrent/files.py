@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from draftscope.paths import data_dir
-from draftscope.recurrent.head import HeadConfig, RecurrentHead
+from draftscope.drafters.recurrent.head import HeadConfig, RecurrentHead
 
 FORMAT = "draftscope-recurrent-head"
 VERSION = 1
@@ -133,6 +133,6 @@ def heads_dir() -> Path:
 
 def default_head_path(model: str) -> Path:
     """Where the app keeps the recurrent head of ``model`` (catalogue name, folder or file)."""
-    from draftscope.datastore.learned import model_key
+    from draftscope.drafters.learned import model_key
 
     return heads_dir() / f"{model_key(model)}.safetensors"

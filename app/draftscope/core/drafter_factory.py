@@ -143,9 +143,9 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
     ``notify`` hears what happened); ``draft_model``: a loaded causal LM for the model drafter;
     ``learned``: the model's LearnedStore (its newest index is opened for each answer; none yet: no
     drafter); ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
-    from draftscope.engine.drafters.context import ContextDrafter
-    from draftscope.engine.drafters.model import ModelDrafter
-    from draftscope.engine.drafters.retrieval import LearnedDrafter, RetrievalDrafter
+    from draftscope.drafters.context import ContextDrafter
+    from draftscope.drafters.draft_model import ModelDrafter
+    from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
     from draftscope.retrieval import Reader
     from draftscope.retrieval.live import LiveReader
 

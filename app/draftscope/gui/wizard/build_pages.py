@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
@@ -31,15 +30,13 @@ from draftscope.gui.jobs import eta_text as _eta
 from draftscope.gui.jobs import note as _note
 from draftscope.gui.jobs import progress_row as _progress_row
 from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.gui.form_widgets import show_error
 
-if TYPE_CHECKING:
-    from draftscope.gui.datastore_wizard import DatastoreWizard
 
-ERROR_STYLE = "color: #c62828;"
 
 
 class OptionsPage(QWizardPage):
-    def __init__(self, wizard: DatastoreWizard) -> None:
+    def __init__(self, wizard: QWizard) -> None:  # the DatastoreWizard (gui/wizard/wizard.py)
         super().__init__()
         self._wiz = wizard
         self._name_edited = False
@@ -141,7 +138,7 @@ class OptionsPage(QWizardPage):
             elif path.exists():
                 exists = f"A datastore named {path.name} already exists."
         self.exists_label.setText(exists)
-        self.exists_label.setStyleSheet(ERROR_STYLE if exists else "")
+        show_error(self.exists_label, exists)
         self.exists_box.setVisible(bool(exists))
         self.replace_check.setVisible(path is not None and path.is_file())
         self.completeChanged.emit()
@@ -166,7 +163,7 @@ class BuildPage(QWizardPage):
     DISTILL_CANCEL_NOTE = ("Cancel stops the build without writing the datastore; the answers so far are kept and "
                            "building again continues from them.")
 
-    def __init__(self, wizard: DatastoreWizard) -> None:
+    def __init__(self, wizard: QWizard) -> None:  # the DatastoreWizard (gui/wizard/wizard.py)
         super().__init__()
         self._wiz = wizard
         self.setObjectName("buildPage")
@@ -201,7 +198,7 @@ class BuildPage(QWizardPage):
         self.cancel_note = _note(self.CANCEL_NOTE)
         self.status_label = _wrapping_label(objectName="buildStatus")
         self.error_label = _wrapping_label(objectName="buildError")
-        self.error_label.setStyleSheet(ERROR_STYLE)
+        show_error(self.error_label)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.again_button = QPushButton("Build again", objectName="buildAgainButton")
         self.again_button.setAutoDefault(False)
@@ -319,7 +316,7 @@ class BuildPage(QWizardPage):
 
 
 class SummaryPage(QWizardPage):
-    def __init__(self, wizard: DatastoreWizard) -> None:
+    def __init__(self, wizard: QWizard) -> None:  # the DatastoreWizard (gui/wizard/wizard.py)
         super().__init__()
         self._wiz = wizard
         self.setObjectName("summaryPage")

@@ -11,24 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit, QListWidget, QListWidgetItem,
-    QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QStyle, QVBoxLayout, QWidget, QWizardPage,
+    QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QStyle, QVBoxLayout, QWidget, QWizard, QWizardPage,
 )
 
 from draftscope.datastore.preview import (
     DISTILL_PROMPTS, KIND_LABELS, SourcePreview, parse_source, preview_source, source_name,
 )
 from draftscope.datastore.sources import DatastoreError, Source
-from draftscope.gui.datastore_build_pages import ERROR_STYLE
 from draftscope.gui.jobs import note as _note
 from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.gui.form_widgets import show_error
 
-if TYPE_CHECKING:
-    from draftscope.gui.datastore_wizard import DatastoreWizard
 
 
 @dataclass
@@ -44,7 +41,7 @@ class _Entry:
 
 
 class SourcesPage(QWizardPage):
-    def __init__(self, wizard: DatastoreWizard) -> None:
+    def __init__(self, wizard: QWizard) -> None:  # the DatastoreWizard (gui/wizard/wizard.py)
         super().__init__()
         self._wiz = wizard
         self.entries: list[_Entry] = []
@@ -94,7 +91,7 @@ class SourcesPage(QWizardPage):
         splitter.setSizes([150, 250])
 
         self.error_label = _wrapping_label(objectName="sourcesError")
-        self.error_label.setStyleSheet(ERROR_STYLE)
+        show_error(self.error_label)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.recheck_button = QPushButton("Check again", objectName="recheckSourcesButton")
         self.recheck_button.setAutoDefault(False)

@@ -72,7 +72,7 @@ class Runtime:
 
     def _build_drafters(self, settings: Settings):
         from draftscope.datastore.default import default_datastore_path
-        from draftscope.drafter_factory import setup_drafters
+        from draftscope.core.drafter_factory import setup_drafters
 
         path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
         # the model drafter stops at the draft model's own end tokens, whatever backend runs it
@@ -88,7 +88,7 @@ class Runtime:
         the desktop app does (its window and the server beside it share this runtime): the store
         has one writer, and a terminal or a separate ``draftscope serve`` process must not append
         to the same files at the same time."""
-        from draftscope.datastore.learned import Learner
+        from draftscope.drafters.learned import Learner
 
         if self.learned is not None and self.learner is None:
             self.learner = Learner(self.learned, on_change=self.events.learned.emit)
@@ -138,8 +138,8 @@ class Runtime:
     def use_head(self, path: str | Path | None = None) -> str | None:
         """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
         just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
-        from draftscope.recurrent.drafter import find_recurrent
-        from draftscope.recurrent.files import HeadError
+        from draftscope.drafters.recurrent.drafter import find_recurrent
+        from draftscope.drafters.recurrent.files import HeadError
 
         try:
             recurrent = find_recurrent(self.settings.model, self.engine, path)
@@ -164,7 +164,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     left out and ``notices`` says why. ``log(text)`` hears of progress. ``slots``: answers the model
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
     from draftscope.engine.engine import Engine
-    from draftscope.engine.loader import load_draft_model
+    from draftscope.engine.draft_model import load_draft_model
 
     if log is not None:
         log(f"loading {settings.model} ...")
@@ -193,7 +193,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
 
 def _open_learned(model: str, engine, notices: list[str]):
     """The model's learned answers; None, with a notice, if they cannot be kept."""
-    from draftscope.datastore.learned import LearnedStore, model_key
+    from draftscope.drafters.learned import LearnedStore, model_key
 
     try:
         return LearnedStore(model_key(model), engine.vocab)
@@ -205,8 +205,8 @@ def _open_learned(model: str, engine, notices: list[str]):
 def _open_recurrent(model: str, engine, path, notices: list[str], strict: bool):
     """The head trained for this model (``path``, else the app's head for it); None when there is
     none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.recurrent.drafter import find_recurrent
-    from draftscope.recurrent.files import HeadError
+    from draftscope.drafters.recurrent.drafter import find_recurrent
+    from draftscope.drafters.recurrent.files import HeadError
 
     try:
         return find_recurrent(model, engine, path)

@@ -1,0 +1,133 @@
+"""The house's layout, pinned: every module sits in a layer and imports only from its own layer or
+below (imports inside functions and under TYPE_CHECKING count too); no import cycle between
+modules; Qt only in gui/; no module past ~500 lines. Read off the source with ast, so the rules
+hold for code no test happens to run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "app" / "draftscope"
+
+# Bottom to top. A module's layer is that of the longest prefix naming it.
+LAYERS = [
+    ["paths", "sysinfo", "_stale_check", "_retriever", "draft_tree", "rules"],
+    ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
+    ["engine"],  # the decoder: backends, the answer loop, its drafters' seam
+    ["storage", "datastore"],  # settings and history; building datastores
+    ["drafters"],  # every drafter the app builds (retrieval, context, model, learned, recurrent)
+    ["core"],  # the application core: runtime, session, the drafter factory, words
+    ["server"],
+    ["commands", "bench", "gui"],
+    ["cli", "__main__", "__init__"],
+]
+MAX_LINES = 500
+# Modules past MAX_LINES, each with its size at most: to be split (issue 34), never to grow.
+TOO_LONG = {"bench/lossless.py": 640, "bench/gpu.py": 535, "gui/first_run.py": 520, "gui/settings_dialog.py": 515}
+
+
+def modules() -> dict[str, Path]:
+    """Dotted names (without "draftscope.") -> files."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """The package's modules ``name`` imports, anywhere in its file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    found = set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+                targets = [f"draftscope.{stem}".rstrip(".")]
+                targets += [f"draftscope.{stem}.{a.name}".replace("..", ".") for a in node.names]
+            elif node.module:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for target in targets:
+            if not target.startswith("draftscope."):
+                continue
+            dotted = target.removeprefix("draftscope.")
+            while dotted and dotted not in known:  # `from pkg import name`: the module, not the name
+                dotted = dotted.rpartition(".")[0]
+            if dotted and dotted != name:
+                found.add(dotted)
+    return found
+
+
+def layer_of(name: str) -> int:
+    best, layer = -1, None
+    for number, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, layer = len(prefix), number
+    assert layer is not None, f"draftscope.{name} sits in no layer: add its folder to LAYERS"
+    return layer
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports_of(path, name, set(found)) for name, path in found.items()}
+
+
+def test_every_import_goes_to_the_same_layer_or_below(graph):
+    upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+              for a, targets in graph.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles(graph):
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_qt_only_in_gui():
+    outside = []
+    for name, path in modules().items():
+        if name.startswith("gui"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] in ("PySide6", "shiboken6") for n in names):
+                outside.append(name)
+    assert not outside, outside
+
+
+def test_modules_stay_small():
+    sizes = {str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+             for path in PACKAGE.rglob("*.py")}
+    too_long = {p: n for p, n in sizes.items() if n > MAX_LINES and n > TOO_LONG.get(p, 0)}
+    assert not too_long, f"modules past {MAX_LINES} lines: {too_long}"
+    assert all(p in sizes for p in TOO_LONG), "a module listed as too long is gone: drop it from TOO_LONG"
