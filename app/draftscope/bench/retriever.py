@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from draftscope import paths
 from draftscope.sysinfo import peak_rss_mb
 
 
@@ -309,9 +310,7 @@ def report(r: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from draftscope.models import assets
-
-    work = Path(args.work_dir) if args.work_dir else assets.cache_dir() / "bench"
+    work = Path(args.work_dir) if args.work_dir else paths.bench_dir()
     work.mkdir(parents=True, exist_ok=True)
     print(f"draftscope bench retriever  ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')})")

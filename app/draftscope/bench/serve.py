@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from draftscope.rules import BACKENDS
 from draftscope.commands import argtypes
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
@@ -36,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", type=argtypes.parallel, default=None, help="answers at once (default: the "
                    "largest client count)")
     p.add_argument("--rpc", default=None, help="llama.cpp RPC workers for our server (host:port,...)")
-    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="what runs the model in our server (auto: llama.cpp for a GGUF on the CPU)")
     p.add_argument("--json", dest="json_out", default=None)
 

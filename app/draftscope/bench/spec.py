@@ -33,6 +33,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from draftscope.rules import BACKENDS
 from draftscope.bench.llama_server import METHODS as SERVER_METHODS
 from draftscope.commands import argtypes
 
@@ -62,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=argtypes.device, default=None)
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
                    "method runs in the same dtype)")
-    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="what runs the model (auto: llama.cpp for a GGUF on the CPU); the baseline is that "
                    "backend's own plain loop: HF generate (hf) or llama-cpp-python's Llama (llama)")
     p.add_argument("--second-turns", action="store_true", help="also each question's second turn (after the "

@@ -9,6 +9,9 @@ import re
 LIMIT = 10**9  # no count a command takes is this large; bigger is a typo, not a request
 
 
+from draftscope.rules import DTYPES
+
+
 def _whole(text: str) -> int:
     try:
         return int(text)
@@ -55,7 +58,6 @@ def device(text: str) -> str:
     raise argparse.ArgumentTypeError(f"unknown device {text!r} (cpu, cuda, cuda:N, mps or auto)")
 
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def dtype(text: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from draftscope.rules import BACKENDS, NO_SEED
 from draftscope.commands import argtypes
 
 
@@ -32,7 +33,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
                    "natively, else float32)")
-    p.add_argument("--backend", choices=("auto", "torch", "llama.cpp"), default="auto",
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
                    "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU")
     p.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
@@ -67,7 +68,7 @@ def settings_from_args(args: argparse.Namespace):
                         draft_model=args.draft_model or "", temperature=args.temperature, top_p=args.top_p,
                         top_k=args.top_k, repetition_penalty=args.repetition_penalty,
                         max_new_tokens=args.max_new_tokens, system_prompt=args.system or "",
-                        seed=-1 if args.seed is None else args.seed, device=args.device or "auto",
+                        seed=NO_SEED if args.seed is None else args.seed, device=args.device or "auto",
                         dtype=args.dtype or "auto", backend=args.backend, workers=args.rpc or "")
     problems = settings.problems()
     if problems:

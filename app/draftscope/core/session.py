@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from psygnal import Signal, SignalGroup
 
+from draftscope.rules import seed_from_setting
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
@@ -36,8 +37,8 @@ def sampling_from(settings, *, temperature: float | None = None, top_p: float | 
                   top_k: int | None = None, seed: int | None = None) -> SamplingParams:
     """The settings' sampling, with per-request overrides (the server's fields). The seed: the
     request's, else the settings' fixed one, else None (the engine draws one and reports it)."""
-    if seed is None and settings.seed >= 0:
-        seed = settings.seed
+    if seed is None:
+        seed = seed_from_setting(settings.seed)
     return SamplingParams(settings.temperature if temperature is None else temperature,
                           settings.top_k if top_k is None else top_k,
                           settings.top_p if top_p is None else top_p,

@@ -10,7 +10,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from draftscope.paths import data_dir
+from draftscope import paths
 
 from draftscope.models import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
@@ -20,7 +20,7 @@ from draftscope.models.sources import DEFAULT_MODEL, load_tokenizer
 
 
 def datastores_dir() -> Path:
-    path = data_dir() / "datastores"
+    path = paths.datastores_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from draftscope.paths import data_dir
+from draftscope import paths
 
 HEADER_TOKENS = 4  # prompt tokens kept before each answer (the assistant header of a chat template)
 _COUNT = struct.Struct("<I")
@@ -31,7 +31,7 @@ MAX_RECORD = 1 << 24  # tokens; a longer count is damage
 
 
 def learned_dir() -> Path:
-    path = data_dir() / "learned"
+    path = paths.learned_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from draftscope.models import assets
+from draftscope import paths
 from draftscope.engine import precision
 from draftscope.engine.precision import pick_device
 from draftscope.engine.cpu_linear import use_fast_layout
@@ -63,7 +63,7 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
     # kept in the dtype it runs in: a 1.5B model read as fp32 and then cast would need twice the memory
-    cached = assets.cache_dir() / "models" / f"{file_digest(gguf)[:24]}-{str(dtype).removeprefix('torch.')}"
+    cached = paths.models_dir() / f"{file_digest(gguf)[:24]}-{str(dtype).removeprefix('torch.')}"
     if (cached / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(str(cached), dtype=dtype)
     try:

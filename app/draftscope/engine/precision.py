@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+from draftscope.rules import DTYPES  # noqa: F401 - re-exported: the precisions a user may choose
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from draftscope.rules import SEED_RANGE, problem
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,9 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+            if (why := problem(name, getattr(self, name))) is not None:
+                raise ValueError(why)
 
     @property
     def greedy(self) -> bool:
@@ -78,7 +74,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tens
 
 def fresh_seed() -> int:
     """A seed for an answer that asked for none (kept with the answer, so it can be reproduced)."""
-    return secrets.randbelow(2**31)
+    return secrets.randbelow(SEED_RANGE.high + 1)
 
 
 class PositionNoise:

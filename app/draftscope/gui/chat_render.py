@@ -21,6 +21,8 @@ from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 
+from draftscope.gui.palettes import CODE_BACKGROUND, CODE_LABEL, PROVENANCE_COLOURS
+
 COPY_SCHEME = "copy"  # copy:<block index>
 CHROME = "chrome"  # class of the app's own words in rendered messages (a code block's label and Copy link)
 ACTION_SCHEME = "action"  # action:<verb>/<message id>
@@ -53,7 +55,7 @@ class ChatRenderer:
         except ClassNotFound:
             style = get_style_by_name("default")
         self._formatter = HtmlFormatter(style=style, noclasses=True, nowrap=True)
-        self._code_background = style.background_color or ("#1e1e1e" if self.dark else "#f6f8fa")
+        self._code_background = style.background_color or CODE_BACKGROUND["dark" if self.dark else "light"]
 
     # ------------------------------------------------------------------ markdown → html
 
@@ -75,7 +77,7 @@ class ChatRenderer:
         index = len(self._blocks)
         self._blocks.append(code)
         label = html.escape(language or getattr(lexer, "name", "text").lower())
-        muted = "#9aa4b2" if self.dark else "#6a737d"
+        muted = CODE_LABEL["dark" if self.dark else "light"]
         return (
             f'<table width="100%" cellspacing="0" cellpadding="8" bgcolor="{self._code_background}" '
             f'style="margin-top:4px; margin-bottom:8px;">'
@@ -108,13 +110,6 @@ def _lexer_for(language: str, code: str):
         return TextLexer(stripnl=False)
 
 
-# Where each token of an answer came from (the chat's "colour drafted tokens" view).
-PROVENANCE_COLOURS = {
-    "light": {"retrieval": "#cfe3ff", "context": "#d3f5d3", "model": "#ead9ff", "recurrent": "#ffe2c4",
-              "learned": "#fff3b0"},
-    "dark": {"retrieval": "#1f3a5f", "context": "#1f4a2a", "model": "#3d2a5c", "recurrent": "#5a3a1a",
-             "learned": "#4d4418"},
-}
 PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "drafted from the conversation",
                      "model": "drafted by the draft model", "recurrent": "drafted by the recurrent drafter",
                      "learned": "drafted from the model's past answers",

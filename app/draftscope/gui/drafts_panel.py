@@ -11,7 +11,8 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
 
-from draftscope.gui.chat_render import PROVENANCE_COLOURS, PROVENANCE_LABELS
+from draftscope.gui.chat_render import PROVENANCE_LABELS
+from draftscope.gui.palettes import PROVENANCE_COLOURS
 
 COLUMNS = ("Step", "Tree", "Accepted", "Accepted text", "Source", "Draft ms", "Verify ms")
 NUMERIC = {0, 1, 2, 5, 6}

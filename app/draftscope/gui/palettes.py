@@ -84,3 +84,22 @@ def qt_colours(theme: str) -> dict[str, str]:
     """The Qt palette's colours for "light" or "dark"."""
     i = ("light", "dark").index(theme)
     return {name: pair[i] for name, pair in QT.items()}
+
+
+# Colours drawn by hand (charts, the tree, rendered text), per theme.
+# Where each token of an answer came from (the chat's "colour drafted tokens" view, the panels).
+PROVENANCE_COLOURS = {
+    "light": {"retrieval": "#cfe3ff", "context": "#d3f5d3", "model": "#ead9ff", "recurrent": "#ffe2c4",
+              "learned": "#fff3b0"},
+    "dark": {"retrieval": "#1f3a5f", "context": "#1f4a2a", "model": "#3d2a5c", "recurrent": "#5a3a1a",
+             "learned": "#4d4418"},
+}
+# The speed-up chart's series: apart from each other and readable on either background.
+CHART_COLOURS = {
+    "light": dict(rate="#4f46e5", baseline="#6b7280", tau="#f59e0b", tau_mean="#b45309", marker="#dc2626"),
+    "dark": dict(rate="#a5b4fc", baseline="#9ca3af", tau="#fbbf24", tau_mean="#fde68a", marker="#f87171"),
+}
+TREE_STOP_COLOURS = {"light": "#e8590c", "dark": "#ff922b"}  # where verification stopped: orange reads on both
+# Code blocks: the background where the highlighting style names none, and the language label.
+CODE_BACKGROUND = {"light": "#f6f8fa", "dark": "#1e1e1e"}
+CODE_LABEL = {"light": "#6a737d", "dark": "#9aa4b2"}

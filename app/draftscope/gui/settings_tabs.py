@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QLineEdit, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget,
 )
 
+from draftscope.rules import NO_SEED, RANGES, SEED_RANGE
 from draftscope.datastore.default import default_datastore_path
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
 from draftscope.core.settings_checks import browse_start, build_default_command
@@ -127,20 +128,20 @@ class GenerationTab(QWidget):
     def __init__(self) -> None:
         super().__init__()
         form = form_layout(self)
-        self.temperature = double_spin("temperatureSpin", 0.0, 5.0, 0.05)
+        self.temperature = double_spin("temperatureSpin", RANGES["temperature"].low, RANGES["temperature"].high, 0.05)
         form.addRow("Temperature:", row(self.temperature, hint("0 = greedy: always the most likely token"),
                                         stretch_first=False))
-        self.top_p = double_spin("topPSpin", 0.01, 1.0, 0.05)
+        self.top_p = double_spin("topPSpin", 0.01, RANGES["top_p"].high, 0.05)  # 0.01: the open end's first step
         form.addRow("Top-p:", row(self.top_p, hint("1 = off"), stretch_first=False))
-        self.top_k = int_spin("topKSpin", 0, 100_000)
+        self.top_k = int_spin("topKSpin", RANGES["top_k"].low, RANGES["top_k"].high)
         self.top_k.setSpecialValueText("off")
         form.addRow("Top-k:", row(self.top_k, hint("0 = off"), stretch_first=False))
-        self.max_new_tokens = int_spin("maxNewTokensSpin", 1, 1_000_000)
+        self.max_new_tokens = int_spin("maxNewTokensSpin", RANGES["max_new_tokens"].low, RANGES["max_new_tokens"].high)
         self.max_new_tokens.setSingleStep(64)
         form.addRow("Max new tokens:", row(self.max_new_tokens, stretch_first=False))
-        self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, 10.0, 0.05)
+        self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, RANGES["repetition_penalty"].high, 0.05)
         form.addRow("Repetition penalty:", row(self.repetition_penalty, hint("1 = off"), stretch_first=False))
-        self.seed = int_spin("seedSpin", -1, 2**31 - 1)
+        self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
         self.seed.setSpecialValueText("random")
         form.addRow("Seed:", row(self.seed, hint("sampled answers: the same seed writes the same answer, with or "
                                                  "without drafts; each answer shows its seed; Regenerate draws a "

@@ -21,14 +21,12 @@ from PySide6.QtCore import QMargins, QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from draftscope.gui.palettes import CHART_COLOURS
+
 UNKNOWN = "—"
 MEANING = "decode rate of this answer vs plain decoding on this device"
 
-# Series colours per theme: apart from each other and readable on either background.
-COLOURS = {
-    "light": dict(rate="#4f46e5", baseline="#6b7280", tau="#f59e0b", tau_mean="#b45309", marker="#dc2626"),
-    "dark": dict(rate="#a5b4fc", baseline="#9ca3af", tau="#fbbf24", tau_mean="#fde68a", marker="#f87171"),
-}
+COLOURS = CHART_COLOURS  # series colours per theme (palettes.py)
 
 MAX_ALIGN_PX = 80  # the most a plot area is pushed in to line up with the other
 ALIGN_ROUNDS = 4  # re-alignments allowed per resize or axis change

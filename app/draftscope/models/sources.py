@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftscope.models import assets
+from draftscope import paths
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -114,7 +114,7 @@ def load_tokenizer(spec: str | ModelSource):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    cached = assets.cache_dir() / "tokenizers" / file_digest(gguf)[:24]
+    cached = paths.tokenizers_dir() / file_digest(gguf)[:24]
     if (cached / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(str(cached))
     try:

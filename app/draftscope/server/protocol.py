@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
+from draftscope.rules import SERVER_RANGES, problem
 
 
 class ApiError(Exception):
@@ -67,6 +68,14 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
     return value
 
 
+def _ranged(body: dict, name: str):
+    """A sampling parameter within the server's range (rules.SERVER_RANGES)."""
+    value = _number(body, name, float("-inf"), float("inf"))
+    if value is not None and (why := problem(name, value, SERVER_RANGES)) is not None:
+        raise _bad(name, f"'{name}' {why.removeprefix(name + ' ')}")
+    return value
+
+
 # Fields that change what an answer is, which Draftscope does not do: refused rather than ignored.
 UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "logit_bias", "top_logprobs", "audio",
                "modalities", "prediction")
@@ -111,7 +120,7 @@ def _sampling(body: dict) -> Sampling:
     n = _number(body, "n", 1, 128, integer=True)
     if n not in (None, 1):
         raise _bad("n", "only n=1 is served: one model, one answer at a time")
-    return Sampling(temperature=_number(body, "temperature", 0, 2), top_p=_number(body, "top_p", 0, 1),
+    return Sampling(temperature=_ranged(body, "temperature"), top_p=_ranged(body, "top_p"),
                     seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True), max_tokens=max_tokens, stop=stops)
 
 

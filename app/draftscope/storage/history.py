@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftscope.paths import data_dir
+from draftscope import paths
 
 SCHEMA_VERSION = 2  # 2: message_steps
 
@@ -69,7 +69,7 @@ class Message:
 
 
 def history_path() -> Path:
-    return data_dir() / "history.sqlite3"
+    return paths.history_file()
 
 
 def _private_file(path: Path) -> None:

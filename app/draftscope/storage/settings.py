@@ -12,15 +12,14 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from draftscope.paths import config_dir
+from draftscope import paths
+from draftscope.rules import BACKENDS, DTYPES, NO_SEED, RANGES, SEED_RANGE, problem
 
 SETTINGS_VERSION = 1
 MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
 MAX_SYSTEM_PROMPT = 100_000  # characters
 MAX_TEXT = 4096  # characters of a path, model name or device
 THEMES = ("system", "light", "dark")
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # as engine.precision.DTYPES (no torch import here)
-BACKENDS = ("auto", "torch", "llama.cpp")  # as engine.backends.BACKENDS
 
 
 MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
@@ -56,19 +55,9 @@ class Settings:
 
     def problems(self) -> list[str]:
         """Fields whose value is out of range (names and why)."""
-        out = []
-        if not 0 <= self.temperature <= 5:
-            out.append("temperature must be between 0 and 5")
-        if not 0 < self.top_p <= 1:
-            out.append("top_p must be in (0, 1]")
-        if not 0 <= self.top_k <= 1_000_000:
-            out.append("top_k must be between 0 and 1,000,000")
-        if not 1 <= self.max_new_tokens <= 1_000_000:
-            out.append("max_new_tokens must be positive")
-        if not 0 < self.repetition_penalty <= 10:
-            out.append("repetition_penalty must be in (0, 10]")
-        if not -1 <= self.seed < 2**31:
-            out.append("seed must be -1 (a new one for every answer) or between 0 and 2,147,483,647")
+        out = [why for name in RANGES if (why := problem(name, getattr(self, name))) is not None]
+        if self.seed != NO_SEED and not SEED_RANGE.holds(self.seed):
+            out.append(f"seed must be {NO_SEED} (a new one for every answer) or {SEED_RANGE.words()}")
         if len(self.system_prompt) > MAX_SYSTEM_PROMPT:
             out.append(f"system_prompt must be at most {MAX_SYSTEM_PROMPT:,} characters")
         for name in ("model", "datastore", "draft_model", "device"):
@@ -104,7 +93,7 @@ def answer_slots(settings: Settings) -> int:
 
 
 def settings_path() -> Path:
-    return config_dir() / "settings.json"
+    return paths.settings_file()
 
 
 def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
@@ -146,10 +135,10 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
                 k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
         values[f.name] = float(value) if isinstance(default, float) else value
     settings = Settings(**values)
-    for problem in settings.problems():
-        name = problem.split()[0]
+    for why in settings.problems():
+        name = why.split()[0]
         setattr(settings, name, getattr(defaults, name))
-        notices.append(f"setting {name!r} was out of range ({problem}); using the default")
+        notices.append(f"setting {name!r} was out of range ({why}); using the default")
     return settings, notices
 
 

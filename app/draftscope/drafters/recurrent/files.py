@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from draftscope.paths import data_dir
+from draftscope import paths
 from draftscope.drafters.recurrent.head import HeadConfig, RecurrentHead
 
 FORMAT = "draftscope-recurrent-head"
@@ -128,7 +128,7 @@ def load_head(path: str | os.PathLike[str], model=None, *, model_name: str = "")
 
 
 def heads_dir() -> Path:
-    return data_dir() / "heads"
+    return paths.heads_dir()
 
 
 def default_head_path(model: str) -> Path:

@@ -5,8 +5,7 @@ quantised weights; Hugging Face folders, hub ids and CUDA devices open on torch.
 from __future__ import annotations
 
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
-
-BACKENDS = ("auto", "torch", "llama.cpp")
+from draftscope.rules import BACKENDS
 
 __all__ = ["BACKENDS", "Backend", "Verified", "backend_for_gguf", "chain_tree", "choose_backend", "llama_cpp_available",
            "open_backend", "torch_backend_for"]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from draftscope.models import assets
+from draftscope import paths
 from draftscope.models.sources import ModelNotFoundError
 
 
@@ -99,7 +99,7 @@ def _key(path: Path) -> str:
 
 
 def _store() -> Path:
-    return assets.cache_dir() / "gguf-checked.json"
+    return paths.gguf_checked_file()
 
 
 def _passed() -> set[str]:

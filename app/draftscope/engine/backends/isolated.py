@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama_lib import LlamaCppError
 
@@ -34,7 +35,7 @@ class IsolatedLlamaBackend(Backend):
     kind = "llama.cpp"
     gives_hidden = False
 
-    def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = 4096,
+    def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = LLAMA_CONTEXT,
                  threads: int | None = None, slots: int = 1, workers: list[str] | None = None,
                  call_timeout_s: float = CALL_TIMEOUT_S, load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
         self.path = Path(path)

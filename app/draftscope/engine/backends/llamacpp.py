@@ -28,12 +28,13 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama_lib import LlamaCppError, last_error
+from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.llama_lib import lib as _lib
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
-DEFAULT_CONTEXT = 4096  # as catalog.LLAMA_CONTEXT (the memory estimate)
+DEFAULT_CONTEXT = LLAMA_CONTEXT
 
 
 _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")

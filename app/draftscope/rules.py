@@ -1,0 +1,53 @@
+"""Rules every face shares, each written once: the backends and precisions a user may choose, the
+context llama.cpp opens, and the sampling parameters' ranges with the one check that applies them.
+Plain Python (no torch, no Qt): settings, the command line, the server and the engine all import it.
+"""
+
+from __future__ import annotations
+
+BACKENDS = ("auto", "torch", "llama.cpp")  # what runs the model (auto: llama.cpp for a GGUF on the CPU)
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # the precision a torch model runs in
+LLAMA_CONTEXT = 4096  # tokens of context the llama.cpp backend opens (and the catalogue's memory estimate)
+
+
+class Range:
+    """Values a sampling parameter may take: [low, high], or (low, high] with ``open_low``."""
+
+    def __init__(self, low: float, high: float, *, open_low: bool = False) -> None:
+        self.low, self.high, self.open_low = low, high, open_low
+
+    def holds(self, value: float) -> bool:
+        return (self.low < value if self.open_low else self.low <= value) and value <= self.high
+
+    def words(self) -> str:
+        low, high = (f"{x:,}" if isinstance(x, int) else f"{x:g}" for x in (self.low, self.high))
+        return f"in ({low}, {high}]" if self.open_low else f"between {low} and {high}"
+
+
+# The app's ranges: the settings, their spin boxes, the command line and the engine use these.
+RANGES = {
+    "temperature": Range(0.0, 5.0),  # 0 = greedy
+    "top_p": Range(0.0, 1.0, open_low=True),  # 1 = off
+    "top_k": Range(0, 1_000_000),  # 0 = off
+    "repetition_penalty": Range(0.0, 10.0, open_low=True),  # 1 = off
+    "max_new_tokens": Range(1, 1_000_000),
+}
+# The server follows OpenAI's API where it is narrower than the app (a request past it is a 400,
+# as OpenAI answers it): temperature up to 2.
+SERVER_RANGES = {**RANGES, "temperature": Range(0.0, 2.0)}
+
+# The seed: an int; None where none was chosen (a new one is drawn for each sampled answer and
+# shown with it). The settings file and its spin box write "none" as -1 (NO_SEED).
+NO_SEED = -1
+SEED_RANGE = Range(0, 2**31 - 1)
+
+
+def problem(name: str, value: float, ranges: dict[str, Range] = RANGES) -> str | None:
+    """Why ``value`` cannot be the parameter ``name`` (None when it can)."""
+    allowed = ranges[name]
+    return None if allowed.holds(value) else f"{name} must be {allowed.words()}, got {value!r}"
+
+
+def seed_from_setting(value: int) -> int | None:
+    """The settings' seed (NO_SEED: none) as the engine takes it."""
+    return None if value == NO_SEED else value
