@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 SECTIONS = {"verify": "verify cost curve", "worst": "worst step", "plain": "plain decoding vs HF generate",
             "oracle": "oracle limit", "spec-bench": "spec-bench"}

@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 P_LIMIT = 0.001  # a test fails below this p-value
 

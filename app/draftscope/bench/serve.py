@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from draftscope.rules import BACKENDS
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 

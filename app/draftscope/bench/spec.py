@@ -35,7 +35,7 @@ from pathlib import Path
 
 from draftscope.rules import BACKENDS
 from draftscope.bench.llama_server import METHODS as SERVER_METHODS
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")

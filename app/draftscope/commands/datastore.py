@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 

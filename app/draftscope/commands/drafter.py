@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 
 def add_parser(sub) -> None:

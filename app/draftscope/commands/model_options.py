@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from draftscope.rules import BACKENDS, NO_SEED
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import json
 import sys
 import threading
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 
 def add_parser(sub) -> None:

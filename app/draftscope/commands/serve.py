@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 
 def add_parser(sub) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from draftscope.commands import argtypes
+from draftscope.core import argtypes
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
