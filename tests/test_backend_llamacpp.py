@@ -199,7 +199,7 @@ def test_answers_are_the_backends_own_plain_decoding(peaked, tokenizer, datastor
 def test_noise_keyed_by_the_step_instead_of_the_position_is_caught(peaked, tokenizer, datastore, mix):
     """The check above can fail at T > 0: verify rows given the noise of their depth in the tree
     (a plausible slip) make drafted answers differ from plain decoding's far from any near-tie."""
-    from draftscope.bench.lossless import noise_keyed_by_step
+    from draftscope.bench.lossless_stats import noise_keyed_by_step
 
     params = SAMPLINGS[1]
     caught = 0

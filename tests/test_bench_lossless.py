@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from draftscope.bench.lossless import chi_square_p, chi_square_test, ks_uniform, pairs_test
+from draftscope.bench.lossless_stats import chi_square_p, chi_square_test, ks_uniform, pairs_test
 from draftscope.cli import main
 from engine_fixtures import tiny_llama
 

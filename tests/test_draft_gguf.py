@@ -106,7 +106,7 @@ def test_the_window_opens_with_a_gguf_draft_model_and_drafts_with_it(qtbot, file
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QPlainTextEdit, QPushButton
 
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
     from draftscope.storage import HistoryStore
 
     launcher = Launcher(load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings_for(files, max_new_tokens=24))

@@ -29,7 +29,7 @@ import draftscope.engine.engine as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.draft_model import ModelDrafter
-from draftscope.drafters.recurrent.drafter import RecurrentSetup
+from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import PositionNoise, SamplingParams
 from draftscope.drafters.recurrent.head import RecurrentHead

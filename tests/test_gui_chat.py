@@ -155,7 +155,7 @@ def test_ui_thread_stays_responsive_while_streaming(qtbot, engine, tmp_path, ins
 def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, tmp_path):
     from PySide6.QtCore import QThread
 
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
 
     loaded_on = []
 
@@ -180,7 +180,7 @@ def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, engine, tmp_path
     """On CUDA the load captures the decode steps for seconds; the dialog says so while it happens."""
     import threading
 
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
 
     go_on = threading.Event()
 
@@ -201,7 +201,7 @@ def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, engine, tmp_path
 
 
 def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
 
     attempts = []
 
@@ -226,7 +226,7 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
 def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, engine, tmp_path, broken):
     """A datastore that cannot be opened turns retrieval off; any other drafter that cannot be set
     up turns drafting off: either way the window opens, answers, and says what failed in its words."""
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
 
     class Failing(Runtime):
         def _build_drafters(self, settings):
@@ -261,7 +261,7 @@ def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, engine, 
     from PySide6.QtGui import QPalette
     from PySide6.QtWidgets import QApplication, QComboBox, QLineEdit
 
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
     from draftscope.gui.theme import apply_theme
     from draftscope.storage import load_settings
 

@@ -117,7 +117,7 @@ def test_closing_mid_job_ends_the_thread_without_late_callbacks(qtbot, dialog):
 def short_shutdown(monkeypatch):
     """Threads end after at most 0.3 s of waiting (the code waits up to 10 s for a job to heed its
     cancel); a wait asked to be shorter, or forever, is left as asked."""
-    from draftscope.gui.worker import WorkerThread
+    from draftscope.gui.generation_worker import WorkerThread
 
     shutdown = WorkerThread.shutdown
 

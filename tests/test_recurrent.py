@@ -14,7 +14,7 @@ from draftscope.cli import main
 from draftscope.datastore.progress import CancelToken
 from draftscope.draft_tree import DraftSource
 from draftscope.core.drafter_factory import setup_drafters
-from draftscope.drafters.recurrent.drafter import RecurrentSetup
+from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.policy import shares
 from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree

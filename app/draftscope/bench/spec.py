@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from draftscope.drafters.learned import LearnedStore
     from draftscope.core.drafter_factory import setup_drafters
     from draftscope.drafters.oracle import OracleDrafter
-    from draftscope.drafters.recurrent.drafter import find_recurrent
+    from draftscope.drafters.recurrent.head_drafter import find_recurrent
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.engine.draft_model import load_draft_model
     from draftscope.storage.settings import Settings

@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
 
 def cmd_gui(args: argparse.Namespace | None = None) -> int:
     try:
-        from draftscope.gui.app import main as gui_main
+        from draftscope.gui.launcher import main as gui_main
     except ImportError as exc:  # PySide6 or its system libraries missing
         print(f"draftscope: the desktop app cannot start ({exc}); `draftscope chat` works in the terminal",
               file=sys.stderr)

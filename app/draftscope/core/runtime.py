@@ -138,7 +138,7 @@ class Runtime:
     def use_head(self, path: str | Path | None = None) -> str | None:
         """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
         just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
-        from draftscope.drafters.recurrent.drafter import find_recurrent
+        from draftscope.drafters.recurrent.head_drafter import find_recurrent
         from draftscope.drafters.recurrent.files import HeadError
 
         try:
@@ -205,7 +205,7 @@ def _open_learned(model: str, engine, notices: list[str]):
 def _open_recurrent(model: str, engine, path, notices: list[str], strict: bool):
     """The head trained for this model (``path``, else the app's head for it); None when there is
     none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.drafters.recurrent.drafter import find_recurrent
+    from draftscope.drafters.recurrent.head_drafter import find_recurrent
     from draftscope.drafters.recurrent.files import HeadError
 
     try:

@@ -78,3 +78,17 @@ def describe_error(exc: BaseException, folder: Path | None = None) -> str:
 def sentence(text: str) -> str:
     text = text.strip()
     return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def megabytes(n: int) -> str:
+    """Bytes as megabytes for a progress line: "980.0"."""
+    return f"{n / 1e6:,.1f}"
+
+
+def eta_text(seconds: float) -> str:
+    """Time left in words: "about 2 min left" ("" under a second)."""
+    if seconds < 1:
+        return ""
+    if seconds < 90:
+        return f"about {seconds:.0f} s left"
+    return f"about {seconds / 60:.0f} min left"

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import draftscope
-from draftscope.datastore.chat_render import ChatRenderer
+from draftscope.datastore.chat_template import ChatRenderer
 from draftscope.datastore.fingerprint import tokenizer_fingerprint
 from draftscope.datastore.manifest import write_manifest
 from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback

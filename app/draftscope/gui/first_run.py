@@ -26,8 +26,9 @@ from draftscope.datastore.progress import Progress
 from draftscope.models.sources import ModelNotFoundError, resolve_model
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
 from draftscope.gui.jobs import JobRunner, TransferRate
-from draftscope.gui.jobs import eta_text as _eta, indented as _indented, note as _note
-from draftscope.gui.jobs import progress_row as _progress_row, wrapping_label as _wrapping_label
+from draftscope.gui.form_widgets import indented as _indented, note as _note
+from draftscope.core.words import eta_text as _eta
+from draftscope.gui.form_widgets import progress_row as _progress_row, wrapping_label as _wrapping_label
 from draftscope.gui.model_download import ModelDownload
 from draftscope.models.local import find_local_models
 from draftscope.retrieval import BuildCancelled

@@ -4,7 +4,9 @@ greyed hints, rows of widgets, spin boxes, and one label column for every tab.""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox, QTabWidget, QWidget
+from PySide6.QtWidgets import (
+    QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSpinBox, QTabWidget, QWidget,
+)
 
 
 class FitsWidth:
@@ -98,3 +100,36 @@ def show_error(label: QLabel, on: bool = True) -> None:
     label.setProperty("error", bool(on))
     label.style().unpolish(label)  # a dynamic property: the style sheet is applied again
     label.style().polish(label)
+
+
+def wrapping_label(text: str = "", *, objectName: str = "") -> QLabel:
+    label = QLabel(text, objectName=objectName)
+    label.setWordWrap(True)
+    return label
+
+
+def note(text: str) -> QLabel:
+    """Smaller, dimmer explanatory text."""
+    label = wrapping_label(text)
+    label.setStyleSheet("color: palette(placeholder-text);")
+    return label
+
+
+def indented(widget: QWidget) -> QWidget:
+    box = QWidget()
+    layout = QHBoxLayout(box)
+    layout.setContentsMargins(24, 0, 0, 0)
+    layout.addWidget(widget)
+    return box
+
+
+def progress_row(bar: QProgressBar, cancel: QPushButton) -> QWidget:
+    row = QWidget()
+    policy = row.sizePolicy()
+    policy.setRetainSizeWhenHidden(True)  # the page keeps its height when a download starts or ends
+    row.setSizePolicy(policy)
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(bar, 1)
+    layout.addWidget(cancel)
+    return row

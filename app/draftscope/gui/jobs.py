@@ -14,10 +14,11 @@ import time
 from typing import Any, Callable
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Slot
-from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import QApplication, QProgressBar
 
+from draftscope.core.words import eta_text, megabytes
 from draftscope.datastore.progress import CancelToken
-from draftscope.gui.worker import WorkerThread
+from draftscope.gui.generation_worker import WorkerThread
 
 POLL_INTERVAL_S = 0.05  # progress repaints ~20 times a second
 PROGRESS_STEPS = 1000  # progress bars count in permille: byte counts overflow a Qt int
@@ -147,43 +148,6 @@ class JobRunner(QObject):
         (self._on_done if what == "done" else self._on_failed)(value)
 
 
-def wrapping_label(text: str = "", *, objectName: str = "") -> QLabel:
-    label = QLabel(text, objectName=objectName)
-    label.setWordWrap(True)
-    return label
-
-
-def note(text: str) -> QLabel:
-    """Smaller, dimmer explanatory text."""
-    label = wrapping_label(text)
-    label.setStyleSheet("color: palette(placeholder-text);")
-    return label
-
-
-def indented(widget: QWidget) -> QWidget:
-    box = QWidget()
-    layout = QHBoxLayout(box)
-    layout.setContentsMargins(24, 0, 0, 0)
-    layout.addWidget(widget)
-    return box
-
-
-def progress_row(bar: QProgressBar, cancel: QPushButton) -> QWidget:
-    row = QWidget()
-    policy = row.sizePolicy()
-    policy.setRetainSizeWhenHidden(True)  # the page keeps its height when a download starts or ends
-    row.setSizePolicy(policy)
-    layout = QHBoxLayout(row)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.addWidget(bar, 1)
-    layout.addWidget(cancel)
-    return row
-
-
-def megabytes(n: int) -> str:
-    return f"{n / 1e6:,.1f}"
-
-
 class TransferRate:
     """A download's progress in words: bytes so far, the rate since the first report, time left."""
 
@@ -210,11 +174,3 @@ class TransferRate:
             rate = (done - d0) / (now - t0)
             parts += [f"{rate / 1e6:.1f} MB/s", eta_text((total - done) / rate)]
         return " · ".join(p for p in parts if p)
-
-
-def eta_text(seconds: float) -> str:
-    if seconds < 1:
-        return ""
-    if seconds < 90:
-        return f"about {seconds:.0f} s left"
-    return f"about {seconds / 60:.0f} min left"

@@ -28,7 +28,7 @@ from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.speedup_panel import SpeedupPanel
 from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.trie_view import TrieView
-from draftscope.gui.worker import GenerationWorker, WorkerThread
+from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.core.session import ChatSession, sampling_from
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last

@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QProgressBar, QPushButton, QWidget
 
 from draftscope.models import assets, catalog
 from draftscope.gui.form_widgets import FittedLabel
-from draftscope.gui.jobs import JobRunner, TransferRate, progress_row
+from draftscope.gui.jobs import JobRunner, TransferRate
+from draftscope.gui.form_widgets import progress_row
 from draftscope.core.words import describe_error, part_status
 from draftscope.gui.form_widgets import show_error
 

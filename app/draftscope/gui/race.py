@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.session_qt import SessionSignals
-from draftscope.gui.worker import GenerationWorker, WorkerThread
+from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.core.session import ChatSession, sampling_from
 
 REPLAY_HZ = 30

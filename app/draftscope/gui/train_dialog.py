@@ -24,10 +24,10 @@ from draftscope.models import assets
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import answers_path_for
 from draftscope.gui.jobs import JobRunner
-from draftscope.gui.jobs import eta_text as _eta
-from draftscope.gui.jobs import note as _note
-from draftscope.gui.jobs import progress_row as _progress_row
-from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.core.words import eta_text as _eta
+from draftscope.gui.form_widgets import note as _note
+from draftscope.gui.form_widgets import progress_row as _progress_row
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 from draftscope.core.words import describe_error
 from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
 from draftscope.drafters.recurrent.train import (

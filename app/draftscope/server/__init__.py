@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from draftscope.server.app import ServerConfig, check_bind, create_app
+from draftscope.server.asgi import ServerConfig, check_bind, create_app
 
 __all__ = ["ServerConfig", "ServerThread", "check_bind", "create_app", "serve"]
 

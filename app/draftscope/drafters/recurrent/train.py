@@ -106,7 +106,7 @@ class TrainReport:
 
 
 def _render_texts(specs: list[str], tokenizer) -> Iterator[str]:
-    from draftscope.datastore.chat_render import ChatRenderer
+    from draftscope.datastore.chat_template import ChatRenderer
     from draftscope.datastore.records import Conversation, SkipLog
     from draftscope.datastore.sources import DatastoreError, Source
 

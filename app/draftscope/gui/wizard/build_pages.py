@@ -26,10 +26,10 @@ from draftscope.datastore.preview import (
 )
 from draftscope.datastore.progress import Progress
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
-from draftscope.gui.jobs import eta_text as _eta
-from draftscope.gui.jobs import note as _note
-from draftscope.gui.jobs import progress_row as _progress_row
-from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.core.words import eta_text as _eta
+from draftscope.gui.form_widgets import note as _note
+from draftscope.gui.form_widgets import progress_row as _progress_row
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 from draftscope.gui.form_widgets import show_error
 
 

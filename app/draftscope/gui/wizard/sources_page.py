@@ -22,8 +22,8 @@ from draftscope.datastore.preview import (
     DISTILL_PROMPTS, KIND_LABELS, SourcePreview, parse_source, preview_source, source_name,
 )
 from draftscope.datastore.sources import DatastoreError, Source
-from draftscope.gui.jobs import note as _note
-from draftscope.gui.jobs import wrapping_label as _wrapping_label
+from draftscope.gui.form_widgets import note as _note
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 from draftscope.gui.form_widgets import show_error
 
 

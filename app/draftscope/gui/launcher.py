@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QProgressDialog
 
-from draftscope.gui.worker import WorkerThread
+from draftscope.gui.generation_worker import WorkerThread
 from draftscope.sysinfo import freeze_loaded_objects
 
 
