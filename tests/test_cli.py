@@ -83,3 +83,16 @@ def test_bad_arguments_are_usage_errors_before_anything_loads(argv, words, capsy
         main(argv)
     assert exit_info.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_every_benchmark_a_user_runs_is_a_bench_subcommand(capsys):
+    """The user-facing benchmarks live under `draftscope bench` (maintainer measurements in scripts/)."""
+    from draftscope.cli import build_parser
+
+    parser = build_parser()
+    bench = next(a for a in parser._subparsers._group_actions[0].choices["bench"]._actions
+                 if a.dest == "bench_command")
+    assert set(bench.choices) == {"retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc"}
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "rpc", "--workers", "0"])
+    assert exc.value.code == 2 and "--workers" in capsys.readouterr().err

@@ -43,6 +43,21 @@ def add_parser(sub) -> None:
     serve_bench.add_arguments(serve_p)
     serve_p.set_defaults(func=lambda a: serve_bench.run(a))
 
+    from draftscope.bench import memory
+
+    memory_p = bench_sub.add_parser("memory", help="peak memory of one answer: llama-cpp-python against ours",
+                                    description=memory.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    memory.add_arguments(memory_p)
+    memory_p.set_defaults(func=lambda a: memory.run(a))
+
+    from draftscope.bench import split
+
+    rpc_p = bench_sub.add_parser("rpc", help="a model split over local rpc workers against it whole and against "
+                                 "llama-server on the same split", description=split.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    split.add_arguments(rpc_p)
+    rpc_p.set_defaults(func=lambda a: split.run(a))
+
 
 def _retriever(args: argparse.Namespace) -> int:
     from draftscope.bench.retriever import run

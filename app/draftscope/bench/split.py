@@ -1,7 +1,7 @@
 """A model split over llama.cpp RPC workers on this machine: our decoding (plain and drafting)
 against the same model whole, and against llama.cpp's own server on the same split.
 
-    python scripts/bench_rpc.py --model qwen2.5-coder-1.5b --workers 2 --prompts 4
+    draftscope bench rpc --model qwen2.5-coder-1.5b --workers 2 --prompts 4
 
 Starts ``--workers`` ``draftscope worker`` processes on localhost (one thread each), then per
 Spec-Bench prompt (first turn, ``--prompts`` categories) and per method, one greedy answer of
@@ -21,8 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-QUESTIONS = ROOT.parent / "shared" / "bench" / "spec_bench_question.jsonl"
+from draftscope.core import argtypes
 
 
 def free_port() -> int:
@@ -42,15 +41,18 @@ def start_worker(port: int, threads: int) -> subprocess.Popen:
     raise RuntimeError("worker did not start")
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--worker-threads", type=int, default=1)
-    p.add_argument("--prompts", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    args = p.parse_args()
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from draftscope.bench.spec import DEFAULT_QUESTIONS
 
+    p.add_argument("--model", default="qwen2.5-coder-1.5b")
+    p.add_argument("--workers", type=argtypes.positive_int, default=2, help="rpc workers started on this machine")
+    p.add_argument("--worker-threads", type=argtypes.positive_int, default=1)
+    p.add_argument("--prompts", type=argtypes.positive_int, default=4, help="Spec-Bench categories (first turn each)")
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64)
+    p.add_argument("--questions", default=str(DEFAULT_QUESTIONS))
+
+
+def run(args: argparse.Namespace) -> int:
     from draftscope.bench.llama_server import LlamaServer, find_llama_server
     from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
     from draftscope.engine.backends.rpc import gguf_layers
@@ -60,7 +62,7 @@ def main() -> int:
     from draftscope.storage import Settings
 
     seen, prompts = set(), []
-    for line in QUESTIONS.read_text().splitlines():
+    for line in Path(args.questions).read_text().splitlines():
         q = json.loads(line)
         if q["category"] not in seen and len(prompts) < args.prompts:
             seen.add(q["category"])
@@ -119,6 +121,3 @@ def main() -> int:
         print(f"| {name} | {rate:.2f} | {rate / base:.2f}x |")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 llama.cpp backend (and, with --torch, on torch), each in a fresh process so one's memory never
 counts for the other. Same GGUF, context, threads and prompt; greedy, 64 new tokens.
 
-    python scripts/bench_memory.py --model qwen2.5-coder-1.5b [--torch]
+    draftscope bench memory --model qwen2.5-coder-1.5b [--torch]
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import json
 import subprocess
 import sys
 import time
+
+from draftscope.core import argtypes
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
 
@@ -48,24 +50,25 @@ def child(kind: str, model: str, tokens: int) -> None:
     print(json.dumps({"kind": kind, "peak_mb": peak_rss_mb(), "tokens": len(out), "seconds": time.perf_counter() - t0}))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", type=argtypes.positive_int, default=64)
     ap.add_argument("--torch", action="store_true", help="also our engine on the torch backend")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--child", choices=("llama-cpp-python", "llama.cpp", "torch"), default=None, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.child:
         child(args.child, args.model, args.tokens)
-        return
+        return 0
     kinds = ["llama-cpp-python", "llama.cpp"] + (["torch"] if args.torch else [])
     results = {}
     for kind in kinds:
-        run = subprocess.run([sys.executable, __file__, "--child", kind, "--model", args.model, "--tokens",
-                              str(args.tokens)], capture_output=True, text=True)
-        if run.returncode != 0:
-            raise SystemExit(f"{kind} failed:\n{run.stderr[-2000:]}")
-        results[kind] = json.loads(run.stdout.strip().splitlines()[-1])
+        done = subprocess.run([sys.executable, "-m", "draftscope", "bench", "memory", "--child", kind, "--model",
+                               args.model, "--tokens", str(args.tokens)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{kind} failed:\n{done.stderr[-2000:]}")
+        results[kind] = json.loads(done.stdout.strip().splitlines()[-1])
     base = results["llama-cpp-python"]["peak_mb"]
     print(f"{args.model}, {args.tokens} new tokens, one process each, {time.strftime('%Y-%m-%d')}")
     print("| process | peak resident memory | vs llama-cpp-python |")
@@ -75,7 +78,5 @@ def main() -> None:
     for kind in kinds:
         mb = results[kind]["peak_mb"]
         print(f"| {names[kind]} | {mb:,.0f} MiB | {mb / base:.2f}x |")
+    return 0
 
-
-if __name__ == "__main__":
-    main()
