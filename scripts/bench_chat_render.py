@@ -15,7 +15,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from draftscope.gui import chat_view  # noqa: E402
-from draftscope.gui.chat_view import ChatTranscript  # noqa: E402
+from draftscope.gui.chat.view import ChatTranscript  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
 
 chat_view.STREAM_RENDER_SHARE_WAIT = 0  # time every update's render (the app skips some in long answers)

@@ -113,9 +113,9 @@ def window_shots() -> None:
 
 def dialog_shots() -> None:
     from draftscope.models import catalog
-    from draftscope.gui.first_run import FirstRunDialog
-    from draftscope.gui.race import RaceDialog
-    from draftscope.gui.settings_dialog import SettingsDialog
+    from draftscope.gui.dialogs.first_run import FirstRunDialog
+    from draftscope.gui.dialogs.race import RaceDialog
+    from draftscope.gui.dialogs.settings import SettingsDialog
 
     # the race: one prompt answered plainly, then speculatively, replayed side by side at real pace
     race = RaceDialog(runtime)
@@ -159,7 +159,7 @@ def dialog_shots() -> None:
     # training the recurrent drafter: on torch (it reads the model's hidden states), a short run
     # from a chat file, the head written to scratch space (the user's own head stays)
     from draftscope.engine.engine import Engine
-    from draftscope.gui.train_dialog import TrainHeadDialog
+    from draftscope.gui.dialogs.train_head import TrainHeadDialog
 
     scratch = Path(tempfile.mkdtemp())
     chats = scratch / "chats.jsonl"

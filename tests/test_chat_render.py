@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor, QTextCursor, QTextDocument  # noqa: E402
 
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.chat_render import PROVENANCE_LABELS, ChatRenderer  # noqa: E402
+from draftscope.gui.chat.render import PROVENANCE_LABELS, ChatRenderer  # noqa: E402
 from draftscope.gui.palettes import PROVENANCE_COLOURS  # noqa: E402
 
 # An answer as the engine streams it: (pieces, their sources) per step.

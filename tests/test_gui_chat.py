@@ -345,7 +345,7 @@ def test_a_closed_window_lets_its_model_go(qtbot, engine, tmp_path):
 def test_a_theme_switch_recolours_the_drafter_legend(qtbot, engine, tmp_path):
     """Dark chips under light text in a dark theme: the legend shown before the switch would keep
     light chips, and its light text on them would vanish."""
-    from draftscope.gui.chat_render import provenance_legend
+    from draftscope.gui.chat.render import provenance_legend
 
     w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
     w.provenance_action.setChecked(True)

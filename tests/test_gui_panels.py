@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard  # noqa: 
 from draftscope.core.runtime import Runtime  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.drafts_panel import visible_text  # noqa: E402
+from draftscope.gui.panels.drafts import visible_text  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLabel  # noqa: E402
 from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.speedup_panel import SpeedupPanel, nice_ceiling  # noqa: E402
+from draftscope.gui.panels.speedup import SpeedupPanel, nice_ceiling  # noqa: E402
 from draftscope.gui.theme import _palette  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton  # 
 
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.gui.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.gui.train_dialog import TrainHeadDialog, head_description  # noqa: E402
+from draftscope.gui.dialogs.settings import SettingsDialog  # noqa: E402
+from draftscope.gui.dialogs.train_head import TrainHeadDialog, head_description  # noqa: E402
 from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
 from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.drafters.recurrent.train import checkpoint_path, train_head  # noqa: E402

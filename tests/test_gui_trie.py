@@ -19,8 +19,8 @@ from PySide6.QtWidgets import QGraphicsPathItem, QLabel, QPushButton  # noqa: E4
 from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.drafts_panel import visible_text  # noqa: E402
-from draftscope.gui.trie_view import FIT_MIN_SCALE, MIN_SCALE, ROOT, TARGET, NodeItem, TrieView, format_support  # noqa: E402
+from draftscope.gui.panels.drafts import visible_text  # noqa: E402
+from draftscope.gui.panels.trie_view import FIT_MIN_SCALE, MIN_SCALE, ROOT, TARGET, NodeItem, TrieView, format_support  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 
 

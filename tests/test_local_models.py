@@ -79,7 +79,7 @@ def test_settings_offer_the_models_on_this_computer(home, qtbot):
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QComboBox
 
-    from draftscope.gui.settings_dialog import SettingsDialog
+    from draftscope.gui.dialogs.settings import SettingsDialog
     from draftscope.storage.settings import Settings
 
     blob = next(m.path for m in find_local_models() if m.app == "Ollama")
@@ -101,7 +101,7 @@ def test_the_first_run_offers_the_models_on_this_computer(home, qtbot, tmp_path)
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QPushButton, QRadioButton
 
-    from draftscope.gui.first_run import FirstRunDialog
+    from draftscope.gui.dialogs.first_run import FirstRunDialog
     from draftscope.storage.settings import Settings
 
     studio = next(m for m in find_local_models() if m.app == "LM Studio")

@@ -209,7 +209,7 @@ def test_a_qwen_sized_vocabulary_goes_through_datastore_engine_and_tree_labels(q
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from draftscope.gui.trie_view import TrieView
+    from draftscope.gui.panels.trie_view import TrieView
 
     QApplication.instance() or QApplication([])
     view = TrieView(lambda token_id: tokenizer.decode([token_id]))

@@ -330,7 +330,7 @@ def test_metainfo_parses_and_matches_the_desktop_file():
 def test_the_speedup_caption_stays_readable_across_theme_switches(qapp, restore_app):
     """Its text is drawn in the theme's colours after a live switch (a palette set on the label by
     hand came back as the old theme's once the new style sheet was applied: dark on dark)."""
-    from draftscope.gui.speedup_panel import SpeedupPanel
+    from draftscope.gui.panels.speedup import SpeedupPanel
 
     def caption_contrast(panel) -> float:
         image = panel.caption.grab().toImage()

@@ -127,8 +127,8 @@ class Launcher(QObject):
     # ------------------------------------------------------------------ settings
 
     def open_settings(self) -> None:
-        from draftscope.gui.settings_dialog import SettingsDialog
-        from draftscope.gui.train_dialog import head_description
+        from draftscope.gui.dialogs.settings import SettingsDialog
+        from draftscope.gui.dialogs.train_head import head_description
 
         if self.window is None or self.window.streaming:
             if self.window is not None:
@@ -142,7 +142,7 @@ class Launcher(QObject):
     def apply_settings(self, new) -> None:
         """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
         device change reloads the model (the window comes back on the same conversation)."""
-        from draftscope.gui.settings_dialog import SERVER_FIELDS
+        from draftscope.gui.dialogs.settings import SERVER_FIELDS
         from draftscope.gui.theme import apply_theme, code_style
         from draftscope.core.runtime import changed_fields
         from draftscope.storage import save_settings
@@ -220,7 +220,7 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
         return 2
     from draftscope.storage import HistoryStore, load_settings
 
-    from draftscope.gui.first_run import FirstRunDialog, needs_first_run
+    from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
     from draftscope.gui.theme import app_icon, apply_theme
 
     app = QApplication.instance() or QApplication(sys.argv)

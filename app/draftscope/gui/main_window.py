@@ -18,16 +18,16 @@ from PySide6.QtWidgets import (
 
 from draftscope.engine.events import step_from_dict
 from draftscope.engine.sampling import fresh_seed
-from draftscope.gui.chat_render import provenance_legend
-from draftscope.gui.chat_view import ChatTranscript
-from draftscope.gui.composer import Composer
-from draftscope.gui.conversation_list import ConversationList
-from draftscope.gui.drafts_panel import DraftsPanel
-from draftscope.gui.inspection import InspectionController
+from draftscope.gui.chat.render import provenance_legend
+from draftscope.gui.chat.view import ChatTranscript
+from draftscope.gui.chat.composer import Composer
+from draftscope.gui.chat.conversation_list import ConversationList
+from draftscope.gui.panels.drafts import DraftsPanel
+from draftscope.gui.panels.inspection import InspectionController
 from draftscope.gui.session_qt import SessionSignals
-from draftscope.gui.speedup_panel import SpeedupPanel
+from draftscope.gui.panels.speedup import SpeedupPanel
 from draftscope.gui.status_bar import StatusLine
-from draftscope.gui.trie_view import TrieView
+from draftscope.gui.panels.trie_view import TrieView
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.core.session import ChatSession, sampling_from
 
@@ -442,7 +442,7 @@ class MainWindow(QMainWindow):
     def open_train_dialog(self, *, options_overrides: dict | None = None) -> None:
         """Train a recurrent head for the loaded model (window-modal: the model trains or answers,
         never both); once written, it drafts from the next answer on."""
-        from draftscope.gui.train_dialog import TrainHeadDialog
+        from draftscope.gui.dialogs.train_head import TrainHeadDialog
 
         if self.streaming:
             self.status.say("The recurrent drafter can be trained once the answer is done")
@@ -474,7 +474,7 @@ class MainWindow(QMainWindow):
 
     def open_race(self) -> None:
         """The prompt in the input (or the last question) answered plain and speculatively."""
-        from draftscope.gui.race import RaceDialog
+        from draftscope.gui.dialogs.race import RaceDialog
 
         if self.streaming:
             return

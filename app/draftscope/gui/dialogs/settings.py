@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 from draftscope.models import catalog
 from draftscope.models.sources import DEFAULT_MODEL
 from draftscope.gui.form_widgets import FitsWidth, align_label_columns, form_layout, hint, row
-from draftscope.gui.model_download import ModelDownload
-from draftscope.gui.settings_tabs import AppearanceTab, DraftingTab, GenerationTab, ServerTab
+from draftscope.gui.dialogs.model_download import ModelDownload
+from draftscope.gui.dialogs.settings_tabs import AppearanceTab, DraftingTab, GenerationTab, ServerTab
 from draftscope.models.local import find_local_models
 from draftscope.core.settings_checks import (
     EMPTY_MODEL, OTHER, auto_precision_text, available_devices, browse_start, catalog_entry, catalog_item_text,

@@ -15,7 +15,7 @@ from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 
-from draftscope.gui.chat_render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
+from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 from draftscope.core.words import answer_stats
 
 STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)

@@ -29,7 +29,7 @@ from draftscope.gui.jobs import JobRunner, TransferRate
 from draftscope.gui.form_widgets import indented as _indented, note as _note
 from draftscope.core.words import eta_text as _eta
 from draftscope.gui.form_widgets import progress_row as _progress_row, wrapping_label as _wrapping_label
-from draftscope.gui.model_download import ModelDownload
+from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.models.local import find_local_models
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpl
                                QPushButton, QVBoxLayout, QWidget)
 
 from draftscope.engine.events import StepEvent, step_from_dict
-from draftscope.gui.chat_render import PROVENANCE_LABELS
+from draftscope.gui.chat.render import PROVENANCE_LABELS
 from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS
-from draftscope.gui.drafts_panel import visible_text
+from draftscope.gui.panels.drafts import visible_text
 
 ROOT = -1
 TARGET = "target"

@@ -11,7 +11,7 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
 
-from draftscope.gui.chat_render import PROVENANCE_LABELS
+from draftscope.gui.chat.render import PROVENANCE_LABELS
 from draftscope.gui.palettes import PROVENANCE_COLOURS
 
 COLUMNS = ("Step", "Tree", "Accepted", "Accepted text", "Source", "Draft ms", "Verify ms")
