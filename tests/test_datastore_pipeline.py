@@ -178,7 +178,7 @@ def test_cli_errors_have_exit_codes_and_words(tokenizer_dir, tmp_path, capsys):
 def test_default_model_template_and_fingerprint(tmp_path):
     """With the real SmolLM2 tokenizer (fetched once into the cache): the datastore holds the
     assistant turns exactly as the model writes them after its generation prompt."""
-    from draftscope.models.sources import load_tokenizer
+    from draftscope.models.resolve import load_tokenizer
 
     tok = load_tokenizer("default")
     chat = tmp_path / "chat.json"

@@ -16,7 +16,7 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from draftscope.drafters.draft_model import ModelDrafter  # noqa: E402
+from draftscope.drafters.model_drafter import ModelDrafter  # noqa: E402
 from draftscope.engine.engine import GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
 from draftscope.core.runtime import load_runtime  # noqa: E402

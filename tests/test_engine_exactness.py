@@ -28,7 +28,7 @@ from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
 import draftscope.engine.engine as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.drafters.draft_model import ModelDrafter
+from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import PositionNoise, SamplingParams

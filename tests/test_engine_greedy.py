@@ -7,7 +7,7 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.drafters.draft_model import ModelDrafter, draft
+from draftscope.drafters.model_drafter import ModelDrafter, draft
 from draftscope.engine.engine import Engine, GenerationRequest, PromptTooLongError
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer
@@ -177,7 +177,7 @@ def test_step_events_describe_the_tree(model, datastore):
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    from draftscope.models.sources import ModelNotFoundError
+    from draftscope.models.resolve import ModelNotFoundError
 
     with pytest.raises(ModelNotFoundError, match="model not found"):
         Engine.load(str(tmp_path / "nope"), measure=False)

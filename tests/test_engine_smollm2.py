@@ -12,7 +12,7 @@ import torch
 
 from draftscope.cli import main
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.drafters.draft_model import ModelDrafter
+from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer

@@ -18,7 +18,7 @@ from draftscope.engine.backends import gguf_check, open_backend  # noqa: E402
 from draftscope.engine.backends.gguf_check import GGUFError  # noqa: E402
 from draftscope.engine.backends.gguf_writer import random_llama  # noqa: E402
 from draftscope.engine.backends.llama_lib import LlamaCppError  # noqa: E402
-from draftscope.models.sources import ModelNotFoundError  # noqa: E402
+from draftscope.models.resolve import ModelNotFoundError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from draftscope.engine.backends import backend_for_gguf  # noqa: E402
 from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.gui.dialogs.first_run import FirstRunDialog  # noqa: E402
-from draftscope.gui.dialogs.settings import SettingsDialog  # noqa: E402
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.core.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
 from draftscope.core.settings_checks import OTHER  # noqa: E402
 from draftscope.storage.settings import Settings, load_settings  # noqa: E402

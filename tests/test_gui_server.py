@@ -77,7 +77,7 @@ def test_a_port_in_use_is_said_and_the_window_opens_anyway(qtbot, tokenizer, tmp
 def test_the_settings_dialog_server_tab_round_trips(qtbot):
     from PySide6.QtWidgets import QCheckBox, QLineEdit, QSpinBox
 
-    from draftscope.gui.dialogs.settings import SettingsDialog
+    from draftscope.gui.dialogs.settings_dialog import SettingsDialog
 
     dialog = SettingsDialog(Settings(server_enabled=True, server_port=9100, server_api_key="abc",
                                      server_keep_history=False))
@@ -145,7 +145,7 @@ def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(
 def test_answers_at_once_and_workers_round_trip_through_the_settings_dialog(qtbot):
     from PySide6.QtWidgets import QLineEdit, QSpinBox
 
-    from draftscope.gui.dialogs.settings import SettingsDialog
+    from draftscope.gui.dialogs.settings_dialog import SettingsDialog
 
     dialog = SettingsDialog(Settings(server_parallel=3, workers="10.0.0.2:50052"))
     qtbot.addWidget(dialog)

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (  # noqa: E402
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTabWidget,
 )
 
-from draftscope.gui.dialogs.settings import SettingsDialog  # noqa: E402
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.core.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
 from draftscope.core.settings_checks import OTHER  # noqa: E402
 from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402

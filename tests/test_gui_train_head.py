@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton  # 
 
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.gui.dialogs.settings import SettingsDialog  # noqa: E402
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.gui.dialogs.train_head import TrainHeadDialog, head_description  # noqa: E402
 from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
 from draftscope.core.runtime import Runtime  # noqa: E402

@@ -272,7 +272,7 @@ def test_a_failing_tokenizer_is_shown_with_retry(qtbot, dirs, tokenizer, chat_fi
     def loader(spec):
         calls.append(spec)
         if len(calls) == 1:
-            from draftscope.models.sources import ModelNotFoundError
+            from draftscope.models.resolve import ModelNotFoundError
             raise ModelNotFoundError("model file not found: /nowhere/model.gguf")
         return tokenizer
 

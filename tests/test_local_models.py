@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from draftscope.models.sources import resolve_model
+from draftscope.models.resolve import resolve_model
 from draftscope.models.local import find_local_models
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
@@ -79,7 +79,7 @@ def test_settings_offer_the_models_on_this_computer(home, qtbot):
     pytest.importorskip("PySide6")
     from PySide6.QtWidgets import QComboBox
 
-    from draftscope.gui.dialogs.settings import SettingsDialog
+    from draftscope.gui.dialogs.settings_dialog import SettingsDialog
     from draftscope.storage.settings import Settings
 
     blob = next(m.path for m in find_local_models() if m.app == "Ollama")

@@ -14,7 +14,7 @@ from engine_fixtures import tiny_llama
 from draftscope.engine import cpu_linear, precision
 from draftscope.core.drafter_factory import setup_drafters
 from draftscope.engine.draft_model import draft_incompatibility
-from draftscope.drafters.draft_model import ModelDrafter
+from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
 from draftscope.engine.draft_model import load_draft_model

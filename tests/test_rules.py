@@ -35,7 +35,7 @@ def test_backend_and_precision_names_are_written_once():
     places = {rule: [name for name, text in sources() if rule in set(literal_tuples(text))]
               for rule in (rules.BACKENDS, rules.DTYPES)}
     assert places == {rules.BACKENDS: ["rules.py"], rules.DTYPES: ["rules.py"]}, places
-    dialog = (PACKAGE / "gui" / "dialogs" / "settings.py").read_text()
+    dialog = (PACKAGE / "gui" / "dialogs" / "settings_dialog.py").read_text()
     choices = next(node.value for node in ast.walk(ast.parse(dialog)) if isinstance(node, ast.Assign)
                    and getattr(node.targets[0], "id", "") == "BACKEND_CHOICES")
     assert sorted(pair[0] for pair in ast.literal_eval(choices)) == sorted(rules.BACKENDS)

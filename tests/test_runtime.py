@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.drafters.draft_model import ModelDrafter
+from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine
 from draftscope.retrieval import Writer
 from draftscope.core.runtime import Runtime, changed_fields

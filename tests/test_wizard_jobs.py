@@ -11,7 +11,7 @@ import pytest
 from draftscope.datastore.pipeline import BuildOptions, build_datastore
 from draftscope.datastore.preview import parse_source
 from draftscope.datastore.progress import CancelToken
-from draftscope.gui.wizard.jobs import TokenizerOnce, build_job, distill_job, source_at_fault
+from draftscope.gui.wizard.build_jobs import TokenizerOnce, build_job, distill_job, source_at_fault
 from draftscope.retrieval import BuildCancelled, Reader, Writer
 
 
@@ -147,6 +147,6 @@ def test_a_build_error_is_traced_to_its_source(tmp_path, tokenizer, chat_file):
 
 
 def test_the_jobs_need_no_qt():
-    code = ("import sys, draftscope.gui.wizard.jobs; "
+    code = ("import sys, draftscope.gui.wizard.build_jobs; "
             "sys.exit(any(m.split('.')[0] == 'PySide6' for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -19,7 +19,7 @@ PROMPT = "Write a Python function that checks whether a string is a palindrome, 
 
 
 def child(kind: str, model: str, tokens: int) -> None:
-    from draftscope.models.sources import load_tokenizer, resolve_model
+    from draftscope.models.resolve import load_tokenizer, resolve_model
     from draftscope.sysinfo import peak_rss_mb
 
     source = resolve_model(model)

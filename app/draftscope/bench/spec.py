@@ -283,7 +283,7 @@ def _server_peers(methods: list[str], engine, args):
         return None
     draft = None
     if "llama-server-draft" in wanted:
-        from draftscope.models.sources import resolve_model
+        from draftscope.models.resolve import resolve_model
 
         source = resolve_model(args.draft_model)
         if source.kind != "gguf":

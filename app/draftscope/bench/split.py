@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
     from draftscope.engine.backends.rpc import gguf_layers
     from draftscope.engine.engine import GenerationRequest
-    from draftscope.models.sources import resolve_model
+    from draftscope.models.resolve import resolve_model
     from draftscope.core.runtime import load_runtime
     from draftscope.storage import Settings
 

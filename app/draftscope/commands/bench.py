@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     gpu.add_arguments(gpu_p)
     gpu_p.set_defaults(func=lambda a: gpu.run(a))
 
-    from draftscope.bench import serve as serve_bench
+    from draftscope.bench import concurrent as serve_bench
 
     serve_p = bench_sub.add_parser("serve", help="concurrent clients against one server: aggregate tokens/s and "
                                    "latencies, ours (drafting on and off) and llama-server", description=serve_bench.__doc__,

@@ -107,7 +107,7 @@ class _Bar:
 
 def _run_build(make_report, quiet: bool, as_json: bool) -> int:
     from draftscope.datastore import CancelToken, DatastoreError
-    from draftscope.models.sources import ModelNotFoundError
+    from draftscope.models.resolve import ModelNotFoundError
     from draftscope.retrieval import BuildCancelled
 
     cancel = CancelToken()
@@ -138,7 +138,7 @@ def _run_build(make_report, quiet: bool, as_json: bool) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from draftscope.datastore import BuildOptions, DatastoreError, Source, SourceOptions, build_datastore
-    from draftscope.models.sources import load_tokenizer
+    from draftscope.models.resolve import load_tokenizer
 
     source_options = SourceOptions(include=args.include, exclude=args.exclude, text_field=args.text_field,
                                    max_file_bytes=args.max_file_bytes)
@@ -202,7 +202,7 @@ def _clock(seconds: float) -> str:
 def cmd_distill(args: argparse.Namespace) -> int:
     from draftscope.datastore import CancelToken, DatastoreError
     from draftscope.datastore.distill import answers_path_for, distill, read_prompts
-    from draftscope.models.sources import ModelNotFoundError
+    from draftscope.models.resolve import ModelNotFoundError
     from draftscope.retrieval import BuildCancelled
 
     status = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr))

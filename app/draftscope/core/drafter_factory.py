@@ -144,7 +144,7 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
     ``learned``: the model's LearnedStore (its newest index is opened for each answer; none yet: no
     drafter); ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
     from draftscope.drafters.context import ContextDrafter
-    from draftscope.drafters.draft_model import ModelDrafter
+    from draftscope.drafters.model_drafter import ModelDrafter
     from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
     from draftscope.retrieval import Reader
     from draftscope.retrieval.live import LiveReader

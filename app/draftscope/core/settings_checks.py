@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftscope.models import catalog
-from draftscope.models.sources import resolve_model
+from draftscope.models.resolve import resolve_model
 from draftscope.retrieval import Reader
 from draftscope.core.words import memory_text, sentence, setting_name, size_text
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from draftscope.models import assets, catalog
-from draftscope.models.sources import DEFAULT_MODEL, ModelNotFoundError
+from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError
 
 
 def size_text(n: int) -> str:

@@ -16,7 +16,7 @@ from draftscope.models import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
 from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
 from draftscope.datastore.sources import Source
-from draftscope.models.sources import DEFAULT_MODEL, load_tokenizer
+from draftscope.models.resolve import DEFAULT_MODEL, load_tokenizer
 
 
 def datastores_dir() -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from draftscope.datastore.jsonstream import iter_jsonl
 from draftscope.datastore.records import Conversation, Document, SkipLog
 from draftscope.datastore.sources import CODE_EXTENSIONS, DatastoreError, Source, SourceOptions, _walk, file_size
-from draftscope.models.sources import DEFAULT_MODEL, DEFAULT_MODEL_NAME, ModelNotFoundError, resolve_model
+from draftscope.models.resolve import DEFAULT_MODEL, DEFAULT_MODEL_NAME, ModelNotFoundError, resolve_model
 
 # What a preview reads at most: this many records, bytes, skipped records, seconds; folders are
 # listed up to PREVIEW_MAX_FILES files.

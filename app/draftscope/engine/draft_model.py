@@ -7,7 +7,7 @@ import torch
 
 from draftscope.engine.backends import open_backend
 from draftscope.engine.loader import LoadedModel, load_model
-from draftscope.models.sources import load_tokenizer, resolve_model
+from draftscope.models.resolve import load_tokenizer, resolve_model
 
 
 def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | None = None,

@@ -11,7 +11,7 @@ from draftscope import paths
 from draftscope.engine import precision
 from draftscope.engine.precision import pick_device
 from draftscope.engine.cpu_linear import use_fast_layout
-from draftscope.models.sources import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
+from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
 
 
 @dataclass

@@ -127,7 +127,7 @@ class Launcher(QObject):
     # ------------------------------------------------------------------ settings
 
     def open_settings(self) -> None:
-        from draftscope.gui.dialogs.settings import SettingsDialog
+        from draftscope.gui.dialogs.settings_dialog import SettingsDialog
         from draftscope.gui.dialogs.train_head import head_description
 
         if self.window is None or self.window.streaming:
@@ -142,7 +142,7 @@ class Launcher(QObject):
     def apply_settings(self, new) -> None:
         """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
         device change reloads the model (the window comes back on the same conversation)."""
-        from draftscope.gui.dialogs.settings import SERVER_FIELDS
+        from draftscope.gui.dialogs.settings_dialog import SERVER_FIELDS
         from draftscope.gui.theme import apply_theme, code_style
         from draftscope.core.runtime import changed_fields
         from draftscope.storage import save_settings

@@ -62,7 +62,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
     """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend. ``slots``:
     answers it holds at once (each in shared forwards). ``workers``: llama.cpp RPC workers
     (host:port) that take a share of the layers; the model then runs in a child process."""
-    from draftscope.models.sources import ModelSource, load_tokenizer, resolve_model
+    from draftscope.models.resolve import ModelSource, load_tokenizer, resolve_model
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     kind, why = choose_backend(source, backend, device)

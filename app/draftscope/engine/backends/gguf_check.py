@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from draftscope import paths
-from draftscope.models.sources import ModelNotFoundError
+from draftscope.models.resolve import ModelNotFoundError
 
 
 class GGUFError(ModelNotFoundError):

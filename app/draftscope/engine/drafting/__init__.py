@@ -3,7 +3,7 @@ context into a DraftTree, ``observe`` hears what was accepted), the composite th
 drafters' trees into one, and the path trie it merges them in. The drafters themselves live in
 draftscope/drafters/."""
 
-from draftscope.engine.drafting.protocol import Drafter
+from draftscope.engine.drafting.interface import Drafter
 from draftscope.engine.drafting.composite import CompositeDrafter
 
 __all__ = ["CompositeDrafter", "Drafter"]

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from draftscope.models import assets, catalog
 from draftscope.datastore.default import build_default_datastore, default_datastore_path
 from draftscope.datastore.progress import Progress
-from draftscope.models.sources import ModelNotFoundError, resolve_model
+from draftscope.models.resolve import ModelNotFoundError, resolve_model
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
 from draftscope.gui.jobs import JobRunner, TransferRate
 from draftscope.gui.form_widgets import indented as _indented, note as _note

@@ -11,7 +11,7 @@
 4. **Summary** (``summaryPage``): what went in and what was skipped, and "Use this datastore now".
 
 Pages 2 to 4 are in :mod:`draftscope.gui.wizard.build_pages`; the jobs themselves (without Qt)
-in :mod:`draftscope.gui.wizard.jobs`.
+in :mod:`draftscope.gui.wizard.build_jobs`.
 
 Instead of files, the sources page offers the model's own answers ("learn its style"): with the
 loaded model passed in (``model=``), the build has the model answer N ShareGPT prompts and indexes
@@ -35,8 +35,8 @@ from draftscope.datastore.distill import DistillProgress, DistillReport, distill
 from draftscope.datastore.pipeline import BuildReport, build_datastore
 from draftscope.datastore.progress import Progress
 from draftscope.datastore.sources import Source
-from draftscope.gui.wizard.jobs import TokenizerOnce, build_job, distill_job, source_at_fault
-from draftscope.models.sources import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer
+from draftscope.gui.wizard.build_jobs import TokenizerOnce, build_job, distill_job, source_at_fault
+from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer
 from draftscope.gui.wizard.build_pages import BuildPage, OptionsPage, SummaryPage
 from draftscope.gui.wizard.sources_page import SourcesPage
 from draftscope.gui.jobs import JobRunner

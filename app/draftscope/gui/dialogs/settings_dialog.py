@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope.models import catalog
-from draftscope.models.sources import DEFAULT_MODEL
+from draftscope.models.resolve import DEFAULT_MODEL
 from draftscope.gui.form_widgets import FitsWidth, align_label_columns, form_layout, hint, row
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.gui.dialogs.settings_tabs import AppearanceTab, DraftingTab, GenerationTab, ServerTab

@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if "llama-server" in servers:
         from draftscope.bench.llama_server import LlamaServer, find_llama_server
         from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
-        from draftscope.models.sources import resolve_model
+        from draftscope.models.resolve import resolve_model
 
         binary, why = find_llama_server()
         if binary is None:
