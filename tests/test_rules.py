@@ -31,10 +31,11 @@ def literal_tuples(text: str):
             yield tuple(e.value for e in node.elts)
 
 
-def test_backend_and_precision_names_are_written_once():
+def test_backend_precision_and_drafter_names_are_written_once():
     places = {rule: [name for name, text in sources() if rule in set(literal_tuples(text))]
-              for rule in (rules.BACKENDS, rules.DTYPES)}
-    assert places == {rules.BACKENDS: ["rules.py"], rules.DTYPES: ["rules.py"]}, places
+              for rule in (rules.BACKENDS, rules.DTYPES, rules.DRAFTER_NAMES, rules.DRAFTERS_ON)}
+    assert all(where == ["rules.py"] for where in places.values()), places
+    assert Settings().drafters == {name: name in rules.DRAFTERS_ON for name in rules.DRAFTER_NAMES}
     dialog = (PACKAGE / "gui" / "dialogs" / "settings_dialog.py").read_text()
     choices = next(node.value for node in ast.walk(ast.parse(dialog)) if isinstance(node, ast.Assign)
                    and getattr(node.targets[0], "id", "") == "BACKEND_CHOICES")

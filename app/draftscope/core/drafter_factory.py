@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DRAFTER_NAMES = ("retrieval", "learned", "context", "model", "recurrent")
-ON_BY_DEFAULT = ("retrieval", "learned", "context", "recurrent")  # what the app drafts with out of the box (Settings)
+from draftscope.rules import DRAFTER_NAMES
+from draftscope.rules import DRAFTERS_ON as ON_BY_DEFAULT
 
 
 def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bool,

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from draftscope import paths
-from draftscope.rules import BACKENDS, DTYPES, NO_SEED, RANGES, SEED_RANGE, problem
+from draftscope.rules import BACKENDS, DRAFTER_NAMES, DRAFTERS_ON, DTYPES, NO_SEED, RANGES, SEED_RANGE, problem
 
 SETTINGS_VERSION = 1
 MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
@@ -29,9 +29,7 @@ MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
 class Settings:
     model: str = "default"
     datastore: str = ""  # empty: the default chat datastore when it exists
-    drafters: dict[str, bool] = field(
-        default_factory=lambda: {"retrieval": True, "learned": True, "context": True, "model": False,
-                                 "recurrent": True})
+    drafters: dict[str, bool] = field(default_factory=lambda: {name: name in DRAFTERS_ON for name in DRAFTER_NAMES})
     draft_model: str = ""
     temperature: float = 0.0
     top_p: float = 1.0
