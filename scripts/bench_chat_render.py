@@ -14,7 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from draftscope.gui import chat_view  # noqa: E402
+from draftscope.gui.chat import view as chat_view  # noqa: E402
 from draftscope.gui.chat.view import ChatTranscript  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
 

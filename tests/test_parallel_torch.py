@@ -197,10 +197,30 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
     assert shared.slots.busy == 0
 
 
+@torch.inference_mode()
+def test_a_slot_gives_the_prompt_s_last_hidden_state_as_the_answer_alone_does(model, tokenizer):
+    """The recurrent drafter's first state: the hidden state at the prompt's last cached position."""
+    prompt = ids_of(tokenizer, PROMPTS[0])
+    solo = TorchBackend(model, tokenizer)
+    expected = solo.start(prompt, want_hidden=True)
+    backend = TorchSlotsBackend(model, tokenizer, slots=2)
+    hidden = backend.start(prompt, want_hidden=True)
+    assert hidden is not None and torch.allclose(hidden, expected, atol=1e-5)
+    assert backend.start(prompt) is None
+    from draftscope.engine.backends.slots import SlotPool
+
+    view = SlotPool(backend).acquire()  # an answer's view: its prompt read in shared chunks
+    try:
+        assert torch.allclose(view.start(prompt, want_hidden=True), expected, atol=1e-5)
+    finally:
+        view.pool.release(view)
+
+
 def test_bad_slot_work_is_refused_in_words_and_the_rest_runs(model, tokenizer):
     backend = TorchSlotsBackend(model, tokenizer, slots=2)
     out = backend.decode_many({0: Prefill([5, 6, 7], 3), 1: Prefill([5, 6, 7], 0)})
     assert "slot 0 holds 0 positions; a prefill from 3 does not follow" in str(out[0])
+    assert "a prefill chunk with no tokens" in str(backend.decode_many({0: Prefill([], 0)})[0])
     assert backend.slot_cached(1) == 3
     big = chain_tree(list(range(10, 80)))
     assert "a draft tree of 70 nodes; at most 64" in str(backend.decode_many({1: Verify(7, big)})[1])

@@ -52,4 +52,4 @@ def problem(name: str, value: float, ranges: dict[str, Range] = RANGES) -> str |
 
 def seed_from_setting(value: int) -> int | None:
     """The settings' seed (NO_SEED: none) as the engine takes it."""
-    return None if value == NO_SEED else value
+    return None if value < 0 else value  # NO_SEED; any other negative is refused by Settings.problems

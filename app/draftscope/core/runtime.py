@@ -177,8 +177,13 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
                          workers=parse_workers(settings.workers), progress=log)
     runtime = Runtime(settings, engine)
     if slots > 1 and engine.slots.size == 1:
-        runtime.notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
-                               "wait for each other (llama.cpp decodes several in shared forwards)")
+        if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
+            runtime.notices.append("Answers at once: on the GPU the window's answers and one served answer take "
+                                   "turns, each on the decode steps captured at load (faster than a shared "
+                                   "forward); serve 2 or more at once and answers share forwards")
+        else:
+            runtime.notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
+                                   "wait for each other (llama.cpp decodes several in shared forwards)")
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
     if settings.draft_model and settings.drafters.get("model"):

@@ -4,6 +4,8 @@ chunks, with Draftscope's drafts in an extension field ``draftscope``."""
 
 from __future__ import annotations
 
+import math
+
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -71,6 +73,8 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
 def _ranged(body: dict, name: str):
     """A sampling parameter within the server's range (rules.SERVER_RANGES)."""
     value = _number(body, name, float("-inf"), float("inf"))
+    if value is not None and not math.isfinite(value):
+        raise _bad(name, f"'{name}' must be a finite number, got {value!r}")
     if value is not None and (why := problem(name, value, SERVER_RANGES)) is not None:
         raise _bad(name, f"'{name}' {why.removeprefix(name + ' ')}")
     return value

@@ -111,7 +111,10 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, s
 
     if cache not in ("auto", "static", "dynamic"):
         raise ValueError(f"unknown cache {cache!r}: choose auto, static or dynamic")
-    if slots > 1:
+    on_cuda = torch.device(kwargs.get("device") or next(model.parameters()).device).type == "cuda"
+    # On CUDA a shared forward runs eagerly (its shape changes with the answers in it) while one answer
+    # replays captured steps, several times faster: the window and one served answer take turns there.
+    if slots > 2 or (slots == 2 and not on_cuda):
         from draftscope.engine.backends.torch_slots import TorchSlotsBackend
 
         return TorchSlotsBackend(model, tokenizer, slots=slots, **kwargs)

@@ -34,6 +34,7 @@ class Prefill:
 
     tokens: list[int]
     start: int
+    want_hidden: bool = False  # the last token's hidden state as the result (backends that give them)
 
 
 @dataclass
@@ -221,14 +222,15 @@ class SlotBackend(Backend):
         self._past = 0
         # alone, a long chunk; but another answer may join this forward: room for its tree is kept
         longest = max(SHARED_PREFILL, min(PREFILL_BATCH, b.batch_capacity - (b.slots - 1) * (MAX_TREE + 1)))
-        prefix, at = prompt[:-1], 0
+        prefix, at, hidden = prompt[:-1], 0, None
         while at < len(prefix):
             alone = self._shared.active <= {self.slot}
             chunk = prefix[at : at + (longest if alone else SHARED_PREFILL)]
-            self._shared.run(self.slot, Prefill(chunk, at))
+            last = at + len(chunk) == len(prefix)
+            hidden = self._shared.run(self.slot, Prefill(chunk, at, want_hidden=want_hidden and last))
             at += len(chunk)
             self._past = at
-        return None
+        return hidden if want_hidden else None
 
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
         if self._shared is None:

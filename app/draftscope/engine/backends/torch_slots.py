@@ -109,10 +109,12 @@ class TorchSlotsBackend(TorchBackend):
 
     def start(self, prompt: list[int], *, want_hidden: bool = False):
         self.clear_slot(0)
-        prefix = prompt[:-1]
+        prefix, hidden = prompt[:-1], None
         for at in range(0, len(prefix), PREFILL_BATCH):
-            self._raise(self.decode_many({0: Prefill(prefix[at : at + PREFILL_BATCH], at)}))
-        return None
+            chunk = prefix[at : at + PREFILL_BATCH]
+            last = at + len(chunk) == len(prefix)
+            hidden = self._raise(self.decode_many({0: Prefill(chunk, at, want_hidden=want_hidden and last)})).get(0)
+        return hidden if want_hidden else None
 
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
         return self._raise(self.decode_many({0: Verify(root, tree, want_hidden=want_hidden)}))[0]
@@ -186,15 +188,19 @@ class TorchSlotsBackend(TorchBackend):
         consecutive = slots == list(range(slots[0], slots[0] + batch))
         rows_cache.block = (slots[0], slots[0] + batch) if consecutive else None
         rows_cache.span = span
-        wants_hidden = any(isinstance(item, Verify) and item.want_hidden for item in work.values())
+        wants_hidden = any(item.want_hidden for item in work.values())
+        # a forward of prompt chunks alone needs no logits (a 512-token chunk's would be 512 x vocab)
+        keep = 1 if all(isinstance(item, Prefill) for item in work.values()) else 0
         with step_kernels(self.kernel_device, tree=True):
             out = self.model(input_ids=torch.from_numpy(ids).to(device), position_ids=torch.from_numpy(positions).to(device),
                              attention_mask=mask, past_key_values=rows_cache, use_cache=True,
-                             output_hidden_states=wants_hidden)
+                             output_hidden_states=wants_hidden, logits_to_keep=keep)
         results = {}
         for b, (slot, item) in enumerate(work.items()):
             if isinstance(item, Prefill):
                 self._pasts[slot] += len(item.tokens)
+                if item.want_hidden:  # the prompt's last position: the recurrent drafter's first state
+                    results[slot] = out.hidden_states[-1][b, len(item.tokens) - 1]
                 continue
             rows = len(item.tree) + 1
             hidden = out.hidden_states[-1][b, :rows] if item.want_hidden else None
@@ -219,6 +225,8 @@ class TorchSlotsBackend(TorchBackend):
         if not 0 <= slot < self.slots:
             return f"no slot {slot}: this model holds {self.slots} answers"
         if isinstance(item, Prefill):
+            if not item.tokens:
+                return "a prefill chunk with no tokens"
             if item.start != self._pasts[slot]:
                 return f"slot {slot} holds {self._pasts[slot]} positions; a prefill from {item.start} does not follow"
             if len(item.tokens) > PREFILL_BATCH:
