@@ -348,3 +348,32 @@ def test_the_speedup_caption_stays_readable_across_theme_switches(qapp, restore_
         qapp.processEvents()
         assert caption_contrast(panel) > 0.4, name
     panel.close()
+
+
+@pytest.mark.parametrize("name", ["light", "dark"])
+def test_an_error_label_takes_the_theme_s_error_colour_and_gives_it_back(qapp, restore_app, qtbot, name):
+    from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+    from draftscope.gui.form_widgets import show_error
+    from draftscope.gui.palettes import style_colours
+
+    theme.apply_theme(qapp, name, 11)
+    box = QWidget()
+    qtbot.addWidget(box)
+    layout = QVBoxLayout(box)
+    error, plain = QLabel("██████"), QLabel("██████")
+    layout.addWidget(error)
+    layout.addWidget(plain)
+    show_error(error)
+    box.resize(200, 80)
+    box.show()
+    qapp.processEvents()
+
+    def ink(label):
+        return box.grab().toImage().pixelColor(label.geometry().x() + 4, label.geometry().center().y()).name()
+
+    colours = style_colours(name)
+    assert ink(error) == colours["error"] and ink(plain) == colours["text"]
+    show_error(error, False)
+    qapp.processEvents()
+    assert ink(error) == colours["text"]
