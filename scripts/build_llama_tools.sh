@@ -26,8 +26,11 @@ if ! command -v cmake >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; the
     say "installing cmake and ninja from PyPI"
     "$PY" -m pip install -q cmake ninja
 fi
-say "building llama-server, llama-bench and rpc-server into $dest (about 20 minutes on 2 cores)"
-cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_RPC=ON \
+# The kernels of the installed llama-cpp-python's build (without AMX where set-up had to turn it off).
+kernel_args="$("$PY" -m draftscope.engine.backends.llama_build --cmake-args)"
+say "building llama-server, llama-bench and rpc-server into $dest (about 20 minutes on 2 cores): $kernel_args"
+# shellcheck disable=SC2086
+cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $kernel_args -DGGML_RPC=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
 cmake --build "$work/build" --target llama-server llama-bench ggml-rpc-server -j "$(nproc)"

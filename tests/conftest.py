@@ -22,6 +22,8 @@ os.environ.pop("OLLAMA_MODELS", None)
 import pytest
 
 from draftscope.retrieval import Reader, Writer
+
+pytest_plugins = ["crash_report"]  # a native crash fails its test, named by its signal (with -n 1)
 from tokenizer_fixture import make_tokenizer_folder
 
 

@@ -91,6 +91,11 @@ def gguf_checked_file() -> Path:
     return cache_dir() / "gguf-checked.json"
 
 
+def llama_verdict_file() -> Path:
+    """Whether the installed llama.cpp runs on this CPU, per llama.cpp build and CPU (its self-test)."""
+    return cache_dir() / "llama-verdict.json"
+
+
 def bench_dir() -> Path:
     """Benchmarks' work files."""
     return cache_dir() / "bench"

@@ -176,6 +176,8 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
                          workers=parse_workers(settings.workers), progress=log)
     runtime = Runtime(settings, engine)
+    if engine.backend.notice:
+        runtime.notices.append(engine.backend.notice)
     if slots > 1 and engine.slots.size == 1:
         if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
             runtime.notices.append("Answers at once: on the GPU the window's answers and one served answer take "

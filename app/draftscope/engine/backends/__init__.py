@@ -4,6 +4,7 @@ quantised weights; Hugging Face folders, hub ids and CUDA devices open on torch.
 
 from __future__ import annotations
 
+from draftscope.engine.backends import llama_verdict
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
 from draftscope.rules import BACKENDS
 
@@ -19,9 +20,12 @@ def llama_cpp_available() -> bool:
     return True
 
 
-def choose_backend(source, requested: str = "auto", device: str | None = None) -> tuple[str, str]:
-    """(backend, why) for a resolved ModelSource. Refused with the reason in words when the
-    request cannot be met (llama.cpp needs a GGUF file and the llama-cpp-python package)."""
+def choose_backend(source, requested: str = "auto", device: str | None = None, *, check: bool = True,
+                   progress=None) -> tuple[str, str, str | None]:
+    """(backend, why, notice) for a resolved ModelSource; ``notice``: what the user should be told
+    (llama.cpp's kernels turned off, or llama.cpp left for torch), else None. Refused with the reason in words when the
+    request cannot be met (llama.cpp needs a GGUF file, the llama-cpp-python package, and a
+    llama.cpp that runs on this CPU: see llama_verdict; ``check`` off uses only a kept verdict)."""
     if requested not in BACKENDS:
         raise ValueError(f"unknown backend {requested!r}: choose one of {', '.join(BACKENDS)}")
     gguf = source.kind == "gguf"
@@ -30,20 +34,32 @@ def choose_backend(source, requested: str = "auto", device: str | None = None) -
             raise ValueError(f"{source.display_name} is not a GGUF file: llama.cpp runs GGUF models; use the torch backend")
         if not llama_cpp_available():
             raise ValueError("the llama.cpp backend needs llama-cpp-python (scripts/setup.sh installs it)")
-        return "llama.cpp", "chosen in the settings"
+        found = _verdict(check, progress)
+        if found is not None and not found.runs:
+            raise ValueError(f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or "
+                             f"{llama_verdict.FIX}")
+        return "llama.cpp", "chosen in the settings", found.notice if found is not None else None
     if requested == "torch":
-        return "torch", "chosen in the settings"
+        return "torch", "chosen in the settings", None
     if not gguf:
-        return "torch", "a Hugging Face model runs on torch"
+        return "torch", "a Hugging Face model runs on torch", None
     if device in (None, "auto"):
         from draftscope.engine.precision import pick_device
 
         device = pick_device().type  # a GPU when there is one: torch runs it
     if device != "cpu":
-        return "torch", f"the {device} device runs on torch"
+        return "torch", f"the {device} device runs on torch", None
     if not llama_cpp_available():
-        return "torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch"
-    return "llama.cpp", "a GGUF file on the CPU: llama.cpp computes with its quantised weights directly"
+        return "torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch", None
+    found = _verdict(check, progress)
+    notice = found.notice if found is not None else None
+    if found is not None and not found.runs:
+        return "torch", f"llama.cpp does not run on this CPU ({found.cause})", notice
+    return "llama.cpp", "a GGUF file on the CPU: llama.cpp computes with its quantised weights directly", notice
+
+
+def _verdict(check: bool, progress) -> llama_verdict.Verdict | None:
+    return llama_verdict.verdict(check=check, progress=progress)
 
 
 def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
@@ -51,7 +67,7 @@ def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
     from types import SimpleNamespace
 
     try:
-        return choose_backend(SimpleNamespace(kind="gguf", display_name="the model"), requested, device)[0]
+        return choose_backend(SimpleNamespace(kind="gguf", display_name="the model"), requested, device, check=False)[0]
     except ValueError:
         return "torch"
 
@@ -65,7 +81,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
     from draftscope.models.resolve import ModelSource, load_tokenizer, resolve_model
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
-    kind, why = choose_backend(source, backend, device)
+    kind, why, notice = choose_backend(source, backend, device, progress=progress)
     if workers and kind != "llama.cpp":
         raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
                          f"({why}): use a GGUF model on the llama.cpp backend, or no workers")
@@ -74,6 +90,8 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
         from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
 
         gguf_check.check(source.gguf_path)  # a file llama.cpp would crash on is refused here, in words
+        found = llama_verdict.verdict()  # kept by choose_backend: where its kernels fault, they stay off
+        repacked = found is None or found.repacked
         if workers:
             from draftscope.engine.backends.isolated import IsolatedLlamaBackend
             from draftscope.engine.backends.rpc import WorkerError, rpc_supported
@@ -83,11 +101,13 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
                                   "(bash scripts/setup.sh builds it with GGML_RPC=ON)")
             opened = IsolatedLlamaBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
                                           context=context or DEFAULT_CONTEXT, threads=threads, slots=slots,
-                                          workers=workers)
+                                          workers=workers, repacked=repacked)
         else:
             opened = LlamaCppBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
-                                     context=context or DEFAULT_CONTEXT, threads=threads, slots=slots)
+                                     context=context or DEFAULT_CONTEXT, threads=threads, slots=slots,
+                                     repacked=repacked)
         opened.source = source
+        opened.notice = notice
         return opened
     from draftscope.engine.loader import load_model
 
@@ -97,6 +117,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
     opened.source = source
     if source.kind == "gguf":
         opened.precision_reason += f"; torch backend: {why}"
+    opened.notice = notice  # the window, the terminal and the server say it, once per load
     return opened
 
 

@@ -37,6 +37,7 @@ class Backend(ABC):
     precision_reason: str = ""
     model = None  # the torch module, where there is one (the self:N draft model, head training, HF references)
     gives_hidden: bool = False  # can return last hidden states (the recurrent head needs them)
+    notice: str | None = None  # what the user should know of how it was opened (kernels turned off, a fallback)
 
     @abstractmethod
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:

@@ -1,12 +1,20 @@
-"""Writing a small llama-architecture GGUF from plain arrays: the setup's check that the installed
-llama.cpp runs on this CPU (a build for another CPU dies of an illegal instruction), and the
-tests' tiny models, which carry torch's weights into llama.cpp's layout."""
+"""Writing a small llama-architecture GGUF from plain arrays: the self-test's quantised model (does
+the installed llama.cpp run on this CPU, on the kernels real models take?), and the tests' tiny
+models, which carry torch's weights into llama.cpp's layout."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+
+
+class Quantised(NamedTuple):
+    """A weight already in a GGML block type: ``data`` holds its bytes, one row of blocks per weight row."""
+
+    qtype: int  # gguf.GGMLQuantizationType
+    data: np.ndarray  # uint8, (rows, bytes per row)
 
 
 def rope_layout(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -16,12 +24,12 @@ def rope_layout(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray], hidden: int, layers: int, ffn: int, heads: int,
+def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray | Quantised], hidden: int, layers: int, ffn: int, heads: int,
                      kv_heads: int, context: int, tokens: list[str], merges: list[str], control: set[int],
                      eos: int, bos: int, rms_eps: float = 1e-6, rope_theta: float = 10000.0,
                      chat_template: str | None = None, name: str = "tiny") -> Path:
     """``weights``: Hugging Face llama names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
-    ..., lm_head.weight) as float32 arrays; ``tokens``/``merges``: a byte-level BPE ("gpt2")."""
+    ..., lm_head.weight) as float32 arrays or Quantised blocks; ``tokens``/``merges``: a byte-level BPE ("gpt2")."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -36,7 +44,8 @@ def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray], hidden: int,
     writer.add_rope_freq_base(rope_theta)
     writer.add_rope_dimension_count(hidden // heads)
     writer.add_vocab_size(len(tokens))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    quantised = any(isinstance(w, Quantised) for w in weights.values())
+    writer.add_file_type(gguf.LlamaFileType.GUESSED if quantised else gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -49,7 +58,11 @@ def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray], hidden: int,
         writer.add_chat_template(chat_template)
 
     def put(key: str, hf_name: str, heads_for_rope: int | None = None) -> None:
-        w = np.ascontiguousarray(weights[hf_name], dtype=np.float32)
+        w = weights[hf_name]
+        if isinstance(w, Quantised):  # random blocks: no row order to keep
+            writer.add_tensor(key, np.ascontiguousarray(w.data, dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType(w.qtype))
+            return
+        w = np.ascontiguousarray(w, dtype=np.float32)
         writer.add_tensor(key, rope_layout(w, heads_for_rope) if heads_for_rope else w)
 
     put("token_embd.weight", "model.embed_tokens.weight")
@@ -110,3 +123,56 @@ def random_llama(path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 
                         hf + "mlp.down_proj.weight": mat(hidden, ffn)})
     return write_llama_gguf(path, weights=weights, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
                             context=256, tokens=tokens, merges=["Ġ Ġ"], control={257, 258}, eos=258, bos=257)
+
+
+# The types the catalogue's files and users' downloads hold, each on a weight of every kind of
+# product (attention in and out, the MLP up and down). llama.cpp repacks them at load for this
+# CPU's fastest kernels (AMX tiles, AVX2/AVX512 interleaved rows) when their shape allows: rows a
+# multiple of 32 and columns of 256 (a K-quant's block), as every real model's are.
+SELFTEST_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K")
+
+
+def quantise(weight: np.ndarray, qtype_name: str, rng: np.random.Generator) -> Quantised:
+    """``weight`` in the block type named: Q4_0, Q4_1 and Q8_0 by gguf's own quantiser; Q4_K
+    (which gguf cannot write) as random blocks of the same size, their scales kept small."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[qtype_name]
+    if qtype_name != "Q4_K":
+        return Quantised(int(qtype), gguf.quants.quantize(weight.astype(np.float32), qtype))
+    rows, cols = weight.shape
+    block, size = gguf.GGML_QUANT_SIZES[qtype]  # 256 weights in 144 bytes: d, dmin (f16), 12 bytes of scales, 128 of nibbles
+    blocks = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    scales = np.array([0.002, 0.001], dtype=np.float16).view(np.uint8)
+    blocks[:, :, :4] = scales
+    return Quantised(int(qtype), blocks.reshape(rows, -1))
+
+
+def random_quantised_llama(path: Path, *, layers: int = 2, seed: int = 0) -> Path:
+    """A random llama whose products run on the kernels real models take: hidden 256, MLP 512,
+    4 query heads of 64 over 2 KV heads, every weight of a layer in one of SELFTEST_TYPES (turning
+    from layer to layer, so each type meets each shape), the embeddings and output in Q8_0."""
+    hidden, ffn, heads, kv_heads = 256, 512, 4, 2
+    rng = np.random.default_rng(seed)
+    tokens = byte_vocab()
+    vocab, kv = len(tokens), kv_heads * hidden // heads
+
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+
+    weights = {"model.embed_tokens.weight": quantise(mat(vocab, hidden), "Q8_0", rng),
+               "model.norm.weight": np.ones(hidden, np.float32),
+               "lm_head.weight": quantise(mat(vocab, hidden), "Q8_0", rng)}
+    products = [("self_attn.q_proj", hidden, hidden), ("self_attn.k_proj", kv, hidden), ("self_attn.v_proj", kv, hidden),
+                ("self_attn.o_proj", hidden, hidden), ("mlp.gate_proj", ffn, hidden), ("mlp.up_proj", ffn, hidden),
+                ("mlp.down_proj", hidden, ffn)]
+    for i in range(layers):
+        hf = f"model.layers.{i}."
+        weights[hf + "input_layernorm.weight"] = np.ones(hidden, np.float32)
+        weights[hf + "post_attention_layernorm.weight"] = np.ones(hidden, np.float32)
+        for j, (name, rows, cols) in enumerate(products):
+            qtype = SELFTEST_TYPES[(i + j) % len(SELFTEST_TYPES)]
+            weights[f"{hf}{name}.weight"] = quantise(mat(rows, cols), qtype, rng)
+    return write_llama_gguf(path, weights=weights, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
+                            context=256, tokens=tokens, merges=["Ġ Ġ"], control={257, 258}, eos=258, bos=257,
+                            name="draftscope self-test")

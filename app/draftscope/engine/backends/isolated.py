@@ -36,7 +36,7 @@ class IsolatedLlamaBackend(Backend):
     gives_hidden = False
 
     def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = LLAMA_CONTEXT,
-                 threads: int | None = None, slots: int = 1, workers: list[str] | None = None,
+                 threads: int | None = None, slots: int = 1, workers: list[str] | None = None, repacked: bool = True,
                  call_timeout_s: float = CALL_TIMEOUT_S, load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
         self.path = Path(path)
         self.tokenizer = tokenizer
@@ -44,7 +44,7 @@ class IsolatedLlamaBackend(Backend):
         self.workers = list(workers or [])
         self.call_timeout_s, self.load_timeout_s = call_timeout_s, load_timeout_s
         self._args = dict(path=str(self.path), name=self.name, context=context, threads=threads, slots=slots,
-                          workers=self.workers)
+                          workers=self.workers, repacked=repacked)
         self._lock = threading.RLock()
         self._proc = self._conn = self._shm = None
         self.dead: str | None = None  # why the child ended, until the model is opened again
@@ -239,7 +239,8 @@ def _child_main(conn, args: dict, log: str) -> None:
         try:
             if name == "open":
                 backend = LlamaCppBackend(args["path"], None, name=args["name"], context=args["context"],
-                                          threads=args["threads"], slots=args["slots"], workers=args["workers"])
+                                          threads=args["threads"], slots=args["slots"], workers=args["workers"],
+                                          repacked=args["repacked"])
                 value = dict(vocab=backend.vocab, max_context=backend.max_context, eos_ids=sorted(backend.eos_ids),
                              precision=backend.precision, precision_reason=backend.precision_reason,
                              description=backend.description, split=backend.split, threads=backend.threads,

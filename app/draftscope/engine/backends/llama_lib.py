@@ -19,6 +19,7 @@ _init_lock = threading.Lock()
 _initialised = False
 _log_callback = None  # kept alive: llama.cpp calls it from C
 _errors: collections.deque[str] = collections.deque(maxlen=8)  # llama.cpp's last error lines, for our messages
+_buffers: collections.deque[str] = collections.deque(maxlen=16)  # "AMX model buffer size = ..." lines of recent loads
 
 
 def lib():
@@ -35,6 +36,8 @@ def lib():
                 line = (text or b"").decode(errors="replace").rstrip()
                 if "error" in line.lower() or "fail" in line.lower():
                     _errors.append(line)
+                if "model buffer size" in line:
+                    _buffers.append(line)
                 if verbose:
                     print(line, file=sys.stderr)
 
@@ -53,3 +56,14 @@ def last_error() -> str:
     return _errors[-1].split(": ", 1)[-1] if _errors else ""
 
 
+
+
+def weight_buffers() -> list[str]:
+    """The buffer types the weights of the models loaded so far went to, as llama.cpp's load log names
+    them ("CPU", "CPU_REPACK", "AMX", "CUDA0", "RPC[...]"): which kernels their products run on."""
+    names = []
+    for line in _buffers:
+        name = line.split(":", 1)[-1].split("model buffer size")[0].strip()
+        if name and name not in names:
+            names.append(name)
+    return names

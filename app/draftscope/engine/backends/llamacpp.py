@@ -68,7 +68,9 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = DEFAULT_CONTEXT,
                  threads: int | None = None, gpu_layers: int = 0, slots: int = 1,
-                 workers: list[str] | None = None) -> None:
+                 workers: list[str] | None = None, repacked: bool = True) -> None:
+        """``repacked``: let llama.cpp copy the weights at load into the layouts of this CPU's fastest
+        kernels (AMX tiles, interleaved AVX rows); off where those kernels crash (llama_verdict)."""
         if not 1 <= slots <= MAX_SEQUENCES:
             raise ValueError(f"slots (answers at once) must be between 1 and {MAX_SEQUENCES}, not {slots}")
         L = _lib()
@@ -79,6 +81,8 @@ class LlamaCppBackend(Backend):
         self.device = "cpu" if gpu_layers == 0 else "gpu"
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = gpu_layers
+        mparams.use_extra_bufts = repacked
+        self.repacked = repacked
         self.split: dict[str, int] = {}  # layers per machine, when workers share the model
         if workers:
             self._offload_to_workers(mparams, workers)
@@ -153,7 +157,8 @@ class LlamaCppBackend(Backend):
                 memory = {}
             where = " · layers " + ", ".join(f"{n} on {m}" + (f" (~{_size(memory[m])})" if m in memory else "")
                                              for m, n in self.split.items())
-        return f"llama.cpp · {self.precision} · {self.threads} threads{where}"
+        kernels = "" if self.repacked else " · without repacked kernels"
+        return f"llama.cpp · {self.precision} · {self.threads} threads{kernels}{where}"
 
     @property
     def cached(self) -> int:

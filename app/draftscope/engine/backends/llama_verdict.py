@@ -1,0 +1,117 @@
+"""Does the installed llama.cpp run on this CPU? Asked before the first GGUF model opens on it, and
+again whenever llama-cpp-python's files or the CPU change: the self-test (selftest.py) runs in a
+child process, so a kernel that faults ends the child, never the app.
+
+The answer, kept in the cache folder: llama.cpp runs as built; or it runs only with its weights
+in their plain layout (the repacked kernels, AMX among them, fault): GGUF models then open on
+llama.cpp without them, slower, with a notice; or it does not run at all: GGUF models open on
+torch, with a notice naming the cause and the fix (rerun set-up, which rebuilds llama.cpp without
+the kernels that fault)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from draftscope import paths
+
+CHECK_TIMEOUT_S = 120.0
+FIX = "rerun `bash scripts/setup.sh`, which rebuilds llama.cpp without the kernels that fail"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    runs: bool  # GGUF models can open on llama.cpp here
+    repacked: bool  # ... with their weights repacked for this CPU's fastest kernels
+    notice: str | None = None  # what was turned off, why, and the fix (None: nothing)
+    cause: str | None = None  # the self-test's words on how it failed
+
+
+_lock = threading.Lock()  # one check at a time: the window and the server may open models together
+
+
+def verdict(*, check: bool = True, progress=None) -> Verdict | None:
+    """This llama.cpp's verdict on this CPU: the kept one, else (``check``) the self-test's, run
+    now and kept. None when nothing is kept and ``check`` is off (memory estimates must not wait)."""
+    key = _key()
+    with _lock:
+        kept = _kept().get(key)
+        try:
+            return Verdict(**kept)
+        except TypeError:  # nothing kept, or a damaged entry: check again
+            pass
+        if not check:
+            return None
+        if progress is not None:
+            progress("checking that llama.cpp runs on this CPU (once per llama.cpp build) ...")
+        found = judge()
+        _keep(key, found)
+    return found
+
+
+def judge(command: list[str] | None = None) -> Verdict:
+    """Run the self-test as built, then, if it fails, with the weights in their plain layout."""
+    import draftscope.engine.backends.selftest as selftest
+
+    first = selftest.run(timeout=CHECK_TIMEOUT_S, command=command)
+    if first.ok:
+        return Verdict(True, True)
+    plain = selftest.run(repacked=False, timeout=CHECK_TIMEOUT_S, command=command)
+    if plain.ok:
+        return Verdict(True, False, f"llama.cpp runs without its repacked kernels here, which is slower: {first.message}. "
+                                    f"To get them back, {FIX}", first.message)
+    return Verdict(False, False, f"GGUF models run on torch (de-quantised: slower, and more memory) because "
+                                 f"{first.message}. To run them on llama.cpp, {FIX}", first.message)
+
+
+def forget() -> None:
+    """Drop every kept verdict (after set-up installs another llama.cpp, or in tests)."""
+    paths.llama_verdict_file().unlink(missing_ok=True)
+
+
+def _key() -> str:
+    """llama-cpp-python's library files (name, size, time) and the CPU's feature flags."""
+    parts = []
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is not None and spec.origin:
+        folder = Path(spec.origin).parent
+        for lib in sorted([*folder.glob("lib/*.so*"), *folder.glob("lib/*.dylib"), *folder.glob("lib/*.dll")]):
+            st = lib.stat()
+            parts.append(f"{lib.name}:{st.st_size}:{st.st_mtime_ns}")
+    parts.append(_cpu_flags())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line.split(":", 1)[-1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return f"{platform.machine()} {platform.processor()}"
+
+
+def _kept() -> dict:
+    try:
+        kept = json.loads(paths.llama_verdict_file().read_text())
+        return kept if isinstance(kept, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _keep(key: str, found: Verdict) -> None:
+    store = paths.llama_verdict_file()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    kept = _kept()
+    kept[key] = asdict(found)
+    tmp = store.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dict(list(kept.items())[-20:])))
+    os.replace(tmp, store)

@@ -1,0 +1,148 @@
+"""A llama.cpp whose kernels fault on this CPU never ends the app (issue 40): the self-test runs in a
+child before the first GGUF opens, and where it dies the model opens on torch (or on llama.cpp with
+its weights in their plain layout, where only the repacked kernels fault), in the window, the
+terminal and the server, each saying why and what fixes it. The dying llama.cpp is a stand-in
+self-test child that dies as the AMX kernels did (SIGSEGV in a batched product)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from llama_helpers import need_llama_cpp
+
+need_llama_cpp()
+
+from draftscope import paths  # noqa: E402
+from draftscope.core.runtime import load_runtime  # noqa: E402
+from draftscope.engine.backends import llama_verdict, selftest  # noqa: E402
+from draftscope.storage import Settings  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
+
+PROMPT = "The quick brown fox"
+NONE = {"retrieval": False, "learned": False, "context": False, "model": False, "recurrent": False}
+
+
+@pytest.fixture(scope="module")
+def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("fallback") / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3),
+                           tokenizer_dir)
+
+
+def stand_in(tmp_path, monkeypatch, *, plain_runs: bool):
+    """The self-test's child replaced by one that dies of SIGSEGV with its weights on AMX (and, with
+    ``plain_runs``, passes with them in their plain layout); verdicts kept apart from the suite's."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        print("kernels: AVX2,AVX512,AMX_INT8", flush=True)
+        if "--plain-layout" in sys.argv and {plain_runs!r}:
+            print("buffers: CPU_Mapped")
+            print("stage: step")
+            print("ok")
+            sys.exit(0)
+        print("buffers: CPU_Mapped,AMX", flush=True)
+        print("stage: prompt", flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """))
+    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")
+
+
+def settings(gguf, **fields) -> Settings:
+    return Settings(**{"model": str(gguf), "drafters": dict(NONE), "datastore": "", "max_new_tokens": 8, **fields})
+
+
+def test_a_dying_llama_cpp_opens_the_gguf_on_torch_with_a_notice(gguf, tmp_path, monkeypatch):
+    stand_in(tmp_path, monkeypatch, plain_runs=False)
+    runtime = load_runtime(settings(gguf))
+    try:
+        assert runtime.engine.backend.kind == "torch"
+        [notice] = [n for n in runtime.notices if "llama.cpp" in n]
+        assert "SIGSEGV" in notice and "AMX" in notice and "scripts/setup.sh" in notice and "torch" in notice
+    finally:
+        runtime.close()
+    kept = llama_verdict.verdict(check=False)  # kept: the next load does not run the child again
+    assert kept is not None and not kept.runs
+
+
+def test_llama_cpp_asked_for_by_name_is_refused_in_words(gguf, tmp_path, monkeypatch):
+    stand_in(tmp_path, monkeypatch, plain_runs=False)
+    with pytest.raises(ValueError, match=r"llama.cpp does not run on this CPU: llama.cpp died of SIGSEGV"):
+        load_runtime(settings(gguf, backend="llama.cpp"))
+
+
+def test_where_only_the_repacked_kernels_fault_the_gguf_stays_on_llama_cpp_without_them(gguf, tokenizer, tmp_path,
+                                                                                         monkeypatch):
+    stand_in(tmp_path, monkeypatch, plain_runs=True)
+    runtime = load_runtime(settings(gguf))
+    try:
+        backend = runtime.engine.backend
+        assert backend.kind == "llama.cpp" and backend.repacked is False
+        assert "without repacked kernels" in backend.describe()
+        [notice] = [n for n in runtime.notices if "llama.cpp" in n]
+        assert "without its repacked kernels" in notice and "SIGSEGV" in notice and "scripts/setup.sh" in notice
+        from draftscope.engine.engine import GenerationRequest
+
+        ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+        final = list(runtime.engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=6)))[-1]
+        assert final.error is None and len(final.token_ids) == 6
+    finally:
+        runtime.close()
+
+
+def test_the_terminal_answers_on_torch_and_says_why(gguf, tmp_path, monkeypatch, capsys):
+    from draftscope.cli import main
+
+    stand_in(tmp_path, monkeypatch, plain_runs=False)
+    assert main(["generate", PROMPT, "--model", str(gguf), "--drafters", "none", "--max-new-tokens", "6"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip()
+    assert "on torch" in captured.err and "note: GGUF models run on torch" in captured.err
+    assert "SIGSEGV" in captured.err and "bash scripts/setup.sh" in captured.err
+
+
+def test_the_server_answers_on_torch_and_says_why(gguf, tmp_path, monkeypatch, capsys):
+    import openai
+
+    from draftscope.cli import build_parser
+    from draftscope.commands.model_options import runtime_from_args
+    from draftscope.server import ServerConfig, ServerThread, create_app
+
+    stand_in(tmp_path, monkeypatch, plain_runs=False)
+    args = build_parser().parse_args(["serve", "--model", str(gguf), "--drafters", "none", "--max-new-tokens", "6"])
+    runtime = runtime_from_args(args)
+    assert "note: GGUF models run on torch" in capsys.readouterr().err
+    server = ServerThread(create_app(runtime, history=None, config=ServerConfig()), port=0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="unused")
+        reply = client.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=6)
+        assert reply.choices[0].text
+    finally:
+        server.stop()
+        runtime.close()
+
+
+def test_the_window_opens_on_torch_and_says_why(qtbot, gguf, tmp_path, monkeypatch):
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QLabel
+
+    from draftscope.gui.launcher import Launcher
+    from draftscope.storage import HistoryStore
+
+    stand_in(tmp_path, monkeypatch, plain_runs=False)
+    launcher = Launcher(load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings(gguf))
+    with qtbot.waitSignal(launcher.window_ready, timeout=120_000) as ready:
+        launcher.start()
+    window = ready.args[0]
+    qtbot.addWidget(window)
+    try:
+        message = window.statusBar().currentMessage()
+        assert "GGUF models run on torch" in message and "SIGSEGV" in message and "scripts/setup.sh" in message
+        assert "torch" in window.findChild(QLabel, "statusDevice").text()
+    finally:
+        window.close()
+        launcher.server.stop()
