@@ -434,3 +434,36 @@ def test_a_slot_is_emptied_before_the_next_answer_gets_it(shared, monkeypatch):
     for view in held[1:]:
         shared.slots.release(view)
     assert shared.slots.busy == 0
+
+
+class LongChainDrafter:
+    """Drafts a 100-node chain whatever budget it is given: more than a shared forward takes."""
+
+    name, source = "context", DraftSource.CONTEXT
+
+    def reset(self, context_ids):
+        pass
+
+    def propose(self, context_ids, budget):
+        from draftscope.engine.backends.base import chain_tree
+
+        return chain_tree([(context_ids[-1] + k) % 50 + 3 for k in range(100)])
+
+    def observe(self, accepted_ids):
+        pass
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=7)],
+                         ids=["greedy", "T0.9"])
+def test_a_budget_beyond_what_a_shared_forward_takes_cuts_the_trees_to_fit(shared, tokenizer, params):
+    """``--budget 100`` with answers at once: every drafted answer failed ("at most 64"); now its
+    trees are cut to the 64 nodes a slot's verify takes, and the answer is plain decoding's."""
+    ids = ids_of(tokenizer, PROMPTS[0])
+    plain = list(shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=80, sampling=params)))[-1]
+    events = list(shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=80, sampling=params,
+                                                    drafters=[LongChainDrafter()], budget=100)))
+    final = events[-1]
+    assert final.error is None, final.error
+    sizes = [len(e.tree.tokens) for e in events[:-1] if getattr(e, "tree", None) is not None]
+    assert sizes and max(sizes) == 64, sizes
+    assert_plain_or_near_tie(shared, ids, plain.token_ids, final.token_ids, params)

@@ -95,6 +95,25 @@ def test_the_torch_backend_holds_as_many_answers_as_asked(shared, alone):
     assert alone.slots.size == 1
 
 
+def test_turning_the_server_on_reopens_a_torch_model_with_room_for_its_answers(shared, alone):
+    """A torch model loaded with the server off holds one answer: serving needs it reopened with
+    slots (it was never reopened, so the window's answers and the served ones waited for each other)."""
+    from draftscope.core.runtime import Runtime
+    from draftscope.storage import Settings
+
+    serving = Settings(server_enabled=True, server_parallel=2)  # two served answers and the window's
+    assert Runtime(Settings(), alone).needs_reload(serving), "one slot cannot hold three answers"
+    assert not Runtime(Settings(), shared).needs_reload(serving), "four slots hold three answers"
+    assert not Runtime(Settings(), alone).needs_reload(Settings(server_parallel=2)), "no server, no reload"
+
+
+def test_on_cuda_one_served_answer_and_the_window_take_turns_on_the_captured_steps():
+    from draftscope.engine.backends import answers_held
+
+    assert answers_held("torch", "cuda:0", 2) == 1 and answers_held("torch", "cuda", 3) == 3
+    assert answers_held("torch", "cpu", 2) == 2 and answers_held("llama.cpp", "cpu", 2) == 2
+
+
 @torch.inference_mode()
 def test_a_shared_forward_gives_each_row_its_solo_logits(model, tokenizer):
     """One forward with a prompt chunk, a chain and a branching tree of three slots: each row's

@@ -121,7 +121,10 @@ class Runtime:
         precision, backend or draft model changed, or a draft model is switched on that is not loaded."""
         changed = changed_fields(self.settings, new)
         wants_draft = bool(new.drafters.get("model") and new.draft_model) and self.draft_model is None
-        more_answers = self.engine.slots.size < answer_slots(new) and self.engine.backend.kind == "llama.cpp"
+        from draftscope.engine.backends import answers_held
+
+        backend = self.engine.backend
+        more_answers = self.engine.slots.size < answers_held(backend.kind, backend.device, answer_slots(new))
         return bool(changed & RELOAD_FIELDS) or (wants_draft and "drafters" in changed) or more_answers
 
     def apply(self, new: Settings) -> list[str]:

@@ -81,6 +81,13 @@ def share_cores_with(backend) -> None:
     torch.set_num_threads(1 if backend.kind == "llama.cpp" else TORCH_THREADS)
 
 
+def first_nodes(tree: DraftTree, most: int) -> DraftTree:
+    """The tree's first ``most`` nodes (parents come before children, so it stays a tree)."""
+    if len(tree) <= most:
+        return tree
+    return subtree(tree, np.arange(len(tree)) < most)
+
+
 def limit_leaves(tree: DraftTree, max_leaves: int | None) -> DraftTree:
     """At most ``max_leaves`` leaves (a backend shared by several answers gives each fewer cache
     sequences, one per leaf): nodes are kept in the tree's order, parents first, while they do not
@@ -315,11 +322,13 @@ class Engine:
                     raise RuntimeError("another answer started on this model while this one was paused")
                 t0 = time.perf_counter()
                 size = budget.draft_budget()
+                if backend.max_tree is not None:  # a fixed --budget beyond what a verify takes: trees cut to fit
+                    size = min(size, backend.max_tree)
                 tree = drafter.propose(ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
                 tree = limit_leaves(prune_depth(drop_foreign_tokens(tree, self.vocab), limit - len(generated) - 1),
                                     getattr(backend, "max_leaves", None))
                 shared = backend.forward_stats() if hasattr(backend, "forward_stats") else None
-                tree = budget.trim(tree, size, shared)
+                tree = first_nodes(budget.trim(tree, size, shared), size)
                 t1 = time.perf_counter()
                 verified = backend.verify(root, tree, want_hidden=wants_hidden)
                 logits = verified.logits

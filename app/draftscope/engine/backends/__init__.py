@@ -8,7 +8,7 @@ from draftscope.engine.backends import llama_verdict
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
 from draftscope.rules import BACKENDS
 
-__all__ = ["BACKENDS", "Backend", "Verified", "backend_for_gguf", "chain_tree", "choose_backend", "llama_cpp_available",
+__all__ = ["BACKENDS", "Backend", "Verified", "answers_held", "backend_for_gguf", "chain_tree", "choose_backend", "llama_cpp_available",
            "open_backend", "torch_backend_for"]
 
 
@@ -121,6 +121,16 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
     return opened
 
 
+def answers_held(kind: str, device, wanted: int) -> int:
+    """How many answers a backend of ``kind`` on ``device`` holds at once when asked for ``wanted``.
+    On CUDA a shared torch forward runs eagerly (its shape changes with the answers in it) while one
+    answer replays captured steps, several times faster: there the window and one served answer take
+    turns (1 slot), and slots start from 3 answers."""
+    if kind == "torch" and str(device).startswith("cuda") and wanted <= 2:
+        return 1
+    return wanted
+
+
 def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, slots: int = 1, **kwargs) -> Backend:
     """A loaded torch model as a backend. ``cache``: "static" (preallocated; on CUDA each tree
     size's step is captured as a CUDA graph at once, here, at load, telling ``progress(text)``),
@@ -133,9 +143,7 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, s
     if cache not in ("auto", "static", "dynamic"):
         raise ValueError(f"unknown cache {cache!r}: choose auto, static or dynamic")
     on_cuda = torch.device(kwargs.get("device") or next(model.parameters()).device).type == "cuda"
-    # On CUDA a shared forward runs eagerly (its shape changes with the answers in it) while one answer
-    # replays captured steps, several times faster: the window and one served answer take turns there.
-    if slots > 2 or (slots == 2 and not on_cuda):
+    if answers_held("torch", "cuda" if on_cuda else "cpu", slots) > 1:
         from draftscope.engine.backends.torch_slots import TorchSlotsBackend
 
         return TorchSlotsBackend(model, tokenizer, slots=slots, **kwargs)

@@ -26,6 +26,7 @@ import torch
 from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama_lib import LlamaCppError
+from draftscope.engine.backends.slots import MAX_TREE
 
 LOAD_TIMEOUT_S = 600.0  # opening the model: workers receive their layers over the network
 CALL_TIMEOUT_S = 120.0  # one call (a prefill chunk of 512 tokens included)
@@ -72,8 +73,9 @@ class IsolatedLlamaBackend(Backend):
         self.precision, self.precision_reason = info["precision"], info["precision_reason"]
         self.description, self.split, self.threads = info["description"], info["split"], info["threads"]
         self.slots, self.leaves, self.batch_capacity = info["slots"], info["leaves"], info["batch_capacity"]
+        self.max_tree = MAX_TREE  # the shared logits buffer holds a root and MAX_TREE nodes a slot
         self.device, self._describe = info["device"], info["describe"]
-        rows = self.slots * 65  # every slot's root and largest tree
+        rows = self.slots * (MAX_TREE + 1)  # every slot's root and largest tree
         self._shm = shared_memory.SharedMemory(create=True, size=rows * self.vocab * 4)
         self._call("attach", self._shm.name, rows)
         self.dead = None

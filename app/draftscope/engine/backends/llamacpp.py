@@ -98,6 +98,7 @@ class LlamaCppBackend(Backend):
         self.slots = slots
         self.leaves = min(MAX_LEAVES, MAX_SEQUENCES // slots)  # sequence ids (tree leaves) per slot
         self.batch_capacity = max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL)
+        self.max_tree = MAX_TREE if slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
         cparams = L.llama_context_default_params()
         # Room for every slot's whole tree past the last position its answer may reach: tree
         # siblings take cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
@@ -263,9 +264,8 @@ class LlamaCppBackend(Backend):
         if leaves > self.leaves:
             return (f"a draft tree of {leaves} leaves; llama.cpp verifies at most {self.leaves} per answer with "
                     f"{self.slots} answers at once")
-        most = MAX_TREE if self.slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
-        if len(item.tree) > most:
-            return f"a draft tree of {len(item.tree)} nodes; at most {most}"
+        if len(item.tree) > self.max_tree:
+            return f"a draft tree of {len(item.tree)} nodes; at most {self.max_tree}"
         return None
 
     @_serialised

@@ -58,7 +58,13 @@ class ForwardStats:
 
 
 class SharedForward:
-    """Gathers the slots' work and runs it in one forward: the first caller of a round leads it."""
+    """Gathers the slots' work and runs it in one forward: the first caller of a round leads it.
+
+    A round closes when every answer in progress has submitted, or when ``wait_s`` has passed since
+    the round opened: the moment its first item arrived, or, for items submitted while a forward
+    ran, the moment that forward ended. (Counted from each item's own submission, an answer that
+    asked mid-forward would find its wait spent when the forward ended and lead a forward alone
+    before the others could resubmit: the answers would split into groups taking turns.)"""
 
     def __init__(self, backend, wait_s: float = DEFAULT_WAIT_S) -> None:
         self.backend = backend
@@ -67,43 +73,64 @@ class SharedForward:
         self._pending: dict[int, object] = {}
         self._results: dict[int, object] = {}
         self._running = False
+        self._opened = 0.0  # when the round now gathering began to wait (monotonic)
         self.active: set[int] = set()  # slots whose answers are in progress
         self.last = ForwardStats()
+        self.forwards = 0  # forwards run, and the answers they held, since the model was opened
+        self.answers_in_forwards = 0
+
+    @property
+    def mean_answers(self) -> float:
+        """Answers per forward on average (0.0 before the first)."""
+        return self.answers_in_forwards / self.forwards if self.forwards else 0.0
 
     def run(self, slot: int, item) -> object:
         with self._cond:
+            if not self._pending and not self._running:
+                self._opened = time.monotonic()
             self._pending[slot] = item
             self._cond.notify_all()
-            deadline = time.monotonic() + self.wait_s
             while slot not in self._results:
-                everyone = self.active <= set(self._pending)
-                if not self._running and (everyone or time.monotonic() >= deadline):
-                    self._lead()
-                    continue
-                remaining = deadline - time.monotonic()
-                self._cond.wait(timeout=max(remaining, 0.0005) if not self._running else None)
+                if not self._running:
+                    deadline = self._opened + self.wait_s
+                    if self.active <= set(self._pending) or time.monotonic() >= deadline:
+                        self._lead()
+                        continue
+                    self._cond.wait(timeout=max(deadline - time.monotonic(), 0.0005))
+                else:
+                    self._cond.wait()
             result = self._results.pop(slot)
         if isinstance(result, BaseException):
             raise result
         return result
 
     def _lead(self) -> None:
-        """Called holding the lock: run what is pending, the lock released during the forward."""
+        """Called holding the lock: run what is pending, the lock released during the forward.
+        Whatever happens, every item of the forward gets a result and the waiters are woken."""
         work, self._pending, self._running = self._pending, {}, True
+        results: dict[int, object] = {}
+        seconds = 0.0
         self._cond.release()
-        started = time.perf_counter()
         try:
+            started = time.perf_counter()
             out = self.backend.decode_many(work)  # an item that failed has its error as its result
+            seconds = time.perf_counter() - started
             results = {slot: out.get(slot) for slot in work}
         except BaseException as exc:  # noqa: BLE001 - each answer in the forward hears of it
             results = {slot: exc for slot in work}
-        seconds = time.perf_counter() - started
-        self._cond.acquire()
-        self._running = False
-        tokens = sum(len(w.tokens) if hasattr(w, "tokens") else 1 + len(w.tree) for w in work.values())
-        self.last = ForwardStats(tokens, len(work), seconds)
-        self._results.update(results)
-        self._cond.notify_all()
+        finally:
+            self._cond.acquire()
+            self._running = False
+            self._opened = time.monotonic()  # items that came during the forward start their wait now
+            self._results.update({slot: results.get(slot, RuntimeError("the shared forward ended without a result"))
+                                  for slot in work})
+            self._cond.notify_all()
+        self.forwards += 1
+        self.answers_in_forwards += len(work)
+        try:  # figures for the step policy: never at the cost of the answers' results
+            self.last = ForwardStats(sum(_tokens(w) for w in work.values()), len(work), seconds)
+        except Exception:  # noqa: BLE001
+            self.last = ForwardStats(0, len(work), seconds)
 
     def join(self, slot: int) -> None:
         with self._cond:
@@ -113,6 +140,10 @@ class SharedForward:
         with self._cond:
             self.active.discard(slot)
             self._cond.notify_all()  # a leader may have been waiting for this slot
+
+
+def _tokens(item) -> int:
+    return len(item.tokens) if isinstance(item, Prefill) else 1 + len(item.tree)
 
 
 class SlotPool:
@@ -163,7 +194,10 @@ class SlotPool:
         with self._cond:
             if self._ticket.get(view.slot) != view.ticket:
                 return  # taken over by a later answer on the same thread (it releases it), or released
-            self._ticket[view.slot] = -1  # being released: a second release of this view does nothing
+            # Being released: neither free nor anyone's, so no answer (its owner's next one included,
+            # on any thread) can take it until it is emptied; a second release of this view does nothing.
+            self._ticket[view.slot] = -1
+            self._owner.pop(view.slot, None)
         if self.shared is not None:  # emptied before anyone can take it
             self.shared.leave(view.slot)
             try:
@@ -172,7 +206,6 @@ class SlotPool:
                 pass
         with self._cond:
             del self._ticket[view.slot]
-            self._owner.pop(view.slot, None)
             self._free.append(view.slot)
             self._free.sort()
             self._cond.notify_all()
@@ -198,6 +231,8 @@ class SlotBackend(Backend):
         self.max_context, self.eos_ids, self.device = b.max_context, b.eos_ids, b.device
         self.precision, self.precision_reason = b.precision, b.precision_reason
         self.model, self.gives_hidden = b.model, b.gives_hidden
+        limits = [n for n in (b.max_tree, MAX_TREE if pool.shared is not None else None) if n is not None]
+        self.max_tree = min(limits) if limits else None
 
     @property
     def _shared(self) -> SharedForward | None:

@@ -96,6 +96,7 @@ class TorchSlotsBackend(TorchBackend):
         self.slots = slots
         self.max_context = min(self.max_context, SLOT_CONTEXT)
         self.batch_capacity = max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL)
+        self.max_tree = MAX_TREE
         # a slot holds max_context + a tree; a forward's padding may write a prompt chunk's length past that
         self._holds = self.max_context + MAX_TREE + 1
         self._rows = _RowsCache(int(model.config.num_hidden_layers), slots, self._holds + PREFILL_BATCH)
