@@ -80,6 +80,9 @@ def test_steps_match_the_dynamic_cache_through_accept_reject_branch_truncate_can
         # a graph for each tree size over each span that can hold it (64 + 1 nodes past a 16-token prompt: not 64)
         assert set(static.graphs.buckets) == {(b, s) for b in BUCKETS for s in static.spans if b + 17 <= s}
         assert (64, 64) not in static.graphs.buckets and (32, 64) in static.graphs.buckets
+        # every step of the script ran through the graphs' buffers (a step that fell back to an eager
+        # forward would have passed the comparisons above unnoticed)
+        assert static.graphs.replays == sum(1 for step in script if step[0] != "truncate")
 
 
 def test_trees_are_padded_to_a_few_sizes():
@@ -129,6 +132,8 @@ def test_answers_with_drafts_are_plain_decodings_and_show_no_padding(model, toke
     final = events[-1]
     assert final.token_ids == plain.token_ids
     steps = events[:-1]
+    if graphs == "eager":  # the answer's steps replayed the graphs' buffers, every one
+        assert static_engine.backend.graphs.replays == len(steps) > 0
     assert sum(e.accepted for e in steps) > 0 or not params.greedy
     for e in steps:  # what the panels and the step records see: the drafters' nodes, no padding
         nodes = len(e.tree.tokens) if e.tree is not None else 0
@@ -184,3 +189,75 @@ def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, 
     still = list(Engine(backend=failed).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=12,
                                                                    drafters=[ContextDrafter()], budget=4)))[-1]
     assert still.token_ids == plain.token_ids
+
+
+def graph_fault(monkeypatch, fault):
+    """The graphs' replays made wrong by ``fault(bucket, logits)``; the eager (math) steps stay right."""
+    from draftscope.engine import step_graphs
+
+    real = step_graphs.StepGraphs._forward
+
+    def faulty(self, b):
+        logits, hidden = real(self, b)
+        return fault(b, logits), hidden
+
+    monkeypatch.setattr(step_graphs.StepGraphs, "_forward", faulty)
+
+
+@pytest.mark.parametrize("fault", ["5% off", "reads the tree mask as causal", "real nodes see the padding"])
+def test_the_capture_check_catches_a_graph_kernel_that_is_wrong(model, tokenizer, monkeypatch, fault):
+    """Issue 41: the check once ran chains of <= 3 nodes, where a causal mask is the tree's own: a
+    kernel that read the mask as causal passed it. Now a branching tree, padded, over every bucket."""
+    from draftscope.engine import step_graphs
+
+    if fault == "5% off":  # the smallest error the 2% tolerance must catch, on the root's row
+        graph_fault(monkeypatch, lambda b, logits: logits + 0.05 * logits.abs().max() *
+                    (torch.arange(logits.shape[1])[None, :, None] == 0))
+    else:
+        real_forward = step_graphs.StepGraphs._forward
+
+        def wrong_mask(self, b):
+            q, past = b.ids.shape[1], int(b.slots[0])
+            keep = b.mask.clone()
+            own = keep[0, 0, :, past : past + q] == 0  # what the step allows among its own slots
+            if fault == "reads the tree mask as causal":
+                own = torch.ones(q, q, dtype=torch.bool).tril()
+            else:  # every row also sees the padding nodes after the check's real ones
+                own[:, 1 + len(step_graphs.check_tree(q - 1)) :] = True
+            b.mask[0, 0, :, past : past + q] = torch.where(own, 0.0, torch.finfo(b.mask.dtype).min)
+            try:
+                return real_forward(self, b)
+            finally:
+                b.mask.copy_(keep)
+
+        monkeypatch.setattr(step_graphs.StepGraphs, "_forward", wrong_mask)
+    backend = StaticTorchBackend(model, tokenizer, graphs="off")
+    graphs, note = step_graphs.capture(backend, replay="eager")
+    assert graphs is None and "differs from the math kernel's" in note, note
+
+
+def test_the_capture_check_passes_a_right_kernel_with_rounding_drift(model, tokenizer, monkeypatch):
+    """A kernel that is right but rounds differently (0.5% of the largest logit, above what bf16's
+    rounding gave on the tiny model: docs/benchmarks.md) is accepted."""
+    from draftscope.engine import step_graphs
+
+    generator = torch.Generator().manual_seed(0)
+    graph_fault(monkeypatch, lambda b, logits: logits + 0.005 * logits.abs().max() *
+                (2 * torch.rand(logits.shape, generator=generator) - 1))
+    backend = StaticTorchBackend(model, tokenizer, graphs="off")
+    graphs, note = step_graphs.capture(backend, replay="eager")
+    assert graphs is not None and "differs" not in note, note
+
+
+def test_steps_that_need_hidden_states_replay_the_graphs_too(model, tokenizer):
+    """The recurrent drafter reads each step's last hidden state: those steps ran eagerly while the
+    status said the graphs were captured. Now the graphs give hidden states, the eager step's."""
+    static = StaticTorchBackend(model, tokenizer, graphs="eager", first_span=64)
+    eager = StaticTorchBackend(model, tokenizer, graphs="off", first_span=64)
+    tree = tree_of([60, 61, 62, 63], [-1, -1, 0, 1])
+    for backend in (static, eager):
+        backend.start(PROMPT)
+    a, b = static.verify(PROMPT[-1], tree, want_hidden=True), eager.verify(PROMPT[-1], tree, want_hidden=True)
+    assert static.graphs.replays == 1
+    assert a.hidden is not None and a.hidden.shape == b.hidden.shape == (len(tree) + 1, model.config.hidden_size)
+    assert close(a.hidden, b.hidden)[0] and close(a.logits, b.logits)[0]

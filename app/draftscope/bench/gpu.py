@@ -296,11 +296,16 @@ def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
     key = "plain"
     report.heading(key)
     hf_s, ours_s, hf_ids, ours_ids = [], [], None, None
+    graphs = getattr(engine.backend, "graphs", None)
+    replays = steps = 0
     for rep in range(1 + args.reps):  # alternated, so drift hits both alike; round 0 warms up
         hf_ids, secs = hf_generate(engine, prompt, args.tokens)
         if rep:
             hf_s.append(secs)
-        ours_ids, secs, *_ = answer(engine, prompt, args.tokens)
+        before = graphs.replays if graphs is not None else 0
+        ours_ids, secs, answer_steps, *_ = answer(engine, prompt, args.tokens)
+        replays += (graphs.replays if graphs is not None else 0) - before
+        steps += answer_steps
         if rep:
             ours_s.append(secs)
     hf_tps, ours_tps = len(hf_ids) / statistics.median(hf_s), len(ours_ids) / statistics.median(ours_s)
@@ -315,6 +320,8 @@ def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
                 else f"{engine.precision} rounding may flip near-ties")
     report.figures(key, f"  engine / HF: {ours_tps / hf_tps:.2f}x; token-identical: {same} ({expected})",
                    ratio=round(ours_tps / hf_tps, 3), identical=same)
+    report.figures(key, f"  steps replayed from captured graphs: {replays} of {steps}", graph_replays=replays,
+                   steps=steps)
     return ours_ids
 
 

@@ -459,12 +459,20 @@ class LlamaReference:
         self.max_new_tokens = max_new_tokens
         options = dict(model_path=str(backend.path), n_ctx=backend.max_context, n_threads=backend.threads,
                        n_threads_batch=backend.threads, verbose=False)
-        self.llm = Llama(**options)
+        from draftscope.engine.backends.llamacpp import on_llama_thread
+
+        self.llm = on_llama_thread(Llama, **options)
         self._pld_options = options
         self._pld = None
         self._PLD = LlamaPromptLookupDecoding
 
     def _run(self, llm, ids):
+        from draftscope.engine.backends.llamacpp import on_llama_thread
+
+        # on our llama.cpp thread: from another, its OpenMP team and the engine's would slow each other
+        return on_llama_thread(self._run_here, llm, ids)
+
+    def _run_here(self, llm, ids):
         llm.reset()  # no prompt reuse from the previous run: every method pays its prompt
         t0 = time.perf_counter()
         out = []
@@ -483,5 +491,6 @@ class LlamaReference:
 
             # logits_all spelt out: llama-cpp-python 0.3.36 turns it on for a draft model but sizes
             # its score buffer by the argument (n_batch rows), so prompts over 512 tokens fail there
-            self._pld = Llama(**self._pld_options, logits_all=True, draft_model=self._PLD(num_pred_tokens=10))
+            self._pld = on_llama_thread(Llama, **self._pld_options, logits_all=True,
+                                        draft_model=self._PLD(num_pred_tokens=10))
         return self._run(self._pld, ids)

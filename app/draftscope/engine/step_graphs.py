@@ -7,6 +7,14 @@ replays. Capture happens once, at load (the first answer never pays for it): a g
 size over each span of keys (static_cache.spans_for); graphs whose logits disagree with the eager
 step's (the math kernel) are recaptured on the math kernel. ``replay="eager"`` runs the same buffers
 through the model without a graph: the plumbing, testable on a CPU.
+
+The check at capture runs a branching tree (siblings under the root and under a node) padded to
+each bucket's size, so a kernel that reads the tree mask as plain causal, or lets real nodes see
+the padding, is caught; its tolerance, 2% of the largest logit, sits 2.5x below the smallest error
+it must catch (5%, tests/test_static_cache.py) and well above the drift of a right bf16 kernel
+(measured on the CPU: docs/benchmarks.md, "The capture check's tolerance"). Each graph gives the
+last hidden state too (the recurrent drafter's input), so those steps replay as well; ``replays``
+counts the steps answers ran through the graphs (the check's own are not counted).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from draftscope.engine.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
@@ -21,6 +30,10 @@ from draftscope.engine.static_cache import BUCKETS, additive_mask
 
 
 CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
+# The check's tree: two siblings under the root, two under the first, one deeper (parents first, so
+# every prefix of it is a tree); a bucket of size p checks its first min(p - 1, 6) nodes, padded.
+CHECK_TREE = ((5, -1), (6, -1), (7, 0), (8, 0), (9, 1), (10, 2))
+CHECK_TOLERANCE = 2e-2  # of the largest logit
 
 
 @dataclass
@@ -30,7 +43,7 @@ class _Bucket:
     positions: torch.Tensor  # [1, q]
     slots: torch.Tensor  # [q]
     mask: torch.Tensor  # [1, 1, q, span]
-    replay: object  # () -> logits [1, q, vocab]
+    replay: object  # () -> (logits [1, q, vocab], last hidden states [1, q, hidden])
 
 
 class StepGraphs:
@@ -42,6 +55,7 @@ class StepGraphs:
         self.kernels = kernels
         self.buckets: dict[tuple[int, int], _Bucket] = {}
         self._pool = None
+        self.replays = 0  # steps of answers run through the graphs
 
     def has(self, padded: int, span: int) -> bool:
         return (padded, span) in self.buckets
@@ -52,8 +66,9 @@ class StepGraphs:
         cache.slots, cache.view = b.slots, b.span  # the layers write where this buffer says, read the span
         try:
             with step_kernels(backend.kernel_device, tree=True, kernels=self.kernels):
-                return backend.model(input_ids=b.ids, position_ids=b.positions, attention_mask=b.mask,
-                                     past_key_values=cache, use_cache=True).logits
+                out = backend.model(input_ids=b.ids, position_ids=b.positions, attention_mask=b.mask,
+                                    past_key_values=cache, use_cache=True, output_hidden_states=True)
+                return out.logits, out.hidden_states[-1]
         finally:
             cache.view = None
 
@@ -81,14 +96,17 @@ class StepGraphs:
         self.buckets[padded, span] = b
 
     @torch.inference_mode()
-    def run(self, padded: int, span: int, past: int, ids, positions, allowed) -> torch.Tensor:
-        """The step's logits [q, vocab] (a view of the bucket's buffer: copy what you keep)."""
+    def run(self, padded: int, span: int, past: int, ids, positions, allowed) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's logits [q, vocab] and last hidden states [q, hidden] (views of the bucket's
+        buffers: copy what you keep)."""
         b = self.buckets[padded, span]
         b.ids.copy_(ids)
         b.positions.copy_(positions)
         b.slots.copy_(torch.arange(past, past + padded + 1))
         b.mask.copy_(additive_mask(allowed.to(b.mask.device), past, span, b.mask.dtype))
-        return b.replay()[0]
+        logits, hidden = b.replay()
+        self.replays += 1
+        return logits[0], hidden[0]
 
 
 def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None) -> tuple[StepGraphs | None, str]:
@@ -129,28 +147,39 @@ def _kernel_name(kernels) -> str:
     return NAMES[kernels[0]] if kernels else "PyTorch's"
 
 
+def check_tree(padded: int):
+    """The capture check's tree for a bucket of ``padded`` nodes: branching, and padded."""
+    from draftscope.draft_tree import DraftTree
+
+    nodes = CHECK_TREE[: max(0, min(padded - 1, len(CHECK_TREE)))]
+    depth: list[int] = []
+    for _token, parent in nodes:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    n = len(nodes)
+    return DraftTree(np.array([t for t, _ in nodes], np.int64), np.array([p for _, p in nodes], np.int32),
+                     np.array(depth, np.int32), np.ones(n, np.float32), np.ones(n, np.int8))
+
+
 @torch.inference_mode()
 def _check(backend, graphs: StepGraphs) -> None:
     """Every replayed step must give the eager step's logits (the eager step runs on the math kernel
-    on CUDA): a short prompt and a chain of up to 3 nodes, padded to each tree size, over each span."""
-    import numpy as np
-
-    from draftscope.engine.backends.base import chain_tree
+    on CUDA): a short prompt and a branching tree padded to each tree size, over each span."""
     from draftscope.engine.static_cache import step_layout
 
     prompt = [int(t) % backend.vocab for t in CHECK_PROMPT]
     backend.start(prompt)
     past = backend._past
     for padded, span in graphs.buckets:
-        tree = chain_tree([5, 6, 7][: padded])
+        tree = check_tree(padded)
         positions, allowed, _ = step_layout(tree, past, padded)
         ids = np.full(padded + 1, prompt[-1], dtype=np.int64)
-        ids[1 : len(tree) + 1] = tree.tokens
+        ids[1 : len(tree) + 1] = tree.tokens % backend.vocab
         inputs = (torch.from_numpy(ids)[None], torch.from_numpy(past + positions)[None], torch.from_numpy(allowed))
-        replayed = graphs.run(padded, span, past, *inputs)[: len(tree) + 1].float().clone()
+        replayed = graphs.run(padded, span, past, *inputs)[0][: len(tree) + 1].float().clone()
         eager = backend._eager_step(past, *inputs, span=span, rows=len(tree) + 1).logits.float()
         scale = float(eager.abs().max()) or 1.0
-        if not torch.allclose(replayed, eager, atol=2e-2 * scale, rtol=0):
+        if not torch.allclose(replayed, eager, atol=CHECK_TOLERANCE * scale, rtol=0):
             raise RuntimeError(f"a replayed step ({padded} nodes over {span} keys) differs from the math kernel's "
                                f"by {float((replayed - eager).abs().max()):.3g}")
     backend._cache.past = backend._past = 0
+    graphs.replays = 0  # the check's own replays are not answers'

@@ -40,6 +40,16 @@ DEFAULT_CONTEXT = LLAMA_CONTEXT
 _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
 
 
+def on_llama_thread(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` on the thread every llama.cpp computation of the process runs on (see
+    _serialised): for other llama.cpp users in the process, such as bench spec's llama-cpp-python
+    reference. Called from a second thread, llama.cpp's OpenMP team of that thread and ours take
+    turns on the cores and both run ~1.6x slower (Qwen2.5-1.5B, 2 cores: 29 -> 47 ms a token)."""
+    if threading.current_thread().name.startswith("llama.cpp"):
+        return fn(*args, **kwargs)
+    return _NATIVE.submit(fn, *args, **kwargs).result()
+
+
 def _serialised(method):
     """Every llama.cpp computation of the process runs on one thread. Slots reach a context from
     several threads, and llama.cpp's OpenMP threads belong to the thread that calls it: decoding

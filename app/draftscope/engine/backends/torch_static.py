@@ -82,9 +82,9 @@ class StaticTorchBackend(TorchBackend):
         inputs = (torch.from_numpy(ids)[None], torch.from_numpy(past + positions)[None], torch.from_numpy(allowed))
         self._last_padded = padded
         span = span_for(self.spans, past + padded + 1)
-        if self.graphs is not None and not want_hidden and self.graphs.has(padded, span):
-            logits = self.graphs.run(padded, span, past, *inputs)
-            return Verified(logits[: n + 1, : self.vocab].clone())
+        if self.graphs is not None and self.graphs.has(padded, span):
+            logits, hidden = self.graphs.run(padded, span, past, *inputs)
+            return Verified(logits[: n + 1, : self.vocab].clone(), hidden[: n + 1].clone() if want_hidden else None)
         return self._eager_step(past, *inputs, span=span, want_hidden=want_hidden, rows=n + 1)
 
     def _eager_step(self, past: int, ids, positions, allowed, *, span: int, want_hidden: bool = False,
