@@ -92,10 +92,12 @@ def test_the_settings_dialog_server_tab_round_trips(qtbot):
     assert (s.server_enabled, s.server_port, s.server_api_key, s.server_keep_history) == (False, 9200, "abc", False)
 
 
-def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(qtbot, tokenizer, tokenizer_dir,
-                                                                                tmp_path):
-    """Settings ▸ Server ▸ Answers at once = 2 on llama.cpp: the model opens with three slots, and
-    with two served answers in progress the window's own answer still runs at once."""
+def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards(qtbot, tokenizer, tokenizer_dir,
+                                                                                 tmp_path):
+    """Settings ▸ Server ▸ Answers at once = 2 on llama.cpp: the model opens with three slots; two
+    answers streamed through the real server (the official client) are in progress when the
+    window's own answer starts, which runs at once; their steps share forwards, and the status bar
+    says how many answers a forward held."""
     import threading
 
     from PySide6.QtCore import Qt
@@ -107,8 +109,9 @@ def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(
 
     need_llama_cpp()
     gguf = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer_dir)
+    port = free_port()
     settings = Settings(model=str(gguf), backend="llama.cpp", datastore=str(tmp_path / "none.idx"), max_new_tokens=8,
-                        server_enabled=True, server_port=free_port(), server_parallel=2)
+                        server_enabled=True, server_port=port, server_parallel=2)
     launcher = Launcher(load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings,
                         settings_file=tmp_path / "settings.json")
     with qtbot.waitSignal(launcher.window_ready, timeout=60_000) as ready:
@@ -116,28 +119,38 @@ def test_the_window_answers_while_the_servers_answers_hold_every_slot_of_theirs(
     window = ready.args[0]
     qtbot.addWidget(window)
     engine = window.runtime.engine
+    engine.eos_ids = set()  # every answer runs to its length
     assert engine.slots.size == 3
-    held, release = [], threading.Event()
+    served, stepping = [], threading.Event()
 
-    def served_answer():  # what a served answer does while it runs: it holds a slot
-        view = engine.slots.acquire()
-        held.append(view)
-        release.wait(30)
-        engine.slots.release(view)
+    def served_answer():
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "a served one"}],
+                                                max_tokens=120, temperature=0, stream=True)
+        stats = None
+        for chunk in stream:
+            stepping.set()
+            stats = ((chunk.model_extra or {}).get("draftscope") or {}).get("stats") or stats
+        served.append(stats)
 
-    holders = [threading.Thread(target=served_answer) for _ in range(2)]
-    for t in holders:
+    clients = [threading.Thread(target=served_answer) for _ in range(2)]
+    for t in clients:
         t.start()
-    qtbot.waitUntil(lambda: engine.slots.busy == 2, timeout=5000)
-    window.findChild(QPlainTextEdit, "chatInput").setPlainText("hello")
     try:
-        with qtbot.waitSignal(window.worker.finished, timeout=20_000) as done:
+        qtbot.waitUntil(lambda: engine.slots.busy == 2 and stepping.is_set(), timeout=20_000)
+        window.findChild(QPlainTextEdit, "chatInput").setPlainText("hello")
+        with qtbot.waitSignal(window.worker.finished, timeout=30_000) as done:
             qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
-        assert done.args[0].error is None and done.args[0].token_ids
+        final = done.args[0]
+        assert final.error is None and final.token_ids
+        assert engine.slots.busy >= 1, "the served answers were still running: the window did not wait for them"
+        assert final.stats.answers_per_forward > 1.5, final.stats
     finally:
-        release.set()
-        for t in holders:
-            t.join()
+        for t in clients:
+            t.join(60)
+    assert len(served) == 2 and all(s and s["answers_per_forward"] > 1.5 for s in served), served
+    label = window.findChild(QLabel, "statusServer")
+    qtbot.waitUntil(lambda: "answers a forward" in label.text(), timeout=5000)
     window.close()
     launcher.server.stop()
 

@@ -134,6 +134,29 @@ def test_a_shared_forward_gives_each_row_its_solo_logits(model, tokenizer):
         assert torch.allclose(out[slot].logits, expected, atol=1e-4), float((out[slot].logits - expected).abs().max())
 
 
+@torch.inference_mode()
+def test_rows_of_slots_that_are_not_consecutive_and_a_second_prompt_chunk_beside_trees(model, tokenizer):
+    """Slots 0 and 3 verify while slot 1 reads the second chunk of its prompt in the same forward
+    (rows 0, 1, 3 of four: not one block, so rows are gathered, not viewed): each row's logits are
+    the answer's alone, and slot 1's cache then holds its whole prompt, as its solo answer's."""
+    backend = TorchSlotsBackend(model, tokenizer, slots=4, first_span=64)
+    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
+    for slot in (0, 3):
+        backend.decode_many({slot: Prefill(prompts[slot][:-1], 0)})
+    backend.decode_many({1: Prefill(prompts[1][:5], 0)})  # slot 1: the first chunk alone
+    branchy = DraftTree(np.array([60, 61, 62], np.int64), np.array([-1, -1, 0], np.int32), np.array([1, 1, 2], np.int32),
+                        np.ones(3, np.float32), np.full(3, DraftSource.CONTEXT, np.int8))
+    out = backend.decode_many({0: Verify(prompts[0][-1], branchy), 1: Prefill(prompts[1][5:-1], 5),
+                               3: Verify(prompts[3][-1], chain_tree([50, 51]))})
+    assert set(out) == {0, 3} and backend.slot_cached(1) == len(prompts[1]) - 1
+    after = backend.decode_many({1: Verify(prompts[1][-1], chain_tree([40]))})
+    for slot, tree, got in ((0, branchy, out[0]), (3, chain_tree([50, 51]), out[3]), (1, chain_tree([40]), after[1])):
+        solo = TorchBackend(model, tokenizer)
+        solo.start(prompts[slot])
+        expected = solo.verify(prompts[slot][-1], tree).logits
+        assert torch.allclose(got.logits, expected, atol=1e-4), (slot, float((got.logits - expected).abs().max()))
+
+
 @pytest.mark.parametrize("count", [2, 4])
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "T0.9"])
 def test_answers_side_by_side_are_each_their_solo_answer(alone, shared, tokenizer, params, count, monkeypatch):

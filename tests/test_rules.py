@@ -25,14 +25,16 @@ def sources(folder: Path = PACKAGE):
         yield path.relative_to(PACKAGE).as_posix(), path.read_text(encoding="utf-8")
 
 
-def literal_tuples(text: str):
+def literal_collections(text: str):
+    """The values of every literal tuple, list and set of constants: a rule copied as a list, or in
+    another order, is still a copy."""
     for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Tuple) and all(isinstance(e, ast.Constant) for e in node.elts):
-            yield tuple(e.value for e in node.elts)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(e, ast.Constant) for e in node.elts):
+            yield frozenset(e.value for e in node.elts)
 
 
 def test_backend_precision_and_drafter_names_are_written_once():
-    places = {rule: [name for name, text in sources() if rule in set(literal_tuples(text))]
+    places = {rule: [name for name, text in sources() if frozenset(rule) in set(literal_collections(text))]
               for rule in (rules.BACKENDS, rules.DTYPES, rules.DRAFTER_NAMES, rules.DRAFTERS_ON)}
     assert all(where == ["rules.py"] for where in places.values()), places
     assert Settings().drafters == {name: name in rules.DRAFTERS_ON for name in rules.DRAFTER_NAMES}
@@ -40,6 +42,12 @@ def test_backend_precision_and_drafter_names_are_written_once():
     choices = next(node.value for node in ast.walk(ast.parse(dialog)) if isinstance(node, ast.Assign)
                    and getattr(node.targets[0], "id", "") == "BACKEND_CHOICES")
     assert sorted(pair[0] for pair in ast.literal_eval(choices)) == sorted(rules.BACKENDS)
+
+
+def test_a_rule_copied_as_a_list_or_reordered_is_caught():
+    copies = f"A = {list(reversed(rules.BACKENDS))!r}\nB = {set(rules.DTYPES)!r}\n"
+    found = set(literal_collections(copies))
+    assert frozenset(rules.BACKENDS) in found and frozenset(rules.DTYPES) in found
 
 
 def test_llama_cpp_s_context_is_written_once():

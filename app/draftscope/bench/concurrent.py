@@ -57,8 +57,13 @@ def one_answer(client, model: str, question: str, max_tokens: int, extra: dict |
     stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
                                             max_tokens=max_tokens, temperature=0, stream=True, extra_body=extra)
     steps, texts = [], []  # (time, tokens in the chunk)
+    shared = None  # ours: (steps, answers per forward) from the last chunk's stats
     for chunk in stream:
-        step = ((chunk.model_extra or {}).get("draftscope") or {}).get("tokens")
+        extension = (chunk.model_extra or {}).get("draftscope") or {}
+        stats = extension.get("stats") or {}
+        if stats.get("answers_per_forward") is not None:
+            shared = (stats["steps"], stats["answers_per_forward"])
+        step = extension.get("tokens")
         if isinstance(step, list) and step:  # ours: a step's tokens (several when drafts were accepted)
             steps.append((time.perf_counter(), len(step)))
         elif chunk.choices and chunk.choices[0].delta.content:
@@ -70,7 +75,7 @@ def one_answer(client, model: str, question: str, max_tokens: int, extra: dict |
         gaps += [(b - a) / n] * n
     tokens = sum(n for _, n in arrivals)
     return {"first_token_s": arrivals[0][0] - t0 if arrivals else end - t0, "gaps": gaps, "tokens": tokens,
-            "seconds": end - t0}
+            "seconds": end - t0, "shared": shared}
 
 
 def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tokens: int,
@@ -108,7 +113,11 @@ def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tok
 
     if not results:
         raise RuntimeError(f"every request failed: {errors[0] if errors else 'no answers'}")
+    shared = [r["shared"] for r in results if r["shared"]]
+    steps = sum(s for s, _ in shared)
     return {"clients": clients, "errors": errors, "tokens": sum(r["tokens"] for r in results), "wall_s": wall,
+            # over every step of every answer: how many answers its forward held (ours only)
+            "answers_per_forward": sum(s * a for s, a in shared) / steps if steps else None,
             "tokens_per_s": sum(r["tokens"] for r in results) / wall,
             "first_token_median_s": statistics.median(firsts), "first_token_max_s": firsts[-1],
             "token_p50_ms": pct(gaps, 0.5) * 1000, "token_p95_ms": pct(gaps, 0.95) * 1000}
@@ -179,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name}, {c} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
                   f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
                   f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
+                  + (f"; {r['answers_per_forward']:.2f} answers a forward" if r["answers_per_forward"] else "")
                   + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
 
     for name in [s for s in servers if s.startswith("ours")]:
@@ -215,12 +225,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = ["| server | clients | tokens/s (aggregate) | vs 1 client | first token median / worst | per token p50 / p95 |",
-             "|---|---:|---:|---:|---|---|"]
+    lines = ["| server | clients | tokens/s (aggregate) | vs 1 client | first token median / worst | per token p50 / p95 "
+             "| answers a forward |", "|---|---:|---:|---:|---|---|---:|"]
     single = {r["server"]: r["tokens_per_s"] for r in rows if r["clients"] == 1}
     for r in rows:
         base = single.get(r["server"])
         lines.append(f"| {r['server']} | {r['clients']} | {r['tokens_per_s']:.1f} | "
                      f"{r['tokens_per_s'] / base:.2f}x | {r['first_token_median_s']:.2f} s / {r['first_token_max_s']:.2f} s | "
-                     f"{r['token_p50_ms']:.0f} / {r['token_p95_ms']:.0f} ms |" if base else "")
+                     f"{r['token_p50_ms']:.0f} / {r['token_p95_ms']:.0f} ms | "
+                     f"{'—' if r.get('answers_per_forward') is None else format(r['answers_per_forward'], '.2f')} |"
+                     if base else "")
     return "\n".join(line for line in lines if line)

@@ -313,6 +313,8 @@ class Engine:
         max_stop = max((len(s) for s in request.stop_strings), default=0)
 
         error = None
+        sharing = getattr(backend, "answers_in_last_forward", None) is not None and backend.forward_stats() is not None
+        forward_answers: list[int] = []  # answers in each step's forward, when the model is shared
         try:
             while len(generated) < limit:
                 if request.cancel is not None and request.cancel.is_set():
@@ -331,6 +333,8 @@ class Engine:
                 tree = first_nodes(budget.trim(tree, size, shared), size)
                 t1 = time.perf_counter()
                 verified = backend.verify(root, tree, want_hidden=wants_hidden)
+                if sharing:
+                    forward_answers.append(backend.answers_in_last_forward() or 1)
                 logits = verified.logits
                 row_seen = None
                 if params.repetition_penalty != 1.0:
@@ -436,5 +440,6 @@ class Engine:
             drafters=[d.name for d in drafters],
             accepted_by_source=dict(accepted_by_source),
             seed=seed,
+            answers_per_forward=sum(forward_answers) / len(forward_answers) if forward_answers else None,
         )
         yield FinalEvent(finish, text, generated, stats, prompt_tail=prompt[-8:], error=error)

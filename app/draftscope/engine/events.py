@@ -77,6 +77,7 @@ class MessageStats:
     drafters: list[str] = field(default_factory=list)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     seed: int | None = None  # what decided the answer's tokens at T > 0 (None: greedy); reproduces it
+    answers_per_forward: float | None = None  # answers its steps' forwards held on average (None: not shared)
 
 
 @dataclass

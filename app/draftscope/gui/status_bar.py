@@ -91,8 +91,22 @@ class StatusLine:
                                 "model's own past answers, which grow as you chat (indexed in the background). "
                                 "Settings ▸ Drafting turns it off; File ▸ Forget the learned answers clears them.")
 
-    def show_server(self, url: str | None) -> None:
+    def show_server(self, url: str | None, sharing=None) -> None:
+        """``sharing``: the model's SharedForward (answers stepping together), whose answers per
+        forward are shown beside the address as they change."""
         self.server.setVisible(url is not None)
+        self._url, self._sharing = url, sharing
         if url is not None:
-            self.server.setText(f"server: {url.removeprefix('http://')}")
-            self.server.setToolTip(f"OpenAI-compatible server: base URL {url}")
+            self.server.setToolTip(f"OpenAI-compatible server: base URL {url}"
+                                   + ("; answers at once share forwards: the figure is how many a forward "
+                                      "held on average since the model was loaded" if sharing is not None else ""))
+            self.refresh_server()
+
+    def refresh_server(self) -> None:
+        if getattr(self, "_url", None) is None:
+            return
+        text = f"server: {self._url.removeprefix('http://')}"
+        if self._sharing is not None and self._sharing.forwards:
+            text += f" · {self._sharing.mean_answers:.1f} answers a forward"
+        if self.server.text() != text:
+            self.server.setText(text)

@@ -220,7 +220,9 @@ def stats_extension(final) -> dict:
             "time_to_first_token_ms": round(s.time_to_first_token_ms, 3),
             "speedup_estimate": None if s.speedup_estimate is None else round(s.speedup_estimate, 4),
             "drafters": s.drafters, "accepted_by_source": s.accepted_by_source,
-            "seed": s.seed}  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
+            "seed": s.seed,  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
+            # answers its steps shared a forward with, itself included (null: it had the model to itself)
+            "answers_per_forward": None if s.answers_per_forward is None else round(s.answers_per_forward, 3)}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

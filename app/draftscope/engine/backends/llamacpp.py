@@ -256,9 +256,16 @@ class LlamaCppBackend(Backend):
         for slot, (first, rows) in outputs.items():
             # llama.cpp numbers output rows by the batch tokens that asked for logits, in order
             row = sum(1 for e in entries[:first] if e[3])
-            logits = np.ctypeslib.as_array(L.llama_get_logits(self._ctx), shape=(row + rows, self.vocab))[row:].copy()
-            out[slot] = Verified(torch.from_numpy(logits))
+            out[slot] = Verified(self._logits_rows(row, rows))
         return {**out, **failed}
+
+    def _logits_rows(self, first: int, rows: int) -> torch.Tensor:
+        """Rows of the last decode's logits, copied out of llama.cpp's buffer (which the next decode
+        reuses) straight into a tensor: np.ctypeslib's array view cost a tenth of a millisecond a step."""
+        out = torch.empty((rows, self.vocab), dtype=torch.float32)
+        source = ctypes.cast(self._L.llama_get_logits(self._ctx), ctypes.c_void_p).value + first * self.vocab * 4
+        ctypes.memmove(out.data_ptr(), source, rows * self.vocab * 4)
+        return out
 
     def _problem(self, slot: int, item) -> str | None:
         if isinstance(item, Prefill):

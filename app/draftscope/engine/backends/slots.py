@@ -78,6 +78,7 @@ class SharedForward:
         self.last = ForwardStats()
         self.forwards = 0  # forwards run, and the answers they held, since the model was opened
         self.answers_in_forwards = 0
+        self.shared_with: dict[int, int] = {}  # slot -> answers in its last forward (itself included)
 
     @property
     def mean_answers(self) -> float:
@@ -124,6 +125,7 @@ class SharedForward:
             self._opened = time.monotonic()  # items that came during the forward start their wait now
             self._results.update({slot: results.get(slot, RuntimeError("the shared forward ended without a result"))
                                   for slot in work})
+            self.shared_with.update({slot: len(work) for slot in work})
             self._cond.notify_all()
         self.forwards += 1
         self.answers_in_forwards += len(work)
@@ -231,7 +233,8 @@ class SlotBackend(Backend):
         self.max_context, self.eos_ids, self.device = b.max_context, b.eos_ids, b.device
         self.precision, self.precision_reason = b.precision, b.precision_reason
         self.model, self.gives_hidden = b.model, b.gives_hidden
-        limits = [n for n in (b.max_tree, MAX_TREE if pool.shared is not None else None) if n is not None]
+        own = getattr(b, "max_tree", None)
+        limits = [n for n in (own, MAX_TREE if pool.shared is not None else None) if n is not None]
         self.max_tree = min(limits) if limits else None
 
     @property
@@ -246,6 +249,10 @@ class SlotBackend(Backend):
     def forward_stats(self) -> ForwardStats | None:
         """The last shared forward (None when this answer has the model to itself)."""
         return self._shared.last if self._shared is not None else None
+
+    def answers_in_last_forward(self) -> int | None:
+        """How many answers this answer's last forward held, itself included (None: not shared)."""
+        return self._shared.shared_with.get(self.slot) if self._shared is not None else None
 
     def start(self, prompt: list[int], *, want_hidden: bool = False):
         if self._shared is None:
