@@ -297,6 +297,19 @@ def test_bench_serve_measures_concurrent_clients_through_the_openai_client(gguf,
         assert r["errors"] == [], r["errors"]
         assert 2 * r["clients"] <= r["tokens"] <= 12 * 2 * r["clients"] and r["tokens_per_s"] > 0, r
     assert "| ours-plain | 3 |" in text and "draftscope serve --parallel 3" in text, text
+    # how many answers the forwards held, from the answers' own stats: one alone, more with three clients
+    assert all(r["answers_per_forward"] == 1.0 for r in rows if r["clients"] == 1), rows
+    assert all(r["answers_per_forward"] > 1.5 for r in rows if r["clients"] == 3), rows
+
+
+def test_bench_serve_clients_can_arrive_on_a_seeded_poisson_schedule():
+    from draftscope.bench.concurrent import arrival_times
+
+    assert arrival_times(3, None) == [0.0, 0.0, 0.0]
+    times = arrival_times(200, 0.5, seed=1)
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == 0.0 and all(g >= 0 for g in gaps) and times == arrival_times(200, 0.5, seed=1)
+    assert 0.4 < sum(gaps) / len(gaps) < 0.6  # the mean gap asked for
 
 
 def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer,

@@ -210,7 +210,7 @@ def test_the_capture_check_catches_a_graph_kernel_that_is_wrong(model, tokenizer
     kernel that read the mask as causal passed it. Now a branching tree, padded, over every bucket."""
     from draftscope.engine import step_graphs
 
-    if fault == "5% off":  # the smallest error the 2% tolerance must catch, on the root's row
+    if fault == "5% off":  # the smallest error the 3% tolerance must catch, on the root's row
         graph_fault(monkeypatch, lambda b, logits: logits + 0.05 * logits.abs().max() *
                     (torch.arange(logits.shape[1])[None, :, None] == 0))
     else:
@@ -237,12 +237,13 @@ def test_the_capture_check_catches_a_graph_kernel_that_is_wrong(model, tokenizer
 
 
 def test_the_capture_check_passes_a_right_kernel_with_rounding_drift(model, tokenizer, monkeypatch):
-    """A kernel that is right but rounds differently (0.5% of the largest logit, above what bf16's
-    rounding gave on the tiny model: docs/benchmarks.md) is accepted."""
+    """A kernel that is right but rounds differently is accepted: noise of 1.8% of the largest
+    logit, the most two right bf16 kernels differed by (SmolLM2, flash against math on the CPU:
+    scripts/measure_capture_tolerance.py)."""
     from draftscope.engine import step_graphs
 
     generator = torch.Generator().manual_seed(0)
-    graph_fault(monkeypatch, lambda b, logits: logits + 0.005 * logits.abs().max() *
+    graph_fault(monkeypatch, lambda b, logits: logits + 0.018 * logits.abs().max() *
                 (2 * torch.rand(logits.shape, generator=generator) - 1))
     backend = StaticTorchBackend(model, tokenizer, graphs="off")
     graphs, note = step_graphs.capture(backend, replay="eager")

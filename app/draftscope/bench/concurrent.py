@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc", default=None, help="llama.cpp RPC workers for our server (host:port,...)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="what runs the model in our server (auto: llama.cpp for a GGUF on the CPU)")
+    p.add_argument("--poisson", type=float, default=None, metavar="SECONDS",
+                   help="clients arrive at random times instead of all at once: a Poisson schedule (seeded) with "
+                        "this mean gap between arrivals")
     p.add_argument("--json", dest="json_out", default=None)
 
 
@@ -78,15 +81,30 @@ def one_answer(client, model: str, question: str, max_tokens: int, extra: dict |
             "seconds": end - t0, "shared": shared}
 
 
+def arrival_times(clients: int, mean_gap_s: float | None, seed: int = 0) -> list[float]:
+    """When each client starts, in seconds from the round's start: all at once, or a Poisson
+    schedule (exponential gaps of mean ``mean_gap_s``, seeded, the first client at 0)."""
+    if not mean_gap_s:
+        return [0.0] * clients
+    import random
+
+    rng, at, out = random.Random(seed), 0.0, []
+    for _ in range(clients):
+        out.append(at)
+        at += rng.expovariate(1.0 / mean_gap_s)
+    return out
+
+
 def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tokens: int,
-              extra: dict | None = None) -> dict:
+              extra: dict | None = None, start_at: list[float] | None = None) -> dict:
     import openai
 
     results: list[dict] = []
     errors: list[str] = []
     lock = threading.Lock()
 
-    def client_loop(mine: list[str]) -> None:
+    def client_loop(mine: list[str], delay: float) -> None:
+        time.sleep(delay)
         client = openai.OpenAI(base_url=url, api_key="bench", max_retries=0, timeout=3600)
         for q in mine:
             try:
@@ -98,7 +116,8 @@ def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tok
             with lock:
                 results.append(r)
 
-    threads = [threading.Thread(target=client_loop, args=(asks[c],)) for c in range(clients)]
+    start_at = start_at or [0.0] * clients
+    threads = [threading.Thread(target=client_loop, args=(asks[c], start_at[c])) for c in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -182,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     def rounds(name: str, url: str, model: str, extra: dict | None = None) -> None:
         for c in counts:
             asks = [asked[k * args.requests:(k + 1) * args.requests] for k in range(c)]
-            r = run_round(url, model, c, asks, args.max_new_tokens, extra)
+            r = run_round(url, model, c, asks, args.max_new_tokens, extra, arrival_times(c, args.poisson))
             r["server"] = name
             rows.append(r)
             print(f"{name}, {c} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
@@ -219,9 +238,33 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 peer.stop()
     print(format_table(rows))
+    if any(r["server"].startswith("ours") for r in rows):  # measured after the servers stopped: the cores are free
+        bound = batch_bound(args.model, args.backend, max(counts))
+        for r in rows:
+            r["bound_tokens_per_s"] = bound
+        print(f"the batch curve's bound for {max(counts)} tokens a forward (one each of {max(counts)} answers, "
+              f"a {max(counts)}-token forward as measured at load): {bound:.1f} tokens/s; "
+              + ", ".join(f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it"
+                          for r in rows if r["clients"] == max(counts) and r["server"].startswith("ours")))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=2))
     return 0
+
+
+def batch_bound(model: str, backend: str, answers: int) -> float:
+    """Tokens/s that ``answers`` answers stepping together can reach at most on this machine: one
+    token each per forward, a forward costing what the load-time measurement gives for that many
+    tokens (engine.budget.measure_verify_costs: a root and a chain of answers - 1)."""
+    from draftscope.engine.engine import Engine
+
+    engine = Engine.load(model, backend=backend, measure=False)
+    try:
+        from draftscope.engine.budget import measure_verify_costs
+
+        costs = measure_verify_costs(engine.backend, sizes=(0, answers - 1))
+    finally:
+        engine.backend.close()
+    return answers / costs[answers - 1]
 
 
 def format_table(rows: list[dict]) -> str:

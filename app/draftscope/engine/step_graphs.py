@@ -10,11 +10,12 @@ through the model without a graph: the plumbing, testable on a CPU.
 
 The check at capture runs a branching tree (siblings under the root and under a node) padded to
 each bucket's size, so a kernel that reads the tree mask as plain causal, or lets real nodes see
-the padding, is caught; its tolerance, 2% of the largest logit, sits 2.5x below the smallest error
-it must catch (5%, tests/test_static_cache.py) and well above the drift of a right bf16 kernel
-(measured on the CPU: docs/benchmarks.md, "The capture check's tolerance"). Each graph gives the
-last hidden state too (the recurrent drafter's input), so those steps replay as well; ``replays``
-counts the steps answers ran through the graphs (the check's own are not counted).
+the padding, is caught. Its tolerance, 3% of the largest logit, sits 1.7x below the smallest error
+it must catch (5%, tests/test_static_cache.py) and 1.6x above the largest drift measured between
+two right bf16 kernels (1.8%: SmolLM2-135M's real weights, SDPA flash against math on the CPU;
+scripts/measure_capture_tolerance.py, docs/benchmarks.md); at 2% that drift came within 10% of it.
+Each graph gives the last hidden state too (the recurrent drafter's input), so those steps replay
+as well; ``replays`` counts the steps answers ran through the graphs (the check's own are not).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
 # The check's tree: two siblings under the root, two under the first, one deeper (parents first, so
 # every prefix of it is a tree); a bucket of size p checks its first min(p - 1, 6) nodes, padded.
 CHECK_TREE = ((5, -1), (6, -1), (7, 0), (8, 0), (9, 1), (10, 2))
-CHECK_TOLERANCE = 2e-2  # of the largest logit
+CHECK_TOLERANCE = 3e-2  # of the largest logit (see the module's docstring)
 
 
 @dataclass
