@@ -207,6 +207,8 @@ class Engine:
         self.verify_costs = measure_verify_costs(self.backend)
         self.slots.set_step_cost(self.verify_costs[0])
         self.measure_baseline()
+        if self.slots.shared is not None:  # answers per forward count the answers', not the measurements'
+            self.slots.shared.reset_counts()
 
     def measure_baseline(self, tokens: int = 32) -> float:
         """Plain decoding speed after the first token (prefill excluded), on a fixed prompt."""

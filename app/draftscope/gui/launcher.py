@@ -102,10 +102,17 @@ class Launcher(QObject):
             previous.close()  # ends its worker; the old engine is freed with the last reference
         self.window.show()
         server_problem = self._apply_server()
-        notices = self.notices + runtime.notices + notes + ([server_problem] if server_problem else [])
+        backend_notice = runtime.engine.backend.notice  # llama.cpp's kernels off, or the model on torch
+        notices = [n for n in self.notices + runtime.notices + notes + ([server_problem] if server_problem else [])
+                   if n != backend_notice]
         self.notices = []  # the settings file's notices are shown once
         if notices:
             self.window.statusBar().showMessage(" · ".join(notices), 20000)
+        if backend_notice:  # too long, and too important, for a passing status message
+            box = QMessageBox(QMessageBox.Icon.Warning, "Draftscope", backend_notice, parent=self.window)
+            box.setObjectName("backendNotice")
+            box.open()
+            self.backend_box = box
         self.window_ready.emit(self.window)
 
     def _on_failed(self, message: str) -> None:

@@ -80,6 +80,11 @@ class SharedForward:
         self.answers_in_forwards = 0
         self.shared_with: dict[int, int] = {}  # slot -> answers in its last forward (itself included)
 
+    def reset_counts(self) -> None:
+        """Count forwards from now (after the load-time measurements)."""
+        with self._cond:
+            self.forwards = self.answers_in_forwards = 0
+
     @property
     def mean_answers(self) -> float:
         """Answers per forward on average (0.0 before the first)."""
