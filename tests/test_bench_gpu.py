@@ -38,7 +38,7 @@ def json_lines(path) -> list[dict]:
 def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsys):
     out_file = tmp_path / "gpu.jsonl"
     code = main(["bench", "gpu", "--device", "cpu", "--shape", "tiny", "--tokens", "16", "--contexts", "32,64",
-                 "--reps", "2", "--json", str(out_file)])
+                 "--reps", "2", "--bandwidth", "50", "--json", str(out_file)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "shape tiny on " in out and "float32" in out and "backend torch · cpu · float32" in out
@@ -49,8 +49,9 @@ def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsy
 
     curve = text["verify cost curve"]
     assert "context 32:" in curve and "context 64:" in curve
+    assert "bandwidth bound: 50 GB/s from --bandwidth" in curve
     for tree in ("chain 0", "chain 1", "chain 8", "chain 64", "wide 64 (8 x chain of 8)"):
-        assert re.search(rf"{re.escape(tree)} +\d+\.\d+ ms +\d+\.\d+x", curve), tree
+        assert re.search(rf"{re.escape(tree)} +\d+\.\d+ ms +\d+\.\d+x +[\d.]+ GB/s +[\d.]+% of the bound", curve), tree
     worst = text["worst step"]
     assert "16 steps of verify + commit of a 64-node tree" in worst and "first 3 steps (warm-up):" in worst
     assert re.search(r"the other 13: median [\d.]+ ms, p99 [\d.]+ ms, max [\d.]+ ms, max/median [\d.]+", worst)
@@ -69,7 +70,11 @@ def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsy
     rows = json_lines(out_file)
     assert {r["section"] for r in rows} == {"header", *SECTIONS.values()}
     curve_rows = [r for r in rows if r["section"] == "verify cost curve"]
+    curve_rows = [r for r in curve_rows if "ms" in r]
     assert len(curve_rows) == 2 * 9 and all(r["ms"] > 0 for r in curve_rows)
+    for r in curve_rows:  # the bytes a step reads over its time, and that over the bound given
+        assert r["gb_per_s"] == pytest.approx(r["bytes_read"] / (r["ms"] / 1000) / 1e9, rel=0.01)
+        assert r["bound_share"] == pytest.approx(r["gb_per_s"] / 50, rel=0.01)
     assert all(r["ratio"] == 1.0 for r in curve_rows if r["nodes"] == 0)
     assert {r["nodes"] for r in curve_rows} == {0, 1, 2, 4, 8, 16, 32, 64}
     steps = next(r for r in rows if r["section"] == "worst step" and r["part"] == "steps")
@@ -143,3 +148,21 @@ def test_the_static_cache_runs_the_same_sections_and_says_so(capsys):
     found = sections_of(out)
     assert "token-identical: True" in found["plain decoding vs HF generate"]
     assert "False" not in found["oracle limit"]
+
+
+def test_a_step_reads_its_weights_once_and_its_kv_cache():
+    """The bandwidth figures' numerator, by hand for the tiny shape (fp32, its own head): every matrix
+    once, of the embedding table only the row looked up, the KV cache of the context."""
+    from draftscope.bench.gpu_models import SHAPES, card_bandwidth, shape_model, step_bytes
+
+    model = shape_model("tiny", torch.device("cpu"), torch.float32)
+    shape = SHAPES["tiny"]
+    hidden, ffn, layers, vocab = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    kv_dim = shape["num_key_value_heads"] * hidden // shape["num_attention_heads"]
+    per_layer = (hidden * hidden * 2 + hidden * kv_dim * 2 + hidden + 2 * kv_dim  # q, o; k, v; their biases
+                 + 3 * hidden * ffn + 2 * hidden)  # the MLP, two norms
+    expected = (layers * per_layer + vocab * hidden + hidden + hidden) * 4  # the head, the final norm, one embedding row
+    got = step_bytes(model, context=100)
+    assert got["weights"] == expected and got["kv"] == 2 * layers * kv_dim * 100 * 4
+    assert card_bandwidth("NVIDIA H200") == 4800.0 and card_bandwidth("NVIDIA H100 80GB HBM3") == 3350.0
+    assert card_bandwidth("NVIDIA A100-SXM4-80GB") == 2039.0 and card_bandwidth("Some CPU") is None

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from draftscope.bench.gpu_models import SHAPES, SHARPEN, IdsOnly, WideOracle, shape_model, wide_tree
+from draftscope.bench.gpu_models import (SHAPES, SHARPEN, IdsOnly, WideOracle, card_bandwidth, shape_model, step_bytes,
+                                         wide_tree)
 from draftscope.core import argtypes
 
 SECTIONS = {"verify": "verify cost curve", "worst": "worst step", "plain": "plain decoding vs HF generate",
@@ -76,8 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="default: bf16 on CUDA, fp32 elsewhere for a shape; the app's choice for --model")
     p.add_argument("--tokens", type=argtypes.positive_int, default=128,
                    help="new tokens per answer, and steps of the worst-step run")
-    p.add_argument("--contexts", type=_contexts, default=_contexts("256,2048"),
-                   help="cache lengths of the verify cost curve")
+    p.add_argument("--contexts", type=_contexts, default=_contexts("256,2000,8000"),
+                   help="cache lengths of the verify cost curve (default: %(default)s, off the spans' boundaries)")
+    p.add_argument("--bandwidth", type=float, default=None, metavar="GB/S",
+                   help="the device's memory bandwidth, for the share of it a step uses (default: from a table "
+                        "of cards by name; none for a CPU)")
     p.add_argument("--reps", type=argtypes.positive_int, default=5, help="timed repetitions of each figure")
     p.add_argument("--cache", choices=("auto", "static", "dynamic"), default="auto",
                    help="the torch backend's KV cache: static (CUDA graphs on CUDA), dynamic, or auto (static on "
@@ -225,27 +229,49 @@ def header(engine, args, report: Report) -> None:
 # ----------------------------------------------------------------------------- sections
 
 
+def bandwidth_bound(engine, args, report: Report) -> float | None:
+    """The device's memory bandwidth in GB/s (``--bandwidth``, else the card table), said once."""
+    if args.bandwidth:
+        bound, where = args.bandwidth, "--bandwidth"
+    elif engine.device.type == "cuda":
+        name = device_name(engine.device)
+        bound, where = card_bandwidth(name), f"the spec table ({name})"
+    else:
+        bound, where = None, None
+    said = f"{bound:,.0f} GB/s from {where}" if bound else "none known for this device (--bandwidth GB/S gives one)"
+    report.figures("verify", f"bandwidth bound: {said}", bandwidth_gb_s=bound, source=where)
+    return bound
+
+
 def verify_curve(engine, args, report: Report) -> None:
     from draftscope.engine.backends import chain_tree
 
     key, backend, rng = "verify", engine.backend, np.random.default_rng(0)
     report.heading(key)
+    bound = bandwidth_bound(engine, args, report)
     for context in args.contexts:
         ids = rng.integers(0, engine.vocab, context).tolist()
         backend.start(ids)
         past = backend.cached
         trees = {f"chain {n}": chain_tree(rng.integers(0, engine.vocab, n)) for n in CHAINS}
         trees["wide 64 (8 x chain of 8)"] = wide_tree(rng, engine.vocab)
-        report.line(f"context {context}: ms per verify (then truncated back), ratio to the plain step; each tree at "
-                    "one cache length throughout (steady state: section 2 has new lengths)")
+        report.line(f"context {context}: ms per verify (then truncated back), ratio to the plain step, the bytes it "
+                    "must read (weights + KV cache) over its time, and that as a share of the device's bandwidth; "
+                    "each tree at one cache length throughout (steady state: section 2 has new lengths)")
         plain = None
         for name, tree in trees.items():
             ms = timed(lambda tree=tree: (backend.verify(ids[-1], tree), backend.truncate(past)), engine.device,
                        args.reps)
             plain = plain or ms
-            report.figures(key, f"  {name:<26} {ms:9.2f} ms  {ms / plain:6.2f}x", context=context, tree=name,
-                           nodes=len(tree), ms=round(ms, 3), ratio=round(ms / plain, 3), statistic="median",
-                           reps=args.reps, warmups=WARMUP)
+            read = step_bytes(backend.model, past + 1 + len(tree), queries=1 + len(tree)) if backend.model else None
+            gb_s = sum(read.values()) / (ms / 1000) / 1e9 if read else None
+            share = gb_s / bound if gb_s and bound else None
+            report.figures(key, f"  {name:<26} {ms:9.2f} ms  {ms / plain:6.2f}x"
+                           + (f"  {gb_s:8.1f} GB/s" if gb_s else "") + (f"  {share:6.1%} of the bound" if share else ""),
+                           context=context, tree=name, nodes=len(tree), ms=round(ms, 3), ratio=round(ms / plain, 3),
+                           statistic="median", reps=args.reps, warmups=WARMUP,
+                           bytes_read=sum(read.values()) if read else None,
+                           gb_per_s=round(gb_s, 2) if gb_s else None, bound_share=round(share, 4) if share else None)
 
 
 def worst_step(engine, args, report: Report) -> None:

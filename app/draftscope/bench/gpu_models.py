@@ -98,3 +98,42 @@ class WideOracle:
         tree.tokens[: len(chain)] = chain
         tree.source[:] = self.source
         return tree
+
+
+# Memory bandwidth of cards by the name torch gives them (GB/s, the makers' spec sheets): a step that
+# reads its weights and KV cache once cannot beat bytes / bandwidth. Longest names first when matching.
+BANDWIDTH_GB_S = {
+    "H200": 4800.0, "H100 NVL": 3900.0, "H100 SXM": 3350.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0,
+    "H100": 3350.0, "GH200": 4000.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0, "A100 80GB PCIe": 1935.0,
+    "A100-SXM4-40GB": 1555.0, "A100-PCIE-40GB": 1555.0, "A100": 1555.0, "L40S": 864.0, "L40": 864.0,
+    "L4": 300.0, "A10G": 600.0, "A10": 600.0, "T4": 320.0, "RTX 4090": 1008.0, "RTX 3090": 936.0,
+}
+
+
+def card_bandwidth(name: str) -> float | None:
+    """GB/s of the card named ``name`` (torch.cuda.get_device_name), None when it is not in the table."""
+    for key in sorted(BANDWIDTH_GB_S, key=len, reverse=True):
+        if key.lower() in name.lower():
+            return BANDWIDTH_GB_S[key]
+    return None
+
+
+def step_bytes(model, context: int, queries: int = 1) -> dict[str, int]:
+    """Bytes a decoding step must read at least: every weight matrix once (the embedding table only
+    for its ``queries`` rows; a tied output head counts the table once) and the KV cache of
+    ``context`` positions, each at the size it is stored in."""
+    config = model.config
+    embeddings = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    weights = 0
+    for name, p in model.named_parameters():
+        if p is embeddings and p is not head:
+            weights += queries * p.shape[1] * p.element_size()  # looked up, not read whole
+        else:
+            weights += p.numel() * p.element_size()
+    if head is not embeddings and all(head is not p for _, p in model.named_parameters()):
+        weights += head.numel() * head.element_size()
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv = 2 * config.num_hidden_layers * getattr(config, "num_key_value_heads", heads) * head_dim * context
+    return {"weights": int(weights), "kv": int(kv * embeddings.element_size())}
