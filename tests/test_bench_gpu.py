@@ -166,3 +166,38 @@ def test_a_step_reads_its_weights_once_and_its_kv_cache():
     assert got["weights"] == expected and got["kv"] == 2 * layers * kv_dim * 100 * 4
     assert card_bandwidth("NVIDIA H200") == 4800.0 and card_bandwidth("NVIDIA H100 80GB HBM3") == 3350.0
     assert card_bandwidth("NVIDIA A100-SXM4-80GB") == 2039.0 and card_bandwidth("Some CPU") is None
+
+
+def test_a_projection_replays_traced_acceptance_against_measured_costs(model_dir, tmp_path, capsys):
+    """bench spec --trace here, bench gpu --json's curve, bench project: plain decoding projects to
+    exactly 1x, the oracle (every draft right) above it; the table says it is a projection."""
+    costs, trace = tmp_path / "costs.jsonl", tmp_path / "trace.jsonl"
+    assert main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--contexts", "32",
+                 "--reps", "1", "--sections", "verify", "--json", str(costs)]) == 0
+    questions = str(Path(__file__).parent / "data" / "spec_bench_sample.jsonl")
+    assert main(["bench", "spec", "--model", str(model_dir), "--dtype", "float32", "--questions", questions,
+                 "--per-category", "1", "--categories", "writing,coding", "--max-new-tokens", "16",
+                 "--methods", "plain,oracle", "--trace", str(trace)]) == 0
+    steps = json_lines(trace)
+    assert {s["method"] for s in steps} == {"plain", "oracle"}
+    assert all(s["nodes"] == 0 and s["tokens"] == 1 for s in steps if s["method"] == "plain")
+    assert any(s["sources"].get("oracle", 0) > 0 for s in steps if s["method"] == "oracle")
+    capsys.readouterr()
+    assert main(["bench", "project", "--trace", str(trace), "--costs", str(costs)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PROJECTION (not measured)") and "at context 32" in out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ") and "x |" in line}
+    assert rows["plain"].rstrip().endswith("| 1.00x |"), rows
+    assert float(rows["oracle"].split("|")[-2].strip().rstrip("x")) > 1.0, rows
+
+
+def test_a_projected_step_costs_what_was_measured_or_a_line_between():
+    from draftscope.bench.projection import cost, project
+
+    curve = {0: 10.0, 4: 14.0, 8: 20.0}
+    assert cost(curve, 0) == 10.0 and cost(curve, 2) == 12.0 and cost(curve, 6) == 17.0 and cost(curve, 16) == 40.0
+    steps = [{"method": "m", "nodes": 4, "tokens": 3, "draft_ms": 1.0},
+             {"method": "m", "nodes": 0, "tokens": 1, "draft_ms": 0.5}]  # a step that drafted nothing: plain's cost
+    m = project(steps, curve)["m"]
+    assert m["ms"] == 14.0 + 1.0 + 10.0 and m["plain_ms"] == 40.0 and m["speedup"] == pytest.approx(40.0 / 25.0)
+    assert project(steps, curve, drafting=False)["m"]["ms"] == 24.0

@@ -79,6 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "keep the median time (a busy machine's noise is per run)")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
+    p.add_argument("--trace", default=None, help="also write every step of our methods' answers here (JSON lines: "
+                   "nodes verified, tokens given, drafters accepted, drafting ms), for `bench project`")
 
 
 def load_questions(path: str, per_category: int, categories: set[str]) -> list[dict]:
@@ -165,13 +167,24 @@ def run(args: argparse.Namespace) -> int:
                              do_sample=False, pad_token_id=tok.eos_token_id, **kw)
         return out[0, len(ids):].tolist(), time.perf_counter() - t0, None, None
 
-    def ours(ids, drafters):
+    trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115 - closed at the end
+
+    def ours(ids, drafters, method="", question=None):
         t0 = time.perf_counter()
         events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
                                                         drafters=drafters, budget=args.budget)))
         final = events[-1]
         if final.finish_reason == "error":
             raise RuntimeError(final.error)
+        if trace is not None and method:  # the warm-up's answer is not traced
+            for ev in events[:-1]:
+                sources = {}
+                for source in ev.provenance:
+                    if source != "target":
+                        sources[source] = sources.get(source, 0) + 1
+                trace.write(json.dumps({"method": method, "question_id": question, "step": ev.step,
+                                        "nodes": ev.proposed, "tokens": len(ev.token_ids), "sources": sources,
+                                        "draft_ms": round(ev.draft_ms, 3)}) + "\n")
         draft_ms = [ev.draft_ms for ev in events[:-1] if ev.proposed]
         return final.token_ids, time.perf_counter() - t0, final.stats.steps, (sum(draft_ms) / len(draft_ms)
                                                                                 if draft_ms else None)
@@ -222,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
                     return hf(ids, prompt_lookup_num_tokens=10)
                 if m == "hf-assisted":
                     return hf(ids, assistant_model=draft)
-                return ours(ids, make_drafters(m, ids, first["ids"]))
+                return ours(ids, make_drafters(m, ids, first["ids"]), method=m, question=q["question_id"])
 
             results = repeated(run_method, [base, *[m for m in methods if m != base]], args.repeats)
             base_ids, base_t = results[base][0], results[base][1]
@@ -241,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
 
     if peers is not None:
         peers.close()
+    if trace is not None:
+        trace.close()
     from draftscope.sysinfo import peak_rss_mb
 
     table = summarise(rows, methods, base)

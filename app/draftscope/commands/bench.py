@@ -43,6 +43,14 @@ def add_parser(sub) -> None:
     serve_bench.add_arguments(serve_p)
     serve_p.set_defaults(func=lambda a: serve_bench.run(a))
 
+    from draftscope.bench import projection
+
+    project_p = bench_sub.add_parser("project", help="a projection: acceptance traced here (bench spec --trace) "
+                                     "replayed against another device's step costs (bench gpu --json)",
+                                     description=projection.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    projection.add_arguments(project_p)
+    project_p.set_defaults(func=lambda a: projection.run(a))
+
     from draftscope.bench import memory
 
     memory_p = bench_sub.add_parser("memory", help="peak memory of one answer: llama-cpp-python against ours",
