@@ -99,6 +99,7 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
     window's own answer starts, which runs at once; their steps share forwards, and the status bar
     says how many answers a forward held."""
     import threading
+    import time
 
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QPlainTextEdit, QPushButton
@@ -121,6 +122,13 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
     engine = window.runtime.engine
     engine.eos_ids = set()  # every answer runs to its length
     assert engine.slots.size == 3
+    decode = engine.backend.decode_many
+
+    def paced(work):  # 10 ms a forward: 120 served steps outlast the window's 8 on a busy machine too
+        time.sleep(0.01)
+        return decode(work)
+
+    engine.backend.decode_many = paced
     served, stepping = [], threading.Event()
 
     def served_answer():

@@ -27,6 +27,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="count each step's drafting time as measured here, or as free (a bound)")
 
 
+def write_trace(path: str | Path, method: str, question, steps) -> None:
+    """One JSON line per step event of an answer, added to ``path``: what `bench project` replays."""
+    with open(path, "a", encoding="utf-8") as file:
+        for ev in steps:
+            sources: dict[str, int] = {}
+            for source in ev.provenance:
+                if source != "target":
+                    sources[source] = sources.get(source, 0) + 1
+            file.write(json.dumps({"method": method, "question_id": question, "step": ev.step, "nodes": ev.proposed,
+                                   "tokens": len(ev.token_ids), "sources": sources,
+                                   "draft_ms": round(ev.draft_ms, 3)}) + "\n")
+
+
 def load_costs(path: str | Path, context: int | None = None) -> tuple[dict[int, float], int]:
     """({nodes: ms} of one context's chains, that context) from bench gpu's JSON lines."""
     curves: dict[int, dict[int, float]] = defaultdict(dict)

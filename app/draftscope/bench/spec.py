@@ -79,8 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "keep the median time (a busy machine's noise is per run)")
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
-    p.add_argument("--trace", default=None, help="also write every step of our methods' answers here (JSON lines: "
-                   "nodes verified, tokens given, drafters accepted, drafting ms), for `bench project`")
+    p.add_argument("--trace", default=None, help="our methods' steps as JSON lines here, for `bench project`")
 
 
 def load_questions(path: str, per_category: int, categories: set[str]) -> list[dict]:
@@ -167,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
                              do_sample=False, pad_token_id=tok.eos_token_id, **kw)
         return out[0, len(ids):].tolist(), time.perf_counter() - t0, None, None
 
-    trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115 - closed at the end
+    if args.trace:
+        Path(args.trace).write_text("")  # each answer's steps are added as it ends
 
     def ours(ids, drafters, method="", question=None):
         t0 = time.perf_counter()
@@ -176,15 +176,10 @@ def run(args: argparse.Namespace) -> int:
         final = events[-1]
         if final.finish_reason == "error":
             raise RuntimeError(final.error)
-        if trace is not None and method:  # the warm-up's answer is not traced
-            for ev in events[:-1]:
-                sources = {}
-                for source in ev.provenance:
-                    if source != "target":
-                        sources[source] = sources.get(source, 0) + 1
-                trace.write(json.dumps({"method": method, "question_id": question, "step": ev.step,
-                                        "nodes": ev.proposed, "tokens": len(ev.token_ids), "sources": sources,
-                                        "draft_ms": round(ev.draft_ms, 3)}) + "\n")
+        if args.trace and method:  # the warm-up's answer is not traced
+            from draftscope.bench.projection import write_trace
+
+            write_trace(args.trace, method, question, events[:-1])
         draft_ms = [ev.draft_ms for ev in events[:-1] if ev.proposed]
         return final.token_ids, time.perf_counter() - t0, final.stats.steps, (sum(draft_ms) / len(draft_ms)
                                                                                 if draft_ms else None)
@@ -254,8 +249,6 @@ def run(args: argparse.Namespace) -> int:
 
     if peers is not None:
         peers.close()
-    if trace is not None:
-        trace.close()
     from draftscope.sysinfo import peak_rss_mb
 
     table = summarise(rows, methods, base)
@@ -469,25 +462,21 @@ class LlamaReference:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+        from draftscope.engine.backends.llamacpp import on_llama_thread
+
+        # everything on our llama.cpp thread: from another, its OpenMP team and the engine's slow each other
+        self._native = on_llama_thread
         backend = engine.backend
         self.eos = engine.eos_ids
         self.max_new_tokens = max_new_tokens
         options = dict(model_path=str(backend.path), n_ctx=backend.max_context, n_threads=backend.threads,
                        n_threads_batch=backend.threads, verbose=False)
-        from draftscope.engine.backends.llamacpp import on_llama_thread
-
-        self.llm = on_llama_thread(Llama, **options)
+        self.llm = self._native(Llama, **options)
         self._pld_options = options
         self._pld = None
         self._PLD = LlamaPromptLookupDecoding
 
     def _run(self, llm, ids):
-        from draftscope.engine.backends.llamacpp import on_llama_thread
-
-        # on our llama.cpp thread: from another, its OpenMP team and the engine's would slow each other
-        return on_llama_thread(self._run_here, llm, ids)
-
-    def _run_here(self, llm, ids):
         llm.reset()  # no prompt reuse from the previous run: every method pays its prompt
         t0 = time.perf_counter()
         out = []
@@ -498,7 +487,7 @@ class LlamaReference:
         return out, time.perf_counter() - t0, None, None
 
     def plain(self, ids):
-        return self._run(self.llm, ids)
+        return self._native(self._run, self.llm, ids)
 
     def prompt_lookup(self, ids):
         if self._pld is None:  # its own Llama: the draft model is fixed at construction
@@ -506,6 +495,6 @@ class LlamaReference:
 
             # logits_all spelt out: llama-cpp-python 0.3.36 turns it on for a draft model but sizes
             # its score buffer by the argument (n_batch rows), so prompts over 512 tokens fail there
-            self._pld = on_llama_thread(Llama, **self._pld_options, logits_all=True,
-                                        draft_model=self._PLD(num_pred_tokens=10))
-        return self._run(self._pld, ids)
+            self._pld = self._native(Llama, **self._pld_options, logits_all=True,
+                                     draft_model=self._PLD(num_pred_tokens=10))
+        return self._native(self._run, self._pld, ids)

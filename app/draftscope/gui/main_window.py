@@ -423,18 +423,8 @@ class MainWindow(QMainWindow):
 
     def show_server(self, url: str | None) -> None:
         """The local server's address in the status bar while it runs (Settings ▸ Server), and how
-        many answers its forwards hold (refreshed every 2 s while it runs)."""
+        many answers its forwards hold."""
         self.status.show_server(url, self.runtime.engine.slots.shared)
-        if url is None:
-            if getattr(self, "_server_timer", None) is not None:
-                self._server_timer.stop()
-            return
-        if getattr(self, "_server_timer", None) is None:
-            from PySide6.QtCore import QTimer
-
-            self._server_timer = QTimer(self, interval=2000)
-            self._server_timer.timeout.connect(self.status.refresh_server)
-        self._server_timer.start()
 
     # ------------------------------------------------------------------ dialogs
 

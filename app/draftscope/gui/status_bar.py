@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar
 
@@ -93,9 +93,16 @@ class StatusLine:
 
     def show_server(self, url: str | None, sharing=None) -> None:
         """``sharing``: the model's SharedForward (answers stepping together), whose answers per
-        forward are shown beside the address as they change."""
+        forward are shown beside the address, read again every 2 s while the server runs."""
         self.server.setVisible(url is not None)
         self._url, self._sharing = url, sharing
+        if getattr(self, "_timer", None) is None:
+            self._timer = QTimer(self.bar, interval=2000)
+            self._timer.timeout.connect(self.refresh_server)
+        if url is None:
+            self._timer.stop()
+        else:
+            self._timer.start()
         if url is not None:
             self.server.setToolTip(f"OpenAI-compatible server: base URL {url}"
                                    + ("; answers at once share forwards: the figure is how many a forward "
