@@ -125,33 +125,37 @@ def random_llama(path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 
                             context=256, tokens=tokens, merges=["Ġ Ġ"], control={257, 258}, eos=258, bos=257)
 
 
-# The types the catalogue's files and users' downloads hold, each on a weight of every kind of
-# product (attention in and out, the MLP up and down). llama.cpp repacks them at load for this
-# CPU's fastest kernels (AMX tiles, AVX2/AVX512 interleaved rows) when their shape allows: rows a
-# multiple of 32 and columns of 256 (a K-quant's block), as every real model's are.
-SELFTEST_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K")
+# The types the catalogue's files (Q4_K_M: Q4_K with Q6_K for some weights, Q4_1) and users'
+# downloads hold, each on a weight of every kind of product (attention in and out, the MLP up and
+# down). llama.cpp repacks them at load for this CPU's fastest kernels (AMX tiles, AVX2/AVX512
+# interleaved rows) when their shape allows: rows a multiple of 32 and columns of 256 (a K-quant's
+# block), as every real model's are.
+SELFTEST_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")
+# Where a K-quant block keeps its f16 scale(s), which random blocks must hold small: Q4_K starts
+# with d and dmin, Q6_K ends with d.
+_K_SCALES = {"Q4_K": (slice(0, 4), [0.002, 0.001]), "Q6_K": (slice(-2, None), [0.002])}
 
 
 def quantise(weight: np.ndarray, qtype_name: str, rng: np.random.Generator) -> Quantised:
-    """``weight`` in the block type named: Q4_0, Q4_1 and Q8_0 by gguf's own quantiser; Q4_K
-    (which gguf cannot write) as random blocks of the same size, their scales kept small."""
+    """``weight`` in the block type named: Q4_0, Q4_1 and Q8_0 by gguf's own quantiser; the K-quants
+    (which gguf cannot write) as random blocks of the same size, their f16 scales kept small."""
     import gguf
 
     qtype = gguf.GGMLQuantizationType[qtype_name]
-    if qtype_name != "Q4_K":
+    if qtype_name not in _K_SCALES:
         return Quantised(int(qtype), gguf.quants.quantize(weight.astype(np.float32), qtype))
     rows, cols = weight.shape
-    block, size = gguf.GGML_QUANT_SIZES[qtype]  # 256 weights in 144 bytes: d, dmin (f16), 12 bytes of scales, 128 of nibbles
+    block, size = gguf.GGML_QUANT_SIZES[qtype]  # 256 weights a block
     blocks = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
-    scales = np.array([0.002, 0.001], dtype=np.float16).view(np.uint8)
-    blocks[:, :, :4] = scales
+    where, scales = _K_SCALES[qtype_name]
+    blocks[:, :, where] = np.array(scales, dtype=np.float16).view(np.uint8)
     return Quantised(int(qtype), blocks.reshape(rows, -1))
 
 
 def random_quantised_llama(path: Path, *, layers: int = 2, seed: int = 0) -> Path:
     """A random llama whose products run on the kernels real models take: hidden 256, MLP 512,
     4 query heads of 64 over 2 KV heads, every weight of a layer in one of SELFTEST_TYPES (turning
-    from layer to layer, so each type meets each shape), the embeddings and output in Q8_0."""
+    from layer to layer, so each type meets several shapes), the embeddings and output in Q8_0."""
     hidden, ffn, heads, kv_heads = 256, 512, 4, 2
     rng = np.random.default_rng(seed)
     tokens = byte_vocab()
