@@ -262,3 +262,47 @@ def test_steps_that_need_hidden_states_replay_the_graphs_too(model, tokenizer):
     assert static.graphs.replays == 1
     assert a.hidden is not None and a.hidden.shape == b.hidden.shape == (len(tree) + 1, model.config.hidden_size)
     assert close(a.hidden, b.hidden)[0] and close(a.logits, b.logits)[0]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)],
+                         ids=["greedy", "T0.9"])
+def test_compiled_steps_answer_as_plain_decoding(model, tokenizer, params):
+    """Issue 42: each step through torch.compile (inductor's C++ backend here, fullgraph, static
+    shapes) inside the capture; fp32 answers with drafts, through branches and padding, are plain
+    decoding's token for token, and every step replayed a compiled graph. Two buckets over one span
+    keep the compiles few."""
+    import torch._dynamo
+
+    from draftscope.engine import step_graphs
+
+    backend = StaticTorchBackend(model, tokenizer, graphs="off", first_span=64)
+    backend.spans = (backend.spans[-1],)
+    torch._dynamo.reset()  # compiled here, not reused from another test
+    torch._dynamo.utils.counters.clear()
+    graphs, note = step_graphs.capture(backend, replay="eager", buckets=(0, 4), compiled=True)
+    assert graphs is not None and graphs.compiled and "replayed buffers of compiled steps" in note, note
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2  # one per bucket, at capture
+    backend.graphs, backend.graphs_note = graphs, note
+    ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
+    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
+        GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)))[-1]
+    torch._dynamo.utils.counters.clear()
+    events = list(Engine(backend=backend).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params,
+                                                                    drafters=[ContextDrafter()], budget=4)))
+    assert events[-1].token_ids == plain.token_ids
+    steps = events[:-1]
+    assert graphs.replays == len(steps) and (sum(e.accepted for e in steps) > 0 or not params.greedy)
+    assert not torch._dynamo.utils.counters["stats"].get("unique_graphs"), "a step compiled again while answering"
+
+
+def test_a_step_that_cannot_be_compiled_falls_back_to_the_graphs_and_says_so(model, tokenizer, monkeypatch):
+    from draftscope.engine import step_graphs
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("inductor is not available here")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    backend = StaticTorchBackend(model, tokenizer, graphs="off", first_span=64)
+    graphs, note = step_graphs.capture(backend, replay="eager", buckets=(0, 4), compiled=True)
+    assert graphs is not None and not graphs.compiled
+    assert note.startswith("replayed buffers on") and "compiled on PyTorch's: RuntimeError: inductor is not available" in note

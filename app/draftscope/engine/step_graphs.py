@@ -47,16 +47,35 @@ class _Bucket:
     replay: object  # () -> (logits [1, q, vocab], last hidden states [1, q, hidden])
 
 
-class StepGraphs:
-    """One graph per (tree size, span of keys), all on the attention ``kernels`` (None: PyTorch's)."""
+def _model_step(model, cache, ids, positions, mask):
+    """One step's forward: the decoder, then the head on its last hidden states (both are wanted;
+    ``output_hidden_states`` would collect every layer's through hooks that torch.compile cannot
+    trace)."""
+    hidden = model.get_decoder()(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
+                         use_cache=True).last_hidden_state
+    return model.get_output_embeddings()(hidden), hidden
 
-    def __init__(self, backend, *, replay: str = "cuda", kernels=None) -> None:
+
+class StepGraphs:
+    """One graph per (tree size, span of keys), all on the attention ``kernels`` (None: PyTorch's).
+    ``compiled``: each step's forward through torch.compile (inductor, fullgraph, static shapes: one
+    fused graph per bucket; on a CPU inductor's C++ backend) inside the capture."""
+
+    def __init__(self, backend, *, replay: str = "cuda", kernels=None, compiled: bool = False) -> None:
         self.backend = backend
         self.mode = replay
         self.kernels = kernels
+        self.compiled = compiled
         self.buckets: dict[tuple[int, int], _Bucket] = {}
         self._pool = None
         self.replays = 0  # steps of answers run through the graphs
+        self._step = _model_step
+        if compiled:
+            import torch._dynamo
+
+            # a recompile per (tree size, span): well above what capture makes, so none falls back
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+            self._step = torch.compile(_model_step, fullgraph=True, dynamic=False)
 
     def has(self, padded: int, span: int) -> bool:
         return (padded, span) in self.buckets
@@ -67,9 +86,7 @@ class StepGraphs:
         cache.slots, cache.view = b.slots, b.span  # the layers write where this buffer says, read the span
         try:
             with step_kernels(backend.kernel_device, tree=True, kernels=self.kernels):
-                out = backend.model(input_ids=b.ids, position_ids=b.positions, attention_mask=b.mask,
-                                    past_key_values=cache, use_cache=True, output_hidden_states=True)
-                return out.logits, out.hidden_states[-1]
+                return self._step(backend.model, cache, b.ids, b.positions, b.mask)
         finally:
             cache.view = None
 
@@ -110,10 +127,13 @@ class StepGraphs:
         return logits[0], hidden[0]
 
 
-def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None) -> tuple[StepGraphs | None, str]:
+def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None,
+            compiled: bool = False) -> tuple[StepGraphs | None, str]:
     """(graphs, a note in words) for ``backend`` (a StaticTorchBackend), or (None, why not): a graph
     for each tree size in ``buckets`` over each of the backend's spans, on the device's graph
-    kernels, or on its fallback where those fail or their logits disagree with the math kernel's."""
+    kernels, or on its fallback where those fail or their logits disagree with the math kernel's.
+    ``compiled``: first with each step compiled (torch.compile), and where that fails or disagrees,
+    the same graphs uncompiled, the note saying why."""
     if replay == "cuda" and not torch.cuda.is_available():
         return None, "eager steps (CUDA graphs need a CUDA device)"
     started = time.perf_counter()
@@ -123,21 +143,24 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None) ->
         choices.append(GRAPH_FALLBACK[device_type])
     shapes = [(p, s) for s in backend.spans for p in buckets if p + 1 + len(CHECK_PROMPT) <= s]  # else no step fits
     failures = []
-    for kernels in choices:
-        graphs = StepGraphs(backend, replay=replay, kernels=kernels)
+    attempts = ([(choices[0], True)] if compiled else []) + [(kernels, False) for kernels in choices]
+    for kernels, compiling in attempts:
+        what = f"{'compiled steps' if compiling else 'the decode steps'} on {_kernel_name(kernels)} attention"
         try:
+            graphs = StepGraphs(backend, replay=replay, kernels=kernels, compiled=compiling)
             for done, (padded, span) in enumerate(shapes):
                 if progress is not None and done % len(buckets) == 0:
-                    progress(f"preparing the decode steps on {_kernel_name(kernels)} attention: "
-                             f"{done} of {len(shapes)} captured")
+                    progress(f"preparing {what}: {done} of {len(shapes)} captured")
                 graphs.add(padded, span)
             _check(backend, graphs)
-        except Exception as exc:  # noqa: BLE001 - any failure: the next kernels, else eager steps, and the user is told
+        except Exception as exc:  # noqa: BLE001 - any failure: the next attempt, else eager steps, and the user is told
             backend._cache.past = backend._past = 0
             backend._cache.view = None
-            failures.append(f"{_kernel_name(kernels)}: {type(exc).__name__}: {str(exc)[:120]}")
+            name = f"compiled on {_kernel_name(kernels)}" if compiling else _kernel_name(kernels)
+            failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
         kind = "CUDA graphs" if replay == "cuda" else "replayed buffers"
+        kind += " of compiled steps" if compiling else ""
         tried = f"; {'; '.join(failures)}" if failures else ""
         return graphs, (f"{kind} on {_kernel_name(kernels)} attention: {len(graphs.buckets)} graphs (tree sizes x "
                         f"spans of keys) captured in {time.perf_counter() - started:.1f} s{tried}")

@@ -21,13 +21,23 @@ TREE_ROOM = max(BUCKETS) + 1  # slots past the context's end a padded step may w
 STATIC_CONTEXT = 8192
 
 
+def _has_triton() -> bool:
+    try:
+        from torch.utils._triton import has_triton
+    except ImportError:
+        return False
+    return bool(has_triton())
+
+
 class StaticTorchBackend(TorchBackend):
     def __init__(self, model, tokenizer, *, graphs: str | None = None, first_span: int = FIRST_SPAN, progress=None,
-                 **kwargs) -> None:
+                 compiled: bool | None = None, **kwargs) -> None:
         """``graphs``: "cuda" (capture each bucket's step as a CUDA graph), "off", or "eager" (the
         graphs' buffers replayed without a graph: for tests on a CPU); None: "cuda" on CUDA, else off.
         ``first_span``: the shortest span of keys a step reads (static_cache.spans_for).
-        ``progress(text)`` hears how the capture goes (it takes seconds: 11 s for a 1.5B on an H200)."""
+        ``progress(text)`` hears how the capture goes (it takes seconds: 11 s for a 1.5B on an H200).
+        ``compiled``: each step through torch.compile inside the capture; None: on CUDA where Triton
+        is installed (inductor's GPU kernels need it), else not."""
         super().__init__(model, tokenizer, **kwargs)
         self.max_context = min(self.max_context, STATIC_CONTEXT)
         layers = int(model.config.num_hidden_layers)
@@ -41,7 +51,9 @@ class StaticTorchBackend(TorchBackend):
         if graphs != "off":
             from draftscope.engine.step_graphs import capture
 
-            self.graphs, self.graphs_note = capture(self, replay=graphs, progress=progress)
+            if compiled is None:
+                compiled = graphs == "cuda" and _has_triton()
+            self.graphs, self.graphs_note = capture(self, replay=graphs, progress=progress, compiled=compiled)
 
     def describe(self) -> str:
         return f"{super().describe()} · static cache, {self.graphs_note}"
