@@ -417,3 +417,50 @@ def test_a_prompt_longer_than_one_prefill_batch(long_context, tokenizer):
 
 def torch_logits(model, ids):
     return model(torch.tensor([ids])).logits[0].float()
+
+
+@pytest.mark.parametrize("length", [2, 12, 200])
+def test_hidden_states_from_llama_cpp_are_torch_s(backend, torch_model, tokenizer, length):
+    """Issue 43: the final normalised hidden state of the prompt's last position (its chunk's last
+    token read apart) and of every row of a branching tree, in the same decode as the logits, equal
+    torch's for the same F32 model within the drift that grows with the context (llama.cpp keeps
+    keys and values in f16): no more, relative to their size, than the logits' own drift, measured in
+    the same step. Asking for them leaves the logits and the cache as without."""
+    from draftscope.engine.backends.torch_backend import TorchBackend
+
+    def drift(a, b):
+        return float((a - b).abs().max() / b.abs().max())
+
+    torch_backend = TorchBackend(torch_model, tokenizer)
+    ids = (prompt_ids(tokenizer, REPEATING[0]) * 40)[:length]
+    tree = DraftTree(np.array([60, 61, 62, 63], np.int64), np.array([-1, -1, 0, 1], np.int32),
+                     np.array([1, 1, 2, 2], np.int32), np.ones(4, np.float32), np.full(4, DraftSource.CONTEXT, np.int8))
+    got_start, want_start = backend.start(ids, want_hidden=True), torch_backend.start(ids, want_hidden=True)
+    assert backend.cached == len(ids) - 1
+    got, want = backend.verify(ids[-1], tree, want_hidden=True), torch_backend.verify(ids[-1], tree, want_hidden=True)
+    assert got.hidden.shape == want.hidden.shape == (len(tree) + 1, torch_model.config.hidden_size)
+    allowed = max(2 * drift(got.logits, want.logits), 1e-3)
+    assert drift(got.hidden, want.hidden) <= allowed, (drift(got.hidden, want.hidden), drift(got.logits, want.logits))
+    if length > 2:
+        assert got_start.shape == want_start.shape == (torch_model.config.hidden_size,)
+        assert drift(got_start, want_start) <= allowed, (drift(got_start, want_start), allowed)
+    else:
+        assert got_start.shape == want_start.shape
+    backend.truncate(backend.cached)  # as the loop does with a verify it does not commit
+    plain = backend.verify(ids[-1], tree)  # the same cache, no hidden states: the same logits
+    assert plain.hidden is None and torch.allclose(plain.logits, got.logits, atol=1e-4)
+    backend.commit([1, 3])
+    assert backend.cached == len(ids) + 2
+
+
+def test_a_prompt_longer_than_the_context_is_an_error_not_an_abort(backend, tokenizer):
+    """A short context takes shorter batches: a 512-token chunk on a 256-token context aborted
+    llama.cpp (n_tokens <= n_batch, itself cut to n_ctx); now the chunks fit and the full context
+    is an error in words."""
+    from draftscope.engine.backends.llama_lib import LlamaCppError
+
+    ids = (prompt_ids(tokenizer, REPEATING[1]) * 60)[:600]
+    with pytest.raises(LlamaCppError, match="is full"):
+        backend.start(ids)
+    backend.start(prompt_ids(tokenizer, PROMPTS[0]))  # the backend goes on
+    assert backend.verify(prompt_ids(tokenizer, PROMPTS[0])[-1], DraftTree.empty()).logits.shape[0] == 1

@@ -101,22 +101,27 @@ class LlamaCppBackend(Backend):
             raise LlamaCppError(f"llama.cpp could not load {self.path.name}: {last_error() or 'damaged file or unsupported model'}")
         self._vocab = L.llama_model_get_vocab(self._model)
         self.vocab = int(L.llama_vocab_n_tokens(self._vocab))
+        self.hidden_size = int(L.llama_model_n_embd(self._model))
         trained = int(L.llama_model_n_ctx_train(self._model))
         trained = trained if trained > 0 else context  # a file may leave it out (0) or hold nonsense
         self.max_context = min(context, trained)
         self.threads = threads or default_threads()
         self.slots = slots
         self.leaves = min(MAX_LEAVES, MAX_SEQUENCES // slots)  # sequence ids (tree leaves) per slot
-        self.batch_capacity = max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL)
-        self.max_tree = MAX_TREE if slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
-        cparams = L.llama_context_default_params()
         # Room for every slot's whole tree past the last position its answer may reach: tree
         # siblings take cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
-        cparams.n_ctx = slots * (self.max_context + MAX_TREE + 1)
+        cells = slots * (self.max_context + MAX_TREE + 1)
+        # llama.cpp takes at most n_ctx tokens a decode (and aborts on more): a short context's batches are shorter
+        self.batch_capacity = min(cells, max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL))
+        self.prefill_batch = min(PREFILL_BATCH, self.batch_capacity)
+        self.max_tree = MAX_TREE if slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = cells
         cparams.n_batch = self.batch_capacity
         cparams.n_ubatch = PREFILL_BATCH
         cparams.n_seq_max = slots * self.leaves
         cparams.kv_unified = True  # one cache whose cells carry sequence tags: copying a prefix is free
+        cparams.pooling_type = L.LLAMA_POOLING_TYPE_NONE  # hidden states, when asked for, per token
         cparams.n_threads = self.threads
         cparams.n_threads_batch = self.threads
         self._ctx = L.llama_init_from_model(self._model, cparams)
@@ -177,17 +182,20 @@ class LlamaCppBackend(Backend):
 
     # ------------------------------------------------------------------ the loop's calls (slot 0)
 
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> None:
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
         self.clear_slot(0)
-        prefix = prompt[:-1]
-        for at in range(0, len(prefix), PREFILL_BATCH):
-            out = self.decode_many({0: Prefill(prefix[at : at + PREFILL_BATCH], at)})
-            if 0 in out:
-                raise out[0]
-        return None
+        prefix, hidden = prompt[:-1], None
+        step = self.prefill_batch
+        for at in range(0, len(prefix), step):
+            last = at + step >= len(prefix)
+            hidden = self.decode_many({0: Prefill(prefix[at : at + step], at, want_hidden=want_hidden and last)})
+            hidden = hidden.get(0)
+            if isinstance(hidden, Exception):
+                raise hidden
+        return hidden if want_hidden else None
 
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
-        out = self.decode_many({0: Verify(root, tree)})[0]
+        out = self.decode_many({0: Verify(root, tree, want_hidden=want_hidden)})[0]
         if isinstance(out, Exception):
             raise out
         return out
@@ -226,10 +234,16 @@ class LlamaCppBackend(Backend):
             if problem is not None:
                 failed[slot] = ValueError(problem)
         work = {slot: item for slot, item in work.items() if slot not in failed}
+        hidden = any(item.want_hidden for item in work.values())
+        if hidden:
+            work = self._last_tokens_apart(work, failed)
         for slot, item in work.items():
             base = self._past[slot]
             if isinstance(item, Prefill):
-                entries += [(tok, base + k, (self._seq(slot),), False) for k, tok in enumerate(item.tokens)]
+                if item.want_hidden:  # its last token's row: the hidden state asked for
+                    outputs[slot] = (len(entries) + len(item.tokens) - 1, 1)
+                entries += [(tok, base + k, (self._seq(slot),), item.want_hidden and k == len(item.tokens) - 1)
+                            for k, tok in enumerate(item.tokens)]
                 continue
             tree, n = item.tree, len(item.tree)
             seqs = _leaf_sequences(tree)
@@ -248,31 +262,53 @@ class LlamaCppBackend(Backend):
         if len(entries) > self.batch_capacity:
             raise ValueError(f"{len(entries)} tokens in one forward; this context takes at most {self.batch_capacity}")
         self._fill(entries)
-        self._decode(len(entries))
+        if hidden:  # llama.cpp then outputs every token of the batch: logits and final hidden states
+            L.llama_set_embeddings(self._ctx, True)
+        try:
+            self._decode(len(entries))
+        finally:
+            if hidden:
+                L.llama_set_embeddings(self._ctx, False)
         for slot, item in work.items():
             if isinstance(item, Prefill):
                 self._past[slot] += len(item.tokens)
         out = {}
         for slot, (first, rows) in outputs.items():
-            # llama.cpp numbers output rows by the batch tokens that asked for logits, in order
-            row = sum(1 for e in entries[:first] if e[3])
-            out[slot] = Verified(self._logits_rows(row, rows))
+            # llama.cpp numbers output rows by the batch tokens that asked for logits, in order (all, with hidden states)
+            row = first if hidden else sum(1 for e in entries[:first] if e[3])
+            if isinstance(work[slot], Prefill):
+                out[slot] = self._rows(L.llama_get_embeddings, row, 1, self.hidden_size)[0]
+                continue
+            states = self._rows(L.llama_get_embeddings, row, rows, self.hidden_size) if work[slot].want_hidden else None
+            out[slot] = Verified(self._rows(L.llama_get_logits, row, rows, self.vocab), states)
         return {**out, **failed}
 
-    def _logits_rows(self, first: int, rows: int) -> torch.Tensor:
-        """Rows of the last decode's logits, copied out of llama.cpp's buffer (which the next decode
-        reuses) straight into a tensor: np.ctypeslib's array view cost a tenth of a millisecond a step."""
-        out = torch.empty((rows, self.vocab), dtype=torch.float32)
-        source = ctypes.cast(self._L.llama_get_logits(self._ctx), ctypes.c_void_p).value + first * self.vocab * 4
-        ctypes.memmove(out.data_ptr(), source, rows * self.vocab * 4)
+    def _last_tokens_apart(self, work: dict, failed: dict) -> dict:
+        """Prompt chunks that want their last token's hidden state are read without it first, but for
+        that token: with hidden states on llama.cpp computes every token's logits, a chunk's worth."""
+        ahead = {slot: Prefill(item.tokens[:-1], item.start) for slot, item in work.items()
+                 if isinstance(item, Prefill) and item.want_hidden and len(item.tokens) > 1}
+        if not ahead:
+            return work
+        failed.update({slot: e for slot, e in self.decode_many(ahead).items() if isinstance(e, Exception)})
+        return {slot: (Prefill(item.tokens[-1:], item.start + len(item.tokens) - 1, want_hidden=True)
+                       if slot in ahead else item) for slot, item in work.items() if slot not in failed}
+
+    def _rows(self, getter, first: int, rows: int, width: int) -> torch.Tensor:
+        """Rows of the last decode's logits or hidden states (``getter``), copied out of llama.cpp's
+        buffer (which the next decode reuses) straight into a tensor: np.ctypeslib's array view cost
+        a tenth of a millisecond a step."""
+        out = torch.empty((rows, width), dtype=torch.float32)
+        source = ctypes.cast(getter(self._ctx), ctypes.c_void_p).value + first * width * 4
+        ctypes.memmove(out.data_ptr(), source, rows * width * 4)
         return out
 
     def _problem(self, slot: int, item) -> str | None:
         if isinstance(item, Prefill):
             if item.start != self._past[slot]:
                 return f"slot {slot} holds {self._past[slot]} positions; a prefill from {item.start} does not follow"
-            if len(item.tokens) > PREFILL_BATCH:
-                return f"a prefill chunk of {len(item.tokens)} tokens; at most {PREFILL_BATCH} a forward"
+            if len(item.tokens) > self.prefill_batch:
+                return f"a prefill chunk of {len(item.tokens)} tokens; at most {self.prefill_batch} a forward"
             return None
         if item.past is not None and item.past != self._past[slot]:
             return (f"this answer's cache was lost (it held {item.past} positions, the model now {self._past[slot]}): "
