@@ -8,8 +8,8 @@ from draftscope.engine.backends import llama_verdict
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
 from draftscope.rules import BACKENDS
 
-__all__ = ["BACKENDS", "Backend", "Verified", "answers_held", "backend_for_gguf", "chain_tree", "choose_backend", "llama_cpp_available",
-           "open_backend", "torch_backend_for"]
+__all__ = ["BACKENDS", "Backend", "Verified", "answers_held", "backend_for_gguf", "chain_tree", "choose_backend",
+           "llama_cpp_available", "open_backend", "torch_backend_for"]
 
 
 def llama_cpp_available() -> bool:
@@ -23,9 +23,10 @@ def llama_cpp_available() -> bool:
 def choose_backend(source, requested: str = "auto", device: str | None = None, *, check: bool = True,
                    progress=None) -> tuple[str, str, str | None]:
     """(backend, why, notice) for a resolved ModelSource; ``notice``: what the user should be told
-    (llama.cpp's kernels turned off, or llama.cpp left for torch), else None. Refused with the reason in words when the
-    request cannot be met (llama.cpp needs a GGUF file, the llama-cpp-python package, and a
-    llama.cpp that runs on this CPU: see llama_verdict; ``check`` off uses only a kept verdict)."""
+    (llama.cpp's kernels turned off, or llama.cpp left for torch), else None. Refused with the
+    reason in words when the request cannot be met (llama.cpp needs a GGUF file, the
+    llama-cpp-python package, and a llama.cpp that runs on this CPU: see llama_verdict; ``check``
+    off uses only a kept verdict)."""
     if requested not in BACKENDS:
         raise ValueError(f"unknown backend {requested!r}: choose one of {', '.join(BACKENDS)}")
     gguf = source.kind == "gguf"
@@ -34,7 +35,7 @@ def choose_backend(source, requested: str = "auto", device: str | None = None, *
             raise ValueError(f"{source.display_name} is not a GGUF file: llama.cpp runs GGUF models; use the torch backend")
         if not llama_cpp_available():
             raise ValueError("the llama.cpp backend needs llama-cpp-python (scripts/setup.sh installs it)")
-        found = _verdict(check, progress)
+        found = llama_verdict.verdict(check=check, progress=progress)
         if found is not None and not found.runs:
             raise ValueError(f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or "
                              f"{llama_verdict.FIX}")
@@ -51,15 +52,11 @@ def choose_backend(source, requested: str = "auto", device: str | None = None, *
         return "torch", f"the {device} device runs on torch", None
     if not llama_cpp_available():
         return "torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch", None
-    found = _verdict(check, progress)
+    found = llama_verdict.verdict(check=check, progress=progress)
     notice = found.notice if found is not None else None
     if found is not None and not found.runs:
         return "torch", f"llama.cpp does not run on this CPU ({found.cause})", notice
     return "llama.cpp", "a GGUF file on the CPU: llama.cpp computes with its quantised weights directly", notice
-
-
-def _verdict(check: bool, progress) -> llama_verdict.Verdict | None:
-    return llama_verdict.verdict(check=check, progress=progress)
 
 
 def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
