@@ -175,7 +175,7 @@ def test_a_projection_replays_traced_acceptance_against_measured_costs(model_dir
     assert main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--contexts", "32",
                  "--reps", "1", "--sections", "verify", "--json", str(costs)]) == 0
     questions = str(Path(__file__).parent / "data" / "spec_bench_sample.jsonl")
-    # a fixed budget: the oracle drafts whatever this machine's cost curve (the adaptive policy may
+    # a fixed budget: the oracle drafts whatever this machine's cost curve says (the adaptive policy may
     # rightly verify nothing on a CPU where one node costs 3x a plain step)
     assert main(["bench", "spec", "--model", str(model_dir), "--dtype", "float32", "--questions", questions,
                  "--per-category", "1", "--categories", "writing,coding", "--max-new-tokens", "16",
