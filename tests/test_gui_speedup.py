@@ -51,14 +51,14 @@ def expected_points(events, baseline):
     return list(zip(xs, rates)), list(zip(xs, taus))
 
 
-def synthetic_steps(n=80, baseline=20.0, seed=1, with_speedup=True):
-    """Plausible figures: ~65 ms steps whose τ (1-6 tokens) grows as the answer repeats itself."""
+def synthetic_steps(n=80, baseline=20.0, seed=1, with_speedup=True, step_ms=65.0):
+    """Plausible figures: ~65 ms steps (or ``step_ms``) whose τ (1-6 tokens) grows as the answer repeats itself."""
     rng = random.Random(seed)
     events, tokens, elapsed, first_tokens, decode_s = [], 0, 0.15, 0, 0.0  # 0.15 s of prompt processing
     for i in range(n):
         mean = 1.6 + 1.7 * i / (n - 1)
         k = max(1, min(6, round(rng.gauss(mean, 1.0))))
-        ms = rng.gauss(65, 6)
+        ms = abs(rng.gauss(step_ms, step_ms / 10))
         tokens += k
         elapsed += ms / 1000
         if i == 0:
@@ -188,6 +188,33 @@ def test_axes_grow_in_round_steps_and_add_steps_is_cheap(qtbot):
     assert len(panel.rate_points()) == 1000
     assert len(ranges) < 40, "axes change now and then, not every batch"
     assert_axes_hold(panel)
+
+
+def test_a_fast_answer_never_lays_out_thousands_of_tick_labels(qtbot):
+    """A tiny model streams thousands of tokens/s against a 10 tokens/s baseline line: the rate
+    axis jumps from 10 to thousands in one batch. Qt lays out a label for every tick the moment a
+    range or a spacing changes, so at no moment may the range hold more than a screenful of ticks
+    (a range grown under the old spacing of 2 made 2,500 labels and held the window ~200 ms)."""
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.resize(700, 450)
+    panel.show()
+    counts = []
+    for axis in (panel.x_axis, panel.tau_x_axis, panel.rate_axis, panel.tau_axis):
+        def count(*_, axis=axis):
+            counts.append((axis.max() - axis.min()) / axis.tickInterval() if axis.tickInterval() > 0 else 0)
+        axis.rangeChanged.connect(count)
+        axis.tickIntervalChanged.connect(count)
+    for answer in range(2):  # the second answer starts from the first one's wide axes
+        panel.reset(10.0)
+        events = synthetic_steps(300, baseline=10.0, seed=answer, step_ms=0.4)
+        for start in range(0, len(events), 3):
+            panel.add_steps(events[start:start + 3])
+        assert panel.rate_axis.max() > 1000, "the answer ran at thousands of tokens/s"
+        assert_axes_hold(panel)
+    panel.resize(1400, 900)  # more room, more ticks
+    qtbot.wait(10)
+    assert counts and max(counts) <= 12, f"{max(counts):.0f} ticks at once"
 
 
 def test_follows_light_and_dark_palettes_and_saves_screenshots(qtbot, tmp_path):

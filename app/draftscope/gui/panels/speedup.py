@@ -163,11 +163,8 @@ class SpeedupPanel(QWidget):
         for series in (self.rate_series, self.tau_series, self.tau_mean_series, self.marker_series,
                        self.marker_line, self.tau_marker_line):
             series.clear()
-        for axis in (self.x_axis, self.tau_x_axis):
-            axis.setRange(0, 1)
-        self.rate_axis.setRange(0, nice_ceiling(1.2 * self.baseline) if self.baseline else 10)
-        self.tau_axis.setRange(0, 4)
-        self._set_ticks()
+        self._set_axes({self.x_axis: 1.0, self.tau_x_axis: 1.0, self.tau_axis: 4.0,
+                        self.rate_axis: nice_ceiling(1.2 * self.baseline) if self.baseline else 10.0})
         self._update_baseline_line()
         self._update_label()
 
@@ -294,34 +291,44 @@ class SpeedupPanel(QWidget):
     def _grow_axes(self) -> None:
         """Grow (never shrink, within an answer) to round ends, so the axes do not jitter every step."""
         rate_top = max(self.max_rate, self.baseline or 0.0) * 1.1  # headroom: the line never touches the top
-        changed = False
+        tops = {}
         for axes, value in (((self.x_axis, self.tau_x_axis), self.elapsed_s), ((self.rate_axis,), rate_top),
                             ((self.tau_axis,), self.max_tau + 0.5)):
             if value > axes[0].max():
-                for axis in axes:
-                    axis.setRange(0, nice_ceiling(value))
-                changed = True
-        if changed:
-            self._set_ticks()
+                tops.update((axis, nice_ceiling(value)) for axis in axes)
+        if tops:
+            self._set_axes(tops)
             self._update_baseline_line()  # spans the whole x range
             self.select_step(self.selected)  # the vertical lines span the new y ranges
 
-    def _set_ticks(self) -> None:
-        """Round tick spacings, as many as the chart views have room for. Sized from the views, not
-        the plot areas: the plot areas depend on the tick labels, and that loop need not settle."""
+    def _set_axes(self, tops: dict | None = None) -> None:
+        """Set the axes' ranges (0 to ``tops[axis]``; the others keep theirs) and round tick spacings,
+        as many as the chart views have room for. Sized from the views, not the plot areas: the plot
+        areas depend on the tick labels, and that loop need not settle.
+
+        Spacing and range change in the order that keeps the tick count small in between: Qt lays
+        out a label for every tick at once, and a rate axis grown from 10 to 5,000 tokens/s under
+        its old spacing of 2 held the window for ~200 ms laying out 2,500 labels."""
+        tops = tops or {}
         self._align_rounds = ALIGN_ROUNDS
         rate_size, tau_size = self.view.size(), self.tau_view.size()
         most_x = max(2, min(8, int((tau_size.width() - 70) / 55))) if tau_size.width() > 70 else 6
-        for axis in (self.x_axis, self.tau_x_axis):
-            axis.setTickInterval(tick_interval(axis.max(), most_x))
         most_rate = max(2, min(6, int((rate_size.height() - 20) / 28))) if rate_size.height() > 20 else 5
-        self.rate_axis.setTickInterval(tick_interval(self.rate_axis.max(), most_rate))
         most_tau = max(1, min(5, int((tau_size.height() - 50) / 24))) if tau_size.height() > 50 else 3
-        self.tau_axis.setTickInterval(max(1.0, tick_interval(self.tau_axis.max(), most_tau)))  # whole tokens
+        for axis, most, least in ((self.x_axis, most_x, 0.0), (self.tau_x_axis, most_x, 0.0),
+                                  (self.rate_axis, most_rate, 0.0), (self.tau_axis, most_tau, 1.0)):  # τ: whole tokens
+            top = tops.get(axis, axis.max())
+            spacing = max(least, tick_interval(top, most))
+            if spacing >= axis.tickInterval():  # coarser first, then the wider range
+                axis.setTickInterval(spacing)
+                axis.setRange(0, top)
+            else:  # the narrower range first, then the finer spacing
+                axis.setRange(0, top)
+                axis.setTickInterval(spacing)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name): more room, more ticks
         super().resizeEvent(event)
-        self._set_ticks()
+        self._set_axes()
 
     def _on_plot_area_changed(self) -> None:
         if self._align_rounds <= 0:
