@@ -293,8 +293,8 @@ class Engine:
         # forwards the loop runs anyway: the prefill, then each verify step.
         wants_hidden = drafter is not None and getattr(drafter, "wants_hidden", False)
         if wants_hidden and not backend.gives_hidden:
-            raise ValueError(f"the recurrent drafter reads the model's hidden state, which the {backend.kind} "
-                             "backend does not give: use the torch backend for it")
+            raise ValueError(f"the recurrent drafter reads the model's hidden state: the {backend.kind} backend "
+                             f"{backend.no_hidden_reason}")
 
         limit = min(request.max_new_tokens, self.max_context - len(prompt))
         ids = list(prompt)

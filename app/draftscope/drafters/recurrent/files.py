@@ -28,16 +28,19 @@ class HeadError(ValueError):
 
 def target_identity(model, name: str = "") -> dict:
     """What a head must match: architecture, sizes and a hash of the model's output rows (taken
-    in bf16, so the same weights loaded in fp32 or bf16 hash the same)."""
-    cfg = model.config
-    lm = model.get_output_embeddings().weight.detach()
-    rows = torch.cat([lm[:64], lm[-64:]]).to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
+    in bf16, so the same weights loaded in fp32 or bf16 hash the same, and a GGUF read by
+    llama.cpp hashes as its de-quantised torch copy does). ``model``: a transformers model or a
+    target view (recurrent.target)."""
+    from draftscope.drafters.recurrent.target import as_target
+
+    target = as_target(model)
+    rows = target.edge_rows().to(torch.bfloat16).view(torch.int16).numpy().tobytes()
     return {
         "name": name,
-        "architecture": str(getattr(cfg, "model_type", "")),
-        "hidden": int(cfg.hidden_size),
-        "layers": int(getattr(cfg, "num_hidden_layers", 0)),
-        "vocab": int(cfg.vocab_size),
+        "architecture": target.architecture,
+        "hidden": target.hidden,
+        "layers": target.layers,
+        "vocab": target.vocab,
         "weights_sha256": hashlib.sha256(rows).hexdigest(),
     }
 

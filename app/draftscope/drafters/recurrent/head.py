@@ -59,16 +59,17 @@ class RecurrentHead(nn.Module):
     @classmethod
     def for_target(cls, model, vocab_ids: torch.Tensor, *, state: int | None = None, layers: int = 2) -> RecurrentHead:
         """A fresh head for ``model`` whose output rows start as the target's own output rows for
-        the draft vocabulary (a good start: the head begins by reading h as the target does)."""
-        emb = model.get_input_embeddings().weight
-        lm = model.get_output_embeddings().weight
-        hidden = int(model.config.hidden_size)
-        cfg = HeadConfig(hidden=hidden, embed=int(emb.shape[1]), state=state or hidden, layers=layers,
-                         draft_vocab=int(vocab_ids.numel()), target_vocab=int(model.config.vocab_size))
+        the draft vocabulary (a good start: the head begins by reading h as the target does).
+        ``model``: a transformers model or a target view (recurrent.target)."""
+        from draftscope.drafters.recurrent.target import as_target
+
+        target = as_target(model)
+        cfg = HeadConfig(hidden=target.hidden, embed=target.embed_width, state=state or target.hidden, layers=layers,
+                         draft_vocab=int(vocab_ids.numel()), target_vocab=target.vocab)
         head = cls(cfg)
         with torch.no_grad():
             head.vocab_ids.copy_(vocab_ids.long())
-            head.out.weight.copy_(lm[vocab_ids.long()].float())
+            head.out.weight.copy_(target.output_rows(vocab_ids.long()).cpu())
         return head
 
     def first_state(self, emb: torch.Tensor) -> torch.Tensor:

@@ -76,8 +76,11 @@ class RecurrentSetup:
 
     @classmethod
     def for_engine(cls, path, engine) -> RecurrentSetup:
-        """The head at ``path`` for a loaded engine, its layout and beam width tuned to this device."""
-        setup = cls.load(path, engine.model, model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+        """The head at ``path`` for a loaded engine (torch or llama.cpp), its layout and beam width
+        tuned to this device."""
+        from draftscope.drafters.recurrent.target import target_for
+
+        setup = cls.load(path, target_for(engine), model_name=engine.name, eos_ids=sorted(engine.eos_ids))
         setup.layout = setup.choose_layout()
         setup.tune()
         return setup
@@ -125,13 +128,15 @@ class RecurrentSetup:
 
     @classmethod
     def load(cls, path, model, *, model_name: str = "", eos_ids: Sequence[int] = ()) -> RecurrentSetup:
-        """Raises recurrent.files.HeadError (missing, damaged, or trained for another model)."""
+        """``model``: a transformers model or a target view (recurrent.target). Raises
+        recurrent.files.HeadError (missing, damaged, or trained for another model)."""
         from draftscope.drafters.recurrent.files import load_head
+        from draftscope.drafters.recurrent.target import as_target
 
-        head, meta = load_head(path, model, model_name=model_name)
-        device = next(model.parameters()).device
+        target = as_target(model)
+        head, meta = load_head(path, target, model_name=model_name)
         trained = ((meta.get("training") or {}).get("options") or {}).get("length")
-        return cls(head.to(device), model.get_input_embeddings(), tuple(int(e) for e in eos_ids), Path(path), meta,
+        return cls(head.to(target.device), target.embed, tuple(int(e) for e in eos_ids), Path(path), meta,
                    length=int(trained) if trained else DEFAULT_LENGTH)
 
 
@@ -140,12 +145,7 @@ def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
     ``model`` when one was trained (None when there is none). Raises recurrent.files.HeadError."""
     from draftscope.drafters.recurrent.files import default_head_path
 
-    from draftscope.drafters.recurrent.files import HeadError
-
     path = Path(head) if head else default_head_path(model)
     if not head and not path.with_suffix(".json").exists():
         return None
-    if not engine.backend.gives_hidden:
-        raise HeadError(f"the head reads the model's hidden state, which the {engine.backend.kind} backend does not "
-                        "give here: Settings ▸ Model ▸ Backend ▸ torch (or --backend torch) runs it")
     return RecurrentSetup.for_engine(path, engine)

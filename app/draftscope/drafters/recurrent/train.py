@@ -29,6 +29,7 @@ from torch.nn import functional as F
 from draftscope.datastore.progress import CancelToken
 from draftscope.drafters.recurrent.files import save_head, target_identity
 from draftscope.drafters.recurrent.head import RecurrentHead
+from draftscope.drafters.recurrent.target import TorchTarget, as_target
 
 ANSWERS_KIND = "answers"  # answers:PATH, distilled answers (datastore distill): the model's own text
 
@@ -192,16 +193,15 @@ def draft_vocabulary(sequences: np.ndarray, size: int, target_vocab: int, always
 # ------------------------------------------------------------------ the steps
 
 
-def target_outputs(model, ids: torch.Tensor, lm_rows: torch.Tensor, *, full_logits: bool = False):
-    """The frozen target on a batch: hidden states [B, T, H], its logits over the draft vocabulary
-    [B, T, R], the input embeddings, and (``full_logits``) its greedy next tokens over the whole
-    vocabulary."""
+def target_outputs(target, ids: torch.Tensor, lm_rows: torch.Tensor, *, full_logits: bool = False):
+    """The frozen target (a recurrent.target view) on a batch: hidden states [B, T, H], its logits
+    over the draft vocabulary [B, T, R], the input embeddings, and (``full_logits``) its greedy next
+    tokens over the whole vocabulary."""
     with torch.no_grad():
-        out = model(input_ids=ids, output_hidden_states=True, logits_to_keep=0 if full_logits else 1)
-        hidden = out.hidden_states[-1].float()
-        emb = model.get_input_embeddings()(ids).float()
-        greedy = out.logits.argmax(-1) if full_logits else None
-        return hidden, hidden @ lm_rows.T, emb, greedy
+        hidden, greedy = target.outputs(ids, greedy=full_logits)
+        hidden = hidden.to(lm_rows.device)
+        emb = target.embed(ids).float().to(lm_rows.device)
+        return hidden, hidden @ lm_rows.T, emb, greedy.to(lm_rows.device) if greedy is not None else None
 
 
 def head_losses(head: RecurrentHead, hidden: torch.Tensor, teacher: torch.Tensor, emb: torch.Tensor, length: int):
@@ -222,7 +222,7 @@ def head_losses(head: RecurrentHead, hidden: torch.Tensor, teacher: torch.Tensor
 
 
 @torch.no_grad()
-def validate(head: RecurrentHead, model, sequences: np.ndarray, length: int, lm_rows: torch.Tensor,
+def validate(head: RecurrentHead, target, sequences: np.ndarray, length: int, lm_rows: torch.Tensor,
              device, batch: int = 8) -> dict:
     """Figures on held-out sequences: per depth, how often the head's first choice is the target's
     own greedy next token (over the full vocabulary) and how often it is among the head's first
@@ -233,7 +233,7 @@ def validate(head: RecurrentHead, model, sequences: np.ndarray, length: int, lm_
     lead_total, positions, loss_total, batches = 0.0, 0, 0.0, 0
     for start in range(0, len(sequences), batch):
         ids = torch.from_numpy(sequences[start:start + batch]).to(device)
-        hidden, teacher, emb, greedy = target_outputs(model, ids, lm_rows, full_logits=True)
+        hidden, teacher, emb, greedy = target_outputs(target, ids, lm_rows, full_logits=True)
         losses, logits_by_depth = head_losses(head, hidden, teacher, emb, length)
         n = ids.shape[1] - length
         leading = torch.ones(ids.shape[0], n, dtype=torch.bool, device=device)
@@ -277,7 +277,8 @@ def checkpoint_path(out: str | os.PathLike[str]) -> Path:
 def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[str], *, model_name: str = "",
                resume: bool = False, progress: Callable[[TrainProgress], None] | None = None,
                cancel: CancelToken | None = None, log: Callable[[str], None] = lambda s: None) -> TrainReport:
-    """Train a head for ``model`` and write it to ``out`` (.safetensors + .json).
+    """Train a head for ``model`` (a transformers model, or a target view: recurrent.target, e.g. a
+    GGUF on llama.cpp) and write it to ``out`` (.safetensors + .json).
 
     ``resume``: continue from ``out``'s checkpoint (options must match). Cancelling saves a
     checkpoint and raises TrainCancelled; without ``resume`` an existing checkpoint is replaced."""
@@ -287,8 +288,8 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
     if not out.parent.exists():
         raise TrainError(f"output folder does not exist: {out.parent}")
     ckpt = checkpoint_path(out)
-    device = next(model.parameters()).device
-    model.eval()
+    target = as_target(model)
+    device = target.device
     report = progress or (lambda p: None)
 
     steps = options.steps
@@ -306,13 +307,13 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
         raise TrainError(f"the training data gives only {len(sequences)} sequence(s) of {options.seq_len} tokens: "
                          "all of them are held out for validation (give more data or a shorter --seq-len)")
     eos = tuple(sorted({int(t) for t in [tokenizer.eos_token_id] if t is not None}))
-    vocab_ids = draft_vocabulary(train, options.draft_vocab, int(model.config.vocab_size), eos)
+    vocab_ids = draft_vocabulary(train, options.draft_vocab, target.vocab, eos)
     log(f"{len(train)} training sequences of {options.seq_len} tokens, {n_val} held out; "
         f"draft vocabulary: {len(vocab_ids):,} tokens")
 
     torch.manual_seed(options.seed)
-    head = RecurrentHead.for_target(model, vocab_ids, layers=options.layers).to(device)
-    lm_rows = model.get_output_embeddings().weight.detach()[vocab_ids.to(device)].float()
+    head = RecurrentHead.for_target(target, vocab_ids, layers=options.layers).to(device)
+    lm_rows = target.output_rows(vocab_ids).to(device)
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.lr, weight_decay=0.0)
     step, seconds, curve = 0, 0.0, []
     if resume and ckpt.exists():
@@ -338,7 +339,7 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
         for group in optimizer.param_groups:
             group["lr"] = _lr(step, steps, options.lr)
         head.train()
-        losses, _ = head_losses(head, *target_outputs(model, ids, lm_rows)[:3], options.length)
+        losses, _ = head_losses(head, *target_outputs(target, ids, lm_rows)[:3], options.length)
         total = sum(losses) / len(losses)
         optimizer.zero_grad(set_to_none=True)
         total.backward()
@@ -352,7 +353,7 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
         eta = (steps - step) * options.batch * options.seq_len / rate if rate > 0 else None
         if step % val_every == 0 or step == steps:
             report(TrainProgress("validating", step, steps, step * options.batch * options.seq_len, rate, eta, loss, latest))
-            figures = validate(head, model, val, options.length, lm_rows, device)
+            figures = validate(head, target, val, options.length, lm_rows, device)
             latest = {"tokens": step * options.batch * options.seq_len, "step": step, **figures}
             curve.append(latest)
             log(f"step {step}/{steps}: validation τ {figures['tau_chain']:.2f} (greedy chain), top-1 by depth "
@@ -371,11 +372,12 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
         "seconds": round(seconds, 1),
         "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
         "device": str(device),
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": target.dtype,
+        "backend": "torch" if isinstance(target, TorchTarget) else "llama.cpp",
         "validation": latest,
         "curve": curve,
     }
-    save_head(head, out, target=target_identity(model, model_name), training=training)
+    save_head(head, out, target=target_identity(target, model_name), training=training)
     ckpt.unlink(missing_ok=True)
     report(TrainProgress("done", steps, steps, tokens, tokens / seconds if seconds else 0.0, 0.0, loss, latest))
     return TrainReport(out, steps, tokens, seconds, tokens / seconds if seconds else 0.0, latest or {}, curve,

@@ -37,6 +37,7 @@ class Backend(ABC):
     precision_reason: str = ""
     model = None  # the torch module, where there is one (the self:N draft model, head training, HF references)
     gives_hidden: bool = False  # can return last hidden states (the recurrent head needs them)
+    no_hidden_reason: str = "does not give the model's hidden state"  # why not, in words (gives_hidden False)
     notice: str | None = None  # what the user should know of how it was opened (kernels turned off, a fallback)
     max_tree: int | None = None  # draft nodes one verify takes at most (None: no limit); the engine cuts trees to it
 

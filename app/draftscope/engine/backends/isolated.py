@@ -35,6 +35,8 @@ CALL_TIMEOUT_S = 120.0  # one call (a prefill chunk of 512 tokens included)
 class IsolatedLlamaBackend(Backend):
     kind = "llama.cpp"
     gives_hidden = False
+    no_hidden_reason = ("runs a model shared with RPC workers in a child process, which does not pass its hidden "
+                        "state back; on this computer alone (no workers) it does")
 
     def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = LLAMA_CONTEXT,
                  threads: int | None = None, slots: int = 1, workers: list[str] | None = None, repacked: bool = True,

@@ -74,7 +74,7 @@ def default_threads() -> int:
 
 class LlamaCppBackend(Backend):
     kind = "llama.cpp"
-    gives_hidden = False  # see Engine: the recurrent head asks for the torch backend
+    gives_hidden = True  # final hidden states in the same decode as the logits (embeddings, pooling none)
 
     def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = DEFAULT_CONTEXT,
                  threads: int | None = None, gpu_layers: int = 0, slots: int = 1,
@@ -282,6 +282,33 @@ class LlamaCppBackend(Backend):
             states = self._rows(L.llama_get_embeddings, row, rows, self.hidden_size) if work[slot].want_hidden else None
             out[slot] = Verified(self._rows(L.llama_get_logits, row, rows, self.vocab), states)
         return {**out, **failed}
+
+    @_serialised
+    def read_rows(self, slot: int, tokens: list[int], *, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The final hidden state of every token of ``tokens`` [T, hidden], read from the start in
+        ``slot`` (its answer is forgotten, before and after), and with ``greedy`` the most likely next
+        token after each [T]: what training a recurrent head reads of the model."""
+        L = self._L
+        if not tokens or len(tokens) > self.max_context:
+            raise ValueError(f"a sequence of {len(tokens)} tokens; between 1 and {self.max_context} can be read")
+        hidden, best = [], []
+        self.clear_slot(slot)
+        L.llama_set_embeddings(self._ctx, True)
+        try:
+            for at in range(0, len(tokens), self.prefill_batch):
+                chunk = tokens[at : at + self.prefill_batch]
+                self._fill([(tok, at + k, (self._seq(slot),), True) for k, tok in enumerate(chunk)])
+                self._decode(len(chunk))
+                hidden.append(self._rows(L.llama_get_embeddings, 0, len(chunk), self.hidden_size))
+                if greedy:  # read in place: a chunk's logits are ~0.6 MB a token for a 152k vocabulary
+                    pointer = ctypes.cast(L.llama_get_logits(self._ctx), ctypes.POINTER(ctypes.c_float))
+                    logits = np.ctypeslib.as_array(pointer, shape=(len(chunk), self.vocab))
+                    best.append(torch.from_numpy(logits.argmax(-1).astype(np.int64)))
+                self._past[slot] += len(chunk)
+        finally:
+            L.llama_set_embeddings(self._ctx, False)
+            self.clear_slot(slot)
+        return torch.cat(hidden), torch.cat(best) if greedy else None
 
     def _last_tokens_apart(self, work: dict, failed: dict) -> dict:
         """Prompt chunks that want their last token's hidden state are read without it first, but for

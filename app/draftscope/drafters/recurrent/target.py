@@ -1,0 +1,128 @@
+"""What the recurrent head needs of its target model, whichever backend runs it.
+
+A head reads the target's sizes and identity, its input embeddings (the tokens it drafts are fed
+back through them), its output rows (a fresh head starts from them, training scores the draft
+vocabulary with them) and, to be trained, the target's final hidden states and greedy next
+tokens over whole sequences. ``TorchTarget`` reads them from a transformers model;
+``GgufTarget`` from a GGUF file (embedding and output rows de-quantised on demand by the ``gguf``
+package, as transformers does when it loads the same file) and from llama.cpp, which computes the
+hidden states in the same decode as the logits. No torch copy of a GGUF model is made.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+from torch import nn
+
+IDENTITY_ROWS = 64  # output rows hashed at each end of the vocabulary (files.target_identity)
+
+
+class TorchTarget:
+    def __init__(self, model) -> None:
+        self.model = model
+        cfg = model.config
+        self.architecture = str(getattr(cfg, "model_type", ""))
+        self.hidden = int(cfg.hidden_size)
+        self.layers = int(getattr(cfg, "num_hidden_layers", 0))
+        self.vocab = int(cfg.vocab_size)
+        self.embed = model.get_input_embeddings()
+        self.embed_width = int(self.embed.weight.shape[1])
+        first = next(model.parameters())
+        self.device, self.dtype = first.device, str(first.dtype).removeprefix("torch.")
+
+    def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The output layer's rows for token ``ids``, float32 [n, hidden], on the model's device."""
+        return self.model.get_output_embeddings().weight.detach()[ids.to(self.device)].float()
+
+    def edge_rows(self) -> torch.Tensor:
+        lm = self.model.get_output_embeddings().weight.detach()
+        return torch.cat([lm[:IDENTITY_ROWS], lm[-IDENTITY_ROWS:]]).float().cpu()
+
+    def outputs(self, ids: torch.Tensor, *, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Final hidden states [B, T, hidden] (float32) of token sequences ``ids`` [B, T] read from
+        their start, and with ``greedy`` the model's most likely next token after each position."""
+        self.model.eval()
+        with torch.no_grad():
+            out = self.model(input_ids=ids.to(self.device), output_hidden_states=True, logits_to_keep=0 if greedy else 1)
+            return out.hidden_states[-1].float(), out.logits.argmax(-1) if greedy else None
+
+
+class GgufRows(nn.Module):
+    """A GGUF tensor's rows as an embedding: ``module(ids)`` de-quantises the rows asked for."""
+
+    def __init__(self, tensor) -> None:
+        super().__init__()
+        self._tensor = tensor  # a gguf ReaderTensor: rows of the file, memory-mapped
+        self.rows, self.width = int(tensor.shape[1]), int(tensor.shape[0])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        from gguf import dequantize
+
+        flat = ids.reshape(-1).cpu().numpy()
+        unique, where = np.unique(flat, return_inverse=True)
+        rows = dequantize(self._tensor.data[unique], self._tensor.tensor_type).reshape(len(unique), self.width)
+        return torch.from_numpy(np.ascontiguousarray(rows[where], dtype=np.float32)).reshape(*ids.shape, self.width)
+
+
+class GgufTarget:
+    """A GGUF model on the llama.cpp backend. ``pool`` (the engine's slots): training reads its
+    sequences in a slot of its own, waiting while every slot holds an answer."""
+
+    def __init__(self, backend, pool=None) -> None:
+        from draftscope.engine.backends.gguf_check import gguf_reader
+
+        self.backend, self.pool = backend, pool
+        reader = gguf_reader(backend.path)
+        field = reader.fields["general.architecture"]
+        self.architecture = bytes(field.parts[field.data[0]]).decode(errors="replace")
+        blocks = reader.fields.get(f"{self.architecture}.block_count")
+        self.layers = int(blocks.parts[blocks.data[0]][0]) if blocks is not None else 0
+        self.hidden = int(backend.hidden_size)
+        self.vocab = int(backend.vocab)
+        tensors = {t.name: t for t in reader.tensors}
+        self.embed = GgufRows(tensors["token_embd.weight"])
+        # a file without an output layer ties it to the embeddings (transformers reads it the same way)
+        self._output = GgufRows(tensors.get("output.weight", tensors["token_embd.weight"]))
+        self.embed_width = self.embed.width
+        self.device, self.dtype = torch.device("cpu"), str(backend.precision)
+        self._lock = threading.Lock()
+
+    def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._output(ids.reshape(-1))
+
+    def edge_rows(self) -> torch.Tensor:
+        n = self._output.rows
+        return self._output(torch.cat([torch.arange(IDENTITY_ROWS), torch.arange(n - IDENTITY_ROWS, n)]))
+
+    def outputs(self, ids: torch.Tensor, *, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As TorchTarget.outputs, from llama.cpp: each sequence read in a slot of the engine's."""
+        view = self.pool.acquire() if self.pool is not None else None
+        slot = view.slot if view is not None else 0
+        try:
+            read = [self.backend.read_rows(slot, [int(t) for t in row], greedy=greedy) for row in ids.tolist()]
+        finally:
+            if view is not None:
+                self.pool.release(view)
+        hidden = torch.stack([h for h, _ in read])
+        return hidden, torch.stack([g for _, g in read]) if greedy else None
+
+
+def as_target(model_or_target):
+    """A target view of a transformers model (or the target itself)."""
+    return model_or_target if hasattr(model_or_target, "outputs") else TorchTarget(model_or_target)
+
+
+def target_for(engine):
+    """The target view of a loaded engine: its torch model, or its GGUF on llama.cpp. Raises
+    HeadError where the backend gives no hidden states."""
+    from draftscope.drafters.recurrent.files import HeadError
+
+    backend = engine.backend
+    if not backend.gives_hidden:
+        raise HeadError(f"the head reads the model's hidden state: the {backend.kind} backend {backend.no_hidden_reason}")
+    if backend.model is not None:
+        return TorchTarget(backend.model)
+    return GgufTarget(backend, getattr(engine, "slots", None))
