@@ -1,6 +1,6 @@
 """The window on the llama.cpp backend (offscreen Qt, the tiny GGUF): the status bar names the
-backend, an answer streams with its drafts shown as on torch, Stop ends it, and training the
-recurrent drafter says it needs torch instead of failing."""
+backend, an answer streams with its drafts shown as on torch, Stop ends it, and the recurrent
+drafter trains and drafts on it."""
 
 import os
 
@@ -77,12 +77,72 @@ def plain_prompt_ids(engine, messages) -> list[int]:
     return engine.encode_chat(messages)
 
 
-def test_training_the_recurrent_drafter_explains_it_needs_torch(qtbot, engine, tmp_path, monkeypatch):
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
-    said = []
-    monkeypatch.setattr(QMessageBox, "information", lambda parent, title, text: said.append(text))
-    w.train_action.trigger()
-    assert said and "torch" in said[0] and getattr(w, "train_dialog", None) is None
+def recurrent_formats(document) -> list:
+    """The character formats of the chat's tokens drafted by the recurrent drafter."""
+    found, block = [], document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fmt = it.fragment().charFormat()
+            if fmt.toolTip().endswith("drafted by the recurrent drafter"):
+                found.append(fmt)
+            it += 1
+        block = block.next()
+    return found
+
+
+def test_the_recurrent_drafter_trains_and_drafts_in_the_window_on_llama_cpp(qtbot, engine, tmp_path, monkeypatch):
+    """File ▸ Train the recurrent drafter on a GGUF model: the dialog trains through llama.cpp (no
+    torch copy), the window takes the head, Settings offers it, and the next answer's accepted beams
+    are coloured as the recurrent drafter's in the chat."""
+    import json
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QColor
+    from PySide6.QtWidgets import QCheckBox
+
+    from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+    from draftscope.gui.dialogs.train_head import head_description
+    from draftscope.gui.palettes import PROVENANCE_COLOURS
+
+    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))  # the head goes to data/heads
+    questions = [f"Question {i}: how do I print hello world?" for i in range(12)]
+    chats = tmp_path / "own.jsonl"
+    with chats.open("w") as f:  # the model's own answers: what the head learns to predict
+        for q in questions:
+            reply = list(engine.generate(GenerationRequest(messages=[{"role": "user", "content": q}],
+                                                           max_new_tokens=60)))[-1].text
+            f.write(json.dumps({"messages": [{"role": "user", "content": q},
+                                             {"role": "assistant", "content": reply}]}) + "\n")
+    from draftscope.storage import Settings
+    from runtime_helpers import CONTEXT_ONLY
+
+    settings = Settings(max_new_tokens=60, drafters={**CONTEXT_ONLY, "recurrent": True})
+    w = MainWindow(runtime_for(engine, settings), HistoryStore(tmp_path / "h.sqlite3"))
+    qtbot.addWidget(w)
+    w.show()
+    w.set_show_provenance(True)
+    w.open_train_dialog(options_overrides={"tokens": 80 * 64, "seq_len": 32, "batch": 2, "length": 3,
+                                           "val_sequences": 2, "checkpoint_every": 1000, "draft_vocab": 128})
+    dialog = w.train_dialog
+    assert dialog is not None and dialog.isVisible()
+    dialog.data_combo.setCurrentIndex(dialog.data_combo.findData("chat"))
+    dialog.path_edit.setText(str(chats))
+    with qtbot.waitSignal(dialog.head_trained, timeout=120_000):
+        qtbot.mouseClick(dialog.findChild(QPushButton, "trainStart"), Qt.MouseButton.LeftButton)
+    dialog.accept()
+    assert w.runtime.recurrent is not None and "recurrent" in w.findChild(QLabel, "statusDrafters").text()
+    offered = SettingsDialog(settings, devices=("cpu",), recurrent=head_description(settings.model))
+    qtbot.addWidget(offered)
+    assert offered.findChild(QCheckBox, "drafterRecurrent").isEnabled(), "Settings offers the head for the GGUF"
+
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+        send(qtbot, w, questions[3])
+    final = done.args[0]
+    accepted = final.stats.accepted_by_source.get("recurrent", 0)
+    assert "recurrent" in final.stats.drafters and accepted > 0, final.stats.accepted_by_source
+    coloured = recurrent_formats(w.chat_view.document())
+    assert coloured and all(f.background().color() == QColor(PROVENANCE_COLOURS["light"]["recurrent"]) for f in coloured)
 
 
 class SlowContext(ContextDrafter):

@@ -220,3 +220,57 @@ def test_a_head_for_another_model_is_refused_on_llama_cpp(engine, tokenizer, own
     report = train_head(other, tokenizer, options(own_text, tokens=8 * 128), tmp_path / "other", model_name="other")
     with pytest.raises(HeadError, match="same sizes, different weights"):
         RecurrentSetup.for_engine(report.out, engine)
+
+
+def test_a_model_shared_with_rpc_workers_refuses_the_head_in_words(gguf_file, tokenizer, heads):
+    """With RPC workers the model runs in a child process (engine/backends/isolated.py), which does
+    not pass hidden states back: the head is refused saying so, and the way out."""
+    from draftscope.engine.backends.isolated import IsolatedLlamaBackend
+
+    backend = IsolatedLlamaBackend(gguf_file, tokenizer, context=256, threads=1)
+    try:
+        with pytest.raises(HeadError, match=r"hidden state: the llama\.cpp backend runs a model shared with RPC "
+                                            r"workers .* on this computer alone \(no workers\) it does"):
+            RecurrentSetup.for_engine(heads[0].out, Engine(backend=backend))
+    finally:
+        backend.close()
+
+
+def test_the_cli_trains_a_head_on_a_gguf_through_llama_cpp(gguf_file, own_text, tmp_path, capsys):
+    """`draftscope drafter train --model FILE.gguf` opens it as the app does (llama.cpp on a CPU)
+    and trains through it; `--backend torch` trains on the de-quantised copy, for the same model."""
+    out = tmp_path / "cli-head"
+    args = ["drafter", "train", "--model", str(gguf_file), "--data", f"text:{own_text}", "--out", str(out),
+            "--tokens", "512", "--seq-len", "32", "--batch", "4", "--draft-vocab", "64"]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "on llama.cpp · F32" in err and "validation τ" in err, err
+    meta = read_meta(out)
+    assert meta["training"]["backend"] == "llama.cpp" and meta["target"]["architecture"] == "llama"
+    assert main(["drafter", "train", "--model", str(gguf_file), "--backend", "torch", "--data", f"text:{own_text}",
+                 "--out", str(tmp_path / "torch-head"), "--tokens", "512", "--seq-len", "32", "--batch", "4",
+                 "--draft-vocab", "64", "--dtype", "float32"]) == 0
+    assert read_meta(tmp_path / "torch-head")["target"] == meta["target"], "one model, one identity"
+    capsys.readouterr()
+
+
+def test_training_through_llama_cpp_resumes_after_cancel_to_the_same_head(engine, tokenizer, own_text, tmp_path, heads):
+    from draftscope.datastore.progress import CancelToken
+    from draftscope.drafters.recurrent.files import load_head
+    from draftscope.drafters.recurrent.train import TrainCancelled
+
+    target, parted, cancel = GgufTarget(engine.backend, engine.slots), tmp_path / "parted", CancelToken()
+
+    def cancel_at_step_5(p):
+        if p.phase == "training" and p.step == 5:
+            cancel.cancel()
+
+    with pytest.raises(TrainCancelled):
+        train_head(target, tokenizer, options(own_text), parted, model_name="tiny", progress=cancel_at_step_5,
+                   cancel=cancel)
+    train_head(target, tokenizer, options(own_text), parted, model_name="tiny", resume=True)
+    whole, _ = load_head(heads[0].out)
+    again, _ = load_head(parted.with_suffix(".safetensors"))
+    for (name, x), (_, y) in zip(whole.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(x, y), name

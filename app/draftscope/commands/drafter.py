@@ -9,6 +9,7 @@ import sys
 import threading
 
 from draftscope.core import argtypes
+from draftscope.rules import BACKENDS
 
 
 def add_parser(sub) -> None:
@@ -30,6 +31,9 @@ def add_parser(sub) -> None:
     train.add_argument("--resume", action="store_true", help="continue a cancelled run from its checkpoint")
     train.add_argument("--device", type=argtypes.device, default=None)
     train.add_argument("--dtype", type=argtypes.dtype, default=None)
+    train.add_argument("--backend", choices=BACKENDS, default="auto",
+                       help="what runs the model while the head learns it: llama.cpp (a GGUF as it is: its hidden "
+                       "states read by llama.cpp, no torch copy) or torch; auto: as the app opens the model")
     train.set_defaults(func=cmd_train)
     info = drafter_sub.add_parser("info", help="what a head file was trained for and how well")
     info.add_argument("head", nargs="?", default=None, help="head file (default: the app's head for --model)")
@@ -49,8 +53,9 @@ def _eta(seconds: float | None) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from draftscope.models import assets
     from draftscope.datastore.progress import CancelToken
-    from draftscope.engine.loader import load_model
-    from draftscope.drafters.recurrent.files import default_head_path
+    from draftscope.engine.engine import Engine
+    from draftscope.drafters.recurrent.files import HeadError, default_head_path
+    from draftscope.drafters.recurrent.target import target_for
     from draftscope.drafters.recurrent.train import TrainCancelled, TrainError, TrainOptions, train_head
 
     data = args.data or [f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"]
@@ -63,7 +68,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     out = args.out or str(default_head_path(args.model))
     print(f"loading {args.model} ...", file=sys.stderr)
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend, measure=False)
+    try:
+        target = target_for(engine)
+    except HeadError as exc:
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return 2
+    print(f"{engine.name} on {engine.backend.describe()}", file=sys.stderr)
     cancel = CancelToken()
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -77,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                   f"ETA {_eta(p.eta_seconds)}{loss}{val}   ", end="", file=sys.stderr, flush=True)
 
     try:
-        report = train_head(loaded.model, loaded.tokenizer, options, out, model_name=loaded.name, resume=args.resume,
+        report = train_head(target, engine.tokenizer, options, out, model_name=engine.name, resume=args.resume,
                             progress=show, cancel=cancel, log=lambda s: print(f"\n{s}", file=sys.stderr))
     except TrainCancelled as exc:
         print(f"\n{exc}", file=sys.stderr)
@@ -88,6 +99,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        engine.backend.close()
     v = report.validation
     print(f"\nwrote {report.out} ({report.head_parameters / 1e6:.1f}M parameters): {report.tokens:,} tokens in "
           f"{report.seconds / 60:.1f} min ({report.tokens_per_second:,.0f} tokens/s); validation τ {v['tau_chain']:.2f} "

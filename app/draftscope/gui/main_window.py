@@ -448,11 +448,11 @@ class MainWindow(QMainWindow):
         if self.streaming:
             self.status.say("The recurrent drafter can be trained once the answer is done")
             return
-        if self.engine.model is None:  # training runs the torch model; say so rather than fail inside the dialog
+        backend = self.engine.backend
+        if not backend.gives_hidden:  # say so rather than fail inside the dialog
             QMessageBox.information(self, "Train the recurrent drafter",
-                                    f"The recurrent drafter trains on and reads the model's hidden state, which the "
-                                    f"{self.engine.backend.kind} backend does not give. Choose Settings ▸ Model ▸ "
-                                    "Backend ▸ torch to train and use it for this model.")
+                                    f"The recurrent drafter trains on and reads the model's hidden state: the "
+                                    f"{backend.kind} backend {backend.no_hidden_reason}.")
             return
         self.train_dialog = TrainHeadDialog(self.engine, self.settings.model, options_overrides=options_overrides,
                                             parent=self)

@@ -118,7 +118,7 @@ PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "draf
 
 def provenance_legend(*, dark: bool = False) -> str:
     colours = PROVENANCE_COLOURS["dark" if dark else "light"]
-    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "learned", "context", "model")]
+    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "learned", "context", "model", "recurrent")]
     return "<small>Drafted tokens: " + " ".join(items) + " · unmarked: the target model</small>"
 
 

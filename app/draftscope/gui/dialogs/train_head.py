@@ -78,8 +78,8 @@ def head_description(model_spec: str) -> str:
 
 
 class TrainHeadDialog(QDialog):
-    """``TrainHeadDialog(engine, model_spec)``: ``engine.model``, ``engine.tokenizer`` and ``engine.name``
-    are trained on; the head goes to ``out`` (default: the app's head for ``model_spec``).
+    """``TrainHeadDialog(engine, model_spec)``: the engine's model (torch, or a GGUF on llama.cpp),
+    tokenizer and name are trained on; the head goes to ``out`` (default: the app's head for ``model_spec``).
     ``options_overrides`` are TrainOptions fields (tests: tiny sizes); ``trainer`` has
     :func:`train_head`'s signature."""
 
@@ -278,10 +278,13 @@ class TrainHeadDialog(QDialog):
         self.error.hide()
 
     def _job(self, spec: str | None) -> Callable:
-        model, tokenizer, name = self.engine.model, self.engine.tokenizer, self.engine.name
+        engine, tokenizer, name = self.engine, self.engine.tokenizer, self.engine.name
         out, trainer, fields = self.out, self._trainer, self.option_fields()
 
         def job(report, status, cancel):
+            from draftscope.drafters.recurrent.target import target_for
+
+            model = target_for(engine)  # the torch model, or the GGUF read through llama.cpp
             data = spec
             if data is None:
                 status("Fetching the ShareGPT corpus (the first time only) …")
