@@ -55,7 +55,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from draftscope.datastore.progress import CancelToken
     from draftscope.engine.engine import Engine
     from draftscope.drafters.recurrent.files import HeadError, default_head_path
-    from draftscope.drafters.recurrent.target import target_for
+    from draftscope.drafters.recurrent.head_drafter import target_for
     from draftscope.drafters.recurrent.train import TrainCancelled, TrainError, TrainOptions, train_head
 
     data = args.data or [f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"]

@@ -78,8 +78,6 @@ class RecurrentSetup:
     def for_engine(cls, path, engine) -> RecurrentSetup:
         """The head at ``path`` for a loaded engine (torch or llama.cpp), its layout and beam width
         tuned to this device."""
-        from draftscope.drafters.recurrent.target import target_for
-
         setup = cls.load(path, target_for(engine), model_name=engine.name, eos_ids=sorted(engine.eos_ids))
         setup.layout = setup.choose_layout()
         setup.tune()
@@ -149,3 +147,17 @@ def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
     if not head and not path.with_suffix(".json").exists():
         return None
     return RecurrentSetup.for_engine(path, engine)
+
+
+def target_for(engine):
+    """The target view of a loaded engine: its torch model, or its GGUF on llama.cpp. Raises
+    HeadError where the backend gives no hidden states."""
+    from draftscope.drafters.recurrent.files import HeadError
+    from draftscope.drafters.recurrent.target import GgufTarget, TorchTarget
+
+    backend = engine.backend
+    if not backend.gives_hidden:
+        raise HeadError(f"the head reads the model's hidden state: the {backend.kind} backend {backend.no_hidden_reason}")
+    if backend.model is not None:
+        return TorchTarget(backend.model)
+    return GgufTarget(backend, getattr(engine, "slots", None))

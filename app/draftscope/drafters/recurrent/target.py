@@ -114,15 +114,3 @@ def as_target(model_or_target):
     """A target view of a transformers model (or the target itself)."""
     return model_or_target if hasattr(model_or_target, "outputs") else TorchTarget(model_or_target)
 
-
-def target_for(engine):
-    """The target view of a loaded engine: its torch model, or its GGUF on llama.cpp. Raises
-    HeadError where the backend gives no hidden states."""
-    from draftscope.drafters.recurrent.files import HeadError
-
-    backend = engine.backend
-    if not backend.gives_hidden:
-        raise HeadError(f"the head reads the model's hidden state: the {backend.kind} backend {backend.no_hidden_reason}")
-    if backend.model is not None:
-        return TorchTarget(backend.model)
-    return GgufTarget(backend, getattr(engine, "slots", None))

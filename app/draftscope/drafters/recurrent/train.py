@@ -194,9 +194,10 @@ def draft_vocabulary(sequences: np.ndarray, size: int, target_vocab: int, always
 
 
 def target_outputs(target, ids: torch.Tensor, lm_rows: torch.Tensor, *, full_logits: bool = False):
-    """The frozen target (a recurrent.target view) on a batch: hidden states [B, T, H], its logits
+    """The frozen target (a transformers model or a recurrent.target view) on a batch: hidden states [B, T, H], its logits
     over the draft vocabulary [B, T, R], the input embeddings, and (``full_logits``) its greedy next
     tokens over the whole vocabulary."""
+    target = as_target(target)
     with torch.no_grad():
         hidden, greedy = target.outputs(ids, greedy=full_logits)
         hidden = hidden.to(lm_rows.device)

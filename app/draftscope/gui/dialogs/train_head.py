@@ -282,7 +282,7 @@ class TrainHeadDialog(QDialog):
         out, trainer, fields = self.out, self._trainer, self.option_fields()
 
         def job(report, status, cancel):
-            from draftscope.drafters.recurrent.target import target_for
+            from draftscope.drafters.recurrent.head_drafter import target_for
 
             model = target_for(engine)  # the torch model, or the GGUF read through llama.cpp
             data = spec
