@@ -76,6 +76,9 @@ def test_the_desktop_app_starts_and_stays_up(tmp_path, tokenizer_dir, tokenizer)
     (["datastore", "distill", "--out", "x.idx", "--batch-size", "ten"], "not a whole number: 'ten'"),
     (["bench", "spec", "--per-category", str(10**12)], "must be between 1 and 1,000,000,000"),
     (["models", "list", "--device", "gpu"], "unknown device 'gpu'"),
+    (["generate", "hi", "--temperature", "nan"], "--temperature: must be between 0 and 5, got nan"),
+    (["chat", "--top-p", "0"], "--top-p: must be in (0, 1], got 0"),
+    (["serve", "--repetition-penalty", "x"], "--repetition-penalty: not a number: 'x'"),
 ])
 def test_bad_arguments_are_usage_errors_before_anything_loads(argv, words, capsys):
     """One convention: a bad argument is argparse's usage error (exit 2), named, nothing loaded."""

@@ -225,6 +225,34 @@ def test_malformed_bodies_get_openai_shaped_errors(served, body, status, param):
     assert store.conversations() == [], "nothing was answered or stored"
 
 
+def test_a_temperature_that_is_not_a_number_is_named_so(served):
+    server, store, _ = served()
+    body = b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}'
+    r = httpx.post(server.url + "/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "'temperature' must be a finite number, got nan"
+
+
+def test_serve_on_a_busy_port_fails_before_the_model_loads(monkeypatch, capsys):
+    """The port is taken before anything loads: exit 2, the address and the way out named."""
+    import socket
+
+    import draftscope.commands.serve as serve_command
+    from draftscope.cli import main
+
+    monkeypatch.setattr(serve_command, "_serve_on", lambda *a: pytest.fail("the model was loaded"))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        assert main(["serve", "--port", str(port)]) == 2
+    finally:
+        busy.close()
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in err and "--port" in err, err
+
+
 def test_unknown_paths_and_methods_are_openai_shaped(served):
     server, _, _ = served()
     r = httpx.get(server.url + "/engines")

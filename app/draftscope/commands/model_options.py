@@ -22,13 +22,22 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    "(a catalogue name, folder or .gguf)")
     p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
                    "for --model, when one was trained: draftscope drafter train)")
-    p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=argtypes.count, default=0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=512)
+    p.add_argument("--budget", type=argtypes.count, default=None,
+                   help="draft tokens verified per step, the most the model checks in one forward (default: "
+                   "adaptive, from the measured cost of a forward and how often drafts are accepted)")
+    p.add_argument("--temperature", type=argtypes.sampling("temperature"), default=0.0,
+                   help="randomness of the answer, 0 to 5: 0 = greedy, always the most likely token (default: 0)")
+    p.add_argument("--top-p", type=argtypes.sampling("top_p"), default=1.0,
+                   help="sample only from the most likely tokens whose probabilities add up to P (nucleus "
+                   "sampling; 1 = off, the default)")
+    p.add_argument("--top-k", type=argtypes.count, default=0,
+                   help="sample only from the K most likely tokens (0 = off, the default)")
+    p.add_argument("--repetition-penalty", type=argtypes.sampling("repetition_penalty"), default=1.0,
+                   help="above 1, tokens already in the conversation become less likely (1 = off, the default)")
+    p.add_argument("--seed", type=int, default=None, help="a sampled answer's seed: the same seed, the same answer "
+                   "(default: a new one each answer, shown with it)")
+    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=512,
+                   help="the answer's length limit in tokens (default: 512)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "

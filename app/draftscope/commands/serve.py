@@ -17,24 +17,34 @@ def add_parser(sub) -> None:
     add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only; any "
                    "other needs an API key)")
-    p.add_argument("--port", type=argtypes.port, default=8911)
+    p.add_argument("--port", type=argtypes.port, default=8911, help="port to listen on (default: 8911)")
     p.add_argument("--api-key", default=None, help="clients must send 'Authorization: Bearer KEY' "
                    "(default: $DRAFTSCOPE_API_KEY; none on localhost)")
-    p.add_argument("--parallel", type=argtypes.parallel, default=1, help="answers decoded at once (llama.cpp: "
-                   "their steps share forwards; each holds a cache of the model's context)")
+    p.add_argument("--parallel", type=argtypes.parallel, default=1, help="answers decoded at once (default: 1; "
+                   "llama.cpp: their steps share forwards; each holds a cache of the model's context)")
     p.add_argument("--queue-limit", type=argtypes.count, default=8, help="requests that may wait while --parallel "
-                   "are answered; more get HTTP 429")
+                   "are answered; more get HTTP 429 (default: 8)")
     p.add_argument("--no-history", action="store_true", help="do not keep served answers in the app's history")
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from draftscope.commands.model_options import runtime_from_args
-    from draftscope.server import ServerConfig, check_bind, create_app, serve
-    from draftscope.storage import HistoryStore
+    from draftscope.server import check_bind, listening_socket
 
     api_key = args.api_key or os.environ.get("DRAFTSCOPE_API_KEY") or None
     check_bind(args.host, api_key)  # before the model loads: a refusal costs nothing
+    sock = listening_socket(args.host, args.port)  # so is a busy port
+    try:
+        return _serve_on(args, sock, api_key)
+    finally:
+        sock.close()
+
+
+def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
+    from draftscope.commands.model_options import runtime_from_args
+    from draftscope.server import ServerConfig, create_app, serve
+    from draftscope.storage import HistoryStore
+
     runtime = runtime_from_args(args, slots=args.parallel)
     engine = runtime.engine
     history = None if args.no_history else HistoryStore()
@@ -44,5 +54,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     at_once = f"; {args.parallel} answers at once" if engine.slots.size > 1 else ""
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible{at_once}; Ctrl-C stops)"
           + ("; an API key is required" if api_key else ""), file=sys.stderr)
-    serve(app, args.host, args.port)
+    serve(app, args.host, args.port, sock)
     return 0

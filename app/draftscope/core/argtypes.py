@@ -34,6 +34,23 @@ def count(text: str) -> int:
     return value
 
 
+def sampling(name: str):
+    """A sampling parameter within the app's range (rules.RANGES), named as the settings name it."""
+    from draftscope.rules import RANGES
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not RANGES[name].holds(value):  # NaN included: it holds nowhere
+            raise argparse.ArgumentTypeError(f"must be {RANGES[name].words()}, got {text}")
+        return value
+
+    parse.__name__ = name  # argparse names the type in its error: "invalid top_p value"
+    return parse
+
+
 def port(text: str) -> int:
     """A TCP port (0: any free one)."""
     value = _whole(text)

@@ -5,12 +5,14 @@ its own (the app and the tests), :func:`serve` in the foreground (the command)."
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import time
 
 from draftscope.server.asgi import ServerConfig, check_bind, create_app
 
-__all__ = ["ServerConfig", "ServerThread", "check_bind", "create_app", "serve"]
+__all__ = ["ServerConfig", "ServerThread", "check_bind", "create_app", "listening_socket", "serve"]
 
 
 def _server(app, host: str, port: int):
@@ -20,9 +22,28 @@ def _server(app, host: str, port: int):
     return uvicorn.Server(config)
 
 
-def serve(app, host: str, port: int) -> None:
-    """Serve until interrupted (Ctrl-C)."""
-    _server(app, host, port).run()
+def serve(app, host: str, port: int, sock: socket.socket | None = None) -> None:
+    """Serve until interrupted (Ctrl-C); on ``sock`` when given (see listening_socket)."""
+    _server(app, host, port).run(sockets=[sock] if sock is not None else None)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, made before the model loads (a busy port costs nothing and
+    is named) and handed to uvicorn, so nothing can take the port in between. Raises OSError."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise OSError(f"cannot listen on {host}:{port}: no such address ({exc.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a port just freed is usable
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        why = ("the port is in use (another server? choose another with --port)" if exc.errno == errno.EADDRINUSE
+               else exc.strerror or str(exc))
+        raise OSError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
 
 
 class ServerThread:

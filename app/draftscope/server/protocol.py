@@ -65,6 +65,8 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
         raise _bad(name, f"'{name}' must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value):  # NaN fails every comparison: "between -inf and inf" would say nothing
+        raise _bad(name, f"'{name}' must be a finite number, got {value!r}")
     if not lo <= value <= hi:
         raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
     return value
@@ -73,8 +75,6 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
 def _ranged(body: dict, name: str):
     """A sampling parameter within the server's range (rules.SERVER_RANGES)."""
     value = _number(body, name, float("-inf"), float("inf"))
-    if value is not None and not math.isfinite(value):
-        raise _bad(name, f"'{name}' must be a finite number, got {value!r}")
     if value is not None and (why := problem(name, value, SERVER_RANGES)) is not None:
         raise _bad(name, f"'{name}' {why.removeprefix(name + ' ')}")
     return value
