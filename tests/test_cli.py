@@ -99,3 +99,18 @@ def test_every_benchmark_a_user_runs_is_a_bench_subcommand(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "rpc", "--workers", "0"])
     assert exc.value.code == 2 and "--workers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda tmp: tmp / "missing.idx", "no such file"),
+    (lambda tmp: tmp, "a folder, not a datastore"),
+    (lambda tmp: (tmp / "text.idx").write_text("not an index") and tmp / "text.idx", "not a readable datastore"),
+])
+def test_a_bad_datastore_is_named_before_the_model_loads(make, words, tmp_path, monkeypatch, capsys):
+    import draftscope.core.runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "load_runtime", lambda *a, **k: pytest.fail("the model was loaded"))
+    path = make(tmp_path)
+    assert main(["generate", "hi", "--datastore", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--datastore {path}: {words}" in err, err

@@ -123,7 +123,7 @@ def test_dtype_follows_the_cpus_bf16_support_and_the_user_can_override(monkeypat
     assert precision.choose(cpu).dtype == torch.bfloat16 and "measured" in precision.choose(cpu).reason
     monkeypatch.setattr(precision, "bf16_speed_ratio", lambda: 0.05)
     assert precision.choose(cpu).dtype == torch.float32
-    assert precision.choose(cpu, "bfloat16") == precision.Precision(torch.bfloat16, "chosen in the settings")
+    assert precision.choose(cpu, "bfloat16") == precision.Precision(torch.bfloat16, "as asked (Settings ▸ Model, or --dtype)")
     with pytest.raises(ValueError, match="unknown dtype 'float8'"):
         precision.choose(cpu, "float8")
     # a bad value in the settings file falls back to auto with a notice
@@ -136,7 +136,7 @@ def test_dtype_follows_the_cpus_bf16_support_and_the_user_can_override(monkeypat
 def test_a_loaded_model_says_its_dtype_and_why(folders):
     loaded = load_model(str(folders["target"]), dtype="bfloat16")
     assert loaded.dtype == torch.bfloat16 and next(loaded.model.parameters()).dtype == torch.bfloat16
-    assert loaded.dtype_reason.startswith("chosen in the settings")
+    assert loaded.dtype_reason.startswith("as asked (Settings ▸ Model, or --dtype)")
 
 
 def test_the_transposed_linear_layout_computes_the_same(monkeypatch):

@@ -82,7 +82,28 @@ def settings_from_args(args: argparse.Namespace):
     problems = settings.problems()
     if problems:
         raise ValueError("; ".join(problems))
+    if args.datastore:
+        check_datastore(args.datastore)
     return settings
+
+
+def check_datastore(path: str) -> None:
+    """A datastore named on the command line is an index file that opens, checked before the model
+    loads (otherwise it would be found missing only after, and only if retrieval was asked for)."""
+    from pathlib import Path
+
+    from draftscope.retrieval import Reader
+
+    where = Path(path).expanduser()
+    if where.is_dir():
+        raise ValueError(f"--datastore {path}: a folder, not a datastore (a datastore is one .idx file; build one with "
+                         "draftscope datastore build --out FILE.idx)")
+    if not where.is_file():
+        raise ValueError(f"--datastore {path}: no such file (build one with draftscope datastore build-default)")
+    try:
+        Reader(str(where), in_memory=False)
+    except Exception as exc:  # noqa: BLE001 - the reader names what is wrong with the file
+        raise ValueError(f"--datastore {path}: not a readable datastore ({exc})") from None
 
 
 def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):

@@ -45,7 +45,8 @@ def names_from_switches(switches: Mapping[str, bool], *, have_datastore: bool,
         if name == "recurrent" and not have_head:
             continue  # no head trained for this model: the recurrent drafter turns on once one exists
         if name == "retrieval" and not have_datastore:
-            notes.append("retrieval drafts are off: no datastore for this model (File ▸ Build a datastore)")
+            notes.append("retrieval drafts are off: no datastore for this model (File ▸ Build a datastore… in the app, or "
+                         "draftscope datastore build-default)")
         elif name == "model" and not have_draft_model:
             notes.append("the draft model drafter is off: no usable draft model is set")
         else:
@@ -119,7 +120,7 @@ def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | No
     from draftscope.datastore.manifest import read_manifest
 
     name = Path(reader.path).name
-    fix = "build one for this model: File ▸ Build a datastore, or draftscope datastore build"
+    fix = "build one for this model: File ▸ Build a datastore… in the app, or draftscope datastore build"
     if vocab_size and reader.vocab_size > vocab_size:
         return (f"retrieval drafts are off: {name} was built for a tokenizer of {reader.vocab_size:,} ids, "
                 f"the model has {vocab_size:,} ({fix})")

@@ -71,7 +71,7 @@ def choose(device: torch.device, requested: str | None = None) -> Precision:
     if requested and requested != "auto":
         if requested not in DTYPES:
             raise ValueError(f"unknown dtype {requested!r} (choose from {', '.join(DTYPES)})")
-        return Precision(getattr(torch, requested), "chosen in the settings")
+        return Precision(getattr(torch, requested), "as asked (Settings ▸ Model, or --dtype)")
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
             return Precision(torch.bfloat16, "the GPU supports bf16")

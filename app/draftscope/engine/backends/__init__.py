@@ -39,9 +39,9 @@ def choose_backend(source, requested: str = "auto", device: str | None = None, *
         if found is not None and not found.runs:
             raise ValueError(f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or "
                              f"{llama_verdict.FIX}")
-        return "llama.cpp", "chosen in the settings", found.notice if found is not None else None
+        return "llama.cpp", "as asked (Settings ▸ Model, or --backend)", found.notice if found is not None else None
     if requested == "torch":
-        return "torch", "chosen in the settings", None
+        return "torch", "as asked (Settings ▸ Model, or --backend)", None
     if not gguf:
         return "torch", "a Hugging Face model runs on torch", None
     if device in (None, "auto"):
