@@ -89,6 +89,39 @@ def test_stop_mid_answer(qtbot, engine, tmp_path):
     qtbot.waitUntil(lambda: not w.findChild(QPushButton, "stopButton").isEnabled(), timeout=5000)
     last = w.history.messages(w.conversation_id)[-1]
     assert (last.role, last.content) == (("assistant", final.text) if final.text.strip() else ("user", "Tell me a very long story"))
+    if final.text.strip():  # the answer so far stays, and says it was stopped
+        assert last.stats["finish_reason"] == "cancel"
+        assert "stopped · " in w.chat_view.toPlainText()
+
+
+def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, engine, tmp_path):
+    """Sending shows the new message and its answer however far up the user was; while the answer
+    streams the view stays at its end, until the user scrolls up to read, where it then stays."""
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=60)
+    w.resize(900, 500)
+    for k in range(3):  # a conversation taller than the view
+        with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+            send(qtbot, w, f"Question {k}: tell me something")
+        qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+    bar = w.chat_view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=5000)
+    bar.setValue(0)  # the user reads the beginning
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        send(qtbot, w, "One more question")
+    qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0, timeout=5000)
+
+    long = make_window(qtbot, engine, tmp_path / "long.sqlite3", max_new_tokens=2000)
+    long.resize(900, 500)
+    lbar = long.chat_view.verticalScrollBar()
+    with qtbot.waitSignal(long.answer_signals.steps, timeout=60_000):
+        send(qtbot, long, "Tell me a very long story")
+    qtbot.waitUntil(lambda: lbar.maximum() > 200, timeout=60_000)
+    assert lbar.value() == lbar.maximum(), "following the answer as it grows"
+    lbar.setValue(10)  # the user scrolls up to read
+    with qtbot.waitSignal(long.worker.finished, timeout=120_000):
+        pass
+    assert lbar.value() == 10 and lbar.maximum() > 10, "left where the user was reading"
 
 
 def test_history_survives_a_restart(qtbot, engine, tmp_path):
@@ -370,3 +403,16 @@ def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(
     assert "retrieval, learned, context, model, recurrent" in status.drafters.toolTip()
     for label in (status.baseline, status.rate):
         assert label.width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()
+
+
+def test_ctrl_comma_opens_the_settings(qtbot, engine, tmp_path):
+    from PySide6.QtCore import Qt
+
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    assert w.settings_action.shortcut().toString() == "Ctrl+,", "shown beside File ▸ Settings…"
+    box = w.findChild(QPlainTextEdit, "chatInput")
+    w.activateWindow()
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=2000)
+    with qtbot.waitSignal(w.settings_requested, timeout=2000):  # typing a message, as a user would be
+        qtbot.keyClick(box, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)

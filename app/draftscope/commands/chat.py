@@ -43,7 +43,9 @@ def _stats_line(final) -> str:
     from draftscope.core.session import answer_record
     from draftscope.core.words import answer_stats
 
-    return f"[{answer_stats(answer_record(final, None)[0], tau='tau')} · {final.finish_reason}]"
+    stats = answer_record(final, None)[0]
+    stats.pop("finish_reason")  # said last, in the engine's word, which scripts read
+    return f"[{answer_stats(stats, tau='tau')} · {final.finish_reason}]"
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -30,7 +30,12 @@ def answer_stats(stats: dict, *, tau: str = "τ") -> str:
         parts.append(f"{stats['speedup_estimate']:.2f}x plain")
     if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
         parts.append(f"seed {stats['seed']}")
-    return " · ".join(parts)
+    ended = STOPPED_WORDS.get(stats.get("finish_reason"))
+    return " · ".join(([ended] if ended else []) + parts)
+
+
+# How an answer that did not end by itself says so, first on its figures' line.
+STOPPED_WORDS = {"cancel": "stopped", "length": "cut at the length limit", "error": "ended by an error"}
 
 
 def setting_name(model: catalog.CatalogModel) -> str:

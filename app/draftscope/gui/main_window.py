@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
                                    "trainHeadAction")
         file_menu.addSeparator()
         self.settings_action = action(file_menu, "&Settings…", lambda: self.settings_requested.emit(),
-                                      QKeySequence.StandardKey.Preferences, "settingsAction")
+                                      "Ctrl+,", "settingsAction")  # Qt's Preferences key is empty outside macOS
         file_menu.addSeparator()
         action(file_menu, "&Quit", QApplication.quit, QKeySequence.StandardKey.Quit, "quitAction")
 

@@ -54,6 +54,13 @@ class ChatTranscript(QTextBrowser):
         self._stream_render_at, self._stream_render_s = 0.0, 0.0  # when it last rendered, and how long it took
         self._stream_timer = QTimer(self, singleShot=True)
         self._stream_timer.timeout.connect(lambda: self.streaming and self.render(stream_only=True))
+        # Following: the view stays at the end while it grows (the answer being written), until the
+        # user scrolls up; sending a message follows again. Kept on the scroll bar's range, which
+        # changes only once Qt has laid the new text out (a scroll right after an insert is too early).
+        self._following = True
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(lambda _low, high: self._following and bar.setValue(high))
+        bar.valueChanged.connect(lambda value: setattr(self, "_following", value >= bar.maximum() - 4))
         self.setOpenLinks(False)  # our links (copy, edit, regenerate) are handled here
         self.anchorClicked.connect(self._on_link)
 
@@ -86,6 +93,7 @@ class ChatTranscript(QTextBrowser):
 
     def begin_stream(self) -> None:
         self.streaming, self.streaming_text, self.current_steps = True, "", []
+        self._following = True  # a message was sent: show it and its answer
         self.render()
 
     def add_steps(self, events: list) -> None:
@@ -107,8 +115,7 @@ class ChatTranscript(QTextBrowser):
         replaces only the answer being written, so an update costs the same in a long conversation.
         A full re-render happens only when messages were removed or another conversation is shown.
         """
-        bar = self.verticalScrollBar()
-        follow = bar.value() >= bar.maximum() - 4  # auto-scroll pauses when the user scrolls up
+        follow = self._following
         if not stream_only:
             self._drop_stream_region()
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
@@ -125,8 +132,9 @@ class ChatTranscript(QTextBrowser):
         selected = self.selection()
         if not stream_only or selected is None or selected[0] is None:
             self.refresh_highlight()  # marks on a stored answer track the stream's edits by themselves
+        self._following = follow  # the document's replacement moved the scroll bar, not the user
         if follow:
-            bar.setValue(bar.maximum())
+            self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
     def _render_stream(self) -> None:
         # the answer so far as Markdown (its drafters' colours when they are shown), re-rendered
