@@ -12,7 +12,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
 import openai  # noqa: E402
-from PySide6.QtWidgets import QLabel  # noqa: E402
+from PySide6.QtWidgets import QLabel, QPlainTextEdit  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
@@ -50,6 +50,14 @@ def test_the_server_runs_beside_the_window_and_its_answers_appear_in_the_history
     window.show_conversation(window.history.conversations()[0].id)
     answer = window.history.messages(window.conversation_id)[-1]
     assert answer.content == reply.choices[0].message.content and window.history.steps(answer.id)
+
+    # Settings ▸ Server shows each request in a line, and those served while it is open
+    launcher.open_settings()
+    log = launcher.settings_dialog.findChild(QPlainTextEdit, "serverRequestLog")
+    assert "POST /v1/chat/completions 200 · 10 tokens · " in log.toPlainText()
+    client.models.list()
+    qtbot.waitUntil(lambda: "GET /v1/models 200 · " in log.toPlainText(), timeout=5000)
+    launcher.settings_dialog.reject()
 
     launcher.apply_settings(dataclasses.replace(launcher.settings, server_enabled=False))
     assert not label.isVisible()

@@ -126,7 +126,7 @@ class SlowDrafter(ContextDrafter):
 
 @pytest.fixture
 def served(tokenizer, tmp_path):
-    def start(*, api_key=None, queue_limit=8, slow=False, history=True):
+    def start(*, api_key=None, queue_limit=8, slow=False, history=True, on_request=None):
         engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
         engine.eos_ids = set()
         if slow:  # the drafter is asked every step (the adaptive policy would rightly skip a slow one)
@@ -135,7 +135,7 @@ def served(tokenizer, tmp_path):
         make = (lambda: [SlowDrafter(calls)]) if slow else (lambda: [ContextDrafter()])
         store = HistoryStore(tmp_path / "h.sqlite3") if history else None
         app = create_app(runtime_for(engine, max_new_tokens=30, drafters=make), history=store,
-                         config=ServerConfig(api_key=api_key, queue_limit=queue_limit))
+                         config=ServerConfig(api_key=api_key, queue_limit=queue_limit), on_request=on_request)
         server = ServerThread(app, port=0).start()
         started.append(server)
         return server, store, calls
@@ -144,6 +144,25 @@ def served(tokenizer, tmp_path):
     yield start
     for s in started:
         s.stop()
+
+
+def test_each_request_is_logged_in_one_line(served):
+    """When, who, what, the status, the answer's tokens and the seconds: a streamed answer's line is
+    written once its last chunk is sent; a refused request is logged with its status."""
+    import re
+
+    lines = []
+    server, _, _ = served(on_request=lines.append)
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=7)
+    list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                        stream=True))
+    httpx.post(server.url + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d 127\.0\.0\.1:\d+ POST /v1/chat/completions"
+    assert len(lines) == 3, lines
+    assert re.fullmatch(stamp + r" 200 · 7 tokens · \d+\.\d\d s", lines[0]), lines[0]
+    assert re.fullmatch(stamp + r" 200 · 5 tokens · \d+\.\d\d s", lines[1]), lines[1]
+    assert re.fullmatch(stamp + r" 400 · \d+\.\d\d s", lines[2]), lines[2]
 
 
 def test_models_chat_and_the_history(served):

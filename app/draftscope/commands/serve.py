@@ -50,7 +50,8 @@ def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
     history = None if args.no_history else HistoryStore()
     app = create_app(runtime, history=history,
                      config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit, parallel=args.parallel,
-                                         keep_history=not args.no_history, budget=args.budget))
+                                         keep_history=not args.no_history, budget=args.budget),
+                     on_request=lambda line: print(line, file=sys.stderr, flush=True))
     at_once = f"; {args.parallel} answers at once" if engine.slots.size > 1 else ""
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible{at_once}; Ctrl-C stops)"
           + ("; an API key is required" if api_key else ""), file=sys.stderr)

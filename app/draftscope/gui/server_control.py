@@ -5,16 +5,26 @@ conversation list as they are stored."""
 
 from __future__ import annotations
 
+from collections import deque
+
 from PySide6.QtCore import QObject, Signal
+
+KEPT_REQUESTS = 200  # request log lines kept for Settings ▸ Server
 
 
 class LocalServer(QObject):
     stored = Signal(int)  # a served answer's conversation id (emitted on the server's thread)
+    requested = Signal(str)  # a request's log line (server/request_log.py; emitted on the server's thread)
 
     def __init__(self) -> None:
         super().__init__()
         self.thread = None
         self._key = None  # what the running server was started with
+        self.requests: deque[str] = deque(maxlen=KEPT_REQUESTS)  # the latest log lines, oldest first
+
+    def _log(self, line: str) -> None:
+        self.requests.append(line)
+        self.requested.emit(line)
 
     @property
     def url(self) -> str | None:
@@ -35,7 +45,8 @@ class LocalServer(QObject):
             return None
         config = ServerConfig(api_key=settings.server_api_key or None, keep_history=settings.server_keep_history,
                               parallel=settings.server_parallel)
-        app = create_app(window.runtime, history=window.history, config=config, on_stored=self.stored.emit)
+        app = create_app(window.runtime, history=window.history, config=config, on_stored=self.stored.emit,
+                         on_request=self._log)
         try:
             self.thread = ServerThread(app, "127.0.0.1", settings.server_port).start()
         except OSError as exc:

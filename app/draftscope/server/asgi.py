@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -29,6 +30,7 @@ from starlette.routing import Route
 from draftscope.engine.engine import GenerationRequest, PromptTooLongError
 from draftscope.engine.events import FinalEvent
 import draftscope.server.protocol as p
+from draftscope.server.request_log import RequestLog
 from draftscope.core.session import ChatSession, sampling_from
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -138,11 +140,13 @@ def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> Starlette:
+def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_stored=None,
+               on_request=None) -> Starlette:
     """A server over ``runtime`` (draftscope.core.runtime): its settings give what a request leaves out
     (sampling, max tokens), read at each request (the app's live settings);
-    ``on_stored(conversation_id)`` hears of each answer kept in ``history``. Served answers are
-    learned from when the runtime learns (the server beside the window)."""
+    ``on_stored(conversation_id)`` hears of each answer kept in ``history``; ``on_request(line)``
+    of each request served (server/request_log.py). Served answers are learned from when the
+    runtime learns (the server beside the window)."""
     answerer = Answerer(runtime, history=history, config=config, on_stored=on_stored)
     cfg = answerer.config
     engine = runtime.engine
@@ -184,6 +188,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
                 return None
             except Exception as exc:  # noqa: BLE001
                 raise _engine_error(exc) from exc
+            request.state.completion_tokens = final.stats.tokens
             if final.finish_reason == "error":
                 raise p.ApiError(500, final.error or "generation failed", type="server_error")
             make = p.chat_response if chat else p.completion_response
@@ -209,6 +214,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
                 ev = first
                 while True:
                     if isinstance(ev, FinalEvent):
+                        request.state.completion_tokens = ev.stats.tokens
                         if ev.finish_reason == "error":
                             yield _sse(p.ApiError(500, ev.error or "generation failed", type="server_error").body())
                             break
@@ -290,7 +296,8 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
-    ], exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    ], exception_handlers={HTTPException: http_error}, lifespan=lifespan,
+        middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None)
     app.state.answerer = answerer
     return app
 

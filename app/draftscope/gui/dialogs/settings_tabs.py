@@ -219,7 +219,19 @@ class ServerTab(QWidget):
         self.keep_history = QCheckBox("Keep served answers in the history (inspect their drafts in the panels)",
                                       objectName="serverKeepHistory")
         form.addRow(self.keep_history)
+        self.requests = QPlainTextEdit(objectName="serverRequestLog", readOnly=True)
+        self.requests.setPlaceholderText("Requests appear here as the server answers them")
+        self.requests.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.requests.setMaximumBlockCount(200)
+        form.addRow("Recent requests:", self.requests)
         self.fields = {"server_port": self.port, "server_api_key": self.key, "server_parallel": self.parallel}
+
+    def show_requests(self, lines) -> None:
+        """The server's request log so far (one line each: when, who, what, status, tokens, seconds)."""
+        self.requests.setPlainText("\n".join(lines))
+
+    def add_request(self, line: str) -> None:
+        self.requests.appendPlainText(line)
 
     def show_settings(self, s: Settings) -> None:
         self.enabled.setChecked(s.server_enabled)
