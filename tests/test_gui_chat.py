@@ -416,3 +416,32 @@ def test_ctrl_comma_opens_the_settings(qtbot, engine, tmp_path):
     qtbot.waitUntil(box.hasFocus, timeout=2000)
     with qtbot.waitSignal(w.settings_requested, timeout=2000):  # typing a message, as a user would be
         qtbot.keyClick(box, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
+
+
+@pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-1.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
+def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, engine, tmp_path, model):
+    """At the window's default size with every panel open and every label at its longest, the
+    catalogue model's name and how it runs are shown whole; the least important names (datastore,
+    drafters, learned answers) give way, their whole text on hover."""
+    from draftscope.models.catalog import CATALOG
+
+    assert model in {m.title for m in CATALOG}
+    named = Engine(engine.model, engine.tokenizer, name=model)
+    w = make_window(qtbot, named, tmp_path / "h.sqlite3")
+    w.show_panels()
+    status = w.status
+    status.device.setText("llama.cpp · Q4_K_M · 2 threads")
+    status.show_datastore(f"/home/someone/.local/share/draftscope/datastores/{model.lower()}.chat.idx")
+    status.show_drafters(["retrieval", "learned", "context", "recurrent"])
+    status.show_learned("learned: 120 answers")
+    status.show_baseline(27.43)
+    status.show_rate(31.2, 1.84)
+    status.show_server("http://127.0.0.1:8911/v1")
+    assert (w.width(), w.height()) == (1100, 720), "the default size"
+    qtbot.wait(50)
+    for label in (status.model, status.device):
+        assert label.shown_text() == label.text(), f"{label.objectName()} cut: {label.shown_text()!r}"
+    for label in (status.datastore, status.drafters, status.learned):
+        assert label.toolTip(), label.objectName()
+    for label in (status.baseline, status.rate):  # figures are never cut
+        assert label.width() >= label.sizeHint().width(), label.objectName()

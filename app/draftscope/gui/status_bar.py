@@ -10,15 +10,22 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 SHORTEST = 48  # pixels a name may shrink to before the status bar cuts it off
+KEPT = 280  # pixels the model's name and how it runs keep before anything else gives way
 
 
 class ElidedLabel(QLabel):
     """A one-line label that, given less room than its text needs, ends it with "…" (its whole
     text on hover) instead of being cut mid-letter; it gives way before the labels beside it that
-    hold figures."""
+    hold figures. ``shortest``: the width it shrinks to at most (KEPT: what runs, which the other
+    names give way to)."""
+
+    def __init__(self, *args, shortest: int = SHORTEST, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.shortest = shortest
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(min(SHORTEST, super().minimumSizeHint().width()), super().minimumSizeHint().height())
+        hint = super().minimumSizeHint()
+        return QSize(min(self.shortest, hint.width()), hint.height())
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         room = self.contentsRect().width()
@@ -41,10 +48,11 @@ class StatusLine:
     def __init__(self, bar: QStatusBar, engine) -> None:
         self.bar = bar
         # names give way (ending in "…") before the figures when the window is narrow
-        self.model = ElidedLabel(engine.name, objectName="statusModel")
+        # what runs keeps its words; the datastore, the drafters and the learned answers give way first
+        self.model = ElidedLabel(engine.name, objectName="statusModel", shortest=KEPT)
         self.model.setToolTip(f"The model: {engine.name}")
         backend = engine.backend
-        self.device = ElidedLabel(backend.describe(), objectName="statusDevice")
+        self.device = ElidedLabel(backend.describe(), objectName="statusDevice", shortest=KEPT)
         self.device.setToolTip(f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, "
                                f"in {engine.precision}" + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
                                + ". Settings ▸ Model ▸ Backend and Precision change it.")
@@ -68,7 +76,7 @@ class StatusLine:
 
     def show_datastore(self, label: str) -> None:
         # the file's name (a full path crowds out the rest), the path on hover
-        self.datastore.setText(f"datastore: {Path(label).name if label != 'none' else label}")
+        self.datastore.setText(f"datastore: {Path(label).name.removesuffix('.idx') if label != 'none' else label}")
         self.datastore.setToolTip(label if label != "none" else "No datastore: drafts come from the "
                                   "conversation (and the draft model, if one is set)")
 
