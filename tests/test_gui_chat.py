@@ -427,17 +427,24 @@ def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, engine, tmp_p
 
     assert model in {m.title for m in CATALOG}
     named = Engine(engine.model, engine.tokenizer, name=model)
+    from PySide6.QtWidgets import QApplication
+
+    from draftscope.gui.theme import apply_theme
+    from draftscope.storage import Settings
+
+    apply_theme(QApplication.instance(), "light", Settings().font_size)  # the app's own font
     w = make_window(qtbot, named, tmp_path / "h.sqlite3")
     w.show_panels()
     status = w.status
-    status.device.setText("llama.cpp · Q4_K_M · 2 threads")
+    status.device.setText("llama.cpp · Q4_K_M")
     status.show_datastore(f"/home/someone/.local/share/draftscope/datastores/{model.lower()}.chat.idx")
     status.show_drafters(["retrieval", "learned", "context", "recurrent"])
     status.show_learned("learned: 120 answers")
     status.show_baseline(27.43)
     status.show_rate(31.2, 1.84)
     status.show_server("http://127.0.0.1:8911/v1")
-    assert (w.width(), w.height()) == (1100, 720), "the default size"
+    qtbot.wait(50)
+    assert (w.width(), w.height()) == (1100, 720), "the default size: the status bar does not widen the window"
     qtbot.wait(50)
     for label in (status.model, status.device):
         assert label.shown_text() == label.text(), f"{label.objectName()} cut: {label.shown_text()!r}"

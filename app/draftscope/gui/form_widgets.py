@@ -4,6 +4,7 @@ greyed hints, rows of widgets, spin boxes, and one label column for every tab.""
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSpinBox, QTabWidget, QWidget,
 )
@@ -133,3 +134,35 @@ def progress_row(bar: QProgressBar, cancel: QPushButton) -> QWidget:
     layout.addWidget(bar, 1)
     layout.addWidget(cancel)
     return row
+
+
+SHORTEST = 48  # pixels an elided label may shrink to by default
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that, given less room than its text needs, ends it with "…" (its whole
+    text on hover) instead of being cut mid-letter; it gives way before the labels beside it that
+    hold figures. ``shortest``: the width it shrinks to at most (KEPT: what runs, which the other
+    names give way to)."""
+
+    def __init__(self, *args, shortest: int = SHORTEST, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.shortest = shortest
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(min(self.shortest, hint.width()), hint.height())
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        room = self.contentsRect().width()
+        if self.fontMetrics().horizontalAdvance(self.text()) <= room:
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, room)
+        painter.drawText(self.contentsRect(), int(self.alignment()), shown)
+
+    def shown_text(self) -> str:
+        """The text as drawn now (elided when the label is narrower than its text)."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())

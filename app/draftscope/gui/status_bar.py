@@ -5,41 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
-SHORTEST = 48  # pixels a name may shrink to before the status bar cuts it off
+from draftscope.gui.form_widgets import ElidedLabel
+
 KEPT = 280  # pixels the model's name and how it runs keep before anything else gives way
-
-
-class ElidedLabel(QLabel):
-    """A one-line label that, given less room than its text needs, ends it with "…" (its whole
-    text on hover) instead of being cut mid-letter; it gives way before the labels beside it that
-    hold figures. ``shortest``: the width it shrinks to at most (KEPT: what runs, which the other
-    names give way to)."""
-
-    def __init__(self, *args, shortest: int = SHORTEST, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.shortest = shortest
-
-    def minimumSizeHint(self) -> QSize:
-        hint = super().minimumSizeHint()
-        return QSize(min(self.shortest, hint.width()), hint.height())
-
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        room = self.contentsRect().width()
-        if self.fontMetrics().horizontalAdvance(self.text()) <= room:
-            super().paintEvent(event)
-            return
-        painter = QPainter(self)
-        painter.setPen(self.palette().color(self.foregroundRole()))
-        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, room)
-        painter.drawText(self.contentsRect(), int(self.alignment()), shown)
-
-    def shown_text(self) -> str:
-        """The text as drawn now (elided when the label is narrower than its text)."""
-        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+GIVES_WAY = 24  # pixels the least important names (datastore, drafters, learned answers) shrink to
 
 
 class StatusLine:
@@ -52,20 +24,20 @@ class StatusLine:
         self.model = ElidedLabel(engine.name, objectName="statusModel", shortest=KEPT)
         self.model.setToolTip(f"The model: {engine.name}")
         backend = engine.backend
-        self.device = ElidedLabel(backend.describe(), objectName="statusDevice", shortest=KEPT)
+        self.device = ElidedLabel(backend.brief(), objectName="statusDevice", shortest=KEPT)
         self.device.setToolTip(f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, "
                                f"in {engine.precision}" + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
                                + ". Settings ▸ Model ▸ Backend and Precision change it.")
-        self.datastore = ElidedLabel(objectName="statusDatastore")
-        self.drafters = ElidedLabel(objectName="statusDrafters")
+        self.datastore = ElidedLabel(objectName="statusDatastore", shortest=GIVES_WAY)
+        self.drafters = ElidedLabel(objectName="statusDrafters", shortest=GIVES_WAY)
         self.rate = QLabel("– tokens/s", objectName="statusTokensPerSecond")
         self.baseline = QLabel(objectName="statusBaseline")
         self.baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
                                  "and again when older than 10 minutes)")
-        self.learned = ElidedLabel(objectName="statusLearned")
+        self.learned = ElidedLabel(objectName="statusLearned", shortest=GIVES_WAY)
         for label in (self.model, self.device, self.datastore, self.drafters, self.learned, self.baseline):
             bar.addWidget(label)
-        self.server = QLabel(objectName="statusServer")
+        self.server = ElidedLabel(objectName="statusServer", shortest=KEPT // 2)  # the address first
         self.server.hide()
         bar.addPermanentWidget(self.server)
         bar.addPermanentWidget(self.rate)
@@ -76,7 +48,7 @@ class StatusLine:
 
     def show_datastore(self, label: str) -> None:
         # the file's name (a full path crowds out the rest), the path on hover
-        self.datastore.setText(f"datastore: {Path(label).name.removesuffix('.idx') if label != 'none' else label}")
+        self.datastore.setText(f"datastore: {Path(label).name if label != 'none' else label}")
         self.datastore.setToolTip(label if label != "none" else "No datastore: drafts come from the "
                                   "conversation (and the draft model, if one is set)")
 

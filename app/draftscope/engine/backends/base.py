@@ -64,8 +64,13 @@ class Backend(ABC):
         """How many positions the cache holds now."""
 
     def describe(self) -> str:
-        """One line for the status bar and the terminal: what runs, in what precision."""
+        """One line for the status bar's tooltip and the terminal: what runs, in what precision."""
         return f"{self.kind} · {self.precision}"
+
+    def brief(self) -> str:
+        """What runs in a few words, for the status bar (describe() says the rest on hover)."""
+        words = self.describe().split(" · ")
+        return " · ".join(words[:3] if self.kind == "torch" else words[:2])  # torch: its device matters most
 
     def close(self) -> None:
         """Give back native memory now rather than at garbage collection."""

@@ -58,9 +58,10 @@ class ChatTranscript(QTextBrowser):
         # user scrolls up; sending a message follows again. Kept on the scroll bar's range, which
         # changes only once Qt has laid the new text out (a scroll right after an insert is too early).
         self._following = True
-        bar = self.verticalScrollBar()
-        bar.rangeChanged.connect(lambda _low, high: self._following and bar.setValue(high))
-        bar.valueChanged.connect(lambda value: setattr(self, "_following", value >= bar.maximum() - 4))
+        self._rendering = False  # the document is being changed here: scroll moves are not the user's
+        self._restore: int | None = None  # where the user was reading, put back once the text is laid out
+        self.verticalScrollBar().rangeChanged.connect(self._on_range)
+        self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
         self.setOpenLinks(False)  # our links (copy, edit, regenerate) are handled here
         self.anchorClicked.connect(self._on_link)
 
@@ -89,6 +90,20 @@ class ChatTranscript(QTextBrowser):
         self._html_cache.clear()
         self.refresh()
 
+    def _on_range(self, _low: int, high: int) -> None:
+        bar = self.verticalScrollBar()
+        if self._following:
+            bar.setValue(high)
+        elif self._restore is not None:
+            bar.setValue(min(self._restore, high))
+            if high >= self._restore:
+                self._restore = None
+
+    def _on_scrolled(self, value: int) -> None:
+        if not self._rendering:
+            self._following = value >= self.verticalScrollBar().maximum() - 4
+            self._restore = None
+
     # --- streaming -------------------------------------------------------------------------------
 
     def begin_stream(self) -> None:
@@ -115,7 +130,21 @@ class ChatTranscript(QTextBrowser):
         replaces only the answer being written, so an update costs the same in a long conversation.
         A full re-render happens only when messages were removed or another conversation is shown.
         """
-        follow = self._following
+        follow, bar = self._following, self.verticalScrollBar()
+        if not follow and self._restore is None:
+            self._restore = bar.value()
+        self._rendering = True
+        try:
+            self._render(stream_only)
+        finally:
+            self._rendering = False
+        if follow:
+            bar.setValue(bar.maximum())
+        elif self._restore is not None and bar.maximum() >= self._restore:
+            bar.setValue(self._restore)
+            self._restore = None
+
+    def _render(self, stream_only: bool) -> None:
         if not stream_only:
             self._drop_stream_region()
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
@@ -132,9 +161,6 @@ class ChatTranscript(QTextBrowser):
         selected = self.selection()
         if not stream_only or selected is None or selected[0] is None:
             self.refresh_highlight()  # marks on a stored answer track the stream's edits by themselves
-        self._following = follow  # the document's replacement moved the scroll bar, not the user
-        if follow:
-            self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
     def _render_stream(self) -> None:
         # the answer so far as Markdown (its drafters' colours when they are shown), re-rendered

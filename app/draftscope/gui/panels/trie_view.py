@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpl
 
 from draftscope.engine.events import StepEvent, step_from_dict
 from draftscope.gui.chat.render import PROVENANCE_LABELS
+from draftscope.gui.form_widgets import ElidedLabel
 from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS
 from draftscope.gui.panels.drafts import visible_text
 
@@ -171,7 +172,7 @@ class TrieView(QWidget):
 
         self.prev_button = QPushButton("◀", objectName="prevStepButton", toolTip="Previous step")
         self.next_button = QPushButton("▶", objectName="nextStepButton", toolTip="Next step")
-        self.step_label = QLabel(objectName="stepLabel")
+        self.step_label = ElidedLabel(objectName="stepLabel", shortest=0)  # gives way to the buttons in a narrow dock
         self.zoom_out_button = QPushButton("−", objectName="zoomOutButton", toolTip="Zoom out (Ctrl+-)")
         self.zoom_in_button = QPushButton("+", objectName="zoomInButton", toolTip="Zoom in (Ctrl+=)")
         self.fit_button = QPushButton("Fit", objectName="fitButton", toolTip="Fit the tree in the view")
