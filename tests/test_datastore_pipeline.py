@@ -192,3 +192,16 @@ def test_default_model_template_and_fingerprint(tmp_path):
                                    tokenize=False)
     assert full == prompt + "2 + 2 = 4.<|im_end|>\n"
     assert r.vocab_size == 49_152 and r.tokenizer_fingerprint.startswith("vocab-sha256:")
+
+
+def test_a_file_named_by_two_sources_is_stored_once(tokenizer, tmp_path):
+    """code:DIR and text:DIR/NOTES.md: NOTES.md is read by the first source only."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "main.py").write_text("def main():\n    print('hello world')\n")
+    notes = folder / "NOTES.md"
+    notes.write_text("Remember: the quick brown fox jumps over the lazy dog. " * 3)
+    both = build_datastore([Source.parse(f"code:{folder}"), Source.parse(f"text:{notes}")], tokenizer,
+                           tmp_path / "both.idx")
+    alone = build_datastore([Source.parse(f"code:{folder}")], tokenizer, tmp_path / "alone.idx")
+    assert both.tokens == alone.tokens, "NOTES.md stored once"

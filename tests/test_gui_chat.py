@@ -76,6 +76,11 @@ def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
     assert len(kept) == final.stats.steps and [t for s in kept for t in s["token_ids"]] == final.token_ids
     assert "tokens/s" in w.findChild(QLabel, "statusTokensPerSecond").text()
     assert w.findChild(QPushButton, "sendButton").isEnabled()
+    # one figure for one answer: the status bar's rate is the speedup panel's (the decode rate)
+    rate = w.findChild(QLabel, "statusTokensPerSecond").text().split(" tokens/s")[0]
+    w.show_panels()
+    qtbot.waitUntil(lambda: w.findChild(QLabel, "speedupCaption") is not None, timeout=2000)
+    assert w.findChild(QLabel, "speedupCaption").text().startswith(f"{rate} tokens/s vs ")
 
 
 def test_stop_mid_answer(qtbot, engine, tmp_path):
@@ -253,6 +258,51 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
         retry.click()
     qtbot.addWidget(ready.args[0])
     assert len(attempts) == 2
+
+
+def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbot, engine, tmp_path):
+    """The load error names the settings file and offers Choose another model…: the first-run
+    chooser opens, refuses a file that is not a model with its reason, and the model chosen next
+    is saved and opened."""
+    from PySide6.QtWidgets import QLineEdit, QRadioButton
+
+    from draftscope.engine.backends.gguf_writer import random_llama
+    from draftscope.gui.launcher import Launcher
+    from draftscope.storage import load_settings
+
+    opened = []
+
+    def factory(settings, log=None):
+        if settings.model.endswith("broken.gguf"):
+            raise FileNotFoundError(f"{settings.model} is not a GGUF file (it starts with b'hell', not b'GGUF')")
+        opened.append(settings.model)
+        return Runtime(settings, engine)
+
+    settings_file = tmp_path / "settings.json"
+    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(model=str(tmp_path / "broken.gguf")),
+                        settings_file=settings_file)
+    launcher.start()
+    qtbot.waitUntil(lambda: launcher.error_box is not None and launcher.error_box.isVisible(), timeout=10_000)
+    assert str(settings_file) in launcher.error_box.text()
+    launcher.error_box.findChild(QPushButton, "chooseAnotherModel").click()
+    chooser = launcher.chooser
+    qtbot.waitUntil(chooser.isVisible, timeout=5000)
+    chooser.findChild(QRadioButton, "localModelRadio").setChecked(True)
+    path_box = chooser.findChild(QLineEdit, "localModelPath")
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello")
+    path_box.setText(str(text))
+    chooser.findChild(QPushButton, "continueButton").click()
+    assert "notes.gguf is not a GGUF file" in chooser.findChild(QLabel, "setupError").text()
+    good = random_llama(tmp_path / "good.gguf")
+    path_box.setText(str(good))
+    chooser.findChild(QPushButton, "continueButton").click()
+    qtbot.waitUntil(lambda: chooser.pages.currentIndex() == 1, timeout=5000)
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        chooser.findChild(QPushButton, "skipDatastoreButton").click()
+    qtbot.addWidget(ready.args[0])
+    assert opened == [str(good.resolve())]
+    assert load_settings(settings_file)[0].model == str(good.resolve()), "the choice is kept for the next start"
 
 
 @pytest.mark.parametrize("broken", ["datastore", "drafter"])

@@ -324,8 +324,20 @@ def test_local_paths_are_checked(qtbot, dirs, tmp_path):
         assert str(folder) in error_text(dialog) and "config.json" in error_text(dialog)
     assert dialog.pages.currentIndex() == 0
 
-    model = tmp_path / "mine.gguf"
-    model.write_bytes(b"GGUF")
+    # a file that is not a model, or a model cut short, is refused with the reason; another can be chosen
+    from draftscope.engine.backends.gguf_writer import random_llama
+
+    text = tmp_path / "notamodel.gguf"
+    text.write_text("hello, I am a text file")
+    model = random_llama(tmp_path / "mine.gguf")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    for bad, words in ((text, "notamodel.gguf is not a GGUF file (it starts with b'hell'"),
+                       (cut, "cut.gguf is cut short: its tensors need more than the file's")):
+        path_box.setText(str(bad))
+        click(qtbot, dialog, "continueButton")
+        assert words in error_text(dialog), error_text(dialog)
+        assert dialog.pages.currentIndex() == 0 and find(dialog, QPushButton, "continueButton").isEnabled()
     path_box.setText(str(model))
     click(qtbot, dialog, "continueButton")
     assert error_text(dialog) == ""

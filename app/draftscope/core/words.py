@@ -82,7 +82,10 @@ def describe_error(exc: BaseException, folder: Path | None = None) -> str:
 
 def sentence(text: str) -> str:
     text = text.strip()
-    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+    first = text.split(" ", 1)[0]
+    if not any(c in first for c in "./\\"):  # a file's name keeps its case ("notes.gguf is not …")
+        text = text[:1].upper() + text[1:]
+    return text + ("" if text.endswith((".", "!", "?")) else ".")
 
 
 def megabytes(n: int) -> str:

@@ -135,7 +135,8 @@ def build_datastore(
     remove_stale_temp_files(out)
 
     started = time.perf_counter()
-    file_lists = [s.files() for s in sources]
+    named = [s.files() for s in sources]
+    file_lists = _each_file_once(named)
     bytes_total = sum(file_size(p) for files in file_lists for p in files)
     renderer = ChatRenderer(tokenizer, options.chat_mode)
     vocab_size = tokenizer_vocab_size(tokenizer)
@@ -182,7 +183,7 @@ def build_datastore(
         batch.clear()
 
     stopped = False
-    for source, files, report in zip(sources, file_lists, reports):
+    for source, files, report, listed in zip(sources, file_lists, reports, named):
         check_cancel()
         skipped_before = skips.count
         batch: list[str] = []
@@ -221,6 +222,8 @@ def build_datastore(
         report.bytes = sum(file_size(p) for p in files)
         bytes_before += report.bytes
         state["bytes"] = bytes_before
+        if report.documents == 0 and not files and listed:
+            continue  # every file it names was read by an earlier source
         if report.documents == 0:
             first = skips.examples[-1] if report.skipped and skips.examples else None
             reasons = ", ".join(f"{n} {r}" for r, n in skips.by_reason.items())
@@ -312,3 +315,19 @@ def _manifest(report: BuildReport, model: str, tokenizer, fingerprint: str, voca
         "timings_seconds": {k: round(v, 3) for k, v in report.timings.items()},
         "peak_rss_mb": round(report.peak_rss_mb, 1),
     }
+
+
+def _each_file_once(file_lists: list[list[Path]]) -> list[list[Path]]:
+    """Each file read once, by the first source that names it: ``code:DIR`` and ``text:DIR/NOTES.md``
+    together would otherwise store NOTES.md twice."""
+    seen: set[Path] = set()
+    kept = []
+    for files in file_lists:
+        mine = []
+        for path in files:
+            key = Path(path).resolve()
+            if key not in seen:
+                seen.add(key)
+                mine.append(path)
+        kept.append(mine)
+    return kept

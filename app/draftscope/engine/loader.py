@@ -62,6 +62,9 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
+    from draftscope.engine.backends.gguf_check import read_header
+
+    read_header(gguf)  # a damaged or cut-short file named as such, not in numpy's words
     # kept in the dtype it runs in: a 1.5B model read as fp32 and then cast would need twice the memory
     cached = paths.models_dir() / f"{file_digest(gguf)[:24]}-{str(dtype).removeprefix('torch.')}"
     if (cached / "config.json").is_file():

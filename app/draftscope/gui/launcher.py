@@ -116,16 +116,41 @@ class Launcher(QObject):
         self.window_ready.emit(self.window)
 
     def _on_failed(self, message: str) -> None:
+        from draftscope.paths import settings_file
+
         self.progress.hide()
         box = QMessageBox(QMessageBox.Icon.Critical, "Draftscope",
-                          f"The model could not be loaded:\n\n{message}\n\nCheck the model in the settings file, "
-                          "the network (for the default model's first download), or the disk space.")
+                          f"{self.settings.model} could not be loaded:\n\n{message}\n\nChoose another model, or "
+                          "retry (for the default model's first download: the network; or the disk space). The "
+                          f"model is kept in the settings file, {self.settings_file or settings_file()}.")
         box.setObjectName("loadErrorDialog")
+        choose = box.addButton("Choose another model…", QMessageBox.ButtonRole.ActionRole)
+        choose.setObjectName("chooseAnotherModel")
         retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Quit", QMessageBox.ButtonRole.RejectRole)
-        box.buttonClicked.connect(lambda b: self._retry() if b is retry else QApplication.quit())
+        box.buttonClicked.connect(lambda b: self._retry() if b is retry else self.choose_model() if b is choose
+                                  else QApplication.quit())
         self.error_box = box
         box.open()
+
+    def choose_model(self) -> None:
+        """The first-run model chooser again (after a model failed to open): the model chosen there is
+        saved and loaded; closed without a choice, the load error comes back."""
+        from draftscope.gui.dialogs.first_run import FirstRunDialog
+
+        self.chooser = FirstRunDialog(dataclasses.replace(self.settings), settings_file=self.settings_file)
+        self.chooser.setObjectName("chooseModelDialog")
+
+        def chosen(result: int) -> None:
+            if result != QDialog.DialogCode.Accepted:
+                self.error_box.open()
+                return
+            self.settings = self.chooser.settings
+            self.progress.setLabelText(f"Loading {self.settings.model} …")
+            self._retry()
+
+        self.chooser.finished.connect(chosen)
+        self.chooser.open()
 
     def _retry(self) -> None:
         self.progress.show()

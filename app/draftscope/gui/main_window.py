@@ -309,7 +309,7 @@ class MainWindow(QMainWindow):
 
     def _on_steps(self, events: list) -> None:
         self.inspection.add_live(events)
-        self.status.show_rate(events[-1].tokens_per_second, events[-1].tau)
+        self.status.show_rate(events[-1].decode_tokens_per_second or events[-1].tokens_per_second, events[-1].tau)
         self.chat_view.add_steps(events)
 
     def _on_answer_ended(self, final, message_id: int | None = None) -> None:

@@ -31,6 +31,8 @@ class StatusLine:
         self.datastore = ElidedLabel(objectName="statusDatastore", shortest=GIVES_WAY)
         self.drafters = ElidedLabel(objectName="statusDrafters", shortest=GIVES_WAY)
         self.rate = QLabel("– tokens/s", objectName="statusTokensPerSecond")
+        self.rate.setToolTip("This answer's decode rate (tokens/s after its first token, as plain decoding's "
+                             "figure beside it is measured) and τ, the tokens each step wrote")
         self.baseline = QLabel(objectName="statusBaseline")
         self.baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
                                  "and again when older than 10 minutes)")

@@ -61,6 +61,11 @@ def read_header(path: Path) -> dict:
     try:
         reader = gguf_reader(path)
     except Exception as exc:  # the reader raises many kinds of errors on damaged files
+        if "reshape" in str(exc) or "mmap length is greater than file size" in str(exc):
+            # a tensor's data runs past the end of the file: numpy's words ("cannot reshape array of
+            # size 28214336 into shape (49152,612)") say nothing to whoever has to fix it
+            raise GGUFError(f"{path.name} is cut short: its tensors need more than the file's {size:,} bytes (an "
+                            "interrupted download or copy?); download or copy it again") from None
         raise GGUFError(f"{path.name} is damaged: {type(exc).__name__}: {exc}") from exc
     field = reader.fields.get("general.architecture")
     if field is None:

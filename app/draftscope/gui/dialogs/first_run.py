@@ -5,9 +5,8 @@ downloaded here with progress and cancel), then optionally build the model's def
 ``FirstRunDialog(settings).exec()`` is Accepted once the settings are saved (``dialog.settings``
 holds them), Rejected when the user closes it (nothing is saved; the launcher quits).
 The download (``ModelDownload``) and the build each run as a job off the UI thread (``JobRunner``),
-one at a time; the model fetcher (``catalog.fetch_model``) and the datastore builder can be
-injected (tests).
-"""
+one at a time; the model fetcher and the datastore builder can be injected (tests). The launcher
+opens it again to choose another model when one fails to open."""
 
 from __future__ import annotations
 
@@ -24,17 +23,16 @@ from draftscope.models import assets, catalog
 from draftscope.datastore.default import build_default_datastore, default_datastore_path
 from draftscope.datastore.progress import Progress
 from draftscope.models.resolve import ModelNotFoundError, resolve_model
-from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
-from draftscope.gui.jobs import JobRunner, TransferRate
-from draftscope.gui.form_widgets import indented as _indented, note as _note
-from draftscope.core.words import eta_text as _eta
-from draftscope.gui.form_widgets import progress_row as _progress_row, wrapping_label as _wrapping_label
+from draftscope.engine.backends.gguf_check import read_header
+from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS, JobRunner, TransferRate
+from draftscope.gui.form_widgets import (indented as _indented, note as _note, progress_row as _progress_row,
+                                         show_error, wrapping_label as _wrapping_label)
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.models.local import find_local_models
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage.settings import Settings, save_settings, settings_path
-from draftscope.core.words import catalog_note, describe_error, run_precision, setting_name, size_text
-from draftscope.gui.form_widgets import show_error
+from draftscope.core.words import (catalog_note, describe_error, eta_text as _eta, run_precision, setting_name,
+                                   size_text)
 
 
 def needs_first_run(path: Path | str | None = None) -> bool:
@@ -255,6 +253,8 @@ class FirstRunDialog(QDialog):
             return self._invalid(f"{path} has no config.json, so it is not a Hugging Face model folder. Choose a "
                                  "folder with config.json and the weights, or a .gguf file.")
         try:
+            if path.is_file():  # read as llama.cpp will: a text file or a cut-short download is refused here
+                read_header(path)
             resolve_model(str(path), fetch_default=False)
         except (ModelNotFoundError, OSError) as exc:
             return self._invalid(describe_error(exc))
