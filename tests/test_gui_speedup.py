@@ -239,3 +239,32 @@ def test_follows_light_and_dark_palettes_and_saves_screenshots(qtbot, tmp_path):
     assert panel.grab().save(str(tmp_path / "speedup-dark.png"))
     # the data survives the theme switch
     assert len(panel.rate_points()) == 80 and panel.selected_point() is not None
+
+
+def drawn_labels(chart) -> list[str]:
+    """The texts Qt Charts draws in ``chart`` (axis labels and titles), as laid out now."""
+    import shiboken6
+    from PySide6.QtWidgets import QGraphicsTextItem
+
+    return [shiboken6.wrapInstance(shiboken6.getCppPointer(item.toGraphicsObject())[0], QGraphicsTextItem).toPlainText()
+            for item in chart.scene().items() if item.type() == 8 and item.isVisible()]  # 8: QGraphicsTextItem::Type
+
+
+def test_the_time_axis_labels_are_readable_at_the_apps_font(qtbot):
+    """In the dock's height at the app's own font, the time axis shows its numbers, not "..." (Qt
+    Charts elides labels it has no room for: a title beside them took it)."""
+    from PySide6.QtWidgets import QApplication
+
+    from draftscope.gui.theme import apply_theme
+    from draftscope.storage import Settings
+
+    apply_theme(QApplication.instance(), "light", Settings().font_size)
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.resize(450, 400)
+    panel.show()
+    panel.reset(None)
+    panel.add_steps(synthetic_steps(50, step_ms=8.0))
+    qtbot.wait(50)
+    labels = drawn_labels(panel.tau_chart)
+    assert "..." not in labels and {"0.2", "0.4"} <= set(labels), labels

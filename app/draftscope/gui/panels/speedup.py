@@ -88,7 +88,7 @@ class SpeedupPanel(QWidget):
         self.speedup_label.setFont(font)
         self.speedup_label.setToolTip(f"Speedup: {MEANING}.\nPlain decoding is measured again from time to time, "
                                       "because the machine's load and clocks drift.")
-        self.caption = QLabel(objectName="speedupCaption")
+        self.caption = QLabel(objectName="speedupCaption", toolTip=f"The {MEANING}")
         self.caption.setWordWrap(True)
         self.caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
@@ -113,7 +113,8 @@ class SpeedupPanel(QWidget):
         self.tau_mean_series = QLineSeries(name="τ so far", objectName="speedupTauMeanSeries")
         self.tau_marker_line = QLineSeries(objectName="speedupTauSelectedLine")
         self.tau_series.setMarkerSize(3.5)
-        self.tau_x_axis = _value_axis("seconds into the answer (sum of step times)")
+        # no axis title: in a short chart Qt Charts gives the title the room and draws the labels as "..."
+        self.tau_x_axis = _value_axis("")
         self.tau_axis = _value_axis("τ")
         self._attach(self.tau_chart, self.tau_x_axis, self.tau_axis,
                      (self.tau_series, self.tau_mean_series, self.tau_marker_line))
@@ -139,6 +140,7 @@ class SpeedupPanel(QWidget):
         layout.addSpacing(6)
         layout.addWidget(self.view, 3)
         layout.addWidget(self.tau_view, 2)
+        layout.addSpacing(6)  # the time axis's labels sit on the chart's bottom edge
         layout.addWidget(self.legend)
         self._apply_palette()
         self.reset(None)
@@ -274,11 +276,11 @@ class SpeedupPanel(QWidget):
         self.speedup_label.setText(f"{speedup:.2f}×" if speedup is not None else UNKNOWN)
         plain = f"{self.baseline:.1f} tokens/s plain" if self.baseline else "plain decoding not measured yet"
         if not self.events:
-            self.caption.setText(f"No steps yet · {plain}\n{MEANING}")
+            self.caption.setText(f"No steps yet · {plain}")
             return
         rate = self._decode_rate()
         rate_text = f"{rate:.1f} tokens/s" if rate else f"{self.events[-1].tokens_per_second:.1f} tokens/s overall"
-        self.caption.setText(f"{rate_text} vs {plain} · τ {self.events[-1].tau:.2f}\n{MEANING}")
+        self.caption.setText(f"{rate_text} vs {plain} · τ {self.events[-1].tau:.2f}")
 
     # ------------------------------------------------------------------ axes and lines
 
@@ -406,7 +408,7 @@ class SpeedupPanel(QWidget):
                    ("●", "tau", self.tau_series), ("━", "tau_mean", self.tau_mean_series)]
         self.legend.setText(" &nbsp; ".join(
             f'<span style="white-space:nowrap"><b style="color:{colours[key].name()}">{glyph}</b>&nbsp;{series.name()}'
-            "</span>" for glyph, key, series in entries))
+            "</span>" for glyph, key, series in entries) + " &nbsp; <i>across: seconds into the answer</i>")
 
     def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name): a theme switch recolours the charts
         if event.type() == event.Type.PaletteChange:
