@@ -119,6 +119,9 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     w(d, QCheckBox, "drafterModel").setChecked(True)
     w(d, QDoubleSpinBox, "temperatureSpin").setValue(1.25)
     w(d, QSpinBox, "topKSpin").setValue(0)
+    threads = w(d, QSpinBox, "threadsSpin")
+    assert threads.value() == 0 and threads.text().startswith("all cores (")  # the default: every core
+    threads.setValue(1)
     prompt = w(d, QPlainTextEdit, "systemPromptEdit")
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
     qtbot.keyClicks(prompt, " Use lists.")
@@ -131,7 +134,7 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
         SAMPLE, model=str(folder), device="cpu", dtype="bfloat16", backend="torch", seed=42,
         draft_model="org/draft-model", datastore=str(index),
         drafters={"retrieval": True, "learned": False, "context": True, "model": True, "recurrent": False},
-        temperature=1.25, top_k=0,
+        temperature=1.25, top_k=0, threads=1,
         system_prompt="Be brief. Use lists.", theme="light", font_size=20,
     )
     result = d.result_settings()
@@ -281,7 +284,7 @@ def test_changed_fields():
     assert changed_fields(base, replace(base, model="org/m")) == {"model"}
     assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
     assert changed_fields(base, replace(base, theme="dark")) & RELOAD_FIELDS == set()
-    assert RELOAD_FIELDS == {"model", "device", "dtype", "backend", "draft_model", "workers"}  # these reopen the model
+    assert RELOAD_FIELDS == {"model", "device", "dtype", "backend", "draft_model", "workers", "threads"}  # these reopen the model
     assert changed_fields(base, replace(base, dtype="bfloat16")) <= RELOAD_FIELDS
 
 

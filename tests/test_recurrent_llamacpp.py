@@ -274,3 +274,33 @@ def test_training_through_llama_cpp_resumes_after_cancel_to_the_same_head(engine
     again, _ = load_head(parted.with_suffix(".safetensors"))
     for (name, x), (_, y) in zip(whole.state_dict().items(), again.state_dict().items()):
         assert torch.equal(x, y), name
+
+
+
+def test_the_threads_setting_reaches_llama_cpp_and_torch(gguf_file, tokenizer_dir, model, tokenizer, tmp_path):
+    """Settings ▸ Generation ▸ Threads (--threads): llama.cpp computes on that many threads; a torch
+    model's torch on that many; 0 is every core (torch stays at one thread beside llama.cpp)."""
+    from draftscope.core.runtime import load_runtime
+    from draftscope.engine.engine import TORCH_THREADS
+    from draftscope.storage import Settings
+    from draftscope.sysinfo import usable_cores
+
+    before = torch.get_num_threads()
+    try:
+        for threads, want in ((1, 1), (0, usable_cores())):
+            runtime = load_runtime(Settings(model=str(gguf_file), backend="llama.cpp", threads=threads))
+            try:
+                assert runtime.engine.backend.threads == want and torch.get_num_threads() == 1
+                assert f"{want} threads" in runtime.engine.backend.describe()
+            finally:
+                runtime.engine.backend.close()
+        folder = tmp_path / "torch-model"
+        import shutil
+
+        shutil.copytree(tokenizer_dir, folder)
+        model.save_pretrained(folder)
+        for threads, want in ((1, 1), (0, TORCH_THREADS)):
+            load_runtime(Settings(model=str(folder), backend="torch", dtype="float32", threads=threads))
+            assert torch.get_num_threads() == want
+    finally:
+        torch.set_num_threads(before)

@@ -67,7 +67,7 @@ def test_settings_changes_rebuild_the_drafters_only_when_they_must(engine, token
 def test_what_needs_the_model_loaded_again(engine):
     runtime = Runtime(Settings(), engine)
     for field, value in (("model", "other"), ("device", "cpu"), ("dtype", "float32"), ("backend", "torch"),
-                         ("draft_model", "small")):
+                         ("draft_model", "small"), ("threads", 1)):
         new = dataclasses.replace(runtime.settings, **{field: value})
         assert runtime.needs_reload(new), field
         with pytest.raises(ValueError, match="loaded again"):

@@ -29,3 +29,13 @@ def freeze_loaded_objects() -> None:
 
     gc.collect()
     gc.freeze()
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the OS says; else all of them)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)

@@ -48,6 +48,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
                    help="llama.cpp RPC workers that take a share of the model's layers (start one with "
                    "`draftscope worker`; RPC is unauthenticated: a trusted network only)")
+    p.add_argument("--threads", type=argtypes.count, default=0,
+                   help="CPU threads the model computes on (default: 0, as many as this computer's cores; fewer "
+                   "leave room for other work: on a busy machine 1 can be many times faster)")
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
@@ -78,7 +81,8 @@ def settings_from_args(args: argparse.Namespace):
                         top_k=args.top_k, repetition_penalty=args.repetition_penalty,
                         max_new_tokens=args.max_new_tokens, system_prompt=args.system or "",
                         seed=NO_SEED if args.seed is None else args.seed, device=args.device or "auto",
-                        dtype=args.dtype or "auto", backend=args.backend, workers=args.rpc or "")
+                        dtype=args.dtype or "auto", backend=args.backend, workers=args.rpc or "",
+                        threads=args.threads)
     problems = settings.problems()
     if problems:
         raise ValueError("; ".join(problems))

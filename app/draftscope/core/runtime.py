@@ -23,7 +23,7 @@ from psygnal import Signal, SignalGroup
 from draftscope.storage.settings import Settings, answer_slots
 
 # Fields whose change needs the model loaded again; DRAFTER_FIELDS only new drafters.
-RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model", "workers"})
+RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model", "workers", "threads"})
 DRAFTER_FIELDS = frozenset({"datastore", "drafters"})
 
 
@@ -177,7 +177,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     from draftscope.engine.backends.rpc import parse_workers
 
     engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
-                         workers=parse_workers(settings.workers), progress=log)
+                         workers=parse_workers(settings.workers), threads=settings.threads or None, progress=log)
     runtime = Runtime(settings, engine)
     if engine.backend.notice:
         runtime.notices.append(engine.backend.notice)

@@ -73,12 +73,13 @@ def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
 TORCH_THREADS = torch.get_num_threads()  # what torch chose for this machine, before anyone changed it
 
 
-def share_cores_with(backend) -> None:
+def share_cores_with(backend, threads: int | None = None) -> None:
     """On llama.cpp, torch only samples (a few small ops a step), but its OpenMP threads spin
     between ops and take the cores llama.cpp's threads compute on: off a process's main thread (the
     window's worker, the server's answers) a step cost 86-100 ms instead of 62 (Qwen2.5-1.5B, 2
-    cores). One torch thread there; torch's own choice back when a torch model runs."""
-    torch.set_num_threads(1 if backend.kind == "llama.cpp" else TORCH_THREADS)
+    cores). One torch thread there; when a torch model runs, ``threads`` (Settings ▸ Generation ▸
+    Threads, --threads), else torch's own choice."""
+    torch.set_num_threads(1 if backend.kind == "llama.cpp" else threads or TORCH_THREADS)
 
 
 def first_nodes(tree: DraftTree, most: int) -> DraftTree:
@@ -144,13 +145,14 @@ class Engine:
     """``Engine(model, tokenizer)`` runs a torch model; ``Engine(backend=...)`` any backend
     (:func:`draftscope.engine.backends.open_backend` picks and opens one)."""
 
-    def __init__(self, model=None, tokenizer=None, *, name: str = "model", device=None, backend: Backend | None = None) -> None:
+    def __init__(self, model=None, tokenizer=None, *, name: str = "model", device=None, backend: Backend | None = None,
+                 threads: int | None = None) -> None:
         if backend is None:
             from draftscope.engine.backends import torch_backend_for
 
             backend = torch_backend_for(model, tokenizer, name=name, device=device)
         self.backend = backend
-        share_cores_with(backend)
+        share_cores_with(backend, threads)
         self.tokenizer = backend.tokenizer
         self.name = backend.name
         self.dtype_reason = backend.precision_reason  # why this precision (shown in the status bar)
@@ -190,12 +192,13 @@ class Engine:
     @classmethod
     def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, backend: str = "auto",
              measure: bool = True, slots: int = 1, workers: list[str] | None = None,
-             progress=None) -> Engine:
-        """``progress(text)`` hears of the slow parts of opening (on CUDA: capturing the step graphs)."""
+             threads: int | None = None, progress=None) -> Engine:
+        """``progress(text)`` hears of the slow parts of opening (on CUDA: capturing the step graphs).
+        ``threads``: CPU threads the model computes on (None: this computer's cores)."""
         from draftscope.engine.backends import open_backend
 
         engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype, slots=slots,
-                                          workers=workers, progress=progress))
+                                          workers=workers, threads=threads, progress=progress), threads=threads)
         if measure:
             engine.measure()
         return engine

@@ -24,6 +24,8 @@ THEMES = ("system", "light", "dark")
 
 MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
 
+MAX_THREADS = 256  # no machine this runs on has more cores; beyond is a typo
+
 
 @dataclass
 class Settings:
@@ -42,6 +44,7 @@ class Settings:
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
     backend: str = "auto"  # auto: llama.cpp for a GGUF file on the CPU, torch otherwise (engine.backends)
     workers: str = ""  # llama.cpp RPC workers sharing the model's layers: "host:port, host:port" (none: empty)
+    threads: int = 0  # CPU threads the model computes on; 0: this computer's cores (llama.cpp's, or torch's for a torch model)
     theme: str = "system"
     font_size: int = 11
     # The OpenAI-compatible server beside the window (Settings ▸ Server; `draftscope serve` alone).
@@ -73,6 +76,8 @@ class Settings:
             out.append(f"backend must be one of {', '.join(BACKENDS)}")
         if self.theme not in THEMES:
             out.append(f"theme must be one of {', '.join(THEMES)}")
+        if not 0 <= self.threads <= MAX_THREADS:
+            out.append(f"threads must be between 0 (as many as this computer's cores) and {MAX_THREADS}")
         if not 6 <= self.font_size <= 48:
             out.append("font_size must be between 6 and 48")
         if not 1 <= self.server_port <= 65535:

@@ -17,7 +17,6 @@ single-answer calls (start, verify, commit, truncate) are slot 0's.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,10 +65,9 @@ def _serialised(method):
 
 
 def default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
+    from draftscope.sysinfo import usable_cores
+
+    return usable_cores()
 
 
 class LlamaCppBackend(Backend):

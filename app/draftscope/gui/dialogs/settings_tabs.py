@@ -15,7 +15,8 @@ from draftscope.rules import NO_SEED, RANGES, SEED_RANGE
 from draftscope.datastore.default import default_datastore_path
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
 from draftscope.core.settings_checks import browse_start, build_default_command
-from draftscope.storage.settings import MAX_PARALLEL, Settings
+from draftscope.storage.settings import MAX_PARALLEL, MAX_THREADS, Settings
+from draftscope.sysinfo import usable_cores
 
 THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
 
@@ -146,13 +147,18 @@ class GenerationTab(QWidget):
         form.addRow("Seed:", row(self.seed, hint("sampled answers: the same seed writes the same answer, with or "
                                                  "without drafts; each answer shows its seed; Regenerate draws a "
                                                  "new one", wrap=True), stretch_first=False))
+        self.threads = int_spin("threadsSpin", 0, MAX_THREADS)
+        self.threads.setSpecialValueText(f"all cores ({usable_cores()})")
+        form.addRow("Threads:", row(self.threads, hint("CPU threads the model computes on; fewer leave room for other "
+                                                       "work (the model is loaded again)", wrap=True),
+                                    stretch_first=False))
         self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
         self.system_prompt.setPlaceholderText("none: the model's own default")
         self.system_prompt.setMinimumHeight(100)
         form.addRow("System prompt:", self.system_prompt)
         self.fields = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                        "max_new_tokens": self.max_new_tokens, "repetition_penalty": self.repetition_penalty,
-                       "seed": self.seed, "system_prompt": self.system_prompt}
+                       "seed": self.seed, "system_prompt": self.system_prompt, "threads": self.threads}
 
     def show_settings(self, s: Settings) -> None:
         self.temperature.setValue(s.temperature)
@@ -161,6 +167,7 @@ class GenerationTab(QWidget):
         self.max_new_tokens.setValue(s.max_new_tokens)
         self.repetition_penalty.setValue(s.repetition_penalty)
         self.seed.setValue(s.seed)
+        self.threads.setValue(s.threads)
         self.system_prompt.setPlainText(s.system_prompt)
 
     def values(self, original: Settings) -> dict:
@@ -169,7 +176,8 @@ class GenerationTab(QWidget):
                 "top_p": _kept_float(self.top_p, original.top_p), "top_k": self.top_k.value(),
                 "max_new_tokens": self.max_new_tokens.value(),
                 "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
-                "seed": self.seed.value(), "system_prompt": self.system_prompt.toPlainText()}
+                "seed": self.seed.value(), "system_prompt": self.system_prompt.toPlainText(),
+                "threads": self.threads.value()}
 
 
 class AppearanceTab(QWidget):
