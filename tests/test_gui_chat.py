@@ -305,6 +305,42 @@ def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbo
     assert load_settings(settings_file)[0].model == str(good.resolve()), "the choice is kept for the next start"
 
 
+def test_the_model_switcher_loads_another_model_and_remembers_the_recent_ones(qtbot, engine, tmp_path):
+    """At the top of the chat: the model in use, then the models used recently; choosing one loads
+    it (the window comes back on the same conversation) and it heads the recent models, kept in
+    the settings file; "Other model…" opens the settings."""
+    from PySide6.QtWidgets import QComboBox
+
+    from draftscope.gui.launcher import Launcher
+    from draftscope.storage import load_settings
+
+    loads = []
+
+    def factory(settings, log=None):
+        loads.append(settings.model)
+        return Runtime(settings, engine)
+
+    settings_file = tmp_path / "settings.json"
+    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"),
+                        Settings(model="first-model", recent_models=["second-model"]), settings_file=settings_file)
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
+        launcher.start()
+    window = ready.args[0]
+    qtbot.addWidget(window)
+    switcher = window.findChild(QComboBox, "modelSwitcher")
+    assert switcher.isVisible() and switcher.currentText() == "first-model"
+    items = [switcher.itemText(i) for i in range(switcher.count())]
+    assert items[0] == "first-model" and "second-model · recent" in items and items[-1] == "Other model…"
+    with qtbot.waitSignal(window.settings_requested, timeout=2000):
+        switcher.activated.emit(switcher.count() - 1)
+    with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as reloaded:
+        switcher.activated.emit(items.index("second-model · recent"))
+    qtbot.addWidget(reloaded.args[0])
+    assert loads == ["first-model", "second-model"]
+    assert reloaded.args[0].findChild(QComboBox, "modelSwitcher").currentText() == "second-model"
+    assert load_settings(settings_file)[0].recent_models == ["second-model", "first-model"]
+
+
 @pytest.mark.parametrize("broken", ["datastore", "drafter"])
 def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, engine, tmp_path, broken):
     """A datastore that cannot be opened turns retrieval off; any other drafter that cannot be set

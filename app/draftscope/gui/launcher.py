@@ -91,10 +91,13 @@ class Launcher(QObject):
         self.progress.hide()
         self.loader_thread.shutdown()
         notes = _drafter_notes(runtime)
+        self._remember_model()
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
         self.window = MainWindow(runtime, self.history, code_style=code_style(theme), dark=theme == "dark")
         self.window.settings_requested.connect(self.open_settings)
+        self.window.model_chosen.connect(lambda spec: self.apply_settings(dataclasses.replace(self.settings,
+                                                                                               model=spec)))
         self.window.datastore_chosen.connect(self.use_datastore)
         if previous is not None:  # a reload: same place, same conversation
             self.window.restoreGeometry(previous.saveGeometry())
@@ -114,6 +117,20 @@ class Launcher(QObject):
             box.open()
             self.backend_box = box
         self.window_ready.emit(self.window)
+
+    def _remember_model(self) -> None:
+        """The model just loaded heads the switcher's recent models (kept in the settings file)."""
+        from draftscope.storage import save_settings
+        from draftscope.storage.settings import MAX_RECENT
+
+        model = self.settings.model
+        recent = ([model] + [m for m in self.settings.recent_models if m != model])[:MAX_RECENT]
+        if recent != self.settings.recent_models:
+            self.settings.recent_models = recent  # in place: the runtime holds these settings too
+            try:
+                save_settings(self.settings, self.settings_file)
+            except OSError:
+                pass  # remembered for this session; the settings file is said to fail when it is saved
 
     def _on_failed(self, message: str) -> None:
         from draftscope.paths import settings_file

@@ -1,9 +1,7 @@
-"""The main window, a shell around its parts: the conversations (left), the chat transcript and
-the composer (centre), the inspection docks and the status line. It turns the parts' signals into
-the conversation's turn cycle (``ChatSession``, Qt-free), runs answers on the generation worker's
-thread and opens the dialogs (datastore wizard, training, race). The parts observe the session's
-and the runtime's events (an answer's start, steps and end; learned answers; notices) through
-``answer_signals`` (gui/session_qt.py), which brings them to the UI thread."""
+"""The main window, a shell around its parts: the conversations (left), the model switcher, chat
+and composer (centre), the inspection docks and the status line. It turns the parts' signals into
+the turn cycle (``ChatSession``, Qt-free), runs answers on the worker's thread and opens the
+dialogs. The parts observe the session's and the runtime's events through ``answer_signals``."""
 
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ from draftscope.gui.panels.speedup import SpeedupPanel
 from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.panels.trie_view import TrieView
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
+from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.core.session import ChatSession, sampling_from
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
@@ -40,6 +39,7 @@ class MainWindow(QMainWindow):
     request_generation = Signal(object)
     request_baseline = Signal()  # measure plain decoding speed again (on the worker thread)
     settings_requested = Signal()
+    model_chosen = Signal(str)  # another model from the switcher: load it (the launcher reloads)
     datastore_chosen = Signal(str)  # a datastore built in the wizard, to be used from now on
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
 
@@ -71,16 +71,17 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(self.stop)
         self.composer.regenerate_requested.connect(lambda: self.regenerate())
         self.composer.edit_last_requested.connect(self.edit_last)
-        self.provenance_legend = QLabel(objectName="provenanceLegend")
-        self.provenance_legend.hide()
+        self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False)
+        self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
+        self.model_switcher.chosen.connect(self.model_chosen)
+        self.model_switcher.other_requested.connect(self.settings_requested)
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
-        centre_layout.addWidget(self.provenance_legend)
-        centre_layout.addWidget(self.chat_view, 1)
-        centre_layout.addWidget(self.composer)
+        for part in (self.model_switcher, self.provenance_legend, self.chat_view, self.composer):
+            centre_layout.addWidget(part, 1 if part is self.chat_view else 0)
         splitter = QSplitter()
-        splitter.addWidget(self.conversations)
-        splitter.addWidget(centre)
+        for part in (self.conversations, centre):
+            splitter.addWidget(part)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([240, 860])
         self.setCentralWidget(splitter)
@@ -191,8 +192,8 @@ class MainWindow(QMainWindow):
             dock.hide()
             self.view_menu.addAction(dock.toggleViewAction())
             self.docks[name] = dock
-        self.show_panels_action = QAction("Show all inspection &panels", self, objectName="showPanelsAction")
-        self.show_panels_action.setShortcut(QKeySequence("Ctrl+I"))
+        self.show_panels_action = QAction("Show all inspection &panels", self, objectName="showPanelsAction",
+                                          shortcut=QKeySequence("Ctrl+I"))
         self.show_panels_action.triggered.connect(self.show_panels)
         self.view_menu.addAction(self.show_panels_action)
         self.answer_selected.connect(
@@ -380,11 +381,9 @@ class MainWindow(QMainWindow):
 
     def _baseline_of(self, message_id: int) -> float | None:
         """The plain speed a stored answer was compared with (older answers: today's figure)."""
-        if self.conversation_id is not None:
-            for m in self.history.messages(self.conversation_id):
-                if m.id == message_id and m.stats and m.stats.get("baseline_tokens_per_second"):
-                    return m.stats["baseline_tokens_per_second"]
-        return self.engine.baseline_tokens_per_second
+        messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
+        kept = next((m.stats for m in messages if m.id == message_id and m.stats), {})
+        return kept.get("baseline_tokens_per_second") or self.engine.baseline_tokens_per_second
 
     def measure_baseline(self) -> None:
         self.status.show_baseline(None, measuring=True)

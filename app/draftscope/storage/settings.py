@@ -24,6 +24,7 @@ THEMES = ("system", "light", "dark")
 
 MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
 
+MAX_RECENT = 6  # models the switcher remembers
 MAX_THREADS = 256  # no machine this runs on has more cores; beyond is a typo
 
 
@@ -44,6 +45,7 @@ class Settings:
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
     backend: str = "auto"  # auto: llama.cpp for a GGUF file on the CPU, torch otherwise (engine.backends)
     workers: str = ""  # llama.cpp RPC workers sharing the model's layers: "host:port, host:port" (none: empty)
+    recent_models: list[str] = field(default_factory=list)  # the models loaded last, newest first (the switcher)
     threads: int = 0  # CPU threads the model computes on; 0: this computer's cores (llama.cpp's, or torch's for a torch model)
     theme: str = "system"
     font_size: int = 11
@@ -76,6 +78,9 @@ class Settings:
             out.append(f"backend must be one of {', '.join(BACKENDS)}")
         if self.theme not in THEMES:
             out.append(f"theme must be one of {', '.join(THEMES)}")
+        if len(self.recent_models) > MAX_RECENT or not all(isinstance(m, str) and 0 < len(m) <= MAX_TEXT
+                                                           for m in self.recent_models):
+            out.append(f"recent_models must be at most {MAX_RECENT} model names")
         if not 0 <= self.threads <= MAX_THREADS:
             out.append(f"threads must be between 0 (as many as this computer's cores) and {MAX_THREADS}")
         if not 6 <= self.font_size <= 48:

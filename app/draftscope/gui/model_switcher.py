@@ -1,0 +1,66 @@
+"""The model switcher at the top of the chat, as LM Studio, Jan and GPT4All have one: the model in
+use, the catalogue's models on this computer, the GGUF models LM Studio and Ollama keep, and the
+models used recently; another model is loaded (the launcher reloads, the window comes back on the
+same conversation); "Other model…" opens Settings ▸ Model (a folder, a file, a download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox
+
+from draftscope.core.words import setting_name
+from draftscope.models import catalog
+from draftscope.models.local import find_local_models
+
+OTHER = "\0other"  # the item that opens Settings ▸ Model
+
+
+def model_choices(current: str, recent: list[str]) -> list[tuple[str, str]]:
+    """(shown text, setting) for each model the switcher offers, the current one first."""
+    choices: list[tuple[str, str]] = []
+    seen: set[str] = set()
+
+    def add(text: str, spec: str) -> None:
+        key = str(Path(spec).expanduser().resolve()) if Path(spec).expanduser().exists() else spec
+        if key not in seen:
+            seen.add(key)
+            choices.append((text, spec))
+
+    def named(spec: str) -> str:
+        model = catalog.find(spec)
+        return model.title if model is not None else Path(spec).stem if spec.endswith(".gguf") else spec
+
+    add(named(current), current)
+    for model in catalog.CATALOG:
+        if model.path.exists():
+            add(model.title, setting_name(model))
+    for local in find_local_models():
+        add(f"{local.name} · {local.app}", str(local.path))
+    for spec in recent:
+        add(f"{named(spec)} · recent", spec)
+    return choices
+
+
+class ModelSwitcher(QComboBox):
+    chosen = Signal(str)  # a model's setting: load it
+    other_requested = Signal()  # "Other model…": Settings ▸ Model
+
+    def __init__(self, current: str, recent: list[str] | None = None) -> None:
+        super().__init__(objectName="modelSwitcher")
+        self.setToolTip("The model answering; choose another to load it (this conversation stays)")
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        for text, spec in model_choices(current, list(recent or [])):
+            self.addItem(text, spec)
+        self.addItem("Other model…", OTHER)
+        self.setCurrentIndex(0)
+        self.activated.connect(self._on_activated)
+
+    def _on_activated(self, index: int) -> None:
+        spec = self.itemData(index)
+        self.setCurrentIndex(0)  # the model in use stays shown until another is loaded
+        if spec == OTHER:
+            self.other_requested.emit()
+        elif index != 0:
+            self.chosen.emit(spec)
