@@ -102,6 +102,13 @@ def window_shots() -> None:
     window.inspection.select(best)
     settle()
     save(window.chat_view, "provenance.png")
+    # as a first start shows it: the default size (1100 x 720) and the app's own font, panels open
+    apply_theme(app, "light", Settings().font_size)
+    window.resize(1100, 720)
+    window.inspection.select(best)
+    settle()
+    save(window, "main-window-default-size.png")
+    apply_theme(app, "light", 10)
     for name, dock in window.docks.items():
         dock.setFloating(True)
         dock.resize(900, 560 if name != "draftsDock" else 420)

@@ -71,7 +71,7 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(self.stop)
         self.composer.regenerate_requested.connect(lambda: self.regenerate())
         self.composer.edit_last_requested.connect(self.edit_last)
-        self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False)
+        self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False, wordWrap=True)
         self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
         self.model_switcher.chosen.connect(self.model_chosen)
         self.model_switcher.other_requested.connect(self.settings_requested)
