@@ -23,7 +23,7 @@ import time
 import torch
 
 from draftscope.datastore.distill import encode_prompt, generate_batch, read_prompts
-from draftscope.engine.loader import load_model
+from draftscope.engine.backends.pytorch.loader import load_model
 
 
 def parse_args() -> argparse.Namespace:

@@ -23,7 +23,7 @@ def main() -> None:
     p.add_argument("--reference", choices=("main", "ours"), default=None)
     args = p.parse_args()
 
-    from draftscope.engine.backends import llamacpp
+    from draftscope.engine.backends.llama import llamacpp
     from draftscope.engine.engine import Engine, GenerationRequest
 
     engine = Engine.load(args.model, backend="llama.cpp", measure=False)

@@ -25,7 +25,7 @@ def main() -> None:
     p.add_argument("--no-verify-curve", action="store_true", help="skip the verify cost curve (slow in emulated bf16)")
     args = p.parse_args()
 
-    from draftscope.engine import cpu_linear, precision
+    from draftscope.engine.backends.pytorch import cpu_linear, precision
     from draftscope.engine.budget import measure_verify_costs
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.sysinfo import peak_rss_mb

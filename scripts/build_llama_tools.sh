@@ -27,7 +27,7 @@ if ! command -v cmake >/dev/null 2>&1 || ! command -v ninja >/dev/null 2>&1; the
     "$PY" -m pip install -q cmake ninja
 fi
 # The kernels of the installed llama-cpp-python's build (without AMX where set-up had to turn it off).
-kernel_args="$("$PY" -m draftscope.engine.backends.llama_build --cmake-args)"
+kernel_args="$("$PY" -m draftscope.engine.backends.llama.llama_build --cmake-args)"
 say "building llama-server, llama-bench and rpc-server into $dest (about 20 minutes on 2 cores): $kernel_args"
 # shellcheck disable=SC2086
 cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $kernel_args -DGGML_RPC=ON \

@@ -1,5 +1,5 @@
 """How far a right kernel's logits drift from the math kernel's in bf16, against the capture check's
-tolerance (engine/step_graphs.py: 2% of the largest logit). The check's own branching tree, padded,
+tolerance (engine/backends/pytorch/step_graphs.py: 2% of the largest logit). The check's own branching tree, padded,
 over each bucket, is run eagerly on the static cache in bf16 twice, once on SDPA's math kernel and
 once on the fused kernel the CPU has (flash), and once in fp32; printed: the largest difference over
 the largest logit, per bucket. A kernel that is right differs by rounding only.
@@ -21,10 +21,10 @@ def main() -> None:
     args = p.parse_args()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from draftscope.engine.backends.torch_static import StaticTorchBackend
-    from draftscope.engine.loader import load_model
-    from draftscope.engine.static_cache import BUCKETS, step_layout
-    from draftscope.engine.step_graphs import CHECK_PROMPT, CHECK_TOLERANCE, check_tree
+    from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
+    from draftscope.engine.backends.pytorch.loader import load_model
+    from draftscope.engine.backends.pytorch.static_cache import BUCKETS, step_layout
+    from draftscope.engine.backends.pytorch.step_graphs import CHECK_PROMPT, CHECK_TOLERANCE, check_tree
 
     runs = {}
     for dtype in ("float32", "bfloat16"):

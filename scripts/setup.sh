@@ -94,7 +94,7 @@ if ! command -v gcc >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
         say "llama.cpp is built from source: install gcc and g++ (or clang) with your package manager"
     fi
 fi
-"$PY" -m draftscope.engine.backends.llama_build
+"$PY" -m draftscope.engine.backends.llama.llama_build
 
 case "$mode" in
     run)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from draftscope.engine.backends.gguf_writer import write_llama_gguf
+from draftscope.engine.backends.llama.gguf_writer import write_llama_gguf
 
 
 def write_tiny_gguf(path: Path, model, tokenizer_folder: Path, *, name: str = "tiny") -> Path:

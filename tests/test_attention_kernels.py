@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend
 
-from draftscope.engine.attention import kernel_names, kernels_for
+from draftscope.engine.backends.pytorch.attention import kernel_names, kernels_for
 from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.backends.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams

@@ -23,7 +23,7 @@ from gguf_fixtures import write_tiny_gguf
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
-from draftscope.engine.backends.llamacpp import MAX_LEAVES, LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import MAX_LEAVES, LlamaCppBackend  # noqa: E402
 from draftscope.engine.backends.slots import PREFILL_BATCH  # noqa: E402
 
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=11),
@@ -426,7 +426,7 @@ def test_hidden_states_from_llama_cpp_are_torch_s(backend, torch_model, tokenize
     torch's for the same F32 model within the drift that grows with the context (llama.cpp keeps
     keys and values in f16): no more, relative to their size, than the logits' own drift, measured in
     the same step. Asking for them leaves the logits and the cache as without."""
-    from draftscope.engine.backends.torch_backend import TorchBackend
+    from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 
     def drift(a, b):
         return float((a - b).abs().max() / b.abs().max())
@@ -457,7 +457,7 @@ def test_a_prompt_longer_than_the_context_is_an_error_not_an_abort(backend, toke
     """A short context takes shorter batches: a 512-token chunk on a 256-token context aborted
     llama.cpp (n_tokens <= n_batch, itself cut to n_ctx); now the chunks fit and the full context
     is an error in words."""
-    from draftscope.engine.backends.llama_lib import LlamaCppError
+    from draftscope.engine.backends.llama.llama_lib import LlamaCppError
 
     ids = (prompt_ids(tokenizer, REPEATING[1]) * 60)[:600]
     with pytest.raises(LlamaCppError, match="is full"):

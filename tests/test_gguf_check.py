@@ -14,10 +14,11 @@ from llama_helpers import need_llama_cpp
 need_llama_cpp()
 
 from draftscope.draft_tree import DraftTree  # noqa: E402
-from draftscope.engine.backends import gguf_check, open_backend  # noqa: E402
-from draftscope.engine.backends.gguf_check import GGUFError  # noqa: E402
-from draftscope.engine.backends.gguf_writer import random_llama  # noqa: E402
-from draftscope.engine.backends.llama_lib import LlamaCppError  # noqa: E402
+from draftscope.engine.backends import open_backend  # noqa: E402
+from draftscope.engine.backends.llama import gguf_check  # noqa: E402
+from draftscope.engine.backends.llama.gguf_check import GGUFError  # noqa: E402
+from draftscope.engine.backends.llama.gguf_writer import random_llama  # noqa: E402
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError  # noqa: E402
 from draftscope.models.resolve import ModelNotFoundError  # noqa: E402
 
 

@@ -266,7 +266,7 @@ def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbo
     is saved and opened."""
     from PySide6.QtWidgets import QLineEdit, QRadioButton
 
-    from draftscope.engine.backends.gguf_writer import random_llama
+    from draftscope.engine.backends.llama.gguf_writer import random_llama
     from draftscope.gui.launcher import Launcher
     from draftscope.storage import load_settings
 

@@ -325,7 +325,7 @@ def test_local_paths_are_checked(qtbot, dirs, tmp_path):
     assert dialog.pages.currentIndex() == 0
 
     # a file that is not a model, or a model cut short, is refused with the reason; another can be chosen
-    from draftscope.engine.backends.gguf_writer import random_llama
+    from draftscope.engine.backends.llama.gguf_writer import random_llama
 
     text = tmp_path / "notamodel.gguf"
     text.write_text("hello, I am a text file")

@@ -14,7 +14,7 @@ need_llama_cpp()
 
 from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton  # noqa: E402
 
-from draftscope.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
 from draftscope.drafters import ContextDrafter  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "app" / "draftscope"
 
 # Bottom to top. A module's layer is that of the longest prefix naming it.
 LAYERS = [
-    ["paths", "sysinfo", "_stale_check", "_retriever", "draft_tree", "rules"],
+    ["paths", "sysinfo", "_retriever", "draft_tree", "rules"],
     ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
     ["engine"],  # the decoder: backends, the answer loop, its drafters' seam
     ["storage", "datastore"],  # settings and history; building datastores

@@ -17,7 +17,7 @@ need_llama_cpp()
 
 from draftscope import paths  # noqa: E402
 from draftscope.core.runtime import load_runtime  # noqa: E402
-from draftscope.engine.backends import llama_verdict, selftest  # noqa: E402
+from draftscope.engine.backends.llama import llama_verdict, selftest  # noqa: E402
 from draftscope.storage import Settings  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from draftscope.engine.backends import llama_build, selftest
-from draftscope.engine.backends.gguf_writer import SELFTEST_TYPES, random_quantised_llama
+from draftscope.engine.backends.llama import llama_build, selftest
+from draftscope.engine.backends.llama.gguf_writer import SELFTEST_TYPES, random_quantised_llama
 
 AMX_CPU = {"sse4_2", "f16c", "fma", "bmi2", "avx", "avx2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw",
            "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}

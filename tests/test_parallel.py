@@ -18,7 +18,7 @@ need_llama_cpp()
 
 from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
 from draftscope.engine.backends import open_backend  # noqa: E402
-from draftscope.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
 from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402

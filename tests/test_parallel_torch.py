@@ -16,8 +16,8 @@ from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends import torch_backend_for
 from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.slots import Prefill, Verify
-from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.backends.torch_slots import TorchSlotsBackend
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams

@@ -11,14 +11,14 @@ import torch
 
 from engine_fixtures import tiny_llama
 
-from draftscope.engine import cpu_linear, precision
+from draftscope.engine.backends.pytorch import cpu_linear, precision
 from draftscope.core.drafter_factory import setup_drafters
 from draftscope.engine.draft_model import draft_incompatibility
 from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
 from draftscope.engine.draft_model import load_draft_model
-from draftscope.engine.loader import load_model
+from draftscope.engine.backends.pytorch.loader import load_model
 from draftscope.storage.settings import Settings, load_settings
 
 

@@ -301,7 +301,7 @@ def test_beams_widen_while_they_are_nearly_free_here(trained, model, monkeypatch
 
 
 def test_the_heads_cpu_layout_drafts_the_same_beams(trained, model):
-    from draftscope.engine.cpu_linear import _set_layout
+    from draftscope.engine.backends.pytorch.cpu_linear import _set_layout
 
     report, _ = trained
     setup = RecurrentSetup.load(report.out, model, model_name="tiny")

@@ -25,7 +25,7 @@ from gguf_fixtures import write_tiny_gguf
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
-from draftscope.engine.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
 
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=11),
              SamplingParams(temperature=1.0, top_k=20, seed=5)]
@@ -223,9 +223,9 @@ def test_a_head_for_another_model_is_refused_on_llama_cpp(engine, tokenizer, own
 
 
 def test_a_model_shared_with_rpc_workers_refuses_the_head_in_words(gguf_file, tokenizer, heads):
-    """With RPC workers the model runs in a child process (engine/backends/isolated.py), which does
+    """With RPC workers the model runs in a child process (engine/backends/llama/isolated.py), which does
     not pass hidden states back: the head is refused saying so, and the way out."""
-    from draftscope.engine.backends.isolated import IsolatedLlamaBackend
+    from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
 
     backend = IsolatedLlamaBackend(gguf_file, tokenizer, context=256, threads=1)
     try:

@@ -23,9 +23,9 @@ from llama_helpers import assert_plain_or_near_tie, llama_cpp_required, need_lla
 need_llama_cpp()
 
 from draftscope.engine.backends import open_backend  # noqa: E402
-from draftscope.engine.backends.isolated import IsolatedLlamaBackend  # noqa: E402
-from draftscope.engine.backends.llama_lib import LlamaCppError  # noqa: E402
-from draftscope.engine.backends.rpc import WorkerError, parse_workers, rpc_supported  # noqa: E402
+from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend  # noqa: E402
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError  # noqa: E402
+from draftscope.engine.backends.llama.rpc import WorkerError, parse_workers, rpc_supported  # noqa: E402
 from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
@@ -116,7 +116,7 @@ def test_the_memory_each_machine_holds_is_estimated_from_the_gguf(gguf):
     """Its layers' tensors as stored, their f16 KV cache; on this computer also the embeddings and output."""
     from gguf import GGUFReader
 
-    from draftscope.engine.backends.rpc import memory_per_machine
+    from draftscope.engine.backends.llama.rpc import memory_per_machine
 
     reader = GGUFReader(str(gguf))
     sizes = {t.name: int(t.n_bytes) for t in reader.tensors}

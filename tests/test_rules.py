@@ -51,7 +51,7 @@ def test_a_rule_copied_as_a_list_or_reordered_is_caught():
 
 
 def test_llama_cpp_s_context_is_written_once():
-    from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT
+    from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT
     from draftscope.models.catalog import LLAMA_CONTEXT
 
     assert DEFAULT_CONTEXT == LLAMA_CONTEXT == rules.LLAMA_CONTEXT

@@ -10,12 +10,12 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.backends.torch_static import StaticTorchBackend
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from draftscope.engine.static_cache import BUCKETS, bucket_for, span_for, spans_for
+from draftscope.engine.backends.pytorch.static_cache import BUCKETS, bucket_for, span_for, spans_for
 from engine_fixtures import tiny_llama
 
 PROMPT = list(range(5, 45))
@@ -99,8 +99,8 @@ def test_a_step_reads_the_smallest_span_of_keys_that_holds_it():
 def test_a_graph_whose_logits_disagree_with_the_math_kernel_is_recaptured_on_it(model, tokenizer, monkeypatch):
     """On CUDA the graphs run on cuDNN, checked at capture against an eager step on the math kernel;
     here a first choice that is off by a little is caught and the fallback kernels are used."""
-    from draftscope.engine import step_graphs
-    from draftscope.engine.attention import GRAPH_FALLBACK, GRAPH_KERNELS
+    from draftscope.engine.backends.pytorch import step_graphs
+    from draftscope.engine.backends.pytorch.attention import GRAPH_FALLBACK, GRAPH_KERNELS
 
     real = step_graphs.StepGraphs._forward
 
@@ -143,8 +143,8 @@ def test_answers_with_drafts_are_plain_decodings_and_show_no_padding(model, toke
 def test_a_layout_that_lets_nodes_see_the_padding_is_caught(model, tokenizer, monkeypatch):
     """The identity check above can fail: padding nodes (the root's token, repeated) seen by the
     real nodes change their logits, and the drafted answer is no longer plain decoding's."""
-    import draftscope.engine.backends.torch_static as torch_static
-    from draftscope.engine.static_cache import step_layout
+    import draftscope.engine.backends.pytorch.torch_static as torch_static
+    from draftscope.engine.backends.pytorch.static_cache import step_layout
 
     def leaky(tree, past, padded):
         positions, allowed, real = step_layout(tree, past, padded)
@@ -175,7 +175,7 @@ def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, 
     backend = StaticTorchBackend(model, tokenizer, graphs="cuda")
     assert backend.graphs is None and "CUDA graphs need a CUDA device" in backend.describe()
 
-    from draftscope.engine import step_graphs
+    from draftscope.engine.backends.pytorch import step_graphs
 
     def broken(self, padded, span):
         raise RuntimeError("operation not permitted when stream is capturing")
@@ -193,7 +193,7 @@ def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, 
 
 def graph_fault(monkeypatch, fault):
     """The graphs' replays made wrong by ``fault(bucket, logits)``; the eager (math) steps stay right."""
-    from draftscope.engine import step_graphs
+    from draftscope.engine.backends.pytorch import step_graphs
 
     real = step_graphs.StepGraphs._forward
 
@@ -208,7 +208,7 @@ def graph_fault(monkeypatch, fault):
 def test_the_capture_check_catches_a_graph_kernel_that_is_wrong(model, tokenizer, monkeypatch, fault):
     """Issue 41: the check once ran chains of <= 3 nodes, where a causal mask is the tree's own: a
     kernel that read the mask as causal passed it. Now a branching tree, padded, over every bucket."""
-    from draftscope.engine import step_graphs
+    from draftscope.engine.backends.pytorch import step_graphs
 
     if fault == "5% off":  # the smallest error the 3% tolerance must catch, on the root's row
         graph_fault(monkeypatch, lambda b, logits: logits + 0.05 * logits.abs().max() *
@@ -240,7 +240,7 @@ def test_the_capture_check_passes_a_right_kernel_with_rounding_drift(model, toke
     """A kernel that is right but rounds differently is accepted: noise of 1.8% of the largest
     logit, the most two right bf16 kernels differed by (SmolLM2, flash against math on the CPU:
     scripts/measure_capture_tolerance.py)."""
-    from draftscope.engine import step_graphs
+    from draftscope.engine.backends.pytorch import step_graphs
 
     generator = torch.Generator().manual_seed(0)
     graph_fault(monkeypatch, lambda b, logits: logits + 0.018 * logits.abs().max() *
@@ -273,7 +273,7 @@ def test_compiled_steps_answer_as_plain_decoding(model, tokenizer, params):
     keep the compiles few."""
     import torch._dynamo
 
-    from draftscope.engine import step_graphs
+    from draftscope.engine.backends.pytorch import step_graphs
 
     backend = StaticTorchBackend(model, tokenizer, graphs="off", first_span=64)
     backend.spans = (backend.spans[-1],)
@@ -296,7 +296,7 @@ def test_compiled_steps_answer_as_plain_decoding(model, tokenizer, params):
 
 
 def test_a_step_that_cannot_be_compiled_falls_back_to_the_graphs_and_says_so(model, tokenizer, monkeypatch):
-    from draftscope.engine import step_graphs
+    from draftscope.engine.backends.pytorch import step_graphs
 
     def refuse(*args, **kwargs):
         raise RuntimeError("inductor is not available here")

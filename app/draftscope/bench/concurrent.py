@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
             server.stop()
     if "llama-server" in servers:
         from draftscope.bench.llama_server import LlamaServer, find_llama_server
-        from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
+        from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
         from draftscope.models.resolve import resolve_model
 
         binary, why = find_llama_server()

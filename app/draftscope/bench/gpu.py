@@ -176,8 +176,8 @@ def open_engine(args):
 
     from draftscope.engine.backends import torch_backend_for
     from draftscope.engine.engine import Engine
-    from draftscope.engine.loader import load_model
-    from draftscope.engine.precision import pick_device
+    from draftscope.engine.backends.pytorch.loader import load_model
+    from draftscope.engine.backends.pytorch.precision import pick_device
 
     if args.model:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype)

@@ -152,7 +152,7 @@ def _prompts(args, engine) -> list[list[int]]:
 def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
     """None, 'self', 'self:N' (the target's first N layers) or a model spec."""
     from draftscope.engine.draft_model import load_draft_model
-    from draftscope.engine.loader import truncated_model
+    from draftscope.engine.backends.pytorch.loader import truncated_model
 
     if not spec:
         return None

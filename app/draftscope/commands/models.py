@@ -38,8 +38,8 @@ def catalogue_rows(dtype: str, backend: str = "torch") -> list[dict]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from draftscope.models import catalog
-    from draftscope.engine import precision
-    from draftscope.engine.precision import pick_device
+    from draftscope.engine.backends.pytorch import precision
+    from draftscope.engine.backends.pytorch.precision import pick_device
 
     from draftscope.engine.backends import backend_for_gguf
 

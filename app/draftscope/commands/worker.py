@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from draftscope.engine.backends import llama_cpp_available
-    from draftscope.engine.backends.llamacpp import default_threads
-    from draftscope.engine.backends.rpc import rpc_supported, serve_worker
+    from draftscope.engine.backends.llama.llamacpp import default_threads
+    from draftscope.engine.backends.llama.rpc import rpc_supported, serve_worker
 
     if not llama_cpp_available() or not rpc_supported():
         print("error: this llama.cpp was built without RPC (bash scripts/setup.sh builds llama-cpp-python with "

@@ -174,7 +174,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     device = None if settings.device == "auto" else settings.device
     dtype = None if settings.dtype == "auto" else settings.dtype
     slots = slots or answer_slots(settings)
-    from draftscope.engine.backends.rpc import parse_workers
+    from draftscope.engine.backends.llama.rpc import parse_workers
 
     engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
                          workers=parse_workers(settings.workers), threads=settings.threads or None, progress=log)

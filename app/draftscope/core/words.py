@@ -46,8 +46,8 @@ def setting_name(model: catalog.CatalogModel) -> str:
 def run_precision(device: str = "auto", dtype: str = "auto"):
     """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
     told (a device that is not there)."""
-    from draftscope.engine import precision
-    from draftscope.engine.precision import pick_device
+    from draftscope.engine.backends.pytorch import precision
+    from draftscope.engine.backends.pytorch.precision import pick_device
 
     try:
         return precision.choose(pick_device(device), dtype)

@@ -10,7 +10,7 @@ same kind of prompts carry its own, so more of their drafts are accepted. Two st
    build pipeline in the default datastore's chat mode (assistant turns rendered with the chat
    template), so the index holds exactly the text the model writes.
 
-Loading the model is the caller's job (``draftscope.engine.loader.load_model``).
+Loading the model is the caller's job (``draftscope.engine.backends.pytorch.loader.load_model``).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ class ModelDrafter:
         from draftscope.engine.backends.base import Backend
 
         if not isinstance(model, Backend):
-            from draftscope.engine.backends.torch_backend import TorchBackend
+            from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 
             model = TorchBackend(model, None, name="draft model")
         self.backend = model

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from draftscope.engine.backends import open_backend
-from draftscope.engine.loader import LoadedModel, load_model
+from draftscope.engine.backends.pytorch.loader import LoadedModel, load_model
 from draftscope.models.resolve import load_tokenizer, resolve_model
 
 

@@ -67,7 +67,7 @@ class Settings:
             if len(getattr(self, name)) > MAX_TEXT:
                 out.append(f"{name} must be at most {MAX_TEXT:,} characters")
         try:
-            from draftscope.engine.backends.rpc import parse_workers
+            from draftscope.engine.backends.llama.rpc import parse_workers
 
             parse_workers(self.workers)
         except ValueError as exc:

@@ -85,8 +85,8 @@ class RecurrentSetup:
 
     def choose_layout(self) -> str:
         """On a CPU, the head's few-row products in the layout that is faster here (the model's
-        own probe, engine/cpu_linear.py, decides the same for the target)."""
-        from draftscope.engine.cpu_linear import MIN_GAIN, _set_layout
+        own probe, engine/backends/pytorch/cpu_linear.py, decides the same for the target)."""
+        from draftscope.engine.backends.pytorch.cpu_linear import MIN_GAIN, _set_layout
 
         linears = [m for m in self.head.modules() if type(m) is torch.nn.Linear]
         if self.head.vocab_ids.device.type != "cpu":

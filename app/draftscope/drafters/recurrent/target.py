@@ -72,7 +72,7 @@ class GgufTarget:
     sequences in a slot of its own, waiting while every slot holds an answer."""
 
     def __init__(self, backend, pool=None) -> None:
-        from draftscope.engine.backends.gguf_check import gguf_reader
+        from draftscope.engine.backends.llama.gguf_check import gguf_reader
 
         self.backend, self.pool = backend, pool
         reader = gguf_reader(backend.path)

@@ -4,7 +4,7 @@ quantised weights; Hugging Face folders, hub ids and CUDA devices open on torch.
 
 from __future__ import annotations
 
-from draftscope.engine.backends import llama_verdict
+from draftscope.engine.backends.llama import llama_verdict
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
 from draftscope.rules import BACKENDS
 
@@ -45,7 +45,7 @@ def choose_backend(source, requested: str = "auto", device: str | None = None, *
     if not gguf:
         return "torch", "a Hugging Face model runs on torch", None
     if device in (None, "auto"):
-        from draftscope.engine.precision import pick_device
+        from draftscope.engine.backends.pytorch.precision import pick_device
 
         device = pick_device().type  # a GPU when there is one: torch runs it
     if device != "cpu":
@@ -83,15 +83,15 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
         raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
                          f"({why}): use a GGUF model on the llama.cpp backend, or no workers")
     if kind == "llama.cpp":
-        from draftscope.engine.backends import gguf_check
-        from draftscope.engine.backends.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
+        from draftscope.engine.backends.llama import gguf_check
+        from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
 
         gguf_check.check(source.gguf_path)  # a file llama.cpp would crash on is refused here, in words
         found = llama_verdict.verdict()  # kept by choose_backend: where its kernels fault, they stay off
         repacked = found is None or found.repacked
         if workers:
-            from draftscope.engine.backends.isolated import IsolatedLlamaBackend
-            from draftscope.engine.backends.rpc import WorkerError, rpc_supported
+            from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
+            from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
 
             if not rpc_supported():
                 raise WorkerError("this llama.cpp was built without RPC, so the model cannot use workers "
@@ -106,7 +106,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
         opened.source = source
         opened.notice = notice
         return opened
-    from draftscope.engine.loader import load_model
+    from draftscope.engine.backends.pytorch.loader import load_model
 
     loaded = load_model(source, device=device, dtype=dtype)
     opened = torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
@@ -135,13 +135,13 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, s
     to its work). ``slots`` > 1: that many answers at once, stepping in shared forwards (eager)."""
     import torch
 
-    from draftscope.engine.backends.torch_backend import TorchBackend
+    from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 
     if cache not in ("auto", "static", "dynamic"):
         raise ValueError(f"unknown cache {cache!r}: choose auto, static or dynamic")
     on_cuda = torch.device(kwargs.get("device") or next(model.parameters()).device).type == "cuda"
     if answers_held("torch", "cuda" if on_cuda else "cpu", slots) > 1:
-        from draftscope.engine.backends.torch_slots import TorchSlotsBackend
+        from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 
         return TorchSlotsBackend(model, tokenizer, slots=slots, **kwargs)
     device = kwargs.get("device") or next(model.parameters()).device
@@ -150,7 +150,7 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, s
         cache = "static" if torch.device(device).type == "cuda" else "dynamic"
     if cache == "static":
         try:  # its cache layers build on transformers' own (5.x)
-            from draftscope.engine.backends.torch_static import StaticTorchBackend
+            from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
         except ImportError as exc:
             if wanted == "static":
                 raise ValueError(f"the static cache needs a newer transformers: {exc}") from exc

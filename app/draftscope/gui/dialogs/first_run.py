@@ -23,7 +23,7 @@ from draftscope.models import assets, catalog
 from draftscope.datastore.default import build_default_datastore, default_datastore_path
 from draftscope.datastore.progress import Progress
 from draftscope.models.resolve import ModelNotFoundError, resolve_model
-from draftscope.engine.backends.gguf_check import read_header
+from draftscope.engine.backends.llama.gguf_check import read_header
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS, JobRunner, TransferRate
 from draftscope.gui.form_widgets import (indented as _indented, note as _note, progress_row as _progress_row,
                                          show_error, wrapping_label as _wrapping_label)
@@ -194,7 +194,7 @@ class FirstRunDialog(QDialog):
         return page
 
     def _device_type(self) -> str:
-        from draftscope.engine.precision import pick_device
+        from draftscope.engine.backends.pytorch.precision import pick_device
 
         try:
             return pick_device(self.settings.device).type

@@ -10,7 +10,7 @@ its own slot's positions, so no answer ever reads another's. Commit moves a slot
 into place; truncate and clear only move that slot's end.
 
 CPU and CUDA run the same eager steps (the batch's shape changes with the answers in it, so there
-are no CUDA graphs here): tree steps on the math kernel on CUDA, as engine/attention.py decides.
+are no CUDA graphs here): tree steps on the math kernel on CUDA, as engine/backends/pytorch/attention.py decides.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.attention import step_kernels
+from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
-from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.static_cache import span_for, spans_for
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
 
 # Positions each slot's cache holds: every forward reads each row's buffer up to the batch's span.
 SLOT_CONTEXT = 8192

@@ -33,7 +33,7 @@ def check(path: Path, *, timeout: float = 600.0) -> None:
     if key in passed:
         return
     try:
-        child = subprocess.run([sys.executable, "-m", "draftscope.engine.backends.gguf_check", str(path)],
+        child = subprocess.run([sys.executable, "-m", "draftscope.engine.backends.llama.gguf_check", str(path)],
                                capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise GGUFError(f"llama.cpp did not finish loading {path.name} within {timeout:.0f} s") from None
@@ -138,7 +138,7 @@ def _remember(passed: set[str]) -> None:
 
 def _probe(path: str) -> int:
     """In the child: load the model with llama.cpp (no context) and say what happened."""
-    from draftscope.engine.backends.llama_lib import last_error, lib
+    from draftscope.engine.backends.llama.llama_lib import last_error, lib
 
     L = lib()
     params = L.llama_model_default_params()

@@ -10,7 +10,7 @@ from pathlib import Path
 def warn_if_extension_is_stale(extension_file: str | None) -> None:
     if not extension_file:
         return
-    crate = Path(__file__).resolve().parents[2] / "retriever_rs"
+    crate = Path(__file__).resolve().parents[3] / "retriever_rs"
     if not (crate / "Cargo.toml").is_file():
         return  # an installed wheel, not a checkout
     try:

@@ -56,7 +56,7 @@ def verdict(*, check: bool = True, progress=None) -> Verdict | None:
 
 def judge(command: list[str] | None = None) -> Verdict:
     """Run the self-test as built, then, if it fails, with the weights in their plain layout."""
-    import draftscope.engine.backends.selftest as selftest
+    import draftscope.engine.backends.llama.selftest as selftest
 
     first = selftest.run(timeout=CHECK_TIMEOUT_S, command=command)
     if first.ok:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from draftscope.engine.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
-from draftscope.engine.static_cache import BUCKETS, additive_mask
+from draftscope.engine.backends.pytorch.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
+from draftscope.engine.backends.pytorch.static_cache import BUCKETS, additive_mask
 
 
 CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
@@ -188,7 +188,7 @@ def check_tree(padded: int):
 def _check(backend, graphs: StepGraphs) -> None:
     """Every replayed step must give the eager step's logits (the eager step runs on the math kernel
     on CUDA): a short prompt and a branching tree padded to each tree size, over each span."""
-    from draftscope.engine.static_cache import step_layout
+    from draftscope.engine.backends.pytorch.static_cache import step_layout
 
     prompt = [int(t) % backend.vocab for t in CHECK_PROMPT]
     backend.start(prompt)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.attention import kernel_names, step_kernels
+from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.tree_attention import crop_cache, keep_accepted, tree_inputs
+from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
 
 
 def model_eos_ids(model, tokenizer) -> set[int]:
@@ -41,7 +41,7 @@ class TorchBackend(Backend):
         if window and "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
             self.max_context = min(self.max_context, int(window))
         self.eos_ids = model_eos_ids(model, tokenizer)
-        # the attention kernels are chosen per step for this kind of device (engine/attention.py)
+        # the attention kernels are chosen per step for this kind of device (engine/backends/pytorch/attention.py)
         self.kernel_device = torch.device(self.device).type
         self._cache = None
         self._past = 0

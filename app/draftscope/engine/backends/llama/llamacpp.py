@@ -26,10 +26,10 @@ import torch
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.backends.llama_lib import LlamaCppError, last_error
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
-from draftscope.engine.backends.llama_lib import lib as _lib
+from draftscope.engine.backends.llama.llama_lib import lib as _lib
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
@@ -144,7 +144,7 @@ class LlamaCppBackend(Backend):
 
     def _offload_to_workers(self, mparams, workers: list[str]) -> None:
         """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
-        from draftscope.engine.backends.rpc import THIS_COMPUTER, connect_workers, gguf_layers, layer_split
+        from draftscope.engine.backends.llama.rpc import THIS_COMPUTER, connect_workers, gguf_layers, layer_split
 
         devices = connect_workers(workers)
         layers = gguf_layers(self.path)
@@ -163,7 +163,7 @@ class LlamaCppBackend(Backend):
     def describe(self) -> str:
         where = ""
         if self.split:
-            from draftscope.engine.backends.rpc import memory_per_machine
+            from draftscope.engine.backends.llama.rpc import memory_per_machine
 
             try:  # the KV cache of every slot's positions, as the context holds them
                 memory = memory_per_machine(self.path, self.split, self.slots * (self.max_context + MAX_TREE + 1))

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from draftscope import paths
-from draftscope.engine import precision
-from draftscope.engine.precision import pick_device
-from draftscope.engine.cpu_linear import use_fast_layout
+from draftscope.engine.backends.pytorch import precision
+from draftscope.engine.backends.pytorch.precision import pick_device
+from draftscope.engine.backends.pytorch.cpu_linear import use_fast_layout
 from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
 
 
@@ -62,7 +62,7 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    from draftscope.engine.backends.gguf_check import read_header
+    from draftscope.engine.backends.llama.gguf_check import read_header
 
     read_header(gguf)  # a damaged or cut-short file named as such, not in numpy's words
     # kept in the dtype it runs in: a 1.5B model read as fp32 and then cast would need twice the memory

@@ -2,7 +2,7 @@
 where it dies rebuild it without the kernels that faulted, each build's wheel kept under a key of
 its own, so only the first set-up on a machine pays for a build.
 
-    python -m draftscope.engine.backends.llama_build       (scripts/setup.sh runs this)
+    python -m draftscope.engine.backends.llama.llama_build       (scripts/setup.sh runs this)
 
 The builds, tried in this order when one dies:
   native   llama.cpp's default: -march=native, every kernel this CPU lists (AMX included)
@@ -102,7 +102,7 @@ def installed_build() -> list[str] | None:
     Asked in a child: this process must not hold a library that set-up is about to replace."""
     probe = ("import sys, llama_cpp\n"
              f"if llama_cpp.__version__ != {VERSION!r} or not llama_cpp.llama_supports_rpc(): sys.exit(1)\n"
-             "from draftscope.engine.backends.selftest import kernels\n"
+             "from draftscope.engine.backends.llama.selftest import kernels\n"
              "print(','.join(kernels()))")
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     return child.stdout.strip().split(",") if child.returncode == 0 else None
@@ -142,7 +142,7 @@ class LlamaSetup:
         self.build_command, self.install, self.installed = build_command, install, installed
         self.base = base_args() if base is None else base
         if selftest is None:
-            import draftscope.engine.backends.selftest as module
+            import draftscope.engine.backends.llama.selftest as module
 
             selftest = module.run
         self.selftest = selftest

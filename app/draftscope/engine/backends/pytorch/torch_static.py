@@ -1,5 +1,5 @@
-"""The torch backend on a static KV cache (engine/static_cache.py): every step of a bucket has one
-shape, so on CUDA its forward is captured once as a CUDA graph and replayed (engine/step_graphs.py),
+"""The torch backend on a static KV cache (engine/backends/pytorch/static_cache.py): every step of a bucket has one
+shape, so on CUDA its forward is captured once as a CUDA graph and replayed (engine/backends/pytorch/step_graphs.py),
 and the decode loop no longer waits on Python and kernel launches. Where graphs are unavailable
 (CPU, MPS) or fail, the same steps run eagerly, and ``graphs_note`` says why."""
 
@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.attention import step_kernels
+from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
-from draftscope.engine.backends.torch_backend import TorchBackend
-from draftscope.engine.static_cache import (BUCKETS, FIRST_SPAN, StaticTreeCache, additive_mask, bucket_for, span_for,
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.static_cache import (BUCKETS, FIRST_SPAN, StaticTreeCache, additive_mask, bucket_for, span_for,
                                             spans_for, step_layout)
 
 TREE_ROOM = max(BUCKETS) + 1  # slots past the context's end a padded step may write
@@ -49,7 +49,7 @@ class StaticTorchBackend(TorchBackend):
         if graphs is None:
             graphs = "cuda" if torch.device(self.device).type == "cuda" else "off"
         if graphs != "off":
-            from draftscope.engine.step_graphs import capture
+            from draftscope.engine.backends.pytorch.step_graphs import capture
 
             if compiled is None:
                 compiled = graphs == "cuda" and _has_triton()

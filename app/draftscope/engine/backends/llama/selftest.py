@@ -1,4 +1,4 @@
-"""``python -m draftscope.engine.backends.selftest``: does the installed llama.cpp run on this CPU,
+"""``python -m draftscope.engine.backends.llama.selftest``: does the installed llama.cpp run on this CPU,
 on the kernels real models take?
 
 llama.cpp is compiled for the CPU it is built on, and at load it copies quantised weights into the
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 CHILD_TIMEOUT_S = 300.0
-CHILD_COMMAND = [sys.executable, "-m", "draftscope.engine.backends.selftest", "--child"]
+CHILD_COMMAND = [sys.executable, "-m", "draftscope.engine.backends.llama.selftest", "--child"]
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]  # "Hello, world": a batch of 11 + the root
 STAGES = {  # what the child was doing when it last said so, in words
     "start": "starting",
@@ -147,9 +147,9 @@ def _child(repacked: bool) -> int:
 
     say("kernels: " + ",".join(kernels()))
     from draftscope.draft_tree import DraftTree
-    from draftscope.engine.backends.gguf_writer import random_quantised_llama
-    from draftscope.engine.backends.llama_lib import weight_buffers
-    from draftscope.engine.backends.llamacpp import LlamaCppBackend
+    from draftscope.engine.backends.llama.gguf_writer import random_quantised_llama
+    from draftscope.engine.backends.llama.llama_lib import weight_buffers
+    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
 
     with tempfile.TemporaryDirectory(prefix="draftscope-selftest-") as tmp:
         path = random_quantised_llama(Path(tmp) / "selftest.gguf")

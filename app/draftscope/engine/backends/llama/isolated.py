@@ -25,7 +25,7 @@ import torch
 
 from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.backends.llama_lib import LlamaCppError
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError
 from draftscope.engine.backends.slots import MAX_TREE
 
 LOAD_TIMEOUT_S = 600.0  # opening the model: workers receive their layers over the network
@@ -230,7 +230,7 @@ def _last_words(log: str) -> str:
 def _child_main(conn, args: dict, log: str) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 2)  # llama.cpp's abort message (naming the lost worker) lands where the parent reads it
-    from draftscope.engine.backends.llamacpp import LlamaCppBackend
+    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
 
     backend, shm, rows = None, None, 0
     while True:

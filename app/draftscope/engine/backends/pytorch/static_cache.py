@@ -5,7 +5,7 @@ tokens at the slots the backend names (``slots``, a tensor the model's attention
 attention sees the whole buffer through a mask that allows the committed prefix and, for a tree,
 each node's ancestors. Tree steps are padded to a few sizes (:data:`BUCKETS`): padding nodes attend
 to the prefix and themselves, are written past the real nodes and never accepted, so every step of
-a bucket has one shape, which a CUDA graph can replay (engine/step_graphs.py). Commit moves the
+a bucket has one shape, which a CUDA graph can replay (engine/backends/pytorch/step_graphs.py). Commit moves the
 accepted nodes' entries into place and truncate only moves the end: stale entries past it are
 masked out and overwritten by later steps.
 """

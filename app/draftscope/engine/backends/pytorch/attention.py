@@ -15,7 +15,7 @@ answering. There cuDNN is the fastest kernel measured: on an H200 (1.5B shape, b
 plain step cost 5.7 ms on cuDNN against 10.0 on math, a 64-node tree 15.6 against 23.2; the math
 kernel computes in fp32 and its small-query batched matmul dominated the tree steps
 (docs/gpu-runs/2026-11-26-h200/prof.txt). A graph's logits are checked against the math kernel's at
-capture (engine/step_graphs.py), and the math kernel takes over where they disagree.
+capture (engine/backends/pytorch/step_graphs.py), and the math kernel takes over where they disagree.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ on the network (llama.cpp built with GGML_RPC, as scripts/setup.sh builds it).
 RPC is unauthenticated: a worker runs whatever its clients send, so workers belong on a trusted
 network only. llama.cpp's RPC client aborts the process when a worker cannot be reached, answers
 with another protocol version or dies mid-answer, so a model with workers runs in a child
-process (engine/backends/isolated.py); only that child ever calls into this module's client side.
+process (engine/backends/llama/isolated.py); only that child ever calls into this module's client side.
 ``serve_worker`` is the worker's side: ``draftscope worker`` (llama.cpp's own ``rpc-server`` of
 the same version does the same).
 """
@@ -106,7 +106,7 @@ def connect_workers(workers: list[str]) -> list[WorkerDevice]:
 
 def serve_worker(host: str, port: int, threads: int) -> None:
     """Serve this machine's CPU to llama.cpp RPC clients (blocks until the process is stopped)."""
-    from draftscope.engine.backends.llama_lib import lib as llama
+    from draftscope.engine.backends.llama.llama_lib import lib as llama
 
     llama()  # initialises llama.cpp's backends (the CPU device)
     lib = _ggml()
