@@ -114,3 +114,14 @@ def test_a_bad_datastore_is_named_before_the_model_loads(make, words, tmp_path, 
     assert main(["generate", "hi", "--datastore", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--datastore {path}: {words}" in err, err
+
+
+def test_help_says_every_default_and_what_the_sampling_options_do(capsys):
+    for argv, words in ((["generate", "--help"], ["nucleus sampling", "K most likely tokens", "default: 512",
+                                                   "0 = greedy", "default: adaptive", "--threads"]),
+                        (["serve", "--help"], ["(default: 8911)", "(default: 1;", "(default: 8)"])):
+        with pytest.raises(SystemExit):
+            main(argv)
+        shown = " ".join(capsys.readouterr().out.split())
+        for word in words:
+            assert word in shown, (argv[0], word)

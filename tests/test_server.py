@@ -159,6 +159,9 @@ def test_each_request_is_logged_in_one_line(served):
                                         stream=True))
     httpx.post(server.url + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d 127\.0\.0\.1:\d+ POST /v1/chat/completions"
+    deadline = time.monotonic() + 5  # a line is written just after the response's last byte went out
+    while len(lines) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(lines) == 3, lines
     assert re.fullmatch(stamp + r" 200 · 7 tokens · \d+\.\d\d s", lines[0]), lines[0]
     assert re.fullmatch(stamp + r" 200 · 5 tokens · \d+\.\d\d s", lines[1]), lines[1]

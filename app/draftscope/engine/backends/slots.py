@@ -237,7 +237,8 @@ class SlotBackend(Backend):
         self.kind, self.name, self.tokenizer, self.vocab = b.kind, b.name, b.tokenizer, b.vocab
         self.max_context, self.eos_ids, self.device = b.max_context, b.eos_ids, b.device
         self.precision, self.precision_reason = b.precision, b.precision_reason
-        self.model, self.gives_hidden, self.no_hidden_reason = b.model, b.gives_hidden, b.no_hidden_reason
+        self.model, self.gives_hidden = b.model, b.gives_hidden
+        self.no_hidden_reason = getattr(b, "no_hidden_reason", Backend.no_hidden_reason)
         own = getattr(b, "max_tree", None)
         limits = [n for n in (own, MAX_TREE if pool.shared is not None else None) if n is not None]
         self.max_tree = min(limits) if limits else None

@@ -21,6 +21,7 @@ from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 
+from draftscope.rules import DRAFTER_NAMES
 from draftscope.gui.palettes import CODE_BACKGROUND, CODE_LABEL, PROVENANCE_COLOURS
 
 COPY_SCHEME = "copy"  # copy:<block index>
@@ -118,7 +119,7 @@ PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "draf
 
 def provenance_legend(*, dark: bool = False) -> str:
     colours = PROVENANCE_COLOURS["dark" if dark else "light"]
-    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in ("retrieval", "learned", "context", "model", "recurrent")]
+    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in DRAFTER_NAMES]
     return "<small>Drafted tokens: " + " ".join(items) + " · unmarked: the target model</small>"
 
 
