@@ -105,6 +105,8 @@ def window_shots() -> None:
     # as a first start shows it: the default size (1100 x 720) and the app's own font, panels open
     apply_theme(app, "light", Settings().font_size)
     window.resize(1100, 720)
+    settle()
+    window.show_panels()  # as opening them at this size lays them out
     window.inspection.select(best)
     settle()
     save(window, "main-window-default-size.png")

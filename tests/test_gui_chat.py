@@ -538,3 +538,12 @@ def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, engine, tmp_p
         assert label.toolTip(), label.objectName()
     for label in (status.baseline, status.rate):  # figures are never cut
         assert label.width() >= label.sizeHint().width(), label.objectName()
+
+
+def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, engine, tmp_path):
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w.show_panels()
+    qtbot.wait(50)
+    assert (w.width(), w.height()) == (1100, 720)
+    assert w.chat_view.width() >= 0.45 * w.width(), (w.chat_view.width(), w.conversations.width(), w.docks["trieDock"].width(), w.docks["trieDock"].minimumSizeHint().width())
+    assert w.docks["trieDock"].width() <= w.width() // 3 + 10

@@ -173,8 +173,7 @@ class MainWindow(QMainWindow):
     def _build_docks(self, engine) -> None:
         # the draft tree labels each node with its token's text; decoding is cached per window
         token_text = functools.lru_cache(maxsize=65536)(lambda token_id: engine.tokenizer.decode([token_id]))
-        self.docks = {}
-        self.drafts_panel = DraftsPanel()
+        self.docks, self.drafts_panel = {}, DraftsPanel()
         self.trie_view = TrieView(token_text)
         self.speedup_panel = SpeedupPanel()
         self.inspection = InspectionController(self.drafts_panel, self.trie_view, self.speedup_panel, self)
@@ -366,6 +365,10 @@ class MainWindow(QMainWindow):
     def show_panels(self) -> None:
         for dock in self.docks.values():
             dock.show()
+        # the chat keeps the most room: side panels a third of the width, the table a quarter of the height
+        self.centralWidget().setSizes([180, max(1, self.centralWidget().width() - 180)])
+        self.resizeDocks([self.docks["trieDock"]], [self.width() // 3], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.docks["draftsDock"]], [self.height() // 4], Qt.Orientation.Vertical)
 
     def set_show_provenance(self, on: bool) -> None:
         """Answers with each token coloured by its source (still rendered as Markdown), hover for
@@ -374,13 +377,11 @@ class MainWindow(QMainWindow):
         self.provenance_legend.setVisible(on)
         self.chat_view.set_show_provenance(on)
 
-    def set_code_style(self, code_style: str, *, dark: bool) -> None:
-        """Re-highlight code and recolour the drafter legend for another theme."""
+    def set_code_style(self, code_style: str, *, dark: bool) -> None:  # and the drafter legend's colours
         self.chat_view.set_code_style(code_style, dark=dark)
         self.provenance_legend.setText(provenance_legend(dark=dark))
 
-    def _baseline_of(self, message_id: int) -> float | None:
-        """The plain speed a stored answer was compared with (older answers: today's figure)."""
+    def _baseline_of(self, message_id: int) -> float | None:  # a stored answer's plain figure (older: today's)
         messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
         kept = next((m.stats for m in messages if m.id == message_id and m.stats), {})
         return kept.get("baseline_tokens_per_second") or self.engine.baseline_tokens_per_second

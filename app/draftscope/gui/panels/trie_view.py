@@ -176,7 +176,7 @@ class TrieView(QWidget):
         self.zoom_out_button = QPushButton("−", objectName="zoomOutButton", toolTip="Zoom out (Ctrl+-)")
         self.zoom_in_button = QPushButton("+", objectName="zoomInButton", toolTip="Zoom in (Ctrl+=)")
         self.fit_button = QPushButton("Fit", objectName="fitButton", toolTip="Fit the tree in the view")
-        self.follow_button = QPushButton("Follow live", objectName="followLiveButton", checkable=True, checked=True,
+        self.follow_button = QPushButton("Live", objectName="followLiveButton", checkable=True, checked=True,
                                          toolTip="Show each new step as it is decoded")
         for button in (self.prev_button, self.next_button, self.zoom_out_button, self.zoom_in_button):
             button.setFixedWidth(button.fontMetrics().horizontalAdvance("◀") * 3 + 12)
