@@ -306,3 +306,30 @@ def test_a_step_that_cannot_be_compiled_falls_back_to_the_graphs_and_says_so(mod
     graphs, note = step_graphs.capture(backend, replay="eager", buckets=(0, 4), compiled=True)
     assert graphs is not None and not graphs.compiled
     assert note.startswith("replayed buffers on") and "compiled on PyTorch's: RuntimeError: inductor is not available" in note
+
+
+@torch.inference_mode()
+def test_the_graphed_steps_fuse_gate_and_up_into_one_product_and_compute_the_same(tokenizer):
+    """Issue 42: the graphed path stacks each MLP's gate and up weights at load (one GEMM a layer
+    instead of two); the model computes what it computed (fp32, to rounding), and its answers with
+    drafts are still its plain decoding's (greedy and seeded)."""
+    import copy
+
+    from draftscope.engine.backends.pytorch.fused import FusedGateUpMLP
+
+    model = tiny_llama(len(tokenizer), seed=2, sharpen=4.0)
+    before = copy.deepcopy(model)
+    static = StaticTorchBackend(model, tokenizer, graphs="eager", first_span=64)
+    layers = model.get_decoder().layers
+    assert static.fused_layers == len(layers) and all(isinstance(layer.mlp, FusedGateUpMLP) for layer in layers)
+    ids = torch.tensor([PROMPT])
+    ok, worst = close(model(ids).logits, before(ids).logits)
+    assert ok, worst
+    engine, plain_engine = Engine(backend=static), Engine(backend=TorchBackend(model, tokenizer))
+    prompt = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
+    for params in (SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)):
+        plain = list(plain_engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40, sampling=params)))
+        drafted = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40, sampling=params,
+                                                         drafters=[ContextDrafter()], budget=10)))
+        assert drafted[-1].token_ids == plain[-1].token_ids
+    assert StaticTorchBackend(before, tokenizer, graphs="off").fused_layers == 0, "eager steps keep the model as is"

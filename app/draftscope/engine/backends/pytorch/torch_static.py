@@ -48,8 +48,12 @@ class StaticTorchBackend(TorchBackend):
         self.graphs_note = "eager steps (no CUDA graphs on this device)"
         if graphs is None:
             graphs = "cuda" if torch.device(self.device).type == "cuda" else "off"
+        self.fused_layers = 0
         if graphs != "off":
+            from draftscope.engine.backends.pytorch.fused import fuse_mlps
             from draftscope.engine.backends.pytorch.step_graphs import capture
+
+            self.fused_layers = fuse_mlps(model)  # before the capture: the graphs record the fused products
 
             if compiled is None:
                 compiled = graphs == "cuda" and _has_triton()
