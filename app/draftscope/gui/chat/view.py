@@ -72,8 +72,9 @@ class ChatTranscript(QTextBrowser):
         return self.session.conversation_id
 
     def refresh(self) -> None:
-        """Render from scratch (another conversation is shown, or messages were removed)."""
-        self._shown = []
+        """Render from scratch (another conversation is shown, or messages were removed): from its
+        end, as a conversation opens (a place kept in the one before means nothing here)."""
+        self._shown, self._following, self._restore = [], True, None
         self.render()
 
     def set_show_provenance(self, on: bool) -> None:
