@@ -186,10 +186,10 @@ class Launcher(QObject):
         self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.runtime.learned_text(),
                                               recurrent=head_description(self.settings.model))
         self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
-        self.settings_dialog.server.show_requests(self.server.requests)
-        self.server.requested.connect(self.settings_dialog.server.add_request)  # queued: from the server's thread
-        self.settings_dialog.finished.connect(lambda _: self.server.requested.disconnect(
-            self.settings_dialog.server.add_request))
+        tab = self.settings_dialog.server
+        tab.show_requests(self.server.requests)
+        self.server.requested.connect(tab.add_request)  # queued: from the server's thread
+        self.settings_dialog.finished.connect(lambda _: self.server.requested.disconnect(tab.add_request))
         self.settings_dialog.open()
 
     def apply_settings(self, new) -> None:

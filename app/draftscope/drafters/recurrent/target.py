@@ -11,8 +11,6 @@ hidden states in the same decode as the logits. No torch copy of a GGUF model is
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 from torch import nn
@@ -88,7 +86,6 @@ class GgufTarget:
         self._output = GgufRows(tensors.get("output.weight", tensors["token_embd.weight"]))
         self.embed_width = self.embed.width
         self.device, self.dtype = torch.device("cpu"), str(backend.precision)
-        self._lock = threading.Lock()
 
     def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
         return self._output(ids.reshape(-1))
