@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, fit_vocab, probabilities
+from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, fit_vocab, next_tokens, probabilities
 
 # Gumbel noise G = -log E, E ~ Exp(1) from NumPy's default_rng([seed, position]) (PCG64 seeded by
 # SeedSequence, float32 exponentials), first six entries, as computed with NumPy 2.4.6 when the rule
@@ -71,3 +71,23 @@ def test_probabilities_follow_temperature_top_k_and_top_p():
     assert probabilities(logits, SamplingParams(temperature=1.0, top_p=0.7)).tolist()[0] == pytest.approx(
         [2 / 3, 1 / 3, 0, 0])
     assert probabilities(logits, SamplingParams()).tolist()[0] == [1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_the_greedy_shortcut_picks_what_the_distribution_picks(penalty):
+    """Greedy steps take the argmax of the logits without building the one-hot distribution: the same
+    tokens, repetition penalty included (a penalty turns the winner here); sampling is unchanged."""
+    torch.manual_seed(0)
+    logits = torch.randn(5, 1000)
+    logits[:, 7] = 8.0  # every row's winner, a token already seen
+    logits[:, 8] = 7.0  # the winner once 7 is penalised (8 / 1.3 < 7)
+    seen = torch.zeros(5, 1000, dtype=torch.bool)
+    seen[:, 7] = True
+    greedy = SamplingParams(temperature=0, repetition_penalty=penalty)
+    rows = seen if penalty != 1.0 else None
+    expected = choose(probabilities(logits, greedy, rows), range(5), None)
+    assert next_tokens(logits, greedy, range(5), None, rows) == expected
+    assert expected == ([8] * 5 if penalty != 1.0 else [7] * 5)
+    sampled = SamplingParams(temperature=0.8, seed=3)
+    noise = PositionNoise(3, 1000)
+    assert next_tokens(logits, sampled, range(5), noise) == choose(probabilities(logits, sampled), range(5), noise)

@@ -26,7 +26,7 @@ from draftscope.engine.backends.slots import Cancelled, SlotPool
 from draftscope.engine.budget import FixedBudget, measure_verify_costs
 from draftscope.engine.policy import Calibration, StepPolicy, subtree
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, StepTree
-from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, fresh_seed, probabilities
+from draftscope.engine.sampling import PositionNoise, SamplingParams, fresh_seed, next_tokens
 from draftscope.engine.verify import token_positions, verify_tree
 
 
@@ -347,8 +347,8 @@ class Engine:
                     for i in range(len(tree)):
                         row_seen[i + 1, torch.tensor(tree.token_path(i))] = True
                     row_seen = row_seen.to(logits.device)
-                probs = probabilities(logits, params, row_seen)
-                path, bonus = verify_tree(tree, choose(probs, token_positions(tree, len(ids)), noise))
+                chosen = next_tokens(logits, params, token_positions(tree, len(ids)), noise, row_seen)
+                path, bonus = verify_tree(tree, chosen)
                 backend.commit(path)
                 if wants_hidden:  # the position that predicted the bonus token, the next root
                     drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])

@@ -16,6 +16,7 @@ single-answer calls (start, verify, commit, truncate) are slot 0's.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -56,11 +57,15 @@ def _serialised(method):
     instead of 58 (Qwen2.5-1.5B, 2 cores; two thread teams taking turns on the cores)."""
     import functools
 
+    def run(self, *args, **kwargs):
+        self._carry_out_commits()  # the cache as the answers' last commits left it
+        return method(self, *args, **kwargs)
+
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         if threading.current_thread().name.startswith("llama.cpp"):
-            return method(self, *args, **kwargs)
-        return _NATIVE.submit(method, self, *args, **kwargs).result()
+            return run(self, *args, **kwargs)
+        return _NATIVE.submit(run, self, *args, **kwargs).result()
     return call
 
 
@@ -141,6 +146,7 @@ class LlamaCppBackend(Backend):
             self.eos_ids.add(eos)
         self._past = [0] * slots  # positions each slot's cache holds
         self._last_seqs: list[list[tuple[int, ...]] | None] = [None] * slots
+        self._commits: collections.deque = collections.deque()  # (slot, its tree's sequences, past, path)
 
     def _offload_to_workers(self, mparams, workers: list[str]) -> None:
         """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
@@ -346,22 +352,29 @@ class LlamaCppBackend(Backend):
             return f"a draft tree of {len(item.tree)} nodes; at most {self.max_tree}"
         return None
 
-    @_serialised
     def commit_slot(self, slot: int, path: list[int]) -> None:
-        L = self._L
-        seqs = self._last_seqs[slot]
-        keep = seqs[path[-1]][0] if path else self._seq(slot)
-        base = self._seq(slot)
-        used = {s for node in seqs for s in node} | {base} if seqs else {base}
-        for s in used:  # every other branch of this slot's tree goes; other slots are untouched
-            if s != keep:
-                L.llama_memory_seq_rm(self._memory, s, -1, -1)
-        L.llama_memory_seq_rm(self._memory, keep, self._past[slot] + 1 + len(path), -1)
-        if keep != base:
-            L.llama_memory_seq_cp(self._memory, keep, base, -1, -1)
-            L.llama_memory_seq_rm(self._memory, keep, -1, -1)
-        self._past[slot] += 1 + len(path)
+        """Keep the slot's verified root and ``path``. The cache's cells are put in order by the next
+        llama.cpp call, on its thread (every call first carries out the commits before it): a plain
+        step then makes one hop to that thread, not two."""
+        seqs, past = self._last_seqs[slot], self._past[slot]
+        self._past[slot] = past + 1 + len(path)
         self._last_seqs[slot] = None
+        self._commits.append((slot, seqs, past, list(path)))
+
+    def _carry_out_commits(self) -> None:
+        L = self._L
+        while self._commits:
+            slot, seqs, past, path = self._commits.popleft()
+            keep = seqs[path[-1]][0] if path else self._seq(slot)
+            base = self._seq(slot)
+            used = {s for node in seqs for s in node} | {base} if seqs else {base}
+            for s in used:  # every other branch of this slot's tree goes; other slots are untouched
+                if s != keep:
+                    L.llama_memory_seq_rm(self._memory, s, -1, -1)
+            L.llama_memory_seq_rm(self._memory, keep, past + 1 + len(path), -1)
+            if keep != base:
+                L.llama_memory_seq_cp(self._memory, keep, base, -1, -1)
+                L.llama_memory_seq_rm(self._memory, keep, -1, -1)
 
     @_serialised
     def truncate_slot(self, slot: int, length: int) -> None:
