@@ -312,6 +312,21 @@ def test_bench_serve_clients_can_arrive_on_a_seeded_poisson_schedule():
     assert 0.4 < sum(gaps) / len(gaps) < 0.6  # the mean gap asked for
 
 
+def test_bench_serve_counts_the_rate_while_every_answer_decodes_apart_from_prompts_and_ramps():
+    """The batch curve bounds decoding: the figure set against it leaves out the time before the
+    last answer's first token and after the first answer's last."""
+    from draftscope.bench.concurrent import all_decoding_rate
+
+    # answer A: first token at 0, then a token every 0.1 s until 2.0; B starts at 1.0 (its prompt read
+    # meanwhile), a token every 0.1 s until 3.0: both decode from 1.0 to 2.0
+    a = [(round(0.1 * k, 1), 1) for k in range(21)]
+    b = [(round(1.0 + 0.1 * k, 1), 1) for k in range(21)]
+    assert all_decoding_rate([a, b], 2) == pytest.approx(20 / 1.0)  # 10 tokens each in (1.0, 2.0]
+    assert all_decoding_rate([a, b[:1]], 2) is None  # B's single arrival: never both decoding
+    # the whole round's aggregate is lower: 42 tokens over 3 s
+    assert 42 / 3.0 < all_decoding_rate([a, b], 2)
+
+
 def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer,
                                                                                  monkeypatch):
     prompts = [ids_of(tokenizer, p) for p in PROMPTS]

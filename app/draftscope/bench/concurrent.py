@@ -1,7 +1,8 @@
 """``draftscope bench serve``: concurrent clients against one server, through the official
 ``openai`` client, streaming. For each number of clients (``--clients 1,2,4,8``) every client
 asks ``--requests`` Spec-Bench questions one after another; printed per server and client count:
-aggregate tokens/s (all answers' tokens over the round's wall time), first-token latency (median
+aggregate tokens/s (all answers' tokens over the round's wall time; and while every client's answer
+decodes, what the batch curve's bound compares with), first-token latency (median
 and worst) and per-token latency (p50 / p95 of the gaps between streamed tokens; a chunk of several
 drafted tokens counts its gap once per token).
 
@@ -78,7 +79,27 @@ def one_answer(client, model: str, question: str, max_tokens: int, extra: dict |
         gaps += [(b - a) / n] * n
     tokens = sum(n for _, n in arrivals)
     return {"first_token_s": arrivals[0][0] - t0 if arrivals else end - t0, "gaps": gaps, "tokens": tokens,
-            "seconds": end - t0, "shared": shared}
+            "seconds": end - t0, "shared": shared, "arrivals": arrivals}
+
+
+def all_decoding_rate(answers: list[list[tuple[float, int]]], clients: int) -> float | None:
+    """Tokens/s while ``clients`` answers were all decoding (each between its first and its last
+    token's arrival; ``answers``: each answer's (time, tokens) arrivals): the figure a batch curve
+    bounds, without the prompts read and the ramps where fewer answers run. None if they never did."""
+    edges = sorted([(a[0][0], 1) for a in answers if a] + [(a[-1][0], -1) for a in answers if a])
+    spans, active, since = [], 0, None
+    for at, change in edges:
+        if active == clients and since is not None and at > since:
+            spans.append((since, at))
+        active += change
+        since = at
+    seconds = sum(b - a for a, b in spans)
+    if seconds <= 0:
+        return None
+    # a step's arrival carries the tokens made since the step before: counted where it lands, the
+    # first arrivals of each span (work done before the span) excluded
+    tokens = sum(n for a in answers for at, n in a[1:] if any(lo < at <= hi for lo, hi in spans))
+    return tokens / seconds
 
 
 def arrival_times(clients: int, mean_gap_s: float | None, seed: int = 0) -> list[float]:
@@ -138,6 +159,7 @@ def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tok
             # over every step of every answer: how many answers its forward held (ours only)
             "answers_per_forward": sum(s * a for s, a in shared) / steps if steps else None,
             "tokens_per_s": sum(r["tokens"] for r in results) / wall,
+            "all_decoding_tokens_per_s": all_decoding_rate([r["arrivals"] for r in results], clients),
             "first_token_median_s": statistics.median(firsts), "first_token_max_s": firsts[-1],
             "token_p50_ms": pct(gaps, 0.5) * 1000, "token_p95_ms": pct(gaps, 0.95) * 1000}
 
@@ -208,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
                   f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
                   + (f"; {r['answers_per_forward']:.2f} answers a forward" if r["answers_per_forward"] else "")
+                  + (f"; {r['all_decoding_tokens_per_s']:.1f} tokens/s while all {c} decode"
+                     if c > 1 and r["all_decoding_tokens_per_s"] else "")
                   + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
 
     for name in [s for s in servers if s.startswith("ours")]:
@@ -244,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
             r["bound_tokens_per_s"] = bound
         print(f"the batch curve's bound for {max(counts)} tokens a forward (one each of {max(counts)} answers, "
               f"a {max(counts)}-token forward as measured at load): {bound:.1f} tokens/s; "
-              + ", ".join(f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it"
+              + ", ".join(f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it "
+                          f"(aggregate), {_share(r.get('all_decoding_tokens_per_s'), bound)} (while all decode)"
                           for r in rows if r["clients"] == max(counts) and r["server"].startswith("ours")))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=2))
@@ -265,6 +290,10 @@ def batch_bound(model: str, backend: str, answers: int) -> float:
     finally:
         engine.backend.close()
     return answers / costs[answers - 1]
+
+
+def _share(rate: float | None, bound: float) -> str:
+    return "—" if rate is None else f"{rate:.1f} tokens/s, {rate / bound:.2f}x of it"
 
 
 def format_table(rows: list[dict]) -> str:
