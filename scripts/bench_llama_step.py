@@ -1,6 +1,6 @@
 """Where a plain step's time goes on llama.cpp (issue 40): the engine's plain loop on a fixed prompt,
-the time inside ``llama_decode`` taken apart from the rest of the step (the batch, the hop to the
-llama.cpp thread, the logits copy, sampling, events). ``--reference main`` then runs llama-cpp-python's
+the time inside ``llama_decode`` taken apart from the rest of the step (``verify()``: the batch, the
+hop to the llama.cpp thread, the logits copy; then choosing the token and the commit; then events). ``--reference main`` then runs llama-cpp-python's
 own loop from the main thread (a second OpenMP team in the process, as bench spec's reference did),
 ``--reference ours`` on our llama.cpp thread, and times our steps after it (one per process: a
 team, once made, stays).
@@ -38,16 +38,30 @@ def main() -> None:
             inner.append(time.perf_counter() - t0)
 
     llamacpp.LlamaCppBackend._decode = timed
+    calls: list[float] = []  # verify() as the engine sees it: the hop to llama.cpp's thread, the batch, the logits copy
+    verify = llamacpp.LlamaCppBackend.verify
+
+    def timed_verify(self, *a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return verify(self, *a, **kw)
+        finally:
+            calls.append(time.perf_counter() - t0)
+
+    llamacpp.LlamaCppBackend.verify = timed_verify
     prompt = list(range(1000, 1120))
 
     def ours(label: str) -> None:
         inner.clear()
+        calls.clear()
         t0 = time.perf_counter()
         events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=args.tokens)))
         total = time.perf_counter() - t0
         steps = [e for e in events[:-1] if hasattr(e, "total_ms")]
         print(f"{label}: {len(prompt) - 1}-token prompt {inner[0] * 1000:.0f} ms; a step: llama_decode "
-              f"{statistics.median(inner[1:]) * 1000:.2f} ms, whole step {statistics.median(e.total_ms for e in steps):.2f} ms; "
+              f"{statistics.median(inner[1:]) * 1000:.2f} ms, verify() {statistics.median(calls) * 1000:.2f} ms, "
+              f"after choosing and commit {statistics.median(e.verify_ms for e in steps):.2f} ms, "
+              f"whole step {statistics.median(e.total_ms for e in steps):.2f} ms; "
               f"answer {total * 1000:.0f} ms for {len(events[-1].token_ids)} tokens", flush=True)
 
     for r in range(args.rounds):
