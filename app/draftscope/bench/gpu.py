@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", choices=("auto", "static", "dynamic"), default="auto",
                    help="the torch backend's KV cache: static (CUDA graphs on CUDA), dynamic, or auto (static on "
                    "CUDA, as the app runs); run both in one session to compare")
+    p.add_argument("--attention", choices=("auto", "sdpa", "flex"), default=None,
+                   help="the static cache's graphed tree attention: FlexAttention, SDPA (cuDNN in graphs), or auto "
+                        "(both captured, the faster kept; the default on CUDA)")
     p.add_argument("--json", dest="json_out", default=None, help="also write every figure as JSON lines here")
     p.add_argument("--sections", type=_sections, default=list(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
@@ -182,7 +185,7 @@ def open_engine(args):
     if args.model:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype)
         engine = Engine(backend=torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                                                  cache=args.cache))
+                                                  cache=args.cache, attention=args.attention))
         return engine, engine.encode_chat([{"role": "user", "content": QUESTION}])
     device = pick_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -192,7 +195,7 @@ def open_engine(args):
     else:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     engine = Engine(backend=torch_backend_for(shape_model(args.shape, device, dtype), IdsOnly(), name=args.shape,
-                                              cache=args.cache))
+                                              cache=args.cache, attention=args.attention))
     prompt = np.random.default_rng(1).integers(0, engine.vocab, PROMPT_LEN).tolist()
     return engine, prompt
 

@@ -128,11 +128,14 @@ def answers_held(kind: str, device, wanted: int) -> int:
     return wanted
 
 
-def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, slots: int = 1, **kwargs) -> Backend:
+def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, slots: int = 1, attention: str | None = None,
+                      **kwargs) -> Backend:
     """A loaded torch model as a backend. ``cache``: "static" (preallocated; on CUDA each tree
     size's step is captured as a CUDA graph at once, here, at load, telling ``progress(text)``),
     "dynamic", or "auto": static on CUDA, dynamic elsewhere (where a step's launches cost little next
-    to its work). ``slots`` > 1: that many answers at once, stepping in shared forwards (eager)."""
+    to its work). ``slots`` > 1: that many answers at once, stepping in shared forwards (eager).
+    ``attention``: the static cache's graphed tree attention (sdpa, flex or auto; None: the device's
+    default, see StaticTorchBackend)."""
     import torch
 
     from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
@@ -155,5 +158,5 @@ def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, s
             if wanted == "static":
                 raise ValueError(f"the static cache needs a newer transformers: {exc}") from exc
             return TorchBackend(model, tokenizer, **kwargs)  # an older transformers: the dynamic cache
-        return StaticTorchBackend(model, tokenizer, progress=progress, **kwargs)
+        return StaticTorchBackend(model, tokenizer, progress=progress, attention=attention, **kwargs)
     return TorchBackend(model, tokenizer, **kwargs)

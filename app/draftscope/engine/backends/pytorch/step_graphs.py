@@ -43,8 +43,12 @@ class _Bucket:
     ids: torch.Tensor  # [1, q]
     positions: torch.Tensor  # [1, q]
     slots: torch.Tensor  # [q]
-    mask: torch.Tensor  # [1, 1, q, span]
+    mask: object  # [1, 1, q, span] additive (SDPA), or a flex_tree.TreeMask filled in place (FlexAttention)
     replay: object  # () -> (logits [1, q, vocab], last hidden states [1, q, hidden])
+
+    @property
+    def attention_mask(self):
+        return getattr(self.mask, "block_mask", self.mask)
 
 
 def _model_step(model, cache, ids, positions, mask):
@@ -61,11 +65,16 @@ class StepGraphs:
     ``compiled``: each step's forward through torch.compile (inductor, fullgraph, static shapes: one
     fused graph per bucket; on a CPU inductor's C++ backend) inside the capture."""
 
-    def __init__(self, backend, *, replay: str = "cuda", kernels=None, compiled: bool = False) -> None:
+    def __init__(self, backend, *, replay: str = "cuda", kernels=None, compiled: bool = False, flex: bool = False) -> None:
         self.backend = backend
         self.mode = replay
         self.kernels = kernels
         self.compiled = compiled
+        self.flex = flex  # tree attention on FlexAttention (flex_tree.py): the model's attention function is ours
+        if flex:
+            from draftscope.engine.backends.pytorch.flex_tree import register
+
+            backend.model.set_attn_implementation(register())
         self.buckets: dict[tuple[int, int], _Bucket] = {}
         self._pool = None
         self.replays = 0  # steps of answers run through the graphs
@@ -86,7 +95,7 @@ class StepGraphs:
         cache.slots, cache.view = b.slots, b.span  # the layers write where this buffer says, read the span
         try:
             with step_kernels(backend.kernel_device, tree=True, kernels=self.kernels):
-                return self._step(backend.model, cache, b.ids, b.positions, b.mask)
+                return self._step(backend.model, cache, b.ids, b.positions, b.attention_mask)
         finally:
             cache.view = None
 
@@ -94,9 +103,15 @@ class StepGraphs:
     def add(self, padded: int, span: int) -> None:
         backend = self.backend
         device, q = backend.device, padded + 1
+        if self.flex:
+            from draftscope.engine.backends.pytorch.flex_tree import TreeMask
+
+            mask = TreeMask(q, span, device)
+            mask.fill(0, torch.eye(q, dtype=torch.bool).tril())
+        else:
+            mask = torch.zeros(1, 1, q, span, dtype=backend.dtype, device=device)
         b = _Bucket(span, torch.zeros(1, q, dtype=torch.long, device=device),
-                    torch.zeros(1, q, dtype=torch.long, device=device), torch.arange(q, device=device),
-                    torch.zeros(1, 1, q, span, dtype=backend.dtype, device=device), None)
+                    torch.zeros(1, q, dtype=torch.long, device=device), torch.arange(q, device=device), mask, None)
         if self.mode == "eager":
             b.replay = lambda: self._forward(b)
         else:
@@ -121,33 +136,72 @@ class StepGraphs:
         b.ids.copy_(ids)
         b.positions.copy_(positions)
         b.slots.copy_(torch.arange(past, past + padded + 1))
-        b.mask.copy_(additive_mask(allowed.to(b.mask.device), past, span, b.mask.dtype))
+        if self.flex:  # the bucket's block mask rewritten in place, on the device
+            b.mask.fill(past, allowed.to(b.ids.device))
+        else:
+            b.mask.copy_(additive_mask(allowed.to(b.mask.device), past, span, b.mask.dtype))
         logits, hidden = b.replay()
         self.replays += 1
         return logits[0], hidden[0]
 
 
-def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None,
-            compiled: bool = False) -> tuple[StepGraphs | None, str]:
+def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, compiled: bool = False,
+            attention: str = "sdpa") -> tuple[StepGraphs | None, str]:
     """(graphs, a note in words) for ``backend`` (a StaticTorchBackend), or (None, why not): a graph
-    for each tree size in ``buckets`` over each of the backend's spans, on the device's graph
-    kernels, or on its fallback where those fail or their logits disagree with the math kernel's.
+    for each tree size in ``buckets`` over each of the backend's spans. ``attention``: "sdpa" (the
+    device's graph kernels, cuDNN on CUDA, or its fallback where those fail or their logits disagree
+    with the math kernel's), "flex" (FlexAttention, flex_tree.py; SDPA's graphs where it fails or
+    disagrees) or "auto" (both captured and timed here, the faster kept: the note gives both times).
     ``compiled``: first with each step compiled (torch.compile), and where that fails or disagrees,
     the same graphs uncompiled, the note saying why."""
     if replay == "cuda" and not torch.cuda.is_available():
         return None, "eager steps (CUDA graphs need a CUDA device)"
+    if attention not in ("sdpa", "flex", "auto"):
+        raise ValueError(f"attention must be sdpa, flex or auto, not {attention!r}")
     started = time.perf_counter()
     device_type = backend.kernel_device
     choices = [kernels_for(device_type, tree=True, graph=True)]
     if GRAPH_FALLBACK.get(device_type) and GRAPH_FALLBACK[device_type] != choices[0]:
         choices.append(GRAPH_FALLBACK[device_type])
+    sdpa = ([(choices[0], True, False)] if compiled else []) + [(kernels, False, False) for kernels in choices]
+    flex = [(None, True, True)] * compiled + [(None, False, True)]
+    original = backend.model.config._attn_implementation
+    failures: list[str] = []
+    if attention != "auto":
+        graphs, what = _first_that_runs(backend, flex + sdpa if attention == "flex" else sdpa, replay, buckets,
+                                        progress, failures)
+        timing = ""
+    else:
+        graphs, what = _first_that_runs(backend, flex, replay, buckets, progress, failures)
+        other, other_what = _first_that_runs(backend, sdpa, replay, buckets, progress, failures)
+        if graphs is None or other is None:
+            graphs, what = (graphs, what) if other is None else (other, other_what)
+            timing = ""
+        else:
+            times = {id(g): _replay_ms(g) for g in (graphs, other)}
+            timing = f" (a step {times[id(graphs)]:.2f} ms on FlexAttention, {times[id(other)]:.2f} ms on SDPA)"
+            if times[id(other)] < times[id(graphs)]:
+                graphs, what = other, other_what
+    if graphs is None or not graphs.flex:
+        backend.model.set_attn_implementation(original)  # prompts and eager steps as before
+    if graphs is None:
+        return None, f"eager steps (CUDA graphs failed: {'; '.join(failures)})"
+    kind = "CUDA graphs" if replay == "cuda" else "replayed buffers"
+    kind += " of compiled steps" if graphs.compiled else ""
+    tried = f"; {'; '.join(failures)}" if failures else ""
+    return graphs, (f"{kind} on {what}{timing}: {len(graphs.buckets)} graphs (tree sizes x spans of keys) "
+                    f"captured in {time.perf_counter() - started:.1f} s{tried}")
+
+
+def _first_that_runs(backend, attempts, replay, buckets, progress, failures) -> tuple[StepGraphs | None, str]:
+    """The first of ``attempts`` ((kernels, compiled, flex) each) whose graphs capture and pass the
+    check, and its attention in words; each failure is added to ``failures``."""
     shapes = [(p, s) for s in backend.spans for p in buckets if p + 1 + len(CHECK_PROMPT) <= s]  # else no step fits
-    failures = []
-    attempts = ([(choices[0], True)] if compiled else []) + [(kernels, False) for kernels in choices]
-    for kernels, compiling in attempts:
-        what = f"{'compiled steps' if compiling else 'the decode steps'} on {_kernel_name(kernels)} attention"
+    for kernels, compiling, flex in attempts:
+        name = "FlexAttention" if flex else f"{_kernel_name(kernels)} attention"
+        what = f"{'compiled steps' if compiling else 'the decode steps'} on {name}"
         try:
-            graphs = StepGraphs(backend, replay=replay, kernels=kernels, compiled=compiling)
+            graphs = StepGraphs(backend, replay=replay, kernels=kernels, compiled=compiling, flex=flex)
             for done, (padded, span) in enumerate(shapes):
                 if progress is not None and done % len(buckets) == 0:
                     progress(f"preparing {what}: {done} of {len(shapes)} captured")
@@ -156,15 +210,33 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None,
         except Exception as exc:  # noqa: BLE001 - any failure: the next attempt, else eager steps, and the user is told
             backend._cache.past = backend._past = 0
             backend._cache.view = None
-            name = f"compiled on {_kernel_name(kernels)}" if compiling else _kernel_name(kernels)
-            failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
+            short = "FlexAttention" if flex else _kernel_name(kernels)
+            failures.append(f"{'compiled on ' if compiling else ''}{short}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
-        kind = "CUDA graphs" if replay == "cuda" else "replayed buffers"
-        kind += " of compiled steps" if compiling else ""
-        tried = f"; {'; '.join(failures)}" if failures else ""
-        return graphs, (f"{kind} on {_kernel_name(kernels)} attention: {len(graphs.buckets)} graphs (tree sizes x "
-                        f"spans of keys) captured in {time.perf_counter() - started:.1f} s{tried}")
-    return None, f"eager steps (CUDA graphs failed: {'; '.join(failures)})"
+        return graphs, name
+    return None, ""
+
+
+@torch.inference_mode()
+def _replay_ms(graphs: StepGraphs, repeats: int = 5) -> float:
+    """A plain step and the largest tree, each over the widest span, replayed: the median of each, summed."""
+    backend = graphs.backend
+    widest = max(span for _, span in graphs.buckets)
+    total = 0.0
+    for padded in sorted({min(p for p, s in graphs.buckets if s == widest), max(p for p, s in graphs.buckets if s == widest)}):
+        b = graphs.buckets[padded, widest]
+        times = []
+        for _ in range(repeats + 2):
+            if backend.device != "cpu" and torch.cuda.is_available():
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            b.replay()
+            if backend.device != "cpu" and torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        total += sorted(times[2:])[repeats // 2]
+    graphs.replays = 0
+    return total * 1000
 
 
 def _kernel_name(kernels) -> str:

@@ -31,13 +31,16 @@ def _has_triton() -> bool:
 
 class StaticTorchBackend(TorchBackend):
     def __init__(self, model, tokenizer, *, graphs: str | None = None, first_span: int = FIRST_SPAN, progress=None,
-                 compiled: bool | None = None, **kwargs) -> None:
+                 compiled: bool | None = None, attention: str | None = None, **kwargs) -> None:
         """``graphs``: "cuda" (capture each bucket's step as a CUDA graph), "off", or "eager" (the
         graphs' buffers replayed without a graph: for tests on a CPU); None: "cuda" on CUDA, else off.
         ``first_span``: the shortest span of keys a step reads (static_cache.spans_for).
         ``progress(text)`` hears how the capture goes (it takes seconds: 11 s for a 1.5B on an H200).
         ``compiled``: each step through torch.compile inside the capture; None: on CUDA where Triton
-        is installed (inductor's GPU kernels need it), else not."""
+        is installed (inductor's GPU kernels need it), else not. ``attention``: the graphed steps' tree
+        attention, "sdpa", "flex" or "auto" (step_graphs.capture); None: "auto" on CUDA (FlexAttention
+        or cuDNN, whichever replays faster on this card), else "sdpa" (FlexAttention off a GPU runs
+        PyTorch's reference code)."""
         super().__init__(model, tokenizer, **kwargs)
         self.max_context = min(self.max_context, STATIC_CONTEXT)
         layers = int(model.config.num_hidden_layers)
@@ -57,7 +60,10 @@ class StaticTorchBackend(TorchBackend):
 
             if compiled is None:
                 compiled = graphs == "cuda" and _has_triton()
-            self.graphs, self.graphs_note = capture(self, replay=graphs, progress=progress, compiled=compiled)
+            if attention is None:
+                attention = "auto" if graphs == "cuda" else "sdpa"
+            self.graphs, self.graphs_note = capture(self, replay=graphs, progress=progress, compiled=compiled,
+                                                    attention=attention)
 
     def describe(self) -> str:
         return f"{super().describe()} · static cache, {self.graphs_note}"
