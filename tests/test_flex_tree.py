@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from draftscope.draft_tree import DraftTree
 from draftscope.drafters import ContextDrafter
 from draftscope.drafters.oracle import OracleDrafter
 from draftscope.engine.backends.pytorch import step_graphs
@@ -98,6 +99,12 @@ def test_flex_steps_answer_as_plain_decoding_past_1024_cached_tokens(model, toke
     try:
         assert static.graphs is not None and static.graphs.flex and "FlexAttention" in static.graphs_note, \
             static.graphs_note
+        # one graph a tree size, over the whole buffer: a step in a shorter span replays it too
+        assert len(static.spans) > 1 and {span for _, span in static.graphs.buckets} == {static.spans[-1]}
+        static.start(list(range(5, 45)))
+        static.verify(44, DraftTree.empty())
+        assert static.graphs.replays == 1
+        static.graphs.replays = 0
         ids = long_prompt(tokenizer)
         plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
             GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)))[-1]

@@ -86,8 +86,13 @@ class StepGraphs:
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
             self._step = torch.compile(_model_step, fullgraph=True, dynamic=False)
 
+    def span_of(self, span: int) -> int:
+        """The span of keys whose graph runs a step over ``span``: on FlexAttention the whole buffer
+        (it visits only the blocks its mask lists, so shorter spans would buy nothing), else ``span``."""
+        return self.backend.spans[-1] if self.flex else span
+
     def has(self, padded: int, span: int) -> bool:
-        return (padded, span) in self.buckets
+        return (padded, self.span_of(span)) in self.buckets
 
     def _forward(self, b: _Bucket):
         backend = self.backend
@@ -132,6 +137,7 @@ class StepGraphs:
     def run(self, padded: int, span: int, past: int, ids, positions, allowed) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's logits [q, vocab] and last hidden states [q, hidden] (views of the bucket's
         buffers: copy what you keep)."""
+        span = self.span_of(span)
         b = self.buckets[padded, span]
         b.ids.copy_(ids)
         b.positions.copy_(positions)
@@ -196,8 +202,9 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, co
 def _first_that_runs(backend, attempts, replay, buckets, progress, failures) -> tuple[StepGraphs | None, str]:
     """The first of ``attempts`` ((kernels, compiled, flex) each) whose graphs capture and pass the
     check, and its attention in words; each failure is added to ``failures``."""
-    shapes = [(p, s) for s in backend.spans for p in buckets if p + 1 + len(CHECK_PROMPT) <= s]  # else no step fits
     for kernels, compiling, flex in attempts:
+        spans = backend.spans[-1:] if flex else backend.spans  # FlexAttention: one graph a tree size (span_of)
+        shapes = [(p, s) for s in spans for p in buckets if p + 1 + len(CHECK_PROMPT) <= s]  # else no step fits
         name = "FlexAttention" if flex else f"{_kernel_name(kernels)} attention"
         what = f"{'compiled steps' if compiling else 'the decode steps'} on {name}"
         try:
@@ -259,10 +266,22 @@ def check_tree(padded: int):
 @torch.inference_mode()
 def _check(backend, graphs: StepGraphs) -> None:
     """Every replayed step must give the eager step's logits (the eager step runs on the math kernel
-    on CUDA): a short prompt and a branching tree padded to each tree size, over each span."""
+    on CUDA): a short prompt and a branching tree padded to each tree size, over each span; on
+    FlexAttention also a cache that crosses a block of keys (its block lists then hold a full block)."""
+    from draftscope.engine.backends.pytorch.flex_tree import BLOCK
+
+    prompts = [CHECK_PROMPT] + ([range(11, 11 + BLOCK + 40)] if graphs.flex else [])
+    for tokens in prompts:
+        prompt = [int(t) % backend.vocab for t in tokens]
+        if all(len(prompt) + padded + 1 <= span for padded, span in graphs.buckets):
+            _check_at(backend, graphs, prompt)
+    backend._cache.past = backend._past = 0
+    graphs.replays = 0  # the check's own replays are not answers'
+
+
+def _check_at(backend, graphs: StepGraphs, prompt: list[int]) -> None:
     from draftscope.engine.backends.pytorch.static_cache import step_layout
 
-    prompt = [int(t) % backend.vocab for t in CHECK_PROMPT]
     backend.start(prompt)
     past = backend._past
     for padded, span in graphs.buckets:
@@ -277,5 +296,3 @@ def _check(backend, graphs: StepGraphs) -> None:
         if not torch.allclose(replayed, eager, atol=CHECK_TOLERANCE * scale, rtol=0):
             raise RuntimeError(f"a replayed step ({padded} nodes over {span} keys) differs from the math kernel's "
                                f"by {float((replayed - eager).abs().max()):.3g}")
-    backend._cache.past = backend._past = 0
-    graphs.replays = 0  # the check's own replays are not answers'
