@@ -105,8 +105,8 @@ def test_a_graph_whose_logits_disagree_with_the_math_kernel_is_recaptured_on_it(
     real = step_graphs.StepGraphs._forward
 
     def off_on_first_choice(self, b):
-        logits, hidden = real(self, b)
-        return (logits + 0.5 * logits.abs().max() if self.kernels == GRAPH_KERNELS["cuda"] else logits), hidden
+        logits, hidden, best = real(self, b)
+        return (logits + 0.5 * logits.abs().max() if self.kernels == GRAPH_KERNELS["cuda"] else logits), hidden, best
 
     monkeypatch.setattr(step_graphs.StepGraphs, "_forward", off_on_first_choice)
     backend = StaticTorchBackend(model, tokenizer, graphs="eager")  # a CPU backend under CUDA's kernel policy:
@@ -198,8 +198,9 @@ def graph_fault(monkeypatch, fault):
     real = step_graphs.StepGraphs._forward
 
     def faulty(self, b):
-        logits, hidden = real(self, b)
-        return fault(b, logits), hidden
+        logits, hidden, _best = real(self, b)
+        logits = fault(b, logits)
+        return logits, hidden, logits.argmax(-1)
 
     monkeypatch.setattr(step_graphs.StepGraphs, "_forward", faulty)
 
@@ -214,23 +215,19 @@ def test_the_capture_check_catches_a_graph_kernel_that_is_wrong(model, tokenizer
         graph_fault(monkeypatch, lambda b, logits: logits + 0.05 * logits.abs().max() *
                     (torch.arange(logits.shape[1])[None, :, None] == 0))
     else:
-        real_forward = step_graphs.StepGraphs._forward
+        real_fill = step_graphs.StepGraphs._fill
 
-        def wrong_mask(self, b):
-            q, past = b.ids.shape[1], int(b.slots[0])
-            keep = b.mask.clone()
-            own = keep[0, 0, :, past : past + q] == 0  # what the step allows among its own slots
+        def wrong_mask(self, b):  # the mask the graph builds on the device, made wrong after it is built
+            real_fill(self, b)
+            q, past = b.ids.shape[1], int(b.past)
+            own = b.mask[0, 0, :, past : past + q] == 0  # what the step allows among its own slots
             if fault == "reads the tree mask as causal":
                 own = torch.ones(q, q, dtype=torch.bool).tril()
             else:  # every row also sees the padding nodes after the check's real ones
                 own[:, 1 + len(step_graphs.check_tree(q - 1)) :] = True
             b.mask[0, 0, :, past : past + q] = torch.where(own, 0.0, torch.finfo(b.mask.dtype).min)
-            try:
-                return real_forward(self, b)
-            finally:
-                b.mask.copy_(keep)
 
-        monkeypatch.setattr(step_graphs.StepGraphs, "_forward", wrong_mask)
+        monkeypatch.setattr(step_graphs.StepGraphs, "_fill", wrong_mask)
     backend = StaticTorchBackend(model, tokenizer, graphs="off")
     graphs, note = step_graphs.capture(backend, replay="eager")
     assert graphs is None and "differs from the math kernel's" in note, note
@@ -333,3 +330,49 @@ def test_the_graphed_steps_fuse_gate_and_up_into_one_product_and_compute_the_sam
                                                          drafters=[ContextDrafter()], budget=10)))
         assert drafted[-1].token_ids == plain[-1].token_ids
     assert StaticTorchBackend(before, tokenizer, graphs="off").fused_layers == 0, "eager steps keep the model as is"
+
+
+def test_the_mask_made_on_the_device_equals_the_hosts():
+    """Graphed steps build their additive mask from the cache length (a device tensor) and the
+    tree's [q, q] mask inside the graph: the same mask the eager steps build on the host."""
+    from draftscope.engine.backends.pytorch.static_cache import additive_mask, fill_additive_mask
+
+    q, span = 9, 96
+    own = torch.eye(q, dtype=torch.bool)
+    own[:, 0] = True
+    own[4, 2] = own[6, 4] = own[6, 2] = True
+    mask = torch.empty(1, 1, q, span)
+    for past in (0, 1, 40, span - q):
+        fill_additive_mask(mask, torch.tensor(past), own, torch.arange(span))
+        assert torch.equal(mask, additive_mask(own, past, span, torch.float32)), past
+
+
+@torch.inference_mode()
+def test_greedy_steps_take_the_graphs_own_argmax_and_a_wrong_one_is_caught(model, tokenizer, monkeypatch):
+    """A graphed step gives each row's most likely token, computed in the graph, and greedy answers
+    take it (one small read a step, no host mask built while answering); a graph whose argmax is
+    wrong (each row's second choice) makes the drafted answer differ from plain decoding."""
+    from draftscope.engine.backends.pytorch import step_graphs, torch_static
+
+    ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
+    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
+        GenerationRequest(prompt_ids=ids, max_new_tokens=32)))[-1]
+    static = StaticTorchBackend(model, tokenizer, graphs="eager")
+    static.start(PROMPT)
+    verified = static.verify(PROMPT[-1], tree_of([60, 61, 62], [-1, -1, 0]))
+    assert verified.best is not None and torch.equal(verified.best, verified.logits.argmax(-1))
+    monkeypatch.setattr(torch_static, "additive_mask", lambda *a, **k: pytest.fail("a mask built on the host"))
+    request = dict(prompt_ids=ids, max_new_tokens=32, drafters=[ContextDrafter()], budget=8)
+    assert list(Engine(backend=static).generate(GenerationRequest(**request)))[-1].token_ids == plain.token_ids
+    real = step_graphs.StepGraphs._forward
+
+    def second_choice(self, b):
+        logits, hidden, _best = real(self, b)
+        return logits, hidden, logits[..., : self.backend.vocab].topk(2, dim=-1).indices[..., 1]
+
+    monkeypatch.setattr(step_graphs.StepGraphs, "_forward", second_choice)
+    biased = StaticTorchBackend(model, tokenizer, graphs="off")
+    biased.graphs, biased.graphs_note = step_graphs.StepGraphs(biased, replay="eager"), "biased"
+    for padded in BUCKETS:
+        biased.graphs.add(padded, biased.spans[0])
+    assert list(Engine(backend=biased).generate(GenerationRequest(**request)))[-1].token_ids != plain.token_ids

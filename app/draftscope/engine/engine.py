@@ -347,7 +347,7 @@ class Engine:
                     for i in range(len(tree)):
                         row_seen[i + 1, torch.tensor(tree.token_path(i))] = True
                     row_seen = row_seen.to(logits.device)
-                chosen = next_tokens(logits, params, token_positions(tree, len(ids)), noise, row_seen)
+                chosen = next_tokens(logits, params, token_positions(tree, len(ids)), noise, row_seen, verified.best)
                 path, bonus = verify_tree(tree, chosen)
                 backend.commit(path)
                 if wants_hidden:  # the position that predicted the bonus token, the next root

@@ -73,11 +73,14 @@ def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tens
 
 
 def next_tokens(logits: torch.Tensor, params: SamplingParams, positions: Sequence[int], noise: "PositionNoise | None",
-                seen: torch.Tensor | None = None) -> list[int]:
+                seen: torch.Tensor | None = None, best: torch.Tensor | None = None) -> list[int]:
     """The token chosen at each row of ``logits`` [n, V] (row r at absolute position ``positions[r]``):
     greedy takes the argmax of the processed logits straight away (a one-hot distribution over a
     152k vocabulary cost a plain llama.cpp step a few tenths of a millisecond for the same answer);
-    sampling is the Gumbel-max draw from ``probabilities``."""
+    sampling is the Gumbel-max draw from ``probabilities``. ``best``: each row's argmax where the
+    step already computed it (a graphed step, on the device): greedy without a penalty reads it."""
+    if params.greedy and seen is None and best is not None:
+        return best.tolist()
     if params.greedy:
         if seen is not None:
             logits = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)

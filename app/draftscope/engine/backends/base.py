@@ -23,6 +23,7 @@ from draftscope.draft_tree import DraftTree
 class Verified:
     logits: torch.Tensor  # float [1 + nodes, vocab]: row 0 after the root, row 1 + i after node i
     hidden: torch.Tensor | None = None  # [1 + nodes, hidden] last hidden states, when asked for
+    best: torch.Tensor | None = None  # [1 + nodes] each row's most likely token, where the step computed it (graphs)
 
 
 class Backend(ABC):

@@ -120,3 +120,16 @@ def additive_mask(allowed_own: torch.Tensor, past: int, max_len: int, dtype) -> 
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
 
+
+
+def fill_additive_mask(mask: torch.Tensor, past: torch.Tensor, own: torch.Tensor, keys: torch.Tensor) -> None:
+    """``additive_mask`` computed on the mask's device and written into ``mask`` [1, 1, q, span] in
+    place, from the cache length ``past`` (a device tensor) and ``own`` [q, q]; ``keys`` is
+    arange(span) on the device. No host work: a captured graph can run it, so a step sends the card
+    its cache length and tree (q x q), not a q x span mask."""
+    q = own.shape[0]
+    offset = keys - past  # where each key sits among the step's own slots
+    inside = (offset >= 0) & (offset < q)
+    allowed = (keys < past) | (inside & own[:, offset.clamp(0, q - 1)])
+    mask.zero_()
+    mask[0, 0].masked_fill_(~allowed, torch.finfo(mask.dtype).min)

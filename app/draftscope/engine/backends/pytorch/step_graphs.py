@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from draftscope.engine.backends.pytorch.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
-from draftscope.engine.backends.pytorch.static_cache import BUCKETS, additive_mask
+from draftscope.engine.backends.pytorch.static_cache import BUCKETS, fill_additive_mask
 
 
 CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
@@ -43,8 +43,12 @@ class _Bucket:
     ids: torch.Tensor  # [1, q]
     positions: torch.Tensor  # [1, q]
     slots: torch.Tensor  # [q]
-    mask: object  # [1, 1, q, span] additive (SDPA), or a flex_tree.TreeMask filled in place (FlexAttention)
-    replay: object  # () -> (logits [1, q, vocab], last hidden states [1, q, hidden])
+    mask: object  # [1, 1, q, span] additive (SDPA), or a flex_tree.TreeMask (FlexAttention): filled on the device
+    replay: object  # () -> (logits [1, q, vocab], last hidden states [1, q, hidden], each row's argmax [1, q])
+    past: torch.Tensor  # the cache length (a device scalar): slots and mask follow from it inside the graph
+    own: torch.Tensor  # [q, q] what the step's own slots see of each other (the tree's ancestors, itself)
+    steps: torch.Tensor  # arange(q)
+    keys: torch.Tensor  # arange(span)
 
     @property
     def attention_mask(self):
@@ -94,15 +98,25 @@ class StepGraphs:
     def has(self, padded: int, span: int) -> bool:
         return (padded, self.span_of(span)) in self.buckets
 
+    def _fill(self, b: _Bucket) -> None:
+        """The step's slots and mask from its cache length and tree, on the device (in the graph)."""
+        torch.add(b.steps, b.past, out=b.slots)
+        if self.flex:
+            b.mask.fill(b.past, b.own)
+        else:
+            fill_additive_mask(b.mask, b.past, b.own, b.keys)
+
     def _forward(self, b: _Bucket):
         backend = self.backend
         cache = backend._cache
+        self._fill(b)
         cache.slots, cache.view = b.slots, b.span  # the layers write where this buffer says, read the span
         try:
             with step_kernels(backend.kernel_device, tree=True, kernels=self.kernels):
-                return self._step(backend.model, cache, b.ids, b.positions, b.attention_mask)
+                logits, hidden = self._step(backend.model, cache, b.ids, b.positions, b.attention_mask)
         finally:
             cache.view = None
+        return logits, hidden, logits[..., : backend.vocab].argmax(-1)  # greedy's tokens, without a copy of the rows
 
     @torch.inference_mode()
     def add(self, padded: int, span: int) -> None:
@@ -112,11 +126,13 @@ class StepGraphs:
             from draftscope.engine.backends.pytorch.flex_tree import TreeMask
 
             mask = TreeMask(q, span, device)
-            mask.fill(0, torch.eye(q, dtype=torch.bool).tril())
         else:
             mask = torch.zeros(1, 1, q, span, dtype=backend.dtype, device=device)
         b = _Bucket(span, torch.zeros(1, q, dtype=torch.long, device=device),
-                    torch.zeros(1, q, dtype=torch.long, device=device), torch.arange(q, device=device), mask, None)
+                    torch.zeros(1, q, dtype=torch.long, device=device), torch.arange(q, device=device), mask, None,
+                    past=torch.zeros((), dtype=torch.long, device=device),
+                    own=torch.ones(q, q, dtype=torch.bool, device=device).tril(),
+                    steps=torch.arange(q, device=device), keys=torch.arange(span, device=device))
         if self.mode == "eager":
             b.replay = lambda: self._forward(b)
         else:
@@ -134,21 +150,20 @@ class StepGraphs:
         self.buckets[padded, span] = b
 
     @torch.inference_mode()
-    def run(self, padded: int, span: int, past: int, ids, positions, allowed) -> tuple[torch.Tensor, torch.Tensor]:
-        """The step's logits [q, vocab] and last hidden states [q, hidden] (views of the bucket's
-        buffers: copy what you keep)."""
+    def run(self, padded: int, span: int, past: int, ids, positions, allowed) -> tuple[torch.Tensor, ...]:
+        """The step's logits [q, vocab], last hidden states [q, hidden] and each row's most likely
+        token [q] (views of the bucket's buffers: copy what you keep). What goes to the device: the
+        ids, positions, the cache length and the tree's [q, q] mask; slots and the attention mask
+        are made from them inside the graph."""
         span = self.span_of(span)
         b = self.buckets[padded, span]
         b.ids.copy_(ids)
         b.positions.copy_(positions)
-        b.slots.copy_(torch.arange(past, past + padded + 1))
-        if self.flex:  # the bucket's block mask rewritten in place, on the device
-            b.mask.fill(past, allowed.to(b.ids.device))
-        else:
-            b.mask.copy_(additive_mask(allowed.to(b.mask.device), past, span, b.mask.dtype))
-        logits, hidden = b.replay()
+        b.past.fill_(past)
+        b.own.copy_(allowed)
+        logits, hidden, best = b.replay()
         self.replays += 1
-        return logits[0], hidden[0]
+        return logits[0], hidden[0], best[0]
 
 
 def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, compiled: bool = False,

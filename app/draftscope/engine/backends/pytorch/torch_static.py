@@ -105,8 +105,9 @@ class StaticTorchBackend(TorchBackend):
         self._last_padded = padded
         span = span_for(self.spans, past + padded + 1)
         if self.graphs is not None and self.graphs.has(padded, span):
-            logits, hidden = self.graphs.run(padded, span, past, *inputs)
-            return Verified(logits[: n + 1, : self.vocab].clone(), hidden[: n + 1].clone() if want_hidden else None)
+            logits, hidden, best = self.graphs.run(padded, span, past, *inputs)
+            return Verified(logits[: n + 1, : self.vocab].clone(), hidden[: n + 1].clone() if want_hidden else None,
+                            best[: n + 1].clone())
         return self._eager_step(past, *inputs, span=span, want_hidden=want_hidden, rows=n + 1)
 
     def _eager_step(self, past: int, ids, positions, allowed, *, span: int, want_hidden: bool = False,
