@@ -308,17 +308,24 @@ def test_a_step_that_cannot_be_compiled_falls_back_to_the_graphs_and_says_so(mod
 @torch.inference_mode()
 def test_the_graphed_steps_fuse_gate_and_up_into_one_product_and_compute_the_same(tokenizer):
     """Issue 42: the graphed path stacks each MLP's gate and up weights at load (one GEMM a layer
-    instead of two); the model computes what it computed (fp32, to rounding), and its answers with
-    drafts are still its plain decoding's (greedy and seeded)."""
+    instead of two) and each attention's q, k and v weights (one instead of three); the model
+    computes what it computed (fp32, to rounding), and its answers with drafts are still its plain
+    decoding's (greedy and seeded)."""
     import copy
 
-    from draftscope.engine.backends.pytorch.fused import FusedGateUpMLP
+    from draftscope.engine.backends.pytorch.fused import FusedGateUpMLP, FusedProjections, ProjectionPart
 
     model = tiny_llama(len(tokenizer), seed=2, sharpen=4.0)
     before = copy.deepcopy(model)
     static = StaticTorchBackend(model, tokenizer, graphs="eager", first_span=64)
     layers = model.get_decoder().layers
     assert static.fused_layers == len(layers) and all(isinstance(layer.mlp, FusedGateUpMLP) for layer in layers)
+    assert static.fused_attention == len(layers)
+    for layer in layers:  # one product a layer; q_proj, k_proj and v_proj its three parts
+        attention = layer.self_attn
+        assert isinstance(attention.qkv_fused, FusedProjections)
+        assert [attention.q_proj.index, attention.k_proj.index, attention.v_proj.index] == [0, 1, 2]
+        assert all(isinstance(getattr(attention, n), ProjectionPart) for n in ("q_proj", "k_proj", "v_proj"))
     ids = torch.tensor([PROMPT])
     ok, worst = close(model(ids).logits, before(ids).logits)
     assert ok, worst

@@ -51,12 +51,14 @@ class StaticTorchBackend(TorchBackend):
         self.graphs_note = "eager steps (no CUDA graphs on this device)"
         if graphs is None:
             graphs = "cuda" if torch.device(self.device).type == "cuda" else "off"
-        self.fused_layers = 0
+        self.fused_layers = self.fused_attention = 0  # layers whose gate/up and q/k/v products are one each
         if graphs != "off":
-            from draftscope.engine.backends.pytorch.fused import fuse_mlps
+            from draftscope.engine.backends.pytorch.fused import fuse_attention, fuse_mlps
             from draftscope.engine.backends.pytorch.step_graphs import capture
 
-            self.fused_layers = fuse_mlps(model)  # before the capture: the graphs record the fused products
+            # before the capture: the graphs record the fused products
+            self.fused_layers = fuse_mlps(model)
+            self.fused_attention = fuse_attention(model)
 
             if compiled is None:
                 compiled = graphs == "cuda" and _has_triton()
