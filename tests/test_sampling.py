@@ -45,6 +45,17 @@ def test_a_seeded_choice_follows_the_pinned_noise():
     assert choose(uniform, [7], noise) == [max(range(6), key=pinned.__getitem__)]
 
 
+def test_rows_that_share_a_position_share_its_noise_and_each_row_gets_its_own_positions():
+    """A tree's rows at the same depth share their position's noise (sent once); rows in any order
+    each take the noise of their own position."""
+    noise = PositionNoise(5, vocab=50)
+    uniform = torch.full((5, 50), 1 / 50)
+    positions = [9, 7, 9, 8, 7]
+    expected = [int(noise.at(p).argmax()) for p in positions]
+    assert choose(uniform, positions, noise) == expected
+    assert len(set(expected)) > 1  # the positions' noises differ: a row given another's would show
+
+
 def test_fit_vocab_pads_with_zeros_and_cuts_the_ids_the_other_model_lacks():
     probs = torch.tensor([[0.5, 0.25, 0.25], [0.125, 0.375, 0.5]])  # exact in binary
     padded = fit_vocab(probs, 5)

@@ -137,6 +137,12 @@ def choose(probs: torch.Tensor, positions: Sequence[int], noise: PositionNoise |
     sample with the position's noise (rows over a smaller vocabulary than the noise's are fine)."""
     if noise is None:
         return probs.argmax(-1).tolist()
-    probs = fit_vocab(probs.float().cpu(), noise.vocab)
-    g = torch.stack([noise.at(p) for p in positions])
+    probs = fit_vocab(probs.float(), noise.vocab)
+    # the noise goes to the rows' device, once per distinct position (a tree's rows share a few
+    # depths), rather than every row's distribution to the host: on a GPU a 64-node tree's rows are
+    # 65 x vocab floats, its noise depth + 1 rows
+    distinct = sorted(set(positions))
+    row_of = {p: i for i, p in enumerate(distinct)}
+    g = torch.stack([noise.at(p) for p in distinct]).to(probs.device)
+    g = g[torch.tensor([row_of[p] for p in positions], device=probs.device)]
     return (probs.log() + g).argmax(-1).tolist()
