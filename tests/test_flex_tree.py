@@ -157,7 +157,8 @@ def test_the_identity_test_rejects_a_biased_flex_mask(model, tokenizer, monkeypa
 
 @pytest.mark.parametrize("faster", ["FlexAttention", "SDPA"])
 def test_auto_keeps_the_attention_that_replays_faster_and_says_both_times(model, tokenizer, monkeypatch, faster):
-    monkeypatch.setattr(step_graphs, "_replay_ms", lambda g: 1.0 if g.flex == (faster == "FlexAttention") else 3.0)
+    monkeypatch.setattr(step_graphs, "_replay_ms",
+                        lambda g, context: 1.0 if g.flex == (faster == "FlexAttention") else 3.0)
     backend = StaticTorchBackend(model, tokenizer, graphs="off")
     try:
         graphs, note = step_graphs.capture(backend, replay="eager", attention="auto", buckets=(0, 4))
@@ -167,6 +168,22 @@ def test_auto_keeps_the_attention_that_replays_faster_and_says_both_times(model,
         assert times in note, note
         expected = "draftscope_flex_tree" if faster == "FlexAttention" else "sdpa"
         assert model.config._attn_implementation == expected
+    finally:
+        model.set_attn_implementation("sdpa")
+
+
+def test_auto_times_both_attentions_at_one_context_on_this_machine(model, tokenizer):
+    import re
+
+    backend = StaticTorchBackend(model, tokenizer, graphs="off")
+    try:
+        graphs, note = step_graphs.capture(backend, replay="eager", attention="auto", buckets=(0, 4))
+        times = re.search(r"a step ([\d.]+) ms on FlexAttention, ([\d.]+) ms on SDPA", note)
+        assert graphs is not None and times, note
+        flex_ms, sdpa_ms = map(float, times.groups())
+        assert graphs.replays == 0  # the timing's replays are not answers'
+        if flex_ms != sdpa_ms:  # (equal as printed: either may have been the faster)
+            assert graphs.flex == (flex_ms < sdpa_ms)
     finally:
         model.set_attn_implementation("sdpa")
 

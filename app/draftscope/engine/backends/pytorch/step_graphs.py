@@ -35,6 +35,7 @@ CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
 # every prefix of it is a tree); a bucket of size p checks its first min(p - 1, 6) nodes, padded.
 CHECK_TREE = ((5, -1), (6, -1), (7, 0), (8, 0), (9, 1), (10, 2))
 CHECK_TOLERANCE = 3e-2  # of the largest logit (see the module's docstring)
+TIMED_CONTEXT = 2000  # the cache length at which "auto" times FlexAttention's graphs against SDPA's
 
 
 @dataclass
@@ -199,7 +200,8 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, co
             graphs, what = (graphs, what) if other is None else (other, other_what)
             timing = ""
         else:
-            times = {id(g): _replay_ms(g) for g in (graphs, other)}
+            context = min(TIMED_CONTEXT, backend._cache.max_len - max(buckets) - 2)
+            times = {id(g): _replay_ms(g, context) for g in (graphs, other)}
             timing = f" (a step {times[id(graphs)]:.2f} ms on FlexAttention, {times[id(other)]:.2f} ms on SDPA)"
             if times[id(other)] < times[id(graphs)]:
                 graphs, what = other, other_what
@@ -240,13 +242,20 @@ def _first_that_runs(backend, attempts, replay, buckets, progress, failures) -> 
 
 
 @torch.inference_mode()
-def _replay_ms(graphs: StepGraphs, repeats: int = 5) -> float:
-    """A plain step and the largest tree, each over the widest span, replayed: the median of each, summed."""
+def _replay_ms(graphs: StepGraphs, context: int, repeats: int = 5) -> float:
+    """A plain step and the largest tree at a cache of ``context`` positions, each on the graph a
+    step there replays (SDPA's over that context's span, FlexAttention's over the whole buffer):
+    the median of each, summed."""
+    from draftscope.engine.backends.pytorch.static_cache import span_for
+
     backend = graphs.backend
-    widest = max(span for _, span in graphs.buckets)
+    sizes = sorted({p for p, _ in graphs.buckets})
     total = 0.0
-    for padded in sorted({min(p for p, s in graphs.buckets if s == widest), max(p for p, s in graphs.buckets if s == widest)}):
-        b = graphs.buckets[padded, widest]
+    for padded in sorted({sizes[0], sizes[-1]}):
+        span = graphs.span_of(span_for(backend.spans, context + padded + 1))
+        b = graphs.buckets[padded, span]
+        b.past.fill_(context)  # a chain's step at that length: what it reads is what is timed
+        b.own.copy_(torch.ones_like(b.own).tril())
         times = []
         for _ in range(repeats + 2):
             if backend.device != "cpu" and torch.cuda.is_available():
