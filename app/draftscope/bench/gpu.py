@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", choices=("auto", "sdpa", "flex"), default=None,
                    help="the static cache's graphed tree attention: FlexAttention, SDPA (cuDNN in graphs), or auto "
                         "(both captured, the faster kept; the default on CUDA)")
+    p.add_argument("--compiled", choices=("auto", "on", "off"), default="auto",
+                   help="the graphed steps through torch.compile: on, off, or auto (on where CUDA and Triton are, as "
+                        "the app runs); the capture's progress is printed with its times")
     p.add_argument("--json", dest="json_out", default=None, help="also write every figure as JSON lines here")
     p.add_argument("--sections", type=_sections, default=list(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
@@ -185,7 +188,7 @@ def open_engine(args):
     if args.model:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype)
         engine = Engine(backend=torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                                                  cache=args.cache, attention=args.attention))
+                                                  cache=args.cache, attention=args.attention, **_capture_options(args)))
         return engine, engine.encode_chat([{"role": "user", "content": QUESTION}])
     device = pick_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -195,9 +198,26 @@ def open_engine(args):
     else:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     engine = Engine(backend=torch_backend_for(shape_model(args.shape, device, dtype), IdsOnly(), name=args.shape,
-                                              cache=args.cache, attention=args.attention))
+                                              cache=args.cache, attention=args.attention, **_capture_options(args)))
     prompt = np.random.default_rng(1).integers(0, engine.vocab, PROMPT_LEN).tolist()
     return engine, prompt
+
+
+def _capture_options(args) -> dict:
+    """The static cache's capture as asked (--compiled), its progress printed with the seconds since
+    the capture began: what each graph's capture (and compile) costs shows in the printout."""
+    started = time.perf_counter()
+
+    def progress(text: str) -> None:
+        print(f"  [{time.perf_counter() - started:7.1f} s] {text}", flush=True)
+
+    import torch
+
+    options: dict = {"progress": progress}
+    static = args.cache == "static" or (args.cache == "auto" and torch.cuda.is_available())
+    if args.compiled != "auto" and static:
+        options["compiled"] = args.compiled == "on"
+    return options
 
 
 def device_name(device) -> str:
