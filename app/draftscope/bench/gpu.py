@@ -161,7 +161,7 @@ def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | No
 
     sync(engine.device)
     t0 = time.perf_counter()
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens,
+    events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens,
                                                     drafters=list(drafters), budget=budget)))
     sync(engine.device)
     seconds, final = time.perf_counter() - t0, events[-1]

@@ -263,7 +263,7 @@ def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
     refs = []
     for ids in prompts:
         if model is None:
-            refs.append(list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens)))[-1]
+            refs.append(list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens)))[-1]
                         .token_ids)
             progress.step(1, "greedy: plain decoding on the backend")
             continue
@@ -290,7 +290,7 @@ def agreement_check(kind, engine, cases, name, make, args, progress, *, referenc
     same, gaps, accepted = 0, [], 0
     temperature = cases[0][1].temperature
     for ids, params, ref in cases:
-        events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
                                                         sampling=params, drafters=make(), budget=args.budget)))
         final = events[-1]
         if final.finish_reason == "error":
@@ -376,7 +376,7 @@ def sampling_checks(engine, prompts, makers, params, args, progress, *, biased: 
         for i, ids in enumerate(prompts):
             for s in range(args.seeds):
                 seeded = replace(params, seed=args.seed * 1_000_003 + 7_919 * i + s)
-                final = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+                final = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
                                                                sampling=seeded)))[-1]
                 cases.append((ids, seeded, final.token_ids))
                 progress.step(1, f"identity T={params.temperature:g}: plain")
@@ -394,7 +394,7 @@ def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
     there, so the first-tokens test sees drafts accepted (at an answer's very start few are)."""
     from draftscope.engine.engine import GenerationRequest
 
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens), _ignore_eos=True))
+    events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens), _ignore_eos=True))
     return prompt + events[-1].token_ids
 
 
@@ -432,7 +432,7 @@ def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
         p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
                            seed=args.seed * 1_000_003 + r)
         # EOS counts as a token here (the exact joint does not stop at it either).
-        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=2, sampling=p),
+        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=2, sampling=p),
                                       _ignore_eos=True))
         a, b = events[-1].token_ids[:2]
         key = (a, b) if (a, b) in cells else (a, None) if (a, None) in cells else (None, None)
@@ -459,7 +459,7 @@ def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
         prompt = prompts[run_no % len(prompts)]
         p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
                            seed=args.seed * 7_919 + 100_000 + run_no)
-        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)))
+        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)))
         run_no += 1
         answer = events[-1].token_ids
         if not answer:

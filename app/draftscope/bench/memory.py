@@ -44,7 +44,7 @@ def child(kind: str, model: str, tokens: int) -> None:
         from draftscope.engine.engine import Engine, GenerationRequest
 
         engine = Engine.load(model, backend=kind, measure=False)
-        final = list(engine.generate(GenerationRequest(messages=[{"role": "user", "content": PROMPT}],
+        final = list(engine.generate(GenerationRequest(keep_cache=False, messages=[{"role": "user", "content": PROMPT}],
                                                        max_new_tokens=tokens)))[-1]
         out = final.token_ids
     print(json.dumps({"kind": kind, "peak_mb": peak_rss_mb(), "tokens": len(out), "seconds": time.perf_counter() - t0}))

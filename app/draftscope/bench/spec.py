@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
     def ours(ids, drafters, method="", question=None):
         t0 = time.perf_counter()
-        events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
                                                         drafters=drafters, budget=args.budget)))
         final = events[-1]
         if final.finish_reason == "error":

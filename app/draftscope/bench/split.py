@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 engine = runtime.engine
                 ids = engine.encode_chat([{"role": "user", "content": text}])
                 t0 = time.perf_counter()
-                final = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.max_new_tokens,
+                final = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
                                                                drafters=runtime.make_drafters() if drafted else [])))[-1]
                 results.setdefault(name, []).append((len(final.token_ids), time.perf_counter() - t0))
                 if final.error:

@@ -49,7 +49,7 @@ def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -
     """(stats, drafters) as the history keeps them for an answer."""
     s = final.stats
     stats = {k: getattr(s, k) for k in ("tokens", "steps", "tau", "tokens_per_second", "time_to_first_token_ms",
-                                        "elapsed_s", "speedup_estimate", "seed")}
+                                        "elapsed_s", "speedup_estimate", "seed", "prompt_tokens", "prompt_kept")}
     stats["finish_reason"] = final.finish_reason
     stats["baseline_tokens_per_second"] = baseline_tokens_per_second
     return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}

@@ -25,13 +25,22 @@ def answer_stats(stats: dict, *, tau: str = "τ") -> str:
     18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7" (``tau``: how τ is written; the
     terminal writes "tau", which any terminal shows and scripts grep for)."""
     parts = [f"{stats['tokens']} tokens", f"{tau} {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
-             f"first token {stats['time_to_first_token_ms']:.0f} ms"]
+             f"first token {stats['time_to_first_token_ms']:.0f} ms"] + prompt_read(stats)
     if stats.get("speedup_estimate"):
         parts.append(f"{stats['speedup_estimate']:.2f}x plain")
     if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
         parts.append(f"seed {stats['seed']}")
     ended = STOPPED_WORDS.get(stats.get("finish_reason"))
     return " · ".join(([ended] if ended else []) + parts)
+
+
+def prompt_read(stats: dict) -> list[str]:
+    """The prompt the first token waited for: ["prompt 1,480 tokens, 1,268 from cache"] (the cache
+    of the turns before: only the rest was read); none for answers stored before this was counted."""
+    total, kept = stats.get("prompt_tokens"), stats.get("prompt_kept")
+    if total is None or kept is None:
+        return []
+    return [f"prompt {total:,} tokens" + (f", {kept:,} from cache" if kept else "")]
 
 
 # How an answer that did not end by itself says so, first on its figures' line.

@@ -78,6 +78,8 @@ class MessageStats:
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     seed: int | None = None  # what decided the answer's tokens at T > 0 (None: greedy); reproduces it
     answers_per_forward: float | None = None  # answers its steps' forwards held on average (None: not shared)
+    prompt_tokens: int | None = None  # the prompt's tokens (None in answers stored before this was kept)
+    prompt_kept: int | None = None  # of those, found in the model's cache from the turns before: not read again
 
 
 @dataclass

@@ -178,6 +178,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
                                seed=sampling.seed)
         gen = session.request(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens, sampling=params,
                               stop=sampling.stop, budget=answerer.config.budget)
+        gen.keep_cache = sampling.cache_prompt
         events = answerer.events(session, gen)
         if not stream:
             try:
@@ -230,7 +231,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
                         if usage_chunk:
                             u = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
                                  "created": created, "model": model_id, "choices": [],
-                                 "usage": p.usage(prompt_tokens, ev.stats.tokens)}
+                                 "usage": p.usage(prompt_tokens, ev.stats)}
                             yield _sse(u)
                         break
                     text = hold.push("".join(ev.pieces))

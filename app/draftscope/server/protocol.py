@@ -38,6 +38,7 @@ class Sampling:
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+    cache_prompt: bool = True  # llama-server's field: false reads the whole prompt again, keeping nothing
 
 
 @dataclass
@@ -124,8 +125,12 @@ def _sampling(body: dict) -> Sampling:
     n = _number(body, "n", 1, 128, integer=True)
     if n not in (None, 1):
         raise _bad("n", "only n=1 is served: one model, one answer at a time")
+    cache_prompt = body.get("cache_prompt", True)
+    if not isinstance(cache_prompt, bool):
+        raise _bad("cache_prompt", "'cache_prompt' must be true or false")
     return Sampling(temperature=_ranged(body, "temperature"), top_p=_ranged(body, "top_p"),
-                    seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True), max_tokens=max_tokens, stop=stops)
+                    seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True), max_tokens=max_tokens, stop=stops,
+                    cache_prompt=cache_prompt)
 
 
 def _stream_flags(body: dict) -> tuple[bool, bool]:
@@ -222,26 +227,31 @@ def stats_extension(final) -> dict:
             "drafters": s.drafters, "accepted_by_source": s.accepted_by_source,
             "seed": s.seed,  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
             # answers its steps shared a forward with, itself included (null: it had the model to itself)
-            "answers_per_forward": None if s.answers_per_forward is None else round(s.answers_per_forward, 3)}
+            "answers_per_forward": None if s.answers_per_forward is None else round(s.answers_per_forward, 3),
+            "prompt_tokens_read": None if s.prompt_kept is None else s.prompt_tokens - s.prompt_kept}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, stats) -> dict:
+    """OpenAI's usage, with the prompt tokens found in the cache of the turns before (not read again)."""
+    out = {"prompt_tokens": prompt_tokens, "completion_tokens": stats.tokens,
+           "total_tokens": prompt_tokens + stats.tokens}
+    if stats.prompt_kept is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": stats.prompt_kept}
+    return out
 
 
 def chat_response(rid: str, model: str, final, prompt_tokens: int) -> dict:
     return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": final.text},
                          "finish_reason": finish_reason(final.finish_reason), "logprobs": None}],
-            "usage": usage(prompt_tokens, final.stats.tokens), "draftscope": stats_extension(final)}
+            "usage": usage(prompt_tokens, final.stats), "draftscope": stats_extension(final)}
 
 
 def completion_response(rid: str, model: str, final, prompt_tokens: int) -> dict:
     return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "text": final.text, "finish_reason": finish_reason(final.finish_reason),
                          "logprobs": None}],
-            "usage": usage(prompt_tokens, final.stats.tokens), "draftscope": stats_extension(final)}
+            "usage": usage(prompt_tokens, final.stats), "draftscope": stats_extension(final)}
 
 
 def chat_chunk(rid: str, model: str, created: int, *, delta: dict, finish: str | None = None,

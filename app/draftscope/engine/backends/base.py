@@ -41,11 +41,13 @@ class Backend(ABC):
     no_hidden_reason: str = "does not give the model's hidden state"  # why not, in words (gives_hidden False)
     notice: str | None = None  # what the user should know of how it was opened (kernels turned off, a fallback)
     max_tree: int | None = None  # draft nodes one verify takes at most (None: no limit); the engine cuts trees to it
+    last_kept: int = 0  # prompt tokens the last start() found in the cache and did not read again (held.py)
 
     @abstractmethod
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
-        """Forget any previous answer; feed every prompt token but the last (the first root).
-        Returns the last hidden state of that prefill when asked and the prompt is longer than 1."""
+        """Feed every prompt token but the last (the first root), keeping what the cache already
+        holds of them from the answers before (held.py; ``last_kept`` says how many) and forgetting
+        the rest. Returns the last hidden state of that prefill when asked and the prompt is longer than 1."""
 
     @abstractmethod
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:

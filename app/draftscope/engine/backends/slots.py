@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
+from draftscope.engine.backends.held import common_prefix
 
 MAX_TREE = 64  # nodes per tree (the step policy's largest)
 PREFILL_BATCH = 512  # prompt tokens a forward takes at most
@@ -168,6 +169,7 @@ class SlotPool:
         self._owner: dict[int, int] = {}  # slot -> thread id
         self._ticket: dict[int, int] = {}  # slot -> the current holder's ticket
         self._tickets = 0
+        self._released = dict.fromkeys(range(self.size), 0)  # slot -> when last released (a count): LRU on ties
         self._cond = threading.Condition()
 
     @property
@@ -175,7 +177,9 @@ class SlotPool:
         with self._cond:
             return self.size - len(self._free)
 
-    def acquire(self, cancel: threading.Event | None = None) -> SlotBackend:
+    def acquire(self, cancel: threading.Event | None = None, prompt: list[int] | None = None) -> SlotBackend:
+        """A slot for an answer to ``prompt``: of the free ones, the one whose cache shares the most
+        with it (its conversation's, as llama-server picks), so a follow-up reads only what is new."""
         me = threading.get_ident()
         with self._cond:
             self._tickets += 1
@@ -185,7 +189,8 @@ class SlotPool:
                     if cancel is not None and cancel.is_set():
                         raise Cancelled("cancelled while waiting for the model")
                     self._cond.wait(timeout=0.1)
-                mine = self._free.pop(0)
+                mine = self._best_free(prompt)
+                self._free.remove(mine)
             self._owner[mine] = me
             self._ticket[mine] = self._tickets
             view = SlotBackend(self, mine, self._tickets)
@@ -205,17 +210,26 @@ class SlotPool:
             # on any thread) can take it until it is emptied; a second release of this view does nothing.
             self._ticket[view.slot] = -1
             self._owner.pop(view.slot, None)
-        if self.shared is not None:  # emptied before anyone can take it
+        if self.shared is not None:  # its cache stays: the conversation's next turn reads only what is new
             self.shared.leave(view.slot)
-            try:
-                self.backend.clear_slot(view.slot)  # its cells freed: the other answers attend over fewer
-            except Exception:  # noqa: BLE001 - a backend that ended; the next answer's start reopens it
-                pass
         with self._cond:
             del self._ticket[view.slot]
+            self._released[view.slot] = self._tickets
             self._free.append(view.slot)
             self._free.sort()
             self._cond.notify_all()
+
+    def _best_free(self, prompt: list[int] | None) -> int:
+        """The free slot whose cache shares the longest prefix with ``prompt``; on a tie the one used
+        least recently, so a new conversation does not push out the cache of one just answered."""
+        held = getattr(self.backend, "held_tokens", None)
+        if prompt is None or held is None or len(self._free) == 1:
+            return self._free[0]
+        try:
+            shared = {slot: common_prefix(held(slot), prompt) for slot in self._free}
+        except Exception:  # noqa: BLE001 - a backend that ended (a lost worker): any slot, its start reopens it
+            return self._free[0]
+        return max(self._free, key=lambda slot: (shared[slot], -self._released[slot], -slot))
 
     def set_step_cost(self, seconds: float | None) -> None:
         """How long a caller waits for the others: a share of a plain step."""
@@ -262,15 +276,16 @@ class SlotBackend(Backend):
 
     def start(self, prompt: list[int], *, want_hidden: bool = False):
         if self._shared is None:
-            return self.pool.backend.start(prompt, want_hidden=want_hidden)
+            hidden = self.pool.backend.start(prompt, want_hidden=want_hidden)
+            self.last_kept = self.pool.backend.last_kept
+            return hidden
         b = self.pool.backend
         if hasattr(b, "ensure_open"):  # a child process that ended (a lost worker) opens again
             b.ensure_open()
-        b.clear_slot(self.slot)
-        self._past = 0
+        self._past = self.last_kept = b.keep_prefix(self.slot, prompt, want_hidden=want_hidden)
         # alone, a long chunk; but another answer may join this forward: room for its tree is kept
         longest = max(SHARED_PREFILL, min(PREFILL_BATCH, b.batch_capacity - (b.slots - 1) * (MAX_TREE + 1)))
-        prefix, at, hidden = prompt[:-1], 0, None
+        prefix, at, hidden = prompt[:-1], self._past, None
         while at < len(prefix):
             alone = self._shared.active <= {self.slot}
             chunk = prefix[at : at + (longest if alone else SHARED_PREFILL)]

@@ -140,7 +140,8 @@ class IsolatedLlamaBackend(Backend):
 
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> None:
         self.ensure_open()
-        return self._call("start", list(prompt))
+        self._call("start", list(prompt))
+        self.last_kept = self._call("kept_last")
 
     def verify(self, root, tree, *, want_hidden: bool = False) -> Verified:
         return self._call("verify", root, tree)
@@ -172,6 +173,12 @@ class IsolatedLlamaBackend(Backend):
 
     def slot_cached(self, slot: int) -> int:
         return self._call("slot_cached", slot)
+
+    def held_tokens(self, slot: int) -> list[int]:
+        return self._call("held_tokens", slot) if self._conn is not None else []
+
+    def keep_prefix(self, slot: int, prompt: list[int], *, want_hidden: bool = False) -> int:
+        return self._call("keep_prefix", slot, list(prompt))
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         return self._call("tokenize", text, special)
@@ -257,6 +264,8 @@ def _child_main(conn, args: dict, log: str) -> None:
                 value = None
             elif name == "cached_positions":
                 value = backend.cached
+            elif name == "kept_last":
+                value = backend.last_kept
             else:
                 value = _pack(getattr(backend, name)(*call_args), shm, rows, backend.vocab)
             conn.send(("ok", value))

@@ -27,6 +27,7 @@ import torch
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
+from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
@@ -75,7 +76,7 @@ def default_threads() -> int:
     return usable_cores()
 
 
-class LlamaCppBackend(Backend):
+class LlamaCppBackend(KeepsPrefixes, Backend):
     kind = "llama.cpp"
     gives_hidden = True  # final hidden states in the same decode as the logits (embeddings, pooling none)
 
@@ -145,6 +146,7 @@ class LlamaCppBackend(Backend):
         if isinstance(eos, int):
             self.eos_ids.add(eos)
         self._past = [0] * slots  # positions each slot's cache holds
+        self.held = HeldTokens(slots)  # the tokens at those positions: a new prompt keeps what it shares
         self._last_seqs: list[list[tuple[int, ...]] | None] = [None] * slots
         self._commits: collections.deque = collections.deque()  # (slot, its tree's sequences, past, path)
 
@@ -187,10 +189,10 @@ class LlamaCppBackend(Backend):
     # ------------------------------------------------------------------ the loop's calls (slot 0)
 
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
-        self.clear_slot(0)
+        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)
         prefix, hidden = prompt[:-1], None
         step = self.prefill_batch
-        for at in range(0, len(prefix), step):
+        for at in range(kept, len(prefix), step):
             last = at + step >= len(prefix)
             hidden = self.decode_many({0: Prefill(prefix[at : at + step], at, want_hidden=want_hidden and last)})
             hidden = hidden.get(0)
@@ -225,6 +227,7 @@ class LlamaCppBackend(Backend):
             self._L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
         self._past[slot] = 0
         self._last_seqs[slot] = None
+        self.held.clear(slot)
 
     @_serialised
     def decode_many(self, work: dict) -> dict:
@@ -261,6 +264,7 @@ class LlamaCppBackend(Backend):
             entries.append((item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True))
             entries += [(int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(n)]
             self._last_seqs[slot] = mine
+            self.held.verifying(slot, item.root, tree.tokens)
         if not entries:
             return failed
         if len(entries) > self.batch_capacity:
@@ -275,6 +279,7 @@ class LlamaCppBackend(Backend):
                 L.llama_set_embeddings(self._ctx, False)
         for slot, item in work.items():
             if isinstance(item, Prefill):
+                self.held.read(slot, item.start, item.tokens)
                 self._past[slot] += len(item.tokens)
         out = {}
         for slot, (first, rows) in outputs.items():
@@ -357,6 +362,7 @@ class LlamaCppBackend(Backend):
         llama.cpp call, on its thread (every call first carries out the commits before it): a plain
         step then makes one hop to that thread, not two."""
         seqs, past = self._last_seqs[slot], self._past[slot]
+        self.held.committed(slot, past, path)
         self._past[slot] = past + 1 + len(path)
         self._last_seqs[slot] = None
         self._commits.append((slot, seqs, past, list(path)))
@@ -385,6 +391,7 @@ class LlamaCppBackend(Backend):
         L.llama_memory_seq_rm(self._memory, base, length, -1)
         self._past[slot] = min(self._past[slot], length)
         self._last_seqs[slot] = None
+        self.held.cut(slot, length)
 
     # ------------------------------------------------------------------ tokens (llama.cpp's own)
 

@@ -8,6 +8,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.base import Backend, Verified
+from draftscope.engine.backends.held import HeldTokens, positions_to_keep
 from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
 
 
@@ -45,6 +46,7 @@ class TorchBackend(Backend):
         self.kernel_device = torch.device(self.device).type
         self._cache = None
         self._past = 0
+        self.held = HeldTokens(1)  # the tokens at the cached positions: a new prompt keeps what it shares
 
     def describe(self) -> str:
         return f"torch · {self.device} · {self.precision}"
@@ -58,22 +60,36 @@ class TorchBackend(Backend):
     def cached(self) -> int:
         return self._past
 
+    def kept_for(self, prompt: list[int], *, want_hidden: bool = False) -> int:
+        """Positions of the cache that ``prompt`` shares (held.py); the rest is cut away."""
+        kept = positions_to_keep(self.held.tokens()[: self._past], prompt, want_hidden=want_hidden)
+        self.held.cut(0, kept)
+        self.last_kept = kept
+        return kept
+
     @torch.inference_mode()
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
         from transformers import DynamicCache
 
-        self._cache = DynamicCache()
-        self._past = len(prompt) - 1
-        if len(prompt) < 2:
+        kept = self.kept_for(prompt, want_hidden=want_hidden) if self._cache is not None else 0
+        if kept:
+            crop_cache(self._cache, kept)
+        else:
+            self._cache = DynamicCache()
+        self._past = max(len(prompt) - 1, 0)
+        if len(prompt) - 1 <= kept:
             return None
-        pre = torch.tensor([prompt[:-1]], device=self.device)
+        pre = torch.tensor([prompt[kept:-1]], device=self.device)
         with step_kernels(self.kernel_device, tree=False):
+            # positions follow the cache's length (kept): transformers counts them from it
             out = self.model(input_ids=pre, past_key_values=self._cache, use_cache=True, logits_to_keep=1,  # logits unused
                              output_hidden_states=want_hidden)
+        self.held.read(0, kept, prompt[kept:-1])
         return out.hidden_states[-1][0, -1] if want_hidden else None
 
     @torch.inference_mode()
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        self.held.verifying(0, root, tree.tokens)
         input_ids, positions, mask = tree_inputs(root, tree, self._past, self.device, self.dtype)
         with step_kernels(self.kernel_device, tree=mask is not None):
             out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
@@ -82,11 +98,14 @@ class TorchBackend(Backend):
 
     def commit(self, path: list[int]) -> None:
         keep_accepted(self._cache, self._past, path)
+        self.held.committed(0, self._past, path)
         self._past += 1 + len(path)
 
     def truncate(self, length: int) -> None:
-        crop_cache(self._cache, length)
+        if self._cache is not None:  # None before the first answer: nothing to cut
+            crop_cache(self._cache, length)
         self._past = min(self._past, length)
+        self.held.cut(0, length)
 
     def close(self) -> None:
         self._cache = None

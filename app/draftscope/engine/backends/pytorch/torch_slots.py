@@ -22,6 +22,7 @@ from transformers.cache_utils import Cache, StaticLayer
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
+from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
@@ -85,7 +86,7 @@ class _RowsCache(Cache):
                 layer.values[slot, :, dst] = layer.values[slot, :, src]
 
 
-class TorchSlotsBackend(TorchBackend):
+class TorchSlotsBackend(KeepsPrefixes, TorchBackend):
     """``slots`` answers on one torch model; :class:`~draftscope.engine.backends.slots.SlotPool`
     hands them out. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
 
@@ -102,6 +103,7 @@ class TorchSlotsBackend(TorchBackend):
         self._rows = _RowsCache(int(model.config.num_hidden_layers), slots, self._holds + PREFILL_BATCH)
         self.spans = spans_for(self._rows.max_len, first_span)
         self._pasts = [0] * slots
+        self.held = HeldTokens(slots)  # the tokens at those positions: a new prompt keeps what it shares
 
     def describe(self) -> str:
         return f"{super().describe()} · {self.slots} answers at once"
@@ -109,9 +111,9 @@ class TorchSlotsBackend(TorchBackend):
     # ------------------------------------------------------------------ one answer (slot 0)
 
     def start(self, prompt: list[int], *, want_hidden: bool = False):
-        self.clear_slot(0)
+        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)
         prefix, hidden = prompt[:-1], None
-        for at in range(0, len(prefix), PREFILL_BATCH):
+        for at in range(kept, len(prefix), PREFILL_BATCH):
             chunk = prefix[at : at + PREFILL_BATCH]
             last = at + len(chunk) == len(prefix)
             hidden = self._raise(self.decode_many({0: Prefill(chunk, at, want_hidden=want_hidden and last)})).get(0)
@@ -144,12 +146,15 @@ class TorchSlotsBackend(TorchBackend):
 
     def clear_slot(self, slot: int) -> None:
         self._pasts[slot] = 0
+        self.held.clear(slot)
 
     def truncate_slot(self, slot: int, length: int) -> None:
         self._pasts[slot] = min(self._pasts[slot], length)
+        self.held.cut(slot, length)
 
     @torch.inference_mode()
     def commit_slot(self, slot: int, path: list[int]) -> None:
+        self.held.committed(slot, self._pasts[slot], path)
         base = self._pasts[slot] + 1
         if path != list(range(len(path))):  # a chain from the first node is already in place
             self._rows.move(slot, [base + i for i in path], list(range(base, base + len(path))))
@@ -199,11 +204,13 @@ class TorchSlotsBackend(TorchBackend):
         results = {}
         for b, (slot, item) in enumerate(work.items()):
             if isinstance(item, Prefill):
+                self.held.read(slot, item.start, item.tokens)
                 self._pasts[slot] += len(item.tokens)
                 if item.want_hidden:  # the prompt's last position: the recurrent drafter's first state
                     results[slot] = out.hidden_states[-1][b, len(item.tokens) - 1]
                 continue
             rows = len(item.tree) + 1
+            self.held.verifying(slot, item.root, item.tree.tokens)
             hidden = out.hidden_states[-1][b, :rows] if item.want_hidden else None
             results[slot] = Verified(out.logits[b, :rows, : self.vocab], hidden)
         return {**results, **failed}

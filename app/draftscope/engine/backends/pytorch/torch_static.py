@@ -75,24 +75,35 @@ class StaticTorchBackend(TorchBackend):
     @torch.inference_mode()
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
         cache = self._cache
-        self._past = cache.past = 0
-        if len(prompt) < 2:
-            return None
+        kept = self.kept_for(prompt, want_hidden=want_hidden)
+        self._past = cache.past = kept
         n = len(prompt) - 1
-        cache.slots = torch.arange(n, device=self.device)
-        cache.view = n  # the prompt sees itself only, causally: flash attention, no mask
+        if n <= kept:
+            return None
+        cache.slots = torch.arange(kept, n, device=self.device)
+        mask = None
+        if kept:  # the new tokens see the kept prefix and each other causally: a mask over the span
+            span = span_for(self.spans, n)
+            own = torch.ones(n - kept, n - kept, dtype=torch.bool, device=self.device).tril()
+            mask = additive_mask(own, kept, span, self.dtype)
+            cache.view = span
+        else:
+            cache.view = n  # the prompt sees itself only, causally: flash attention, no mask
         try:
-            with step_kernels(self.kernel_device, tree=False):
-                out = self.model(input_ids=torch.tensor([prompt[:-1]], device=self.device),
-                                 position_ids=torch.arange(n, device=self.device)[None], past_key_values=cache,
-                                 use_cache=True, logits_to_keep=1, output_hidden_states=want_hidden)
+            with step_kernels(self.kernel_device, tree=mask is not None):
+                out = self.model(input_ids=torch.tensor([prompt[kept:-1]], device=self.device),
+                                 position_ids=torch.arange(kept, n, device=self.device)[None], attention_mask=mask,
+                                 past_key_values=cache, use_cache=True, logits_to_keep=1,
+                                 output_hidden_states=want_hidden)
         finally:
             cache.view = None
         self._past = cache.past = n
+        self.held.read(0, kept, prompt[kept:-1])
         return out.hidden_states[-1][0, -1] if want_hidden else None
 
     @torch.inference_mode()
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        self.held.verifying(0, root, tree.tokens)
         n = len(tree)
         padded = bucket_for(n)
         past = self._past
@@ -134,12 +145,14 @@ class StaticTorchBackend(TorchBackend):
         base = self._past + 1
         if path != list(range(len(path))):  # a chain from the first node is already in place
             self._cache.move([base + i for i in path], list(range(base, base + len(path))))
+        self.held.committed(0, self._past, path)
         self._past += 1 + len(path)
         self._cache.past = self._past
 
     def truncate(self, length: int) -> None:
         self._past = min(self._past, length)  # what lies past it is masked out, and overwritten later
         self._cache.past = self._past
+        self.held.cut(0, length)
 
     def close(self) -> None:
         self.graphs = None

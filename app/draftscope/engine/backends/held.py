@@ -1,0 +1,87 @@
+"""What each slot's cache holds, token by token, so a new answer reads only what the cache lacks.
+
+A follow-up's prompt is the whole conversation again (every OpenAI client resends it; the window
+renders it with the chat template). The cache still holds the last answer's prompt and the tokens
+it committed, so the new prompt's longest common prefix with them is kept and only the rest is
+read, as llama-server's ``cache_prompt``, LM Studio and Ollama do. A template that renders earlier
+turns differently simply shares a shorter prefix: the cache is never wrong, only less useful.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def common_prefix(held: list[int], prompt: list[int]) -> int:
+    """How many leading tokens ``held`` and ``prompt`` share."""
+    n = min(len(held), len(prompt))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(np.asarray(held[:n], dtype=np.int64) != np.asarray(prompt[:n], dtype=np.int64))
+    return int(differ[0]) if differ.size else n
+
+
+def positions_to_keep(held: list[int], prompt: list[int], *, want_hidden: bool = False) -> int:
+    """Cached positions a new answer keeps: the common prefix, but never the prompt's last token
+    (the first step feeds it as the root), and with ``want_hidden`` one token is always read, since
+    the hidden state a drafter asks for comes from the prefill's last row."""
+    keep = min(common_prefix(held, prompt), len(prompt) - 1)
+    if want_hidden and keep == len(prompt) - 1:
+        keep -= 1
+    return max(keep, 0)
+
+
+class HeldTokens:
+    """The token ids at each cached position of every slot, kept in step with the cache: prompt
+    tokens as they are read, then each step's root and accepted nodes as they are committed (not
+    the answer as emitted: a stop string or the length limit may cut that shorter)."""
+
+    def __init__(self, slots: int = 1) -> None:
+        self._held: list[list[int]] = [[] for _ in range(slots)]
+        self._verifying: list[list[int] | None] = [None] * slots  # the last verify's root + tree tokens
+
+    def tokens(self, slot: int = 0) -> list[int]:
+        return list(self._held[slot])
+
+    def read(self, slot: int, start: int, tokens) -> None:
+        """``tokens`` now sit at positions ``start``... of the slot's cache."""
+        held = self._held[slot]
+        del held[start:]
+        held.extend(int(t) for t in tokens)
+
+    def verifying(self, slot: int, root: int, tree_tokens) -> None:
+        self._verifying[slot] = [int(root), *(int(t) for t in tree_tokens)]
+
+    def committed(self, slot: int, past: int, path: list[int]) -> None:
+        """The last verify's root and the nodes ``path`` kept after the ``past`` positions before them."""
+        step, self._verifying[slot] = self._verifying[slot], None
+        if step is None:  # a commit without a verify we saw: what the cache holds is unknown from here
+            del self._held[slot][past:]
+            return
+        self.read(slot, past, [step[0], *(step[1 + i] for i in path)])
+
+    def cut(self, slot: int, length: int) -> None:
+        del self._held[slot][length:]
+        self._verifying[slot] = None
+
+    def clear(self, slot: int) -> None:
+        self.cut(slot, 0)
+
+
+class KeepsPrefixes:
+    """For a backend of answer slots (``held``, ``slot_cached``, ``truncate_slot``): what a slot's
+    cache holds, and cutting it back to what a new prompt shares."""
+
+    held: HeldTokens
+    last_kept: int
+
+    def held_tokens(self, slot: int) -> list[int]:
+        """The token at each position the slot's cache holds (as far as known)."""
+        return self.held.tokens(slot)[: self.slot_cached(slot)]
+
+    def keep_prefix(self, slot: int, prompt: list[int], *, want_hidden: bool = False) -> int:
+        """Cut the slot's cache back to what it shares with ``prompt``; the positions kept."""
+        kept = positions_to_keep(self.held_tokens(slot), prompt, want_hidden=want_hidden)
+        self.truncate_slot(slot, kept)
+        self.last_kept = kept
+        return kept
