@@ -201,3 +201,123 @@ def test_the_static_cache_reads_a_follow_up_as_one_causal_block_over_what_it_kep
     a = static.verify(int(root), chain_tree([3, 4])).logits
     b = full.verify(int(root), chain_tree([3, 4])).logits
     torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- llama.cpp
+
+
+@pytest.fixture(scope="module")
+def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
+    from gguf_fixtures import write_tiny_gguf
+
+    need_llama_cpp()
+    model = tiny_llama(len(tokenizer), seed=3, sharpen=8.0, max_positions=1024)
+    return write_tiny_gguf(tmp_path_factory.mktemp("prompt-cache") / "tiny-F32.gguf", model, tokenizer_dir)
+
+
+def need_llama_cpp():
+    from llama_helpers import need_llama_cpp as need
+
+    return need()
+
+
+class Prefilled:
+    """Counts the prompt tokens llama.cpp is given (its Prefill items: steps are Verify items)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+        from draftscope.engine.backends.slots import Prefill
+
+        self.tokens = 0
+        decode = LlamaCppBackend.decode_many
+
+        def counting(backend, work):
+            self.tokens += sum(len(item.tokens) for item in work.values() if isinstance(item, Prefill))
+            return decode(backend, work)
+
+        monkeypatch.setattr(LlamaCppBackend, "decode_many", counting)
+
+
+def words(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SAMPLED], ids=["greedy", "seeded"])
+def test_llama_cpp_reads_only_what_is_new_and_answers_as_reading_everything(gguf, tokenizer, params, monkeypatch):
+    """Equal to reading everything, or diverging at a near-tie: llama.cpp's arithmetic depends on
+    the batch (a kept prefix was read in other batches than a whole prompt), as measured there."""
+    from draftscope.engine.backends import open_backend
+    from llama_helpers import assert_plain_or_near_tie
+
+    engine = Engine(backend=open_backend(str(gguf), backend="llama.cpp"))
+    engine.eos_ids = set()
+    fed = Prefilled(monkeypatch)
+    try:
+        first_prompt = words(tokenizer, "system: be brief. user: one two three four five one two three")
+        first = ask(engine, first_prompt, params)
+        second = first_prompt + first.token_ids + words(tokenizer, " user: and red green blue red green")
+        fed.tokens = 0
+        answer = ask(engine, second, params)
+        kept = len(first_prompt) + len(first.token_ids) - 1
+        assert (answer.stats.prompt_kept, fed.tokens) == (kept, len(second) - 1 - kept)
+        fed.tokens = 0
+        again = ask(engine, second, params)
+        assert fed.tokens == 0 and again.stats.prompt_kept == len(second) - 1
+        edit_at = len(first_prompt) // 2
+        edited = second[:edit_at] + words(tokenizer, " zebra") + second[edit_at + 1 :]
+        fed.tokens = 0
+        changed = ask(engine, edited, params)
+        shared = next(i for i, (a, b) in enumerate(zip(second, edited)) if a != b)
+        assert fed.tokens == len(edited) - 1 - shared
+        for prompt, got in ((second, answer), (edited, changed)):
+            whole = ask(engine, prompt, params, keep=False)
+            assert_plain_or_near_tie(engine, prompt, whole.token_ids, got.token_ids, params)
+    finally:
+        engine.backend.close()
+
+
+def test_a_model_in_a_child_process_keeps_its_cache_too(gguf, tokenizer):
+    """The RPC workers' backend (llama.cpp in a child process) keeps the conversation as well."""
+    from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
+
+    engine = Engine(backend=IsolatedLlamaBackend(gguf, tokenizer, context=256, threads=1))
+    engine.eos_ids = set()
+    try:
+        prompt = words(tokenizer, "one two three four five one two three")
+        first = ask(engine, prompt, drafted=False, tokens=6)
+        second = ask(engine, prompt + first.token_ids + words(tokenizer, " four"), drafted=False, tokens=4)
+        assert second.stats.prompt_kept == len(prompt) + len(first.token_ids) - 1
+    finally:
+        engine.backend.close()
+
+
+def test_measuring_plain_speed_again_keeps_the_conversations_cache(model):
+    """The window measures plain decoding again every few minutes: on the conversation the cache
+    holds, so the next turn still reads only what is new."""
+    engine = Engine(backend=open_torch("dynamic", model))
+    engine.eos_ids = set()
+    prompt = FIRST * 5  # past the 64 tokens a baseline is measured on
+    first = ask(engine, prompt, drafted=False)
+    assert engine.measure_baseline(tokens=6) > 0
+    second = ask(engine, prompt + first.token_ids + [70, 71])
+    # the measurement went on from the answer's last token: that one may be kept too
+    assert second.stats.prompt_kept >= len(prompt) + len(first.token_ids) - 1
+
+
+def test_bench_turns_prints_each_turns_first_token_and_what_came_from_the_cache(gguf, tmp_path, capsys):
+    """A two-turn conversation through our server (a process of its own), as the benchmark drives it."""
+    import json
+
+    from draftscope.cli import main
+
+    document = tmp_path / "notes.txt"
+    document.write_text("The cat sat on the mat. The dog sat on the log. " * 10)
+    out = tmp_path / "turns.json"
+    code = main(["bench", "turns", "--model", str(gguf), "--servers", "ours", "--document", str(document),
+                 "--turns", "2", "--repeats", "1", "--max-new-tokens", "6", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    rows = json.loads(out.read_text())
+    assert [r["turn"] for r in rows] == [1, 2]
+    assert rows[0]["cached_tokens"] == 0 and rows[0]["prompt_tokens"] <= rows[1]["cached_tokens"]
+    assert "| 2 | ours |" in printed and "first token" in printed

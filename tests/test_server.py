@@ -396,3 +396,30 @@ def test_a_client_that_leaves_while_waiting_its_turn_is_never_answered(served):
     time.sleep(0.5)
     titles = [c.title for c in store.conversations()]
     assert titles == ["API · first"], "the second request never ran"
+
+
+def test_a_follow_up_reads_only_what_is_new_and_says_how_much_was_cached(served):
+    """Clients resend the whole conversation: the model's cache of the turns before is kept, and
+    usage.prompt_tokens_details.cached_tokens says how much of the prompt came from it;
+    llama-server's ``cache_prompt: false`` reads it all again."""
+    server, _, _ = served(history=False)
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    chat = [{"role": "user", "content": "red green blue red green blue"}]
+    first = client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    chat += [{"role": "assistant", "content": first.choices[0].message.content},
+             {"role": "user", "content": "and then?"}]
+    second = client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0)
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    # at least the first turn's prompt (a random model's answer may re-tokenise otherwise from its text)
+    assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens
+    assert second.model_extra["draftscope"]["prompt_tokens_read"] == second.usage.prompt_tokens - cached
+    whole = client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0,
+                                           extra_body={"cache_prompt": False})
+    assert whole.usage.prompt_tokens_details.cached_tokens == 0
+    assert whole.choices[0].message.content == second.choices[0].message.content
+    streamed = list(client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True}))
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens == second.usage.prompt_tokens - 1
+    with pytest.raises(openai.BadRequestError, match="cache_prompt"):
+        client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, extra_body={"cache_prompt": "yes"})

@@ -43,6 +43,14 @@ def add_parser(sub) -> None:
     serve_bench.add_arguments(serve_p)
     serve_p.set_defaults(func=lambda a: serve_bench.run(a))
 
+    from draftscope.bench import turns
+
+    turns_p = bench_sub.add_parser("turns", help="a conversation about a document, turn after turn: first token and "
+                                   "decode rate per turn, ours against llama-server", description=turns.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    turns.add_arguments(turns_p)
+    turns_p.set_defaults(func=lambda a: turns.run(a))
+
     from draftscope.bench import projection
 
     project_p = bench_sub.add_parser("project", help="a projection: acceptance traced here (bench spec --trace) "

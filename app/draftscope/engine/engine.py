@@ -30,6 +30,9 @@ from draftscope.engine.sampling import PositionNoise, SamplingParams, fresh_seed
 from draftscope.engine.verify import token_positions, verify_tree
 
 
+MIN_HELD_FOR_BASELINE = 64  # a cache holding fewer tokens is measured on the fixed prompt instead
+
+
 class PromptTooLongError(ValueError):
     pass
 
@@ -217,8 +220,12 @@ class Engine:
             self.slots.shared.reset_counts()
 
     def measure_baseline(self, tokens: int = 32) -> float:
-        """Plain decoding speed after the first token (prefill excluded), on a fixed prompt."""
-        prompt = list(range(10, 138))
+        """Plain decoding speed after the first token (prefill excluded): on what the model's cache
+        holds (the conversation so far), so measuring again keeps its cache for the next turn, or
+        on a fixed prompt when it holds little."""
+        held = self.backend.held_tokens(0) if hasattr(self.backend, "held_tokens") else []
+        fits = MIN_HELD_FOR_BASELINE <= len(held) < self.max_context - tokens - 1
+        prompt = held if fits else list(range(10, 138))
         req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
         final = [ev for ev in self.generate(req, _ignore_eos=True)][-1]
         self.baseline_tokens_per_second = final.stats.decode_tokens_per_second

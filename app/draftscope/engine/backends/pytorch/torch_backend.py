@@ -60,9 +60,13 @@ class TorchBackend(Backend):
     def cached(self) -> int:
         return self._past
 
+    def held_tokens(self, slot: int = 0) -> list[int]:
+        """The token at each cached position (as far as known)."""
+        return self.held.tokens()[: self._past]
+
     def kept_for(self, prompt: list[int], *, want_hidden: bool = False) -> int:
         """Positions of the cache that ``prompt`` shares (held.py); the rest is cut away."""
-        kept = positions_to_keep(self.held.tokens()[: self._past], prompt, want_hidden=want_hidden)
+        kept = positions_to_keep(self.held_tokens(), prompt, want_hidden=want_hidden)
         self.held.cut(0, kept)
         self.last_kept = kept
         return kept
