@@ -547,3 +547,23 @@ def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, engine, tmp
     assert (w.width(), w.height()) == (1100, 720)
     assert w.chat_view.width() >= 0.45 * w.width(), (w.chat_view.width(), w.conversations.width(), w.docks["trieDock"].width(), w.docks["trieDock"].minimumSizeHint().width())
     assert w.docks["trieDock"].width() <= w.width() // 3 + 10
+
+
+def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, engine, tmp_path):
+    """The window's follow-up keeps the conversation's cache: its figures line says how much of the
+    prompt came from it, and Regenerate reads nothing again."""
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=12)
+    finals = []
+    for text in ("Hello there, tell me about caches", "And then?"):
+        with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+            send(qtbot, w, text)
+        finals.append(done.args[0])
+        qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+    first, second = finals
+    assert first.stats.prompt_kept == 0 and second.stats.prompt_kept >= first.stats.prompt_tokens
+    assert f"prompt {second.stats.prompt_tokens:,} tokens, {second.stats.prompt_kept:,} from cache" in \
+        w.chat_view.toPlainText()
+    last = w.history.messages(w.conversation_id)[-1]
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+        w.chat_view.action_requested.emit("regenerate", last.id)
+    assert done.args[0].stats.prompt_kept == second.stats.prompt_tokens - 1
