@@ -560,10 +560,13 @@ def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, eng
         finals.append(done.args[0])
         qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
     first, second = finals
-    assert first.stats.prompt_kept == 0 and second.stats.prompt_kept >= first.stats.prompt_tokens
+    # the first may share the chat template's opening with the module's earlier answers
+    assert second.stats.prompt_kept >= first.stats.prompt_tokens > first.stats.prompt_kept
     assert f"prompt {second.stats.prompt_tokens:,} tokens, {second.stats.prompt_kept:,} from cache" in \
         w.chat_view.toPlainText()
     last = w.history.messages(w.conversation_id)[-1]
     with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
         w.chat_view.action_requested.emit("regenerate", last.id)
+    # the window's own handling of the answer's end (queued) is done before the test closes it
+    qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
     assert done.args[0].stats.prompt_kept == second.stats.prompt_tokens - 1
