@@ -206,8 +206,8 @@ class SlotPool:
         with self._cond:
             if self._ticket.get(view.slot) != view.ticket:
                 return  # taken over by a later answer on the same thread (it releases it), or released
-            # Being released: neither free nor anyone's, so no answer (its owner's next one included,
-            # on any thread) can take it until it is emptied; a second release of this view does nothing.
+            # Being released: neither free nor anyone's until the release is done (the shared forward
+            # has let it go); a second release of this view does nothing.
             self._ticket[view.slot] = -1
             self._owner.pop(view.slot, None)
         if self.shared is not None:  # its cache stays: the conversation's next turn reads only what is new

@@ -140,8 +140,7 @@ class IsolatedLlamaBackend(Backend):
 
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> None:
         self.ensure_open()
-        self._call("start", list(prompt))
-        self.last_kept = self._call("kept_last")
+        self.last_kept = self._call("start", list(prompt))  # the child answers with its last_kept
 
     def verify(self, root, tree, *, want_hidden: bool = False) -> Verified:
         return self._call("verify", root, tree)
@@ -264,7 +263,8 @@ def _child_main(conn, args: dict, log: str) -> None:
                 value = None
             elif name == "cached_positions":
                 value = backend.cached
-            elif name == "kept_last":
+            elif name == "start":  # the prompt positions kept from the cache: the parent's last_kept
+                backend.start(*call_args)
                 value = backend.last_kept
             else:
                 value = _pack(getattr(backend, name)(*call_args), shm, rows, backend.vocab)

@@ -8,7 +8,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.backends.held import HeldTokens, positions_to_keep
+from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
 
 
@@ -22,7 +22,7 @@ def model_eos_ids(model, tokenizer) -> set[int]:
     return eos
 
 
-class TorchBackend(Backend):
+class TorchBackend(KeepsPrefixes, Backend):
     kind = "torch"
     gives_hidden = True
 
@@ -60,25 +60,19 @@ class TorchBackend(Backend):
     def cached(self) -> int:
         return self._past
 
-    def held_tokens(self, slot: int = 0) -> list[int]:
-        """The token at each cached position (as far as known)."""
-        return self.held.tokens()[: self._past]
+    # one answer's cache as slot 0, for KeepsPrefixes (held_tokens, keep_prefix)
+    def slot_cached(self, slot: int = 0) -> int:
+        return self._past
 
-    def kept_for(self, prompt: list[int], *, want_hidden: bool = False) -> int:
-        """Positions of the cache that ``prompt`` shares (held.py); the rest is cut away."""
-        kept = positions_to_keep(self.held_tokens(), prompt, want_hidden=want_hidden)
-        self.held.cut(0, kept)
-        self.last_kept = kept
-        return kept
+    def truncate_slot(self, slot: int, length: int) -> None:
+        self.truncate(length)
 
     @torch.inference_mode()
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
         from transformers import DynamicCache
 
-        kept = self.kept_for(prompt, want_hidden=want_hidden) if self._cache is not None else 0
-        if kept:
-            crop_cache(self._cache, kept)
-        else:
+        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden) if self._cache is not None else 0
+        if not kept:
             self._cache = DynamicCache()
         self._past = max(len(prompt) - 1, 0)
         if len(prompt) - 1 <= kept:

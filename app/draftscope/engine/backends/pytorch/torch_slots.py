@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache, StaticLayer
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
-from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
+from draftscope.engine.backends.held import HeldTokens
 from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
@@ -86,7 +86,7 @@ class _RowsCache(Cache):
                 layer.values[slot, :, dst] = layer.values[slot, :, src]
 
 
-class TorchSlotsBackend(KeepsPrefixes, TorchBackend):
+class TorchSlotsBackend(TorchBackend):
     """``slots`` answers on one torch model; :class:`~draftscope.engine.backends.slots.SlotPool`
     hands them out. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
 

@@ -75,8 +75,7 @@ class StaticTorchBackend(TorchBackend):
     @torch.inference_mode()
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
         cache = self._cache
-        kept = self.kept_for(prompt, want_hidden=want_hidden)
-        self._past = cache.past = kept
+        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)  # the cache cut back to it
         n = len(prompt) - 1
         if n <= kept:
             return None
