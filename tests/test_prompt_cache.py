@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import draftscope.engine.backends.pytorch.torch_backend as torch_backend_mod
+import draftscope.engine.backends.held as held_mod
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
@@ -145,7 +145,7 @@ def test_a_cache_that_trusts_its_length_instead_of_its_tokens_is_caught(model, m
     whole = ask(engine, edited, drafted=False, keep=False)
     ask(engine, second, drafted=False)  # the cache holds the unedited conversation
 
-    monkeypatch.setattr(torch_backend_mod, "positions_to_keep",
+    monkeypatch.setattr(held_mod, "positions_to_keep",
                         lambda held, prompt, want_hidden=False: min(len(held), len(prompt) - 1))
     trusting = ask(engine, edited, drafted=False)
     assert trusting.stats.prompt_kept > len(FIRST)
