@@ -150,3 +150,80 @@ def test_the_window_opens_on_torch_and_says_why(qtbot, gguf, tmp_path, monkeypat
     finally:
         window.close()
         launcher.server.stop()
+
+
+# ---------------------------------------------------------------- a verdict about the CPU, never about a moment
+
+
+def child_that(tmp_path, monkeypatch, body: str):
+    """The self-test's child replaced by ``body`` (Python); verdicts kept apart from the suite's."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(body))
+    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")
+
+
+def test_a_check_that_times_out_is_reported_and_asked_again_not_kept(tmp_path, monkeypatch):
+    child_that(tmp_path, monkeypatch, 'import time\nprint("stage: prompt", flush=True)\ntime.sleep(30)\n')
+    monkeypatch.setattr(llama_verdict, "CHECK_TIMEOUT_S", 2.0)
+    found = llama_verdict.verdict()
+    assert not found.runs and "did not finish" in found.notice and "checked again" in found.notice
+    assert llama_verdict.verdict(check=False) is None, "a timeout on a busy machine was kept for good"
+
+
+def test_a_one_off_error_is_not_kept_and_the_same_error_twice_is(tmp_path, monkeypatch):
+    counter = tmp_path / "runs"
+    child_that(tmp_path, monkeypatch, f"""
+        from pathlib import Path
+        runs = Path({str(counter)!r})
+        n = int(runs.read_text()) if runs.exists() else 0
+        runs.write_text(str(n + 1))
+        print("stage: prompt")
+        print("error: no space left on device" if n == 0 else "ok")
+        raise SystemExit(1 if n == 0 else 0)
+    """)
+    first = llama_verdict.verdict()
+    assert not first.runs and "no space left" in first.notice
+    assert llama_verdict.verdict(check=False) is None, "a one-off failure was kept"
+    assert llama_verdict.verdict().runs, "the next start checks again, and it runs"
+
+    counter.unlink()
+    child_that(tmp_path, monkeypatch, 'print("stage: prompt")\nprint("error: unusable logits")\nraise SystemExit(1)\n')
+    llama_verdict.forget()
+    assert not llama_verdict.verdict().runs
+    kept = llama_verdict.verdict(check=False)
+    assert kept is not None and not kept.runs, "the same failure twice is the CPU's: kept"
+
+
+def test_a_cache_folder_that_cannot_be_written_still_gives_a_verdict(tmp_path, monkeypatch):
+    stand_in(tmp_path, monkeypatch, plain_runs=True)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the folder should be")
+    monkeypatch.setattr(paths, "llama_verdict_file", lambda: blocked / "verdict.json")
+    found = llama_verdict.verdict()
+    assert found.runs and not found.repacked  # as the check found, only not kept
+
+
+def test_the_kept_answer_only_look_up_never_waits_for_a_check_in_progress(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    stand_in(tmp_path, monkeypatch, plain_runs=True)
+    with llama_verdict._lock:  # a check in progress on another thread holds it
+        started = time.monotonic()
+        done = []
+        looker = threading.Thread(target=lambda: done.append(llama_verdict.verdict(check=False)))
+        looker.start()
+        looker.join(5)
+        assert done == [None] and time.monotonic() - started < 2
+
+
+def test_set_up_forgets_the_apps_kept_verdict(tmp_path, monkeypatch):
+    from draftscope.engine.backends.llama import llama_build
+
+    stand_in(tmp_path, monkeypatch, plain_runs=False)
+    llama_verdict.verdict()
+    assert llama_verdict.verdict(check=False) is not None
+    monkeypatch.setattr(llama_build.LlamaSetup, "ensure", lambda self: True)
+    assert llama_build.main([]) == 0
+    assert llama_verdict.verdict(check=False) is None, "rerunning set-up (the notice's fix) left the verdict kept"

@@ -88,6 +88,21 @@ def test_a_child_that_fails_in_words_is_reported_in_them(tmp_path):
     assert "draft tree" in result.message and "unusable logits" in result.message
 
 
+@pytest.mark.parametrize("then", ["hang", "SIGSEGV"])
+def test_a_child_that_said_its_words_and_then_hung_or_died_gets_a_verdict(tmp_path, then):
+    """Its "ok" and "error:" lines were passed on as unexpected fields: a TypeError instead of a
+    verdict, and every GGUF failed to load with it."""
+    script = tmp_path / "said-then.py"
+    ending = "import time; time.sleep(30)" if then == "hang" else "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    script.write_text(f'print("stage: step")\nprint("error: a late complaint")\nprint("ok", flush=True)\n{ending}\n')
+    result = selftest.run(command=[sys.executable, str(script)], timeout=3)
+    assert not result.ok and result.stage == "step"
+    if then == "hang":
+        assert "did not finish its self-test within 3 s" in result.message and result.signal is None
+    else:
+        assert result.signal == "SIGSEGV" and "SIGSEGV" in result.message
+
+
 # ---------------------------------------------------------------------------------- set-up's ladder
 
 

@@ -492,3 +492,27 @@ def test_a_budget_beyond_what_a_shared_forward_takes_cuts_the_trees_to_fit(share
     sizes = [len(e.tree.tokens) for e in events[:-1] if getattr(e, "tree", None) is not None]
     assert sizes and max(sizes) == 64, sizes
     assert_plain_or_near_tie(shared, ids, plain.token_ids, final.token_ids, params)
+
+
+class BushyDrafter(LongChainDrafter):
+    """Drafts 100 children of the root whatever budget it is given: 100 leaves, more than the 64
+    sequence ids a llama.cpp tree may use."""
+
+    def propose(self, context_ids, budget):
+        return DraftTree(np.array([(context_ids[-1] + k) % 50 + 3 for k in range(100)], np.int64),
+                         np.full(100, -1, np.int32), np.ones(100, np.int32), np.ones(100, np.float32),
+                         np.full(100, DraftSource.CONTEXT, np.int8))
+
+
+def test_a_bushy_tree_under_a_large_budget_is_cut_to_the_leaves_one_answer_has(alone, tokenizer):
+    """``--budget 100`` with one slot: a 100-leaf tree ended the answer ("a draft tree of 100 leaves;
+    llama.cpp verifies at most 64"); it is cut to the slot's leaves and the answer is plain decoding's."""
+    ids = ids_of(tokenizer, PROMPTS[1])
+    plain = list(alone.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, keep_cache=False)))[-1]
+    events = list(alone.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, keep_cache=False,
+                                                   drafters=[BushyDrafter()], budget=100)))
+    final = events[-1]
+    assert final.error is None, final.error
+    sizes = [len(e.tree.tokens) for e in events[:-1] if getattr(e, "tree", None) is not None]
+    assert sizes and max(sizes) == alone.backend.leaves == 64, sizes
+    assert_plain_or_near_tie(alone, ids, plain.token_ids, final.token_ids, SamplingParams())

@@ -126,7 +126,7 @@ class SlowDrafter(ContextDrafter):
 
 @pytest.fixture
 def served(tokenizer, tmp_path):
-    def start(*, api_key=None, queue_limit=8, slow=False, history=True, on_request=None):
+    def start(*, api_key=None, queue_limit=8, slow=False, history=True, on_request=None, max_body=None):
         engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
         engine.eos_ids = set()
         if slow:  # the drafter is asked every step (the adaptive policy would rightly skip a slow one)
@@ -135,7 +135,9 @@ def served(tokenizer, tmp_path):
         make = (lambda: [SlowDrafter(calls)]) if slow else (lambda: [ContextDrafter()])
         store = HistoryStore(tmp_path / "h.sqlite3") if history else None
         app = create_app(runtime_for(engine, max_new_tokens=30, drafters=make), history=store,
-                         config=ServerConfig(api_key=api_key, queue_limit=queue_limit), on_request=on_request)
+                         config=ServerConfig(api_key=api_key, queue_limit=queue_limit,
+                                             **({"max_body_bytes": max_body} if max_body else {})),
+                         on_request=on_request)
         server = ServerThread(app, port=0).start()
         started.append(server)
         return server, store, calls
@@ -423,3 +425,44 @@ def test_a_follow_up_reads_only_what_is_new_and_says_how_much_was_cached(served)
     assert streamed[-1].usage.prompt_tokens_details.cached_tokens == second.usage.prompt_tokens - 1
     with pytest.raises(openai.BadRequestError, match="cache_prompt"):
         client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, extra_body={"cache_prompt": "yes"})
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens", "seed", "n", "temperature"])
+def test_an_integer_of_hundreds_of_digits_is_a_400_naming_its_field(served, field):
+    """It was a 500 (OverflowError: the finiteness check turned it into a float)."""
+    server, _, _ = served(history=False)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], field: 10**300}
+    reply = httpx.post(server.url + "/chat/completions", json=body, timeout=30)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["param"] == field and field in error["message"] and len(error["message"]) < 200
+
+
+def test_a_2_gb_content_length_gets_413_without_the_body_being_read(served):
+    """The server read any body whole: a 400 MB POST grew it to 1.25 GB before its 400."""
+    import socket
+    from urllib.parse import urlparse
+
+    server, _, _ = served(history=False)
+    where = urlparse(server.url)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 2000000000\r\n\r\n{\"model\": ")
+        reply = sock.recv(65536).decode(errors="replace")  # answered with 1.999 GB still unsent
+    assert reply.startswith("HTTP/1.1 413"), reply[:200]
+    assert "2,000,000,000 bytes" in reply and "--max-body-mb" in reply
+
+
+def test_a_streamed_body_is_cut_off_with_413_once_it_passes_the_limit(served):
+    server, _, _ = served(history=False, max_body=4096)
+
+    def chunks():  # no Content-Length: chunked, as a client streaming a body sends it
+        for _ in range(8):
+            yield b" " * 1024
+
+    reply = httpx.post(server.url + "/chat/completions", content=chunks(),
+                       headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == 413 and "at most 4,096 bytes" in reply.json()["error"]["message"]
+    small = httpx.post(server.url + "/chat/completions", timeout=60,
+                       json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    assert small.status_code == 200, "a body within the limit is answered"

@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--queue-limit", type=argtypes.count, default=8, help="requests that may wait while --parallel "
                    "are answered; more get HTTP 429 (default: 8)")
     p.add_argument("--no-history", action="store_true", help="do not keep served answers in the app's history")
+    p.add_argument("--max-body-mb", type=argtypes.positive_int, default=8, help="request bodies beyond this many MB "
+                   "are refused (HTTP 413) before they are read (default: 8)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -50,7 +52,8 @@ def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
     history = None if args.no_history else HistoryStore()
     app = create_app(runtime, history=history,
                      config=ServerConfig(api_key=api_key, queue_limit=args.queue_limit, parallel=args.parallel,
-                                         keep_history=not args.no_history, budget=args.budget),
+                                         keep_history=not args.no_history, budget=args.budget,
+                                         max_body_bytes=args.max_body_mb << 20),
                      on_request=lambda line: print(line, file=sys.stderr, flush=True))
     at_once = f"; {args.parallel} answers at once" if engine.slots.size > 1 else ""
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible{at_once}; Ctrl-C stops)"

@@ -51,6 +51,7 @@ class ServerConfig:
     parallel: int = 1  # answers decoded at once (the engine must hold as many slots to decode them together)
     keep_history: bool = True  # store answers in the history (when a store is given)
     budget: int | None = None  # draft nodes per step (None: adaptive), as `draftscope serve --budget`
+    max_body_bytes: int = p.MAX_BODY_BYTES  # larger request bodies get 413, before they are read
 
 
 class Answerer:
@@ -136,6 +137,30 @@ def _engine_error(exc: Exception) -> p.ApiError:
     return p.ApiError(500, f"{type(exc).__name__}: {exc}", type="server_error")
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 before any of it is read when its Content-Length is over
+    ``limit``, or as soon as a body sent without one (chunked) passes it: a multi-GB POST from any
+    local process cannot grow the server."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise p.ApiError(400, f"the Content-Length header is not a number: {declared[:40]!r}")
+        if int(declared) > limit:
+            raise _too_large(f"{int(declared):,} bytes", limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large("over that", limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: str, limit: int) -> p.ApiError:
+    return p.ApiError(413, f"the request body is {size}; this server takes at most {limit:,} bytes "
+                           "(draftscope serve --max-body-mb)", code="request_too_large")
+
+
 def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -162,7 +187,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
                              type="invalid_request_error", code="invalid_api_key")
 
     async def body_of(request: Request):
-        raw = await request.body()
+        raw = await read_body(request, cfg.max_body_bytes)
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

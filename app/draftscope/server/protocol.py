@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
+MAX_BODY_BYTES = 8 << 20  # a request body beyond this is refused (413) before it is read (draftscope serve --max-body-mb)
 from draftscope.rules import SERVER_RANGES, problem
 
 
@@ -66,18 +67,27 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
         raise _bad(name, f"'{name}' must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if not math.isfinite(value):  # NaN fails every comparison: "between -inf and inf" would say nothing
+    # NaN fails every comparison: "between -inf and inf" would say nothing. (An int is finite, and
+    # isfinite would overflow on one of hundreds of digits.)
+    if isinstance(value, float) and not math.isfinite(value):
         raise _bad(name, f"'{name}' must be a finite number, got {value!r}")
     if not lo <= value <= hi:
-        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {value!r}")
+        raise _bad(name, f"'{name}' must be between {lo} and {hi}, got {_short(value)}")
     return value
+
+
+def _short(value) -> str:
+    """A value as an error quotes it: an integer of hundreds of digits by its length."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"a number of {len(text)} digits"
 
 
 def _ranged(body: dict, name: str):
     """A sampling parameter within the server's range (rules.SERVER_RANGES)."""
     value = _number(body, name, float("-inf"), float("inf"))
     if value is not None and (why := problem(name, value, SERVER_RANGES)) is not None:
-        raise _bad(name, f"'{name}' {why.removeprefix(name + ' ')}")
+        words = why.removeprefix(name + " ").rsplit(", got ", 1)[0]
+        raise _bad(name, f"'{name}' {words}, got {_short(value)}")
     return value
 
 

@@ -263,8 +263,9 @@ class SlotBackend(Backend):
 
     @property
     def max_leaves(self) -> int | None:
-        """Leaves a tree may have in this slot (None: the backend's own limit)."""
-        return getattr(self.pool.backend, "leaves", None) if self._shared is not None else None
+        """Leaves a tree may have in this slot (llama.cpp: a sequence id each; None: no limit), alone
+        or shared: a bushy tree under a large --budget is cut to them, not refused."""
+        return getattr(self.pool.backend, "leaves", None)
 
     def forward_stats(self) -> ForwardStats | None:
         """The last shared forward (None when this answer has the model to itself)."""

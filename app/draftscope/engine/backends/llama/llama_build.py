@@ -204,6 +204,17 @@ class LlamaSetup:
         return found[-1]
 
 
+def forget_kept_verdict() -> None:
+    """The app keeps its own check's verdict per build and CPU; set-up has just checked afresh (and
+    perhaps rebuilt), so whatever the app kept is asked again at its next start."""
+    from draftscope.engine.backends.llama import llama_verdict
+
+    try:
+        llama_verdict.forget()
+    except OSError as exc:
+        say(f"could not forget the app's kept llama.cpp verdict: {exc}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--cmake-args"]:  # the installed build's options, for llama.cpp's own tools (build_llama_tools.sh)
@@ -216,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         say(str(exc))
         return 2
-    if setup.ensure():
+    ran = setup.ensure()
+    forget_kept_verdict()
+    if ran:
         return 0
     if os.environ.get("DRAFTSCOPE_REQUIRE_LLAMA_CPP", "0") != "0":  # CI (.ci/run): its tests must run
         say("no llama.cpp build runs on this CPU and DRAFTSCOPE_REQUIRE_LLAMA_CPP asks for one: stopping")

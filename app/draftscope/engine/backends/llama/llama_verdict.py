@@ -37,36 +37,55 @@ _lock = threading.Lock()  # one check at a time: the window and the server may o
 
 def verdict(*, check: bool = True, progress=None) -> Verdict | None:
     """This llama.cpp's verdict on this CPU: the kept one, else (``check``) the self-test's, run
-    now and kept. None when nothing is kept and ``check`` is off (memory estimates must not wait)."""
+    now (kept only when it says something lasting about this CPU: see ``judge``). None when nothing
+    is kept and ``check`` is off: that look-up never waits for a check in progress (the dialogs ask
+    it on the UI thread)."""
     key = _key()
+    kept = _kept_verdict(key)
+    if kept is not None or not check:
+        return kept
     with _lock:
-        kept = _kept().get(key)
-        try:
-            return Verdict(**kept)
-        except TypeError:  # nothing kept, or a damaged entry: check again
-            pass
-        if not check:
-            return None
+        kept = _kept_verdict(key)  # a check that ran while this one waited
+        if kept is not None:
+            return kept
         if progress is not None:
             progress("checking that llama.cpp runs on this CPU (once per llama.cpp build) ...")
-        found = judge()
-        _keep(key, found)
+        found, lasting = judge()
+        if lasting:
+            _keep(key, found)
     return found
 
 
-def judge(command: list[str] | None = None) -> Verdict:
-    """Run the self-test as built, then, if it fails, with the weights in their plain layout."""
+def judge(command: list[str] | None = None) -> tuple[Verdict, bool]:
+    """(the verdict, whether it lasts): the self-test as built, then, if it fails, with the weights
+    in their plain layout. A failure lasts (is kept) only when it is the CPU's: a death by a signal
+    in a kernel, or the same failure twice; a timeout on a busy machine or a one-off error (a full
+    /tmp) is reported now and checked again at the next start."""
     import draftscope.engine.backends.llama.selftest as selftest
 
     first = selftest.run(timeout=CHECK_TIMEOUT_S, command=command)
     if first.ok:
-        return Verdict(True, True)
+        return Verdict(True, True), True
+    if not _lasting(first, lambda: selftest.run(timeout=CHECK_TIMEOUT_S, command=command)):
+        return Verdict(False, False, f"GGUF models run on torch for now because {first.message} (checked again at "
+                                     "the next start)", first.message), False
     plain = selftest.run(repacked=False, timeout=CHECK_TIMEOUT_S, command=command)
     if plain.ok:
         return Verdict(True, False, f"llama.cpp runs without its repacked kernels here, which is slower: {first.message}. "
-                                    f"To get them back, {FIX}", first.message)
+                                    f"To get them back, {FIX}", first.message), True
     return Verdict(False, False, f"GGUF models run on torch (de-quantised: slower, and more memory) because "
-                                 f"{first.message}. To run them on llama.cpp, {FIX}", first.message)
+                                 f"{first.message}. To run them on llama.cpp, {FIX}", first.message), True
+
+
+def _lasting(failed, again) -> bool:
+    """Whether the self-test's failure ``failed`` is the CPU's: a death by a signal, or a failure
+    (not a timeout) that ``again()`` repeats in the same words."""
+    if failed.signal is not None:
+        return True
+    if failed.timed_out:
+        return False
+    repeat = again()
+    return not repeat.ok and not repeat.timed_out and repeat.message == failed.message
 
 
 def forget() -> None:
@@ -99,6 +118,13 @@ def _cpu_flags() -> str:
     return f"{platform.machine()} {platform.processor()}"
 
 
+def _kept_verdict(key: str) -> Verdict | None:
+    try:
+        return Verdict(**_kept().get(key))
+    except TypeError:  # nothing kept, or a damaged entry
+        return None
+
+
 def _kept() -> dict:
     try:
         kept = json.loads(paths.llama_verdict_file().read_text())
@@ -108,10 +134,15 @@ def _kept() -> dict:
 
 
 def _keep(key: str, found: Verdict) -> None:
+    """Keep the verdict for the next start; a cache folder that cannot be written only means the
+    check runs again then (it must not fail the load that asked)."""
     store = paths.llama_verdict_file()
-    store.parent.mkdir(parents=True, exist_ok=True)
-    kept = _kept()
-    kept[key] = asdict(found)
-    tmp = store.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dict(list(kept.items())[-20:])))
-    os.replace(tmp, store)
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        kept = _kept()
+        kept[key] = asdict(found)
+        tmp = store.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(dict(list(kept.items())[-20:])))
+        os.replace(tmp, store)
+    except OSError:
+        pass

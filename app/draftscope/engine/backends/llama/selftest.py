@@ -46,6 +46,7 @@ class SelfTest:
     buffers: list[str] = field(default_factory=list)  # where the weights went: CPU, CPU_REPACK, AMX
     stage: str = "start"  # the last stage the child reached
     signal: str | None = None  # SIGSEGV, SIGILL, ... when the child died of one
+    timed_out: bool = False  # the child did not finish in time (a busy machine, or a hang)
 
     @property
     def suspect(self) -> str | None:
@@ -68,24 +69,27 @@ def run(*, repacked: bool = True, timeout: float = CHILD_TIMEOUT_S, command: lis
         argv = [*argv, "--plain-layout"]
     try:
         child = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        said = _read(exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or "")
+    except subprocess.TimeoutExpired as exc:  # what it said before it hung, "ok" included, is no verdict
+        said, _ok, _error = _read(exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes)
+                                  else exc.stdout or "")
         return SelfTest(False, repacked, f"llama.cpp did not finish its self-test within {timeout:.0f} s "
-                        f"({STAGES.get(said['stage'], said['stage'])})", **said)
-    said = _read(child.stdout)
-    if child.returncode == 0 and said.pop("ok", False):
+                        f"({STAGES.get(said['stage'], said['stage'])})", timed_out=True, **said)
+    said, ok, error = _read(child.stdout)
+    if child.returncode == 0 and ok:
         return SelfTest(True, repacked, f"llama.cpp runs on this CPU ({_kernel_words(said)})", **said)
-    said.pop("ok", None)
-    if child.returncode < 0:
+    if child.returncode < 0:  # a death by a signal, whatever it printed before
         name = _signal_name(-child.returncode)
         return SelfTest(False, repacked, _death_words(name, -child.returncode, said), signal=name, **said)
-    error = said.pop("error", None) or _last_line(child.stderr) or f"exit status {child.returncode}"
+    error = error or _last_line(child.stderr) or f"exit status {child.returncode}"
     return SelfTest(False, repacked, f"llama.cpp failed its self-test while {STAGES.get(said['stage'], said['stage'])}: "
                     f"{error}", **said)
 
 
-def _read(stdout: str) -> dict:
+def _read(stdout: str) -> tuple[dict, bool, str | None]:
+    """(the SelfTest fields the child reported: stage, kernels, buffers; whether it said "ok"; its
+    "error: ..." line): the flag and the error kept apart, never passed on as fields."""
     said: dict = {"stage": "start", "kernels": [], "buffers": []}
+    ok, error = False, None
     for line in (stdout or "").splitlines():
         key, _, value = line.partition(": ")
         if key == "stage":
@@ -93,10 +97,10 @@ def _read(stdout: str) -> dict:
         elif key in ("kernels", "buffers"):
             said[key] = [v for v in value.split(",") if v]
         elif key == "error":
-            said["error"] = value
+            error = value
         elif line == "ok":
-            said["ok"] = True
-    return said
+            ok = True
+    return said, ok, error
 
 
 def _signal_name(number: int) -> str:
