@@ -134,3 +134,75 @@ def test_a_screenshot_needs_quit_after(tmp_path, capsys):
 
     assert main(["gui", "--screenshot", str(tmp_path / "shot.png")]) == 2
     assert "--screenshot needs --quit-after" in capsys.readouterr().err
+
+
+SWITCHES = r'''
+import dataclasses, sys
+from pathlib import Path
+from PySide6.QtWidgets import QApplication
+from transformers import AutoTokenizer
+from engine_fixtures import tiny_llama
+from draftscope.core.runtime import Runtime
+from draftscope.engine.engine import Engine
+from draftscope.gui.launcher import Launcher
+from draftscope.storage import HistoryStore, Settings, load_settings
+
+folder, settings_file = Path(sys.argv[1]), Path(sys.argv[2])
+app = QApplication([])
+tokenizer = AutoTokenizer.from_pretrained(folder)
+engine = Engine(tiny_llama(len(tokenizer), seed=5), tokenizer, name="tiny")
+
+def factory(settings, log=None):
+    if settings.model.startswith("broken"):
+        raise FileNotFoundError(f"{settings.model}: no such model")
+    return Runtime(settings, engine)
+
+def wait(condition, what, seconds=30):
+    import time
+    deadline = time.monotonic() + seconds
+    while not condition():
+        app.processEvents()
+        if time.monotonic() > deadline:
+            sys.exit(f"timed out waiting for {what}")
+
+launcher = Launcher(factory, HistoryStore(folder / "h.sqlite3"), Settings(model="good"), settings_file=settings_file)
+launcher.start()
+wait(lambda: launcher.window is not None and launcher.window.isVisible(), "the window")
+window = launcher.window
+for step in ("settings", "switcher"):
+    launcher.error_box = None
+    if step == "settings":  # Settings > Model: another model that fails to open
+        launcher.apply_settings(dataclasses.replace(launcher.settings, model="broken-1"))
+    else:  # the model switcher above the chat
+        window.model_chosen.emit("broken-2")
+    wait(lambda: launcher.error_box is not None and launcher.error_box.isVisible(), f"the {step} switch's error")
+    assert launcher.window is window and window.isVisible(), "the running window was replaced"
+    assert load_settings(settings_file)[0].model == "good", "the settings file names a model that failed"
+    print(f"{step}: {launcher.error_box.text().splitlines()[0]}", flush=True)
+launcher.error_box.findChild(type(launcher.error_box.buttons()[0]), "keepCurrentModel").click()
+launcher.apply_settings(dataclasses.replace(launcher.settings, theme="dark"))  # any Settings change after it
+for _ in range(200):
+    app.processEvents()
+print("alive, running", window.runtime.settings.model, "settings file", load_settings(settings_file)[0].model,
+      "theme", load_settings(settings_file)[0].theme, flush=True)
+window.close()  # as quitting does: the window ends its answer worker
+app.processEvents()
+'''
+
+
+@linux_only
+def test_a_failed_switch_then_another_then_a_settings_change_leave_the_app_running(xvfb, tmp_path, tokenizer_dir):
+    """A failed model switch left its loader thread running, and the next switch dropped it: Qt
+    aborted the app (SIGABRT). And the failed model was saved in the settings file first. On a
+    real window, in a child process: two failed switches (Settings, then the switcher), then Keep
+    the current model and a theme change."""
+    script = tmp_path / "switches.py"
+    script.write_text(SWITCHES)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = _app_env(tmp_path, QT_QPA_PLATFORM="xcb", DISPLAY=xvfb,
+                   PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(script), str(tokenizer_dir), str(tmp_path / "settings.json")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert "settings: broken-1 could not be loaded:" in done.stdout and "switcher: broken-2" in done.stdout
+    assert "alive, running good settings file good theme dark" in done.stdout, done.stdout

@@ -53,9 +53,12 @@ class Launcher(QObject):
         self.window = None
         self.error_box = None
         self.runtime_factory = runtime_factory
+        self.loader_thread = None
+        self.loading = False  # a load under way: settings changes wait for it
+        self.running_settings = None  # what the window's model was opened with, while a switch is tried
         self._new_loader()
         # quitting while a load is under way (or after a failed one) must end that thread first
-        QApplication.instance().aboutToQuit.connect(lambda: self.loader_thread.shutdown())
+        QApplication.instance().aboutToQuit.connect(lambda: self.loader_thread and self.loader_thread.shutdown())
         self.progress = QProgressDialog(f"Loading {settings.model} …", "Quit", 0, 0)
         self.progress.setWindowTitle("Draftscope")
         self.progress.setObjectName("loadingDialog")
@@ -67,8 +70,11 @@ class Launcher(QObject):
         QApplication.instance().aboutToQuit.connect(self.server.stop)
 
     def _new_loader(self) -> None:
-        """A loader on its own thread, for the first load and each reload; it ends once loaded
-        (a QThread must not outlive its owner running)."""
+        """A loader on its own thread, for the first load and each reload; it ends once loaded. The
+        last one (left running after a failed load, for Retry) is ended first: a QThread dropped
+        while it runs aborts the app."""
+        if self.loader_thread is not None:
+            self.loader_thread.shutdown()
         self.loader = ModelLoader(lambda: self.runtime_factory(self.settings, log=self.loader.progress.emit))
         self.loader_thread = WorkerThread(self.loader)
         self.loader.progress.connect(self._show_progress)
@@ -80,6 +86,7 @@ class Launcher(QObject):
             self.progress.setLabelText(f"Loading {self.settings.model} …\n{text}")
 
     def start(self) -> None:
+        self.loading = True
         self.progress.show()
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
 
@@ -88,9 +95,11 @@ class Launcher(QObject):
         from draftscope.gui.theme import code_style, effective_theme
 
         # close() would emit canceled (wired to quit): hide the dialog instead
+        self.loading = False
         self.progress.hide()
         self.loader_thread.shutdown()
         notes = _drafter_notes(runtime)
+        self.running_settings = None  # the switch went through: its settings are the ones kept
         self._remember_model()
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
@@ -125,17 +134,20 @@ class Launcher(QObject):
 
         model = self.settings.model
         recent = ([model] + [m for m in self.settings.recent_models if m != model])[:MAX_RECENT]
-        if recent != self.settings.recent_models:
-            self.settings.recent_models = recent  # in place: the runtime holds these settings too
-            try:
-                save_settings(self.settings, self.settings_file)
-            except OSError:
-                pass  # remembered for this session; the settings file is said to fail when it is saved
+        self.settings.recent_models = recent  # in place: the runtime holds these settings too
+        try:  # saved once the model has opened: the file never names a model that failed
+            save_settings(self.settings, self.settings_file)
+        except OSError:
+            pass  # remembered for this session; the settings file is said to fail when it is saved
 
     def _on_failed(self, message: str) -> None:
+        self.loading = False
+        self.progress.hide()
+        if self.running_settings is not None:
+            self._switch_failed(message)
+            return
         from draftscope.paths import settings_file
 
-        self.progress.hide()
         box = QMessageBox(QMessageBox.Icon.Critical, "Draftscope",
                           f"{self.settings.model} could not be loaded:\n\n{message}\n\nChoose another model, or "
                           "retry (for the default model's first download: the network; or the disk space). The "
@@ -149,6 +161,40 @@ class Launcher(QObject):
                                   else QApplication.quit())
         self.error_box = box
         box.open()
+
+    def _switch_failed(self, message: str) -> None:
+        """A model switch that failed leaves the running model, the window and the settings file as
+        they were; the message (over the window: it waits for an answer) offers Retry, Choose another
+        model and Keep the current one."""
+        kept = self.running_settings.model
+        box = QMessageBox(QMessageBox.Icon.Critical, "Draftscope",
+                          f"{self.settings.model} could not be loaded:\n\n{message}\n\n{kept} is still running, and "
+                          "the settings file still names it.", parent=self.window)
+        box.setObjectName("switchErrorDialog")
+        choose = box.addButton("Choose another model…", QMessageBox.ButtonRole.ActionRole)
+        choose.setObjectName("chooseAnotherModel")
+        retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
+        keep = box.addButton(f"Keep {Path(kept).name}", QMessageBox.ButtonRole.RejectRole)
+        keep.setObjectName("keepCurrentModel")
+        box.buttonClicked.connect(lambda b: self._retry() if b is retry else self.open_settings() if b is choose
+                                  else self._keep_current())
+        self.error_box = box
+        box.open()
+
+    def _keep_current(self) -> None:
+        """Back to the model that runs: its settings are the ones the next change starts from."""
+        if self.running_settings is not None:
+            self.loader_thread.shutdown()  # the failed switch's loader, kept for a Retry no longer wanted
+            self.loader_thread = None
+            tried, self.settings, self.running_settings = self.settings, self.running_settings, None
+            if (tried.theme, tried.font_size) != (self.settings.theme, self.settings.font_size):
+                self._apply_look(self.settings)
+
+    def _apply_look(self, settings) -> None:
+        from draftscope.gui.theme import apply_theme, code_style
+
+        theme = apply_theme(QApplication.instance(), settings.theme, settings.font_size)
+        self.window.set_code_style(code_style(theme), dark=theme == "dark")
 
     def choose_model(self) -> None:
         """The first-run model chooser again (after a model failed to open): the model chosen there is
@@ -170,6 +216,7 @@ class Launcher(QObject):
         self.chooser.open()
 
     def _retry(self) -> None:
+        self.loading = True
         self.progress.show()
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
 
@@ -196,24 +243,27 @@ class Launcher(QObject):
         """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
         device change reloads the model (the window comes back on the same conversation)."""
         from draftscope.gui.dialogs.settings_dialog import SERVER_FIELDS
-        from draftscope.gui.theme import apply_theme, code_style
         from draftscope.core.runtime import changed_fields
         from draftscope.storage import save_settings
 
+        if self.loading:  # another model is being opened: its result decides what runs
+            self.window.statusBar().showMessage("Settings can be changed once the model has loaded", 5000)
+            return
+        self._keep_current()  # a change made after a failed switch starts from the model that runs
         changed = changed_fields(self.settings, new)
+        if changed & {"theme", "font_size"}:
+            self._apply_look(new)
+        runtime = self.window.runtime
+        if runtime.needs_reload(new):  # saved once the model has opened (_on_loaded)
+            self.running_settings, self.settings = self.settings, new
+            self.reload()
+            return
         self.settings = new
         try:
             save_settings(new, self.settings_file)
         except OSError as exc:
             QMessageBox.warning(self.window, "Draftscope", f"The settings could not be saved: {exc}\n\n"
                                 "They apply to this session only.")
-        if changed & {"theme", "font_size"}:
-            theme = apply_theme(QApplication.instance(), new.theme, new.font_size)
-            self.window.set_code_style(code_style(theme), dark=theme == "dark")
-        runtime = self.window.runtime
-        if runtime.needs_reload(new):
-            self.reload()
-            return
         try:
             notes = runtime.apply(new)
         except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
@@ -246,6 +296,7 @@ class Launcher(QObject):
     def reload(self) -> None:
         """Load the model again with the current settings (off the UI thread), then swap windows."""
         self.progress.setLabelText(f"Loading {self.settings.model} …")
+        self.loading = True
         self.progress.show()
         self._new_loader()
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
