@@ -466,3 +466,47 @@ def test_a_streamed_body_is_cut_off_with_413_once_it_passes_the_limit(served):
     small = httpx.post(server.url + "/chat/completions", timeout=60,
                        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
     assert small.status_code == 200, "a body within the limit is answered"
+
+
+def test_the_port_is_listening_from_the_moment_it_is_bound():
+    """Bound but not listening while the model loaded, the port could be bound again by another
+    server with SO_REUSEADDR, and ours failed after loading."""
+    import errno
+    import socket
+
+    from draftscope.server import listening_socket
+
+    ours = listening_socket("127.0.0.1", 0)
+    try:
+        port = ours.getsockname()[1]
+        other = socket.socket()
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with pytest.raises(OSError) as taken:
+            other.bind(("127.0.0.1", port))
+        other.close()
+        assert taken.value.errno == errno.EADDRINUSE
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # a client that comes while the model loads waits in the backlog, not refused
+    finally:
+        ours.close()
+
+
+def test_localhost_listens_on_ipv4_where_the_hosts_file_lists_ipv6_first(monkeypatch):
+    import socket
+
+    from draftscope.server import listening_socket
+
+    real = socket.getaddrinfo
+
+    def ipv6_first(host, port, *args, **kwargs):
+        if host != "localhost":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", ipv6_first)
+    sock = listening_socket("localhost", 0)
+    try:
+        assert sock.family == socket.AF_INET and sock.getsockname()[0] == "127.0.0.1"
+    finally:
+        sock.close()

@@ -28,16 +28,20 @@ def serve(app, host: str, port: int, sock: socket.socket | None = None) -> None:
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port``, made before the model loads (a busy port costs nothing and
-    is named) and handed to uvicorn, so nothing can take the port in between. Raises OSError."""
+    """A socket bound to ``host:port`` and listening, made before the model loads (a busy port costs
+    nothing and is named) and handed to uvicorn, so nothing can take the port in between (connections
+    made meanwhile wait in its backlog). Raises OSError."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise OSError(f"cannot listen on {host}:{port}: no such address ({exc.strerror})") from None
+    # a name with both (localhost on hosts that list ::1 first): IPv4, which every client tries
+    family, kind, proto, _, address = next((f for f in found if f[0] == socket.AF_INET), found[0])
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a port just freed is usable
     try:
         sock.bind(address)
+        sock.listen(128)  # listening at once: a bound socket that is not can be bound again by another
     except OSError as exc:
         sock.close()
         why = ("the port is in use (another server? choose another with --port)" if exc.errno == errno.EADDRINUSE
