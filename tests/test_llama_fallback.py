@@ -227,3 +227,22 @@ def test_set_up_forgets_the_apps_kept_verdict(tmp_path, monkeypatch):
     monkeypatch.setattr(llama_build.LlamaSetup, "ensure", lambda self: True)
     assert llama_build.main([]) == 0
     assert llama_verdict.verdict(check=False) is None, "rerunning set-up (the notice's fix) left the verdict kept"
+
+
+def test_the_file_check_loads_the_gguf_as_the_kept_verdict_says(gguf, tmp_path, monkeypatch):
+    """Under a kept "runs without repacked kernels", the GGUF check's child loaded the file with
+    llama.cpp's defaults, which repack: where repacking faults, every GGUF was refused as damaged."""
+    from draftscope.engine.backends.llama import gguf_check
+
+    stand_in(tmp_path, monkeypatch, plain_runs=True)
+    checker = tmp_path / "check.py"  # loading repacked faults, as the self-test's child did
+    checker.write_text('import os, signal, sys\nif "--plain-layout" not in sys.argv:\n'
+                       '    os.kill(os.getpid(), signal.SIGSEGV)\nprint("ok")\n')
+    monkeypatch.setattr(gguf_check, "CHILD_COMMAND", [sys.executable, str(checker)])
+    monkeypatch.setattr(paths, "gguf_checked_file", lambda: tmp_path / "checked.json")
+    runtime = load_runtime(settings(gguf))
+    try:
+        backend = runtime.engine.backend
+        assert backend.kind == "llama.cpp" and not backend.repacked
+    finally:
+        runtime.close()

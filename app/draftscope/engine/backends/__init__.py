@@ -86,9 +86,10 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
         from draftscope.engine.backends.llama import gguf_check
         from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
 
-        gguf_check.check(source.gguf_path)  # a file llama.cpp would crash on is refused here, in words
         found = llama_verdict.verdict()  # kept by choose_backend: where its kernels fault, they stay off
         repacked = found is None or found.repacked
+        # a file llama.cpp would crash on is refused here, in words; loaded as the model will be
+        gguf_check.check(source.gguf_path, repacked=repacked)
         if workers:
             from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
             from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported

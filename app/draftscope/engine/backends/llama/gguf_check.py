@@ -18,22 +18,28 @@ from draftscope import paths
 from draftscope.models.resolve import ModelNotFoundError
 
 
+CHILD_COMMAND: list[str] | None = None  # the checking child (None: this module, run by this Python)
+
+
 class GGUFError(ModelNotFoundError):
     """A GGUF file that cannot be opened: the faces report it as they report any model that would not load."""
 
 
-def check(path: Path, *, timeout: float = 600.0) -> None:
+def check(path: Path, *, timeout: float = 600.0, repacked: bool = True) -> None:
+    """``repacked``: load it as the model will be (off where the kept verdict turned llama.cpp's
+    repacked kernels off: loading with them would fault, and the file be called damaged)."""
     path = Path(path)
     if not path.is_file():
         raise GGUFError(f"model file not found: {path}")
     read_header(path)
     _check_memory(path)
-    key = _key(path)
+    key = _key(path) + ("" if repacked else "|plain layout")
     passed = _passed()
     if key in passed:
         return
     try:
-        child = subprocess.run([sys.executable, "-m", "draftscope.engine.backends.llama.gguf_check", str(path)],
+        command = CHILD_COMMAND or [sys.executable, "-m", "draftscope.engine.backends.llama.gguf_check"]
+        child = subprocess.run([*command, str(path), *([] if repacked else ["--plain-layout"])],
                                capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise GGUFError(f"llama.cpp did not finish loading {path.name} within {timeout:.0f} s") from None
@@ -129,19 +135,24 @@ def _passed() -> set[str]:
 
 
 def _remember(passed: set[str]) -> None:
+    """Kept for the next load; a cache folder that cannot be written only means checking again."""
     store = _store()
-    store.parent.mkdir(parents=True, exist_ok=True)
-    tmp = store.with_suffix(".tmp")
-    tmp.write_text(json.dumps(sorted(passed)[-200:]))
-    os.replace(tmp, store)
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(passed)[-200:]))
+        os.replace(tmp, store)
+    except OSError:
+        pass
 
 
-def _probe(path: str) -> int:
+def _probe(path: str, repacked: bool = True) -> int:
     """In the child: load the model with llama.cpp (no context) and say what happened."""
     from draftscope.engine.backends.llama.llama_lib import last_error, lib
 
     L = lib()
     params = L.llama_model_default_params()
+    params.use_extra_bufts = repacked
     model = L.llama_model_load_from_file(path.encode(), params)
     if not model:
         print(f"llama.cpp could not load {Path(path).name}: {last_error() or 'damaged file or unsupported architecture'}")
@@ -152,4 +163,4 @@ def _probe(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_probe(sys.argv[1]))
+    sys.exit(_probe(sys.argv[1], repacked="--plain-layout" not in sys.argv[2:]))
