@@ -111,7 +111,8 @@ def variants(wheel_dirs) -> list[str]:
     return [d.name.removeprefix(f"llama-cpp-python-{llama_build.VERSION}-").rsplit("-", 1)[0] for d in wheel_dirs]
 
 
-def stand_in_setup(tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU):
+def stand_in_setup(tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU,
+                   installed_kernels=("AVX2", "AVX512", "AMX_INT8")):
     """LlamaSetup with a build command that writes a wheel holding its CMAKE_ARGS, an install that
     records it, and a self-test child that dies in AMX's kernels unless the installed build has them off."""
     state = tmp_path / "installed.txt"
@@ -146,7 +147,7 @@ def stand_in_setup(tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU
         state.write_text(installed)
     setup = llama_build.LlamaSetup(
         cache=tmp_path / "wheels", flags=flags, forced=forced, base="-DGGML_RPC=on", build_command=build_command,
-        install=install, installed=lambda: (["AVX2", "AVX512", "AMX_INT8"] if installed is not None else None),
+        install=install, installed=lambda: (list(installed_kernels) if installed is not None else None),
         selftest=lambda: selftest.run(command=[sys.executable, str(child)]))
     return setup, builds, state
 
@@ -185,6 +186,27 @@ def test_a_forced_build_is_built_and_a_wrong_one_named(tmp_path, capsys):
     assert "-DGGML_AVX512=OFF" in state.read_text() and "-DGGML_AVX2=ON" in state.read_text()
     with pytest.raises(ValueError, match="DRAFTSCOPE_LLAMA_KERNELS='sse'"):
         llama_build.LlamaSetup(cache=tmp_path, flags=AMX_CPU, forced="sse", base="")
+
+
+def test_a_forced_build_replaces_an_installed_fallback_and_keeps_a_matching_one(tmp_path, capsys):
+    """Issue 49, item 7: DRAFTSCOPE_LLAMA_KERNELS=native once set-up had fallen back to avx2 kept the
+    avx2 build (any installed build "matched" native)."""
+    passes = lambda: selftest.SelfTest(ok=True, repacked=True, message="llama.cpp runs")  # noqa: E731
+    setup, builds, _ = stand_in_setup(tmp_path, installed="avx2", installed_kernels=("AVX2",), forced="native")
+    setup.selftest = passes
+    assert setup.ensure()
+    assert variants(builds) == ["native"]
+    assert "build: native (nothing turned off)" in capsys.readouterr().out
+    for sub in ("b", "c"):
+        (tmp_path / sub).mkdir()
+    # the build asked for is the one installed: nothing is built
+    again, more, _ = stand_in_setup(tmp_path / "b", installed="avx2", installed_kernels=("AVX2",), forced="avx2")
+    again.selftest = passes
+    assert again.ensure() and more == []
+    # unforced, the ladder keeps what an earlier set-up left working (no rebuild of what faulted)
+    plain, none, _ = stand_in_setup(tmp_path / "c", installed="avx2", installed_kernels=("AVX2",))
+    plain.selftest = passes
+    assert plain.ensure() and none == []
 
 
 def test_set_up_says_so_when_no_build_runs(tmp_path, capsys):

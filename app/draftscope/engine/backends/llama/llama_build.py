@@ -108,8 +108,12 @@ def installed_build() -> list[str] | None:
     return child.stdout.strip().split(",") if child.returncode == 0 else None
 
 
-def matches(variant: str, kernels: list[str]) -> bool:
-    """Is a build with these kernels what ``variant`` asks for?"""
+def matches(variant: str, kernels: list[str], flags: set[str], *, forced: bool) -> bool:
+    """Is a build with these kernels what set-up's first step asks for? A forced build must be that
+    build exactly (``native`` after a fallback to ``avx2`` is a rebuild); the ladder's first step,
+    ``native``, takes whatever earlier set-ups left working, so a fallback is not undone each run."""
+    if forced:
+        return variant_of(kernels, flags) == variant
     if variant == "no-amx":
         return not any(k.startswith("AMX") for k in kernels)
     if variant == "avx2":
@@ -152,7 +156,7 @@ class LlamaSetup:
         steps = [self.forced] if self.forced else ladder(self.flags)
         kernels = self.installed()
         fresh = set()  # variants whose cached wheel must be rebuilt here (a wheel from another CPU)
-        if kernels is not None and matches(steps[0], kernels):
+        if kernels is not None and matches(steps[0], kernels, self.flags, forced=bool(self.forced)):
             result = self.selftest()
             if result.ok:
                 say(f"{result.message} (installed build)")
