@@ -195,6 +195,24 @@ def test_a_one_off_error_is_not_kept_and_the_same_error_twice_is(tmp_path, monke
     assert kept is not None and not kept.runs, "the same failure twice is the CPU's: kept"
 
 
+def test_the_check_runs_with_the_apps_threads(gguf, tmp_path, monkeypatch):
+    """The docs say the self-test runs with the app's threads (Settings ▸ Threads); it ran with every
+    core (item 13)."""
+    said = tmp_path / "argv"
+    child_that(tmp_path, monkeypatch, f"""
+        import sys
+        open({str(said)!r}, "w").write(" ".join(sys.argv[1:]))
+        print("stage: step")
+        print("ok")
+    """)
+    runtime = load_runtime(settings(gguf, threads=1))
+    try:
+        assert runtime.engine.backend.kind == "llama.cpp"
+    finally:
+        runtime.close()
+    assert said.read_text().split()[-2:] == ["--threads", "1"]
+
+
 def test_a_cache_folder_that_cannot_be_written_still_gives_a_verdict(tmp_path, monkeypatch):
     stand_in(tmp_path, monkeypatch, plain_runs=True)
     blocked = tmp_path / "blocked"

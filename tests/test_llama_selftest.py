@@ -65,8 +65,12 @@ def test_the_self_test_runs_here_and_its_batches_reach_the_repacked_kernels():
     # or to AMX tiles where the build and the CPU have them
     assert {"CPU_REPACK", "AMX"} & set(result.buffers), result.buffers
     assert "AVX2" in result.kernels, result.kernels
-    plain = selftest.run(repacked=False)
+    plain = selftest.run(repacked=False, threads=1)
     assert plain.ok and not {"CPU_REPACK", "AMX"} & set(plain.buffers), plain.buffers
+    # with the app's threads (Settings ▸ Threads), not every core (issue 49, item 13)
+    from draftscope.engine.backends.llama.llamacpp import default_threads
+
+    assert plain.threads == 1 and result.threads == default_threads()
 
 
 @pytest.mark.parametrize("sig,words", [("SIGSEGV", ["SIGSEGV", "segmentation fault", "batched product", "AMX"]),

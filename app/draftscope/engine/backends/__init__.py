@@ -4,11 +4,13 @@ quantised weights; Hugging Face folders, hub ids and CUDA devices open on torch.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from draftscope.engine.backends.llama import llama_verdict
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
 from draftscope.rules import BACKENDS
 
-__all__ = ["BACKENDS", "Backend", "Verified", "answers_held", "backend_for_gguf", "chain_tree", "choose_backend",
+__all__ = ["BACKENDS", "Backend", "BackendChoice", "Verified", "answers_held", "backend_for_gguf", "chain_tree", "choose_backend",
            "llama_cpp_available", "open_backend", "torch_backend_for"]
 
 
@@ -20,13 +22,19 @@ def llama_cpp_available() -> bool:
     return True
 
 
+class BackendChoice(NamedTuple):
+    kind: str  # "llama.cpp" or "torch"
+    why: str  # in words, for the model's description
+    notice: str | None = None  # what the user should be told (kernels turned off, llama.cpp left for torch)
+    repacked: bool = True  # llama.cpp may repack the weights for this CPU's fastest kernels
+
+
 def choose_backend(source, requested: str = "auto", device: str | None = None, *, check: bool = True,
-                   progress=None) -> tuple[str, str, str | None]:
-    """(backend, why, notice) for a resolved ModelSource; ``notice``: what the user should be told
-    (llama.cpp's kernels turned off, or llama.cpp left for torch), else None. Refused with the
-    reason in words when the request cannot be met (llama.cpp needs a GGUF file, the
-    llama-cpp-python package, and a llama.cpp that runs on this CPU: see llama_verdict; ``check``
-    off uses only a kept verdict)."""
+                   progress=None, threads: int | None = None) -> BackendChoice:
+    """Which backend a resolved ModelSource opens on, and why. Refused with the reason in words when
+    the request cannot be met (llama.cpp needs a GGUF file, the llama-cpp-python package, and a
+    llama.cpp that runs on this CPU: see llama_verdict, whose self-test runs with ``threads``;
+    ``check`` off uses only a kept verdict)."""
     if requested not in BACKENDS:
         raise ValueError(f"unknown backend {requested!r}: choose one of {', '.join(BACKENDS)}")
     gguf = source.kind == "gguf"
@@ -35,28 +43,34 @@ def choose_backend(source, requested: str = "auto", device: str | None = None, *
             raise ValueError(f"{source.display_name} is not a GGUF file: llama.cpp runs GGUF models; use the torch backend")
         if not llama_cpp_available():
             raise ValueError("the llama.cpp backend needs llama-cpp-python (scripts/setup.sh installs it)")
-        found = llama_verdict.verdict(check=check, progress=progress)
+        found = llama_verdict.verdict(check=check, progress=progress, threads=threads)
         if found is not None and not found.runs:
             raise ValueError(f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or "
                              f"{llama_verdict.FIX}")
-        return "llama.cpp", "as asked (Settings ▸ Model, or --backend)", found.notice if found is not None else None
+        return _on_llama("as asked (Settings ▸ Model, or --backend)", found)
     if requested == "torch":
-        return "torch", "as asked (Settings ▸ Model, or --backend)", None
+        return BackendChoice("torch", "as asked (Settings ▸ Model, or --backend)")
     if not gguf:
-        return "torch", "a Hugging Face model runs on torch", None
+        return BackendChoice("torch", "a Hugging Face model runs on torch")
     if device in (None, "auto"):
         from draftscope.engine.backends.pytorch.precision import pick_device
 
         device = pick_device().type  # a GPU when there is one: torch runs it
     if device != "cpu":
-        return "torch", f"the {device} device runs on torch", None
+        return BackendChoice("torch", f"the {device} device runs on torch")
     if not llama_cpp_available():
-        return "torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch", None
-    found = llama_verdict.verdict(check=check, progress=progress)
-    notice = found.notice if found is not None else None
+        return BackendChoice("torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch")
+    found = llama_verdict.verdict(check=check, progress=progress, threads=threads)
     if found is not None and not found.runs:
-        return "torch", f"llama.cpp does not run on this CPU ({found.cause})", notice
-    return "llama.cpp", "a GGUF file on the CPU: llama.cpp computes with its quantised weights directly", notice
+        return BackendChoice("torch", f"llama.cpp does not run on this CPU ({found.cause})", found.notice)
+    return _on_llama("a GGUF file on the CPU: llama.cpp computes with its quantised weights directly", found)
+
+
+def _on_llama(why: str, found) -> BackendChoice:
+    """llama.cpp, as the verdict allows (None: no verdict yet, nothing turned off)."""
+    if found is None:
+        return BackendChoice("llama.cpp", why)
+    return BackendChoice("llama.cpp", why, found.notice, found.repacked)
 
 
 def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
@@ -64,7 +78,7 @@ def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
     from types import SimpleNamespace
 
     try:
-        return choose_backend(SimpleNamespace(kind="gguf", display_name="the model"), requested, device, check=False)[0]
+        return choose_backend(SimpleNamespace(kind="gguf", display_name="the model"), requested, device, check=False).kind
     except ValueError:
         return "torch"
 
@@ -78,7 +92,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
     from draftscope.models.resolve import ModelSource, load_tokenizer, resolve_model
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
-    kind, why, notice = choose_backend(source, backend, device, progress=progress)
+    kind, why, notice, repacked = choose_backend(source, backend, device, progress=progress, threads=threads)
     if workers and kind != "llama.cpp":
         raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
                          f"({why}): use a GGUF model on the llama.cpp backend, or no workers")
@@ -86,8 +100,6 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
         from draftscope.engine.backends.llama import gguf_check
         from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
 
-        found = llama_verdict.verdict()  # kept by choose_backend: where its kernels fault, they stay off
-        repacked = found is None or found.repacked
         # a file llama.cpp would crash on is refused here, in words; loaded as the model will be
         gguf_check.check(source.gguf_path, repacked=repacked)
         if workers:

@@ -35,9 +35,9 @@ class Verdict:
 _lock = threading.Lock()  # one check at a time: the window and the server may open models together
 
 
-def verdict(*, check: bool = True, progress=None) -> Verdict | None:
+def verdict(*, check: bool = True, progress=None, threads: int | None = None) -> Verdict | None:
     """This llama.cpp's verdict on this CPU: the kept one, else (``check``) the self-test's, run
-    now (kept only when it says something lasting about this CPU: see ``judge``). None when nothing
+    now with the app's ``threads`` (kept only when it says something lasting about this CPU: see ``judge``). None when nothing
     is kept and ``check`` is off: that look-up never waits for a check in progress (the dialogs ask
     it on the UI thread)."""
     key = _key()
@@ -50,26 +50,29 @@ def verdict(*, check: bool = True, progress=None) -> Verdict | None:
             return kept
         if progress is not None:
             progress("checking that llama.cpp runs on this CPU (once per llama.cpp build) ...")
-        found, lasting = judge()
+        found, lasting = judge(threads=threads)
         if lasting:
             _keep(key, found)
     return found
 
 
-def judge(command: list[str] | None = None) -> tuple[Verdict, bool]:
+def judge(command: list[str] | None = None, *, threads: int | None = None) -> tuple[Verdict, bool]:
     """(the verdict, whether it lasts): the self-test as built, then, if it fails, with the weights
     in their plain layout. A failure lasts (is kept) only when it is the CPU's: a death by a signal
     in a kernel, or the same failure twice; a timeout on a busy machine or a one-off error (a full
     /tmp) is reported now and checked again at the next start."""
     import draftscope.engine.backends.llama.selftest as selftest
 
-    first = selftest.run(timeout=CHECK_TIMEOUT_S, command=command)
+    def check(repacked: bool = True):
+        return selftest.run(repacked=repacked, timeout=CHECK_TIMEOUT_S, command=command, threads=threads)
+
+    first = check()
     if first.ok:
         return Verdict(True, True), True
-    if not _lasting(first, lambda: selftest.run(timeout=CHECK_TIMEOUT_S, command=command)):
+    if not _lasting(first, check):
         return Verdict(False, False, f"GGUF models run on torch for now because {first.message} (checked again at "
                                      "the next start)", first.message), False
-    plain = selftest.run(repacked=False, timeout=CHECK_TIMEOUT_S, command=command)
+    plain = check(repacked=False)
     if plain.ok:
         return Verdict(True, False, f"llama.cpp runs without its repacked kernels here, which is slower: {first.message}. "
                                     f"To get them back, {FIX}", first.message), True

@@ -47,6 +47,7 @@ class SelfTest:
     stage: str = "start"  # the last stage the child reached
     signal: str | None = None  # SIGSEGV, SIGILL, ... when the child died of one
     timed_out: bool = False  # the child did not finish in time (a busy machine, or a hang)
+    threads: int | None = None  # the threads llama.cpp ran with, as the child said
 
     @property
     def suspect(self) -> str | None:
@@ -61,12 +62,16 @@ class SelfTest:
         return None
 
 
-def run(*, repacked: bool = True, timeout: float = CHILD_TIMEOUT_S, command: list[str] | None = None) -> SelfTest:
-    """Run the check in a child process and say how it went. ``command``: the child to run instead
-    of this module's (tests stand in a child that dies)."""
+def run(*, repacked: bool = True, timeout: float = CHILD_TIMEOUT_S, command: list[str] | None = None,
+        threads: int | None = None) -> SelfTest:
+    """Run the check in a child process and say how it went. ``threads``: llama.cpp's (None: its
+    default for this machine). ``command``: the child to run instead of this module's (tests stand
+    in a child that dies)."""
     argv = list(command or CHILD_COMMAND)
     if not repacked:
         argv = [*argv, "--plain-layout"]
+    if threads:
+        argv = [*argv, "--threads", str(threads)]
     try:
         child = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:  # what it said before it hung, "ok" included, is no verdict
@@ -96,6 +101,8 @@ def _read(stdout: str) -> tuple[dict, bool, str | None]:
             said["stage"] = value
         elif key in ("kernels", "buffers"):
             said[key] = [v for v in value.split(",") if v]
+        elif key == "threads" and value.isdigit():
+            said["threads"] = int(value)
         elif key == "error":
             error = value
         elif line == "ok":
@@ -144,7 +151,7 @@ def kernels() -> list[str]:
             if part.strip().endswith("= 1")]
 
 
-def _child(repacked: bool) -> int:
+def _child(repacked: bool, threads: int | None) -> int:
     """In the child: each stage said (and flushed) before it runs, so a death names where it came."""
     def say(line: str) -> None:
         print(line, flush=True)
@@ -158,8 +165,9 @@ def _child(repacked: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="draftscope-selftest-") as tmp:
         path = random_quantised_llama(Path(tmp) / "selftest.gguf")
         say("stage: load")
-        backend = LlamaCppBackend(path, None, context=256, repacked=repacked)  # the app's threads
+        backend = LlamaCppBackend(path, None, context=256, repacked=repacked, threads=threads)  # the app's
         try:
+            say(f"threads: {backend.threads}")
             say("buffers: " + ",".join(weight_buffers()))
             say("stage: prompt")
             backend.start(PROMPT)
@@ -182,7 +190,8 @@ def _child(repacked: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--child" in argv:
-        return _child(repacked="--plain-layout" not in argv)
+        threads = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else None
+        return _child(repacked="--plain-layout" not in argv, threads=threads)
     result = run()
     import llama_cpp
 
