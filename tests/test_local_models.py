@@ -114,3 +114,48 @@ def test_the_first_run_offers_the_models_on_this_computer(home, qtbot, tmp_path)
     pick.setChecked(True)
     dialog.findChild(QPushButton, "continueButton").click()
     assert dialog.settings.model == str(studio.path), "a model on this computer opens as it is: no download"
+
+
+def test_the_first_run_reads_a_picked_or_found_gguf_before_taking_it(home, qtbot, tmp_path):
+    """Issue 49, item 13: the first run read a typed path as llama.cpp will, but took an LM Studio or
+    Ollama pick, or a folder holding a .gguf, unread: a cut-short file then failed at load."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QLabel, QLineEdit, QPushButton, QRadioButton
+
+    from draftscope.gui.dialogs.first_run import FirstRunDialog
+    from draftscope.storage.settings import Settings
+
+    blob = next(m.path for m in find_local_models() if m.app == "Ollama")
+    whole = blob.read_bytes()
+    blob.write_bytes(whole[: len(whole) // 2])  # an interrupted pull
+    dialog = FirstRunDialog(Settings(), settings_file=tmp_path / "settings.json")
+    qtbot.addWidget(dialog)
+    cont = dialog.findChild(QPushButton, "continueButton")
+    error = dialog.findChild(QLabel, "setupError")
+    pick = next(r for r in dialog.findChildren(QRadioButton) if r.text().startswith("tiny-chat:latest · Ollama"))
+    pick.setChecked(True)
+    cont.click()
+    assert "cut short" in error.text() and dialog.pages.currentIndex() == 0 and dialog.settings.model != str(blob)
+
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    (folder / "model.gguf").write_bytes(whole[: len(whole) // 2])
+    (folder / "mmproj-model-f16.gguf").write_bytes(b"GGUF a vision projector")
+    dialog.findChild(QRadioButton, "localModelRadio").setChecked(True)
+    dialog.findChild(QLineEdit, "localModelPath").setText(str(folder))
+    cont.click()
+    assert "model.gguf is cut short" in error.text() and dialog.pages.currentIndex() == 0
+
+    (folder / "model.gguf").write_bytes(whole)  # whole again: the folder's one model is taken
+    cont.click()
+    assert error.text() == "" and dialog.pages.currentIndex() == 1 and dialog.settings.model == str(folder.resolve())
+
+
+def test_a_folder_of_several_ggufs_asks_for_one(tmp_path):
+    from draftscope.models.resolve import ModelNotFoundError
+
+    for name in ("a-Q4_K_M.gguf", "a-Q8_0.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    with pytest.raises(ModelNotFoundError, match=r"holds 2 GGUF models \(a-Q4_K_M.gguf, a-Q8_0.gguf\): choose one"):
+        resolve_model(str(tmp_path))

@@ -25,6 +25,10 @@ class LocalModel:
     size: int
 
 
+def is_chat_model_file(path: Path) -> bool:
+    """A .gguf beside a model that is not itself one: LM Studio keeps vision projectors (mmproj-*) there."""
+    return "mmproj" not in path.name.lower()
+
 def _home() -> Path:
     """The home folder the apps keep models in (DRAFTSCOPE_MODELS_HOME: another, for tests)."""
     return Path(os.environ.get("DRAFTSCOPE_MODELS_HOME") or Path.home())
@@ -48,7 +52,7 @@ def find_local_models(lmstudio: list[Path] | None = None, ollama: list[Path] | N
     seen: set[Path] = set()
     for folder in lmstudio if lmstudio is not None else lmstudio_folders():
         for path in sorted(_safe_glob(folder, "*/*/*.gguf")):
-            if "mmproj" in path.name.lower() or path.resolve() in seen:
+            if not is_chat_model_file(path) or path.resolve() in seen:
                 continue
             seen.add(path.resolve())
             found.append(LocalModel(path.stem, path, "LM Studio", _size(path)))

@@ -234,9 +234,9 @@ class FirstRunDialog(QDialog):
             return
         found = next((path for path, radio in self.found_radios.items() if radio.isChecked()), None)
         if found is not None:
-            self._model_chosen(found)
-            return
-        spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
+            spec = self._check_model_file(Path(found))  # an LM Studio / Ollama file may be cut short too
+        else:
+            spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
         if spec is not None:
             self._model_chosen(spec)
 
@@ -252,10 +252,16 @@ class FirstRunDialog(QDialog):
         if path.is_dir() and not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
             return self._invalid(f"{path} has no config.json, so it is not a Hugging Face model folder. Choose a "
                                  "folder with config.json and the weights, or a .gguf file.")
+        return self._check_model_file(path)
+
+    def _check_model_file(self, path: Path) -> str | None:
+        """``path`` (a file, or a folder) resolved as the model will be, its GGUF read as llama.cpp
+        will read it: a text file or a cut-short download is refused here, whether typed, browsed to,
+        picked from LM Studio's or Ollama's list, or found in a folder."""
         try:
-            if path.is_file():  # read as llama.cpp will: a text file or a cut-short download is refused here
-                read_header(path)
-            resolve_model(str(path), fetch_default=False)
+            source = resolve_model(str(path), fetch_default=False)
+            if source.kind == "gguf":
+                read_header(source.gguf_path)
         except (ModelNotFoundError, OSError) as exc:
             return self._invalid(describe_error(exc))
         return str(path.resolve())
