@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from draftscope.commands import bench, chat, datastore, drafter, gui, index_info, models, serve, worker
+from draftscope.commands import bench, chat, datastore, doctor, drafter, gui, index_info, models, serve, worker
 
-GROUPS = (index_info, gui, datastore, chat, serve, worker, models, drafter, bench)  # in `draftscope --help`'s order
+GROUPS = (index_info, gui, datastore, chat, serve, worker, models, drafter, bench, doctor)  # in `draftscope --help`'s order
 
 
 def build_parser() -> argparse.ArgumentParser:

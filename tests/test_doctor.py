@@ -1,0 +1,76 @@
+"""``draftscope doctor`` (issue 49): what runs here and why — the settings' model and its backend,
+llama.cpp's kept verdict and kernels, the folders — and ``--forget`` / ``--check`` on the verdict."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from draftscope import paths
+from draftscope.cli import main
+from draftscope.engine.backends.llama import llama_verdict, selftest
+from draftscope.storage.settings import Settings, save_settings
+from llama_helpers import need_llama_cpp
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    """A config folder of its own, and a self-test child whose repacked kernels fault (SIGSEGV) while
+    the plain layout runs."""
+    need_llama_cpp()
+    monkeypatch.setenv("DRAFTSCOPE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import os, signal, sys
+        print("kernels: AVX2,AMX_INT8", flush=True)
+        if "--plain-layout" in sys.argv:
+            print("stage: step")
+            print("ok")
+            sys.exit(0)
+        print("buffers: CPU_Mapped,AMX", flush=True)
+        print("stage: prompt", flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """))
+    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(child)])
+    return tmp_path
+
+
+def doctor(capsys, *args) -> str:
+    assert main(["doctor", *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_doctor_says_what_runs_the_kept_verdict_and_the_paths(here, capsys):
+    said = doctor(capsys)
+    assert "not checked yet" in said and "llama-cpp-python 0.3.36" in said and "AVX2" in said
+    assert str(here / "verdict.json") in said and str(here / "config" / "settings.json") in said
+    assert llama_verdict.verdict(check=False) is None, "looking must not run the check"
+
+    said = doctor(capsys, "--check")
+    assert "self-test: llama.cpp runs without its repacked kernels here" in said and "SIGSEGV" in said
+    kept = llama_verdict.verdict(check=False)
+    assert kept is not None and kept.runs and not kept.repacked
+    assert "runs without its repacked kernels" in doctor(capsys).split("verdict", 1)[1]
+
+    said = doctor(capsys, "--forget")
+    assert "forgot the kept llama.cpp verdict" in said and "not checked yet" in said
+    assert llama_verdict.verdict(check=False) is None
+
+
+def test_doctor_names_the_model_its_backend_and_a_problem(here, capsys, tmp_path):
+    from draftscope.engine.backends.llama.gguf_writer import random_llama
+
+    model = random_llama(tmp_path / "mine.gguf")
+    save_settings(Settings(model=str(model), threads=1))
+    report = json.loads(doctor(capsys, "--json"))
+    assert report["model"]["kind"] == "gguf" and report["model"]["backend"] == "llama.cpp"
+    assert report["model"]["threads_setting"] == 1 and report["llama_cpp"]["verdict"] is None
+    assert report["paths"]["settings"] == str(here / "config" / "settings.json")
+
+    save_settings(Settings(model=str(tmp_path / "gone.gguf")))
+    said = doctor(capsys)
+    assert "problem" in said and "gone.gguf" in said and "no such file" in said
