@@ -115,10 +115,21 @@ def model_problem(label: str, spec: str) -> str | None:
     if not spec:
         return None
     try:
-        resolve_model(spec, fetch_default=False)
+        read_model(spec)
     except (OSError, ValueError) as exc:
         return f"{label}: {exc}"
     return None
+
+
+def read_model(spec: str):
+    """``spec`` resolved as the model will be (never fetched), its GGUF read as llama.cpp will read
+    it: a text file or a cut-short download is refused here, in words, however it was chosen."""
+    from draftscope.engine.backends.llama.gguf_check import read_header
+
+    source = resolve_model(spec, fetch_default=False)
+    if source.kind == "gguf" and source.gguf_path.is_file():  # a catalogue model not fetched yet has none
+        read_header(source.gguf_path)
+    return source
 
 
 def datastore_problem(text: str) -> str | None:

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 from draftscope.models import assets, catalog
 from draftscope.datastore.default import build_default_datastore, default_datastore_path
 from draftscope.datastore.progress import Progress
-from draftscope.models.resolve import ModelNotFoundError, resolve_model
-from draftscope.engine.backends.llama.gguf_check import read_header
+from draftscope.models.resolve import ModelNotFoundError
+from draftscope.core.settings_checks import read_model
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS, JobRunner, TransferRate
 from draftscope.gui.form_widgets import (indented as _indented, note as _note, progress_row as _progress_row,
                                          show_error, wrapping_label as _wrapping_label)
@@ -234,7 +234,7 @@ class FirstRunDialog(QDialog):
             return
         found = next((path for path, radio in self.found_radios.items() if radio.isChecked()), None)
         if found is not None:
-            spec = self._check_model_file(Path(found))  # an LM Studio / Ollama file may be cut short too
+            spec = found if self._readable(found) else None  # an LM Studio / Ollama file may be cut short too
         else:
             spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
         if spec is not None:
@@ -252,29 +252,23 @@ class FirstRunDialog(QDialog):
         if path.is_dir() and not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
             return self._invalid(f"{path} has no config.json, so it is not a Hugging Face model folder. Choose a "
                                  "folder with config.json and the weights, or a .gguf file.")
-        return self._check_model_file(path)
-
-    def _check_model_file(self, path: Path) -> str | None:
-        """``path`` (a file, or a folder) resolved as the model will be, its GGUF read as llama.cpp
-        will read it: a text file or a cut-short download is refused here, whether typed, browsed to,
-        picked from LM Studio's or Ollama's list, or found in a folder."""
-        try:
-            source = resolve_model(str(path), fetch_default=False)
-            if source.kind == "gguf":
-                read_header(source.gguf_path)
-        except (ModelNotFoundError, OSError) as exc:
-            return self._invalid(describe_error(exc))
-        return str(path.resolve())
+        return str(path.resolve()) if self._readable(str(path)) else None
 
     def _check_hub(self) -> str | None:
         spec = self.hub_id.text().strip()
         if not spec:
             return self._invalid("Enter a Hugging Face hub id such as HuggingFaceTB/SmolLM2-360M-Instruct.")
+        return spec if self._readable(spec) else None
+
+    def _readable(self, spec: str) -> bool:
+        """Whether ``spec`` reads as a model (typed, browsed to, picked from LM Studio's or Ollama's
+        list, a folder's one GGUF); if not, the reason is shown."""
         try:
-            resolve_model(spec, fetch_default=False)
+            read_model(spec)
         except (ModelNotFoundError, OSError) as exc:
-            return self._invalid(describe_error(exc))
-        return spec
+            self._invalid(describe_error(exc))
+            return False
+        return True
 
     def _invalid(self, message: str) -> None:
         self._show_error(message, retry=None)
