@@ -226,6 +226,7 @@ def test_a_bad_or_missing_key_is_401(served):
     (b"[1, 2]", 400, None),
     (json.dumps({"messages": "hi"}).encode(), 400, "messages"),
     (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "messages[0].role"),
+    (json.dumps({"messages": [{"role": ["user"], "content": "x"}]}).encode(), 400, "messages[0].role"),  # was a 500
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), 400, "temperature"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), 400, "max_tokens"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(), 400, "stop"),

@@ -190,7 +190,7 @@ def parse_chat(body) -> ChatRequest:
         if not isinstance(m, dict):
             raise _bad(f"messages[{i}]", "each message must be an object")
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:  # a list or an object is no role (nor hashable)
             raise _bad(f"messages[{i}].role", f"unsupported role {role!r} (one of {', '.join(sorted(ROLES))})")
         out.append({"role": "system" if role == "developer" else role, "content": _content(m, i)})
     stream, usage = _stream_flags(body)
