@@ -1,8 +1,8 @@
 """Where a plain step's time goes on llama.cpp (issue 40): the engine's plain loop on a fixed prompt,
-the time inside ``llama_decode`` taken apart from the rest of the step (``verify()``: the batch, the
-hop to the llama.cpp thread, the logits copy; then choosing the token and the commit; then events). ``--reference main`` then runs llama-cpp-python's
-own loop from the main thread (a second OpenMP team in the process, as bench spec's reference did),
-``--reference ours`` on our llama.cpp thread, and times our steps after it (one per process: a
+the time inside ``llama_decode`` taken apart from the rest of the step (``decode_many``: the batch,
+the logits copy; then choosing the token and the commit; then events). ``--reference main`` then runs
+llama-cpp-python's own loop from the main thread (a second OpenMP team in the process, as bench spec's
+reference did), ``--reference ours`` on the thread that drives our model (its stepper), and times our steps after it (one per process: a
 team, once made, stays).
 
     python scripts/bench_llama_step.py [--model qwen2.5-coder-1.5b] [--rounds 3] [--reference main|ours]
@@ -38,17 +38,17 @@ def main() -> None:
             inner.append(time.perf_counter() - t0)
 
     llamacpp.LlamaCppBackend._decode = timed
-    calls: list[float] = []  # verify() as the engine sees it: the hop to llama.cpp's thread, the batch, the logits copy
-    verify = llamacpp.LlamaCppBackend.verify
+    calls: list[float] = []  # decode_many as the stepper calls it: the batch, llama_decode, the logits copy
+    forward = llamacpp.LlamaCppBackend.decode_many
 
-    def timed_verify(self, *a, **kw):
+    def timed_forward(self, *a, **kw):
         t0 = time.perf_counter()
         try:
-            return verify(self, *a, **kw)
+            return forward(self, *a, **kw)
         finally:
             calls.append(time.perf_counter() - t0)
 
-    llamacpp.LlamaCppBackend.verify = timed_verify
+    llamacpp.LlamaCppBackend.decode_many = timed_forward
     prompt = list(range(1000, 1120))
 
     def ours(label: str) -> None:
@@ -59,7 +59,7 @@ def main() -> None:
         total = time.perf_counter() - t0
         steps = [e for e in events[:-1] if hasattr(e, "total_ms")]
         print(f"{label}: {len(prompt) - 1}-token prompt {inner[0] * 1000:.0f} ms; a step: llama_decode "
-              f"{statistics.median(inner[1:]) * 1000:.2f} ms, verify() {statistics.median(calls) * 1000:.2f} ms, "
+              f"{statistics.median(inner[1:]) * 1000:.2f} ms, decode_many {statistics.median(calls[1:]) * 1000:.2f} ms, "
               f"after choosing and commit {statistics.median(e.verify_ms for e in steps):.2f} ms, "
               f"whole step {statistics.median(e.total_ms for e in steps):.2f} ms; "
               f"answer {total * 1000:.0f} ms for {len(events[-1].token_ids)} tokens", flush=True)
@@ -85,7 +85,7 @@ def main() -> None:
     if args.reference == "main":
         seconds = reference(llama_cpp.Llama(**options))
     else:
-        seconds = llamacpp.on_llama_thread(lambda: reference(llama_cpp.Llama(**options)))
+        seconds = engine.slots.call(lambda: reference(llama_cpp.Llama(**options)))  # the model's own thread
     print(f"llama-cpp-python's loop ({args.tokens} tokens) from the {args.reference} thread: {seconds * 1000:.0f} ms",
           flush=True)
     for r in range(args.rounds):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from draftscope.engine.drafting import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends.base import chain_tree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
@@ -24,7 +25,7 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 from draftscope.engine.backends.llama.llamacpp import MAX_LEAVES, LlamaCppBackend  # noqa: E402
-from draftscope.engine.backends.slots import PREFILL_BATCH  # noqa: E402
+from draftscope.engine.backends.work import PREFILL_BATCH  # noqa: E402
 
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=11),
              SamplingParams(temperature=1.0, top_k=20, seed=5)]
@@ -214,7 +215,7 @@ def test_noise_keyed_by_the_step_instead_of_the_position_is_caught(peaked, token
 
 def test_a_wrong_verifier_is_caught(peaked, tokenizer, datastore, monkeypatch):
     """The identity check above can fail: a verifier that accepts each tree's first draft does."""
-    import draftscope.engine.engine as engine_module
+    import draftscope.engine.answer as engine_module
 
     ids = prompt_ids(tokenizer, REPEATING[1])
     plain = answer(peaked, ids)
@@ -249,7 +250,7 @@ def test_eos_inside_a_tree_ends_the_answer_there(gguf_file, tokenizer, backend):
     assert oracle.token_ids == cut.token_ids and oracle.finish_reason == "eos"
 
 
-class Oracle:
+class Oracle(Drafter):
     """Drafts the known answer (a chain), so EOS sits inside an accepted tree."""
 
     name = "oracle"

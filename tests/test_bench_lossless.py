@@ -72,7 +72,7 @@ def test_broken_noise_is_rejected_by_the_audit(model_dir, tmp_path, capsys):
 def test_audit_fails_when_verification_is_wrong(model_dir, tmp_path, capsys, monkeypatch):
     """An off-by-one verifier (the token after the accepted drafts read from the parent's row)
     changes answers only where drafts were accepted: the audit must fail."""
-    import draftscope.engine.engine as engine_mod
+    import draftscope.engine.answer as engine_mod
     from draftscope.engine.verify import verify_tree
 
     def off_by_one(tree, chosen):

@@ -3,6 +3,7 @@ decoding when they cannot, learned acceptance, and drafting itself skipped while
 
 import numpy as np
 
+from draftscope.engine.drafting import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.policy import StepPolicy, shares, subtree
 
@@ -97,7 +98,7 @@ class _Clock:
         return cls.now
 
 
-class _Drafter:
+class _Drafter(Drafter):
     """Proposes a fixed chain; ``delay`` seconds of drafting (a draft model's cost) on _Clock."""
 
     def __init__(self, name, source, delay):

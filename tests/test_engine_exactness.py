@@ -25,7 +25,8 @@ import torch
 from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
                           TopKLogitsWarper, TopPLogitsWarper)
 
-import draftscope.engine.engine as engine_mod
+import draftscope.engine.answer as engine_mod
+from draftscope.engine.drafting import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.model_drafter import ModelDrafter
@@ -47,7 +48,7 @@ PROCESSED = SamplingParams(temperature=0.8, top_k=4, repetition_penalty=1.3)
 TOP_P = SamplingParams(temperature=0.7, top_p=0.9)
 
 
-class FixedTree:
+class FixedTree(Drafter):
     """A deterministic drafter: the same tree every step, siblings at both levels."""
 
     name = "retrieval"

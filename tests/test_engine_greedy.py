@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from draftscope.engine.drafting import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.model_drafter import ModelDrafter, draft
@@ -147,8 +148,12 @@ def test_stop_strings_cancel_and_limits(model, references):
     first = next(gen)
     cancel.set()
     rest = list(gen)
-    assert len(rest) == 1 and rest[0].finish_reason == "cancel"
-    assert rest[0].token_ids == first.token_ids
+    # the answer stops within the steps already under way (it runs at most MAX_LEAD steps ahead of its reader)
+    from draftscope.engine.stepper import MAX_LEAD
+
+    assert len(rest) <= MAX_LEAD + 1 and rest[-1].finish_reason == "cancel"
+    assert rest[-1].token_ids == first.token_ids + [t for ev in rest[:-1] for t in ev.token_ids]
+    assert len(rest[-1].token_ids) < 48
 
     _, final = run(engine, PROMPTS[1], [], n=3)
     assert final.finish_reason == "length" and final.token_ids == ref[:3]
@@ -191,7 +196,7 @@ def test_composite_moves_budget_to_the_drafter_that_gets_accepted():
     from draftscope.engine.drafting.composite import CompositeDrafter
 
     def fixed(tokens, source):
-        class D:
+        class D(Drafter):
             def __init__(self):
                 self.source, self.name = source, source.name.lower()
 

@@ -140,3 +140,25 @@ def test_no_two_modules_share_a_name():
         if path.name not in ("__init__.py", "__main__.py"):
             seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
     assert not {name: where for name, where in seen.items() if len(where) > 1}
+
+
+def test_engine_functions_are_short_and_ask_no_drafter_or_backend_what_it_can_do():
+    """Issue 50: no function in engine/ over 60 lines; what a drafter or a backend can do is declared
+    in its base class (engine/drafting/interface.py, engine/backends/base.py), never asked with hasattr."""
+    import ast
+
+    long, asked = {}, []
+    for path in (PACKAGE / "engine").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = str(path.relative_to(PACKAGE))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long[f"{where}:{node.name}"] = node.end_lineno - node.lineno + 1
+            asks = (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("hasattr", "getattr")
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant))  # a named ability
+            if asks:
+                subject = ast.unparse(node.args[0])
+                if not subject.startswith("torch.") and (any(w in subject for w in ("drafter", "backend")) or subject in ("d", "b")):
+                    asked.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    assert not long, long
+    assert not asked, asked

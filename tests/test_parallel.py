@@ -16,6 +16,7 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
+from draftscope.engine.drafting import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
 from draftscope.engine.backends import open_backend  # noqa: E402
 from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
@@ -144,11 +145,10 @@ def test_a_forward_that_mixes_up_the_answers_rows_is_caught(alone, shared, token
 def test_an_answer_beyond_the_slots_waits_and_can_be_cancelled_while_it_waits(alone, tokenizer):
     holder_has_it, done = threading.Event(), threading.Event()
 
-    def hold():  # another thread's answer holds the only slot
-        view = alone.slots.acquire()
-        holder_has_it.set()
-        done.wait(10)
-        alone.slots.release(view)
+    def hold():  # another thread holds the only slot (as a head's training reads rows in one)
+        with alone.slots.lease():
+            holder_has_it.set()
+            done.wait(10)
 
     holder = threading.Thread(target=hold)
     holder.start()
@@ -165,18 +165,27 @@ def test_an_answer_beyond_the_slots_waits_and_can_be_cancelled_while_it_waits(al
     assert final.error is None and len(final.token_ids) == 8, "the slot was not given back"
 
 
-def test_an_answer_left_paused_gives_its_slot_to_the_threads_next_answer(shared, tokenizer):
+def test_an_answer_left_paused_holds_its_slot_and_frees_it_when_dropped(shared, tokenizer):
+    """The stepper runs an answer at most MAX_LEAD steps ahead of its reader: one left paused stops
+    there, holding its slot, while another answer runs beside it; dropping it frees the slot."""
+    import gc
+
+    from draftscope.engine.stepper import MAX_LEAD
+
     ids = ids_of(tokenizer, PROMPTS[1])
-    paused = shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20))
-    next(paused)  # one step, then left as it is
+    paused = shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40))
+    first = next(paused)  # one step, then left as it is
     assert shared.slots.busy == 1
-    fresh = shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, drafters=[ContextDrafter()]))
-    next(fresh)
-    assert shared.slots.busy == 1, "the next answer took a second slot instead of the paused one's"
-    final = list(fresh)[-1]
-    assert final.error is None and len(final.token_ids) == 20
-    rest = list(paused)
-    assert rest[-1].error and "another answer started" in rest[-1].error
+    final = list(shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, drafters=[ContextDrafter()])))[-1]
+    assert final.error is None and len(final.token_ids) == 20, "the other answer did not run beside the paused one"
+    assert shared.slots.busy == 1, "the paused answer lost its slot"
+    rest = [next(paused) for _ in range(MAX_LEAD)]  # what it said ahead of its reader is there to read
+    assert first.tokens_total < rest[-1].tokens_total < 40
+    del paused, rest
+    gc.collect()  # a dropped generator is closed: its answer leaves at the next round
+    deadline = time.monotonic() + 5
+    while shared.slots.busy and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert shared.slots.busy == 0
 
 
@@ -235,21 +244,20 @@ def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, to
     app = create_app(runtime_for(engine, max_new_tokens=40, drafters=lambda: [SlowContext()]), history=None,
                      config=ServerConfig(parallel=2, queue_limit=1))
     server = ServerThread(app, port=0).start()
-    order, lock = [], threading.Lock()  # the pool's acquires and releases, in the order they happened
-    acquire, release = engine.slots.acquire, engine.slots.release
+    order, lock = [], threading.Lock()  # the stepper's admissions and releases, in the order they happened
+    admit, release = engine.slots._best_free, engine.slots._release
 
-    def logged_acquire(*args, **kwargs):
-        view = acquire(*args, **kwargs)
+    def logged_admit(prompt):
         with lock:
-            order.append(("acquire", threading.current_thread().name))
-        return view
+            order.append(("acquire", len(prompt)))
+        return admit(prompt)
 
-    def logged_release(view):
+    def logged_release(slot):
         with lock:
-            order.append(("release", threading.current_thread().name))
-        release(view)
+            order.append(("release", slot))
+        release(slot)
 
-    engine.slots.acquire, engine.slots.release = logged_acquire, logged_release
+    engine.slots._best_free, engine.slots._release = logged_admit, logged_release
     try:
         client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
         spans, errors = {}, []
@@ -460,7 +468,7 @@ def test_a_released_slot_keeps_its_cache_for_the_next_turn(shared, tokenizer):
     assert ids + final.token_ids[:-1] in held, "the answer's slot was emptied when it was given back"
 
 
-class LongChainDrafter:
+class LongChainDrafter(Drafter):
     """Drafts a 100-node chain whatever budget it is given: more than a shared forward takes."""
 
     name, source = "context", DraftSource.CONTEXT

@@ -15,7 +15,7 @@ import torch
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends import torch_backend_for
 from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.backends.slots import Prefill, Verify
+from draftscope.engine.backends.work import Prefill, Verify
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.drafters import ContextDrafter
@@ -249,13 +249,14 @@ def test_a_slot_gives_the_prompt_s_last_hidden_state_as_the_answer_alone_does(mo
     hidden = backend.start(prompt, want_hidden=True)
     assert hidden is not None and torch.allclose(hidden, expected, atol=1e-5)
     assert backend.start(prompt) is None
-    from draftscope.engine.backends.slots import SlotPool
-
-    view = SlotPool(backend).acquire()  # an answer's view: its prompt read in shared chunks
-    try:
-        assert torch.allclose(view.start(prompt, want_hidden=True), expected, atol=1e-5)
-    finally:
-        view.pool.release(view)
+    # an answer's prompt in another slot, read in short chunks as beside others' steps: the last one's state
+    at = backend.keep_prefix(1, prompt, want_hidden=True)
+    prefix, hidden = prompt[:-1], None
+    while at < len(prefix):
+        chunk = prefix[at : at + 3]
+        hidden = backend.decode_many({1: Prefill(chunk, at, want_hidden=at + len(chunk) == len(prefix))}).get(1)
+        at += len(chunk)
+    assert torch.allclose(hidden, expected, atol=1e-5)
 
 
 def test_bad_slot_work_is_refused_in_words_and_the_rest_runs(model, tokenizer):

@@ -45,30 +45,26 @@ def open_torch(kind: str, model):
 
 
 class Fed:
-    """Counts the prompt tokens the model is given while an answer's ``start`` reads its prompt (by
-    the token ids its embedding looks up: the graphs' steps pass there too, not through forward)."""
+    """Counts the prompt tokens the model is given while an answer reads its prompt (by the token ids
+    its embedding looks up in the forwards of prompt work: the graphs' steps pass there too, not
+    through forward)."""
 
     def __init__(self, engine, model) -> None:
+        from draftscope.engine.backends.work import Prefill, Start
+
         self.tokens, self.reading = 0, False
         embeddings = model.get_input_embeddings()
         self._hook = embeddings.register_forward_hook(self._count)
-        acquire = engine.slots.acquire
+        decode = engine.backend.decode_many
 
-        def acquiring(*args, **kwargs):  # the answer's view of the model: its start is what is counted
-            view = acquire(*args, **kwargs)
-            start = view.start
+        def counted(work):  # the stepper's forwards: those of prompt work are what is counted
+            self.reading = all(isinstance(item, (Prefill, Start)) for item in work.values())
+            try:
+                return decode(work)
+            finally:
+                self.reading = False
 
-            def counted_start(prompt, **kw):
-                self.reading = True
-                try:
-                    return start(prompt, **kw)
-                finally:
-                    self.reading = False
-
-            view.start = counted_start
-            return view
-
-        engine.slots.acquire = acquiring
+        engine.backend.decode_many = counted
 
     def _count(self, module, inputs, output) -> None:
         if self.reading:
@@ -226,7 +222,7 @@ class Prefilled:
 
     def __init__(self, monkeypatch) -> None:
         from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
-        from draftscope.engine.backends.slots import Prefill
+        from draftscope.engine.backends.work import Prefill
 
         self.tokens = 0
         decode = LlamaCppBackend.decode_many

@@ -201,7 +201,9 @@ def test_a_cancelled_answer_is_not_learned_a_finished_one_is(engine, tmp_path):
             cancel.set()  # Stop, once the first step is shown
         stopped = events[-1]
         assert isinstance(stopped, FinalEvent) and stopped.finish_reason == "cancel", stopped.finish_reason
-        assert len(events) == 2 and stopped.token_ids and stopped.text.strip(), "a step was made: text to learn"
+        from draftscope.engine.stepper import MAX_LEAD  # the steps already under way when Stop came
+
+        assert 2 <= len(events) <= 2 + MAX_LEAD and stopped.token_ids and stopped.text.strip(), "text to learn"
         assert runtime.learner.wait_idle(10)
         assert runtime.learned.stats().answers == 0, "the cancelled answer was learned"
 

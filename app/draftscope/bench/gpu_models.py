@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from draftscope.engine.drafting.interface import Drafter
+
 # Qwen2.5 shapes from the published configs (the instruct and coder models share them); tiny, with
 # Qwen's vocabulary and two small layers, is for dry runs and tests. All are built with their own
 # head (see shape_model): the same compute as a tied one, 0.3-0.5 GB more for the tied shapes.
@@ -71,7 +73,7 @@ def wide_tree(rng, vocab: int):
                      np.ones(64, np.int8))
 
 
-class WideOracle:
+class WideOracle(Drafter):
     """The oracle's next 8 tokens as the first branch of :func:`wide_tree`'s 64-node shape, the other
     7 branches seeded random tokens: a step verifies 64 nodes and keeps 9 tokens, so the work outside
     the forward (drafting, tree building, the verification walk, events) is measured at 64 nodes."""

@@ -143,7 +143,7 @@ def noise_keyed_by_step():
     instead of the absolute position (answers with drafts then differ from plain decoding's)."""
     from unittest import mock
 
-    import draftscope.engine.engine as engine_mod
+    import draftscope.engine.answer as engine_mod
 
     return mock.patch.object(engine_mod, "token_positions",
                              lambda tree, next_position: [0] + [int(d) for d in tree.depth.tolist()])

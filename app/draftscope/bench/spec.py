@@ -462,10 +462,9 @@ class LlamaReference:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-        from draftscope.engine.backends.llama.llamacpp import on_llama_thread
-
-        # everything on our llama.cpp thread: from another, its OpenMP team and the engine's slow each other
-        self._native = on_llama_thread
+        # everything on the thread that drives our model (its stepper): from another, its OpenMP
+        # team and the engine's slow each other
+        self._native = lambda fn, *args, **kwargs: engine.slots.call(lambda: fn(*args, **kwargs))
         backend = engine.backend
         self.eos = engine.eos_ids
         self.max_new_tokens = max_new_tokens

@@ -8,10 +8,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafting.interface import Drafter
 from draftscope.engine.drafting.trie import PathTrie
 
 
-class ContextDrafter:
+class ContextDrafter(Drafter):
     name = "context"
     source = DraftSource.CONTEXT
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafting.interface import Drafter
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities
 from draftscope.engine.backends.base import chain_tree
 
@@ -69,7 +70,7 @@ def _draft_lock(backend) -> threading.Lock:
         return lock
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """``model``: a torch causal LM or an opened Backend (a GGUF draft model on llama.cpp runs in
     its own llama.cpp context); either way it drafts through the backend seam the target uses."""
 

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafting.interface import Drafter
 
 
-class OracleDrafter:
+class OracleDrafter(Drafter):
     name = "oracle"
     source = DraftSource.ORACLE
 

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafting.interface import Drafter
 from draftscope.retrieval import IndexChangedError, Reader
 
 
-class RetrievalDrafter:
+class RetrievalDrafter(Drafter):
     name = "retrieval"
     source = DraftSource.RETRIEVAL
 

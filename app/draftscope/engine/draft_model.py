@@ -21,8 +21,10 @@ def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | N
     why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
     if why:
         raise ValueError(f"{source.display_name} cannot be a draft model here: {why}")
-    target_backend = getattr(target, "backend", None)
-    if getattr(target_backend, "kind", "torch") == "llama.cpp" and source.kind == "gguf":
+    from draftscope.engine.engine import Engine
+
+    target_backend = target.backend if isinstance(target, Engine) else None  # a LoadedModel runs on torch
+    if target_backend is not None and target_backend.kind == "llama.cpp" and source.kind == "gguf":
         # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own
         opened = open_backend(source, backend="llama.cpp", context=target.max_context, threads=target_backend.threads)
         return LoadedModel(opened, opened.tokenizer, source, torch.device("cpu"), None, opened.precision_reason)

@@ -424,7 +424,7 @@ class MainWindow(QMainWindow):
     def show_server(self, url: str | None) -> None:
         """The local server's address in the status bar while it runs (Settings ▸ Server), and how
         many answers its forwards hold."""
-        self.status.show_server(url, self.runtime.engine.slots.shared)
+        self.status.show_server(url, self.runtime.engine.slots if self.runtime.engine.slots.size > 1 else None)
 
     # ------------------------------------------------------------------ dialogs
 

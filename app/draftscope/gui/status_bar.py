@@ -74,7 +74,7 @@ class StatusLine:
                                 "Settings ▸ Drafting turns it off; File ▸ Forget the learned answers clears them.")
 
     def show_server(self, url: str | None, sharing=None) -> None:
-        """``sharing``: the model's SharedForward (answers stepping together), whose answers per
+        """``sharing``: the model's stepper when it holds several answers (stepping together), whose answers per
         forward are shown beside the address, read again every 2 s while the server runs."""
         self.server.setVisible(url is not None)
         self._url, self._sharing = url, sharing

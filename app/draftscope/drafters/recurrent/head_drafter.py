@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafting.interface import Drafter
 from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree, end_rows
 
 DEFAULT_WIDTH = 4
@@ -21,7 +22,7 @@ DEFAULT_LENGTH = 4
 WIDTHS = (1, 2, 4, 8)  # beam widths tried when tuning for a device
 NEARLY_FREE = 1.25  # a wider beam is taken while a depth costs at most this much more than one beam
 
-class RecurrentDrafter:
+class RecurrentDrafter(Drafter):
     name = "recurrent"
     source = DraftSource.RECURRENT
     wants_hidden = True  # the engine passes the target's hidden state after each step

@@ -96,13 +96,12 @@ class GgufTarget:
 
     def outputs(self, ids: torch.Tensor, *, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """As TorchTarget.outputs, from llama.cpp: each sequence read in a slot of the engine's."""
-        view = self.pool.acquire() if self.pool is not None else None
-        slot = view.slot if view is not None else 0
-        try:
-            read = [self.backend.read_rows(slot, [int(t) for t in row], greedy=greedy) for row in ids.tolist()]
-        finally:
-            if view is not None:
-                self.pool.release(view)
+        rows = [[int(t) for t in row] for row in ids.tolist()]
+        if self.pool is None:
+            read = [self.backend.read_rows(0, row, greedy=greedy) for row in rows]
+        else:  # a slot of the model's own, read on its stepper's thread between the answers' rounds
+            with self.pool.lease() as slot:
+                read = [self.pool.call(lambda row=row: self.backend.read_rows(slot, row, greedy=greedy)) for row in rows]
         hidden = torch.stack([h for h, _ in read])
         return hidden, torch.stack([g for _, g in read]) if greedy else None
 

@@ -1,12 +1,13 @@
-"""The seam below the decoding loop: what the loop asks of the target model, whatever runs it.
+"""The seam below the answers: what the stepper (engine/stepper.py) asks of the target model,
+whatever runs it.
 
-A backend holds one answer's cache at a time (the engine's answer lock makes sure). The loop's
-state between steps: the cache holds every token of prompt + answer except the last one, the
-root. ``verify`` feeds the root and a draft tree in one forward and returns a row of next-token
-logits for the root and for every node; ``commit`` keeps the root and the accepted nodes.
-Drafters, verification, the step policy, events and every face sit above this seam and never
-ask which backend runs.
-"""
+A backend holds ``slots`` answers' caches (one for most; llama.cpp, its RPC child and torch's padded
+batch hold several). Between steps a slot's cache holds every token of its prompt + answer except the
+last one, the root. ``decode_many`` runs one forward for several slots' work (engine/backends/work.py):
+a prompt chunk, or a root and a draft tree, returning a row of next-token logits for the root and for
+every node; ``commit_slot`` keeps the root and the accepted nodes. A one-slot backend gets every slot
+verb from its one-answer verbs (start, verify, commit, truncate). Drafters, verification, the step
+policy, events and every face sit above this seam and never ask which backend runs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.work import PREFILL_BATCH, Start, Verify
 
 
 @dataclass
@@ -36,12 +38,18 @@ class Backend(ABC):
     device: object  # torch.device for torch; "cpu" (or the GPU it offloads to) for llama.cpp
     precision: str  # "float32", "bfloat16", ... or the GGUF's quantisation ("Q4_K_M")
     precision_reason: str = ""
+    dtype = None  # the torch dtype, where torch computes (None: the file's own formats)
     model = None  # the torch module, where there is one (the self:N draft model, head training, HF references)
     gives_hidden: bool = False  # can return last hidden states (the recurrent head needs them)
     no_hidden_reason: str = "does not give the model's hidden state"  # why not, in words (gives_hidden False)
     notice: str | None = None  # what the user should know of how it was opened (kernels turned off, a fallback)
     max_tree: int | None = None  # draft nodes one verify takes at most (None: no limit); the engine cuts trees to it
     last_kept: int = 0  # prompt tokens the last start() found in the cache and did not read again (held.py)
+    slots: int = 1  # answers it holds at once, each in a slot with its own cache
+    leaves: int | None = None  # leaves a slot's tree may have (llama.cpp: a sequence id each; None: any)
+    batch_capacity: int | None = None  # tokens one forward takes (None: any)
+    prefill_batch: int = PREFILL_BATCH  # prompt tokens a chunk holds at most
+    reads_in_chunks: bool = False  # prompts go in Prefill chunks (several slots); else whole, in Start
 
     @abstractmethod
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
@@ -65,6 +73,49 @@ class Backend(ABC):
     @abstractmethod
     def cached(self) -> int:
         """How many positions the cache holds now."""
+
+    # ------------------------------------------------------------------ slots (one, unless overridden)
+
+    def decode_many(self, work: dict) -> dict:
+        """One forward for several slots' work: {slot: Start | Prefill | Verify} -> {slot: its result
+        (the prompt's last hidden state or None; a Verified), or the error that item met}."""
+        out = {}
+        for slot, item in work.items():  # one slot: one item
+            try:
+                if isinstance(item, Start):
+                    out[slot] = self.start(item.prompt, want_hidden=item.want_hidden)
+                elif isinstance(item, Verify):
+                    out[slot] = self.verify(item.root, item.tree, want_hidden=item.want_hidden)
+                else:
+                    raise ValueError(f"{self.kind} reads a prompt whole (Start), not in chunks")
+            except Exception as exc:  # noqa: BLE001 - the answer that asked hears of it
+                out[slot] = exc
+        return out
+
+    def commit_slot(self, slot: int, path: list[int]) -> None:
+        self.commit(path)
+
+    def truncate_slot(self, slot: int, length: int) -> None:
+        self.truncate(length)
+
+    def clear_slot(self, slot: int) -> None:
+        self.truncate_slot(slot, 0)
+
+    def slot_cached(self, slot: int) -> int:
+        return self.cached
+
+    def held_tokens(self, slot: int) -> list[int]:
+        """The token at each position the slot's cache holds, as far as known (held.py)."""
+        return []
+
+    def keep_prefix(self, slot: int, prompt: list[int], *, want_hidden: bool = False) -> int:
+        """Cut the slot's cache back to what it shares with ``prompt``; the positions kept."""
+        self.truncate_slot(slot, 0)
+        self.last_kept = 0
+        return 0
+
+    def ensure_open(self) -> None:
+        """Open the model again if what ran it ended (a child process that lost a worker)."""
 
     def describe(self) -> str:
         """One line for the status bar's tooltip and the terminal: what runs, in what precision."""

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.engine.drafting.interface import Drafter
 from draftscope.engine.drafting.trie import PathTrie
 
 
@@ -37,7 +38,7 @@ def path_scores(tree: DraftTree) -> np.ndarray:
     return support / total if total > 0 else support
 
 
-class CompositeDrafter:
+class CompositeDrafter(Drafter):
     """Budget goes where drafts get accepted: each source's scores are weighted by its recent
     acceptance rate (accepted / proposed nodes, an exponential average fed by ``feedback``)."""
 
@@ -100,11 +101,11 @@ class CompositeDrafter:
 
     @property
     def wants_hidden(self) -> bool:
-        return any(getattr(d, "wants_hidden", False) for d in self.drafters)
+        return any(d.wants_hidden for d in self.drafters)
 
     def set_hidden(self, hidden) -> None:
         for d in self.drafters:
-            if getattr(d, "wants_hidden", False):
+            if d.wants_hidden:
                 d.set_hidden(hidden)
 
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:

@@ -26,13 +26,14 @@ import torch
 from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError
-from draftscope.engine.backends.slots import MAX_TREE
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH
 
 LOAD_TIMEOUT_S = 600.0  # opening the model: workers receive their layers over the network
 CALL_TIMEOUT_S = 120.0  # one call (a prefill chunk of 512 tokens included)
 
 
 class IsolatedLlamaBackend(Backend):
+    reads_in_chunks = True
     kind = "llama.cpp"
     gives_hidden = False
     no_hidden_reason = ("runs a model shared with RPC workers in a child process, which does not pass its hidden "
@@ -75,6 +76,7 @@ class IsolatedLlamaBackend(Backend):
         self.precision, self.precision_reason = info["precision"], info["precision_reason"]
         self.description, self.split, self.threads = info["description"], info["split"], info["threads"]
         self.slots, self.leaves, self.batch_capacity = info["slots"], info["leaves"], info["batch_capacity"]
+        self.prefill_batch = min(PREFILL_BATCH, self.batch_capacity)
         self.max_tree = MAX_TREE  # the shared logits buffer holds a root and MAX_TREE nodes a slot
         self.device, self._describe = info["device"], info["describe"]
         rows = self.slots * (MAX_TREE + 1)  # every slot's root and largest tree
@@ -155,7 +157,7 @@ class IsolatedLlamaBackend(Backend):
     def cached(self) -> int:
         return self._call("cached_positions")
 
-    # slots (engine/backends/slots.py)
+    # slots (the stepper's verbs, engine/stepper.py)
     def decode_many(self, work: dict) -> dict:
         return self._call("decode_many", work)
 

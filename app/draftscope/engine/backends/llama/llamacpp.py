@@ -10,13 +10,12 @@ leaf below the last accepted node, cuts it after that node and makes it sequence
 
 Several answers at once (``slots``): answer slot k owns the sequence ids [k·L, (k+1)·L), L leaves
 each, and its own share of the cache's cells; ``decode_many`` puts the prefill chunks and draft
-trees of several slots in one ``llama_decode`` (engine/backends/slots.py gathers them). The
+trees of several slots in one ``llama_decode`` (the stepper, engine/stepper.py, gathers them). The
 single-answer calls (start, verify, commit, truncate) are slot 0's.
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.rules import LLAMA_CONTEXT
-from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.llama.llama_lib import lib as _lib
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
@@ -41,32 +40,19 @@ DEFAULT_CONTEXT = LLAMA_CONTEXT
 _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
 
 
-def on_llama_thread(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` on the thread every llama.cpp computation of the process runs on (see
-    _serialised): for other llama.cpp users in the process, such as bench spec's llama-cpp-python
-    reference. Called from a second thread, llama.cpp's OpenMP team of that thread and ours take
-    turns on the cores and both run ~1.6x slower (Qwen2.5-1.5B, 2 cores: 29 -> 47 ms a token)."""
-    if threading.current_thread().name.startswith("llama.cpp"):
-        return fn(*args, **kwargs)
-    return _NATIVE.submit(fn, *args, **kwargs).result()
-
-
 def _serialised(method):
-    """Every llama.cpp computation of the process runs on one thread. Slots reach a context from
-    several threads, and llama.cpp's OpenMP threads belong to the thread that calls it: decoding
-    from a second thread once the first had decoded (the load-time measurement) cost 86 ms a token
-    instead of 58 (Qwen2.5-1.5B, 2 cores; two thread teams taking turns on the cores)."""
+    """Every llama.cpp computation of the process runs on one thread at a time: the model's stepper
+    (a thread named "llama.cpp ...") calls straight through; any other thread hops onto one shared
+    thread. llama.cpp's OpenMP threads belong to the thread that calls it: decoding from a second
+    thread once the first had decoded cost 86 ms a token instead of 58 (Qwen2.5-1.5B, 2 cores; two
+    thread teams taking turns on the cores)."""
     import functools
-
-    def run(self, *args, **kwargs):
-        self._carry_out_commits()  # the cache as the answers' last commits left it
-        return method(self, *args, **kwargs)
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         if threading.current_thread().name.startswith("llama.cpp"):
-            return run(self, *args, **kwargs)
-        return _NATIVE.submit(run, self, *args, **kwargs).result()
+            return method(self, *args, **kwargs)
+        return _NATIVE.submit(method, self, *args, **kwargs).result()
     return call
 
 
@@ -79,6 +65,7 @@ def default_threads() -> int:
 class LlamaCppBackend(KeepsPrefixes, Backend):
     kind = "llama.cpp"
     gives_hidden = True  # final hidden states in the same decode as the logits (embeddings, pooling none)
+    reads_in_chunks = True
 
     def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = DEFAULT_CONTEXT,
                  threads: int | None = None, gpu_layers: int = 0, slots: int = 1,
@@ -119,21 +106,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self.batch_capacity = min(cells, max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL))
         self.prefill_batch = min(PREFILL_BATCH, self.batch_capacity)
         self.max_tree = MAX_TREE if slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx = cells
-        cparams.n_batch = self.batch_capacity
-        cparams.n_ubatch = PREFILL_BATCH
-        cparams.n_seq_max = slots * self.leaves
-        cparams.kv_unified = True  # one cache whose cells carry sequence tags: copying a prefix is free
-        cparams.pooling_type = L.LLAMA_POOLING_TYPE_NONE  # hidden states, when asked for, per token
-        cparams.n_threads = self.threads
-        cparams.n_threads_batch = self.threads
-        self._ctx = L.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
-            L.llama_model_free(self._model)
-            self._model = None
-            raise LlamaCppError(f"llama.cpp could not make a context of {self.max_context:,} tokens for {self.path.name} "
-                                "(not enough memory?)")
+        self._open_context(cells)
         self._memory = L.llama_get_memory(self._ctx)
         self._batch = L.llama_batch_init(self.batch_capacity, 0, self.leaves)
         buf = ctypes.create_string_buffer(128)
@@ -148,7 +121,24 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self._past = [0] * slots  # positions each slot's cache holds
         self.held = HeldTokens(slots)  # the tokens at those positions: a new prompt keeps what it shares
         self._last_seqs: list[list[tuple[int, ...]] | None] = [None] * slots
-        self._commits: collections.deque = collections.deque()  # (slot, its tree's sequences, past, path)
+
+    def _open_context(self, cells: int) -> None:
+        L = self._L
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = cells
+        cparams.n_batch = self.batch_capacity
+        cparams.n_ubatch = PREFILL_BATCH
+        cparams.n_seq_max = self.slots * self.leaves
+        cparams.kv_unified = True  # one cache whose cells carry sequence tags: copying a prefix is free
+        cparams.pooling_type = L.LLAMA_POOLING_TYPE_NONE  # hidden states, when asked for, per token
+        cparams.n_threads = self.threads
+        cparams.n_threads_batch = self.threads
+        self._ctx = L.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            L.llama_model_free(self._model)
+            self._model = None
+            raise LlamaCppError(f"llama.cpp could not make a context of {self.max_context:,} tokens for {self.path.name} "
+                                "(not enough memory?)")
 
     def _offload_to_workers(self, mparams, workers: list[str]) -> None:
         """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
@@ -252,19 +242,8 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
                 entries += [(tok, base + k, (self._seq(slot),), item.want_hidden and k == len(item.tokens) - 1)
                             for k, tok in enumerate(item.tokens)]
                 continue
-            tree, n = item.tree, len(item.tree)
-            seqs = _leaf_sequences(tree)
-            leaves = sorted({s for node in seqs for s in node}) or [0]
-            for leaf in leaves:
-                if leaf != 0:  # every leaf's sequence starts from the committed prefix
-                    L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
-                    L.llama_memory_seq_cp(self._memory, self._seq(slot), self._seq(slot, leaf), -1, -1)
-            mine = [tuple(self._seq(slot, leaf) for leaf in node) for node in seqs]
-            outputs[slot] = (len(entries), n + 1)
-            entries.append((item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True))
-            entries += [(int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(n)]
-            self._last_seqs[slot] = mine
-            self.held.verifying(slot, item.root, tree.tokens)
+            outputs[slot] = (len(entries), len(item.tree) + 1)
+            entries += self._tree_entries(slot, item, base)
         if not entries:
             return failed
         if len(entries) > self.batch_capacity:
@@ -291,6 +270,22 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             states = self._rows(L.llama_get_embeddings, row, rows, self.hidden_size) if work[slot].want_hidden else None
             out[slot] = Verified(self._rows(L.llama_get_logits, row, rows, self.vocab), states)
         return {**out, **failed}
+
+    def _tree_entries(self, slot: int, item, base: int) -> list[tuple]:
+        """The batch entries of a slot's root and tree: every leaf's sequence first gets the committed
+        prefix, and each node goes in the sequences of the leaves below it."""
+        L, tree = self._L, item.tree
+        seqs = _leaf_sequences(tree)
+        leaves = sorted({s for node in seqs for s in node}) or [0]
+        for leaf in leaves:
+            if leaf != 0:
+                L.llama_memory_seq_rm(self._memory, self._seq(slot, leaf), -1, -1)
+                L.llama_memory_seq_cp(self._memory, self._seq(slot), self._seq(slot, leaf), -1, -1)
+        mine = [tuple(self._seq(slot, leaf) for leaf in node) for node in seqs]
+        self._last_seqs[slot] = mine
+        self.held.verifying(slot, item.root, tree.tokens)
+        return [(item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True),
+                *((int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(len(tree)))]
 
     @_serialised
     def read_rows(self, slot: int, tokens: list[int], *, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -357,30 +352,25 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             return f"a draft tree of {len(item.tree)} nodes; at most {self.max_tree}"
         return None
 
+    @_serialised
     def commit_slot(self, slot: int, path: list[int]) -> None:
-        """Keep the slot's verified root and ``path``. The cache's cells are put in order by the next
-        llama.cpp call, on its thread (every call first carries out the commits before it): a plain
-        step then makes one hop to that thread, not two."""
+        """Keep the slot's verified root and ``path``: every other branch of its tree goes (other
+        slots are untouched), and the kept branch becomes the slot's first sequence again."""
+        L = self._L
         seqs, past = self._last_seqs[slot], self._past[slot]
         self.held.committed(slot, past, path)
         self._past[slot] = past + 1 + len(path)
         self._last_seqs[slot] = None
-        self._commits.append((slot, seqs, past, list(path)))
-
-    def _carry_out_commits(self) -> None:
-        L = self._L
-        while self._commits:
-            slot, seqs, past, path = self._commits.popleft()
-            keep = seqs[path[-1]][0] if path else self._seq(slot)
-            base = self._seq(slot)
-            used = {s for node in seqs for s in node} | {base} if seqs else {base}
-            for s in used:  # every other branch of this slot's tree goes; other slots are untouched
-                if s != keep:
-                    L.llama_memory_seq_rm(self._memory, s, -1, -1)
-            L.llama_memory_seq_rm(self._memory, keep, past + 1 + len(path), -1)
-            if keep != base:
-                L.llama_memory_seq_cp(self._memory, keep, base, -1, -1)
-                L.llama_memory_seq_rm(self._memory, keep, -1, -1)
+        keep = seqs[path[-1]][0] if path else self._seq(slot)
+        base = self._seq(slot)
+        used = {s for node in seqs for s in node} | {base} if seqs else {base}
+        for s in used:
+            if s != keep:
+                L.llama_memory_seq_rm(self._memory, s, -1, -1)
+        L.llama_memory_seq_rm(self._memory, keep, past + 1 + len(path), -1)
+        if keep != base:
+            L.llama_memory_seq_cp(self._memory, keep, base, -1, -1)
+            L.llama_memory_seq_rm(self._memory, keep, -1, -1)
 
     @_serialised
     def truncate_slot(self, slot: int, length: int) -> None:

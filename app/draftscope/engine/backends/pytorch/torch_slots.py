@@ -1,5 +1,5 @@
 """The torch backend holding several answers at once, so the answers stepping together share one
-forward (engine/backends/slots.py gathers their work).
+forward (the stepper, engine/stepper.py, gathers their work).
 
 Each answer slot owns one row of a static KV buffer per layer ([slots, kv heads, positions, head
 dim]). A forward stacks the slots' items as a padded batch: each row is its slot's prompt chunk or
@@ -23,7 +23,7 @@ from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
 from draftscope.engine.backends.held import HeldTokens
-from draftscope.engine.backends.slots import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
 
@@ -87,8 +87,10 @@ class _RowsCache(Cache):
 
 
 class TorchSlotsBackend(TorchBackend):
-    """``slots`` answers on one torch model; :class:`~draftscope.engine.backends.slots.SlotPool`
-    hands them out. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
+    """``slots`` answers on one torch model; the stepper (engine/stepper.py) gives each answer a
+    slot. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
+
+    reads_in_chunks = True
 
     def __init__(self, model, tokenizer, *, slots: int, first_span: int = SLOT_FIRST_SPAN, **kwargs) -> None:
         super().__init__(model, tokenizer, **kwargs)

@@ -1,0 +1,400 @@
+"""One answer as a state the stepper (engine/stepper.py) advances a round at a time: ``plan`` says what
+the next forward should hold for it (its prompt, a chunk of it, or a root and a draft tree), ``accept``
+takes that forward's result (verification, commit, stop rules, events). Its events go to its own queue,
+which ``Engine.generate`` yields from.
+
+The state between steps: the slot's cache holds every token of prompt + answer except the last one (the
+root). A step feeds [root] + tree; the logits at the root and at each node give the target's next-token
+distributions; verification picks the accepted path and the token the target adds itself; the cache
+keeps the root and the accepted nodes only."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.work import SHARED_PREFILL, PREFILL_BATCH, Prefill, Start, Verify
+from draftscope.engine.budget import FixedBudget, InSlot, measure_verify_costs
+from draftscope.engine.detokenizer import Detokenizer
+from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, StepTree
+from draftscope.engine.policy import StepPolicy, subtree
+from draftscope.engine.sampling import PositionNoise, fresh_seed, next_tokens
+from draftscope.engine.verify import token_positions, verify_tree
+
+
+def empty_stats() -> MessageStats:
+    return MessageStats(0, 0, 0.0, 0.0, 0.0, 0.0, None)
+
+
+@dataclass
+class _Step:
+    """The step in flight: its tree and when its drafting began and ended."""
+
+    tree: DraftTree
+    drafted: bool
+    began: float
+    drafted_at: float
+
+
+@dataclass
+class _Tally:
+    """What the answer has said so far, for its events and its final statistics."""
+
+    generated: list[int] = field(default_factory=list)
+    by_source: Counter = field(default_factory=Counter)
+    steps: int = 0
+    first_token_at: float | None = None
+    first_step_tokens: int = 0
+    forward_answers: list[int] = field(default_factory=list)  # answers in each of its forwards (shared models)
+
+
+class Answer:
+    """The answer to one request, from its admission into a slot to its final event."""
+
+    def __init__(self, engine, request, prompt: list[int], *, ignore_eos: bool = False) -> None:
+        self.engine, self.request, self.prompt, self.ignore_eos = engine, request, prompt, ignore_eos
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.said = self.read = 0  # events put, and taken by the reader (the stepper holds an answer ahead of it)
+        self.abandoned = False  # its generator was closed or dropped: the stepper frees its slot
+        self.finished = False
+        self.slot: int | None = None
+
+    def lead(self) -> int:
+        """Events said that the reader has not taken yet."""
+        return self.said - self.read
+
+    def next_event(self):
+        event = self.events.get()
+        self.read += 1
+        return event
+
+    # ------------------------------------------------------------------ set-up (admitted into a slot)
+
+    def begin(self, backend, slot: int) -> None:
+        self.backend, self.slot = backend, slot
+        self.started = time.perf_counter()
+        self._set_up_sampling()
+        self._set_up_drafting()
+        req, prompt = self.request, self.prompt
+        self.limit = min(req.max_new_tokens, self.engine.max_context - len(prompt))
+        self.ids = list(prompt)
+        self.seen = torch.zeros(self.engine.vocab, dtype=torch.bool)
+        self.seen[torch.tensor(prompt)] = True
+        self.detok = Detokenizer(self.engine.tokenizer)
+        self.tally = _Tally()
+        self.finish, self.error = "length", None
+        self.max_stop = max((len(s) for s in req.stop_strings), default=0)
+        self.root = prompt[-1]
+        self.step: _Step | None = None
+        self._set_up_reading()
+
+    def _set_up_sampling(self) -> None:
+        params = self.request.sampling
+        # The seed decides every token at T > 0 (with the position): kept with the answer.
+        self.seed = None if params.greedy else (params.seed if params.seed is not None else fresh_seed())
+        self.noise = None if self.seed is None else PositionNoise(self.seed, self.engine.vocab)
+
+    def _set_up_drafting(self) -> None:
+        engine, req = self.engine, self.request
+        self.drafters = list(req.drafters)
+        for d in self.drafters:
+            d.set_sampling(req.sampling, self.noise)  # a draft model couples its drafts to the same noise
+            d.reset(self.prompt)
+        if not self.drafters:
+            self.budget = FixedBudget(0)
+        elif req.budget is not None:
+            self.budget = FixedBudget(req.budget)
+        else:
+            if engine.verify_costs is None:  # the adaptive budget prices trees by what a verify costs
+                engine.verify_costs = measure_verify_costs(InSlot(self.backend, self.slot))
+            self.budget = StepPolicy(engine.verify_costs, calibration=engine.calibration)
+        self.drafter = self.drafters[0] if len(self.drafters) == 1 else None
+        if len(self.drafters) > 1:
+            from draftscope.engine.drafting.composite import CompositeDrafter
+
+            step_cost = engine.verify_costs.get(0) if engine.verify_costs else None
+            self.drafter = CompositeDrafter(self.drafters, step_cost=step_cost, memory=engine.drafter_gates)
+        # Drafters that read the target's hidden state (the recurrent head) get it from the forwards
+        # the answer runs anyway: the prompt's, then each verify step's.
+        self.wants_hidden = self.drafter is not None and self.drafter.wants_hidden
+        if self.wants_hidden and not self.backend.gives_hidden:
+            raise ValueError(f"the recurrent drafter reads the model's hidden state: the {self.backend.kind} backend "
+                             f"{self.backend.no_hidden_reason}")
+
+    def _set_up_reading(self) -> None:
+        """What of the prompt the slot's cache keeps, and where reading the rest starts."""
+        backend, slot = self.backend, self.slot
+        backend.ensure_open()  # a child process that ended (a lost worker) opens again
+        if not self.request.keep_cache:
+            backend.truncate_slot(slot, 0)
+        self.phase = "prompt"  # then "steps"
+        self.pending = None  # the work planned for the forward in flight
+        self.kept = 0
+        self.reading_at = None  # the next prompt position to read in chunks (None: read whole by start)
+        self.past = None  # the positions this answer put in its slot's cache (chunked backends check it)
+        if backend.reads_in_chunks:
+            self.kept = backend.keep_prefix(slot, self.prompt, want_hidden=self.wants_hidden)
+            self.reading_at = self.past = self.kept
+
+    # ------------------------------------------------------------------ plan: the next forward's work
+
+    def plan(self, room: int | None, shared) -> object | None:
+        """The work for the next forward, or None: none this round (no room left in it for a prompt
+        chunk), or the answer has ended (``finished``: its final event is out). ``room``: tokens the
+        forward has left (None: no limit); ``shared``: what the last forward held (ForwardStats) when
+        the model is shared, else None."""
+        if self.request.cancel is not None and self.request.cancel.is_set():
+            self.finish = "cancel"
+            self.end()
+            return None
+        if self.phase == "prompt":
+            self.pending = self._plan_prompt(room, shared)
+            if self.pending is not None or self.phase == "prompt":  # a chunk, or no room for one this round
+                return self.pending
+        if len(self.tally.generated) >= self.limit:
+            self.end()
+            return None
+        self.pending = self._plan_tree(shared)
+        return self.pending
+
+    def _plan_prompt(self, room: int | None, shared) -> Start | Prefill | None:
+        """The prompt whole (backends that read it in their start) or its next chunk; None once read."""
+        if self.reading_at is None:
+            return Start(self.prompt, want_hidden=self.wants_hidden)
+        prefix = self.prompt[:-1]
+        if self.reading_at >= len(prefix):
+            self.phase = "steps"
+            return None
+        most = min(PREFILL_BATCH, self.backend.prefill_batch, PREFILL_BATCH if room is None else room)
+        if shared is not None and shared.answers > 1:  # others are decoding: short chunks keep their steps short
+            most = min(most, SHARED_PREFILL)
+        if most <= 0:
+            return None
+        chunk = prefix[self.reading_at : self.reading_at + most]
+        last = self.reading_at + len(chunk) == len(prefix)
+        return Prefill(chunk, self.reading_at, want_hidden=self.wants_hidden and last)
+
+    def _plan_tree(self, shared) -> Verify:
+        began = time.perf_counter()
+        size = self.budget.draft_budget()
+        if self.backend.max_tree is not None:  # a fixed --budget beyond what a verify takes: trees cut to fit
+            size = min(size, self.backend.max_tree)
+        drafter = self.drafter
+        tree = drafter.propose(self.ids, size) if (drafter is not None and size > 0) else DraftTree.empty()
+        tree = drop_foreign_tokens(tree, self.engine.vocab)
+        tree = limit_leaves(prune_depth(tree, self.limit - len(self.tally.generated) - 1), self.backend.leaves)
+        tree = first_nodes(self.budget.trim(tree, size, shared), size)
+        self.step = _Step(tree, drafter is not None and size > 0, began, time.perf_counter())
+        return Verify(self.root, tree, past=self.past, want_hidden=self.wants_hidden)
+
+    # ------------------------------------------------------------------ accept: the forward's result
+
+    def accept(self, result, *, seconds: float, answers: int, shared) -> None:
+        """Take the forward's result for the work planned (an error raised: the stepper ends the
+        answer with it). The final event is out once ``finished``."""
+        item, self.pending = self.pending, None
+        if isinstance(result, BaseException):
+            raise result
+        if isinstance(item, Start):
+            self.kept, self.phase = self.backend.last_kept, "steps"
+        elif isinstance(item, Prefill):
+            self.reading_at = self.past = self.reading_at + len(item.tokens)
+        else:
+            if self.backend.slots > 1:
+                self.tally.forward_answers.append(answers)
+            self._accept_tree(self.step, result, seconds, shared)
+            return
+        if item.want_hidden and result is not None:  # the prompt's last position: the recurrent drafter's first state
+            self.drafter.set_hidden(result)
+
+    def _accept_tree(self, step: _Step, verified, seconds: float, shared) -> None:
+        began_accept = time.perf_counter()
+        tree = step.tree
+        chosen = next_tokens(verified.logits, self.request.sampling, token_positions(tree, len(self.ids)), self.noise,
+                             self._rows_seen(tree, verified.logits.device), verified.best)
+        path, bonus = verify_tree(tree, chosen)
+        self.backend.commit_slot(self.slot, path)
+        if self.past is not None:
+            self.past += 1 + len(path)
+        if self.wants_hidden:  # the position that predicted the bonus token, the next root
+            self.drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])
+        verify_s = seconds + time.perf_counter() - began_accept
+        emitted, provenance, stop = self._emit(tree, path, bonus)
+        self.budget.update(tree, path, draft_seconds=step.drafted_at - step.began, verify_seconds=verify_s,
+                           drafted=step.drafted, shared=shared)
+        if self.drafter is not None:
+            self.drafter.observe(emitted)
+            self.drafter.feedback(tree, path)
+        self.said += 1
+        self.events.put(self._step_event(step, path, emitted, provenance, verify_s))
+        if stop:
+            self.end()
+
+    def _rows_seen(self, tree: DraftTree, device) -> torch.Tensor | None:
+        """For the repetition penalty: each row's tokens so far (the answer's and its path's)."""
+        if self.request.sampling.repetition_penalty == 1.0:
+            return None
+        rows = self.seen.repeat(len(tree) + 1, 1)
+        for i in range(len(tree)):
+            rows[i + 1, torch.tensor(tree.token_path(i))] = True
+        return rows.to(device)
+
+    def _emit(self, tree: DraftTree, path: list[int], bonus: int) -> tuple[list[int], list[str], bool]:
+        """The step's tokens as said: cut at the length limit, at an end-of-sequence token, at a stop string."""
+        tally = self.tally
+        emitted = ([int(tree.tokens[i]) for i in path] + [bonus])[: self.limit - len(tally.generated)]
+        provenance = [SOURCE_NAMES[int(tree.source[i])] for i in path] + ["target"]
+        stop = False
+        if not self.ignore_eos:
+            for k, tok in enumerate(emitted):
+                if tok in self.engine.eos_ids:
+                    emitted, stop, self.finish = emitted[: k + 1], True, "eos"
+                    break
+        self.pieces = []
+        for tok in emitted:
+            self.pieces.append(self.detok.push(tok))
+            tally.generated.append(tok)
+            if self.max_stop and any(s in self.detok.text[-(self.max_stop + 16):] for s in self.request.stop_strings):
+                stop, self.finish = True, "stop"
+                break
+        emitted, provenance = emitted[: len(self.pieces)], provenance[: len(self.pieces)]
+        tally.by_source.update(src for src in provenance if src != "target")
+        self.ids.extend(emitted)
+        self.seen[torch.tensor(emitted)] = True
+        self.root = self.ids[-1]
+        self.path_said = path[: len(emitted)]  # nodes whose tokens were emitted (EOS may cut the path)
+        return emitted, provenance, stop
+
+    def _step_event(self, step: _Step, path: list[int], emitted: list[int], provenance: list[str],
+                    verify_s: float) -> StepEvent:
+        tally = self.tally
+        tally.steps += 1
+        now = time.perf_counter()
+        if tally.first_token_at is None:
+            tally.first_token_at = now
+        if tally.steps == 1:
+            tally.first_step_tokens = len(tally.generated)
+        elapsed = now - self.started
+        done = len(tally.generated)
+        decode_tps = (done - tally.first_step_tokens) / (now - tally.first_token_at) if now > tally.first_token_at else None
+        return StepEvent(
+            step=tally.steps, token_ids=emitted, pieces=self.pieces, provenance=provenance, tree=StepTree.of(step.tree),
+            accepted_path=self.path_said, proposed=len(step.tree), accepted=min(len(path), len(emitted)),
+            draft_ms=(step.drafted_at - step.began) * 1000, verify_ms=verify_s * 1000, total_ms=(now - step.began) * 1000,
+            tokens_total=done, steps_total=tally.steps, tau=done / tally.steps,
+            tokens_per_second=done / elapsed if elapsed > 0 else 0.0, speedup_estimate=self.engine.speedup(decode_tps),
+            elapsed_ms=elapsed * 1000, decode_tokens_per_second=decode_tps,
+        )
+
+    # ------------------------------------------------------------------ the end
+
+    def fail(self, exc: BaseException) -> None:
+        """A failure in this answer's work ends it with its error: the answer so far stays."""
+        if getattr(self, "tally", None) is None or not self.tally.generated:
+            self._say_final(FinalEvent("error", "", [], empty_stats(), error=f"{type(exc).__name__}: {exc}"))
+            return
+        self.finish, self.error = "error", f"{type(exc).__name__}: {exc}"
+        self.end()
+
+    def cancelled_waiting(self) -> None:
+        self._say_final(FinalEvent("cancel", "", [], empty_stats()))
+
+    def end(self) -> None:
+        """Say the final event (the answer's text and statistics)."""
+        if isinstance(self.budget, StepPolicy):  # what this answer's steps cost is the next answer's start
+            self.engine.verify_costs = dict(self.budget.costs)
+        self._say_final(FinalEvent(self.finish, self._final_text(), self.tally.generated, self._final_stats(),
+                                   prompt_tail=self.prompt[-8:], error=self.error))
+
+    def _final_text(self) -> str:
+        text = self.engine.tokenizer.decode(self.tally.generated, skip_special_tokens=True)
+        if self.finish == "stop":
+            cut = min((text.find(s) for s in self.request.stop_strings if s in text), default=len(text))
+            text = text[:cut]
+        return text
+
+    def _final_stats(self) -> MessageStats:
+        tally, elapsed = self.tally, time.perf_counter() - self.started
+        done, steps = len(tally.generated), tally.steps
+        decode_tps = None
+        if tally.first_token_at is not None and steps > 1:
+            decode_tps = (done - tally.first_step_tokens) / (self.started + elapsed - tally.first_token_at)
+        shared = tally.forward_answers
+        return MessageStats(
+            tokens=done, steps=steps, tau=done / steps if steps else 0.0,
+            tokens_per_second=done / elapsed if elapsed > 0 else 0.0,
+            time_to_first_token_ms=((tally.first_token_at or time.perf_counter()) - self.started) * 1000,
+            elapsed_s=elapsed, speedup_estimate=self.engine.speedup(decode_tps), decode_tokens_per_second=decode_tps,
+            drafters=[d.name for d in self.drafters], accepted_by_source=dict(tally.by_source), seed=self.seed,
+            answers_per_forward=sum(shared) / len(shared) if shared else None,
+            prompt_tokens=len(self.prompt), prompt_kept=self.kept,
+        )
+
+    def _say_final(self, event: FinalEvent) -> None:
+        self.finished = True
+        self.said += 1
+        self.events.put(event)
+
+
+# ---------------------------------------------------------------------------- trees cut to fit
+
+
+def drop_foreign_tokens(tree: DraftTree, vocab: int) -> DraftTree:
+    """Drafts whose token is not in the model's vocabulary (a datastore built for another
+    tokenizer, a damaged index) are dropped with everything below them: they could never be
+    accepted, and the model cannot even embed them."""
+    if len(tree) == 0:
+        return tree
+    bad = (tree.tokens < 0) | (tree.tokens >= vocab)
+    if not bad.any():
+        return tree
+    keep = ~bad
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        if parent >= 0 and not keep[parent]:
+            keep[i] = False
+    return subtree(tree, keep)
+
+
+def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
+    """Drop nodes deeper than ``max_depth`` (they could only produce tokens past the limit)."""
+    if len(tree) == 0 or tree.max_depth <= max_depth:
+        return tree
+    return subtree(tree, tree.depth <= max_depth)
+
+
+def first_nodes(tree: DraftTree, most: int) -> DraftTree:
+    """The tree's first ``most`` nodes (parents come before children, so it stays a tree)."""
+    if len(tree) <= most:
+        return tree
+    return subtree(tree, np.arange(len(tree)) < most)
+
+
+def limit_leaves(tree: DraftTree, max_leaves: int | None) -> DraftTree:
+    """At most ``max_leaves`` leaves (a backend shared by several answers gives each fewer cache
+    sequences, one per leaf): nodes are kept in the tree's order, parents first, while they do not
+    add a leaf past the limit."""
+    if max_leaves is None or len(tree) == 0 or len(tree.leaves()) <= max_leaves:
+        return tree
+    keep = np.zeros(len(tree), dtype=bool)
+    is_leaf = np.zeros(len(tree), dtype=bool)
+    leaves = 0
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        if parent >= 0 and not keep[parent]:
+            continue
+        extends = parent >= 0 and is_leaf[parent]  # the parent stops being a leaf: the count holds
+        if not extends and leaves >= max_leaves:
+            continue
+        keep[i], is_leaf[i] = True, True
+        if extends:
+            is_leaf[parent] = False
+        else:
+            leaves += 1
+    return subtree(tree, keep)

@@ -1,0 +1,296 @@
+"""One thread drives the model (as llama-server's ``update_slots`` and vLLM's ``EngineCore.step``): each
+round it admits waiting answers into free slots, asks every answer for its work (a prompt chunk, or a
+root and its draft tree), runs one forward for all of them, and hands each its result. Answers join and
+leave between rounds; an answer's events go to its own queue (engine/answer.py), which
+``Engine.generate`` yields from on the caller's thread.
+
+Whatever else uses the loaded model (measurements, a recurrent head's training reading rows through
+llama.cpp) runs on the same thread, between rounds: ``call`` (``exclusive``: once no answer runs),
+``lease`` (a slot of its own while it reads). The thread ends after a while with nothing to do, so a
+model that is dropped is not kept alive by it, and starts again with the next answer."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+
+import torch
+
+from draftscope.engine.backends.held import common_prefix
+from draftscope.engine.backends.work import ForwardStats, Verify, tokens_of
+
+IDLE_S = 5.0  # the thread ends after this long with nothing to do
+MAX_LEAD = 2  # steps an answer runs ahead of its reader: a paused reader pauses its answer (and a cancel
+# set after an event takes effect within the steps already said), while a reader that keeps up never waits
+
+
+class _Call:
+    """A function to run on the stepper's thread, and its outcome."""
+
+    def __init__(self, fn, exclusive: bool) -> None:
+        self.fn, self.exclusive = fn, exclusive
+        self.done = threading.Event()
+        self.result = self.error = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            self.error = exc
+        self.done.set()
+
+
+class Stepper:
+    """The model's answers and its one driving thread. ``size``: answers at once (the backend's slots)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.size = int(backend.slots)
+        self._cond = threading.Condition()
+        self._waiting: deque = deque()  # answers not yet in a slot, in the order they came
+        self._running: dict[int, object] = {}  # slot -> its answer
+        self._leased: set[int] = set()  # slots lent to a reader (lease)
+        self._free = list(range(self.size))
+        self._released = dict.fromkeys(range(self.size), 0)  # slot -> when last released (a count): LRU on ties
+        self._releases = 0
+        self._calls: deque[_Call] = deque()
+        self._thread: threading.Thread | None = None
+        self._freed = False  # a slot was given back in this round
+        self._poked = False  # woken since the round began (an event taken, an answer submitted or dropped)
+        self._name = "llama.cpp stepper" if backend.kind == "llama.cpp" else "stepper"  # llama.cpp's calls run inline
+        self.last = ForwardStats()
+        self.forwards = 0  # forwards run, and the answers they held, since the counts were reset
+        self.answers_in_forwards = 0
+
+    # ------------------------------------------------------------------ what callers see
+
+    @property
+    def busy(self) -> int:
+        """Slots in use: answering, or lent to a reader."""
+        with self._cond:
+            return len(self._running) + len(self._leased)
+
+    @property
+    def mean_answers(self) -> float:
+        """Answers per forward on average (0.0 before the first)."""
+        return self.answers_in_forwards / self.forwards if self.forwards else 0.0
+
+    def reset_counts(self) -> None:
+        """Count forwards from now (after the load-time measurements)."""
+        self.forwards = self.answers_in_forwards = 0
+
+    def submit(self, answer) -> None:
+        with self._cond:
+            self._waiting.append(answer)
+            self._wake()
+
+    def taken(self, answer) -> None:
+        """The answer's reader took an event: an answer held back for it may step again."""
+        if answer.lead() == MAX_LEAD - 1:
+            with self._cond:
+                self._poke()
+
+    def abandon(self, answer) -> None:
+        """The answer's generator was closed or dropped: its slot is freed at the next round."""
+        with self._cond:
+            answer.abandoned = True
+            self._wake()
+
+    def call(self, fn, *, exclusive: bool = False):
+        """``fn()`` on the stepper's thread between rounds (``exclusive``: once no answer runs, none
+        admitted meanwhile); its result, or its error raised here."""
+        if self._on_thread():
+            return fn()
+        job = _Call(fn, exclusive)
+        with self._cond:
+            self._calls.append(job)
+            self._wake()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    @contextlib.contextmanager
+    def lease(self, cancel: threading.Event | None = None):
+        """A free slot of its own while the block runs (waiting while every slot is busy): for reading
+        rows through the model (a recurrent head's training) beside the answers."""
+        with self._cond:
+            while not self._free:
+                if cancel is not None and cancel.is_set():
+                    raise InterruptedError("cancelled while waiting for a slot of the model")
+                self._cond.wait(timeout=0.1)
+            slot = self._free.pop(0)
+            self._leased.add(slot)
+        try:
+            yield slot
+        finally:
+            with self._cond:
+                self._leased.discard(slot)
+                self._give_back(slot)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _on_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def _wake(self) -> None:
+        """Called holding the lock: the thread runs (started again if it had ended)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drive, name=self._name, daemon=True)
+            self._thread.start()
+        self._poke()
+
+    def _poke(self) -> None:
+        """Called holding the lock: something changed since the round began; the thread must not sleep."""
+        self._poked = True
+        self._cond.notify_all()
+
+    def _drive(self) -> None:
+        with torch.inference_mode():
+            while True:
+                if self._round():
+                    continue
+                with self._cond:
+                    if self._poked:  # woken while the round ran: another round at once
+                        self._poked = False
+                        continue
+                    if self._has_work():  # answers held back until their readers catch up (taken wakes it)
+                        self._cond.wait(timeout=0.05)
+                        continue
+                    self._cond.wait(timeout=IDLE_S)
+                    if not self._has_work():
+                        self._thread = None  # the next submit starts another
+                        return
+
+    def _has_work(self) -> bool:
+        return bool(self._waiting or self._running or self._calls)
+
+    # ------------------------------------------------------------------ a round
+
+    def _round(self) -> bool:
+        """Calls, admissions, one forward for every answer's work, their results. False: nothing to do."""
+        with self._cond:
+            self._poked = False
+        self._freed = False
+        ran = self._run_calls()
+        self._admit()
+        work = self._plan()
+        if not work:  # every answer waits for its reader (or none runs): the caller sleeps until woken
+            return ran or self._freed  # a slot freed this round may admit a waiting answer at once
+        results, seconds = self._forward(work)
+        self._accept(work, results, seconds)
+        return True
+
+    def _run_calls(self) -> bool:
+        """The calls waiting, in order; an exclusive one waits (and holds back admissions) until no answer runs."""
+        ran = False
+        while True:
+            with self._cond:
+                if not self._calls or (self._calls[0].exclusive and self._running):
+                    return ran
+                job = self._calls.popleft()
+            job.run()
+            ran = True
+
+    def _admit(self) -> None:
+        """Waiting answers into free slots, in order (each into the slot whose cache shares most with
+        its prompt); the cancelled and the abandoned leave the queue wherever they are in it."""
+        with self._cond:
+            gone = [a for a in self._waiting if a.abandoned or (a.request.cancel is not None and a.request.cancel.is_set())]
+            for answer in gone:
+                self._waiting.remove(answer)
+        for answer in gone:
+            if not answer.abandoned:
+                answer.cancelled_waiting()
+        while True:
+            with self._cond:
+                if not self._waiting or not self._free or (self._calls and self._calls[0].exclusive):
+                    return
+                answer = self._waiting.popleft()
+                slot = self._best_free(answer.prompt)
+                self._free.remove(slot)
+                self._running[slot] = answer
+            try:
+                answer.begin(self.backend, slot)
+            except Exception as exc:  # noqa: BLE001 - that answer ends with its error; the others go on
+                answer.fail(exc)
+                self._release(slot)
+
+    def _best_free(self, prompt: list[int]) -> int:
+        """Called holding the lock: the free slot whose cache shares the longest prefix with ``prompt``;
+        on a tie the one used least recently, so a new conversation does not push out one just answered."""
+        if len(self._free) == 1:
+            return self._free[0]
+        try:
+            shared = {slot: common_prefix(self.backend.held_tokens(slot), prompt) for slot in self._free}
+        except Exception:  # noqa: BLE001 - a backend that ended (a lost worker): any slot, its start reopens it
+            return self._free[0]
+        return max(self._free, key=lambda slot: (shared[slot], -self._released[slot], -slot))
+
+    def _plan(self) -> dict:
+        """Each running answer's work for this forward: trees first, then prompt chunks in the room left."""
+        shared = self.last if self.size > 1 else None
+        room = self.backend.batch_capacity
+        work = {}
+        for reading in (False, True):
+            for slot, answer in sorted(self._running.items()):
+                if answer.abandoned:
+                    self._release(slot)
+                    continue
+                if (answer.phase == "prompt") != reading or slot in work or answer.lead() >= MAX_LEAD:
+                    continue
+                item = self._ask(answer, lambda: answer.plan(room, shared))
+                if answer.finished:
+                    self._release(slot)
+                elif item is not None:
+                    work[slot] = item
+                    room = None if room is None else room - tokens_of(item)
+        return work
+
+    def _forward(self, work: dict) -> tuple[dict, float]:
+        started = time.perf_counter()
+        try:
+            results = self.backend.decode_many(work)  # an item that failed has its error as its result
+        except Exception as exc:  # noqa: BLE001 - every answer in the forward hears of it
+            results = {slot: exc for slot in work}
+        seconds = time.perf_counter() - started
+        self.last = ForwardStats(sum(tokens_of(item) for item in work.values()), len(work), seconds)
+        self.forwards += 1
+        self.answers_in_forwards += len(work)
+        return results, seconds
+
+    def _accept(self, work: dict, results: dict, seconds: float) -> None:
+        shared = self.last if self.size > 1 else None
+        for slot in work:
+            answer = self._running[slot]
+            # a prompt chunk has no result unless its last hidden state was asked for
+            missing = RuntimeError("the forward ended without a result for this answer") if isinstance(work[slot], Verify) else None
+            result = results.get(slot, missing)
+            self._ask(answer, lambda: answer.accept(result, seconds=seconds, answers=len(work), shared=shared))
+            if answer.finished:
+                self._release(slot)
+
+    @staticmethod
+    def _ask(answer, fn):
+        """``fn()`` for one answer: a failure ends that answer with its error, never the round."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001
+            answer.fail(exc)
+            return None
+
+    def _release(self, slot: int) -> None:
+        with self._cond:
+            self._running.pop(slot, None)
+            self._give_back(slot)
+        self._freed = True
+
+    def _give_back(self, slot: int) -> None:
+        """Called holding the lock: the slot is free again; its cache stays for the conversation's next turn."""
+        self._releases += 1
+        self._released[slot] = self._releases
+        self._free.append(slot)
+        self._free.sort()
+        self._cond.notify_all()
