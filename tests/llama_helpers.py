@@ -52,3 +52,29 @@ def assert_plain_or_near_tie(engine, prompt: list[int], plain: list[int], got: l
         f"{what}diverged from plain decoding at answer token {found['position']}, where its two best scores were "
         f"{found['gap']:.2e} apart against a batch noise of {found['noise']:.2e}")
     return found
+
+
+def amx_faulting_selftest(tmp_path, monkeypatch, *, plain_runs: bool) -> None:
+    """llama.cpp's self-test child replaced by one that dies of SIGSEGV with its weights on AMX (and,
+    with ``plain_runs``, passes with them in their plain layout); verdicts kept apart from the suite's."""
+    import sys
+    import textwrap
+
+    from draftscope import paths
+    from draftscope.engine.backends.llama import selftest
+
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        print("kernels: AVX2,AVX512,AMX_INT8", flush=True)
+        if "--plain-layout" in sys.argv and {plain_runs!r}:
+            print("buffers: CPU_Mapped")
+            print("stage: step")
+            print("ok")
+            sys.exit(0)
+        print("buffers: CPU_Mapped,AMX", flush=True)
+        print("stage: prompt", flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    """))
+    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")

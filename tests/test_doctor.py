@@ -4,16 +4,13 @@ llama.cpp's kept verdict and kernels, the folders — and ``--forget`` / ``--che
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 
 import pytest
 
-from draftscope import paths
 from draftscope.cli import main
-from draftscope.engine.backends.llama import llama_verdict, selftest
+from draftscope.engine.backends.llama import llama_verdict
 from draftscope.storage.settings import Settings, save_settings
-from llama_helpers import need_llama_cpp
+from llama_helpers import amx_faulting_selftest, need_llama_cpp
 
 
 @pytest.fixture
@@ -22,20 +19,7 @@ def here(tmp_path, monkeypatch):
     the plain layout runs."""
     need_llama_cpp()
     monkeypatch.setenv("DRAFTSCOPE_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")
-    child = tmp_path / "child.py"
-    child.write_text(textwrap.dedent("""
-        import os, signal, sys
-        print("kernels: AVX2,AMX_INT8", flush=True)
-        if "--plain-layout" in sys.argv:
-            print("stage: step")
-            print("ok")
-            sys.exit(0)
-        print("buffers: CPU_Mapped,AMX", flush=True)
-        print("stage: prompt", flush=True)
-        os.kill(os.getpid(), signal.SIGSEGV)
-    """))
-    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(child)])
+    amx_faulting_selftest(tmp_path, monkeypatch, plain_runs=True)
     return tmp_path
 
 

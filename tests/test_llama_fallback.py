@@ -33,23 +33,9 @@ def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
 
 
 def stand_in(tmp_path, monkeypatch, *, plain_runs: bool):
-    """The self-test's child replaced by one that dies of SIGSEGV with its weights on AMX (and, with
-    ``plain_runs``, passes with them in their plain layout); verdicts kept apart from the suite's."""
-    script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, signal, sys
-        print("kernels: AVX2,AVX512,AMX_INT8", flush=True)
-        if "--plain-layout" in sys.argv and {plain_runs!r}:
-            print("buffers: CPU_Mapped")
-            print("stage: step")
-            print("ok")
-            sys.exit(0)
-        print("buffers: CPU_Mapped,AMX", flush=True)
-        print("stage: prompt", flush=True)
-        os.kill(os.getpid(), signal.SIGSEGV)
-    """))
-    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(script)])
-    monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")
+    from llama_helpers import amx_faulting_selftest
+
+    amx_faulting_selftest(tmp_path, monkeypatch, plain_runs=plain_runs)
 
 
 def settings(gguf, **fields) -> Settings:
