@@ -17,7 +17,7 @@ LAYERS = [
     ["paths", "sysinfo", "_retriever", "draft_tree", "rules"],
     ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
     ["engine"],  # the decoder: backends, the answer loop, its drafters' seam
-    ["storage", "datastore"],  # settings and history; building datastores
+    ["storage", "datastore", "documents"],  # settings and history; building datastores; the user's files
     ["drafters"],  # every drafter the app builds (retrieval, context, model, learned, recurrent)
     ["core"],  # the application core: runtime, session, the drafter factory, words
     ["server"],

@@ -11,13 +11,19 @@ import threading
 from draftscope.commands.model_options import add_model_arguments, runtime_from_args
 
 
+ATTACH_HELP = ("a file for the model to read with the {} (text, Markdown, source code, HTML, PDF, DOCX); "
+               "repeat for several")
+
+
 def add_parser(sub) -> None:
     chat = sub.add_parser("chat", help="chat in the terminal")
     add_model_arguments(chat)
+    chat.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("first message"))
     chat.set_defaults(func=cmd_chat)
     gen = sub.add_parser("generate", help="answer one prompt")
     gen.add_argument("prompt")
     add_model_arguments(gen)
+    gen.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("prompt"))
     gen.add_argument("--quiet-stats", action="store_true", help="do not print statistics to stderr")
     gen.set_defaults(func=cmd_generate)
 
@@ -48,12 +54,38 @@ def _stats_line(final) -> str:
     return f"[{answer_stats(stats, tau='tau')} · {final.finish_reason}]"
 
 
+def read_attachments(paths) -> list:
+    """The files named, read to text (AttachmentError, naming the file, for one that cannot be)."""
+    from draftscope.documents.extract import read_file
+
+    return [read_file(path) for path in paths]
+
+
+def _say_with(session, text: str, files: list) -> None:
+    """A message and its files, as the model will read them (ValueError: they cannot fit)."""
+    sent = session.attach(text, files)
+    for f in sent:
+        how = "whole" if f.whole else f"{len(f.passages)} passages ({', '.join(f.passages)})"
+        print(f"[{f.name}: {f.tokens:,} tokens, {how}]", file=sys.stderr)
+    session.say(text, files=sent)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from draftscope.core.session import ChatSession
+    from draftscope.documents.extract import AttachmentError
 
+    try:
+        files = read_attachments(args.attach)  # before the model loads: a bad file is said at once
+    except AttachmentError as exc:
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return 2
     runtime = runtime_from_args(args)
     session = ChatSession(runtime)
-    session.say(args.prompt)
+    try:
+        _say_with(session, args.prompt, files)
+    except ValueError as exc:
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return 2
     final = _answer(session, args)
     print()
     if final.finish_reason == "error":
@@ -66,12 +98,39 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from draftscope.core.session import ChatSession
+    from draftscope.documents.extract import AttachmentError
 
-    return _chat_loop(ChatSession(runtime_from_args(args)), args)  # the conversation lives in memory
+    try:
+        files = read_attachments(args.attach)
+    except AttachmentError as exc:
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return 2
+    return _chat_loop(ChatSession(runtime_from_args(args)), args, files)  # the conversation lives in memory
 
 
-def _chat_loop(session, args: argparse.Namespace) -> int:
-    print("Type a message; /reset starts over, /exit (or Ctrl-D) quits, Ctrl-C stops an answer.", file=sys.stderr)
+def _attach_command(line: str, pending: list) -> None:
+    """``/attach FILE``: the file goes with the next message."""
+    from draftscope.documents.extract import AttachmentError, read_file
+
+    path = line[len("/attach"):].strip().strip("'\"")
+    if not path:
+        print("(usage: /attach FILE)", file=sys.stderr)
+        return
+    try:
+        pending.append(read_file(path))
+    except AttachmentError as exc:
+        print(f"[{exc}]", file=sys.stderr)
+        return
+    names = ", ".join(f.name for f in pending)
+    print(f"(attached {pending[-1].name}: sent with your next message; attached now: {names})", file=sys.stderr)
+
+
+def _chat_loop(session, args: argparse.Namespace, pending: list | None = None) -> int:
+    print("Type a message; /attach FILE adds a file to it, /reset starts over, /exit (or Ctrl-D) quits, "
+          "Ctrl-C stops an answer.", file=sys.stderr)
+    pending = list(pending or [])
+    if pending:
+        print(f"(attached: {', '.join(f.name for f in pending)}; sent with your first message)", file=sys.stderr)
     while True:
         try:
             line = input("\nyou> ").strip()
@@ -89,7 +148,15 @@ def _chat_loop(session, args: argparse.Namespace) -> int:
             session.reset()
             print("(conversation cleared)", file=sys.stderr)
             continue
-        session.say(line)
+        if line == "/attach" or line.startswith("/attach "):
+            _attach_command(line, pending)
+            continue
+        try:
+            _say_with(session, line, pending)
+        except ValueError as exc:  # the files cannot fit the context: they stay attached
+            print(f"[{exc}]", file=sys.stderr)
+            continue
+        pending = []
         print("assistant> ", end="", flush=True)
         try:
             final = _answer(session, args)

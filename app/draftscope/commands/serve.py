@@ -7,6 +7,7 @@ import os
 import sys
 
 from draftscope.core import argtypes
+from draftscope.server.protocol import MAX_BODY_BYTES
 
 
 def add_parser(sub) -> None:
@@ -25,8 +26,9 @@ def add_parser(sub) -> None:
     p.add_argument("--queue-limit", type=argtypes.count, default=8, help="requests that may wait while --parallel "
                    "are answered; more get HTTP 429 (default: 8)")
     p.add_argument("--no-history", action="store_true", help="do not keep served answers in the app's history")
-    p.add_argument("--max-body-mb", type=argtypes.positive_int, default=8, help="request bodies beyond this many MB "
-                   "are refused (HTTP 413) before they are read (default: 8)")
+    p.add_argument("--max-body-mb", type=argtypes.positive_int, default=MAX_BODY_BYTES >> 20,
+                   help="request bodies beyond this many MB are refused (HTTP 413) before they are read (default: "
+                        f"{MAX_BODY_BYTES >> 20}, room for a 32 MB file sent as base64)")
     p.set_defaults(func=cmd_serve)
 
 

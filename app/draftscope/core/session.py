@@ -19,12 +19,15 @@ from dataclasses import dataclass
 
 from psygnal import Signal, SignalGroup
 
+from draftscope.documents.extract import Attachment
+from draftscope.documents.prompt import SentFile, prepare, render
 from draftscope.rules import seed_from_setting
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
 
 TITLE_CHARS = 48
+ANSWER_ROOM_MIN = 64  # tokens kept free for the answer at least when attachments fill the context
 
 
 def title_from(text: str) -> str:
@@ -69,6 +72,12 @@ class Turn:
     role: str
     content: str
     id: int | None = None
+    files: tuple[SentFile, ...] = ()  # a user message's attachments as the model read them
+
+    @property
+    def model_text(self) -> str:
+        """What the model reads of the turn: its files, then its text."""
+        return render(self.content, self.files)
 
 
 class ChatSession:
@@ -109,27 +118,50 @@ class ChatSession:
             return list(self._memory)
         if self.conversation_id is None:
             return []
-        return [Turn(m.role, m.content, m.id) for m in self.history.messages(self.conversation_id)]
+        return [Turn(m.role, m.content, m.id, tuple(SentFile.from_dict(f) for f in m.files))
+                for m in self.history.messages(self.conversation_id)]
 
     def messages(self) -> list[dict]:
-        """What the model sees: the system prompt (from the settings) and the turns."""
-        out = [{"role": t.role, "content": t.content} for t in self.turns()]
+        """What the model sees: the system prompt (from the settings) and the turns, their files in them."""
+        out = [{"role": t.role, "content": t.model_text} for t in self.turns()]
         if self.settings.system_prompt:
             out.insert(0, {"role": "system", "content": self.settings.system_prompt})
         return out
 
-    def say(self, text: str, *, replacing: int | None = None, role: str = "user") -> None:
+    def say(self, text: str, *, replacing: int | None = None, role: str = "user",
+            files: Sequence[SentFile] = ()) -> None:
         """A message (the user's, or, replaying a conversation given whole, an earlier answer);
         ``replacing`` (a user message's id) edits and resends: it and everything after it go. A
-        first message starts a conversation titled from it."""
+        first message starts a conversation titled from it. ``files``: its attachments as
+        :meth:`attach` prepared them."""
         if replacing is not None:
             self.rewind(replacing)
+        files = tuple(files)
         if not self._stored():
-            self._memory.append(Turn(role, text))
+            self._memory.append(Turn(role, text, None, files))
             return
         if self.conversation_id is None:
-            self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(text))
-        self.history.add_message(self.conversation_id, role, text)
+            title = text if text.strip() or not files else files[0].name
+            self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(title))
+        self.history.add_message(self.conversation_id, role, text, files=[f.as_dict() for f in files])
+
+    def attach(self, text: str, files: Sequence[Attachment], *, replacing: int | None = None) -> list[SentFile]:
+        """How the model will read ``files`` sent with ``text``: whole while they fit the context left
+        after the conversation so far (up to ``replacing``) and the answer's room, else the passages
+        that best answer ``text``. Raises ValueError (in words) when they cannot fit at all."""
+        if not files:
+            return []
+        turns = [{"role": t.role, "content": t.model_text} for t in self.turns()
+                 if replacing is None or t.id is None or t.id < replacing]
+        if self.settings.system_prompt:
+            turns.insert(0, {"role": "system", "content": self.settings.system_prompt})
+        used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
+        answer_room = max(ANSWER_ROOM_MIN, min(self.settings.max_new_tokens, self.engine.max_context // 4))
+        room = self.engine.max_context - used - answer_room
+        return prepare(list(files), text, room, self.count_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def rewind(self, message_id: int | None = None) -> bool:
         """Drop ``message_id`` (default: the last answer) and what follows it, to answer again.
@@ -191,7 +223,8 @@ class ChatSession:
             first = next((t.content for t in self._memory if t.role == "user"), "request")
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(first))
             for turn in self._memory:
-                self.history.add_message(self.conversation_id, turn.role, turn.content)
+                self.history.add_message(self.conversation_id, turn.role, turn.content,
+                                         files=[f.as_dict() for f in turn.files])
             self._memory = []
         stats, drafters = answer_record(final, self.engine.baseline_tokens_per_second)
         return self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,

@@ -29,6 +29,7 @@ from draftscope.gui.panels.trie_view import TrieView
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.core.session import ChatSession, sampling_from
+from draftscope.documents.extract import Attachment
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
 # figure is older than this, after an answer (never during one).
@@ -71,6 +72,9 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(self.stop)
         self.composer.regenerate_requested.connect(lambda: self.regenerate())
         self.composer.edit_last_requested.connect(self.edit_last)
+        self.composer.attach_failed.connect(lambda text: self.warn(text, "attachErrorDialog"))
+        self.composer.chips.count_tokens = self.session.count_tokens
+        self.chat_view.viewport().installEventFilter(self.composer.drops)  # files dropped on the chat attach too
         self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False, wordWrap=True)
         self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
         self.model_switcher.chosen.connect(self.model_chosen)
@@ -258,13 +262,18 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ sending, regenerate, edit
 
     def send(self) -> None:
-        text = self.composer.text()
-        if not text or self.streaming:
+        text, files = self.composer.text(), self.composer.attachments
+        if not (text or files) or self.streaming:
+            return
+        try:  # how the model reads the files: whole, or the passages for the question
+            sent = self.session.attach(text, files, replacing=self.editing_message_id)
+        except ValueError as exc:  # they cannot fit: the message and its files stay in the box
+            self.warn(str(exc), "attachErrorDialog")
             return
         if self.editing_message_id is not None:  # edit-and-resend: drop the old message and its answer
             self.session.rewind(self.editing_message_id)
             self.composer.end_edit()
-        self.session.say(text)
+        self.session.say(text, files=sent)
         self.composer.clear()
         self.conversations.select(self.conversation_id)
         self._generate()
@@ -289,7 +298,8 @@ class MainWindow(QMainWindow):
             return
         message = next((m for m in self.history.messages(self.conversation_id) if m.id == message_id), None)
         if message is not None and message.role == "user":
-            self.composer.begin_edit(message_id, message.content)
+            self.composer.begin_edit(message_id, message.content, [Attachment(f["name"], f["text"], f["kind"])
+                                                                   for f in message.files])
 
     def _on_action(self, verb: str, message_id: int) -> None:
         act = {"regenerate": self.regenerate, "edit": self.edit, "inspect": self.inspect}.get(verb)
@@ -326,10 +336,12 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str) -> None:
         self._end_stream()
+        self.warn(f"The answer failed: {message}", "answerErrorDialog")
+
+    def warn(self, text: str, name: str = "warningDialog") -> None:
         # window-modal and opened, not exec'd: the error never stalls the event loop
-        box = QMessageBox(QMessageBox.Icon.Warning, "Draftscope", f"The answer failed: {message}",
-                          QMessageBox.StandardButton.Ok, self)
-        box.setObjectName("answerErrorDialog")
+        box = QMessageBox(QMessageBox.Icon.Warning, "Draftscope", text, QMessageBox.StandardButton.Ok, self)
+        box.setObjectName(name)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box
@@ -441,24 +453,10 @@ class MainWindow(QMainWindow):
         self.datastore_wizard.open()
 
     def open_train_dialog(self, *, options_overrides: dict | None = None) -> None:
-        """Train a recurrent head for the loaded model (window-modal: the model trains or answers,
-        never both); once written, it drafts from the next answer on."""
-        from draftscope.gui.dialogs.train_head import TrainHeadDialog
+        """Train a recurrent head for the loaded model (train_head.open_for_window)."""
+        from draftscope.gui.dialogs.train_head import open_for_window
 
-        if self.streaming:
-            self.status.say("The recurrent drafter can be trained once the answer is done")
-            return
-        backend = self.engine.backend
-        if not backend.gives_hidden:  # say so rather than fail inside the dialog
-            QMessageBox.information(self, "Train the recurrent drafter",
-                                    f"The recurrent drafter trains on and reads the model's hidden state: the "
-                                    f"{backend.kind} backend {backend.no_hidden_reason}.")
-            return
-        self.train_dialog = TrainHeadDialog(self.engine, self.settings.model, options_overrides=options_overrides,
-                                            parent=self)
-        self.train_dialog.setWindowModality(Qt.WindowModality.WindowModal)
-        self.train_dialog.head_trained.connect(self.use_trained_head)
-        self.train_dialog.open()
+        open_for_window(self, options_overrides)
 
     def use_trained_head(self, path: str) -> None:
         """Draft with the head just trained from the next answer on."""

@@ -83,8 +83,31 @@ class Answerer:
         session = ChatSession(self.runtime, history=self.history if keep else None, defer=True, title_prefix="API · ")
         for m in shown:
             if m["role"] in ("user", "assistant"):
-                session.say(m["content"], role=m["role"])
+                session.say(m["content"], role=m["role"], files=m.get("sent", ()))
         return session
+
+    def read_files(self, shown: list[dict]) -> list[dict]:
+        """The messages with their files read (a file that cannot be read: 400 naming it and why) and
+        prepared as the model will read them (``sent``), each message's ``model`` text rendered."""
+        from draftscope.documents.extract import AttachmentError, read_bytes
+        from draftscope.documents.prompt import render
+
+        session = ChatSession(self.runtime)
+        out = []
+        for m in shown:
+            attachments = []
+            for part in m.get("files") or ():
+                try:
+                    attachments.append(read_bytes(part.filename, part.data, part.mime))
+                except AttachmentError as exc:
+                    raise p.ApiError(400, str(exc), param=part.param, code="unreadable_file") from exc
+            try:
+                sent = session.attach(m["content"], attachments)
+            except ValueError as exc:
+                raise p.ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
+            session.say(m["content"], role=m["role"], files=sent)
+            out.append({**m, "sent": sent, "model": render(m["content"], sent)})
+        return out
 
     async def events(self, session: ChatSession, request: GenerationRequest):
         """The answer's StepEvents then its FinalEvent, as they come; closing this generator (a
@@ -285,12 +308,16 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
         try:
             authorise(request)
             req = p.parse_chat(await body_of(request))
+            shown = req.messages
+            if any(m["files"] for m in shown):  # read off the event loop: a long PDF takes a while
+                shown = await asyncio.to_thread(answerer.read_files, shown)
             try:
-                prompt_ids = engine.encode_chat(req.messages)
+                prompt_ids = engine.encode_chat([{"role": m["role"], "content": m.get("model", m["content"])}
+                                                 for m in shown])
             except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
                 raise p.ApiError(400, f"the messages cannot be rendered with the model's chat template: {exc}",
                                  param="messages") from exc
-            response = await answer(request, req.sampling, prompt_ids, req.messages, req.stream, req.include_usage,
+            response = await answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage,
                                     chat=True)
             return response if response is not None else JSONResponse({}, status_code=499)
         except p.ApiError as exc:

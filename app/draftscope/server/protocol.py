@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
-MAX_BODY_BYTES = 8 << 20  # a request body beyond this is refused (413) before it is read (draftscope serve --max-body-mb)
+# a request body beyond this is refused (413) before it is read (draftscope serve --max-body-mb): room for
+# the largest file a message may carry (documents.extract.MAX_FILE_BYTES), base64 and all
+MAX_BODY_BYTES = 48 << 20
 from draftscope.rules import SERVER_RANGES, problem
 
 
@@ -160,20 +162,72 @@ def _model(body: dict) -> str | None:
     return model
 
 
-def _content(message: dict, i: int) -> str:
+@dataclass(frozen=True)
+class FilePart:
+    """A file sent in a message's content (OpenAI's ``{"type": "file"}`` part), not yet read."""
+
+    filename: str
+    data: bytes
+    mime: str | None
+    param: str  # where it was in the request, for errors about it
+
+
+def _content(message: dict, i: int) -> tuple[str, list[FilePart]]:
+    """A message's text and its files: a string, or OpenAI's content parts (text and file)."""
     content = message.get("content")
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: text only
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise _bad(f"messages[{i}].content", "only text content parts are supported")
+        return content, []
+    if not isinstance(content, list):
+        raise _bad(f"messages[{i}].content", "'content' must be a string or a list of content parts")
+    texts, files = [], []
+    for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
-        return "".join(texts)
-    raise _bad(f"messages[{i}].content", "'content' must be a string or a list of text parts")
+        elif kind == "file":
+            files.append(_file_part(part.get("file"), where))
+        elif isinstance(kind, str) and kind != "text":
+            raise ApiError(400, f"content parts of type '{_short_text(kind)}' are not supported (text and file are)",
+                           param=f"{where}.type", code="unsupported_content_type")
+        else:
+            raise _bad(where, "each content part must be an object with a 'type': text (with 'text') or file")
+    return "".join(texts), files
+
+
+def _file_part(file, where: str) -> FilePart:
+    """``{"filename": ..., "file_data": "data:MIME;base64,..."}``, decoded (the body's size limit has
+    already bounded it)."""
+    import base64
+    import binascii
+
+    if not isinstance(file, dict):
+        raise _bad(f"{where}.file", "a file part needs a 'file' object with 'filename' and 'file_data'")
+    if file.get("file_id") is not None:
+        raise ApiError(400, "'file_id' is not supported: send the file itself as 'file_data' (a data: URL)",
+                       param=f"{where}.file.file_id", code="unsupported_parameter")
+    name, data = file.get("filename"), file.get("file_data")
+    if not isinstance(name, str) or not name.strip():
+        raise _bad(f"{where}.file.filename", "a file part needs its 'filename' (a non-empty string)")
+    if not isinstance(data, str):
+        raise _bad(f"{where}.file.file_data", "'file_data' must be a string: data:MIME;base64,...")
+    mime = None
+    if data.startswith("data:"):
+        header, _, data = data.partition(",")
+        if not header.endswith(";base64"):
+            raise _bad(f"{where}.file.file_data", "'file_data' must be base64: data:MIME;base64,...")
+        mime = header[5:].removesuffix(";base64") or None
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _bad(f"{where}.file.file_data", f"'file_data' is not valid base64: {exc}") from exc
+    return FilePart(name.strip(), raw, mime, f"{where}.file")
+
+
+def _short_text(text: str) -> str:
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 ROLES = {"system", "developer", "user", "assistant"}
@@ -192,7 +246,10 @@ def parse_chat(body) -> ChatRequest:
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:  # a list or an object is no role (nor hashable)
             raise _bad(f"messages[{i}].role", f"unsupported role {role!r} (one of {', '.join(sorted(ROLES))})")
-        out.append({"role": "system" if role == "developer" else role, "content": _content(m, i)})
+        text, files = _content(m, i)
+        if files and role != "user":
+            raise _bad(f"messages[{i}].content", "files can be sent in user messages only")
+        out.append({"role": "system" if role == "developer" else role, "content": text, "files": files})
     stream, usage = _stream_flags(body)
     return ChatRequest(out, stream, usage, _sampling(body), _model(body))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from draftscope import paths
 
-SCHEMA_VERSION = 2  # 2: message_steps
+SCHEMA_VERSION = 3  # 2: message_steps; 3: message_files
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -46,6 +46,16 @@ CREATE TABLE IF NOT EXISTS message_steps (
     message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
     data BLOB NOT NULL  -- zlib(JSON list of StepEvent dicts)
 );
+CREATE TABLE IF NOT EXISTS message_files (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,      -- what the model read of the file: the whole text, or its passages
+    tokens INTEGER NOT NULL,
+    passages TEXT,           -- JSON list of where the passages came from (NULL: the file whole)
+    PRIMARY KEY (message_id, position)
+);
 """
 
 
@@ -66,6 +76,7 @@ class Message:
     created: float
     stats: dict | None
     drafters: dict | None
+    files: tuple[dict, ...] = ()  # the attachments as the model read them (documents.prompt.SentFile dicts)
 
 
 def history_path() -> Path:
@@ -139,9 +150,11 @@ class HistoryStore:
     # ------------------------------------------------------------------ messages
 
     def add_message(self, conversation_id: int, role: str, content: str, *, stats: dict | None = None,
-                    drafters: dict | None = None, steps: list | bytes | None = None) -> int:
+                    drafters: dict | None = None, steps: list | bytes | None = None,
+                    files: list[dict] | None = None) -> int:
         """``steps``: the answer's StepEvents (or their dicts), or :func:`encode_steps` of them (made
-        off the UI thread: encoding a long answer's trees takes tens of ms)."""
+        off the UI thread: encoding a long answer's trees takes tens of ms). ``files``: a user
+        message's attachments as the model read them (SentFile dicts), kept with it."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN")
@@ -153,6 +166,12 @@ class HistoryStore:
                 if steps:
                     blob = steps if isinstance(steps, bytes) else encode_steps(steps)
                     self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)", (cur.lastrowid, blob))
+                for position, f in enumerate(files or ()):
+                    self._db.execute(
+                        "INSERT INTO message_files (message_id, position, name, kind, text, tokens, passages) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (cur.lastrowid, position, f["name"], f.get("kind", "text"), f["text"], int(f.get("tokens", 0)),
+                         json.dumps(list(f["passages"])) if f.get("passages") else None))
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -182,8 +201,21 @@ class HistoryStore:
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        files = self._files(conversation_id)
         return [Message(r["id"], r["conversation_id"], r["role"], r["content"], r["created"], _load(r["stats"]),
-                        _load(r["drafters"])) for r in rows]
+                        _load(r["drafters"]), tuple(files.get(r["id"], ()))) for r in rows]
+
+    def _files(self, conversation_id: int) -> dict[int, list[dict]]:
+        """Each message's attachments (message id -> SentFile dicts, in the order attached)."""
+        rows = self._read(
+            """SELECT f.* FROM message_files f JOIN messages m ON m.id = f.message_id
+               WHERE m.conversation_id = ? ORDER BY f.message_id, f.position""", (conversation_id,))
+        out: dict[int, list[dict]] = {}
+        for r in rows:
+            out.setdefault(r["message_id"], []).append(
+                {"name": r["name"], "kind": r["kind"], "text": r["text"], "tokens": r["tokens"],
+                 "passages": json.loads(r["passages"]) if r["passages"] else []})
+        return out
 
     def search(self, text: str) -> list[Conversation]:
         """Conversations whose title or any message contains ``text`` (case-insensitive)."""
@@ -202,7 +234,10 @@ class HistoryStore:
             raise KeyError(f"no conversation {conversation_id}")
         lines = [f"# {conv.title}", ""]
         for m in self.messages(conversation_id):
-            lines += [f"## {m.role.capitalize()}", "", m.content.rstrip(), ""]
+            lines += [f"## {m.role.capitalize()}", ""]
+            lines += [f"*Attached: {f['name']}" + (f" ({len(f['passages'])} passages)*" if f.get("passages") else "*")
+                      for f in m.files] + ([""] if m.files else [])
+            lines += [m.content.rstrip(), ""]
             if m.stats:
                 s = m.stats
                 parts = [f"{s['tokens']} tokens" if "tokens" in s else None,

@@ -1,11 +1,17 @@
 """Where the user writes: the message box (Enter sends, Shift+Enter breaks the line, Esc leaves an
-edit), the banner shown while a message is being edited, and the Regenerate / Edit / Stop / Send
+edit), the banner shown while a message is being edited, the files attached to the message (the
+Attach button, files dropped on the box, their chips), and the Regenerate / Edit / Stop / Send
 buttons. It holds no conversation: the window acts on its signals."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from draftscope.gui.chat.attachments import AttachmentChips, FileDrops, read_files
+
+ATTACH_FILTER = ("Documents (*.txt *.md *.markdown *.rst *.html *.htm *.pdf *.docx *.csv *.json *.py *.c *.h *.cpp "
+                 "*.rs *.js *.ts *.java *.go *.sh *.toml *.yaml *.yml *.xml *.log);;All files (*)")
 
 
 class _EnterSends(QObject):
@@ -32,6 +38,7 @@ class Composer(QWidget):
     stop_requested = Signal()
     regenerate_requested = Signal()
     edit_last_requested = Signal()
+    attach_failed = Signal(str)  # why a file could not be attached (each file named)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -44,6 +51,13 @@ class Composer(QWidget):
         self.chat_input.setMaximumHeight(110)
         self._enter = _EnterSends(self.send_requested.emit, self._escape)
         self.chat_input.installEventFilter(self._enter)
+        self.chips = AttachmentChips(self)
+        self.drops = FileDrops(self.attach_paths, self)
+        self.chat_input.viewport().installEventFilter(self.drops)
+        self.attach_button = QPushButton("Attach…", objectName="attachButton")
+        self.attach_button.setToolTip("Give the model files to read with your message (text, code, HTML, PDF, "
+                                      "DOCX); you can also drop files on the chat")
+        self.attach_button.clicked.connect(self.choose_files)
         self.regenerate_button = QPushButton("Regenerate", objectName="regenerateButton")
         self.regenerate_button.setToolTip("Answer the last message again (Ctrl+R)")
         self.regenerate_button.clicked.connect(self.regenerate_requested)
@@ -58,12 +72,14 @@ class Composer(QWidget):
         buttons = QHBoxLayout()
         buttons.addWidget(self.regenerate_button)
         buttons.addWidget(self.edit_button)
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.edit_banner)
+        layout.addWidget(self.chips)
         layout.addWidget(self.chat_input)
         layout.addLayout(buttons)
 
@@ -71,11 +87,33 @@ class Composer(QWidget):
         return self.chat_input.toPlainText().strip()
 
     def clear(self) -> None:
+        """After sending: the box and its attachments."""
         self.chat_input.clear()
+        self.chips.clear()
 
-    def begin_edit(self, message_id: int, text: str) -> None:
-        """Put a message back in the box, the cursor at its end."""
+    @property
+    def attachments(self) -> list:
+        return list(self.chips.files)
+
+    def choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", "", ATTACH_FILTER)
+        if paths:
+            self.attach_paths(paths)
+
+    def attach_paths(self, paths: list[str]) -> None:
+        """Read the files and show them as chips; those that cannot be read are said, the rest kept."""
+        read, problems = read_files(paths)
+        for f in read:
+            self.chips.add(f)
+        if problems:
+            self.attach_failed.emit("\n".join(problems))
+
+    def begin_edit(self, message_id: int, text: str, files=()) -> None:
+        """Put a message and its files back in the box, the cursor at its end."""
         self.editing_message_id = message_id
+        self.chips.clear()
+        for f in files:
+            self.chips.add(f)
         self.chat_input.setPlainText(text)
         self.chat_input.setFocus()
         cursor = self.chat_input.textCursor()
@@ -91,7 +129,7 @@ class Composer(QWidget):
         if self.editing_message_id is None:
             return False
         self.end_edit()
-        self.chat_input.clear()
+        self.clear()
         return True
 
     def set_state(self, *, streaming: bool, has_messages: bool) -> None:

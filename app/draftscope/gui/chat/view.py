@@ -18,17 +18,29 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 from draftscope.core.words import answer_stats
 
+FILE_SCHEME = "attachment"  # attachment:<message id>/<its position among the message's files>
 STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
 CURSOR = "▌"  # marks the end of the answer being written
 
 
-def message_html(role: str, body: str, actions: list[str], stats: dict | None) -> str:
+def message_html(role: str, body: str, actions: list[str], stats: dict | None, files: str = "") -> str:
     who = "You" if role == "user" else "Assistant"
     links = " &nbsp; ".join(actions)
-    out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{body}'
+    out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{files}{body}'
     if stats:
         out += f'<p><small style="color:gray;">{html.escape(answer_stats(stats))}</small></p>'
     return out
+
+
+def files_html(m) -> str:
+    """A sent message's files: each a link to the text the model read of it."""
+    if not m.files:
+        return ""
+    links = []
+    for i, f in enumerate(m.files):
+        how = f"{f.get('tokens', 0):,} tokens" + (f", {len(f['passages'])} passages" if f.get("passages") else "")
+        links.append(f'📄 <a href="{FILE_SCHEME}:{m.id}/{i}">{html.escape(f["name"])}</a> <small>({how})</small>')
+    return "<p>" + " &nbsp; ".join(links) + "</p>"
 
 
 class ChatTranscript(QTextBrowser):
@@ -209,7 +221,7 @@ class ChatTranscript(QTextBrowser):
         verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate", "inspect")
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
-        return message_html(m.role, self._html_cache[m.id], actions, m.stats)
+        return message_html(m.role, self._html_cache[m.id], actions, m.stats, files_html(m))
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end in a new block; returns where it starts."""
@@ -290,8 +302,19 @@ class ChatTranscript(QTextBrowser):
                 self.action_requested.emit(key, int(ident))
         elif scheme == STEP_SCHEME and ident.isdigit():
             self.step_clicked.emit(key, int(ident))
+        elif scheme == FILE_SCHEME and key.isdigit() and ident.isdigit():
+            self._show_file(int(key), int(ident))
         elif scheme in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
+
+    def _show_file(self, message_id: int, position: int) -> None:
+        """What the model read of a sent file, in a dialog of its own."""
+        from draftscope.gui.chat.attachments import sent_file_dialog
+
+        for m in self.history.messages(self.conversation_id) if self.conversation_id is not None else []:
+            if m.id == message_id and position < len(m.files):
+                self.file_dialog = sent_file_dialog(self, m.files[position])
+                self.file_dialog.open()
 
     def _copy_message(self, message_id: int) -> None:
         for m in self.history.messages(self.conversation_id) if self.conversation_id is not None else []:

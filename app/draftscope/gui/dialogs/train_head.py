@@ -418,3 +418,24 @@ class TrainHeadDialog(QDialog):
     def done(self, result: int) -> None:
         super().done(result)
         self.job.close()
+
+
+def open_for_window(window, options_overrides: dict | None = None) -> None:
+    """Train a recurrent head for ``window``'s loaded model (window-modal: the model trains or
+    answers, never both); once written, it drafts from the next answer on (window.use_trained_head)."""
+    from PySide6.QtWidgets import QMessageBox
+
+    if window.streaming:
+        window.status.say("The recurrent drafter can be trained once the answer is done")
+        return
+    backend = window.engine.backend
+    if not backend.gives_hidden:  # say so rather than fail inside the dialog
+        QMessageBox.information(window, "Train the recurrent drafter",
+                                f"The recurrent drafter trains on and reads the model's hidden state: the "
+                                f"{backend.kind} backend {backend.no_hidden_reason}.")
+        return
+    window.train_dialog = TrainHeadDialog(window.engine, window.settings.model, options_overrides=options_overrides,
+                                          parent=window)
+    window.train_dialog.setWindowModality(Qt.WindowModality.WindowModal)
+    window.train_dialog.head_trained.connect(window.use_trained_head)
+    window.train_dialog.open()

@@ -1,0 +1,96 @@
+"""What the model reads of a message's attachments: each file whole, with its name, while the files
+fit the room the context leaves (the conversation so far and the answer's length taken out); a file
+that does not fit sends the passages that best answer the message (documents/passages.py), and says
+which. The choice is made once, when the message is sent, and kept with it: the conversation's later
+turns read the same prompt, so the model's cache of it stays good."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from draftscope.documents.extract import Attachment
+from draftscope.documents.passages import PASSAGE_WORDS, Passage, best_passages, split_passages
+
+HEADING_TOKENS = 16  # a file's tags around its text
+
+
+@dataclass(frozen=True)
+class SentFile:
+    """An attachment as it went to the model: ``text`` is what the model read (the file whole, or
+    its passages, each headed by its lines); ``passages`` says where they came from (empty: whole)."""
+
+    name: str
+    kind: str
+    text: str
+    tokens: int
+    passages: tuple[str, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.passages
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "text": self.text, "tokens": self.tokens,
+                "passages": list(self.passages)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SentFile:
+        return cls(str(d["name"]), str(d.get("kind", "text")), str(d["text"]), int(d.get("tokens", 0)),
+                   tuple(str(p) for p in d.get("passages") or ()))
+
+
+def prepare(files: Sequence[Attachment], question: str, room_tokens: int,
+            count_tokens: Callable[[str], int]) -> list[SentFile]:
+    """Each file as the model will read it, within ``room_tokens`` for all of them: the smallest
+    whole first while they fit, the rest as their best passages for ``question`` in equal shares of
+    what is left. Raises ValueError when not even a passage of each fits."""
+    sizes = {id(f): count_tokens(f.text) + HEADING_TOKENS for f in files}
+    out: dict[int, SentFile] = {}
+    left = room_tokens
+    pending = sorted(files, key=lambda f: sizes[id(f)])
+    while pending and sizes[id(pending[0])] <= left - _reserve(pending[1:]):
+        f = pending.pop(0)
+        out[id(f)] = SentFile(f.name, f.kind, f.text, sizes[id(f)])
+        left -= sizes[id(f)]
+    for i, f in enumerate(pending):
+        share = left // (len(pending) - i)
+        sent = _passages_of(f, question, share - HEADING_TOKENS, count_tokens)
+        out[id(f)] = sent
+        left -= sent.tokens
+    return [out[id(f)] for f in files]
+
+
+def _reserve(rest: Sequence[Attachment]) -> int:
+    """Room kept for the files that will be sent as passages: a few passages each."""
+    return 600 * len(rest)
+
+
+def _passages_of(f: Attachment, question: str, budget: int, count_tokens) -> SentFile:
+    # passages small enough that about four fit the budget, in this text's tokens a word
+    sample = " ".join(f.text.split()[:400])
+    per_word = max(1.0, count_tokens(sample) / max(1, len(sample.split())))
+    words = max(20, min(PASSAGE_WORDS, int(budget / per_word / 4)))
+    chosen: list[Passage] = best_passages(split_passages(f.name, f.text, words), question, budget, count_tokens) \
+        if budget > 0 else []
+    if not chosen:
+        raise ValueError(f"{f.name} does not fit the model's context, not even a passage of it: start a new "
+                         "conversation, or attach less")
+    text = "\n\n".join(f"[lines {p.first_line}-{p.last_line}]\n{p.text}" for p in chosen)
+    return SentFile(f.name, f.kind, text, count_tokens(text) + HEADING_TOKENS,
+                    tuple(f"lines {p.first_line}-{p.last_line}" for p in chosen))
+
+
+def render(text: str, files: Sequence[SentFile]) -> str:
+    """A user message as the model reads it: its files, each in tags naming it, then what was typed."""
+    if not files:
+        return text
+    blocks = []
+    for f in files:
+        note = "" if f.whole else f' passages="{len(f.passages)}"'
+        blocks.append(f'<file name="{_attr(f.name)}"{note}>\n{f.text}\n</file>')
+    return "\n\n".join(blocks + [text])
+
+
+def _attr(name: str) -> str:
+    return name.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
