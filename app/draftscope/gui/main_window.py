@@ -74,7 +74,7 @@ class MainWindow(QMainWindow):
         self.composer.edit_last_requested.connect(self.edit_last)
         self.composer.attach_failed.connect(lambda text: self.warn(text, "attachErrorDialog"))
         self.composer.chips.count_tokens = self.session.count_tokens
-        self.chat_view.viewport().installEventFilter(self.composer.drops)  # files dropped on the chat attach too
+        self.composer.drops.install(self.chat_view)  # files dropped on the chat attach too
         self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False, wordWrap=True)
         self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
         self.model_switcher.chosen.connect(self.model_chosen)

@@ -76,6 +76,12 @@ class FileDrops(QObject):
         super().__init__(parent)
         self.on_paths = on_paths
 
+    def install(self, view) -> None:
+        """Take file drops on a text view (its viewport gets them; a read-only view takes none)."""
+        view.setAcceptDrops(True)
+        view.viewport().setAcceptDrops(True)
+        view.viewport().installEventFilter(self)
+
     @staticmethod
     def paths(event) -> list[str]:
         mime = event.mimeData()

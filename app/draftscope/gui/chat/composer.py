@@ -53,7 +53,7 @@ class Composer(QWidget):
         self.chat_input.installEventFilter(self._enter)
         self.chips = AttachmentChips(self)
         self.drops = FileDrops(self.attach_paths, self)
-        self.chat_input.viewport().installEventFilter(self.drops)
+        self.drops.install(self.chat_input)
         self.attach_button = QPushButton("Attach…", objectName="attachButton")
         self.attach_button.setToolTip("Give the model files to read with your message (text, code, HTML, PDF, "
                                       "DOCX); you can also drop files on the chat")

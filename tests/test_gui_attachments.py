@@ -1,0 +1,100 @@
+"""Files attached in the window (offscreen Qt, real widgets, a tiny real model): by the Attach
+button and by a real drop event on the chat, each a chip with its size in tokens; a chip removed
+before sending is not sent; the sent message shows its file, also after the app restarts, and its
+link opens the text the model read; a file that cannot be read is said and nothing else is lost."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QToolButton  # noqa: E402
+
+from draftscope.engine.engine import Engine  # noqa: E402
+from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.storage import HistoryStore  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def engine(tokenizer):
+    model = tiny_llama(len(tokenizer), seed=5, layers=2, hidden=64)
+    model.config.max_position_embeddings = 4096
+    return Engine(model, tokenizer, name="tiny")
+
+
+def make_window(qtbot, engine, db):
+    window = MainWindow(runtime_for(engine, max_new_tokens=6), HistoryStore(db))
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def drop_files(widget, paths) -> None:
+    """A real drag of local files onto ``widget`` and its drop (what a file manager sends; Qt
+    delivers a drop only to a widget the drag entered and that accepted it)."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    buttons, none = Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    enter = QDragEnterEvent(QPoint(10, 10), Qt.DropAction.CopyAction, mime, buttons, none)
+    QApplication.sendEvent(widget, enter)
+    assert enter.isAccepted(), "the widget takes file drops"
+    QApplication.sendEvent(widget, QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, buttons, none))
+
+
+def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qtbot, engine, tmp_path, monkeypatch):
+    notes, todo, extra = tmp_path / "notes.md", tmp_path / "todo.txt", tmp_path / "extra.txt"
+    notes.write_text("# Notes\nThe meeting is on Friday at noon.\n")
+    todo.write_text("fix the fence\nbuy milk\n")
+    extra.write_text("not wanted\n")
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(notes), str(extra)], ""))
+    qtbot.mouseClick(w.findChild(QPushButton, "attachButton"), Qt.MouseButton.LeftButton)
+    drop_files(w.chat_view.viewport(), [todo])
+    chips = w.composer.chips
+    assert [f.name for f in chips.files] == ["notes.md", "extra.txt", "todo.txt"]
+    assert len(chips.chips()) == 3 and chips.isVisible()
+    size = len(engine.tokenizer(notes.read_text().strip(), add_special_tokens=False)["input_ids"])
+    assert chips.chips()[0].findChild(QLabel).text() == f"📄 notes.md · {size:,} tokens"
+    qtbot.mouseClick(chips.chips()[1].findChild(QToolButton, "removeAttachment"), Qt.MouseButton.LeftButton)
+    assert [f.name for f in chips.files] == ["notes.md", "todo.txt"], "the removed chip is not sent"
+
+    w.findChild(QPlainTextEdit, "chatInput").setPlainText("When is the meeting?")
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+    assert not chips.files and not chips.isVisible(), "sent: the chips are gone"
+    user = w.history.messages(w.conversation_id)[0]
+    assert [f["name"] for f in user.files] == ["notes.md", "todo.txt"]
+    assert "notes.md" in w.chat_view.toPlainText() and "todo.txt" in w.chat_view.toPlainText()
+    assert "extra.txt" not in w.chat_view.toPlainText()
+    conversation = w.conversation_id
+    w.close()
+
+    again = make_window(qtbot, engine, tmp_path / "h.sqlite3")  # the app restarted
+    again.show_conversation(conversation)
+    assert "notes.md" in again.chat_view.toPlainText()
+    again.chat_view._on_link(QUrl(f"attachment:{user.id}/0"))
+    dialog = again.chat_view.file_dialog
+    assert dialog.isVisible() and "The meeting is on Friday at noon." in dialog.findChild(QPlainTextEdit).toPlainText()
+    dialog.close()
+
+
+def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, engine, tmp_path):
+    (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "ok.txt").write_text("fine\n")
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    box = w.findChild(QPlainTextEdit, "chatInput")
+    box.setPlainText("half-written question")
+    drop_files(box.viewport(), [tmp_path / "blob.bin", tmp_path / "ok.txt"])
+    qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible(), timeout=5000)
+    assert w.error_box.objectName() == "attachErrorDialog" and "blob.bin is a binary file" in w.error_box.text()
+    assert box.toPlainText() == "half-written question", "the drop did not paste a path into the message"
+    assert [f.name for f in w.composer.chips.files] == ["ok.txt"], "the readable file is attached"
