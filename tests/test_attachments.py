@@ -129,3 +129,16 @@ def test_the_terminal_refuses_an_unreadable_attachment_before_loading_a_model(tm
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "blob.bin is a binary file" in done.stderr and "no-such-model" not in done.stderr
+
+
+def test_a_long_verbatim_match_drafts_a_long_chain_and_a_short_one_a_short_one():
+    """SuffixDecoding's rule in the conversation drafter: the answer following the attached text
+    for 30 tokens drafts 60 deep (the budget allowing), a 3-token match only max_depth."""
+    document = list(range(100, 200))  # an attached file's tokens, then the question
+    drafter = ContextDrafter(max_depth=10, long_depth=64)
+    following = document + [7, 8, 9] + document[:30]  # the answer copies the file's first 30 tokens
+    tree = drafter.propose(following, 200)
+    assert tree.max_depth == 60 and list(tree.tokens[:60]) == document[30:90]
+    short = document + [7, 8, 9] + [5] + document[40:43]  # a 3-token match after a break
+    assert drafter.propose(short, 200).max_depth == 10
+    assert ContextDrafter(max_depth=10, long_depth=10).propose(following, 200).max_depth == 10

@@ -152,6 +152,8 @@ def drafters_for(case, draft_model, second_draft_model, datastore, head):
         "tree": lambda: [FixedTree()],
         "retrieval": lambda: [RetrievalDrafter(str(datastore), min_suffix=1)],
         "context": lambda: [ContextDrafter(min_suffix=1)],
+        # long verbatim matches draft long chains (an answer following an attached file)
+        "context-long": lambda: [ContextDrafter(min_suffix=1, max_depth=3, long_depth=32)],
         "model": lambda: [model()],
         "model+model": lambda: [model(), ModelDrafter(second_draft_model, max_tokens=3)],
         "recurrent": lambda: [head.drafter()],
@@ -166,6 +168,7 @@ IDENTITY_CASES = [
     ("tree", T1, 16),
     ("retrieval", PROCESSED, 8),
     ("context", TOP_P, 8),
+    ("context-long", T1, 32),
     ("model", T1, 8),
     ("model", TOP_P, 4),
     ("model+model", T1, 8),
@@ -291,10 +294,13 @@ def noise_keyed_by_step(tree, next_position):
     return [0] + [int(d) for d in tree.depth.tolist()]
 
 
-def test_the_identity_check_rejects_noise_keyed_by_the_step(target, draft_model, datastore, head, monkeypatch):
+@pytest.mark.parametrize("drafters", ["model", "context-long"])
+def test_the_identity_check_rejects_noise_keyed_by_the_step(target, draft_model, datastore, head, monkeypatch,
+                                                             drafters):
     monkeypatch.setattr(engine_mod, "token_positions", noise_keyed_by_step)
-    differ, _, _ = identity_run(target, drafters_for("model", draft_model, None, datastore, head), T1, 8,
-                                prompt=PROMPT, seeds=10)
+    prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
+    differ, _, _ = identity_run(target, drafters_for(drafters, draft_model, None, datastore, head), T1, 8 if
+                                drafters == "model" else 32, prompt=prompt, seeds=10)
     assert len(differ) >= 5, f"noise keyed by the step not detected (only seeds {differ} differ)"
 
 

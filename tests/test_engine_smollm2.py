@@ -95,3 +95,38 @@ def test_cli_generate_streams_an_answer(capsys):
     assert code == 0, captured.err
     assert "Paris" in captured.out
     assert "tau" in captured.err and "tokens/s" in captured.err
+
+
+AVERAGE = '''def average(values):
+    total = 0
+    count = 0
+    for value in values:
+        total += value
+        count += 1
+    return total / count
+'''
+
+
+def test_an_answer_about_an_attached_file_is_plain_decodings_and_drafted_from_it(engine, tmp_path):
+    """A function attached and asked back with a comment added: greedy and seeded, the drafted
+    answer is plain decoding's, and the greedy one copies the file, so most of its tokens come from
+    the conversation drafter's chains."""
+    from draftscope.core.session import ChatSession
+    from draftscope.documents.extract import read_file
+    from runtime_helpers import runtime_for
+
+    (tmp_path / "stats.py").write_text(AVERAGE)
+    session = ChatSession(runtime_for(engine, max_new_tokens=64))
+    question = "Add a comment line at the top of this code and give back the whole code."
+    session.say(question, files=session.attach(question, [read_file(tmp_path / "stats.py")]))
+    ids = engine.encode_chat(session.messages())
+    assert len(ids) > 80, "the file is in the prompt"
+    for params in (SamplingParams(), SamplingParams(temperature=0.7, seed=11)):
+        plain = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=64, sampling=params)))[-1]
+        events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=64, sampling=params,
+                                                        drafters=[ContextDrafter()], budget=32)))
+        assert events[-1].token_ids == plain.token_ids, params
+        drafted = sum(source == "context" for e in events[:-1] for source in e.provenance)
+        if params.temperature == 0:
+            assert "total += value" in plain.text, plain.text
+            assert drafted >= len(plain.token_ids) // 2, (drafted, len(plain.token_ids))

@@ -16,9 +16,13 @@ class ContextDrafter(Drafter):
     name = "context"
     source = DraftSource.CONTEXT
 
-    def __init__(self, *, min_suffix: int = 2, max_suffix: int = 8, max_depth: int = 10, max_matches: int = 32) -> None:
+    def __init__(self, *, min_suffix: int = 2, max_suffix: int = 8, max_depth: int = 10, max_matches: int = 32,
+                 long_depth: int = 64) -> None:
+        """``max_depth``: how deep a match drafts; a longer verbatim match (the answer following an
+        attached file line by line) drafts deeper, twice the match's length, up to ``long_depth``
+        (SuffixDecoding's rule: the speculation grows with the match)."""
         self.min_suffix, self.max_suffix = min_suffix, max_suffix
-        self.max_depth, self.max_matches = max_depth, max_matches
+        self.max_depth, self.max_matches, self.long_depth = max_depth, max_matches, long_depth
         self.tokens: list[int] = []
         # n-gram (tuple) -> positions just after each occurrence, oldest first
         self.index: dict[tuple[int, ...], list[int]] = defaultdict(list)
@@ -53,8 +57,9 @@ class ContextDrafter(Drafter):
             if not positions:
                 continue
             trie = PathTrie()
+            depth = self._depth(positions[-1], end)
             for p in positions[-self.max_matches :][::-1]:  # the most recent occurrences
-                cont = toks[p : min(end, p + self.max_depth)]
+                cont = toks[p : min(end, p + depth)]
                 if cont:
                     trie.add(cont, source=int(self.source))
             tree, _ = trie.select(budget)
@@ -62,3 +67,12 @@ class ContextDrafter(Drafter):
                 return DraftTree(tree.tokens, tree.parents, tree.depth, tree.support, tree.source, match_len=n,
                                  match_count=len(positions))
         return DraftTree.empty()
+
+    def _depth(self, position: int, end: int) -> int:
+        """How deep to draft after the occurrence ending at ``position``: ``max_depth``, or twice
+        the length of its verbatim match with the context's end when that is longer."""
+        toks, matched = self.tokens, 0
+        limit = min(self.long_depth, position)
+        while matched < limit and toks[position - 1 - matched] == toks[end - 1 - matched]:
+            matched += 1
+        return max(self.max_depth, min(self.long_depth, 2 * matched))
