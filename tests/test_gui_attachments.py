@@ -98,3 +98,26 @@ def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, engin
     assert w.error_box.objectName() == "attachErrorDialog" and "blob.bin is a binary file" in w.error_box.text()
     assert box.toPlainText() == "half-written question", "the drop did not paste a path into the message"
     assert [f.name for f in w.composer.chips.files] == ["ok.txt"], "the readable file is attached"
+
+
+def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, engine, tmp_path, monkeypatch):
+    from PySide6.QtGui import QAction
+    from PySide6.QtWidgets import QMessageBox
+
+    from test_transfer import chatgpt_export, filled
+
+    filled(tmp_path / "h.sqlite3").close()
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "all.json"), ""))
+    w.findChild(QAction, "exportAllAction").trigger()
+    assert (tmp_path / "all.json").exists()
+    (tmp_path / "conversations.json").write_text(__import__("json").dumps(chatgpt_export()))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(tmp_path / "conversations.json"), ""))
+    w.findChild(QAction, "importAction").trigger()
+    titles = [w.conversation_list.item(i).text() for i in range(w.conversation_list.count())]
+    assert "Trip to Lisbon" in titles and len(titles) == 3
+    warned = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda *a: warned.append(a[2]))
+    (tmp_path / "conversations.json").write_text("[{\"mapping\": ")
+    w.findChild(QAction, "importAction").trigger()
+    assert warned and "nothing was imported" in warned[0] and w.conversation_list.count() == 3

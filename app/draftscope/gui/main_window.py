@@ -140,6 +140,8 @@ class MainWindow(QMainWindow):
         action(file_menu, "&New conversation", self.new_conversation, "Ctrl+N", "newConversationAction")
         self.export_action = action(file_menu, "&Export conversation as Markdown…",
                                     current(self.conversations.ask_export), "Ctrl+Shift+E", "exportAction")
+        action(file_menu, "Export &all conversations…", self.conversations.ask_export_all, None, "exportAllAction")
+        action(file_menu, "&Import conversations…", self.conversations.ask_import, None, "importAction")
         self.wizard_action = action(file_menu, "&Build a datastore…", self.open_datastore_wizard, "Ctrl+Shift+B",
                                     "datastoreWizardAction")
         self.forget_action = action(file_menu, "&Forget the learned answers…", self.forget_learned, None,

@@ -166,18 +166,46 @@ class HistoryStore:
                 if steps:
                     blob = steps if isinstance(steps, bytes) else encode_steps(steps)
                     self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)", (cur.lastrowid, blob))
-                for position, f in enumerate(files or ()):
-                    self._db.execute(
-                        "INSERT INTO message_files (message_id, position, name, kind, text, tokens, passages) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (cur.lastrowid, position, f["name"], f.get("kind", "text"), f["text"], int(f.get("tokens", 0)),
-                         json.dumps(list(f["passages"])) if f.get("passages") else None))
+                self._insert_files(cur.lastrowid, files)
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return cur.lastrowid
+
+    def add_conversations(self, conversations) -> list[int]:
+        """Conversations read from a file (storage.transfer.Imported), written in one transaction:
+        all of them, or none. Returns their ids."""
+        ids = []
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for c in conversations:
+                    cur = self._db.execute("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                                           (c.title, c.created, c.updated))
+                    ids.append(cur.lastrowid)
+                    for m in c.messages:
+                        self._insert_message(cur.lastrowid, m)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return ids
+
+    def _insert_message(self, conversation_id: int, m: dict) -> None:
+        cur = self._db.execute(
+            "INSERT INTO messages (conversation_id, role, content, created, stats, drafters) VALUES (?, ?, ?, ?, ?, ?)",
+            (conversation_id, m["role"], m["content"], m["created"], _json(m.get("stats")), _json(m.get("drafters"))))
+        self._insert_files(cur.lastrowid, m.get("files"))
+
+    def _insert_files(self, message_id: int, files) -> None:
+        for position, f in enumerate(files or ()):
+            self._db.execute(
+                "INSERT INTO message_files (message_id, position, name, kind, text, tokens, passages) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (message_id, position, f["name"], f.get("kind", "text"), f["text"], int(f.get("tokens", 0)),
+                 json.dumps(list(f["passages"])) if f.get("passages") else None))
 
     def delete_messages_from(self, message_id: int) -> None:
         """Remove a message and everything after it in its conversation (regenerate, edit-and-resend)."""

@@ -1,6 +1,6 @@
 """The conversations panel: New, a search box and the list (rename in place with F2 or a
 double-click, a context menu), and what is done to a conversation as a whole: rename, delete
-(asked first), export as Markdown. Changes go to the history store; the window hears
+(asked first), export as Markdown; every conversation exported or imported. Changes go to the history store; the window hears
 ``chosen(id)`` when another conversation is picked and ``deleted(id)`` when one is gone."""
 
 from __future__ import annotations
@@ -152,3 +152,39 @@ class ConversationList(QWidget):
             QMessageBox.warning(self, "Draftscope", f"The conversation could not be exported to {path}: {exc}")
             return
         self.said.emit(f"Exported to {path}")
+
+    def ask_export_all(self) -> None:
+        """Every conversation to one file: the app's JSON (to import again) or Markdown (to read)."""
+        path, _ = QFileDialog.getSaveFileName(self, "Export all conversations", "draftscope-conversations.json",
+                                              "Draftscope conversations (*.json);;Markdown (*.md)")
+        if path:
+            self.export_all(Path(path))
+
+    def export_all(self, path: Path) -> None:
+        from draftscope.storage.transfer import write_export
+
+        try:
+            count = write_export(self.history, path)
+        except OSError as exc:
+            QMessageBox.warning(self, "Draftscope", f"The conversations could not be exported to {path}: {exc}")
+            return
+        self.said.emit(f"Exported {count} conversation{'s' * (count != 1)} to {path}")
+
+    def ask_import(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "",
+                                              "Conversations (*.json);;All files (*)")
+        if path:
+            self.import_from(Path(path))
+
+    def import_from(self, path: Path) -> None:
+        """The app's JSON or ChatGPT's conversations.json; a file that cannot be imported is said
+        and imports nothing."""
+        from draftscope.storage.transfer import ImportError_, import_file
+
+        try:
+            report = import_file(self.history, path)
+        except ImportError_ as exc:
+            QMessageBox.warning(self, "Draftscope", str(exc))
+            return
+        self.reload()
+        self.said.emit(report.words())
