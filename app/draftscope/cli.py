@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from draftscope.commands import (bench, chat, datastore, doctor, drafter, gui, history, index_info, models, serve,
-                                 worker)
+from draftscope.commands import (bench, chat, chat_history, datastore, doctor, drafter, gui, index_info, models,
+                                 serve, worker)
 
-GROUPS = (index_info, gui, datastore, chat, serve, worker, models, drafter, bench, doctor, history)  # in `draftscope --help`'s order
+GROUPS = (index_info, gui, datastore, chat, serve, worker, models, drafter, bench, doctor, chat_history)  # in `draftscope --help`'s order
 
 
 def build_parser() -> argparse.ArgumentParser:
