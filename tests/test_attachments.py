@@ -142,3 +142,31 @@ def test_a_long_verbatim_match_drafts_a_long_chain_and_a_short_one_a_short_one()
     short = document + [7, 8, 9] + [5] + document[40:43]  # a 3-token match after a break
     assert drafter.propose(short, 200).max_depth == 10
     assert ContextDrafter(max_depth=10, long_depth=10).propose(following, 200).max_depth == 10
+
+
+def test_the_server_answers_the_last_question_from_its_documents_folder(tiny_engine, tmp_path):
+    """`draftscope serve --documents DIR`: the last user message gets the folder's passages (kept
+    with it in the history, naming the file and lines); earlier turns are read as they were."""
+    from draftscope.documents.folder import FolderIndex
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "office.txt").write_text("The office wifi password is kestrel-42.\n\nLunch is at noon.\n")
+    runtime = runtime_for(tiny_engine, max_new_tokens=8, drafters=lambda: [ContextDrafter()])
+    runtime.documents = FolderIndex(folder, tmp_path / "index.sqlite3")
+    runtime.documents.refresh()
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    running = ServerThread(create_app(runtime, history=store), port=0).start()
+    try:
+        client = openai.OpenAI(base_url=running.url, api_key="x")
+        client.chat.completions.create(model="tiny", max_tokens=8, messages=[
+            {"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "What is the wifi password?"}])
+    finally:
+        running.stop()
+    (conversation,) = store.conversations()
+    first, _, last, _ = store.messages(conversation.id)
+    assert first.files == ()
+    (found,) = last.files
+    assert found["name"] == "notes (documents)" and "kestrel-42" in found["text"]
+    assert found["passages"] == ["office.txt, lines 1-3"]

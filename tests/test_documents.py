@@ -147,3 +147,60 @@ def test_attachments_are_kept_with_their_message(tmp_path):
     assert "*Attached: notes.md*" in again.export_markdown(conv)
     again.delete_messages_from(user.id)
     assert again._read("SELECT COUNT(*) FROM message_files")[0][0] == 0, "an edited message's files go with it"
+
+
+def test_a_documents_folder_is_indexed_changed_files_read_again_removed_ones_forgotten(tmp_path):
+    import os
+    import time
+
+    from draftscope.documents.folder import FolderIndex
+
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "minutes.txt").write_text(long_document())
+    (folder / "sub" / "recipes.md").write_text("# Bread\nKnead the dough for ten minutes, then let it rise.\n")
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    (folder / ".git").mkdir()
+    (folder / ".git" / "config").write_text("archive room key\n")
+    index = FolderIndex(folder, tmp_path / "index.sqlite3")
+    seen = []
+    report = index.refresh(lambda done, total, name: seen.append(name))
+    assert (report.files, report.read) == (2, 3) and "photo.png is a binary file" in report.problems[0]
+    assert "minutes.txt" in seen and not any(".git" in s for s in seen), "hidden folders are not read"
+    found = index.search("Where is the spare key to the archive room kept?", 400, words)
+    assert found and "blue cabinet" in found[0].text and found[0].source == "minutes.txt"
+    assert index.refresh().read == 0, "nothing changed: nothing read again"
+
+    recipes = folder / "sub" / "recipes.md"
+    recipes.write_text("# Bread\nBake at 230 degrees for thirty minutes.\n")
+    os.utime(recipes, (time.time() + 5, time.time() + 5))
+    assert index.refresh().read == 1
+    assert "230 degrees" in index.search("how hot to bake bread", 400, words)[0].text
+    assert not index.search("knead the dough", 400, words), "the old text is gone"
+    (folder / "minutes.txt").unlink()
+    assert index.refresh().forgotten == 1
+    assert not index.search("spare key archive room", 400, words), "a removed file is forgotten"
+    index.close()
+
+
+def test_a_documents_folder_answers_each_question_with_its_passages(tmp_path, tokenizer):
+    """The session's attach adds the folder's passages for the question (named, with where they
+    came from) before the message's own files, within the context."""
+    from draftscope.core.session import ChatSession
+    from draftscope.documents.folder import FolderIndex
+    from draftscope.engine.engine import Engine
+    from engine_fixtures import tiny_llama
+    from runtime_helpers import runtime_for
+
+    folder = tmp_path / "manuals"
+    folder.mkdir()
+    (folder / "boiler.txt").write_text(long_document())
+    engine = Engine(tiny_llama(len(tokenizer), max_positions=4096), tokenizer, name="tiny")
+    runtime = runtime_for(engine, max_new_tokens=64)
+    runtime.documents = FolderIndex(folder, tmp_path / "index.sqlite3")
+    runtime.documents.refresh()
+    session = ChatSession(runtime)
+    (sent,) = session.attach("Where is the spare key to the archive room kept?", [])
+    assert sent.name == "manuals (documents)" and "blue cabinet" in sent.text
+    assert sent.passages and sent.passages[0].startswith("boiler.txt, lines ")
+    assert session.attach("Where is the spare key?", [], documents=False) == []

@@ -232,7 +232,7 @@ def test_a_bad_or_missing_key_is_401(served):
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(), 400, "stop"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 3}).encode(), 400, "n"),
     (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), 400,
-     "messages[0].content"),
+     "messages[0].content[0].type"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(), 400,
      "tools"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": True}).encode(), 400, "logprobs"),

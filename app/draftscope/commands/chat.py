@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
     chat = sub.add_parser("chat", help="chat in the terminal")
     add_model_arguments(chat)
     chat.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("first message"))
+    chat.add_argument("--documents", default=None, metavar="DIR", help=DOCUMENTS_HELP)
     chat.set_defaults(func=cmd_chat)
     gen = sub.add_parser("generate", help="answer one prompt")
     gen.add_argument("prompt")
@@ -52,6 +53,28 @@ def _stats_line(final) -> str:
     stats = answer_record(final, None)[0]
     stats.pop("finish_reason")  # said last, in the engine's word, which scripts read
     return f"[{answer_stats(stats, tau='tau')} · {final.finish_reason}]"
+
+
+DOCUMENTS_HELP = ("a folder of documents the answers search (indexed once, kept up to date while running): its "
+                  "passages that best answer each message go into the prompt")
+
+
+def open_documents(runtime, folder: str | None):
+    """Index ``folder`` for the runtime's answers (progress on the terminal) and keep it up to date;
+    the watcher, or None without a folder. ValueError: not a folder."""
+    if not folder:
+        return None
+    from draftscope.documents.folder import Watcher, open_folder
+
+    def progress(done: int, total: int, name: str) -> None:
+        if name:
+            print(f"\rindexing {folder}: {done:,} of {total:,} files · {name[-50:]:<50}", end="", file=sys.stderr)
+
+    index, report = open_folder(folder, progress)
+    print(f"\r{folder}: {report.files:,} documents indexed" + (f"; {len(report.problems)} could not be read "
+          f"(first: {report.problems[0]})" if report.problems else "") + " " * 30, file=sys.stderr)
+    runtime.documents = index
+    return Watcher(index)
 
 
 def read_attachments(paths) -> list:
@@ -105,7 +128,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except AttachmentError as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
-    return _chat_loop(ChatSession(runtime_from_args(args)), args, files)  # the conversation lives in memory
+    runtime = runtime_from_args(args)
+    watcher = open_documents(runtime, args.documents)
+    try:
+        return _chat_loop(ChatSession(runtime), args, files)  # the conversation lives in memory
+    finally:
+        if watcher is not None:
+            watcher.stop()
 
 
 def _attach_command(line: str, pending: list) -> None:

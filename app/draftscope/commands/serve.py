@@ -29,6 +29,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-body-mb", type=argtypes.positive_int, default=MAX_BODY_BYTES >> 20,
                    help="request bodies beyond this many MB are refused (HTTP 413) before they are read (default: "
                         f"{MAX_BODY_BYTES >> 20}, room for a 32 MB file sent as base64)")
+    p.add_argument("--documents", default=None, metavar="DIR", help="a folder of documents the answers search "
+                   "(indexed at start, kept up to date): the passages that best answer each request's last message "
+                   "go into its prompt")
     p.set_defaults(func=cmd_serve)
 
 
@@ -49,7 +52,10 @@ def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
     from draftscope.server import ServerConfig, create_app, serve
     from draftscope.storage import HistoryStore
 
+    from draftscope.commands.chat import open_documents
+
     runtime = runtime_from_args(args, slots=args.parallel)
+    watcher = open_documents(runtime, args.documents)
     engine = runtime.engine
     history = None if args.no_history else HistoryStore()
     app = create_app(runtime, history=history,
@@ -60,5 +66,9 @@ def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
     at_once = f"; {args.parallel} answers at once" if engine.slots.size > 1 else ""
     print(f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible{at_once}; Ctrl-C stops)"
           + ("; an API key is required" if api_key else ""), file=sys.stderr)
-    serve(app, args.host, args.port, sock)
+    try:
+        serve(app, args.host, args.port, sock)
+    finally:
+        if watcher is not None:
+            watcher.stop()
     return 0

@@ -50,6 +50,8 @@ class Runtime:
     notices: list[str] = field(default_factory=list)  # what was left out when loading, and why
     # Learns from kept answers on a background thread (start_learning).
     learner: object | None = None
+    # a folder of documents the answers search (documents.folder.FolderIndex: serve/chat --documents)
+    documents: object | None = None
     events: RuntimeEvents = field(default_factory=RuntimeEvents, repr=False)
     _setup: object | None = field(default=None, repr=False)  # DrafterSetup for the current settings
 

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from psygnal import Signal, SignalGroup
 
 from draftscope.documents.extract import Attachment
-from draftscope.documents.prompt import SentFile, prepare, render
+from draftscope.documents.prompt import SentFile, from_documents, prepare, render
 from draftscope.rules import seed_from_setting
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
 
 TITLE_CHARS = 48
+DOCUMENT_TOKENS = 1500  # at most this much of the prompt for a documents folder's passages
 ANSWER_ROOM_MIN = 64  # tokens kept free for the answer at least when attachments fill the context
 
 
@@ -145,11 +146,14 @@ class ChatSession:
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(title))
         self.history.add_message(self.conversation_id, role, text, files=[f.as_dict() for f in files])
 
-    def attach(self, text: str, files: Sequence[Attachment], *, replacing: int | None = None) -> list[SentFile]:
+    def attach(self, text: str, files: Sequence[Attachment], *, replacing: int | None = None,
+               documents: bool = True) -> list[SentFile]:
         """How the model will read ``files`` sent with ``text``: whole while they fit the context left
         after the conversation so far (up to ``replacing``) and the answer's room, else the passages
-        that best answer ``text``. Raises ValueError (in words) when they cannot fit at all."""
-        if not files:
+        that best answer ``text``; and, when the runtime has a documents folder, its passages for
+        ``text`` first. Raises ValueError (in words) when the files cannot fit at all."""
+        documents = self.runtime.documents if documents else None
+        if not files and documents is None:
             return []
         turns = [{"role": t.role, "content": t.model_text} for t in self.turns()
                  if replacing is None or t.id is None or t.id < replacing]
@@ -158,7 +162,11 @@ class ChatSession:
         used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
         answer_room = max(ANSWER_ROOM_MIN, min(self.settings.max_new_tokens, self.engine.max_context // 4))
         room = self.engine.max_context - used - answer_room
-        return prepare(list(files), text, room, self.count_tokens)
+        found = None
+        if documents is not None:  # the folder's passages for the question, in up to half the room
+            found = from_documents(documents, text, min(DOCUMENT_TOKENS, room // 2), self.count_tokens)
+        sent = prepare(list(files), text, room - (found.tokens if found else 0), self.count_tokens)
+        return ([found] if found else []) + sent
 
     def count_tokens(self, text: str) -> int:
         return len(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -94,3 +94,14 @@ def render(text: str, files: Sequence[SentFile]) -> str:
 
 def _attr(name: str) -> str:
     return name.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def from_documents(index, question: str, budget: int, count_tokens) -> SentFile | None:
+    """The passages of a documents folder (documents.folder.FolderIndex) that best answer
+    ``question`` within ``budget`` tokens, as one file the message carries (None: none found)."""
+    found = index.search(question, budget - HEADING_TOKENS, count_tokens) if budget > HEADING_TOKENS else []
+    if not found:
+        return None
+    text = "\n\n".join(f"[{p.where}]\n{p.text}" for p in found)
+    return SentFile(f"{index.folder.name} (documents)", "documents", text, count_tokens(text) + HEADING_TOKENS,
+                    tuple(p.where for p in found))

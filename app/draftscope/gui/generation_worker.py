@@ -13,6 +13,7 @@ stops within one step.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
 
 DECODING_NICENESS = 5  # how far decoding yields the CPU to the UI thread (Linux nice levels)
+# How long a thread holding the GIL keeps it while another waits (Python's default: 5 ms). The UI
+# thread shares it with two decoding threads (the model's stepper and this worker): a shorter turn
+# lets a repaint in sooner.
+GIL_SWITCH_S = 0.001
 
 
 def lower_decoding_priority() -> None:
@@ -29,6 +34,7 @@ def lower_decoding_priority() -> None:
     thread and of torch's compute threads, which carry the process's name (Qt's own threads are
     named, and the UI thread is the process's main thread). On a machine with few cores, decoding
     otherwise keeps every core busy and the UI's repaints wait for a time slice."""
+    sys.setswitchinterval(GIL_SWITCH_S)
     if not hasattr(os, "setpriority") or not os.path.isdir("/proc/self/task"):
         return
     main = os.getpid()  # the main thread's id is the process id
@@ -70,7 +76,9 @@ class GenerationWorker(QObject):
         lower_decoding_priority()
         self.started.emit()
         try:
-            for event in self.session.stream(request, keep=self.keep):
+            for number, event in enumerate(self.session.stream(request, keep=self.keep)):
+                if number == 0:  # the model's stepper thread, started for this answer, yields to the UI too
+                    lower_decoding_priority()
                 if not isinstance(event, FinalEvent):
                     continue
                 if event.finish_reason == "error":

@@ -88,21 +88,23 @@ class Answerer:
 
     def read_files(self, shown: list[dict]) -> list[dict]:
         """The messages with their files read (a file that cannot be read: 400 naming it and why) and
-        prepared as the model will read them (``sent``), each message's ``model`` text rendered."""
+        prepared as the model will read them (``sent``; the last question also gets the passages of
+        the runtime's documents folder), each message's ``model`` text rendered."""
         from draftscope.documents.extract import AttachmentError, read_bytes
         from draftscope.documents.prompt import render
 
         session = ChatSession(self.runtime)
         out = []
-        for m in shown:
+        last_user = max((i for i, m in enumerate(shown) if m["role"] == "user"), default=-1)
+        for i, m in enumerate(shown):
             attachments = []
             for part in m.get("files") or ():
                 try:
                     attachments.append(read_bytes(part.filename, part.data, part.mime))
                 except AttachmentError as exc:
                     raise p.ApiError(400, str(exc), param=part.param, code="unreadable_file") from exc
-            try:
-                sent = session.attach(m["content"], attachments)
+            try:  # the documents folder answers the last question only (the earlier ones were answered)
+                sent = session.attach(m["content"], attachments, documents=i == last_user)
             except ValueError as exc:
                 raise p.ApiError(400, str(exc), param="messages", code="context_length_exceeded") from exc
             session.say(m["content"], role=m["role"], files=sent)
@@ -309,7 +311,7 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
             authorise(request)
             req = p.parse_chat(await body_of(request))
             shown = req.messages
-            if any(m["files"] for m in shown):  # read off the event loop: a long PDF takes a while
+            if any(m["files"] for m in shown) or runtime.documents is not None:  # off the event loop: slow
                 shown = await asyncio.to_thread(answerer.read_files, shown)
             try:
                 prompt_ids = engine.encode_chat([{"role": m["role"], "content": m.get("model", m["content"])}
