@@ -121,3 +121,41 @@ def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, engin
     (tmp_path / "conversations.json").write_text("[{\"mapping\": ")
     w.findChild(QAction, "importAction").trigger()
     assert warned and "nothing was imported" in warned[0] and w.conversation_list.count() == 3
+
+
+def test_a_conversation_keeps_its_documents_folder_and_answers_from_it(qtbot, engine, tmp_path, monkeypatch):
+    """Documents ▸ Add folder…: indexed in the background with progress, the next message carries
+    the passages that answer it (named by file and lines), the folder stays with the conversation
+    (another conversation has none; coming back brings it), and a changed file is read again."""
+    import time
+
+    from PySide6.QtWidgets import QLabel as Label
+
+    folder = tmp_path / "handbook"
+    folder.mkdir()
+    (folder / "office.md").write_text("The office wifi password is kestrel-42.\n\nLunch is at noon.\n")
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    panel = w.documents_panel
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    qtbot.mouseClick(w.findChild(QPushButton, "addDocumentsButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.session.documents is not None, timeout=10_000)
+    assert panel.findChild(Label, "documentsStatus").text().startswith("1 files searchable")
+    w.findChild(QPlainTextEdit, "chatInput").setPlainText("What is the wifi password?")
+    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
+    conversation = w.conversation_id
+    user = w.history.messages(conversation)[0]
+    assert [f["name"] for f in user.files] == ["handbook (documents)"]
+    assert "kestrel-42" in user.files[0]["text"] and user.files[0]["passages"] == ["office.md, lines 1-3"]
+    assert w.history.documents(conversation) == str(folder)
+    w.new_conversation()
+    assert w.session.documents is None and panel.folder is None
+    w.show_conversation(conversation)
+    qtbot.waitUntil(lambda: w.session.documents is not None, timeout=10_000)
+    (folder / "office.md").write_text("The office wifi password is osprey-7.\n")
+    os.utime(folder / "office.md", (time.time() + 5, time.time() + 5))
+    panel.recheck.setInterval(50)
+    panel.recheck.start()
+    qtbot.waitUntil(lambda: bool(panel.index.search("wifi password", 500, lambda t: len(t.split())))
+                    and "osprey-7" in panel.index.search("wifi password", 500, lambda t: len(t.split()))[0].text,
+                    timeout=10_000)

@@ -94,6 +94,7 @@ class ChatSession:
         self.history, self.conversation_id = history, conversation_id
         self.defer, self.title_prefix = defer, title_prefix
         self.last_kept: int | None = None  # the message id of the last answer kept in the history
+        self.documents = None  # this conversation's documents folder (a FolderIndex); else the runtime's
         self._memory: list[Turn] = []
         self.events = SessionEvents()
 
@@ -152,7 +153,7 @@ class ChatSession:
         after the conversation so far (up to ``replacing``) and the answer's room, else the passages
         that best answer ``text``; and, when the runtime has a documents folder, its passages for
         ``text`` first. Raises ValueError (in words) when the files cannot fit at all."""
-        documents = self.runtime.documents if documents else None
+        documents = (self.documents or self.runtime.documents) if documents else None
         if not files and documents is None:
             return []
         turns = [{"role": t.role, "content": t.model_text} for t in self.turns()

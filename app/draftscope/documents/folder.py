@@ -66,8 +66,9 @@ class FolderIndex:
         return out
 
     def refresh(self, progress: Callable[[int, int, str], None] | None = None,
-                cancel: threading.Event | None = None) -> RefreshReport:
-        """Read what is new or changed, forget what is gone. ``progress(done, total, file name)``."""
+                stop: Callable[[], bool] | None = None) -> RefreshReport:
+        """Read what is new or changed, forget what is gone. ``progress(done, total, file name)``;
+        ``stop()`` true ends the refresh early (what was read stays)."""
         files = self.candidates()
         known = {r[0]: (r[1], r[2]) for r in self._rows("SELECT path, size, mtime FROM files")}
         present = {str(p.relative_to(self.folder)): p for p in files}
@@ -76,7 +77,7 @@ class FolderIndex:
             self._forget(rel)
         read, problems = 0, []
         for done, (rel, path) in enumerate(present.items()):
-            if cancel is not None and cancel.is_set():
+            if stop is not None and stop():
                 break
             stat = path.stat()
             if known.get(rel) == (stat.st_size, stat.st_mtime):
@@ -159,7 +160,7 @@ class Watcher:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                report = self.index.refresh(cancel=self._stop)
+                report = self.index.refresh(stop=self._stop.is_set)
             except (OSError, sqlite3.Error):  # a folder gone or unreadable for a moment: try again later
                 continue
             if self.on_report is not None and (report.read or report.forgotten):

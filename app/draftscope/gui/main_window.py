@@ -5,13 +5,12 @@ dialogs. The parts observe the session's and the runtime's events through ``answ
 
 from __future__ import annotations
 
-import functools
 import time
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication, QDockWidget, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget,
+    QApplication, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget,
 )
 
 from draftscope.engine.events import step_from_dict
@@ -20,12 +19,9 @@ from draftscope.gui.chat.render import provenance_legend
 from draftscope.gui.chat.view import ChatTranscript
 from draftscope.gui.chat.composer import Composer
 from draftscope.gui.chat.conversation_list import ConversationList
-from draftscope.gui.panels.drafts import DraftsPanel
-from draftscope.gui.panels.inspection import InspectionController
+from draftscope.gui.panels.docks import build_docks
 from draftscope.gui.session_qt import SessionSignals
-from draftscope.gui.panels.speedup import SpeedupPanel
 from draftscope.gui.status_bar import StatusLine
-from draftscope.gui.panels.trie_view import TrieView
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.core.session import ChatSession, sampling_from
@@ -92,7 +88,7 @@ class MainWindow(QMainWindow):
 
         self._build_menus()
         self.conversations.menu_actions = [self.rename_action, self.export_action, None, self.delete_action]
-        self._build_docks(engine)
+        build_docks(self, engine)  # the inspection panels and the documents
         self.status = StatusLine(self.statusBar(), engine)
         self.status.show_baseline(engine.baseline_tokens_per_second)
         self.chat_view.said.connect(lambda text: self.status.say(text, 3000))
@@ -176,34 +172,6 @@ class MainWindow(QMainWindow):
         self.view_menu.addAction(self.provenance_action)
         self.view_menu.addSeparator()
 
-    def _build_docks(self, engine) -> None:
-        # the draft tree labels each node with its token's text; decoding is cached per window
-        token_text = functools.lru_cache(maxsize=65536)(lambda token_id: engine.tokenizer.decode([token_id]))
-        self.docks, self.drafts_panel = {}, DraftsPanel()
-        self.trie_view = TrieView(token_text)
-        self.speedup_panel = SpeedupPanel()
-        self.inspection = InspectionController(self.drafts_panel, self.trie_view, self.speedup_panel, self)
-        self.inspection.step_selected.connect(self.chat_view.highlight_step)
-        self.chat_view.selection = lambda: (None if self.inspection.selected is None
-                                            else (self.inspection.answer, self.inspection.selected))
-        for name, title, widget, area in (
-            ("trieDock", "Draft tree", self.trie_view, Qt.DockWidgetArea.RightDockWidgetArea),
-            ("speedupDock", "Speedup", self.speedup_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-            ("draftsDock", "Accepted drafts", self.drafts_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
-        ):
-            dock = QDockWidget(title, self, objectName=name)
-            dock.setWidget(widget)
-            self.addDockWidget(area, dock)
-            dock.hide()
-            self.view_menu.addAction(dock.toggleViewAction())
-            self.docks[name] = dock
-        self.show_panels_action = QAction("Show all inspection &panels", self, objectName="showPanelsAction",
-                                          shortcut=QKeySequence("Ctrl+I"))
-        self.show_panels_action.triggered.connect(self.show_panels)
-        self.view_menu.addAction(self.show_panels_action)
-        self.answer_selected.connect(
-            lambda message_id, steps: self.inspection.show_answer(message_id, steps, self._baseline_of(message_id)))
-
     # ------------------------------------------------------------------ state
 
     @property
@@ -238,6 +206,7 @@ class MainWindow(QMainWindow):
         if conversation_id is not None and not self.history.conversation(conversation_id):
             conversation_id = None
         self.session.conversation_id = conversation_id
+        self.documents_panel.show_conversation(conversation_id)
         self.composer.end_edit()
         self.conversations.select(conversation_id)
         self.chat_view.refresh()
@@ -276,6 +245,7 @@ class MainWindow(QMainWindow):
             self.session.rewind(self.editing_message_id)
             self.composer.end_edit()
         self.session.say(text, files=sent)
+        self.documents_panel.conversation_started(self.conversation_id)
         self.composer.clear()
         self.conversations.select(self.conversation_id)
         self._generate()
@@ -495,6 +465,7 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def _end_threads(self) -> None:
+        self.documents_panel.close_jobs()
         self.worker_thread.shutdown()
         self.answer_signals.disconnect_all()
         self.runtime.close()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from draftscope import paths
 
-SCHEMA_VERSION = 3  # 2: message_steps; 3: message_files
+SCHEMA_VERSION = 3  # 2: message_steps; 3: message_files, conversation_documents
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS message_files (
     tokens INTEGER NOT NULL,
     passages TEXT,           -- JSON list of where the passages came from (NULL: the file whole)
     PRIMARY KEY (message_id, position)
+);
+CREATE TABLE IF NOT EXISTS conversation_documents (
+    conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
+    folder TEXT NOT NULL     -- a folder of documents the conversation's answers search
 );
 """
 
@@ -146,6 +150,18 @@ class HistoryStore:
     def conversation(self, conversation_id: int) -> Conversation | None:
         rows = self._read("SELECT * FROM conversations WHERE id = ?", (conversation_id,))
         return Conversation(rows[0]["id"], rows[0]["title"], rows[0]["created"], rows[0]["updated"]) if rows else None
+
+    def set_documents(self, conversation_id: int, folder: str | None) -> None:
+        """The folder of documents a conversation's answers search (None: none)."""
+        if folder is None:
+            self._write("DELETE FROM conversation_documents WHERE conversation_id = ?", (conversation_id,))
+        else:
+            self._write("INSERT OR REPLACE INTO conversation_documents (conversation_id, folder) VALUES (?, ?)",
+                        (conversation_id, folder))
+
+    def documents(self, conversation_id: int) -> str | None:
+        rows = self._read("SELECT folder FROM conversation_documents WHERE conversation_id = ?", (conversation_id,))
+        return rows[0]["folder"] if rows else None
 
     # ------------------------------------------------------------------ messages
 
