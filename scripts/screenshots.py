@@ -3,7 +3,7 @@ in the light and the dark theme with the inspection panels, each panel on its ow
 drafted tokens coloured; the race of plain against speculative decoding, the settings and the
 first run's two pages; and the pages of the datastore wizard building from real files.
 
-    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|dialogs|wizard]
+    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|dialogs|wizard|files]
 
 The model runs as the app runs it (the runtime from Settings: a GGUF on llama.cpp); drafts come
 from the default chat datastore when it was built (`draftscope datastore build-default`), the
@@ -32,7 +32,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", default="qwen2.5-coder-1.5b")
 parser.add_argument("--max-new-tokens", type=int, default=200)
 parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
-parser.add_argument("--only", choices=("window", "dialogs", "wizard"))
+parser.add_argument("--only", choices=("window", "dialogs", "wizard", "files"))
 parser.add_argument("--head-model", default="smollm2-135m",
                     help="the model the recurrent drafter's training is shown on (on torch: it reads hidden states)")
 args = parser.parse_args()
@@ -117,6 +117,31 @@ def window_shots() -> None:
         settle()
         save(dock.widget(), {"draftsDock": "drafts-panel.png", "trieDock": "trie-view.png",
                              "speedupDock": "speedup-panel.png"}[name])
+    window.close()
+
+
+def files_shots() -> None:
+    """A real file of Python's standard library attached (its chip before sending), then the answer
+    that gives back one of its functions with a change, drafted tokens coloured."""
+    source = Path(sysconfig.get_paths()["stdlib"]) / "colorsys.py"
+    text = source.read_text()
+    start = text.index("def rgb_to_hsv")
+    attached = Path(tempfile.mkdtemp()) / "colorsys_part.py"
+    attached.write_text(text[start:text.index("\ndef ", start + 10)])
+    window = MainWindow(runtime, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), code_style=code_style("light"))
+    window.resize(1300, 860)
+    window.show()
+    window.composer.attach_paths([str(attached)])
+    window.chat_input.setPlainText("Add type hints to rgb_to_hsv and give back the whole function, code only.")
+    settle()
+    save(window, "attach-before-sending.png")
+    window.provenance_action.setChecked(True)
+    runtime.settings.max_new_tokens = 400  # the whole function
+    window.send()
+    wait_until(lambda: not window.streaming, 300_000)
+    runtime.settings.max_new_tokens = args.max_new_tokens
+    settle()
+    save(window, "attach-answer.png")
     window.close()
 
 
@@ -225,6 +250,8 @@ def wizard_shots() -> None:
     wizard.button(QWizard.WizardButton.FinishButton).click()
 
 
+if args.only in (None, "files"):
+    files_shots()
 if args.only in (None, "window"):
     window_shots()
 if args.only in (None, "dialogs"):

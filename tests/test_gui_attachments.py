@@ -62,7 +62,7 @@ def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qt
     assert [f.name for f in chips.files] == ["notes.md", "extra.txt", "todo.txt"]
     assert len(chips.chips()) == 3 and chips.isVisible()
     size = len(engine.tokenizer(notes.read_text().strip(), add_special_tokens=False)["input_ids"])
-    assert chips.chips()[0].findChild(QLabel).text() == f"📄 notes.md · {size:,} tokens"
+    assert chips.chips()[0].findChild(QLabel).text() == f"notes.md · {size:,} tokens"
     qtbot.mouseClick(chips.chips()[1].findChild(QToolButton, "removeAttachment"), Qt.MouseButton.LeftButton)
     assert [f.name for f in chips.files] == ["notes.md", "todo.txt"], "the removed chip is not sent"
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from psygnal import Signal, SignalGroup
 
 from draftscope.documents.extract import Attachment
-from draftscope.documents.prompt import SentFile, from_documents, prepare, render
+from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
 from draftscope.rules import seed_from_setting
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, StepEvent
@@ -166,7 +166,7 @@ class ChatSession:
         found = None
         if documents is not None:  # the folder's passages for the question, in up to half the room
             found = from_documents(documents, text, min(DOCUMENT_TOKENS, room // 2), self.count_tokens)
-        sent = prepare(list(files), text, room - (found.tokens if found else 0), self.count_tokens)
+        sent = prepare(list(files), text, room - (found.tokens + HEADING_TOKENS if found else 0), self.count_tokens)
         return ([found] if found else []) + sent
 
     def count_tokens(self, text: str) -> int:

@@ -18,7 +18,8 @@ HEADING_TOKENS = 16  # a file's tags around its text
 @dataclass(frozen=True)
 class SentFile:
     """An attachment as it went to the model: ``text`` is what the model read (the file whole, or
-    its passages, each headed by its lines); ``passages`` says where they came from (empty: whole)."""
+    its passages, each headed by its lines), ``tokens`` its size (the tags around it not counted);
+    ``passages`` says where they came from (empty: whole)."""
 
     name: str
     kind: str
@@ -51,13 +52,13 @@ def prepare(files: Sequence[Attachment], question: str, room_tokens: int,
     pending = sorted(files, key=lambda f: sizes[id(f)])
     while pending and sizes[id(pending[0])] <= left - _reserve(pending[1:]):
         f = pending.pop(0)
-        out[id(f)] = SentFile(f.name, f.kind, f.text, sizes[id(f)])
+        out[id(f)] = SentFile(f.name, f.kind, f.text, sizes[id(f)] - HEADING_TOKENS)
         left -= sizes[id(f)]
     for i, f in enumerate(pending):
         share = left // (len(pending) - i)
         sent = _passages_of(f, question, share - HEADING_TOKENS, count_tokens)
         out[id(f)] = sent
-        left -= sent.tokens
+        left -= sent.tokens + HEADING_TOKENS
     return [out[id(f)] for f in files]
 
 
@@ -77,7 +78,7 @@ def _passages_of(f: Attachment, question: str, budget: int, count_tokens) -> Sen
         raise ValueError(f"{f.name} does not fit the model's context, not even a passage of it: start a new "
                          "conversation, or attach less")
     text = "\n\n".join(f"[lines {p.first_line}-{p.last_line}]\n{p.text}" for p in chosen)
-    return SentFile(f.name, f.kind, text, count_tokens(text) + HEADING_TOKENS,
+    return SentFile(f.name, f.kind, text, count_tokens(text),
                     tuple(f"lines {p.first_line}-{p.last_line}" for p in chosen))
 
 
@@ -103,5 +104,5 @@ def from_documents(index, question: str, budget: int, count_tokens) -> SentFile 
     if not found:
         return None
     text = "\n\n".join(f"[{p.where}]\n{p.text}" for p in found)
-    return SentFile(f"{index.folder.name} (documents)", "documents", text, count_tokens(text) + HEADING_TOKENS,
+    return SentFile(f"{index.folder.name} (documents)", "documents", text, count_tokens(text),
                     tuple(p.where for p in found))

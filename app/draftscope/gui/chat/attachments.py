@@ -53,7 +53,7 @@ class AttachmentChips(QWidget):
         chip.setFrameShape(QFrame.Shape.StyledPanel)
         row = QHBoxLayout(chip)
         row.setContentsMargins(6, 2, 2, 2)
-        label = QLabel(f"📄 {f.name} · {self._size(f)}")
+        label = QLabel(f"{f.name} · {self._size(f)}")
         label.setToolTip(f.text[:400] + ("…" if len(f.text) > 400 else ""))
         remove = QToolButton(text="✕", objectName="removeAttachment", autoRaise=True)
         remove.setToolTip(f"Remove {f.name}")

@@ -39,8 +39,8 @@ def files_html(m) -> str:
     links = []
     for i, f in enumerate(m.files):
         how = f"{f.get('tokens', 0):,} tokens" + (f", {len(f['passages'])} passages" if f.get("passages") else "")
-        links.append(f'📄 <a href="{FILE_SCHEME}:{m.id}/{i}">{html.escape(f["name"])}</a> <small>({how})</small>')
-    return "<p>" + " &nbsp; ".join(links) + "</p>"
+        links.append(f'<a href="{FILE_SCHEME}:{m.id}/{i}">{html.escape(f["name"])}</a> <small>({how})</small>')
+    return "<p><small>Attached:</small> " + " &nbsp; ".join(links) + "</p>"
 
 
 class ChatTranscript(QTextBrowser):
