@@ -126,6 +126,12 @@ def test_edit_and_resend_replaces_the_last_exchange(qtbot, engine, tmp_path):
     messages = history.messages(conv)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[0].content == "How do I reverse a list?" and messages[1].content != CODE_ANSWER
+    # what the window shows is the edited exchange, not the one it replaced (SQLite gives the new
+    # messages the ids the old ones had)
+    qtbot.waitUntil(lambda: not w.streaming, timeout=5000)
+    shown = w.chat_view.toPlainText()
+    assert "How do I reverse a list?" in shown and "How do I reverse a string in Python?" not in shown
+    assert CODE_ANSWER.strip()[:20] not in shown, "the old answer is gone from the view"
 
 
 def test_escape_cancels_an_edit(qtbot, engine, tmp_path):

@@ -32,6 +32,10 @@ def message_html(role: str, body: str, actions: list[str], stats: dict | None, f
     return out
 
 
+def _key(m) -> tuple:
+    return m.id, m.created
+
+
 def files_html(m) -> str:
     """A sent message's files: each a link to the text the model read of it."""
     if not m.files:
@@ -55,8 +59,11 @@ class ChatTranscript(QTextBrowser):
         self.renderer = ChatRenderer(code_style, dark=dark)
         self.show_provenance = False  # tokens coloured by their drafter, each a link to its step
         self.selection = lambda: None  # () -> (answer id or None for the live one, step index) to mark
-        self._shown: list[int] = []  # ids of the messages in the view, in order
-        self._html_cache: dict[int, str] = {}  # message id -> rendered body (messages never change)
+        # Messages are known by (id, when written): SQLite gives a message written after others were
+        # deleted (an edit, a regenerate) the id the first deleted one had, so an id alone would show
+        # the old message's text under the new one's figures.
+        self._shown: list[tuple] = []  # keys of the messages in the view, in order
+        self._html_cache: dict[tuple, str] = {}  # key -> rendered body (a message never changes)
         self.code_blocks: dict[str, list[str]] = {}  # "<message id>", "live" or "stream" -> code of each block
         # the answer being streamed: where it begins in the document, its text and steps so far
         self.streaming = False
@@ -161,7 +168,7 @@ class ChatTranscript(QTextBrowser):
         if not stream_only:
             self._drop_stream_region()
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
-            ids = [m.id for m in messages]
+            ids = [_key(m) for m in messages]
             if ids[:len(self._shown)] != self._shown or not self._shown:
                 self.setHtml("".join(self._message_block(m) for m in messages))
             else:
@@ -209,19 +216,20 @@ class ChatTranscript(QTextBrowser):
         return self.palette().color(QPalette.ColorRole.Text).name()
 
     def _message_block(self, m) -> str:
-        if m.id not in self._html_cache:
+        key = _key(m)
+        if key not in self._html_cache:
             steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" else []
             blocks: list[str] = []
             if steps:
-                self._html_cache[m.id] = self.renderer.markdown_with_provenance(
+                self._html_cache[key] = self.renderer.markdown_with_provenance(
                     steps, blocks, key=str(m.id), text_colour=self._text_colour())
             else:
-                self._html_cache[m.id] = self.renderer.markdown(m.content, blocks, key=str(m.id))
+                self._html_cache[key] = self.renderer.markdown(m.content, blocks, key=str(m.id))
             self.code_blocks[str(m.id)] = blocks
         verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate", "inspect")
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
-        return message_html(m.role, self._html_cache[m.id], actions, m.stats, files_html(m))
+        return message_html(m.role, self._html_cache[key], actions, m.stats, files_html(m))
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end in a new block; returns where it starts."""
