@@ -102,3 +102,28 @@ def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer
     message_id, steps = picked.args
     assert message_id == answer.id and steps == live, "the stored steps equal the streamed StepEvents"
     assert all(window.docks[n].isVisible() for n in ("draftsDock", "trieDock", "speedupDock"))
+
+
+def test_the_panels_follow_the_conversation_opened(qtbot, tokenizer, tmp_path):
+    """After New conversation the panels are empty; opening another conversation shows its own last
+    answer, never the one of the conversation left."""
+    model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
+    engine = pin_budget(Engine(model, tokenizer, name="tiny"))
+    window = MainWindow(runtime_for(engine, max_new_tokens=12), HistoryStore(tmp_path / "h.sqlite3"))
+    qtbot.addWidget(window)
+    answers = {}
+    for question in ("one two three one two three", "four five six four five six"):
+        window.new_conversation()
+        window.chat_input.setPlainText(question)
+        with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+            window.send()
+        qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
+        answers[window.conversation_id] = window.history.messages(window.conversation_id)[-1].id
+    first, second = answers
+    window.new_conversation()
+    assert window.inspection.steps == [] and window.drafts_panel.model.rowCount() == 0
+    window.show_conversation(first)
+    assert window.inspection.answer == answers[first] and window.inspection.steps
+    window.show_conversation(second)
+    assert window.inspection.answer == answers[second]
+    assert window.drafts_panel.model.rowCount() == len(window.history.steps(answers[second]))

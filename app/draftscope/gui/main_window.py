@@ -207,6 +207,7 @@ class MainWindow(QMainWindow):
             conversation_id = None
         self.session.conversation_id = conversation_id
         self.documents_panel.show_conversation(conversation_id)
+        self.inspection.show_latest(self.history, conversation_id, self.engine.baseline_tokens_per_second)
         self.composer.end_edit()
         self.conversations.select(conversation_id)
         self.chat_view.refresh()

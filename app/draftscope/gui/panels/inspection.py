@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from draftscope.engine.events import step_from_dict
+
 LIVE_UPDATE_MS = 100
 
 
@@ -74,6 +76,17 @@ class InspectionController(QObject):
         self.selected = None
         if self.steps:
             self.select(len(self.steps) - 1)
+
+    def show_latest(self, history, conversation_id: int | None, baseline_tps: float | None) -> None:
+        """Another conversation was opened (None: a new one): its last answer's steps, or empty panels,
+        never the answer of the conversation left."""
+        messages = history.messages(conversation_id) if conversation_id is not None else []
+        last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+        if last is None:
+            self.begin_live(baseline_tps)
+            return
+        kept = (last.stats or {}).get("baseline_tokens_per_second") or baseline_tps
+        self.show_answer(last.id, [step_from_dict(d) for d in history.steps(last.id)], kept)
 
     def set_baseline(self, baseline_tps: float | None) -> None:
         """The plain decoding speed was measured again (shown for the live answer only)."""
