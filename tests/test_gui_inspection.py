@@ -42,7 +42,8 @@ def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
     # halfway through a replay, each side shows what it had written by then
     half = plain.elapsed_s / 2
     assert plain.text_at(half) == max((m for m in plain.moments if m[0] <= half), key=lambda m: m[0], default=(0, ""))[1]
-    race.close()
+    qtbot.mouseClick(race.findChild(QPushButton, "raceCloseButton"), Qt.MouseButton.LeftButton)
+    assert not race.isVisible(), "the race closes by its own button"
 
 
 def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, tokenizer, tmp_path):
@@ -127,3 +128,20 @@ def test_the_panels_follow_the_conversation_opened(qtbot, tokenizer, tmp_path):
     window.show_conversation(second)
     assert window.inspection.answer == answers[second]
     assert window.drafts_panel.model.rowCount() == len(window.history.steps(answers[second]))
+
+
+def test_help_lists_the_shortcuts_that_work_and_about_names_the_model(qtbot, tokenizer, tmp_path):
+    from PySide6.QtGui import QAction
+    from PySide6.QtWidgets import QMessageBox, QTableWidget
+
+    engine = Engine(tiny_llama(len(tokenizer), seed=3), tokenizer, name="tiny")
+    window = MainWindow(runtime_for(engine), HistoryStore(tmp_path / "h.sqlite3"))
+    qtbot.addWidget(window)
+    window.findChild(QAction, "shortcutsAction").trigger()
+    table = window.help_dialog.findChild(QTableWidget, "shortcutsTable")
+    rows = {table.item(r, 0).text(): table.item(r, 1).text() for r in range(table.rowCount())}
+    assert rows["Regenerate answer"] == "Ctrl+R" and rows["New conversation"] == "Ctrl+N"
+    assert rows["Send the message"] == "Enter" and rows["Keyboard shortcuts"] == "F1"
+    window.help_dialog.close()
+    window.findChild(QAction, "aboutAction").trigger()
+    assert isinstance(window.help_dialog, QMessageBox) and "tiny" in window.help_dialog.text()

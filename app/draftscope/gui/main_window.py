@@ -19,6 +19,7 @@ from draftscope.gui.chat.render import provenance_legend
 from draftscope.gui.chat.view import ChatTranscript
 from draftscope.gui.chat.composer import Composer
 from draftscope.gui.chat.conversation_list import ConversationList
+from draftscope.gui.dialogs.help import add_help_menu
 from draftscope.gui.panels.docks import build_docks
 from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.status_bar import StatusLine
@@ -87,6 +88,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(splitter)
 
         self._build_menus()
+        add_help_menu(self)  # shortcuts (read off the actions) and About
         self.conversations.menu_actions = [self.rename_action, self.export_action, None, self.delete_action]
         build_docks(self, engine)  # the inspection panels and the documents
         self.status = StatusLine(self.statusBar(), engine)

@@ -96,6 +96,9 @@ class RaceDialog(QDialog):
         buttons = QVBoxLayout()
         buttons.addWidget(self.start_button)
         buttons.addWidget(self.replay_button)
+        self.close_button = QPushButton("Close", objectName="raceCloseButton")
+        self.close_button.clicked.connect(self.close)
+        buttons.addWidget(self.close_button)
         top.addLayout(buttons)
 
         grid = QGridLayout()
@@ -167,13 +170,15 @@ class RaceDialog(QDialog):
             return
         key, request = self._queue.pop(0)
         self._running = key
-        self.stats[key].setText("running…")
+        self.stats[key].setText("reading the prompt…")
         self._request.emit(request)
 
     def _on_steps(self, events) -> None:
         lane = self.lanes[self._running]
         lane.add(events)
         self.views[self._running].setPlainText(lane.moments[-1][1])
+        self.stats[self._running].setText(f"writing… {lane.tokens:,} tokens "
+                                          "(replayed side by side at their real pace once both are done)")
 
     def _on_finished(self, final, _message_id=None) -> None:
         lane = self.lanes[self._running]

@@ -259,7 +259,9 @@ class SourcesPage(QWizardPage):
 
     def _ask_text(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Add text files", str(Path.home()),
-                                                "Text (*.txt *.md *.markdown *.rst *.text);;All files (*)")
+                                                "Text and code (*.txt *.md *.markdown *.rst *.text *.py *.c *.h *.cpp *.rs "
+                                                "*.js *.ts *.java *.go *.sh *.html *.json *.toml *.yaml *.yml);;"
+                                                "All files (*)")
         for path in paths:
             self.add(f"text:{path}")
 
