@@ -268,3 +268,17 @@ def test_the_time_axis_labels_are_readable_at_the_apps_font(qtbot):
     qtbot.wait(50)
     labels = drawn_labels(panel.tau_chart)
     assert "..." not in labels and {"0.2", "0.4"} <= set(labels), labels
+
+
+def test_an_answer_with_no_accepted_draft_never_shows_a_speedup_past_tau():
+    """A plain figure measured on a busier moment made τ 1.00 answers say "1.99x plain": no answer
+    writes faster than τ times plain, so such a figure is shown as at most τ, and said to be old."""
+    from draftscope.core.words import answer_stats, speedup_stale
+
+    stats = {"tokens": 64, "tau": 1.0, "tokens_per_second": 20.0, "time_to_first_token_ms": 300.0,
+             "speedup_estimate": 1.99}
+    assert "≤1.00x plain (the plain figure is out of date)" in answer_stats(stats)
+    assert "1.99x" not in answer_stats(stats)
+    assert "1.41x plain" in answer_stats({**stats, "tau": 2.1, "speedup_estimate": 1.41})
+    assert "1.05x plain" in answer_stats({**stats, "speedup_estimate": 1.05}), "within the margin: as measured"
+    assert speedup_stale(1.2, 1.0) and not speedup_stale(0.9, 1.0) and not speedup_stale(None, 1.0)

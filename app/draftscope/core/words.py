@@ -27,11 +27,28 @@ def answer_stats(stats: dict, *, tau: str = "τ") -> str:
     parts = [f"{stats['tokens']} tokens", f"{tau} {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
              f"first token {stats['time_to_first_token_ms']:.0f} ms"] + prompt_read(stats)
     if stats.get("speedup_estimate"):
-        parts.append(f"{stats['speedup_estimate']:.2f}x plain")
+        parts.append(speedup_words(stats["speedup_estimate"], stats["tau"]))
     if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
         parts.append(f"seed {stats['seed']}")
     ended = STOPPED_WORDS.get(stats.get("finish_reason"))
     return " · ".join(([ended] if ended else []) + parts)
+
+
+STALE_MARGIN = 1.1  # a speedup this far past τ says the plain figure is out of date
+
+
+def speedup_stale(speedup: float | None, tau: float) -> bool:
+    """Whether a speedup over plain decoding cannot be right: a step costs at least a plain step, so
+    an answer cannot write faster than τ times plain; above that, the plain figure was measured on a
+    busier moment (or on another machine's clocks)."""
+    return speedup is not None and speedup > tau * STALE_MARGIN
+
+
+def speedup_words(speedup: float, tau: float, *, times: str = "x") -> str:
+    """A speedup as a user may trust it: "1.41x plain", or, when it cannot be right, at most τ and why."""
+    if speedup_stale(speedup, tau):
+        return f"≤{tau:.2f}{times} plain (the plain figure is out of date)"
+    return f"{speedup:.2f}{times} plain"
 
 
 def prompt_read(stats: dict) -> list[str]:

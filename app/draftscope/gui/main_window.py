@@ -26,6 +26,7 @@ from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.core.session import ChatSession, sampling_from
+from draftscope.core.words import speedup_stale
 from draftscope.documents.extract import Attachment
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
@@ -306,7 +307,8 @@ class MainWindow(QMainWindow):
             self.inspection.finish_live(message_id)
         self._end_stream()
         measured = self.engine.baseline_measured_at
-        if measured is not None and time.monotonic() - measured > BASELINE_MAX_AGE_S:
+        if measured is not None and (time.monotonic() - measured > BASELINE_MAX_AGE_S
+                                     or speedup_stale(final.stats.speedup_estimate, final.stats.tau)):
             self.measure_baseline()
 
     def _on_failed(self, message: str) -> None:

@@ -21,6 +21,7 @@ from PySide6.QtCore import QMargins, QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
+from draftscope.core.words import speedup_stale
 from draftscope.gui.palettes import CHART_COLOURS
 
 UNKNOWN = "—"
@@ -273,7 +274,13 @@ class SpeedupPanel(QWidget):
 
     def _update_label(self) -> None:
         speedup = self._speedup()
-        self.speedup_label.setText(f"{speedup:.2f}×" if speedup is not None else UNKNOWN)
+        tau = self.events[-1].tau if self.events else 1.0
+        if speedup is None:
+            self.speedup_label.setText(UNKNOWN)
+        elif speedup_stale(speedup, tau):  # no answer writes faster than τ times plain: the baseline is old
+            self.speedup_label.setText(f"≤{tau:.2f}×")
+        else:
+            self.speedup_label.setText(f"{speedup:.2f}×")
         plain = f"{self.baseline:.1f} tokens/s plain" if self.baseline else "plain decoding not measured yet"
         if not self.events:
             self.caption.setText(f"No steps yet · {plain}")
