@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftscope.documents.extract import AttachmentError, read_file
-from draftscope.documents.passages import Passage, query_terms, split_passages
+from draftscope.documents.passages import Passage, match_expression, split_passages, within_budget
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache"}
 MAX_FILES = 20_000  # a folder past this is indexed in part, and says so
@@ -123,19 +123,13 @@ class FolderIndex:
     def search(self, question: str, budget_tokens: int, count_tokens: Callable[[str], int],
                limit: int = 40) -> list[Passage]:
         """The passages that best answer ``question`` within ``budget_tokens``, best first."""
-        terms = query_terms(question)
-        if not terms:
+        match = match_expression(question)
+        if match is None:
             return []
-        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         rows = self._rows("SELECT path, first, last, body FROM passages WHERE passages MATCH ? ORDER BY bm25(passages) "
                           "LIMIT ?", (match, limit))
-        chosen, spent = [], 0
-        for path, first, last, body in rows:
-            cost = count_tokens(body) + 12
-            if spent + cost <= budget_tokens:
-                chosen.append(Passage(path, int(first), int(last), body))
-                spent += cost
-        return chosen
+        found = [Passage(path, int(first), int(last), body) for path, first, last, body in rows]
+        return within_budget(found, budget_tokens, count_tokens)
 
 
 def open_folder(folder: str | os.PathLike[str], progress: Callable[[int, int, str], None] | None = None

@@ -78,6 +78,26 @@ def query_terms(question: str) -> list[str]:
     return seen
 
 
+def match_expression(question: str) -> str | None:
+    """FTS5's MATCH for the question's words, any of them (None: no word that can rank)."""
+    terms = query_terms(question)
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
+
+
+PASSAGE_HEADING_TOKENS = 12  # the "[file, lines a-b]" line each passage is sent under
+
+
+def within_budget(passages, budget_tokens: int, count_tokens: Callable[[str], int]) -> list:
+    """The passages, best first, that fit ``budget_tokens`` together (a long one skipped, later ones tried)."""
+    chosen, spent = [], 0
+    for passage in passages:
+        cost = count_tokens(passage.text) + PASSAGE_HEADING_TOKENS
+        if spent + cost <= budget_tokens:
+            chosen.append(passage)
+            spent += cost
+    return chosen
+
+
 class PassageIndex:
     """Passages in an in-memory FTS5 table, ranked by bm25 for a question."""
 
@@ -89,10 +109,9 @@ class PassageIndex:
 
     def ranked(self, question: str) -> list[int]:
         """Passage numbers, best first (those that share no word with the question are left out)."""
-        terms = query_terms(question)
-        if not terms:
+        match = match_expression(question)
+        if match is None:
             return []
-        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         rows = self._db.execute("SELECT rowid FROM p WHERE p MATCH ? ORDER BY bm25(p)", (match,)).fetchall()
         return [r[0] for r in rows]
 
@@ -109,11 +128,5 @@ def best_passages(passages: list[Passage], question: str, budget_tokens: int,
         order = index.ranked(question) or list(range(len(passages)))
     finally:
         index.close()
-    chosen, spent = [], 0
-    for number in order:
-        cost = count_tokens(passages[number].text) + 12  # the passage's heading
-        if spent + cost > budget_tokens:
-            continue
-        chosen.append(number)
-        spent += cost
-    return [passages[n] for n in sorted(chosen)]
+    chosen = within_budget([passages[n] for n in order], budget_tokens, count_tokens)
+    return sorted(chosen, key=lambda p: p.first_line)
