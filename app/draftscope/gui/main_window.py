@@ -64,15 +64,8 @@ class MainWindow(QMainWindow):
         self.chat_view = ChatTranscript(self.session, code_style=code_style, dark=dark)
         self.chat_view.action_requested.connect(self._on_action)
         self.chat_view.step_clicked.connect(self.select_step)
-        self.composer = Composer()
+        self.composer = self._build_composer()
         self.chat_input = self.composer.chat_input
-        self.composer.send_requested.connect(self.send)
-        self.composer.stop_requested.connect(self.stop)
-        self.composer.regenerate_requested.connect(lambda: self.regenerate())
-        self.composer.edit_last_requested.connect(self.edit_last)
-        self.composer.attach_failed.connect(lambda text: self.warn(text, "attachErrorDialog"))
-        self.composer.chips.count_tokens = self.session.count_tokens
-        self.composer.drops.install(self.chat_view)  # files dropped on the chat attach too
         self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False, wordWrap=True)
         self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
         self.model_switcher.chosen.connect(self.model_chosen)
@@ -94,14 +87,7 @@ class MainWindow(QMainWindow):
         build_docks(self, engine)  # the inspection panels and the documents
         self.status = StatusLine(self.statusBar(), engine)
         self.status.show_baseline(engine.baseline_tokens_per_second)
-        self.chat_view.said.connect(lambda text: self.status.say(text, 3000))
-        self.conversations.said.connect(lambda text: self.status.say(text, 8000))
-        signals = self.answer_signals
-        signals.notice.connect(lambda text: self.status.say(text, 20000))
-        signals.answer_started.connect(lambda: self.inspection.begin_live(self.engine.baseline_tokens_per_second))
-        signals.steps.connect(self._on_steps)
-        signals.answer_ended.connect(self._on_answer_ended)
-        signals.answer_failed.connect(self._on_failed)
+        self._connect_views()
 
         self.worker = GenerationWorker(self.session)
         self.worker_thread = WorkerThread(self.worker)
@@ -116,10 +102,32 @@ class MainWindow(QMainWindow):
         # The model's own answers feed its learned datastore, indexed on the runtime's background
         # thread; its news reaches this thread through answer_signals.
         runtime.start_learning()
-        signals.learned.connect(lambda _stats: self.drafters_changed())  # the first index adds a drafter
+        self.answer_signals.learned.connect(lambda _stats: self.drafters_changed())  # the first index adds a drafter
         self.drafters_changed()
         self.conversations.reload()
         self._update_actions()
+
+    def _connect_views(self) -> None:
+        """What the parts say reaches the status line; the answers' events reach the views."""
+        self.chat_view.said.connect(lambda text: self.status.say(text, 3000))
+        self.conversations.said.connect(lambda text: self.status.say(text, 8000))
+        signals = self.answer_signals
+        signals.notice.connect(lambda text: self.status.say(text, 20000))
+        signals.answer_started.connect(lambda: self.inspection.begin_live(self.engine.baseline_tokens_per_second))
+        signals.steps.connect(self._on_steps)
+        signals.answer_ended.connect(self._on_answer_ended)
+        signals.answer_failed.connect(self._on_failed)
+
+    def _build_composer(self) -> Composer:
+        composer = Composer()
+        composer.send_requested.connect(self.send)
+        composer.stop_requested.connect(self.stop)
+        composer.regenerate_requested.connect(lambda: self.regenerate())
+        composer.edit_last_requested.connect(self.edit_last)
+        composer.attach_failed.connect(lambda text: self.warn(text, "attachErrorDialog"))
+        composer.chips.count_tokens = self.session.count_tokens  # chips say their size in the model's tokens
+        composer.drops.install(self.chat_view)  # files dropped on the chat attach too
+        return composer
 
     def _build_menus(self) -> None:
         def action(menu, text, slot, shortcut=None, name=None) -> QAction:

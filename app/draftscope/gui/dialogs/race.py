@@ -83,24 +83,7 @@ class RaceDialog(QDialog):
         self._running: str | None = None
         self._replay_start = 0.0
 
-        self.prompt = QPlainTextEdit(objectName="racePrompt")
-        self.prompt.setPlaceholderText("A prompt to answer twice")
-        self.prompt.setMaximumHeight(80)
-        self.start_button = QPushButton("Race", objectName="raceButton")
-        self.start_button.clicked.connect(lambda: self.race(self.prompt.toPlainText()))
-        self.replay_button = QPushButton("Replay", objectName="replayButton")
-        self.replay_button.setEnabled(False)
-        self.replay_button.clicked.connect(self.replay)
-        top = QHBoxLayout()
-        top.addWidget(self.prompt, 1)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.start_button)
-        buttons.addWidget(self.replay_button)
-        self.close_button = QPushButton("Close", objectName="raceCloseButton")
-        self.close_button.clicked.connect(self.close)
-        buttons.addWidget(self.close_button)
-        top.addLayout(buttons)
-
+        top = self._build_prompt_row()
         grid = QGridLayout()
         self.views, self.stats = {}, {}
         for col, (key, title) in enumerate((("plain", "Plain decoding"), ("speculative", "Speculative decoding"))):
@@ -137,6 +120,27 @@ class RaceDialog(QDialog):
         self.timer.timeout.connect(self._replay_tick)
 
     # ------------------------------------------------------------------ racing
+
+    def _build_prompt_row(self) -> QHBoxLayout:
+        """The prompt, and beside it Race, Replay and Close."""
+        self.prompt = QPlainTextEdit(objectName="racePrompt")
+        self.prompt.setPlaceholderText("A prompt to answer twice")
+        self.prompt.setMaximumHeight(80)
+        self.start_button = QPushButton("Race", objectName="raceButton")
+        self.start_button.clicked.connect(lambda: self.race(self.prompt.toPlainText()))
+        self.replay_button = QPushButton("Replay", objectName="replayButton")
+        self.replay_button.setEnabled(False)
+        self.replay_button.clicked.connect(self.replay)
+        top = QHBoxLayout()
+        top.addWidget(self.prompt, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.replay_button)
+        self.close_button = QPushButton("Close", objectName="raceCloseButton")
+        self.close_button.clicked.connect(self.close)
+        buttons.addWidget(self.close_button)
+        top.addLayout(buttons)
+        return top
 
     def race(self, prompt: str) -> None:
         prompt = prompt.strip()
