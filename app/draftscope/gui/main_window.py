@@ -70,16 +70,7 @@ class MainWindow(QMainWindow):
         self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
         self.model_switcher.chosen.connect(self.model_chosen)
         self.model_switcher.other_requested.connect(self.settings_requested)
-        centre = QWidget()
-        centre_layout = QVBoxLayout(centre)
-        for part in (self.model_switcher, self.provenance_legend, self.chat_view, self.composer):
-            centre_layout.addWidget(part, 1 if part is self.chat_view else 0)
-        splitter = QSplitter()
-        for part in (self.conversations, centre):
-            splitter.addWidget(part)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 860])
-        self.setCentralWidget(splitter)
+        self._lay_out()
 
         self._build_menus()
         add_help_menu(self)  # shortcuts (read off the actions) and About
@@ -106,6 +97,19 @@ class MainWindow(QMainWindow):
         self.drafters_changed()
         self.conversations.reload()
         self._update_actions()
+
+    def _lay_out(self) -> None:
+        """The conversations on the left; the switcher, legend, chat and composer in the centre."""
+        centre = QWidget()
+        centre_layout = QVBoxLayout(centre)
+        for part in (self.model_switcher, self.provenance_legend, self.chat_view, self.composer):
+            centre_layout.addWidget(part, 1 if part is self.chat_view else 0)
+        splitter = QSplitter()
+        for part in (self.conversations, centre):
+            splitter.addWidget(part)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([240, 860])
+        self.setCentralWidget(splitter)
 
     def _connect_views(self) -> None:
         """What the parts say reaches the status line; the answers' events reach the views."""
