@@ -171,6 +171,7 @@ while True:  # answers with thousands of steps each, until killed
               "accepted_path": [0, 1], "pieces": ["ab", "cd", "ef"]} for k in range(n)]
     s.add_message(c, "user", f"question {i}")
     s.add_message(c, "assistant", "x" * n, stats={"steps": n}, steps=steps)
+    print("wrote", flush=True)
 """
 
 
@@ -185,7 +186,9 @@ def test_kills_while_answers_and_their_steps_are_written_leave_only_whole_answer
     for kill in range(6):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.3 + rng.random() * 0.7)  # several answers in, most likely mid-write
+        # one whole answer in whatever the machine's speed, then a kill most likely mid-write
+        assert proc.stdout.readline().strip() == "wrote"
+        time.sleep(rng.random() * 0.7)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         store = HistoryStore(db)
