@@ -129,7 +129,7 @@ def test_rename_delete_search_export(tmp_path):
     assert store.messages(b) == []
 
 
-def test_regenerate_drops_the_answer_and_what_follows(tmp_path):
+def test_edit_and_resend_drops_the_message_and_what_follows(tmp_path):
     store = HistoryStore(tmp_path / "h.sqlite3")
     c = store.create_conversation()
     store.add_message(c, "user", "one")
@@ -214,7 +214,7 @@ def test_answer_steps_are_kept_and_go_with_their_message(tmp_path):
     store.close()
     reopened = HistoryStore(tmp_path / "h.sqlite3")
     assert reopened.steps(answer) == steps
-    reopened.delete_messages_from(answer)  # regenerate: the steps go with the answer
+    reopened.delete_messages_from(answer)  # edit-and-resend: the steps go with the answer
     assert reopened.steps(answer) == []
     assert reopened._read("SELECT COUNT(*) AS n FROM message_steps")[0]["n"] == 0
 

@@ -95,6 +95,7 @@ class ChatSession:
         self.defer, self.title_prefix = defer, title_prefix
         self.last_kept: int | None = None  # the message id of the last answer kept in the history
         self.documents = None  # this conversation's documents folder (a FolderIndex); else the runtime's
+        self._replaced: int | None = None  # the version a regenerate hid, shown again if no new one is kept
         self._memory: list[Turn] = []
         self.events = SessionEvents()
 
@@ -173,16 +174,33 @@ class ChatSession:
         return len(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def rewind(self, message_id: int | None = None) -> bool:
-        """Drop ``message_id`` (default: the last answer) and what follows it, to answer again.
-        True when there is something left to answer."""
+        """Answer again from before ``message_id`` (default: the last answer). A stored answer is
+        kept as a version (the next answer is another; what followed it stays on its branch); a
+        user message (edit-and-resend) goes, with all that followed it. True when there is
+        something left to answer."""
         turns = self.turns()
         if message_id is None:
             message_id = turns[-1].id if turns and turns[-1].role == "assistant" else None
             if not self._stored() and turns and turns[-1].role == "assistant":
                 self._memory.pop()
         if message_id is not None and self._stored():
-            self.history.delete_messages_from(message_id)
+            if any(t.id == message_id and t.role == "assistant" for t in turns):
+                self.history.hide_version(message_id)
+                self._replaced = message_id
+            else:
+                self.history.delete_messages_from(message_id)
         return bool(self.turns())
+
+    def show_version(self, message_id: int) -> None:
+        """Page an answer to another of its versions: the conversation continues from that one."""
+        if self._stored():
+            self.history.show_version(message_id)
+
+    def _settle_versions(self) -> None:
+        """After an answer: if a regenerate hid a version and no new one was kept, show it again."""
+        replaced, self._replaced = self._replaced, None
+        if replaced is not None and self.last_kept is None:
+            self.history.show_version(replaced)
 
     def drop_last(self) -> None:
         """Take back the last message (a question that could not be answered)."""
@@ -252,6 +270,7 @@ class ChatSession:
                 if isinstance(ev, FinalEvent):
                     if keep:
                         self.last_kept = self.record(ev, steps)
+                    self._settle_versions()
                     self.events.answer_ended.emit(ev, self.last_kept)
                     yield ev
                     return
@@ -259,8 +278,10 @@ class ChatSession:
                 self.events.step.emit(ev)
                 yield ev
         except Exception as exc:
+            self._settle_versions()
             self.events.answer_failed.emit(str(exc) or type(exc).__name__)
             raise
+        self._settle_versions()
         self.events.answer_failed.emit("the engine ended without a final event")
         raise RuntimeError("the engine ended without a final event")
 

@@ -5,6 +5,11 @@ Each answer's decoding steps (the StepEvents as plain dicts: draft trees, accept
 timings) are kept beside it, zlib-compressed JSON, so the inspection panels can replay a stored
 answer.
 
+Regenerate keeps versions: an answer's versions are the children of the message it answers (each
+message names its parent, the message it followed), one of them current. Later turns stay with the
+version they followed, so paging back to a version shows its branch again. ``messages`` walks the
+current branch only, from the first message: what the model reads, exports and the view show.
+
 Every write is its own transaction, so a crash mid-answer loses at most that answer (the answer
 is written when it finishes). One store may be used from several threads (a lock serialises).
 """
@@ -23,7 +28,7 @@ from pathlib import Path
 
 from draftscope import paths
 
-SCHEMA_VERSION = 3  # 2: message_steps; 3: message_files, conversation_documents
+SCHEMA_VERSION = 4  # 2: message_steps; 3: message_files, conversation_documents; 4: versions
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -39,7 +44,9 @@ CREATE TABLE IF NOT EXISTS messages (
     content TEXT NOT NULL,
     created REAL NOT NULL,
     stats TEXT,     -- JSON: tokens, tau, tokens/s, time to first token, speedup, ...
-    drafters TEXT   -- JSON: the drafter settings the answer was generated with
+    drafters TEXT,  -- JSON: the drafter settings the answer was generated with
+    parent_id INTEGER,  -- the message this one followed (NULL: the first); subtrees are deleted by walk
+    current_version INTEGER NOT NULL DEFAULT 1  -- the version shown among its parent's children
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS message_steps (
@@ -81,6 +88,8 @@ class Message:
     stats: dict | None
     drafters: dict | None
     files: tuple[dict, ...] = ()  # the attachments as the model read them (documents.prompt.SentFile dicts)
+    versions: tuple[int, ...] = ()  # an answer's versions' ids, oldest first (this one among them); () if one
+    same_as: int = 0  # the first earlier version (1-based) whose text this one repeats; 0: none
 
 
 def history_path() -> Path:
@@ -116,7 +125,25 @@ class HistoryStore:
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} was written by a newer Draftscope (schema {version})")
         self._db.executescript(_SCHEMA)
+        self._migrate_versions()
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _migrate_versions(self) -> None:
+        """A file from before versions (schema < 4): each message follows the one before it in its
+        conversation, every one current (one transaction: a crash leaves the old file)."""
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(messages)")}
+        if "parent_id" in columns:
+            return
+        self._db.execute("BEGIN")
+        try:
+            self._db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
+            self._db.execute("ALTER TABLE messages ADD COLUMN current_version INTEGER NOT NULL DEFAULT 1")
+            self._db.execute("""UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
+                                WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)""")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -170,15 +197,17 @@ class HistoryStore:
                     files: list[dict] | None = None) -> int:
         """``steps``: the answer's StepEvents (or their dicts), or :func:`encode_steps` of them (made
         off the UI thread: encoding a long answer's trees takes tens of ms). ``files``: a user
-        message's attachments as the model read them (SentFile dicts), kept with it."""
+        message's attachments as the model read them (SentFile dicts), kept with it. The message
+        follows the current branch's last one (after a regenerate's :meth:`hide_version`: a new
+        version of that answer)."""
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                cur = self._db.execute(
-                    "INSERT INTO messages (conversation_id, role, content, created, stats, drafters) VALUES (?, ?, ?, ?, ?, ?)",
-                    (conversation_id, role, content, now, _json(stats), _json(drafters)),
-                )
+                branch = self._branch(conversation_id)
+                cur = self._insert_message(conversation_id, {
+                    "role": role, "content": content, "created": now, "stats": stats, "drafters": drafters},
+                    branch[-1][0]["id"] if branch else None)
                 if steps:
                     blob = steps if isinstance(steps, bytes) else encode_steps(steps)
                     self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)", (cur.lastrowid, blob))
@@ -201,19 +230,25 @@ class HistoryStore:
                     cur = self._db.execute("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
                                            (c.title, c.created, c.updated))
                     ids.append(cur.lastrowid)
+                    parent = None
                     for m in c.messages:
-                        self._insert_message(cur.lastrowid, m)
+                        parent = self._insert_message(cur.lastrowid, m, parent).lastrowid
+                        self._insert_files(parent, m.get("files"))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return ids
 
-    def _insert_message(self, conversation_id: int, m: dict) -> None:
-        cur = self._db.execute(
-            "INSERT INTO messages (conversation_id, role, content, created, stats, drafters) VALUES (?, ?, ?, ?, ?, ?)",
-            (conversation_id, m["role"], m["content"], m["created"], _json(m.get("stats")), _json(m.get("drafters"))))
-        self._insert_files(cur.lastrowid, m.get("files"))
+    def _insert_message(self, conversation_id: int, m: dict, parent: int | None) -> sqlite3.Cursor:
+        """A message following ``parent``, the current one among its versions (lock held, in a transaction)."""
+        self._db.execute("UPDATE messages SET current_version = 0 WHERE conversation_id = ? AND parent_id IS ?",
+                         (conversation_id, parent))
+        return self._db.execute(
+            "INSERT INTO messages (conversation_id, role, content, created, stats, drafters, parent_id, current_version)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+            (conversation_id, m["role"], m["content"], m["created"], _json(m.get("stats")), _json(m.get("drafters")),
+             parent))
 
     def _insert_files(self, message_id: int, files) -> None:
         for position, f in enumerate(files or ()):
@@ -224,11 +259,29 @@ class HistoryStore:
                  json.dumps(list(f["passages"])) if f.get("passages") else None))
 
     def delete_messages_from(self, message_id: int) -> None:
-        """Remove a message and everything after it in its conversation (regenerate, edit-and-resend)."""
+        """Remove a message and everything that followed it, in every branch (edit-and-resend)."""
         self._write(
-            "DELETE FROM messages WHERE conversation_id = (SELECT conversation_id FROM messages WHERE id = ?) AND id >= ?",
-            (message_id, message_id),
-        )
+            """WITH RECURSIVE later(id) AS (SELECT ? UNION ALL
+                   SELECT m.id FROM messages m JOIN later ON m.parent_id = later.id)
+               DELETE FROM messages WHERE id IN (SELECT id FROM later)""", (message_id,))
+
+    def show_version(self, message_id: int) -> None:
+        """Make a version the current one of its answer: its branch is the conversation from now on."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.execute(
+                    """UPDATE messages SET current_version = (id = ?) WHERE (conversation_id, parent_id) IS
+                       (SELECT conversation_id, parent_id FROM messages WHERE id = ?)""", (message_id, message_id))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def hide_version(self, message_id: int) -> None:
+        """No version of this answer current (regenerate: the branch ends at the question until the
+        new version is added; :meth:`show_version` puts the old one back if none is)."""
+        self._write("UPDATE messages SET current_version = 0 WHERE id = ?", (message_id,))
 
     def steps(self, message_id: int) -> list[dict]:
         """The decoding steps stored with an answer ([] when none were kept)."""
@@ -244,10 +297,31 @@ class HistoryStore:
         return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
     def messages(self, conversation_id: int) -> list[Message]:
-        rows = self._read("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        """The conversation's current branch, first message first; each with its versions."""
+        with self._lock:
+            branch = self._branch(conversation_id)
         files = self._files(conversation_id)
-        return [Message(r["id"], r["conversation_id"], r["role"], r["content"], r["created"], _load(r["stats"]),
-                        _load(r["drafters"]), tuple(files.get(r["id"], ()))) for r in rows]
+        out = []
+        for r, siblings in branch:
+            versions = tuple(s["id"] for s in siblings) if len(siblings) > 1 else ()
+            same_as = next((k + 1 for k, s in enumerate(siblings) if s["id"] < r["id"] and s["content"] == r["content"]), 0)
+            out.append(Message(r["id"], r["conversation_id"], r["role"], r["content"], r["created"], _load(r["stats"]),
+                               _load(r["drafters"]), tuple(files.get(r["id"], ())), versions, same_as))
+        return out
+
+    def _branch(self, conversation_id: int) -> list[tuple[sqlite3.Row, list[sqlite3.Row]]]:
+        """The current branch (lock held): each message with its versions (its parent's children)."""
+        children: dict[int | None, list[sqlite3.Row]] = {}
+        for r in self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)):
+            children.setdefault(r["parent_id"], []).append(r)
+        branch, parent = [], None
+        while (siblings := children.get(parent)) is not None:
+            shown = next((s for s in siblings if s["current_version"]), None)
+            if shown is None:  # a regenerate under way: the branch ends at the question
+                break
+            branch.append((shown, siblings))
+            parent = shown["id"]
+        return branch
 
     def _files(self, conversation_id: int) -> dict[int, list[dict]]:
         """Each message's attachments (message id -> SentFile dicts, in the order attached)."""
