@@ -117,7 +117,10 @@ def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
 
     settings = settings_from_args(args)
     _switches, named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))
-    runtime = load_runtime(settings, head=args.head, strict=True, log=_err, slots=slots)
+    from draftscope.engine.stages import new_stages_only
+
+    # each stage once, as it begins: its fractions would be a line each
+    runtime = load_runtime(settings, head=args.head, strict=True, log=new_stages_only(_err), slots=slots)
     runtime.events.notice.connect(_err)  # e.g. the datastore changed on disk between answers
     setup = runtime.drafter_setup
     missing = [n for n in named if n not in setup.names]

@@ -162,11 +162,14 @@ class Runtime:
 
 
 def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: bool = False,
-                 log: Callable[[str], None] | None = None, slots: int | None = None) -> Runtime:
+                 log: Callable[[object], None] | None = None, slots: int | None = None,
+                 baseline: bool = True) -> Runtime:
     """Load the model the settings name, with what its answers draft with. ``head``: a recurrent
     head file (default: the app's head for the model, when one was trained). ``strict`` (the
     command line): a draft model or head asked for that cannot be used is an error; otherwise it is
-    left out and ``notices`` says why. ``log(text)`` hears of progress. ``slots``: answers the model
+    left out and ``notices`` says why. ``log(stage)`` hears of progress: each stage by name, with
+    how far it is (engine/stages.py; a line of text for the first). ``baseline``: measure the plain
+    speed now (the window measures it after it opens, so it does not wait for it). ``slots``: answers the model
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
     from draftscope.engine.engine import Engine
     from draftscope.engine.draft_model import load_draft_model
@@ -179,7 +182,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     from draftscope.engine.backends.llama.rpc import parse_workers
 
     engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
-                         workers=parse_workers(settings.workers), threads=settings.threads or None, progress=log)
+                         workers=parse_workers(settings.workers), threads=settings.threads or None, progress=log, baseline=baseline)
     runtime = Runtime(settings, engine)
     if engine.backend.notice:
         runtime.notices.append(engine.backend.notice)
@@ -194,6 +197,10 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
     if settings.draft_model and settings.drafters.get("model"):
+        if log is not None:
+            from draftscope.engine.stages import LOADING_DRAFT_MODEL, Stage
+
+            log(Stage(LOADING_DRAFT_MODEL))
         try:
             runtime.draft_model = load_draft_model(settings.draft_model, engine, device=device, dtype=dtype).model
         except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading

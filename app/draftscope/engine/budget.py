@@ -80,11 +80,13 @@ class InSlot:
 
 
 @torch.inference_mode()
-def measure_verify_costs(backend, *, context: int = 256, sizes=SIZES, repeats: int = 3) -> dict[int, float]:
+def measure_verify_costs(backend, *, context: int = 256, sizes=SIZES, repeats: int = 3,
+                         progress=None) -> dict[int, float]:
     """Seconds for one verify of 1 + n tokens (root + chain of n) over a ``context``-token cache,
     on whatever backend runs the model (or one slot of it: InSlot): the best of ``repeats`` rounds,
     each round over every size (a load spike then hits one round, not every try of one size), made
-    monotone in n."""
+    monotone in n. ``progress(fraction)`` hears how far it is, in verified tokens (a tree's cost
+    grows with its size, so a count of verifies would run ahead of the time)."""
     from draftscope.engine.backends.base import chain_tree
 
     context = max(1, min(context, backend.max_context - max(sizes) - 2))
@@ -93,6 +95,7 @@ def measure_verify_costs(backend, *, context: int = 256, sizes=SIZES, repeats: i
     backend.start(prompt)
     chains = {n: chain_tree(rng.integers(0, backend.vocab, n)) for n in sizes}
     best = {n: float("inf") for n in sizes}
+    total, done = (context + repeats * sum(1 + n for n in sizes)), context  # the prompt's read counts too
     for _ in range(repeats):
         for n in sizes:
             t0 = time.perf_counter()
@@ -100,4 +103,7 @@ def measure_verify_costs(backend, *, context: int = 256, sizes=SIZES, repeats: i
             float(out.logits[-1, 0])  # waits for an asynchronous device
             best[n] = min(best[n], time.perf_counter() - t0)
             backend.truncate(context)
+            done += 1 + n
+            if progress is not None:
+                progress(done / total)
     return monotone(best)

@@ -21,6 +21,7 @@ from draftscope.engine.budget import measure_verify_costs
 from draftscope.engine.policy import Calibration
 from draftscope.engine.events import FinalEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
+from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
 from draftscope.engine.stepper import Stepper
 
 __all__ = ["Engine", "GenerationRequest", "PromptTooLongError", "limit_leaves"]
@@ -108,40 +109,49 @@ class Engine:
 
     @classmethod
     def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, backend: str = "auto",
-             measure: bool = True, slots: int = 1, workers: list[str] | None = None,
+             measure: bool = True, baseline: bool = True, slots: int = 1, workers: list[str] | None = None,
              threads: int | None = None, progress=None) -> Engine:
-        """``progress(text)`` hears of the slow parts of opening (on CUDA: capturing the step graphs).
+        """``progress(stage)`` hears each slow part of opening by name (engine/stages.py), with how
+        far it is where that is known. ``measure``: the verify costs, and with ``baseline`` the plain
+        speed (the window measures that after it opens, in the background).
         ``threads``: CPU threads the model computes on (None: this computer's cores)."""
         from draftscope.engine.backends import open_backend
 
         engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype, slots=slots,
                                           workers=workers, threads=threads, progress=progress), threads=threads)
         if measure:
-            engine.measure()
+            engine.measure(baseline=baseline, progress=progress)
         return engine
 
     # ------------------------------------------------------------------ measuring
 
-    def measure(self) -> None:
-        """Verify cost by tree size (for the adaptive budget) and plain tokens/s (the baseline)."""
-        self.measure_costs()
-        self.measure_baseline()
+    def measure(self, *, baseline: bool = True, progress=None) -> None:
+        """Verify cost by tree size (for the adaptive budget) and, with ``baseline``, plain
+        tokens/s; ``progress(stage)`` hears of each (engine/stages.py)."""
+        self.measure_costs(progress)
+        if baseline:
+            self.measure_baseline(progress=progress)
         self.slots.reset_counts()  # answers per forward count the answers', not the measurements'
 
-    def measure_costs(self) -> dict[int, float]:
+    def measure_costs(self, progress=None) -> dict[int, float]:
         """Seconds a verify takes by tree size, measured on the stepper's thread once no answer runs."""
-        self.verify_costs = self.slots.call(lambda: measure_verify_costs(self.backend), exclusive=True)
+        def measure():
+            return measure_verify_costs(self.backend, progress=StageClock(MEASURING_COSTS, progress))
+
+        self.verify_costs = self.slots.call(measure, exclusive=True)
         return self.verify_costs
 
-    def measure_baseline(self, tokens: int = 32) -> float:
+    def measure_baseline(self, tokens: int = 32, *, progress=None) -> float:
         """Plain decoding speed after the first token (prefill excluded): on what the model's cache
         holds (the conversation so far), so measuring again keeps its cache for the next turn, or
-        on a fixed prompt when it holds little."""
+        on a fixed prompt when it holds little. ``progress(stage)`` hears how far it is."""
         held = self.backend.held_tokens(0)
         fits = MIN_HELD_FOR_BASELINE <= len(held) < self.max_context - tokens - 1
         prompt = held if fits else list(range(10, 138))
         req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
-        final = [ev for ev in self.generate(req, _ignore_eos=True)][-1]
+        clock = StageClock(MEASURING_SPEED, progress)
+        for final in self.generate(req, _ignore_eos=True):
+            clock(final.tokens_total / tokens if isinstance(final, StepEvent) else 1.0)
         self.baseline_tokens_per_second = final.stats.decode_tokens_per_second
         self.baseline_measured_at = time.monotonic()
         return self.baseline_tokens_per_second

@@ -5,7 +5,8 @@ one answer loop (``ChatSession.stream``, which also keeps the answer in the hist
 the job's lifecycle: ``started``, ``finished`` / ``cancelled`` (the FinalEvent and the id of the
 message it was kept as) and ``failed`` (a message). The answer itself — its steps as they come —
 is the session's to tell: views observe ``session.events`` through ``gui/session_qt.py``.
-``measure_baseline`` re-measures plain decoding speed and reports it with ``baseline_measured``.
+``measure_baseline`` re-measures plain decoding speed, telling ``baseline_progress`` how far it is,
+and reports it with ``baseline_measured``.
 ``stop`` may be called from any thread: the engine checks the flag between steps, so an answer
 stops within one step.
 """
@@ -59,6 +60,7 @@ class GenerationWorker(QObject):
     cancelled = Signal(object, object)  # FinalEvent (the answer so far), its message id
     failed = Signal(str)
     baseline_measured = Signal(float)  # plain decoding tokens/s, measured again on this thread
+    baseline_progress = Signal(object)  # the measurement's Stage (engine/stages.py): how far it is
 
     def __init__(self, session, *, keep: bool = True) -> None:
         """``session``: the ChatSession whose answers this runs; ``keep``: record them (the race
@@ -96,7 +98,7 @@ class GenerationWorker(QObject):
         """Measure plain decoding again (the machine's load and clocks drift; speedups must compare
         with a fresh figure). Queued behind any answer, so it never runs during one."""
         try:
-            rate = self.session.engine.measure_baseline()
+            rate = self.session.engine.measure_baseline(progress=self.baseline_progress.emit)
         except Exception:  # a failed measurement keeps the old figure; answers are unaffected
             return
         if rate:

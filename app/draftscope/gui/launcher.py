@@ -4,6 +4,7 @@ indicator, then the main window. ``draftscope`` with no arguments runs :func:`ma
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from pathlib import Path
@@ -12,13 +13,14 @@ from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QProgressDialog
 
 from draftscope.gui.generation_worker import WorkerThread
+from draftscope.gui.loading import LoadingProgress
 from draftscope.sysinfo import freeze_loaded_objects
 
 
 class ModelLoader(QObject):
     loaded = Signal(object)  # the Runtime
     failed = Signal(str)
-    progress = Signal(str)  # what the load is doing (on CUDA: capturing the decode steps, seconds)
+    progress = Signal(object)  # the load's stage (engine/stages.py), or a line of text
 
     def __init__(self, factory) -> None:
         super().__init__()
@@ -39,8 +41,10 @@ class Launcher(QObject):
     applies the settings the user changes (live where it can, reloading the model when the model,
     device, precision, backend or draft model changed).
 
-    ``runtime_factory(settings, log)`` loads a Runtime for the given settings (default: load_runtime),
-    telling ``log(text)`` of its progress, which the loading dialog shows.
+    ``runtime_factory(settings, log)`` loads a Runtime for the given settings (default: load_runtime,
+    leaving the plain-speed measurement to the window), telling ``log(stage)`` of its progress, which
+    the loading dialog shows (gui/loading.py). A runtime whose plain speed is not measured yet has it
+    measured once the window is open, in the background.
     """
 
     window_ready = Signal(object)
@@ -63,6 +67,7 @@ class Launcher(QObject):
         self.progress.setWindowTitle("Draftscope")
         self.progress.setObjectName("loadingDialog")
         self.progress.canceled.connect(QApplication.quit)
+        self.stages = LoadingProgress(self.progress)
         from draftscope.gui.server_control import LocalServer
 
         self.server = LocalServer()  # Settings ▸ Server: beside the window, over its model
@@ -81,14 +86,13 @@ class Launcher(QObject):
         self.loader.loaded.connect(self._on_loaded)
         self.loader.failed.connect(self._on_failed)
 
-    def _show_progress(self, text: str) -> None:
-        if not text.startswith("loading "):  # the dialog already says so
-            self.progress.setLabelText(f"Loading {self.settings.model} …\n{text}")
+    def _show_progress(self, report) -> None:
+        if not self.loading or (isinstance(report, str) and report.startswith("loading ")):  # the heading says so
+            return
+        self.stages.report(report)
 
     def start(self) -> None:
-        self.loading = True
-        self.progress.show()
-        QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
+        self._retry()
 
     def _on_loaded(self, runtime) -> None:
         from draftscope.gui.main_window import MainWindow
@@ -96,6 +100,7 @@ class Launcher(QObject):
 
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.loading = False
+        self.stages.end()
         self.progress.hide()
         self.loader_thread.shutdown()
         notes = _drafter_notes(runtime)
@@ -113,6 +118,8 @@ class Launcher(QObject):
             self.window.show_conversation(previous.conversation_id)
             previous.close()  # ends its worker; the old engine is freed with the last reference
         self.window.show()
+        if runtime.engine.baseline_measured_at is None:  # measured now, behind the open window
+            self.window.measure_baseline()
         server_problem = self._apply_server()
         backend_notice = runtime.engine.backend.notice  # llama.cpp's kernels off, or the model on torch
         notices = [n for n in self.notices + runtime.notices + notes + ([server_problem] if server_problem else [])
@@ -142,6 +149,7 @@ class Launcher(QObject):
 
     def _on_failed(self, message: str) -> None:
         self.loading = False
+        self.stages.end()
         self.progress.hide()
         if self.running_settings is not None:
             self._switch_failed(message)
@@ -209,7 +217,6 @@ class Launcher(QObject):
                 self.error_box.open()
                 return
             self.settings = self.chooser.settings
-            self.progress.setLabelText(f"Loading {self.settings.model} …")
             self._retry()
 
         self.chooser.finished.connect(chosen)
@@ -217,6 +224,7 @@ class Launcher(QObject):
 
     def _retry(self) -> None:
         self.loading = True
+        self.stages.begin(f"Loading {self.settings.model} …")
         self.progress.show()
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
 
@@ -295,11 +303,8 @@ class Launcher(QObject):
 
     def reload(self) -> None:
         """Load the model again with the current settings (off the UI thread), then swap windows."""
-        self.progress.setLabelText(f"Loading {self.settings.model} …")
-        self.loading = True
-        self.progress.show()
         self._new_loader()
-        QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
+        self._retry()
 
 
 def _has_display() -> bool:
@@ -345,7 +350,8 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
 
     from draftscope.core.runtime import load_runtime
 
-    launcher = Launcher(load_runtime, history, settings, notices)
+    # the plain speed is measured once the window is open: the loading screen waits only for what answers need
+    launcher = Launcher(functools.partial(load_runtime, baseline=False), history, settings, notices)
     if quit_after_ms is not None:
         def shown(window):
             print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)

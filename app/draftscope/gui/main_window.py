@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self.worker_thread = WorkerThread(self.worker)
         self.request_generation.connect(self.worker.generate)  # queued: runs on the worker thread
         self.worker.baseline_measured.connect(self._on_baseline)
+        self.worker.baseline_progress.connect(self.status.show_measuring)
         self.request_baseline.connect(self.worker.measure_baseline)
         # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
         # worker thread before Qt destroys it. A method, never a lambda: a lambda's closure would

@@ -34,8 +34,8 @@ class StatusLine:
         self.rate.setToolTip("This answer's decode rate (tokens/s after its first token, as plain decoding's "
                              "figure beside it is measured) and τ, the tokens each step wrote")
         self.baseline = QLabel(objectName="statusBaseline")
-        self.baseline.setToolTip("Plain decoding speed of this model on this device (measured at load, "
-                                 "and again when older than 10 minutes)")
+        self.baseline.setToolTip("Plain decoding speed of this model on this device (measured in the "
+                                 "background once the window opens, and again when older than 10 minutes)")
         self.learned = ElidedLabel(objectName="statusLearned", shortest=GIVES_WAY)
         for label in (self.model, self.device, self.datastore, self.drafters, self.learned, self.baseline):
             bar.addWidget(label)
@@ -65,6 +65,11 @@ class StatusLine:
     def show_baseline(self, rate: float | None, *, measuring: bool = False) -> None:
         self.baseline.setText("plain: measuring …" if measuring else
                               f"plain: {rate:.1f} tokens/s" if rate else "plain: not measured")
+
+    def show_measuring(self, stage) -> None:
+        """How far the plain-speed measurement is (it runs in the background, behind the window)."""
+        if stage.fraction is not None and stage.fraction < 1:
+            self.baseline.setText(f"plain: measuring · {stage.fraction:.0%}")
 
     def show_learned(self, brief: str, full: str = "") -> None:
         self.learned.setVisible(bool(brief))

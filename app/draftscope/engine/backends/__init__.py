@@ -93,6 +93,10 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
 
     source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     kind, why, notice, repacked = choose_backend(source, backend, device, progress=progress, threads=threads)
+    if progress is not None:
+        from draftscope.engine.stages import LOADING_WEIGHTS, Stage
+
+        progress(Stage(LOADING_WEIGHTS))
     if workers and kind != "llama.cpp":
         raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
                          f"({why}): use a GGUF model on the llama.cpp backend, or no workers")

@@ -49,7 +49,9 @@ def verdict(*, check: bool = True, progress=None, threads: int | None = None) ->
         if kept is not None:
             return kept
         if progress is not None:
-            progress("checking that llama.cpp runs on this CPU (once per llama.cpp build) ...")
+            from draftscope.engine.stages import CHECKING_LLAMA, Stage
+
+            progress(Stage(CHECKING_LLAMA))  # once per llama.cpp build and CPU: its length is not known
         found, lasting = judge(threads=threads)
         if lasting:
             _keep(key, found)
