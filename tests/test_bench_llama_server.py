@@ -87,7 +87,43 @@ def test_repeats_rotate_the_order_and_keep_the_median(gguf, tmp_path, capsys, mo
 
 def test_the_median_of_the_rounds_is_kept():
     from draftscope.bench.spec import repeated
+    from draftscope.bench.spec_methods import Run
 
     times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 7.0])}
-    out = repeated(lambda m: ([1, 2], next(times[m]), None, None), ["a", "b"], 3)
-    assert out["a"][1] == 2.0 and out["b"][1] == 7.0 and out["a"][0] == [1, 2]
+    out = repeated(lambda m: Run([1, 2], next(times[m]), first_s=0.5), ["a", "b"], 3)
+    assert out["a"].seconds == 2.0 and out["b"].seconds == 7.0 and out["a"].tokens == [1, 2]
+
+
+def test_first_token_and_writing_rate_are_reported_against_the_chosen_base(gguf, tmp_path, capsys):
+    """Prompt reading apart from writing, as llama-server's timings split them: every method says
+    when its first token was known, and the table gives both figures over --base."""
+    binary, why = find_llama_server()
+    if binary is None:
+        pytest.skip(why)
+    out = tmp_path / "spec.json"
+    code = main(["bench", "spec", "--model", str(gguf), "--backend", "llama.cpp", "--questions", QUESTIONS,
+                 "--per-category", "1", "--categories", "coding", "--max-new-tokens", "24",
+                 "--methods", "llama,llama-server,plain,context", "--base", "llama-server", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    result = json.loads(out.read_text())
+    for r in result["rows"]:
+        assert 0 < r["first_s"] < r["seconds"], r
+        assert r["writing_s"] is None or abs(r["first_s"] + r["writing_s"] - r["seconds"]) < 1e-6, r
+    overall = result["summary"]["overall"]
+    assert overall["llama-server"]["writing_speedup"] == 1.0 and overall["llama-server"]["first_token_ratio"] == 1.0
+    assert overall["plain"]["writing_per_s"] > 0 and overall["plain"]["first_token_s"] > 0
+    assert "first token (s, mean) and writing rate (tokens/s after the first), each over llama-server" in text
+    assert "verify curve (llama-bench" in text and "16:" in text, text
+
+
+def test_the_grounded_questions_hold_the_text_they_are_answered_from():
+    from draftscope.bench.spec import load_questions
+
+    questions = load_questions("grounded", 3, set())
+    assert {q["category"] for q in questions} == {"grounded-edit", "grounded-fix", "grounded-summary", "grounded-quote"}
+    assert len(questions) == 12
+    edit = next(q for q in questions if q["question_id"] == "grounded-edit-1")["turns"][0]
+    assert "def rgb_to_hsv(r, g, b):" in edit and "give back the whole function" in edit.lower()
+    fix = next(q for q in questions if q["question_id"] == "grounded-fix-2")["turns"][0]
+    assert "if not predicate(line)" in fix  # the bug the model is asked to find

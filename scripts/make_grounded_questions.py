@@ -1,0 +1,92 @@
+"""Write app/draftscope/bench/grounded_questions.jsonl: answers grounded in a text the user gives.
+
+Twelve prompts in the Spec-Bench format, built from texts that ship with Python (the standard
+library's own source, and the language reference's sections in pydoc_data.topics): code edits that
+give back a whole function with small changes, bug fixes that give back the corrected function,
+summaries, and answers that quote. These are the answers that copy their context, where a drafter
+that reads the conversation can pay even on a CPU. The file is written once and shipped, so every
+run reads the same prompts whatever Python runs the benchmark:
+
+    python scripts/make_grounded_questions.py
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+from pathlib import Path
+
+from pydoc_data import topics
+
+OUT = Path(__file__).resolve().parent.parent / "app" / "draftscope" / "bench" / "grounded_questions.jsonl"
+
+
+def function(module: str, name: str) -> str:
+    """A function's source as the module's file writes it (C-accelerated modules included)."""
+    source = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_source_segment(source, node)
+    raise LookupError(f"{module}.{name} not found")
+
+
+def broken(module: str, name: str, right: str, wrong: str) -> str:
+    code = function(module, name)
+    if code.count(right) != 1:
+        raise ValueError(f"{module}.{name}: {right!r} must occur once")
+    return code.replace(right, wrong)
+
+
+def code_prompt(instruction: str, code: str) -> str:
+    return f"{instruction}\n\n```python\n{code}\n```"
+
+
+def text_prompt(instruction: str, topic: str) -> str:
+    return f"{instruction}\n\n{topics.topics[topic].strip()}"
+
+
+WHOLE = "Give back the whole function, code only."
+FIX = "Find the bug, fix it, and give back the whole corrected function, code only."
+
+
+def questions() -> list[dict]:
+    edits = [
+        code_prompt(f"Add type hints to this function. {WHOLE}", function("colorsys", "rgb_to_hsv")),
+        code_prompt(f"Rename the parameter `name` to `target` everywhere in this function. {WHOLE}",
+                    function("os", "makedirs")),
+        code_prompt(f"Rename the variable `it` to `iterator` everywhere in this function. {WHOLE}",
+                    function("heapq", "nsmallest")),
+    ]
+    fixes = [
+        code_prompt(f"This function never returns for some inputs when a key is given. {FIX}",
+                    broken("bisect", "bisect_left", "if key(a[mid]) < x:\n                lo = mid + 1",
+                           "if key(a[mid]) < x:\n                lo = mid")),
+        code_prompt(f"This function indents the wrong lines. {FIX}",
+                    broken("textwrap", "indent", "if predicate(line)", "if not predicate(line)")),
+        code_prompt(f"This function gives the wrong median for lists of odd length. {FIX}",
+                    broken("statistics", "median", "return data[n // 2]", "return data[n // 2 - 1]")),
+    ]
+    summaries = [
+        text_prompt("Summarize this section of the Python language reference in one paragraph.", "with"),
+        text_prompt("Summarize this section of the Python language reference as five bullet points.", "exceptions"),
+        text_prompt("Summarize this section of the Python language reference in one paragraph.", "for"),
+    ]
+    quotes = [
+        text_prompt("Quote, word for word, the sentences of this text that say what happens when a finally "
+                    "clause runs a return statement, then explain them in one sentence.", "try"),
+        text_prompt("Quote, word for word, the steps this text says the import statement performs.", "import"),
+        text_prompt("Quote, word for word, what this text says about names listed in a global statement.",
+                    "global"),
+    ]
+    out = []
+    for category, prompts in (("grounded-edit", edits), ("grounded-fix", fixes),
+                              ("grounded-summary", summaries), ("grounded-quote", quotes)):
+        for i, prompt in enumerate(prompts, start=1):
+            out.append({"question_id": f"{category}-{i}", "category": category, "turns": [prompt]})
+    return out
+
+
+if __name__ == "__main__":
+    OUT.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions()), encoding="utf-8")
+    print(f"wrote {OUT} ({len(questions())} questions)")
