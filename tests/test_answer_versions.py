@@ -95,3 +95,93 @@ def test_an_unkept_regenerate_shows_the_old_version_again(tmp_path, tokenizer):
     assert stopped.finish_reason == "cancel" and not stopped.text.strip()
     assert [t.content for t in session.turns()] == ["hello", first.text]
     assert store.messages(session.conversation_id)[1].versions == ()
+
+
+# ---------------------------------------------------------------- the window
+
+@pytest.fixture(scope="module")
+def engine(tokenizer):
+    from draftscope.engine.engine import Engine
+    from engine_fixtures import tiny_llama
+
+    model = tiny_llama(len(tokenizer), seed=7, layers=2, hidden=64)
+    model.config.max_position_embeddings = 4096
+    return Engine(model, tokenizer, name="tiny")
+
+
+def make_window(qtbot, engine, db, **fields):
+    pytest.importorskip("PySide6")
+    from draftscope.gui.main_window import MainWindow
+    from runtime_helpers import runtime_for
+
+    window = MainWindow(runtime_for(engine, max_new_tokens=12, **fields), HistoryStore(db))
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def answer(qtbot, window, act) -> None:
+    """Run ``act`` (a send, a regenerate) and wait until the window has handled the answer's end."""
+    with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+        act()
+    qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
+
+
+def shown(window, text: str) -> bool:
+    """Whether the chat shows ``text`` as its Markdown renders it."""
+    from PySide6.QtGui import QTextDocument
+
+    doc = QTextDocument()
+    doc.setHtml(window.chat_view.renderer.markdown(text, [], key="check"))
+    return doc.toPlainText().strip() in window.chat_view.toPlainText()
+
+
+def ask(qtbot, window, text: str) -> None:
+    window.chat_input.setPlainText(text)
+    answer(qtbot, window, window.send)
+
+
+def test_regenerate_twice_pages_three_versions_and_continues_from_the_shown_one(qtbot, engine, tmp_path):
+    from test_gui_conversations import click_link
+
+    db = tmp_path / "h.sqlite3"
+    w = make_window(qtbot, engine, db, temperature=1.0)
+    ask(qtbot, w, "Tell me about caches")
+    answer(qtbot, w, w.regenerate)
+    answer(qtbot, w, w.regenerate)
+    question, last = w.history.messages(w.conversation_id)
+    assert len(last.versions) == 3 and last.id == last.versions[-1]
+    texts = [w.history.messages(w.conversation_id)[1].content]
+    assert "3 / 3" in w.chat_view.toPlainText() and shown(w, texts[0])
+    for page in (2, 1):  # back through the versions with the "‹" link
+        click_link(qtbot, w.chat_view, "action:version/")
+        qtbot.waitUntil(lambda: f"{page} / 3" in w.chat_view.toPlainText(), timeout=5000)
+        texts.insert(0, w.history.messages(w.conversation_id)[1].content)
+        assert shown(w, texts[0]) and w.history.messages(w.conversation_id)[1].id == last.versions[page - 1]
+        assert w.inspection.answer == last.versions[page - 1], "the panels show the shown version's steps"
+    assert len(set(texts)) == 3, "each page shows its own version's text"
+    prompts = []
+    w.answer_signals.answer_started.connect(lambda: prompts.append(w.session.messages()))
+    ask(qtbot, w, "And then?")
+    said = [m["content"] for m in prompts[0]]
+    assert said[-3:] == ["Tell me about caches", texts[0], "And then?"], "the next question follows version 1"
+    w.close()
+
+    again = make_window(qtbot, engine, db, temperature=1.0)  # a restart keeps the versions and the branch
+    again.show_conversation(w.conversation_id)
+    assert "1 / 3" in again.chat_view.toPlainText() and "And then?" in again.chat_view.toPlainText()
+    click_link(qtbot, again.chat_view, "action:version/")  # "›": version 2, whose branch has no later turn
+    qtbot.waitUntil(lambda: "2 / 3" in again.chat_view.toPlainText(), timeout=5000)
+    assert shown(again, texts[1]) and "And then?" not in again.chat_view.toPlainText()
+
+
+def test_at_temperature_0_a_regenerate_says_it_wrote_the_same_text(qtbot, engine, tmp_path):
+    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", temperature=0.0)
+    ask(qtbot, w, "Hello there")
+    assert "same text as version" not in w.chat_view.toPlainText()
+    answer(qtbot, w, w.regenerate)
+    assert len(w.history.messages(w.conversation_id)[1].versions) == 2
+    view = w.chat_view.toPlainText()
+    assert "2 / 2" in view and "same text as version 1" in view and "raise the temperature in Settings" in view
+    if os.environ.get("DRAFTSCOPE_SHOT"):  # a look at it, by hand
+        w.chat_view.grab().save(os.environ["DRAFTSCOPE_SHOT"])

@@ -99,7 +99,7 @@ def test_model_output_cannot_inject_html(qtbot, engine, tmp_path):
     assert '<a href="action:regenerate/1">here</a>' in w.chat_view.toPlainText(), "raw HTML is shown as text"
 
 
-def test_regenerate_replaces_the_last_answer(qtbot, engine, tmp_path):
+def test_regenerate_answers_again_and_keeps_the_old_answer_as_a_version(qtbot, engine, tmp_path):
     history, conv = seeded_history(tmp_path)
     w = make_window(qtbot, engine, history)
     select(w, conv)
@@ -110,6 +110,7 @@ def test_regenerate_replaces_the_last_answer(qtbot, engine, tmp_path):
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[0].content == "How do I reverse a string in Python?"
     assert messages[1].content != CODE_ANSWER and messages[1].stats["tokens"] > 0
+    assert len(messages[1].versions) == 2 and "2 / 2" in w.chat_view.toPlainText()
 
 
 def test_edit_and_resend_replaces_the_last_exchange(qtbot, engine, tmp_path):

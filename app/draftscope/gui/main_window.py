@@ -17,6 +17,7 @@ from draftscope.engine.events import step_from_dict
 from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.chat.render import provenance_legend
 from draftscope.gui.chat.view import ChatTranscript
+from draftscope.gui.chat.versions import page_to
 from draftscope.gui.chat.composer import Composer
 from draftscope.gui.chat.conversation_list import ConversationList
 from draftscope.gui.dialogs.help import add_help_menu
@@ -268,8 +269,8 @@ class MainWindow(QMainWindow):
         self._generate()
 
     def regenerate(self, message_id: int | None = None) -> None:
-        """Answer again from an assistant message (default: the last one); it and what follows
-        it are replaced."""
+        """Answer again from an assistant message (default: the last one); it stays as a version
+        of the answer, with what followed it (paged with the answer's "‹ ›")."""
         if self.streaming or self.conversation_id is None or not self.session.rewind(message_id):
             return
         self.composer.end_edit()
@@ -291,7 +292,8 @@ class MainWindow(QMainWindow):
                                                                    for f in message.files])
 
     def _on_action(self, verb: str, message_id: int) -> None:
-        act = {"regenerate": self.regenerate, "edit": self.edit, "inspect": self.inspect}.get(verb)
+        act = {"regenerate": self.regenerate, "edit": self.edit, "inspect": self.inspect,
+               "version": lambda i: page_to(self, i)}.get(verb)
         if act is not None:  # an answer's own Markdown may hold links of any verb: only ours act
             act(message_id)
 

@@ -245,8 +245,8 @@ class HistoryStore:
         self._db.execute("UPDATE messages SET current_version = 0 WHERE conversation_id = ? AND parent_id IS ?",
                          (conversation_id, parent))
         return self._db.execute(
-            "INSERT INTO messages (conversation_id, role, content, created, stats, drafters, parent_id, current_version)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+            "INSERT INTO messages (conversation_id, role, content, created, stats, drafters, parent_id,"
+            " current_version) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
             (conversation_id, m["role"], m["content"], m["created"], _json(m.get("stats")), _json(m.get("drafters")),
              parent))
 
@@ -304,7 +304,8 @@ class HistoryStore:
         out = []
         for r, siblings in branch:
             versions = tuple(s["id"] for s in siblings) if len(siblings) > 1 else ()
-            same_as = next((k + 1 for k, s in enumerate(siblings) if s["id"] < r["id"] and s["content"] == r["content"]), 0)
+            same_as = next((k + 1 for k, s in enumerate(siblings)
+                            if s["id"] < r["id"] and s["content"] == r["content"]), 0)
             out.append(Message(r["id"], r["conversation_id"], r["role"], r["content"], r["created"], _load(r["stats"]),
                                _load(r["drafters"]), tuple(files.get(r["id"], ())), versions, same_as))
         return out

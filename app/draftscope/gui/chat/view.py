@@ -23,13 +23,36 @@ STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before
 CURSOR = "▌"  # marks the end of the answer being written
 
 
-def message_html(role: str, body: str, actions: list[str], stats: dict | None, files: str = "") -> str:
+def message_html(role: str, body: str, actions: list[str], stats: dict | None, files: str = "",
+                 versions: str = "") -> str:
     who = "You" if role == "user" else "Assistant"
     links = " &nbsp; ".join(actions)
-    out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{files}{body}'
+    out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{files}{body}{versions}'
     if stats:
         out += f'<p><small style="color:gray;">{html.escape(answer_stats(stats))}</small></p>'
     return out
+
+
+def versions_html(m) -> str:
+    """Under an answer with several versions: "‹ 2 / 3 ›" to page through them, and a plain word
+    when this version repeats an earlier one's text (what temperature 0 does)."""
+    if m.role != "assistant" or len(m.versions) < 2:
+        return ""
+    at = m.versions.index(m.id)
+
+    def page(step: int, arrow: str) -> str:
+        target = at + step
+        if not 0 <= target < len(m.versions):
+            return f'<span style="color:gray; font-size:x-large;">&nbsp;{arrow}&nbsp;</span>'
+        title = f"version {target + 1}"
+        return (f'<a href="{ACTION_SCHEME}:version/{m.versions[target]}" title="{title}" '
+                f'style="font-size:x-large;"><b>&nbsp;{arrow}&nbsp;</b></a>')
+
+    out = f"<p>{page(-1, '‹')} {at + 1} / {len(m.versions)} {page(1, '›')}"
+    if m.same_as:
+        out += (f' &nbsp; <small style="color:gray;">same text as version {m.same_as} — at temperature 0 the model '
+                "writes the same answer; raise the temperature in Settings for a different one</small>")
+    return out + "</p>"
 
 
 def _key(m) -> tuple:
@@ -48,7 +71,7 @@ def files_html(m) -> str:
 
 
 class ChatTranscript(QTextBrowser):
-    action_requested = Signal(str, int)  # "regenerate" / "edit" / "inspect", a message id
+    action_requested = Signal(str, int)  # "regenerate" / "edit" / "inspect" / "version", a message id
     step_clicked = Signal(str, int)  # a token's step: (message id or "live", step index)
     said = Signal(str)  # a short confirmation for the status bar ("Code copied …")
 
@@ -229,7 +252,7 @@ class ChatTranscript(QTextBrowser):
         verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate", "inspect")
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
-        return message_html(m.role, self._html_cache[key], actions, m.stats, files_html(m))
+        return message_html(m.role, self._html_cache[key], actions, m.stats, files_html(m), versions_html(m))
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end in a new block; returns where it starts."""
