@@ -45,7 +45,8 @@ class ImportReport:
 
 
 def export_json(store, ids: list[int] | None = None) -> dict:
-    """The conversations ``ids`` (default: all) as the app's JSON document."""
+    """The conversations ``ids`` (default: all) as the app's JSON document: each one's current
+    branch, as the chat shows it (the other answer versions Regenerate kept stay out)."""
     chosen = [c for c in store.conversations() if ids is None or c.id in ids]
     out = []
     for c in chosen:
@@ -56,6 +57,7 @@ def export_json(store, ids: list[int] | None = None) -> dict:
 
 
 def export_markdown(store, ids: list[int] | None = None) -> str:
+    """The conversations ``ids`` (default: all) as Markdown: each one's current branch."""
     chosen = [c.id for c in store.conversations() if ids is None or c.id in ids]
     return "\n---\n\n".join(store.export_markdown(i) for i in chosen)
 
