@@ -222,6 +222,52 @@ def test_cancel_mid_build_leaves_the_old_index_and_no_temp_files(qtbot, dirs, to
     assert files_in(out.parent) == {"big.idx", "big.idx.manifest.json"}
 
 
+def test_the_build_bar_never_goes_back_and_the_time_left_counts_indexing(qtbot, dirs, tokenizer, tmp_path,
+                                                                         monkeypatch):
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("".join(json.dumps(rec) + "\n" for rec in sharegpt(60)), encoding="utf-8")
+    loading, loaded = threading.Event(), threading.Event()
+
+    def slow_loader(spec):  # the tokenizer takes a while to load
+        loading.set()
+        loaded.wait(10)
+        return tokenizer
+
+    def paced_builder(sources, tokenizer, out, *, options, progress, **kw):
+        def report(p):
+            progress(p)
+            time.sleep(0.11)  # past the pipeline's 0.1 s throttle: each batch is reported
+
+        options = dataclasses.replace(options, batch_chars=300)  # many small batches
+        return build_datastore(sources, tokenizer, out, options=options, progress=report, **kw)
+
+    wizard = make_wizard(qtbot, tokenizer, sources=[f"chat:{chats}"], tokenizer_loader=slow_loader,
+                         builder=paced_builder)
+    page, bar, eta = wizard.build_page, find(wizard, QProgressBar, "buildProgress"), find(wizard, QLabel, "buildEta")
+    values, shown = [], []
+    bar.valueChanged.connect(lambda v: values.append((v, bar.maximum())))
+    show_progress = page.show_progress
+    monkeypatch.setattr(page, "show_progress", lambda p: (show_progress(p), shown.append((p, eta.text()))))
+    next_page(qtbot, wizard)
+    next_page(qtbot, wizard)  # "Build"
+    qtbot.waitUntil(loading.is_set, timeout=10_000)
+    qtbot.waitUntil(lambda: "tokenizer" in find(wizard, QLabel, "buildPhase").text(), timeout=5000)
+    assert bar.maximum() > 0 and bar.value() == 0  # not a busy bar (drawn full) while the tokenizer loads
+    loaded.set()
+    qtbot.waitUntil(lambda: wizard.currentPage().objectName() == "summaryPage", timeout=60_000)
+
+    assert all(maximum > 0 for _, maximum in values)  # never a busy bar
+    numbers = [v for v, _ in values]
+    assert numbers == sorted(numbers) and numbers[-1] == bar.maximum()
+    assert any(0 < v < bar.maximum() for v in numbers)  # it moves while reading, not only at the end
+    reading = [(p, text) for p, text in shown if p.phase == "reading"]
+    assert len(reading) >= 3 and [p.phase for p, _ in shown][-2:] == ["indexing", "done"]
+    last, text = reading[-1]  # all read: what is left is the indexing, and the time left says so
+    assert last.bytes_read == last.bytes_total and last.eta_seconds > 0 and text != "–"
+    first_eta = reading[0][0].eta_seconds
+    assert first_eta > last.eta_seconds > 0
+
+
 def test_a_bad_source_is_named_and_blocks_next(qtbot, dirs, tokenizer, tmp_path, chat_file):
     garbage = tmp_path / "garbage.json"
     garbage.write_text("this is {not json at all\n")

@@ -18,7 +18,7 @@ import draftscope
 from draftscope.datastore.chat_template import ChatRenderer
 from draftscope.datastore.fingerprint import tokenizer_fingerprint
 from draftscope.datastore.manifest import write_manifest
-from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
+from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback, index_seconds
 from draftscope.datastore.records import Conversation, SkipLog
 from draftscope.datastore.sources import DatastoreError, Source, file_size
 from draftscope.retrieval import BuildCancelled, Writer
@@ -109,6 +109,20 @@ class _Throttle:
             self.callback(make())
 
 
+def _time_left(phase: str, elapsed: float, tokens: int, bytes_read: int, bytes_total: int,
+               max_tokens: int | None) -> float | None:
+    """Seconds left of the reading (at the rate so far) and of the indexing after it (from the
+    tokens the whole sources will give); None before anything was read."""
+    if phase == "indexing":
+        return index_seconds(tokens)
+    if phase != "reading" or not bytes_total or bytes_read <= 0:
+        return None
+    tokens_at_end = tokens * bytes_total / bytes_read
+    if max_tokens is not None:
+        tokens_at_end = min(tokens_at_end, max_tokens)
+    return elapsed * (bytes_total - bytes_read) / bytes_read + index_seconds(tokens_at_end)
+
+
 def build_datastore(
     sources: list[Source],
     tokenizer,
@@ -157,9 +171,7 @@ def build_datastore(
     def snapshot(phase: str) -> Progress:
         elapsed = time.perf_counter() - started
         rate = state["tokens"] / elapsed if elapsed > 0 else 0.0
-        eta = None
-        if phase == "reading" and bytes_total and state["bytes"] > 0:
-            eta = elapsed * (bytes_total - state["bytes"]) / state["bytes"]
+        eta = _time_left(phase, elapsed, state["tokens"], state["bytes"], bytes_total, options.max_tokens)
         return Progress(phase, state["items"], state["tokens"], state["bytes"], bytes_total or None, elapsed, rate, eta)
 
     def check_cancel() -> None:
@@ -235,6 +247,8 @@ def build_datastore(
             raise DatastoreError(f"{report.spec}: nothing usable{detail}")
         if stopped:
             break
+    throttle(lambda: snapshot("reading"), force=True)  # reading's end: the bar full up to indexing
+    check_cancel()
     throttle(lambda: snapshot("indexing"), force=True)
 
     index_stats = _finalize(writer, cancel)

@@ -7,6 +7,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The suffix sort and write after reading, in tokens per second: 8.8-9.2 M tokens/s measured on 2
+# cores (docs/benchmarks.md, "Retriever: index build and search"), rounded down for slower machines.
+INDEX_TOKENS_PER_SECOND = 8_000_000
+
+
+def index_seconds(tokens: float) -> float:
+    """About how long indexing ``tokens`` takes (the time left of a build counts it too)."""
+    return tokens / INDEX_TOKENS_PER_SECOND
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -17,13 +26,24 @@ class Progress:
     bytes_total: int | None  # None when unknown (e.g. while a folder is still being walked)
     elapsed: float  # seconds since the build started
     tokens_per_second: float
-    eta_seconds: float | None  # None when it cannot be estimated
+    eta_seconds: float | None  # reading and indexing left; None when it cannot be estimated
 
     @property
     def fraction(self) -> float | None:
         if not self.bytes_total:
             return None
         return min(1.0, self.bytes_read / self.bytes_total)
+
+    @property
+    def overall(self) -> float | None:
+        """The whole build's share done, reading and indexing weighted by their time (time spent
+        over time spent and left), for one bar over both; None while it cannot be estimated."""
+        if self.phase == "done":
+            return 1.0
+        if self.eta_seconds is None:
+            return None
+        total = self.elapsed + self.eta_seconds
+        return self.elapsed / total if total > 0 else 0.0
 
 
 ProgressCallback = Callable[[Progress], None]

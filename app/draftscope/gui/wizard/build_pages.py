@@ -238,7 +238,10 @@ class BuildPage(QWizardPage):
     # --- states ----------------------------------------------------------------------------------
 
     def show_running(self) -> None:
-        self.progress.setRange(0, 0)
+        # one bar from 0 over the whole build, the tokenizer's loading included (the phase names it):
+        # a busy bar drew full while the tokenizer loaded, then dropped back when reading began
+        self.progress.setRange(0, _STEPS)
+        self.progress.setValue(0)
         self.progress_row.show()
         self.cancel_note.show()
         self.cancel_button.setEnabled(True)
@@ -275,38 +278,35 @@ class BuildPage(QWizardPage):
         self.phase_label.setText(text)
 
     def show_progress(self, p: Progress) -> None:
-        fraction = p.fraction
+        """Reading and indexing as one bar, weighted by their time; the time left counts both."""
         if p.phase == "reading":
             self.phase_label.setText("Reading and tokenising the sources")
-            if fraction is None:
-                self.progress.setRange(0, 0)
-            else:
-                self.progress.setRange(0, _STEPS)
-                self.progress.setValue(int(_STEPS * fraction))
-            self.eta_label.setText(_eta(p.eta_seconds) if p.eta_seconds is not None and p.eta_seconds >= 1 else
-                                   ("less than a second" if p.eta_seconds is not None else "–"))
         else:
             self._show_last_phases(p.phase, "Indexing (sorting suffixes) …")
+        self._advance(p.overall)
+        if p.phase != "done":
+            self.eta_label.setText("–" if p.eta_seconds is None else (_eta(p.eta_seconds) or "less than a second"))
         total = f" of {size_words(p.bytes_total)}" if p.bytes_total else ""
         self.read_label.setText(f"{size_words(p.bytes_read)}{total} · {p.items:,} records")
         self.tokens_label.setText(f"{p.tokens:,}")
         self.rate_label.setText(f"{p.tokens_per_second:,.0f} tokens/s")
 
+    def _advance(self, share: float | None) -> None:
+        """Move the bar on to ``share`` of the build; never back (an estimate that grows holds it)."""
+        if share is not None:
+            self.progress.setValue(max(self.progress.value(), int(_STEPS * share)))
+
     def _show_last_phases(self, phase: str, indexing: str) -> None:
-        """Indexing (no way to tell how far: a busy bar) or done, in either kind of build."""
+        """Indexing (the bar waits where reading left it) or done, in either kind of build."""
         self.phase_label.setText(indexing if phase == "indexing" else "Done")
-        if phase == "indexing":
-            self.progress.setRange(0, 0)
-        else:
-            self.progress.setRange(0, _STEPS)
+        if phase != "indexing":
             self.progress.setValue(_STEPS)
         self.eta_label.setText("–")
 
     def show_distill_progress(self, p: DistillProgress) -> None:
         if p.phase == "generating":
             self.phase_label.setText("The model is answering the prompts")
-            self.progress.setRange(0, _STEPS)
-            self.progress.setValue(int(_STEPS * (p.fraction or 0.0)))
+            self._advance(p.fraction)
             self.eta_label.setText("–" if p.eta_seconds is None else (_eta(p.eta_seconds) or "less than a second"))
         else:
             self._show_last_phases(p.phase, "Indexing the answers …")
