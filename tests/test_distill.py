@@ -299,9 +299,10 @@ def test_wizard_builds_from_the_models_own_answers(qtbot, model, tokenizer, prom
 
     from draftscope.gui.wizard.wizard import DatastoreWizard
 
-    without = DatastoreWizard("tiny-test-model", tokenizer_loader=lambda spec: tokenizer, out_dir=tmp_path)
+    without = DatastoreWizard("tiny-test-model", tokenizer_loader=lambda spec: tokenizer, out_dir=tmp_path,
+                              model_loader=None)
     qtbot.addWidget(without)
-    assert not without.can_distill(), "no model, no own answers"
+    assert not without.can_distill(), "no model and no way to load one, no own answers"
 
     seen: list[DistillProgress] = []
 
@@ -330,3 +331,38 @@ def test_wizard_builds_from_the_models_own_answers(qtbot, model, tokenizer, prom
     assert len(answer_lines(out)) == 4 and Reader(out).document_count == wizard.build_report().documents
     assert any(p.phase == "generating" and p.answers == 2 for p in seen)
     assert "4 answers of the model" in wizard.findChild(QLabel, "summaryNote").text()
+
+
+def test_the_wizard_of_a_llama_cpp_window_loads_the_model_with_torch_for_its_style(
+        qtbot, monkeypatch, tokenizer_dir, model, prompts_file, tmp_path):
+    """The window on llama.cpp has no torch model to hand over: "Learn the model's own style" is
+    offered all the same, says what it costs, and the build loads the model with torch."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtWidgets import QCheckBox, QLabel, QSpinBox, QWizard
+
+    from draftscope.gui.wizard.wizard import DatastoreWizard
+
+    model_dir = tmp_path / "tiny-model"
+    shutil.copytree(tokenizer_dir, model_dir)
+    model.save_pretrained(model_dir)
+
+    def distiller(*args, **kwargs):
+        return distill(*args, batch_size=2, max_new_tokens=NEW_TOKENS, **kwargs)
+
+    wizard = DatastoreWizard(str(model_dir), out_dir=tmp_path, distiller=distiller,
+                             distill_prompts=f"chat:{prompts_file}")  # no model=: the window's runs on llama.cpp
+    qtbot.addWidget(wizard)
+    wizard.show()
+    check = wizard.findChild(QCheckBox, "distillCheck")
+    assert check.isVisible() and check.text().startswith("Learn the model's own style")
+    assert "loads it a second time, with torch" in wizard.findChild(QLabel, "distillNote").text()
+    check.setChecked(True)
+    wizard.findChild(QSpinBox, "distillPromptsSpin").setValue(3)
+    wizard.button(QWizard.WizardButton.NextButton).click()
+    phases: list[str] = []
+    show_phase = wizard.build_page.show_phase
+    monkeypatch.setattr(wizard.build_page, "show_phase", lambda text: (phases.append(text), show_phase(text)))
+    wizard.button(QWizard.WizardButton.NextButton).click()  # "Build"
+    qtbot.waitUntil(lambda: wizard.currentPage().objectName() == "summaryPage", timeout=60_000)
+    assert any("with torch to write its answers" in p for p in phases), phases
+    assert wizard.distill_report().answers == 3 and wizard.result_path().is_file()

@@ -11,7 +11,7 @@ import pytest
 from draftscope.datastore.pipeline import BuildOptions, build_datastore
 from draftscope.datastore.preview import parse_source
 from draftscope.datastore.progress import CancelToken
-from draftscope.gui.wizard.build_jobs import TokenizerOnce, build_job, distill_job, source_at_fault
+from draftscope.gui.wizard.build_jobs import ModelOnce, TokenizerOnce, build_job, distill_job, source_at_fault
 from draftscope.retrieval import BuildCancelled, Reader, Writer
 
 
@@ -105,7 +105,7 @@ def test_the_model_answers_only_the_prompts_asked_for(tmp_path, tokenizer):
 
     out = tmp_path / "own.idx"
     statuses = []
-    job = distill_job("the model", out, TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
+    job = distill_job(ModelOnce("the model"), out, TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
                       model_spec="tiny-test-model", count=3, prompts_spec=f"chat:{prompts}", distiller=distiller)
     assert run(job, statuses=statuses) == "report"
     [(model, prompt_list, to, name)] = asked
@@ -123,7 +123,7 @@ def test_a_cancel_while_the_prompts_are_read_stops_before_any_answer(tmp_path, t
         if text.startswith("Reading the prompts"):
             cancel.cancel()  # the user cancels while the prompts are being read
 
-    job = distill_job("the model", tmp_path / "own.idx", TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
+    job = distill_job(ModelOnce("the model"), tmp_path / "own.idx", TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
                       model_spec="tiny-test-model", count=3, prompts_spec=f"chat:{prompts}",
                       distiller=lambda *a, **kw: asked.append(a))
     with pytest.raises(BuildCancelled):

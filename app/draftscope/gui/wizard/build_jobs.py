@@ -5,7 +5,8 @@ Each job has the signature the GUI's job runner calls, ``job(report, status, can
 on a thread of its own: ``report`` takes the builder's or distiller's progress, ``status`` a line
 in words, ``cancel`` is the :class:`CancelToken` both honour. The model's tokenizer is loaded by
 the first job that needs it (loading takes seconds; the wizard stays responsive) and kept for the
-next builds of the same wizard. Also here: which of the sources a build's error is about.
+next builds of the same wizard; so is a torch copy of the model that answers, when the window's
+model runs on llama.cpp. Also here: which of the sources a build's error is about.
 """
 
 from __future__ import annotations
@@ -50,6 +51,33 @@ class TokenizerOnce:
         return self._tokenizer
 
 
+def load_torch_model(model_spec: str):
+    """The model as transformers loads it (``distill`` batches its answers with ``generate``), on
+    the device and in the precision torch picks here."""
+    from draftscope.engine.backends.pytorch.loader import load_model
+
+    return load_model(model_spec).model
+
+
+class ModelOnce:
+    """The model that answers the prompts: the window's own when it runs on torch (``model``), else
+    loaded with torch by ``loader(model_spec)`` on the first distill job's thread (a model on
+    llama.cpp cannot batch its answers) and kept for the next builds (a failed load tries again)."""
+
+    def __init__(self, model=None, *, loader: Callable[[str], Any] = load_torch_model, model_spec: str = "") -> None:
+        self._model, self._loader, self._model_spec = model, loader, model_spec
+        self.loaded_here = model is None  # loaded a second time for the answers: it says so, and what it costs
+
+    def get(self, status: Status, cancel: CancelToken):
+        """The model; raises BuildCancelled when the build was cancelled meanwhile."""
+        if self._model is None:
+            status(f"Loading {model_display_name(self._model_spec)} with torch to write its answers …")
+            self._model = self._loader(self._model_spec)
+        if cancel.cancelled:
+            raise BuildCancelled(NOTHING_WRITTEN)
+        return self._model
+
+
 def build_job(sources: Iterable[Source], options: BuildOptions, out: Path, tokenizers: TokenizerOnce, *,
               model_spec: str, builder: Callable = build_datastore) -> Job:
     """A build of ``sources`` into ``out`` with ``builder`` (:func:`build_datastore`'s signature),
@@ -64,9 +92,9 @@ def build_job(sources: Iterable[Source], options: BuildOptions, out: Path, token
     return job
 
 
-def distill_job(model, out: Path, tokenizers: TokenizerOnce, *, model_spec: str, count: int,
+def distill_job(models: ModelOnce, out: Path, tokenizers: TokenizerOnce, *, model_spec: str, count: int,
                 prompts_spec: str | None = None, distiller: Callable = distill) -> Job:
-    """``model`` answers the first ``count`` prompts of ``prompts_spec`` (a ``chat:FILE`` spec;
+    """The model ``models`` gives answers the first ``count`` prompts of ``prompts_spec`` (a ``chat:FILE`` spec;
     None: ShareGPT, fetched the first time), then the answers are indexed into ``out`` by
     ``distiller`` (:func:`distill`'s signature), which keeps the answers when cancelled."""
     name = model_display_name(model_spec)
@@ -77,6 +105,7 @@ def distill_job(model, out: Path, tokenizers: TokenizerOnce, *, model_spec: str,
         prompts = read_prompts(prompts_spec, limit=count)
         if cancel.cancelled:  # reading may have taken a while (a first fetch): stop before any answer
             raise BuildCancelled(NOTHING_WRITTEN)
+        model = models.get(status, cancel)  # after the prompts: a mistake there does not wait for a model load
         status(f"{name} is answering {len(prompts):,} prompts …")
         return distiller(model, tokenizer, prompts, out, progress=report, cancel=cancel, model_name=name)
 

@@ -121,7 +121,10 @@ class SourcesPage(QWizardPage):
         self.distill_count.setEnabled(False)
         note = _note("Instead of files: the model answers these questions and the datastore holds its answers, so "
                      "drafts sound like the model and more of them are accepted. The model writes every answer, which "
-                     "takes a while; a cancelled build keeps the answers and the next one continues from them.")
+                     "takes a while; a cancelled build keeps the answers and the next one continues from them."
+                     + (" The model runs on llama.cpp here, which cannot batch answers: the build loads it a second "
+                        "time, with torch, for this (more memory while it runs)." if self._wiz.loads_a_model() else ""))
+        note.setObjectName("distillNote")
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.distill_check)
