@@ -23,7 +23,7 @@ from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
 from draftscope.rules import seed_from_setting
 from draftscope.engine.engine import GenerationRequest
-from draftscope.engine.events import FinalEvent, StepEvent
+from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
 
 TITLE_CHARS = 48
@@ -64,6 +64,7 @@ class SessionEvents(SignalGroup):
 
     answer_started = Signal(object)  # the GenerationRequest about to be answered
     step = Signal(object)  # a StepEvent of the answer being written
+    reading = Signal(object)  # a ReadingEvent: how far the prompt's reading is (requests that ask for them)
     answer_ended = Signal(object, object)  # its FinalEvent, and the message id it was kept as (None: not kept)
     answer_failed = Signal(str)  # the engine refused the request (a prompt too long for the context)
 
@@ -258,7 +259,8 @@ class ChatSession:
                                         drafters=drafters, steps=steps)
 
     def stream(self, request: GenerationRequest, *, keep: bool = True) -> Iterator[StepEvent | FinalEvent]:
-        """The one answer loop (window, terminal, server): the engine's StepEvents as they come,
+        """The one answer loop (window, terminal, server): the engine's StepEvents as they come
+        (after its ReadingEvents, for a request that asks for them: ``events.reading`` hears them),
         then its FinalEvent, once the answer is recorded (unless ``keep`` is False; its message id
         is then ``last_kept``). ``events`` hears of each as it is yielded. A request the engine
         refuses (a prompt too long) raises here, after ``events.answer_failed``."""
@@ -274,6 +276,10 @@ class ChatSession:
                     self.events.answer_ended.emit(ev, self.last_kept)
                     yield ev
                     return
+                if isinstance(ev, ReadingEvent):  # not a step: nothing of it is kept
+                    self.events.reading.emit(ev)
+                    yield ev
+                    continue
                 steps.append(ev)
                 self.events.step.emit(ev)
                 yield ev

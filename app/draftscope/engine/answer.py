@@ -19,13 +19,19 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.held import KeepsPrefixes, positions_to_keep
 from draftscope.engine.backends.work import SHARED_PREFILL, PREFILL_BATCH, Prefill, Start, Verify
 from draftscope.engine.budget import FixedBudget, InSlot, measure_verify_costs
 from draftscope.engine.detokenizer import Detokenizer
-from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, StepEvent, StepTree
+from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
 from draftscope.engine.policy import StepPolicy, subtree
 from draftscope.engine.sampling import PositionNoise, fresh_seed, next_tokens
 from draftscope.engine.verify import token_positions, verify_tree
+
+
+# Prompt tokens between two ReadingEvents, for a request that asks for them (the window): a long
+# prompt is read in parts of this size, so its reader hears how far the reading is.
+READ_CHUNK = 256
 
 
 def empty_stats() -> MessageStats:
@@ -138,9 +144,25 @@ class Answer:
         self.kept = 0
         self.reading_at = None  # the next prompt position to read in chunks (None: read whole by start)
         self.past = None  # the positions this answer put in its slot's cache (chunked backends check it)
+        # A one-slot backend that keeps what its cache shares with a prompt reads a long prompt as the
+        # Starts of its growing prefixes, each reading only its new part (same cache, same tokens):
+        # the position read to (None: one Start reads it whole).
+        self.grows = None
         if backend.reads_in_chunks:
             self.kept = backend.keep_prefix(slot, self.prompt, want_hidden=self.wants_hidden)
             self.reading_at = self.past = self.kept
+        elif self.request.reading_progress and isinstance(backend, KeepsPrefixes):
+            self.kept = self.grows = positions_to_keep(backend.held_tokens(slot), self.prompt,
+                                                       want_hidden=self.wants_hidden)
+        if self.reading_at is not None or self.grows is not None:
+            self._say_reading(self.kept)  # "0 of M" while the first part is read
+
+    def _say_reading(self, at: int) -> None:
+        """A ReadingEvent: the prompt read up to position ``at`` (those kept from before not counted)."""
+        total = len(self.prompt) - 1 - self.kept
+        if self.request.reading_progress and total > 0:
+            self.said += 1
+            self.events.put(ReadingEvent(at - self.kept, total))
 
     # ------------------------------------------------------------------ plan: the next forward's work
 
@@ -166,12 +188,16 @@ class Answer:
     def _plan_prompt(self, room: int | None, shared) -> Start | Prefill | None:
         """The prompt whole (backends that read it in their start) or its next chunk; None once read."""
         if self.reading_at is None:
+            if self.grows is not None and self.grows + READ_CHUNK < len(self.prompt) - 1:
+                return Start(self.prompt[: self.grows + READ_CHUNK + 1])  # its last token is read by the next part
             return Start(self.prompt, want_hidden=self.wants_hidden)
         prefix = self.prompt[:-1]
         if self.reading_at >= len(prefix):
             self.phase = "steps"
             return None
         most = min(PREFILL_BATCH, self.backend.prefill_batch, PREFILL_BATCH if room is None else room)
+        if self.request.reading_progress:
+            most = min(most, READ_CHUNK)
         if shared is not None and shared.answers > 1:  # others are decoding: short chunks keep their steps short
             most = min(most, SHARED_PREFILL)
         if most <= 0:
@@ -202,9 +228,17 @@ class Answer:
         if isinstance(result, BaseException):
             raise result
         if isinstance(item, Start):
-            self.kept, self.phase = self.backend.last_kept, "steps"
+            read_to = len(item.prompt) - 1
+            if self.grows is None:
+                self.kept = self.backend.last_kept
+            else:
+                self.grows = read_to
+            if read_to == len(self.prompt) - 1:
+                self.phase = "steps"
+            self._say_reading(read_to)
         elif isinstance(item, Prefill):
             self.reading_at = self.past = self.reading_at + len(item.tokens)
+            self._say_reading(self.reading_at)
         else:
             if self.backend.slots > 1:
                 self.tally.forward_answers.append(answers)

@@ -19,7 +19,7 @@ from draftscope.engine.answer import Answer, limit_leaves
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
 from draftscope.engine.policy import Calibration
-from draftscope.engine.events import FinalEvent, StepEvent
+from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
 from draftscope.engine.stepper import Stepper
@@ -46,6 +46,9 @@ class GenerationRequest:
     # keep what the cache shares with the prompt (the conversation so far) and read only the rest;
     # False reads the whole prompt again (benchmarks that time prompt reading alike for every method)
     keep_cache: bool = True
+    # ReadingEvents while the prompt is read (a long prompt then reads in parts of READ_CHUNK tokens):
+    # for a face that shows it (the window); off, the events are StepEvents and a FinalEvent only
+    reading_progress: bool = False
 
 
 TORCH_THREADS = torch.get_num_threads()  # what torch chose for this machine, before anyone changed it
@@ -187,8 +190,10 @@ class Engine:
 
     # ------------------------------------------------------------------ answers
 
-    def generate(self, request: GenerationRequest, *, _ignore_eos: bool = False) -> Iterator[StepEvent | FinalEvent]:
-        """The answer's events, a StepEvent a step and a FinalEvent last, as the stepper makes them.
+    def generate(self, request: GenerationRequest, *,
+                 _ignore_eos: bool = False) -> Iterator[ReadingEvent | StepEvent | FinalEvent]:
+        """The answer's events, a StepEvent a step and a FinalEvent last, as the stepper makes them
+        (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""
         prompt = self._prompt(request)
         answer = Answer(self, request, prompt, ignore_eos=_ignore_eos)

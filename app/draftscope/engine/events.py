@@ -1,4 +1,6 @@
-"""What the engine tells its callers (GUI worker, CLI, benchmark): plain Python data only."""
+"""What the engine tells its callers (GUI worker, CLI, benchmark): plain Python data only.
+An answer's events: ReadingEvents while its prompt is read (only when asked for), a StepEvent a
+step, a FinalEvent last."""
 
 from __future__ import annotations
 
@@ -80,6 +82,18 @@ class MessageStats:
     answers_per_forward: float | None = None  # answers its steps' forwards held on average (None: not shared)
     prompt_tokens: int | None = None  # the prompt's tokens (None in answers stored before this was kept)
     prompt_kept: int | None = None  # of those, found in the model's cache from the turns before: not read again
+
+
+@dataclass
+class ReadingEvent:
+    """How far the prompt's reading (prefill) is, before the first token: ``read`` of ``total``
+    tokens (those the model's cache kept from the turns before are in neither). Only for a request
+    that asks (``GenerationRequest.reading_progress``: the window), so a consumer that knows only
+    StepEvent and FinalEvent (the server, the terminal, the benchmarks) never sees one. One when
+    reading begins (read 0), then one after each part; the last has read == total. Not stored."""
+
+    read: int
+    total: int
 
 
 @dataclass

@@ -76,6 +76,7 @@ class GenerationWorker(QObject):
     def generate(self, request: GenerationRequest) -> None:
         self._cancel.clear()
         request.cancel = self._cancel
+        request.reading_progress = True  # the window says how far a long message's reading is
         lower_decoding_priority()
         self.started.emit()
         try:

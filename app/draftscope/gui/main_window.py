@@ -22,6 +22,7 @@ from draftscope.gui.chat.composer import Composer
 from draftscope.gui.chat.conversation_list import ConversationList
 from draftscope.gui.dialogs.help import add_help_menu
 from draftscope.gui.panels.docks import build_docks
+from draftscope.gui.chat.reading import ReadingIndicator
 from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
@@ -65,6 +66,7 @@ class MainWindow(QMainWindow):
         self.chat_view = ChatTranscript(self.session, code_style=code_style, dark=dark)
         self.chat_view.action_requested.connect(self._on_action)
         self.chat_view.step_clicked.connect(self.select_step)
+        self.reading = ReadingIndicator(self.chat_view, self.answer_signals)  # a long message's reading
         self.composer = self._build_composer()
         self.chat_input = self.composer.chat_input
         self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False, wordWrap=True)

@@ -20,6 +20,7 @@ UPDATE_INTERVAL_S = 1 / 30
 class SessionSignals(QObject):
     answer_started = Signal()  # a new answer begins (views reset)
     steps = Signal(list)  # [StepEvent, ...] of the answer being written, since the last emission
+    reading = Signal(object)  # ReadingEvent: how far the prompt's reading is, before the first step
     answer_ended = Signal(object, object)  # FinalEvent (any finish reason), its message id (None: not kept)
     answer_failed = Signal(str)  # the engine refused the request
     learned = Signal(object)  # LearnedStats: the model's learned answers were re-indexed
@@ -34,6 +35,7 @@ class SessionSignals(QObject):
         self._last: float | None = None  # when steps were last handed on (None: not yet in this answer)
         # psygnal holds bound methods weakly: this object, not the session, decides how long it lives
         self._links = [(session.events.answer_started, self._on_started), (session.events.step, self._on_step),
+                       (session.events.reading, self._on_reading),
                        (session.events.answer_ended, self._on_ended),
                        (session.events.answer_failed, self._on_failed)]
         if runtime is not None:
@@ -59,6 +61,9 @@ class SessionSignals(QObject):
         if self._last is None or now - self._last >= UPDATE_INTERVAL_S:  # the first step shows at once
             self._flush()
             self._last = now
+
+    def _on_reading(self, event) -> None:
+        self.reading.emit(event)
 
     def _on_ended(self, final, message_id) -> None:
         self._flush()
