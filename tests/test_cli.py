@@ -79,6 +79,7 @@ def test_the_desktop_app_starts_and_stays_up(tmp_path, tokenizer_dir, tokenizer)
     (["generate", "hi", "--temperature", "nan"], "--temperature: must be between 0 and 5, got nan"),
     (["chat", "--top-p", "0"], "--top-p: must be in (0, 1], got 0"),
     (["serve", "--repetition-penalty", "x"], "--repetition-penalty: not a number: 'x'"),
+    (["chat", "--context", "100"], "--context: must be 0 (the model's default) or between 256 and 1,048,576"),
 ])
 def test_bad_arguments_are_usage_errors_before_anything_loads(argv, words, capsys):
     """One convention: a bad argument is argparse's usage error (exit 2), named, nothing loaded."""
@@ -119,7 +120,8 @@ def test_a_bad_datastore_is_named_before_the_model_loads(make, words, tmp_path, 
 
 def test_help_says_every_default_and_what_the_sampling_options_do(capsys):
     for argv, words in ((["generate", "--help"], ["nucleus sampling", "K most likely tokens", "default: 512",
-                                                   "0 = greedy", "default: adaptive", "--threads"]),
+                                                   "0 = greedy", "default: adaptive", "--threads",
+                                                   "--context TOKENS"]),
                         (["serve", "--help"], ["(default: 8911)", "(default: 1;", "(default: 8)"])):
         with pytest.raises(SystemExit):
             main(argv)

@@ -284,7 +284,8 @@ def test_changed_fields():
     assert changed_fields(base, replace(base, model="org/m")) == {"model"}
     assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
     assert changed_fields(base, replace(base, theme="dark")) & RELOAD_FIELDS == set()
-    assert RELOAD_FIELDS == {"model", "device", "dtype", "backend", "draft_model", "workers", "threads"}  # these reopen the model
+    assert RELOAD_FIELDS == {"model", "device", "dtype", "backend", "draft_model", "workers", "threads",
+                             "context_length"}  # these reopen the model
     assert changed_fields(base, replace(base, dtype="bfloat16")) <= RELOAD_FIELDS
 
 

@@ -43,6 +43,19 @@ SERVER_RANGES = {**RANGES, "temperature": Range(0.0, 2.0)}
 NO_SEED = -1
 SEED_RANGE = Range(0, 2**31 - 1)
 
+# The context: tokens the model reads at once (the conversation, attached files and the answer);
+# its KV cache grows with it. MODEL_CONTEXT (0) keeps the model's default: LLAMA_CONTEXT on
+# llama.cpp, the model's own on torch; a backend never opens more than the model was trained on.
+MODEL_CONTEXT = 0
+CONTEXT_RANGE = Range(256, 1 << 20)
+
+
+def context_problem(value: int) -> str | None:
+    """Why ``value`` cannot be the context length (None when it can)."""
+    if value == MODEL_CONTEXT or CONTEXT_RANGE.holds(value):
+        return None
+    return f"context_length must be {MODEL_CONTEXT} (the model's default) or {CONTEXT_RANGE.words()} tokens, got {value!r}"
+
 
 def problem(name: str, value: float, ranges: dict[str, Range] = RANGES) -> str | None:
     """Why ``value`` cannot be the parameter ``name`` (None when it can)."""

@@ -51,6 +51,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=argtypes.count, default=0,
                    help="CPU threads the model computes on (default: 0, as many as this computer's cores; fewer "
                    "leave room for other work: on a busy machine 1 can be many times faster)")
+    p.add_argument("--context", type=argtypes.context, default=0, metavar="TOKENS",
+                   help="tokens the model reads at once: the conversation, --system and the answer (default: 0, "
+                   "the model's default; never more than it was trained on); more costs memory")
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
@@ -82,7 +85,7 @@ def settings_from_args(args: argparse.Namespace):
                         max_new_tokens=args.max_new_tokens, system_prompt=args.system or "",
                         seed=NO_SEED if args.seed is None else args.seed, device=args.device or "auto",
                         dtype=args.dtype or "auto", backend=args.backend, workers=args.rpc or "",
-                        threads=args.threads)
+                        threads=args.threads, context_length=args.context)
     problems = settings.problems()
     if problems:
         raise ValueError("; ".join(problems))

@@ -34,6 +34,17 @@ def count(text: str) -> int:
     return value
 
 
+def context(text: str) -> int:
+    """A context length in tokens: 0 (the model's default) or within rules.CONTEXT_RANGE."""
+    from draftscope.rules import context_problem
+
+    value = _whole(text)
+    why = context_problem(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why.removeprefix("context_length "))
+    return value
+
+
 def sampling(name: str):
     """A sampling parameter within the app's range (rules.RANGES), named as the settings name it."""
     from draftscope.rules import RANGES

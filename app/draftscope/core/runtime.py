@@ -23,7 +23,8 @@ from psygnal import Signal, SignalGroup
 from draftscope.storage.settings import Settings, answer_slots
 
 # Fields whose change needs the model loaded again; DRAFTER_FIELDS only new drafters.
-RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model", "workers", "threads"})
+RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model", "workers", "threads",
+                           "context_length"})
 DRAFTER_FIELDS = frozenset({"datastore", "drafters"})
 
 
@@ -120,7 +121,8 @@ class Runtime:
 
     def needs_reload(self, new: Settings) -> bool:
         """Whether ``new`` needs the model loaded again (a new runtime): the model, device,
-        precision, backend or draft model changed, or a draft model is switched on that is not loaded."""
+        precision, backend, threads, context length or draft model changed, or a draft model is
+        switched on that is not loaded."""
         changed = changed_fields(self.settings, new)
         wants_draft = bool(new.drafters.get("model") and new.draft_model) and self.draft_model is None
         from draftscope.engine.backends import answers_held
@@ -182,10 +184,14 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     from draftscope.engine.backends.llama.rpc import parse_workers
 
     engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
-                         workers=parse_workers(settings.workers), threads=settings.threads or None, progress=log, baseline=baseline)
+                         workers=parse_workers(settings.workers), threads=settings.threads or None,
+                         context=settings.context_length or None, progress=log, baseline=baseline)
     runtime = Runtime(settings, engine)
     if engine.backend.notice:
         runtime.notices.append(engine.backend.notice)
+    if engine.max_context < settings.context_length:
+        runtime.notices.append(f"Context length: {engine.name} reads at most {engine.max_context:,} tokens here, "
+                               f"not the {settings.context_length:,} set")
     if slots > 1 and engine.slots.size == 1:
         if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
             runtime.notices.append("Answers at once: on the GPU the window's answers and one served answer take "

@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from draftscope import paths
-from draftscope.rules import BACKENDS, DRAFTER_NAMES, DRAFTERS_ON, DTYPES, NO_SEED, RANGES, SEED_RANGE, problem
+from draftscope.rules import (
+    BACKENDS, DRAFTER_NAMES, DRAFTERS_ON, DTYPES, NO_SEED, RANGES, SEED_RANGE, context_problem, problem,
+)
+from draftscope.storage.presets import MAX_PRESETS, preset_problem
 
 SETTINGS_VERSION = 1
 MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
@@ -41,6 +44,8 @@ class Settings:
     repetition_penalty: float = 1.0
     seed: int = -1  # -1: a new seed for every answer; else every sampled answer uses this one (reproducible)
     system_prompt: str = ""
+    prompt_presets: dict[str, str] = field(default_factory=dict)  # the user's own system prompts (name -> text)
+    context_length: int = 0  # tokens the model reads at once (rules.context_problem); 0: the model's default
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
     backend: str = "auto"  # auto: llama.cpp for a GGUF file on the CPU, torch otherwise (engine.backends)
@@ -63,6 +68,12 @@ class Settings:
             out.append(f"seed must be {NO_SEED} (a new one for every answer) or {SEED_RANGE.words()}")
         if len(self.system_prompt) > MAX_SYSTEM_PROMPT:
             out.append(f"system_prompt must be at most {MAX_SYSTEM_PROMPT:,} characters")
+        if (why := context_problem(self.context_length)) is not None:
+            out.append(why)
+        if len(self.prompt_presets) > MAX_PRESETS:
+            out.append(f"prompt_presets must be at most {MAX_PRESETS} presets")
+        out += [f"prompt_presets refused: {why}" for name, text in self.prompt_presets.items()
+                if (why := preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)) is not None]
         for name in ("model", "datastore", "draft_model", "device"):
             if len(getattr(self, name)) > MAX_TEXT:
                 out.append(f"{name} must be at most {MAX_TEXT:,} characters")
@@ -134,13 +145,10 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
         if not _same_kind(value, default):
             notices.append(f"setting {f.name!r} had an invalid value {value!r}; using the default")
             continue
-        if isinstance(default, dict):
-            for k, v in value.items():
-                if k in default and not isinstance(v, bool):
-                    notices.append(f"setting '{f.name}.{k}' had an invalid value {v!r} (true or false); "
-                                   f"using the default ({'on' if default[k] else 'off'})")
-            value = {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
-                k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
+        if f.name == "drafters":
+            value = _switches(value, default, notices)
+        elif f.name == "prompt_presets":
+            value = _presets(value, notices)
         values[f.name] = float(value) if isinstance(default, float) else value
     settings = Settings(**values)
     for why in settings.problems():
@@ -148,6 +156,28 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
         setattr(settings, name, getattr(defaults, name))
         notices.append(f"setting {name!r} was out of range ({why}); using the default")
     return settings, notices
+
+
+def _switches(value: dict, default: dict, notices: list[str]) -> dict[str, bool]:
+    """The drafters' switches: each one not true or false falls back to its default."""
+    for k, v in value.items():
+        if k in default and not isinstance(v, bool):
+            notices.append(f"setting 'drafters.{k}' had an invalid value {v!r} (true or false); "
+                           f"using the default ({'on' if default[k] else 'off'})")
+    return {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
+        k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
+
+
+def _presets(value: dict, notices: list[str]) -> dict[str, str]:
+    """The user's presets: one that breaks the rules is left out by name, the others kept."""
+    kept = {}
+    for name, text in value.items():
+        why = preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)
+        if why is None and len(kept) < MAX_PRESETS:
+            kept[name] = text
+        else:
+            notices.append(f"system-prompt preset {name!r} was left out ({why or f'more than {MAX_PRESETS}'})")
+    return kept
 
 
 def _same_kind(value, default) -> bool:

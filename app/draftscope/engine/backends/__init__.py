@@ -127,7 +127,7 @@ def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtyp
 
     loaded = load_model(source, device=device, dtype=dtype)
     opened = torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                               precision_reason=loaded.dtype_reason, progress=progress, slots=slots)
+                               precision_reason=loaded.dtype_reason, progress=progress, slots=slots, context=context)
     opened.source = source
     if source.kind == "gguf":
         opened.precision_reason += f"; torch backend: {why}"

@@ -5,18 +5,18 @@ the joining on a second line; "Cancelling …"; how it ended) and the job that r
 
 The dialog lays out ``bar_row`` and ``status``, calls ``start(model)``, hears ``ended`` and calls
 ``close()`` from its ``done()``. A cancelled download keeps the parts fetched so far, so starting
-it again resumes."""
+it again resumes. ``DownloadBox``: the settings dialog's box under a model choice, around one."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from draftscope.models import assets, catalog
-from draftscope.gui.form_widgets import FittedLabel
+from draftscope.gui.form_widgets import FitsWidth, FittedLabel, hint
 from draftscope.gui.jobs import JobRunner, TransferRate
 from draftscope.gui.form_widgets import progress_row
-from draftscope.core.words import describe_error, part_status
+from draftscope.core.words import describe_error, part_status, sentence, size_text
 from draftscope.gui.form_widgets import show_error
 
 
@@ -146,3 +146,47 @@ class ModelDownload(QObject):
         else:
             self.show_status("")  # the dialog says why, where it shows errors
         self.ended.emit(outcome)
+
+
+class DownloadBox(FitsWidth, QWidget):
+    """Under a model choice: what the chosen catalogue model is good for and whether it is on disk,
+    a Download button, and while it downloads a progress bar, Cancel and the bytes, rate and time
+    left. ``prefix`` names the widgets (``modelState``, ``downloadModelButton``, ``modelFetchProgress``, ...)."""
+
+    def __init__(self, prefix: str, fetch_model) -> None:
+        super().__init__(objectName=f"{prefix}Download")
+        self.state = hint("", wrap=True, objectName=f"{prefix}State")
+        self.download_button = QPushButton("Download", objectName=f"download{prefix[:1].upper()}{prefix[1:]}Button")
+        self.download = ModelDownload(self, fetch_model=fetch_model, prefix=prefix, resume_with="Download",
+                                      steady_height=False)
+        self.model: catalog.CatalogModel | None = None
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.state, 1)
+        top.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addLayout(top)
+        layout.addWidget(self.download.bar_row)
+        layout.addWidget(self.download.status)
+
+    def show_model(self, model: catalog.CatalogModel | None, *, other: str = "", busy: bool = False) -> None:
+        """Describe ``model`` (None: ``other`` as the text, no download)."""
+        if model is not self.model:
+            self.download.show_status("")  # how another model's download ended
+        self.model = model
+        if model is None:
+            self.state.setText(other)
+            self.state.setVisible(bool(other))
+            self.download_button.hide()
+            return
+        self.state.show()
+        what = sentence(model.good_for)
+        if model.fetched:
+            self.state.setText(f"{what} Downloaded.")
+            self.download_button.hide()
+        else:
+            self.state.setText(f"{what}\nNot downloaded yet ({size_text(model.size)}).")
+            self.download_button.show()
+            self.download_button.setEnabled(not busy)

@@ -3,7 +3,7 @@ message, while a field is invalid (out of range, a model path or datastore that 
 a file that is not a Draftscope index, a newly chosen catalogue model not downloaded yet).
 
 The Model tab, built here, offers the model catalogue (size, memory needed, downloaded or not; a
-download runs here with progress and cancel: ``ModelDownload``), the precision (auto says what it
+download runs here with progress and cancel: ``DownloadBox``), the precision (auto says what it
 picks here and why) and only the draft models that share the chosen model's tokenizer, saying why
 the others are not offered. The other tabs: ``settings_tabs``; the rules, without Qt:
 ``draftscope.core.settings_checks``."""
@@ -15,15 +15,15 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSizePolicy,
-    QTabWidget, QVBoxLayout, QWidget,
+    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QLabel, QLineEdit, QPushButton, QSizePolicy, QTabWidget,
+    QVBoxLayout, QWidget,
 )
 
 from draftscope.models import catalog
 from draftscope.models.resolve import DEFAULT_MODEL
-from draftscope.gui.form_widgets import FitsWidth, align_label_columns, form_layout, hint, row
-from draftscope.gui.dialogs.model_download import ModelDownload
-from draftscope.gui.dialogs.settings_tabs import AppearanceTab, DraftingTab, GenerationTab, ServerTab
+from draftscope.gui.form_widgets import align_label_columns, form_layout, hint, row, show_error
+from draftscope.gui.dialogs.model_download import DownloadBox
+from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
 from draftscope.models.local import find_local_models
 from draftscope.core.settings_checks import (
     EMPTY_MODEL, OTHER, auto_precision_text, available_devices, browse_start, catalog_entry, catalog_item_text,
@@ -32,59 +32,13 @@ from draftscope.core.settings_checks import (
 )
 from draftscope.storage.settings import DTYPES, Settings
 from draftscope.core.words import run_precision, sentence, size_text
-from draftscope.gui.form_widgets import show_error
 
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
 # Changing one of these starts, restarts or stops the local server (the launcher's apply_settings).
-SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history",
-                           "server_parallel"})
+SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history", "server_parallel"})
 
 _OTHER_TEXT = "Other: folder, .gguf file or hub id"
-
-
-class _DownloadBox(FitsWidth, QWidget):
-    """Under a model choice: what the chosen catalogue model is good for and whether it is on disk,
-    a Download button, and while it downloads a progress bar, Cancel and the bytes, rate and time
-    left. ``prefix`` names the widgets (``modelState``, ``downloadModelButton``, ``modelFetchProgress``, ...)."""
-
-    def __init__(self, prefix: str, fetch_model) -> None:
-        super().__init__(objectName=f"{prefix}Download")
-        self.state = hint("", wrap=True, objectName=f"{prefix}State")
-        self.download_button = QPushButton("Download", objectName=f"download{prefix[:1].upper()}{prefix[1:]}Button")
-        self.download = ModelDownload(self, fetch_model=fetch_model, prefix=prefix, resume_with="Download",
-                                      steady_height=False)
-        self.model: catalog.CatalogModel | None = None
-        top = QHBoxLayout()
-        top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(self.state, 1)
-        top.addWidget(self.download_button, 0, Qt.AlignmentFlag.AlignTop)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(4)
-        layout.addLayout(top)
-        layout.addWidget(self.download.bar_row)
-        layout.addWidget(self.download.status)
-
-    def show_model(self, model: catalog.CatalogModel | None, *, other: str = "", busy: bool = False) -> None:
-        """Describe ``model`` (None: ``other`` as the text, no download)."""
-        if model is not self.model:
-            self.download.show_status("")  # how another model's download ended
-        self.model = model
-        if model is None:
-            self.state.setText(other)
-            self.state.setVisible(bool(other))
-            self.download_button.hide()
-            return
-        self.state.show()
-        what = sentence(model.good_for)
-        if model.fetched:
-            self.state.setText(f"{what} Downloaded.")
-            self.download_button.hide()
-        else:
-            self.state.setText(f"{what}\nNot downloaded yet ({size_text(model.size)}).")
-            self.download_button.show()
-            self.download_button.setEnabled(not busy)
 
 
 class SettingsDialog(QDialog):
@@ -130,7 +84,7 @@ class SettingsDialog(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setObjectName("cancelButton")
         self.restore_button = self.buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
         self.restore_button.setObjectName("restoreDefaultsButton")
-        self.restore_button.clicked.connect(lambda: self._show(Settings()))
+        self.restore_button.clicked.connect(lambda: self._show(Settings(prompt_presets=self.generation.presets.user)))
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
 
@@ -166,6 +120,31 @@ class SettingsDialog(QDialog):
         self.model_box = self._download_box("model")
         form.addRow("", self.model_box)
 
+        self._running_rows(form)
+
+        self.draft_model_combo = QComboBox(objectName="draftModelCombo")
+        self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
+        form.addRow("Draft model:", self.draft_model_combo)
+        self.draft_model_edit = QLineEdit(objectName="draftModelEdit")
+        self.draft_model_edit.setPlaceholderText("a smaller model with the same tokenizer: folder, .gguf file or hub id")
+        self.draft_model_edit.textChanged.connect(lambda text: self._typed(self.draft_model_combo, text))
+        self.draft_model_edit.textChanged.connect(self._update_model_drafter)
+        self.draft_other_row = self._other_row(self.draft_model_edit, "Draft model", "draftModel")
+        form.addRow("", self.draft_other_row)
+        self.draft_box = self._download_box("draftModel")
+        form.addRow("", self.draft_box)
+        self.draft_hint = hint("", wrap=True, objectName="draftModelHint")
+        form.addRow("", self.draft_hint)
+        form.addRow("", hint("Changing the model, device, precision, workers, context length or draft model reloads "
+                             "the model.", wrap=True))
+        filler = QWidget()  # spare height goes below the last row, not between wrapped hints
+        filler.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        form.addRow(filler)
+        self._model_form = form
+        return tab
+
+    def _running_rows(self, form) -> None:
+        """Where and how the model runs: device, precision, backend, workers and context length."""
         self.device_combo = QComboBox(objectName="deviceCombo")
         self.device_combo.setMinimumWidth(180)
         self.device_combo.currentIndexChanged.connect(self._on_precision_changed)
@@ -191,27 +170,8 @@ class SettingsDialog(QDialog):
         form.addRow("", hint("llama.cpp RPC workers (host:port, comma-separated) that each hold an equal share of a "
                              "GGUF model's layers: run `draftscope worker --host 0.0.0.0` on each. RPC is "
                              "unauthenticated: workers on a trusted network only.", wrap=True))
-
-        self.draft_model_combo = QComboBox(objectName="draftModelCombo")
-        self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
-        form.addRow("Draft model:", self.draft_model_combo)
-        self.draft_model_edit = QLineEdit(objectName="draftModelEdit")
-        self.draft_model_edit.setPlaceholderText("a smaller model with the same tokenizer: folder, .gguf file or hub id")
-        self.draft_model_edit.textChanged.connect(lambda text: self._typed(self.draft_model_combo, text))
-        self.draft_model_edit.textChanged.connect(self._update_model_drafter)
-        self.draft_other_row = self._other_row(self.draft_model_edit, "Draft model", "draftModel")
-        form.addRow("", self.draft_other_row)
-        self.draft_box = self._download_box("draftModel")
-        form.addRow("", self.draft_box)
-        self.draft_hint = hint("", wrap=True, objectName="draftModelHint")
-        form.addRow("", self.draft_hint)
-        form.addRow("", hint("Changing the model, device, precision, workers or draft model reloads the model.",
-                             wrap=True))
-        filler = QWidget()  # spare height goes below the last row, not between wrapped hints
-        filler.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
-        form.addRow(filler)
-        self._model_form = form
-        return tab
+        self.context = ContextLength()
+        form.addRow("Context length:", self.context)
 
     def _other_row(self, edit: QLineEdit, what: str, prefix: str) -> QWidget:
         """The line edit for a model outside the catalogue, with Folder… and GGUF… pickers."""
@@ -224,8 +184,8 @@ class SettingsDialog(QDialog):
         gguf.clicked.connect(lambda: self._browse_gguf(edit, f"GGUF {what.lower()}"))
         return row(edit, folder, gguf)
 
-    def _download_box(self, prefix: str) -> _DownloadBox:
-        box = _DownloadBox(prefix, self._fetch_model)
+    def _download_box(self, prefix: str) -> DownloadBox:
+        box = DownloadBox(prefix, self._fetch_model)
         box.download_button.clicked.connect(lambda: self._start_download(box))
         box.download.ended.connect(lambda outcome: self._download_ended(box, outcome))
         return box
@@ -246,7 +206,7 @@ class SettingsDialog(QDialog):
             self._fill_drafts(s.draft_model)
         finally:
             self._filling = False
-        for tab in (self.drafting, self.generation, self.appearance, self.server):
+        for tab in (self.context, self.drafting, self.generation, self.appearance, self.server):
             tab.show_settings(s)
         self._on_precision_changed()
         self._update_model_state()
@@ -259,7 +219,7 @@ class SettingsDialog(QDialog):
             model=self._model_spec(), draft_model=self._draft_spec(), device=self.device_combo.currentData(),
             dtype=self.dtype_combo.currentData(), backend=self.backend_combo.currentData(),
             workers=self.workers_edit.text().strip(), **self.drafting.values(), **self.generation.values(self._original), **self.appearance.values(),
-            **self.server.values())
+            **self.server.values(), **self.context.values())
 
     def _select_spec(self, combo: QComboBox, edit: QLineEdit, spec: str) -> None:
         """Select the catalogue entry ``spec`` names, else Other with ``spec`` in the line edit."""
@@ -432,7 +392,7 @@ class SettingsDialog(QDialog):
         widgets = {"model": self.model_edit, "draft_model": self.draft_model_edit, "device": self.device_combo,
                    "dtype": self.dtype_combo, "backend": self.backend_combo, "workers": self.workers_edit,
                    **self.drafting.fields,
-                   **self.generation.fields, **self.appearance.fields, **self.server.fields}
+                   **self.generation.fields, **self.appearance.fields, **self.server.fields, **self.context.fields}
         out = [(p, widgets.get(p.split()[0], self.tabs)) for p in s.problems()]
         if not s.model:
             out.append((EMPTY_MODEL, self.model_edit))
@@ -472,13 +432,13 @@ class SettingsDialog(QDialog):
     def _downloading(self) -> bool:
         return self.model_box.download.running or self.draft_box.download.running
 
-    def _start_download(self, box: _DownloadBox) -> None:
+    def _start_download(self, box: DownloadBox) -> None:
         if box.model is None or self._downloading() or not box.download.start(box.model):
             return
         self.error_label.hide()
         self._update_model_state()
 
-    def _download_ended(self, box: _DownloadBox, outcome: str) -> None:
+    def _download_ended(self, box: DownloadBox, outcome: str) -> None:
         if outcome == "failed":
             box.download.show_status(f"The model could not be downloaded. {box.download.why_failed()} Press "
                                      "Download to retry.", error=True)

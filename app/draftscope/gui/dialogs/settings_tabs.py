@@ -1,6 +1,7 @@
 """The settings dialog's plain tabs: Drafting, Generation, Appearance and Server (the Model tab, with
-its catalogue and downloads, is the dialog's own). Each shows a Settings (``show_settings``), gives
-back its fields (``values``) and names the widget for each field's problems (``fields``)."""
+its catalogue and downloads, is the dialog's own; its context length row is here). Each shows a
+Settings (``show_settings``), gives back its fields (``values``) and names the widget for each
+field's problems (``fields``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QLineEdit, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget,
 )
 
-from draftscope.rules import NO_SEED, RANGES, SEED_RANGE
+from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
 from draftscope.datastore.default import default_datastore_path
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
+from draftscope.gui.dialogs.prompt_presets import PresetPicker
 from draftscope.core.settings_checks import browse_start, build_default_command
 from draftscope.storage.settings import MAX_PARALLEL, MAX_THREADS, Settings
 from draftscope.sysinfo import usable_cores
@@ -28,6 +30,31 @@ def _kept_float(spin: QDoubleSpinBox, original: float) -> float:
 
 def _server_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/v1  (editors, scripts, the openai client)"
+
+
+class ContextLength(QWidget):
+    """The Model tab's context length: tokens the model reads at once (0: the model's default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spin = int_spin("contextLengthSpin", 0, CONTEXT_RANGE.high)
+        self.spin.setSpecialValueText("model default")
+        self.spin.setSingleStep(1024)
+        self.spin.setSuffix(" tokens")
+        why = hint("The conversation, attached files and the answer must all fit in it; a longer context "
+                   f"takes more memory (its cache grows with it). Model default: {LLAMA_CONTEXT:,} on llama.cpp, "
+                   "the model's own on torch; never more than the model was trained on.", wrap=True)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(row(self.spin, stretch_first=False))
+        column.addWidget(why)
+        self.fields = {"context_length": self.spin}
+
+    def show_settings(self, s: Settings) -> None:
+        self.spin.setValue(s.context_length)
+
+    def values(self) -> dict:
+        return {"context_length": self.spin.value()}
 
 
 class DraftingTab(QWidget):
@@ -155,8 +182,11 @@ class GenerationTab(QWidget):
         self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
         self.system_prompt.setPlaceholderText("none: the model's own default")
         self.system_prompt.setMinimumHeight(100)
+        self.presets = PresetPicker(self.system_prompt)
+        form.addRow("Preset:", self.presets.chooser)
         form.addRow("System prompt:", self.system_prompt)
-        self.fields = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+        form.addRow("", self.presets.saver)
+        self.fields = {"prompt_presets": self.presets.name_edit, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                        "max_new_tokens": self.max_new_tokens, "repetition_penalty": self.repetition_penalty,
                        "seed": self.seed, "system_prompt": self.system_prompt, "threads": self.threads}
 
@@ -169,6 +199,7 @@ class GenerationTab(QWidget):
         self.seed.setValue(s.seed)
         self.threads.setValue(s.threads)
         self.system_prompt.setPlainText(s.system_prompt)
+        self.presets.show_presets(s.prompt_presets)
 
     def values(self, original: Settings) -> dict:
         """The fields; a float the spin box rounds keeps ``original``'s exact value while untouched."""
@@ -177,7 +208,7 @@ class GenerationTab(QWidget):
                 "max_new_tokens": self.max_new_tokens.value(),
                 "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
                 "seed": self.seed.value(), "system_prompt": self.system_prompt.toPlainText(),
-                "threads": self.threads.value()}
+                "threads": self.threads.value(), "prompt_presets": dict(self.presets.user)}
 
 
 class AppearanceTab(QWidget):

@@ -26,7 +26,8 @@ class TorchBackend(KeepsPrefixes, Backend):
     kind = "torch"
     gives_hidden = True
 
-    def __init__(self, model, tokenizer, *, name: str = "model", device=None, precision_reason: str = "") -> None:
+    def __init__(self, model, tokenizer, *, name: str = "model", device=None, precision_reason: str = "",
+                 context: int | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
@@ -41,6 +42,8 @@ class TorchBackend(KeepsPrefixes, Backend):
         window = getattr(model.config, "sliding_window", None)
         if window and "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
             self.max_context = min(self.max_context, int(window))
+        if context:  # the user's context length (Settings ▸ Model): less cache, within the model's own
+            self.max_context = min(self.max_context, int(context))
         self.eos_ids = model_eos_ids(model, tokenizer)
         # the attention kernels are chosen per step for this kind of device (engine/backends/pytorch/attention.py)
         self.kernel_device = torch.device(self.device).type
