@@ -19,6 +19,7 @@ from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.panels.drafts import visible_text  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
+from draftscope.gui.panels.docks import TREE_MIN_HEIGHT  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
@@ -87,6 +88,22 @@ def test_panels_agree_with_the_streamed_steps(qtbot, engine, tmp_path):
 
     stats = window.history.messages(window.conversation_id)[-1].stats
     assert stats["baseline_tokens_per_second"] == pytest.approx(engine.baseline_tokens_per_second)
+
+
+def test_at_the_default_size_the_draft_tree_has_room_beside_the_speedup_charts(qtbot, engine, tmp_path):
+    window = MainWindow(runtime_for(engine), HistoryStore(tmp_path / "h.sqlite3"))
+    qtbot.addWidget(window)
+    window.show()  # the window's own default size
+    assert (window.width(), window.height()) == (1100, 720)
+    window.show_panels()
+    qtbot.waitUntil(lambda: window.trie_view.view.isVisible() and window.speedup_panel.view.isVisible())
+    qtbot.wait(50)  # the docks' layout settles
+    tree, speedup = window.trie_view.view, window.speedup_panel
+    assert tree.height() >= TREE_MIN_HEIGHT, tree.height()  # was ~40 px: nodes clipped
+    # the speedup charts keep their room too, and the table stays a usable height
+    assert speedup.view.height() >= speedup.view.minimumHeight() > 0
+    assert speedup.tau_view.height() >= speedup.tau_view.minimumHeight() > 0
+    assert window.drafts_panel.height() >= 120
 
 
 def test_a_step_picked_anywhere_is_selected_everywhere(qtbot, engine, tmp_path):

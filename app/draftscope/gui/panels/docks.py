@@ -15,6 +15,8 @@ from draftscope.gui.panels.inspection import InspectionController
 from draftscope.gui.panels.speedup import SpeedupPanel
 from draftscope.gui.panels.trie_view import TrieView
 
+TREE_MIN_HEIGHT = 160  # px of the draft tree's drawing: a tree a few levels deep, its labels readable
+
 
 def build_docks(window, engine) -> None:
     """Sets ``window.docks`` (the inspection docks by name), its panels and ``inspection``, and
@@ -28,6 +30,10 @@ def build_docks(window, engine) -> None:
     window.inspection.step_selected.connect(window.chat_view.highlight_step)
     window.chat_view.selection = lambda: (None if window.inspection.selected is None
                                           else (window.inspection.answer, window.inspection.selected))
+    # the right-hand docks run the window's full height, beside the accepted-drafts table rather than
+    # above it: with the speedup charts' minimum below it, the tree kept ~40 px at the default size
+    window.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
+    window.trie_view.view.setMinimumHeight(TREE_MIN_HEIGHT)
     for name, title, widget, area in (
         ("trieDock", "Draft tree", window.trie_view, Qt.DockWidgetArea.RightDockWidgetArea),
         ("speedupDock", "Speedup", window.speedup_panel, Qt.DockWidgetArea.RightDockWidgetArea),
