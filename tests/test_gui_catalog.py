@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
-    QCheckBox, QComboBox, QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton, QTabWidget,
+    QCheckBox, QComboBox, QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton, QTabWidget, QWidget,
 )
 
 from draftscope.engine.backends import backend_for_gguf  # noqa: E402
@@ -435,6 +435,34 @@ def test_ok_is_refused_while_the_draft_model_is_not_downloaded(qtbot):
     qtbot.mouseClick(w(d, QPushButton, "okButton"), Qt.MouseButton.LeftButton)
     assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
     assert d.result_settings().draft_model == QWEN_SMALL.name
+
+
+def test_settings_offer_the_draft_model_with_a_download_that_chooses_it(qtbot):
+    put_on_disk(QWEN)
+    fetch = FakeFetch()
+    d = settings_dialog(qtbot, Settings(model=QWEN.name), fetch_model=fetch)
+    drafts, drafter = w(d, QComboBox, "draftModelCombo"), w(d, QCheckBox, "drafterModel")
+    assert drafts.currentText() == "None" and not drafter.isChecked()
+    state = w(d, QLabel, "draftModelState").text()  # beside the None choice: the model it could be, and a Download
+    assert f"{QWEN_SMALL.title} can draft for {QWEN.title}" in state and "Not downloaded yet (491 MB)" in state
+    click(qtbot, d, "downloadDraftModelButton")
+    bar = w(d, QProgressBar, "draftModelFetchProgress")
+    qtbot.waitUntil(lambda: bar.isVisible() and bar.value() > 0, timeout=5000)
+    assert drafts.currentData() == QWEN_SMALL.name and drafter.isChecked()  # chosen, and drafting with it
+    assert not drafts.isEnabled()  # the choices wait for the download
+    fetch.release.set()
+    qtbot.waitUntil(lambda: QWEN_SMALL.fetched and not bar.isVisible(), timeout=5000)
+    assert "Downloaded." in w(d, QLabel, "draftModelState").text()
+    qtbot.mouseClick(w(d, QPushButton, "okButton"), Qt.MouseButton.LeftButton)
+    assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
+    assert d.result_settings().draft_model == QWEN_SMALL.name and d.result_settings().drafters["model"]
+
+
+def test_settings_offer_nothing_once_the_draft_model_is_on_disk(qtbot):
+    put_on_disk(QWEN)
+    put_on_disk(QWEN_SMALL)
+    d = settings_dialog(qtbot, Settings(model=QWEN.name))
+    assert not w(d, QWidget, "draftModelDownload").isVisible()  # None stays None: it is in the list, downloaded
 
 
 def test_cancel_a_download_in_the_settings(qtbot):

@@ -171,8 +171,10 @@ class DownloadBox(FitsWidth, QWidget):
         layout.addWidget(self.download.bar_row)
         layout.addWidget(self.download.status)
 
-    def show_model(self, model: catalog.CatalogModel | None, *, other: str = "", busy: bool = False) -> None:
-        """Describe ``model`` (None: ``other`` as the text, no download)."""
+    def show_model(self, model: catalog.CatalogModel | None, *, other: str = "", busy: bool = False,
+                   offered_for: catalog.CatalogModel | None = None) -> None:
+        """Describe ``model`` (None: ``other`` as the text, no download); ``offered_for``: ``model``
+        is not chosen but offered as the draft model of that one (Download chooses it too)."""
         if model is not self.model:
             self.download.show_status("")  # how another model's download ended
         self.model = model
@@ -187,6 +189,9 @@ class DownloadBox(FitsWidth, QWidget):
             self.state.setText(f"{what} Downloaded.")
             self.download_button.hide()
         else:
+            if offered_for is not None:
+                what = (f"{model.title} can draft for {offered_for.title}: answers come faster where its guesses "
+                        "hold, with the same text. Download fetches it and drafts with it.")
             self.state.setText(f"{what}\nNot downloaded yet ({size_text(model.size)}).")
             self.download_button.show()
             self.download_button.setEnabled(not busy)

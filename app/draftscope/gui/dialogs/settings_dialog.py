@@ -371,13 +371,21 @@ class SettingsDialog(QDialog):
         self.model_box.show_model(model, other="A hub id (org/name) is downloaded on first use.", busy=busy)
         draft = self.chosen_draft_model()
         form.setRowVisible(self.draft_other_row, self.draft_model_combo.currentData() == OTHER)
-        self.draft_box.show_model(draft, busy=busy)
-        form.setRowVisible(self.draft_box, draft is not None)
+        offer = self._draft_offer() if draft is None else None
+        self.draft_box.show_model(draft or offer, busy=busy, offered_for=model if offer is not None else None)
+        form.setRowVisible(self.draft_box, (draft or offer) is not None)
         self.draft_hint.setText(draft_hint(model, self._draft_note))
         for widget in (self.model_combo, self.draft_model_combo, self.device_combo, self.dtype_combo):
             widget.setEnabled(not busy)
         self.restore_button.setEnabled(not busy)
         self._update_model_drafter()
+
+    def _draft_offer(self) -> catalog.CatalogModel | None:
+        """With None as the draft model: a catalogue model that can draft for the model but is not
+        on disk, offered with a Download button (the list only says "not downloaded")."""
+        if self.draft_model_combo.currentData() != "":
+            return None
+        return next((m for m in draft_candidates(self.chosen_model()) if not m.fetched), None)
 
     def _update_model_drafter(self) -> None:
         data = self.draft_model_combo.currentData()
@@ -433,8 +441,12 @@ class SettingsDialog(QDialog):
         return self.model_box.download.running or self.draft_box.download.running
 
     def _start_download(self, box: DownloadBox) -> None:
+        offered = box is self.draft_box and self.chosen_draft_model() is None
         if box.model is None or self._downloading() or not box.download.start(box.model):
             return
+        if offered:  # the offered draft model: downloading it is choosing it, and drafting with it
+            self.draft_model_combo.setCurrentIndex(self.draft_model_combo.findData(box.model.name))
+            self.drafting.model.setChecked(True)
         self.error_label.hide()
         self._update_model_state()
 
