@@ -11,6 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 from llama_helpers import need_llama_cpp  # noqa: E402
 
+from PySide6.QtCore import QObject, Slot  # noqa: E402
 from PySide6.QtWidgets import QLabel, QProgressDialog  # noqa: E402
 
 from draftscope.core.runtime import load_runtime  # noqa: E402
@@ -20,6 +21,16 @@ from draftscope.storage import HistoryStore  # noqa: E402
 from draftscope.storage.settings import Settings  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
+
+
+class Heard(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reports = []
+
+    @Slot(object)
+    def add(self, report) -> None:
+        self.reports.append(report)
 
 
 def test_the_loading_dialog_shows_a_stage_its_fraction_and_the_time_left(qtbot):
@@ -45,9 +56,9 @@ def test_a_real_load_names_its_stages_in_order_and_the_window_opens_before_the_p
 
     model = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3), tokenizer_dir)
     settings = Settings(model=str(model), backend="llama.cpp", threads=1, datastore=str(tmp_path / "none.idx"))
-    heard = []
+    heard = Heard()  # on this thread, as the dialog: the measurements report from the model's own thread
     launcher = Launcher(functools.partial(load_runtime, baseline=False), HistoryStore(tmp_path / "h.sqlite3"), settings)
-    launcher.loader.progress.connect(heard.append)
+    launcher.loader.progress.connect(heard.add)
     with qtbot.waitSignal(launcher.window_ready, timeout=120_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -55,7 +66,7 @@ def test_a_real_load_names_its_stages_in_order_and_the_window_opens_before_the_p
     baseline = window.findChild(QLabel, "statusBaseline")
     at_open = baseline.text()
 
-    stages = [as_stage(r) for r in heard]
+    stages = [as_stage(r) for r in heard.reports]
     names = [s.name for i, s in enumerate(stages) if i == 0 or s.name != stages[i - 1].name]
     assert names[0].startswith("loading ") and names[-1] == MEASURING_COSTS, names
     assert [n for n in names if n in (CHECKING_LLAMA, LOADING_WEIGHTS, MEASURING_COSTS)] == \
