@@ -50,23 +50,42 @@ def test_acceptance_is_learned_per_drafter():
     assert len(policy.trim(chain(8))) <= 1
 
 
-def test_drafting_that_does_not_pay_stops_except_to_explore_ever_more_rarely():
-    policy = StepPolicy(dict(CPU_LIKE), explore_every=4)
+def test_drafting_that_does_not_pay_costs_at_most_a_look_now_and_then():
+    """Never slower: while drafts are not taken, asking a dear drafter (a draft model, 50 ms on a
+    60 ms step) costs about LOOK_SHARE of the plain steps' time; a cheap one (the conversation's,
+    0.1 ms) still looks every step, so a text the answer starts to copy is drafted at once."""
+    from draftscope.engine.policy import MAX_LOOK_INTERVAL
+
+    dear = StepPolicy(dict(CPU_LIKE))
     asked = []
-    for _ in range(40):
-        n = policy.draft_budget()
+    for _ in range(240):
+        n = dear.draft_budget()
         asked.append(n)
-        # Slow drafting (a draft model) whose drafts are rejected: every drafting step loses.
-        policy.update(DraftTree.empty(), [], draft_seconds=0.05 if n else 0.0, verify_seconds=CPU_LIKE[0], drafted=n > 0)
-    tries = [i for i, n in enumerate(asked) if n]
-    gaps = [b - a for a, b in zip(tries, tries[1:])]
-    assert tries[0] == 0 and gaps == sorted(gaps) and gaps[-1] >= 16, f"exploration backs off: {asked}"
-    for _ in range(40):  # drafts start to win (a copy-heavy stretch): drafting resumes at the next try
-        n = policy.draft_budget()
+        dear.update(DraftTree.empty(), [], draft_seconds=0.05 if n else 0.0, verify_seconds=CPU_LIKE[0], drafted=n > 0)
+    looks = sum(n > 0 for n in asked)
+    assert 2 <= looks and looks * 0.05 <= 0.025 * 240 * CPU_LIKE[0], f"{looks} looks in 240 steps: {asked}"
+    for _ in range(MAX_LOOK_INTERVAL + 4):  # drafts start to win (a copy-heavy stretch): drafting resumes
+        n = dear.draft_budget()
         asked.append(n)
-        policy.update(chain(6), list(range(6)) if n else [], draft_seconds=0.002 if n else 0.0,
-                      verify_seconds=CPU_LIKE[8] if n else CPU_LIKE[0], drafted=n > 0)
+        dear.update(chain(6), list(range(6)) if n else [], draft_seconds=0.002 if n else 0.0,
+                    verify_seconds=CPU_LIKE[8] if n else CPU_LIKE[0], drafted=n > 0)
     assert all(n > 0 for n in asked[-4:]), asked
+    cheap = StepPolicy(dict(CPU_LIKE))
+    for _ in range(50):
+        n = cheap.draft_budget()
+        assert n > 0, "a drafter that costs 0.1 ms a look is asked every step"
+        cheap.update(DraftTree.empty(), [], draft_seconds=0.0001, verify_seconds=CPU_LIKE[0], drafted=True)
+
+
+def test_a_long_verbatim_match_is_trusted_with_a_longer_chain():
+    """An answer that has followed a text for 40 tokens is likelier to go on following it than one
+    that matched 3: before any evidence, more of the same chain is verified for it."""
+    steep = {0: 1.0, 1: 1.56, 2: 2.0, 4: 2.9, 8: 4.8, 16: 8.6, 32: 16.5, 64: 32.0}  # a 2-core CPU's curve
+    policy = StepPolicy(steep)
+    short = chain(16, DraftSource.CONTEXT, support=1.0)
+    long = DraftTree(short.tokens, short.parents, short.depth, short.support, short.source, match_len=40)
+    assert len(policy.trim(long)) > len(policy.trim(short)) >= 0
+    assert len(policy.trim(long)) >= 2
 
 
 def test_costs_recover_from_a_spike():

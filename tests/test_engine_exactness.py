@@ -169,6 +169,7 @@ IDENTITY_CASES = [
     ("retrieval", PROCESSED, 8),
     ("context", TOP_P, 8),
     ("context-long", T1, 32),
+    ("context-long", T1, None),  # the policy trusting a long verbatim match, drafting lazily
     ("model", T1, 8),
     ("model", TOP_P, 4),
     ("model+model", T1, 8),
@@ -294,13 +295,13 @@ def noise_keyed_by_step(tree, next_position):
     return [0] + [int(d) for d in tree.depth.tolist()]
 
 
-@pytest.mark.parametrize("drafters", ["model", "context-long"])
+@pytest.mark.parametrize("drafters,budget", [("model", 8), ("context-long", 32), ("context-long", None)])
 def test_the_identity_check_rejects_noise_keyed_by_the_step(target, draft_model, datastore, head, monkeypatch,
-                                                             drafters):
+                                                             steep_policy, drafters, budget):
     monkeypatch.setattr(engine_mod, "token_positions", noise_keyed_by_step)
     prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
-    differ, _, _ = identity_run(target, drafters_for(drafters, draft_model, None, datastore, head), T1, 8 if
-                                drafters == "model" else 32, prompt=prompt, seeds=10)
+    differ, _, _ = identity_run(target, drafters_for(drafters, draft_model, None, datastore, head), T1, budget,
+                                prompt=prompt, seeds=10)
     assert len(differ) >= 5, f"noise keyed by the step not detected (only seeds {differ} differ)"
 
 

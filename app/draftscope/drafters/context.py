@@ -57,22 +57,25 @@ class ContextDrafter(Drafter):
             if not positions:
                 continue
             trie = PathTrie()
-            depth = self._depth(positions[-1], end)
+            matched = self._verbatim(positions[-1], end)
+            depth = max(self.max_depth, min(self.long_depth, 2 * matched))
             for p in positions[-self.max_matches :][::-1]:  # the most recent occurrences
                 cont = toks[p : min(end, p + depth)]
                 if cont:
                     trie.add(cont, source=int(self.source))
             tree, _ = trie.select(budget)
             if len(tree):
-                return DraftTree(tree.tokens, tree.parents, tree.depth, tree.support, tree.source, match_len=n,
+                return DraftTree(tree.tokens, tree.parents, tree.depth, tree.support, tree.source,
+                                 match_len=max(n, matched),
                                  match_count=len(positions))
         return DraftTree.empty()
 
-    def _depth(self, position: int, end: int) -> int:
-        """How deep to draft after the occurrence ending at ``position``: ``max_depth``, or twice
-        the length of its verbatim match with the context's end when that is longer."""
+    def _verbatim(self, position: int, end: int) -> int:
+        """How many tokens before ``position`` equal those before the context's end (up to
+        ``long_depth``): the drafts go twice that deep when it is longer than ``max_depth``, and the
+        tree carries it as its match length (the step policy trusts a long copy more)."""
         toks, matched = self.tokens, 0
         limit = min(self.long_depth, position)
         while matched < limit and toks[position - 1 - matched] == toks[end - 1 - matched]:
             matched += 1
-        return max(self.max_depth, min(self.long_depth, 2 * matched))
+        return matched

@@ -3,12 +3,17 @@ cannot expect to win.
 
 Before drafting, ``draft_budget`` says how many nodes are worth asking the drafters for, from
 history only. Drafting too is a cost: while the steps that drafted have lately produced fewer tokens per
-second than plain steps, the policy decodes plainly and drafts only every ``explore_every``-th step.
+second than plain steps, the policy drafts lazily, only as often as keeps what looking costs under
+LOOK_SHARE of the plain steps' time (a drafter that costs a tenth of a millisecond still looks every
+step; one that costs a tenth of a step looks every tenth), so a step that verifies nothing costs what a
+plain step costs.
 
 After drafting, ``trim`` keeps the nodes whose expected tokens pay for their verification. Each
 node gets a probability of being accepted given that its parent was, from a calibration table
-learned online: by drafter (source), depth and the node's *share* (its support over its parent's:
-the fraction of matches, or the draft model's probability, that chose this token). A node's path
+learned online: by drafter (source), depth, the node's *share* (its support over its parent's:
+the fraction of matches, or the draft model's probability, that chose this token) and the length of
+the verbatim match the tree continues (an answer that has followed a text for 32 tokens likely goes
+on following it: SuffixDecoding's signal). A node's path
 probability is the product down the tree; the tree kept is the top-k nodes by path probability
 (always a connected tree) with k maximising (1 + expected accepted) / cost(k), k = 0 being plain
 decoding. Costs come from a measured curve of verify time by tree size, kept fresh by the steps
@@ -28,9 +33,14 @@ from draftscope.engine.budget import monotone
 
 SHARE_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # buckets of a node's share of its parent's support
 DEPTH_EDGES = (1, 2, 4)  # depth 1, 2, 3-4, 5+
+MATCH_EDGES = (8, 16, 32)  # the tree's verbatim match: under 8 tokens, 8-15, 16-31, 32+
 PRIOR_WEIGHT = 4.0  # how many observations the prior (the share itself, discounted) is worth
-PRIOR_DISCOUNT = 0.6  # before evidence, a share of s is taken as a s * 0.6 chance of acceptance
-EXPLORE_SHARE = 0.03  # what exploring may cost, as a share of the time of plain steps
+# Before evidence, a share of s is taken as an s * discount chance of acceptance, the discount
+# growing with the verbatim match (by MATCH_EDGES bucket): a long copy is likely to go on.
+PRIOR_DISCOUNT = (0.6, 0.7, 0.8, 0.9)
+EXPLORE_SHARE = 0.01  # what exploring may cost, as a share of the time of plain steps
+LOOK_SHARE = 0.01  # what drafting that has not paid lately may cost, as a share of the plain steps' time
+MAX_LOOK_INTERVAL = 48  # steps: even the dearest drafter looks this often (a copy-heavy stretch is noticed)
 
 
 def _bucket(value: float, edges) -> int:
@@ -82,20 +92,21 @@ def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
 
 
 class Calibration:
-    """P(a node is accepted | its parent was), by (source, depth bucket, share bucket), learned
-    from every node whose parent was accepted, with the share itself as a weak prior."""
+    """P(a node is accepted | its parent was), by (source, depth bucket, share bucket, match
+    bucket), learned from every node whose parent was accepted, with the share itself as a weak
+    prior."""
 
     def __init__(self) -> None:
         self.tested: dict[tuple, float] = {}
         self.accepted: dict[tuple, float] = {}
 
     @staticmethod
-    def key(source: int, depth: int, share: float) -> tuple:
-        return int(source), _bucket(depth, DEPTH_EDGES), _bucket(share, SHARE_EDGES)
+    def key(source: int, depth: int, share: float, match: int = 0) -> tuple:
+        return int(source), _bucket(depth, DEPTH_EDGES), _bucket(share, SHARE_EDGES), _bucket(match, MATCH_EDGES)
 
-    def probability(self, source: int, depth: int, share: float) -> float:
-        k = self.key(source, depth, share)
-        prior = PRIOR_DISCOUNT * share
+    def probability(self, source: int, depth: int, share: float, match: int = 0) -> float:
+        k = self.key(source, depth, share, match)
+        prior = PRIOR_DISCOUNT[k[3]] * share
         return (self.accepted.get(k, 0.0) + PRIOR_WEIGHT * prior) / (self.tested.get(k, 0.0) + PRIOR_WEIGHT)
 
     def observe(self, tree: DraftTree, path: list[int]) -> None:
@@ -107,7 +118,7 @@ class Calibration:
             parent = int(tree.parents[i])
             if parent >= 0 and parent not in on_path:
                 continue  # never tested: verification stopped above it
-            k = self.key(int(tree.source[i]), int(tree.depth[i]), float(share[i]))
+            k = self.key(int(tree.source[i]), int(tree.depth[i]), float(share[i]), tree.match_len)
             self.tested[k] = self.tested.get(k, 0.0) + 1.0
             if i in on_path:
                 self.accepted[k] = self.accepted.get(k, 0.0) + 1.0
@@ -126,8 +137,8 @@ class StepPolicy:
         # Tokens and seconds of recent steps that drafted (an exponential average), against plain ones.
         self._draft_tokens: float | None = None
         self._draft_seconds: float | None = None
-        self._idle = 0  # steps since drafting was last tried
-        self._retry = explore_every  # steps to wait before trying again (doubles while it loses)
+        self._idle = 0  # steps since the drafters were last asked
+        self._look_seconds: float | None = None  # what asking the drafters costs a step (an exponential average)
         self._unverified = 0  # steps whose drafts were all trimmed since one was last verified
         self._my_tokens = 1  # this answer's tokens in its last forward
         self.last = Decision(0, 0, 0, 0.0, "tree")
@@ -171,15 +182,20 @@ class StepPolicy:
             return True
         return self._draft_tokens / self._draft_seconds > 1.0 / self.costs[0]
 
+    def look_interval(self) -> int:
+        """Steps between asking the drafters while drafting has not paid lately: their cost kept
+        to LOOK_SHARE of the plain steps' time, at most MAX_LOOK_INTERVAL."""
+        if not self._look_seconds:
+            return 1
+        return max(1, min(MAX_LOOK_INTERVAL, math.ceil(self._look_seconds / (LOOK_SHARE * self.costs[0]))))
+
     def draft_budget(self) -> int:
         if self.drafting_pays():
-            self._idle, self._retry = 0, self.explore_every
+            self._idle = 0
             return self.max_size
         self._idle += 1
-        if self._idle >= self._retry:
-            # Try again, and wait twice as long next time if it still does not pay: a slow drafter
-            # (a draft model) costs a lot per try.
-            self._idle, self._retry = 0, min(2 * self._retry, 8 * self.explore_every)
+        if self._idle >= self.look_interval():
+            self._idle = 0
             return self.max_size
         return 0
 
@@ -191,7 +207,8 @@ class StepPolicy:
         for i in range(len(tree)):  # BFS order: a parent comes before its children
             parent = int(tree.parents[i])
             above = 1.0 if parent < 0 else p[parent]
-            p[i] = above * self.calibration.probability(int(tree.source[i]), int(tree.depth[i]), float(share[i]))
+            p[i] = above * self.calibration.probability(int(tree.source[i]), int(tree.depth[i]), float(share[i]),
+                                                        tree.match_len)
         return p
 
     def _others(self, shared) -> tuple[int, int]:
@@ -247,6 +264,9 @@ class StepPolicy:
         elif verify_seconds > 0:
             self._learn_cost(len(tree), verify_seconds)
         if drafted:
+            a = self.smoothing
+            self._look_seconds = draft_seconds if self._look_seconds is None else (
+                self._look_seconds + a * (draft_seconds - self._look_seconds))
             tokens, seconds = 1.0 + len(path), draft_seconds + verify_seconds
             if self._draft_seconds is None:
                 self._draft_tokens, self._draft_seconds = tokens, seconds

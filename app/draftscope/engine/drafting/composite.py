@@ -145,4 +145,5 @@ def merge_trees(trees: Sequence[DraftTree], budget: int, weights: dict[int, floa
                 trie.score[leaf] = float(scores[i])
                 trie.source[leaf] = int(tree.source[i])
     merged, _ = trie.select(budget)
-    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source)
+    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source,
+                     match_len=max(t.match_len for t in trees))
