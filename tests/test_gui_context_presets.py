@@ -92,14 +92,20 @@ def test_a_context_length_set_in_the_dialog_reloads_the_model_with_it(qtbot, ggu
         with qtbot.waitSignal(window.worker.failed, timeout=60_000) as failed:
             send(qtbot, window, " ".join(f"word{k}" for k in range(600)))
         assert "reads at most 512" in failed.args[0], failed.args[0]
+        qtbot.waitUntil(lambda: (b := window.findChild(QMessageBox, "answerErrorDialog")) is not None and b.isVisible(),
+                        timeout=5000)  # the window hears the failure after the worker says it
         box = window.findChild(QMessageBox, "answerErrorDialog")
-        qtbot.waitUntil(lambda: box is not None and box.isVisible(), timeout=5000)
         assert "reads at most 512" in box.text()
         box.accept()
 
-        window.new_conversation()  # the window keeps the refused message in its conversation
+        # the refused message is back in the box, out of the conversation: nothing typed is lost,
+        # and the next message in the same conversation is answered
+        long_text = " ".join(f"word{k}" for k in range(600))
+        assert window.findChild(QPlainTextEdit, "chatInput").toPlainText() == long_text
+        assert [t.role for t in window.session.turns()] == []
         with qtbot.waitSignal(window.worker.finished, timeout=60_000):  # a short one fits
             send(qtbot, window, "Hello there")
+        assert [t.content for t in window.session.turns() if t.role == "user"] == ["Hello there"]
     finally:
         launcher.window.close()
         launcher.server.stop()

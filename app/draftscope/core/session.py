@@ -76,6 +76,12 @@ class Turn:
     id: int | None = None
     files: tuple[SentFile, ...] = ()  # a user message's attachments as the model read them
 
+    def attachments(self) -> list:
+        """The files as the model read them, to go back in a composer."""
+        from draftscope.documents.extract import Attachment
+
+        return [Attachment(f.name, f.text, f.kind) for f in self.files]
+
     @property
     def model_text(self) -> str:
         """What the model reads of the turn: its files, then its text."""
@@ -202,6 +208,15 @@ class ChatSession:
         replaced, self._replaced = self._replaced, None
         if replaced is not None and self.last_kept is None:
             self.history.show_version(replaced)
+
+    def take_back_unanswered(self) -> Turn | None:
+        """The last message when it is a question left without an answer (its answer failed),
+        taken out of the conversation, so the next message is not refused for it again."""
+        turns = self.turns()
+        if not turns or turns[-1].role != "user":
+            return None
+        self.drop_last()
+        return turns[-1]
 
     def drop_last(self) -> None:
         """Take back the last message (a question that could not be answered)."""

@@ -330,6 +330,9 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str) -> None:
         self._end_stream()
+        if (question := self.session.take_back_unanswered()) is not None:  # back in the box, files and all:
+            self.composer.restore(question.content, question.attachments())  # nothing typed is lost, and
+            self.chat_view.refresh()  # the next message is not refused for it again
         self.warn(f"The answer failed: {message}", "answerErrorDialog")
 
     def warn(self, text: str, name: str = "warningDialog") -> None:

@@ -109,8 +109,13 @@ class Composer(QWidget):
             self.attach_failed.emit("\n".join(problems))
 
     def begin_edit(self, message_id: int, text: str, files=()) -> None:
-        """Put a message and its files back in the box, the cursor at its end."""
+        """Put a message and its files back in the box to replace it when sent."""
         self.editing_message_id = message_id
+        self.restore(text, files)
+        self.edit_banner.show()
+
+    def restore(self, text: str, files=()) -> None:
+        """A message and its files back in the box, the cursor at its end."""
         self.chips.clear()
         for f in files:
             self.chips.add(f)
@@ -119,7 +124,6 @@ class Composer(QWidget):
         cursor = self.chat_input.textCursor()
         cursor.movePosition(cursor.MoveOperation.End)
         self.chat_input.setTextCursor(cursor)
-        self.edit_banner.show()
 
     def end_edit(self) -> None:
         self.editing_message_id = None
