@@ -252,7 +252,7 @@ def test_qt_bindings_do_not_leak_references_to_true_or_none(qtbot):
     assert after[0] >= before[0] - 50 and after[1] >= before[1] - 50, f"references lost: {before} -> {after}"
 
 
-def test_a_prompt_longer_than_the_context_is_reported_and_the_question_kept(qtbot, engine, tmp_path):
+def test_a_prompt_longer_than_the_context_is_reported_and_the_question_given_back(qtbot, engine, tmp_path):
     history = HistoryStore(tmp_path / "h.sqlite3")
     w = make_window(qtbot, engine, history)
     w.chat_input.setPlainText("word " * 6000)  # far beyond the tiny model's 4,096 positions
@@ -260,7 +260,10 @@ def test_a_prompt_longer_than_the_context_is_reported_and_the_question_kept(qtbo
     qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible(), timeout=30_000)
     assert "18,014 tokens" in w.error_box.text() and "start a new one" in w.error_box.text()
     assert not w.streaming and w.findChild(QPushButton, "sendButton").isEnabled()
-    assert [m.role for m in history.messages(w.conversation_id)] == ["user"], "the question is kept"
+    # the question is back in the box to shorten or send elsewhere, and out of the conversation,
+    # so the next message is not refused for it again
+    assert w.chat_input.toPlainText() == ("word " * 6000).strip()
+    assert [m.role for m in history.messages(w.conversation_id)] == []
 
 
 def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, engine, tmp_path):
