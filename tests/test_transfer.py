@@ -117,3 +117,23 @@ def test_history_export_and_import_from_the_terminal(tmp_path):
     refused = run("import", str(tmp_path / "cut.json"))
     assert refused.returncode == 2 and "nothing was imported" in refused.stderr
     assert "3 messages" not in run("list").stdout and len(run("list").stdout.splitlines()) == 3
+
+
+def test_an_imported_answer_with_odd_figures_shows_those_it_has(tmp_path):
+    """A file written by hand or by another tool may carry an answer's figures half or in the wrong
+    kind: the answer's line shows what is there and is a number, and never fails to draw."""
+    from draftscope.core.words import answer_stats
+
+    source = HistoryStore(tmp_path / "a.sqlite3")
+    c = source.create_conversation("Odd")
+    source.add_message(c, "user", "hi")
+    source.add_message(c, "assistant", "hello", stats={"tokens": 2, "tau": "fast", "tokens_per_second": None,
+                                                        "finish_reason": ["length"], "prompt_tokens": "9",
+                                                        "prompt_kept": 0, "speedup_estimate": 1.3})
+    write_export(source, tmp_path / "odd.json")
+    target = HistoryStore(tmp_path / "b.sqlite3")
+    import_file(target, tmp_path / "odd.json")
+    (conv,) = target.conversations()
+    answer = target.messages(conv.id)[-1]
+    assert answer_stats(answer.stats) == "2 tokens · 1.30x plain"
+    assert answer_stats({}) == ""

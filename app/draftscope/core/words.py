@@ -23,15 +23,25 @@ def memory_text(n: int) -> str:
 def answer_stats(stats: dict, *, tau: str = "τ") -> str:
     """An answer's figures as stored with it (``session.answer_record``): "64 tokens · τ 2.10 ·
     18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7" (``tau``: how τ is written; the
-    terminal writes "tau", which any terminal shows and scripts grep for)."""
-    parts = [f"{stats['tokens']} tokens", f"{tau} {stats['tau']:.2f}", f"{stats['tokens_per_second']:.1f} tokens/s",
-             f"first token {stats['time_to_first_token_ms']:.0f} ms"] + prompt_read(stats)
-    if stats.get("speedup_estimate"):
-        parts.append(speedup_words(stats["speedup_estimate"], stats["tau"]))
+    terminal writes "tau", which any terminal shows and scripts grep for). A figure missing or not a
+    number (an imported file's) is left out, never an error."""
+    figures = (("tokens", "{:.0f} tokens"), ("tau", tau + " {:.2f}"), ("tokens_per_second", "{:.1f} tokens/s"),
+               ("time_to_first_token_ms", "first token {:.0f} ms"))
+    parts = [form.format(v) for key, form in figures if (v := _number(stats.get(key))) is not None]
+    parts += prompt_read(stats)
+    tau_value = _number(stats.get("tau"))
+    speedup = _number(stats.get("speedup_estimate"))
+    if speedup:
+        parts.append(f"{speedup:.2f}x plain" if tau_value is None else speedup_words(speedup, tau_value))
     if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
         parts.append(f"seed {stats['seed']}")
-    ended = STOPPED_WORDS.get(stats.get("finish_reason"))
+    reason = stats.get("finish_reason")
+    ended = STOPPED_WORDS.get(reason) if isinstance(reason, str) else None
     return " · ".join(([ended] if ended else []) + parts)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 STALE_MARGIN = 1.1  # a speedup this far past τ says the plain figure is out of date
@@ -54,10 +64,10 @@ def speedup_words(speedup: float, tau: float, *, times: str = "x") -> str:
 def prompt_read(stats: dict) -> list[str]:
     """The prompt the first token waited for: ["prompt 1,480 tokens, 1,268 from cache"] (the cache
     of the turns before: only the rest was read); none for answers stored before this was counted."""
-    total, kept = stats.get("prompt_tokens"), stats.get("prompt_kept")
+    total, kept = _number(stats.get("prompt_tokens")), _number(stats.get("prompt_kept"))
     if total is None or kept is None:
         return []
-    return [f"prompt {total:,} tokens" + (f", {kept:,} from cache" if kept else "")]
+    return [f"prompt {total:,.0f} tokens" + (f", {kept:,.0f} from cache" if kept else "")]
 
 
 # How an answer that did not end by itself says so, first on its figures' line.
