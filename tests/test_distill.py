@@ -349,7 +349,15 @@ def test_the_wizard_of_a_llama_cpp_window_loads_the_model_with_torch_for_its_sty
     def distiller(*args, **kwargs):
         return distill(*args, batch_size=2, max_new_tokens=NEW_TOKENS, **kwargs)
 
-    wizard = DatastoreWizard(str(model_dir), out_dir=tmp_path, distiller=distiller,
+    from draftscope.gui.wizard.build_jobs import load_torch_model
+
+    loaded = []
+
+    def loader(spec):  # the wizard's own torch loader, watched: the UI shows only the latest status line
+        loaded.append(spec)
+        return load_torch_model(spec)
+
+    wizard = DatastoreWizard(str(model_dir), out_dir=tmp_path, distiller=distiller, model_loader=loader,
                              distill_prompts=f"chat:{prompts_file}")  # no model=: the window's runs on llama.cpp
     qtbot.addWidget(wizard)
     wizard.show()
@@ -364,5 +372,6 @@ def test_the_wizard_of_a_llama_cpp_window_loads_the_model_with_torch_for_its_sty
     monkeypatch.setattr(wizard.build_page, "show_phase", lambda text: (phases.append(text), show_phase(text)))
     wizard.button(QWizard.WizardButton.NextButton).click()  # "Build"
     qtbot.waitUntil(lambda: wizard.currentPage().objectName() == "summaryPage", timeout=60_000)
-    assert any("with torch to write its answers" in p for p in phases), phases
+    assert loaded == [str(model_dir)], "the model is loaded with torch for the answers, once"
+    assert any("with torch to write its answers" in p or "answering 3 prompts" in p for p in phases), phases
     assert wizard.distill_report().answers == 3 and wizard.result_path().is_file()

@@ -38,7 +38,7 @@ PRIOR_WEIGHT = 4.0  # how many observations the prior (the share itself, discoun
 # Before evidence, a share of s is taken as an s * discount chance of acceptance, the discount
 # growing with the verbatim match (by MATCH_EDGES bucket): a long copy is likely to go on.
 PRIOR_DISCOUNT = (0.6, 0.75, 0.9, 0.97)
-EXPLORE_SHARE = 0.01  # what exploring may cost, as a share of the time of plain steps
+EXPLORE_SHARE = 0.02  # what exploring may cost, as a share of the time of plain steps
 LOOK_SHARE = 0.01  # what drafting that has not paid lately may cost, as a share of the plain steps' time
 MAX_LOOK_INTERVAL = 48  # steps: even the dearest drafter looks this often (a copy-heavy stretch is noticed)
 
