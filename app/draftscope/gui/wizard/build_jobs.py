@@ -28,27 +28,34 @@ Status = Callable[[str], None]
 Job = Callable[[Callable[[Any], None], Status, CancelToken], Any]
 
 
-class TokenizerOnce:
-    """The model's tokenizer, loaded by ``loader(model_spec)`` on the first job's thread and kept
-    for every later build (a retry after a failed load tries again)."""
+class LoadedOnce:
+    """What the builds need of the model, loaded by ``loader(model_spec)`` on the thread of the first
+    job that asks (saying ``loading``) and kept for every later build (a failed load tries again);
+    ``value``: already at hand, nothing to load."""
 
-    def __init__(self, loader: Callable[[str], Any], model_spec: str) -> None:
-        self._loader, self._model_spec = loader, model_spec
-        self._tokenizer = None
+    def __init__(self, loader: Callable[[str], Any], model_spec: str, loading: str, value=None) -> None:
+        self._loader, self._model_spec, self._loading, self._value = loader, model_spec, loading, value
 
     @property
     def loaded(self) -> bool:
-        return self._tokenizer is not None
+        return self._value is not None
 
     def get(self, status: Status, cancel: CancelToken):
-        """The tokenizer; raises BuildCancelled when the build was cancelled meanwhile."""
-        if self._tokenizer is None:
-            status(f"Loading {model_display_name(self._model_spec)}'s tokenizer …")
+        """The thing loaded; raises BuildCancelled when the build was cancelled meanwhile."""
+        if self._value is None:
+            status(self._loading)
             # the runner starts one job at a time, so only one thread ever loads or reads it
-            self._tokenizer = self._loader(self._model_spec)
+            self._value = self._loader(self._model_spec)
         if cancel.cancelled:
             raise BuildCancelled(NOTHING_WRITTEN)
-        return self._tokenizer
+        return self._value
+
+
+class TokenizerOnce(LoadedOnce):
+    """The model's tokenizer, loaded by the first build and kept."""
+
+    def __init__(self, loader: Callable[[str], Any], model_spec: str) -> None:
+        super().__init__(loader, model_spec, f"Loading {model_display_name(model_spec)}'s tokenizer …")
 
 
 def load_torch_model(model_spec: str):
@@ -59,23 +66,15 @@ def load_torch_model(model_spec: str):
     return load_model(model_spec).model
 
 
-class ModelOnce:
+class ModelOnce(LoadedOnce):
     """The model that answers the prompts: the window's own when it runs on torch (``model``), else
-    loaded with torch by ``loader(model_spec)`` on the first distill job's thread (a model on
-    llama.cpp cannot batch its answers) and kept for the next builds (a failed load tries again)."""
+    loaded with torch on the first distill job's thread (a model on llama.cpp cannot batch its
+    answers) and kept for the next builds."""
 
     def __init__(self, model=None, *, loader: Callable[[str], Any] = load_torch_model, model_spec: str = "") -> None:
-        self._model, self._loader, self._model_spec = model, loader, model_spec
+        super().__init__(loader, model_spec,
+                         f"Loading {model_display_name(model_spec)} with torch to write its answers …", value=model)
         self.loaded_here = model is None  # loaded a second time for the answers: it says so, and what it costs
-
-    def get(self, status: Status, cancel: CancelToken):
-        """The model; raises BuildCancelled when the build was cancelled meanwhile."""
-        if self._model is None:
-            status(f"Loading {model_display_name(self._model_spec)} with torch to write its answers …")
-            self._model = self._loader(self._model_spec)
-        if cancel.cancelled:
-            raise BuildCancelled(NOTHING_WRITTEN)
-        return self._model
 
 
 def build_job(sources: Iterable[Source], options: BuildOptions, out: Path, tokenizers: TokenizerOnce, *,
