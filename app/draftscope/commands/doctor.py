@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from draftscope.engine.backends.llama import llama_verdict
-    from draftscope.storage.settings import load_settings
+    from draftscope.storage import load_settings
 
     settings, notices = load_settings()
     said = []

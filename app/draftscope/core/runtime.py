@@ -13,24 +13,13 @@ request reaches them through the engine at each answer, never as a copy made whe
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from psygnal import Signal, SignalGroup
 
-from draftscope.storage.settings import Settings, answer_slots
-
-# Fields whose change needs the model loaded again; DRAFTER_FIELDS only new drafters.
-RELOAD_FIELDS = frozenset({"model", "device", "dtype", "backend", "draft_model", "workers", "threads",
-                           "context_length"})
-DRAFTER_FIELDS = frozenset({"datastore", "drafters"})
-
-
-def changed_fields(old: Settings, new: Settings) -> set[str]:
-    """Names of the fields whose values differ."""
-    return {f.name for f in dataclasses.fields(Settings) if getattr(old, f.name) != getattr(new, f.name)}
+from draftscope.storage.settings import Change, Settings, answer_slots, change_between
 
 
 class RuntimeEvents(SignalGroup):
@@ -119,26 +108,36 @@ class Runtime:
 
     # ------------------------------------------------------------------ settings changes
 
-    def needs_reload(self, new: Settings) -> bool:
-        """Whether ``new`` needs the model loaded again (a new runtime): the model, device,
-        precision, backend, threads, context length or draft model changed, or a draft model is
-        switched on that is not loaded."""
-        changed = changed_fields(self.settings, new)
+    def change_for(self, new: Settings) -> Change:
+        """What taking ``new`` asks of this runtime: what the changed settings' sections say
+        (storage/settings.py), and the model loaded again where the sections alone cannot tell: a
+        draft model switched on that is not loaded, or more answers at once than the model holds."""
+        change = change_between(self.settings, new)
+        switched = new.drafters != self.settings.drafters
         wants_draft = bool(new.drafters.get("model") and new.draft_model) and self.draft_model is None
+        if wants_draft and switched or self._holds_too_few(new):
+            change |= Change.MODEL
+        return change
+
+    def _holds_too_few(self, new: Settings) -> bool:
         from draftscope.engine.backends import answers_held
 
         backend = self.engine.backend
-        more_answers = self.engine.slots.size < answers_held(backend.kind, backend.device, answer_slots(new))
-        return bool(changed & RELOAD_FIELDS) or (wants_draft and "drafters" in changed) or more_answers
+        return self.engine.slots.size < answers_held(backend.kind, backend.device, answer_slots(new))
+
+    def needs_reload(self, new: Settings) -> bool:
+        """Whether ``new`` needs the model loaded again (a new runtime, load_runtime)."""
+        return bool(self.change_for(new) & Change.MODEL)
 
     def apply(self, new: Settings) -> list[str]:
-        """Take settings that need no reload (see :meth:`needs_reload`): the drafters are rebuilt
-        when the datastore or the switches changed; sampling, limits and the system prompt are read
-        from the settings at each request. Returns notes on drafters that cannot be used. A
-        datastore that cannot be opened raises, and the runtime keeps its old drafters."""
-        if self.needs_reload(new):
+        """Take settings that need no reload (see :meth:`change_for`): the drafters are rebuilt
+        when the drafting section changed; sampling, limits and the system prompt are read from the
+        settings at each request. Returns notes on drafters that cannot be used. A datastore that
+        cannot be opened raises, and the runtime keeps its old drafters."""
+        change = self.change_for(new)
+        if change & Change.MODEL:
             raise ValueError("these settings need the model loaded again (load_runtime)")
-        setup = self._build_drafters(new) if changed_fields(self.settings, new) & DRAFTER_FIELDS else self._setup
+        setup = self._build_drafters(new) if change & Change.DRAFTERS else self._setup
         self.settings, self._setup = new, setup
         return list(self.drafter_setup.notes)
 

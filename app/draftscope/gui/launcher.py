@@ -1,5 +1,16 @@
 """Starting the desktop app: settings, history, the model loaded off the UI thread behind a busy
-indicator, then the main window. ``draftscope`` with no arguments runs :func:`main`."""
+indicator, then the main window. ``draftscope`` with no arguments runs :func:`main`.
+
+The first launch (no settings file) shows the first-run dialog. The runtime then loads on a thread
+of its own behind the loading dialog (gui/loading.py: each stage by name); only the verify costs are
+measured at load, the plain-speed baseline after the window opens. Settings changed in the dialog
+apply at once (theme, font, sampling, system prompt), from the next answer (datastore, drafters) or
+by a reload (the model section, storage/settings.py: the model, device, precision...). A reload is a
+transaction: its settings are saved only once the new model has opened; a failed one leaves the
+running model, the window and the settings file as they were and offers Retry, another model, or
+keeping the current one. Each new loader ends the last one's thread first (Qt aborts when a running
+QThread is dropped).
+"""
 
 from __future__ import annotations
 
@@ -73,6 +84,18 @@ class Launcher(QObject):
         self.server = LocalServer()  # Settings ▸ Server: beside the window, over its model
         self.server.stored.connect(lambda cid: self.window and self.window.served_answer_stored(cid))
         QApplication.instance().aboutToQuit.connect(self.server.stop)
+        self.changes = self._settings_events()
+
+    def _settings_events(self):
+        """What a settings change does here, each heard as its own event (core/settings_change.py)."""
+        from draftscope.core.settings_change import SettingsEvents
+
+        changes = SettingsEvents()
+        changes.look.connect(self._apply_look)
+        changes.model.connect(self._load_with)
+        changes.server.connect(self._server_changed)
+        changes.drafters.connect(self._drafters_changed)
+        return changes
 
     def _new_loader(self) -> None:
         """A loader on its own thread, for the first load and each reload; it ends once loaded. The
@@ -191,14 +214,16 @@ class Launcher(QObject):
 
     def _keep_current(self) -> None:
         """Back to the model that runs: its settings are the ones the next change starts from."""
+        from draftscope.storage.settings import Change, change_between
+
         if self.running_settings is not None:
             self.loader_thread.shutdown()  # the failed switch's loader, kept for a Retry no longer wanted
             self.loader_thread = None
             tried, self.settings, self.running_settings = self.settings, self.running_settings, None
-            if (tried.theme, tried.font_size) != (self.settings.theme, self.settings.font_size):
-                self._apply_look(self.settings)
+            if change_between(tried, self.settings) & Change.LOOK:
+                self._apply_look(tried, self.settings)
 
-    def _apply_look(self, settings) -> None:
+    def _apply_look(self, _old, settings) -> None:
         from draftscope.gui.theme import apply_theme, code_style
 
         theme = apply_theme(QApplication.instance(), settings.theme, settings.font_size)
@@ -248,45 +273,57 @@ class Launcher(QObject):
         self.settings_dialog.open()
 
     def apply_settings(self, new) -> None:
-        """Save and apply: theme, font, sampling, system prompt and drafters at once; a model or
-        device change reloads the model (the window comes back on the same conversation)."""
-        from draftscope.gui.dialogs.settings_dialog import SERVER_FIELDS
-        from draftscope.core.runtime import changed_fields
-        from draftscope.storage import save_settings
+        """Save and apply: what the change asks for is decided by the runtime (Runtime.change_for)
+        and heard as events (core/settings_change.py): a restyle, the model loaded again (the window
+        comes back on the same conversation), the server restarted, the drafters rebuilt."""
+        from draftscope.storage.settings import Change
 
         if self.loading:  # another model is being opened: its result decides what runs
             self.window.statusBar().showMessage("Settings can be changed once the model has loaded", 5000)
             return
         self._keep_current()  # a change made after a failed switch starts from the model that runs
-        changed = changed_fields(self.settings, new)
-        if changed & {"theme", "font_size"}:
-            self._apply_look(new)
-        runtime = self.window.runtime
-        if runtime.needs_reload(new):  # saved once the model has opened (_on_loaded)
-            self.running_settings, self.settings = self.settings, new
-            self.reload()
-            return
+        old, change = self.settings, self.window.runtime.change_for(new)
+        if not change & Change.MODEL:
+            change = self._take(new, change)
+        self.changes.announce(change, old, new)
+
+    def _take(self, new, change):
+        """Settings the running model takes as it is: saved, and given to the runtime. A datastore
+        that cannot be opened is said, and the old drafters kept (no drafters change then)."""
+        from draftscope.storage import save_settings
+        from draftscope.storage.settings import Change
+
         self.settings = new
         try:
             save_settings(new, self.settings_file)
         except OSError as exc:
             QMessageBox.warning(self.window, "Draftscope", f"The settings could not be saved: {exc}\n\n"
                                 "They apply to this session only.")
+        runtime = self.window.runtime
         try:
-            notes = runtime.apply(new)
+            runtime.apply(new)
         except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
             runtime.apply(dataclasses.replace(new, datastore=runtime.settings.datastore,
                                               drafters=runtime.settings.drafters))
             QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
-            return
-        if changed & SERVER_FIELDS:
-            problem = self._apply_server()
-            if problem:
-                self.window.statusBar().showMessage(problem, 15000)
-        if changed & {"datastore", "drafters"}:
-            self.window.drafters_changed()
-            if notes:
-                self.window.statusBar().showMessage(" · ".join(notes), 15000)
+            return change & ~Change.DRAFTERS
+        return change
+
+    def _load_with(self, old, new) -> None:
+        """The model loaded again for ``new``; ``old`` runs until it has (saved once it opened)."""
+        self.running_settings, self.settings = old, new
+        self.reload()
+
+    def _server_changed(self, _old, _new) -> None:
+        problem = self._apply_server()
+        if problem:
+            self.window.statusBar().showMessage(problem, 15000)
+
+    def _drafters_changed(self, _old, _new) -> None:
+        self.window.drafters_changed()
+        notes = self.window.runtime.drafter_setup.notes
+        if notes:
+            self.window.statusBar().showMessage(" · ".join(notes), 15000)
 
     def _apply_server(self) -> str | None:
         """Start, restart or stop the local server as the settings say; a problem as text."""
@@ -317,71 +354,95 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
     """Run the app. ``quit_after_ms`` (``draftscope gui --quit-after``) is a smoke test for bundles:
     quit that long after the main window shows, exit 1 if the model fails to load. With it,
     ``screenshot`` (``--screenshot PATH``) saves the window as the screen shows it (PNG) before quitting."""
-    if not _has_display():
-        print("draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the terminal "
-              "chat, or set QT_QPA_PLATFORM.", file=sys.stderr)
-        return 2
-    from draftscope.gui.platform_check import xcb_problem
-
-    problem = xcb_problem()  # missing X11 libraries: say which, rather than Qt's abort
+    problem = _display_problem()
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    from draftscope.storage import HistoryStore, load_settings
+    from draftscope.core.runtime import load_runtime
+    from draftscope.storage import HistoryStore
 
-    from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
-    from draftscope.gui.theme import app_icon, apply_theme
+    app = _application()
+    settings, notices = _starting_settings(app, model, ask=quit_after_ms is None)
+    if settings is None:  # the first-run dialog was closed
+        return 0
+    # the plain speed is measured once the window is open: the loading screen waits only for what answers need
+    launcher = Launcher(functools.partial(load_runtime, baseline=False), HistoryStore(), settings, notices)
+    if quit_after_ms is not None:
+        _quit_after(launcher, quit_after_ms, screenshot)
+    launcher.start()
+    return app.exec()
+
+
+def _display_problem() -> str | None:
+    """Why no window can open here (no display, missing X11 libraries: said rather than Qt's abort)."""
+    if not _has_display():
+        return ("draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the "
+                "terminal chat, or set QT_QPA_PLATFORM.")
+    from draftscope.gui.platform_check import xcb_problem
+
+    return xcb_problem()
+
+
+def _application() -> QApplication:
+    from draftscope.gui.theme import app_icon
 
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Draftscope")
     app.setDesktopFileName("io.github.draftscope.Draftscope")  # Wayland matches the desktop entry by it
     app.setWindowIcon(app_icon())
+    return app
+
+
+def _starting_settings(app, model: str | None, *, ask: bool):
+    """(settings, notices) to start with: the file's, the ``model`` given, or on the first run the
+    model chosen in the first-run dialog when ``ask`` (None when it was closed without a choice)."""
+    from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
+    from draftscope.gui.theme import apply_theme
+    from draftscope.storage import load_settings
+
     settings, notices = load_settings()
     apply_theme(app, settings.theme, settings.font_size)
     if model:
         settings.model = model
-    elif needs_first_run() and quit_after_ms is None:  # a smoke test never waits for a person
+    elif needs_first_run() and ask:  # a smoke test never waits for a person
         dialog = FirstRunDialog(settings)
         dialog.setWindowIcon(app.windowIcon())
         if dialog.exec() != QDialog.DialogCode.Accepted:
-            return 0
+            return None, notices
         settings = dialog.settings
-    history = HistoryStore()
+    return settings, notices
 
-    from draftscope.core.runtime import load_runtime
 
-    # the plain speed is measured once the window is open: the loading screen waits only for what answers need
-    launcher = Launcher(functools.partial(load_runtime, baseline=False), history, settings, notices)
-    if quit_after_ms is not None:
-        def shown(window):
-            print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
+def _quit_after(launcher: Launcher, quit_after_ms: int, screenshot: str | None) -> None:
+    """The smoke test: quit ``quit_after_ms`` after the window shows (saving ``screenshot``), or
+    exit 1 when the model fails to load."""
+    def shown(window):
+        print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
+        QTimer.singleShot(quit_after_ms, lambda: _quit_with_screenshot(window, quit_after_ms, screenshot))
 
-            def done():
-                print(f"draftscope: still running after {quit_after_ms} ms; quitting", flush=True)
-                saved = True
-                if screenshot:  # from the screen (under xcb the X server's frame buffer), not a re-render
-                    saved = window.screen().grabWindow(window.winId()).save(screenshot, "PNG")
-                    print(f"draftscope: screenshot saved to {screenshot}" if saved else
-                          f"draftscope: the screenshot could not be saved to {screenshot}",
-                          file=sys.stdout if saved else sys.stderr, flush=True)
-                window.close()
-                if saved:
-                    QApplication.quit()
-                else:
-                    QApplication.exit(1)
+    def failed(message):
+        print(f"draftscope: the model could not be loaded: {message}", file=sys.stderr, flush=True)
+        launcher.loader_thread.shutdown()  # end the thread before Qt tears it down
+        QApplication.exit(1)
 
-            QTimer.singleShot(quit_after_ms, done)
+    launcher.window_ready.connect(shown)
+    launcher.loader.failed.disconnect(launcher._on_failed)
+    launcher.loader.failed.connect(failed)
 
-        def failed(message):
-            print(f"draftscope: the model could not be loaded: {message}", file=sys.stderr, flush=True)
-            launcher.loader_thread.shutdown()  # end the thread before Qt tears it down
-            QApplication.exit(1)
 
-        launcher.window_ready.connect(shown)
-        launcher.loader.failed.disconnect(launcher._on_failed)
-        launcher.loader.failed.connect(failed)
-    launcher.start()
-    return app.exec()
+def _quit_with_screenshot(window, quit_after_ms: int, screenshot: str | None) -> None:
+    print(f"draftscope: still running after {quit_after_ms} ms; quitting", flush=True)
+    saved = True
+    if screenshot:  # from the screen (under xcb the X server's frame buffer), not a re-render
+        saved = window.screen().grabWindow(window.winId()).save(screenshot, "PNG")
+        print(f"draftscope: screenshot saved to {screenshot}" if saved else
+              f"draftscope: the screenshot could not be saved to {screenshot}",
+              file=sys.stdout if saved else sys.stderr, flush=True)
+    window.close()
+    if saved:
+        QApplication.quit()
+    else:
+        QApplication.exit(1)
 
 
 def _drafter_notes(runtime) -> list[str]:

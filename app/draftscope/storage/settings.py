@@ -1,108 +1,119 @@
-"""User settings as a versioned JSON file in the platform's config folder.
+"""The user's settings, in sections that each know what a change to them means.
 
-Loading never fails: a missing file gives the defaults; an unreadable, foreign or newer file
-gives the defaults plus a notice (and the old file is kept beside as ``settings.json.bad``); a
-field with a wrong type or value falls back to its default with a notice naming it.
+Every setting is one line in :class:`Settings`, declared in its :class:`Section` with
+:func:`setting`; the section says what changing it does (:class:`Change`: load the model again,
+rebuild the drafters, restart the server beside the window, restyle the window, or nothing until
+the next answer reads it). :func:`change_between` is the one place that decides it for two
+settings; the runtime refines it with what is loaded (core/runtime.py), and the window hears the
+result as events (core/settings_change.py). Reading and writing the file: storage/settings_file.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+import enum
+from dataclasses import MISSING, dataclass, field, fields
 
-from draftscope import paths
 from draftscope.rules import (
     BACKENDS, DRAFTER_NAMES, DRAFTERS_ON, DTYPES, NO_SEED, RANGES, SEED_RANGE, context_problem, problem,
 )
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
 
-SETTINGS_VERSION = 1
-MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
 MAX_SYSTEM_PROMPT = 100_000  # characters
 MAX_TEXT = 4096  # characters of a path, model name or device
 THEMES = ("system", "light", "dark")
-
-
 MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
-
 MAX_RECENT = 6  # models the switcher remembers
 MAX_THREADS = 256  # no machine this runs on has more cores; beyond is a typo
 
 
+class Change(enum.Flag):
+    """What a changed setting asks of the running app (none: read again at the next answer)."""
+
+    NONE = 0
+    MODEL = enum.auto()  # the model is loaded again: a new runtime
+    DRAFTERS = enum.auto()  # the drafters are built again over the same model
+    SERVER = enum.auto()  # the server beside the window starts, restarts or stops
+    LOOK = enum.auto()  # the window is restyled
+
+
+class Section(enum.Enum):
+    """A group of settings, saved together, with what a change to any of them does."""
+
+    MODEL = ("model", Change.MODEL)  # which model and how it runs
+    DRAFTING = ("drafting", Change.DRAFTERS)  # what drafts come from
+    SAMPLING = ("sampling", Change.NONE)  # how an answer is drawn: read at each answer
+    SERVER = ("server", Change.SERVER)  # the OpenAI-compatible server beside the window
+    APPEARANCE = ("appearance", Change.LOOK)
+    REMEMBERED = ("remembered", Change.NONE)  # what the app remembers for the user (recent models)
+
+    def __init__(self, key: str, change: Change) -> None:
+        self.key, self.change = key, change
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The settings in this section, in their declared order."""
+        return tuple(f.name for f in fields(Settings) if f.metadata["section"] is self)
+
+
+def setting(section: Section, default=MISSING, *, factory=MISSING):
+    """A field of :class:`Settings` in ``section`` (``factory`` for a mutable default)."""
+    return field(default=default, default_factory=factory, metadata={"section": section})
+
+
+def _default_switches() -> dict[str, bool]:
+    return {name: name in DRAFTERS_ON for name in DRAFTER_NAMES}
+
+
 @dataclass
 class Settings:
-    model: str = "default"
-    datastore: str = ""  # empty: the default chat datastore when it exists
-    drafters: dict[str, bool] = field(default_factory=lambda: {name: name in DRAFTERS_ON for name in DRAFTER_NAMES})
-    draft_model: str = ""
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 512
-    repetition_penalty: float = 1.0
-    seed: int = -1  # -1: a new seed for every answer; else every sampled answer uses this one (reproducible)
-    system_prompt: str = ""
-    prompt_presets: dict[str, str] = field(default_factory=dict)  # the user's own system prompts (name -> text)
-    context_length: int = 0  # tokens the model reads at once (rules.context_problem); 0: the model's default
-    device: str = "auto"
-    dtype: str = "auto"  # auto: bf16 where the hardware has it natively, else fp32 (engine.precision)
-    backend: str = "auto"  # auto: llama.cpp for a GGUF file on the CPU, torch otherwise (engine.backends)
-    workers: str = ""  # llama.cpp RPC workers sharing the model's layers: "host:port, host:port" (none: empty)
-    recent_models: list[str] = field(default_factory=list)  # the models loaded last, newest first (the switcher)
-    threads: int = 0  # CPU threads the model computes on; 0: this computer's cores (llama.cpp's, or torch's for a torch model)
-    theme: str = "system"
-    font_size: int = 11
-    # The OpenAI-compatible server beside the window (Settings ▸ Server; `draftscope serve` alone).
-    server_enabled: bool = False
-    server_port: int = 8911
-    server_api_key: str = ""  # empty: none (the server listens on this machine only)
-    server_keep_history: bool = True  # served answers appear in the history as conversations
-    server_parallel: int = 1  # served answers decoded at once (llama.cpp: in shared forwards)
+    model: str = setting(Section.MODEL, "default")
+    draft_model: str = setting(Section.MODEL, "")  # the model drafter's small model (none: empty)
+    device: str = setting(Section.MODEL, "auto")
+    dtype: str = setting(Section.MODEL, "auto")  # auto: bf16 where the hardware has it natively, else fp32
+    backend: str = setting(Section.MODEL, "auto")  # auto: llama.cpp for a GGUF file on the CPU, else torch
+    workers: str = setting(Section.MODEL, "")  # llama.cpp RPC workers sharing the layers: "host:port, ..."
+    threads: int = setting(Section.MODEL, 0)  # CPU threads the model computes on; 0: this computer's cores
+    context_length: int = setting(Section.MODEL, 0)  # tokens read at once (rules.context_problem); 0: default
+    datastore: str = setting(Section.DRAFTING, "")  # empty: the default chat datastore when it exists
+    drafters: dict[str, bool] = setting(Section.DRAFTING, factory=_default_switches)
+    temperature: float = setting(Section.SAMPLING, 0.0)
+    top_p: float = setting(Section.SAMPLING, 1.0)
+    top_k: int = setting(Section.SAMPLING, 0)
+    max_new_tokens: int = setting(Section.SAMPLING, 512)
+    repetition_penalty: float = setting(Section.SAMPLING, 1.0)
+    seed: int = setting(Section.SAMPLING, -1)  # -1: a new seed for every answer; else every sampled answer's
+    system_prompt: str = setting(Section.SAMPLING, "")
+    prompt_presets: dict[str, str] = setting(Section.SAMPLING, factory=dict)  # the user's own (name -> text)
+    server_enabled: bool = setting(Section.SERVER, False)
+    server_port: int = setting(Section.SERVER, 8911)
+    server_api_key: str = setting(Section.SERVER, "")  # empty: none (the server listens on this machine only)
+    server_keep_history: bool = setting(Section.SERVER, True)  # served answers appear in the history
+    server_parallel: int = setting(Section.SERVER, 1)  # served answers decoded at once (in shared forwards)
+    theme: str = setting(Section.APPEARANCE, "system")
+    font_size: int = setting(Section.APPEARANCE, 11)
+    recent_models: list[str] = setting(Section.REMEMBERED, factory=list)  # loaded last, newest first
 
     def problems(self) -> list[str]:
         """Fields whose value is out of range (names and why)."""
-        out = [why for name in RANGES if (why := problem(name, getattr(self, name))) is not None]
-        if self.seed != NO_SEED and not SEED_RANGE.holds(self.seed):
-            out.append(f"seed must be {NO_SEED} (a new one for every answer) or {SEED_RANGE.words()}")
-        if len(self.system_prompt) > MAX_SYSTEM_PROMPT:
-            out.append(f"system_prompt must be at most {MAX_SYSTEM_PROMPT:,} characters")
-        if (why := context_problem(self.context_length)) is not None:
-            out.append(why)
-        if len(self.prompt_presets) > MAX_PRESETS:
-            out.append(f"prompt_presets must be at most {MAX_PRESETS} presets")
-        out += [f"prompt_presets refused: {why}" for name, text in self.prompt_presets.items()
-                if (why := preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)) is not None]
-        for name in ("model", "datastore", "draft_model", "device"):
-            if len(getattr(self, name)) > MAX_TEXT:
-                out.append(f"{name} must be at most {MAX_TEXT:,} characters")
-        try:
-            from draftscope.engine.backends.llama.rpc import parse_workers
+        return [*_sampling_problems(self), *_text_problems(self), *_choice_problems(self), *_number_problems(self)]
 
-            parse_workers(self.workers)
-        except ValueError as exc:
-            out.append(f"workers must be host:port addresses: {exc}")
-        if self.dtype not in DTYPES:
-            out.append(f"dtype must be one of {', '.join(DTYPES)}")
-        if self.backend not in BACKENDS:
-            out.append(f"backend must be one of {', '.join(BACKENDS)}")
-        if self.theme not in THEMES:
-            out.append(f"theme must be one of {', '.join(THEMES)}")
-        if len(self.recent_models) > MAX_RECENT or not all(isinstance(m, str) and 0 < len(m) <= MAX_TEXT
-                                                           for m in self.recent_models):
-            out.append(f"recent_models must be at most {MAX_RECENT} model names")
-        if not 0 <= self.threads <= MAX_THREADS:
-            out.append(f"threads must be between 0 (as many as this computer's cores) and {MAX_THREADS}")
-        if not 6 <= self.font_size <= 48:
-            out.append("font_size must be between 6 and 48")
-        if not 1 <= self.server_port <= 65535:
-            out.append("server_port must be between 1 and 65535")
-        if not 1 <= self.server_parallel <= MAX_PARALLEL:
-            out.append(f"server_parallel must be between 1 and {MAX_PARALLEL}")
-        if len(self.server_api_key) > MAX_TEXT:
-            out.append(f"server_api_key must be at most {MAX_TEXT:,} characters")
-        return out
+
+def section_of(name: str) -> Section:
+    return next(f.metadata["section"] for f in fields(Settings) if f.name == name)
+
+
+def changed_fields(old: Settings, new: Settings) -> set[str]:
+    """Names of the settings whose values differ."""
+    return {f.name for f in fields(Settings) if getattr(old, f.name) != getattr(new, f.name)}
+
+
+def change_between(old: Settings, new: Settings) -> Change:
+    """What going from ``old`` to ``new`` asks of the running app, as the changed settings' sections
+    say (what is loaded can ask for more: Runtime.change_for)."""
+    change = Change.NONE
+    for name in changed_fields(old, new):
+        change |= section_of(name).change
+    return change
 
 
 def answer_slots(settings: Settings) -> int:
@@ -111,104 +122,55 @@ def answer_slots(settings: Settings) -> int:
     return settings.server_parallel + 1 if settings.server_enabled else 1
 
 
-def settings_path() -> Path:
-    return paths.settings_file()
+# ---------------------------------------------------------------------- the checks
 
 
-def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
-    """(settings, notices for the user). Never raises for a bad file."""
-    path = path or settings_path()
-    if not path.exists():
-        return Settings(), []
+def _sampling_problems(s: Settings) -> list[str]:
+    out = [why for name in RANGES if (why := problem(name, getattr(s, name))) is not None]
+    if s.seed != NO_SEED and not SEED_RANGE.holds(s.seed):
+        out.append(f"seed must be {NO_SEED} (a new one for every answer) or {SEED_RANGE.words()}")
+    if (why := context_problem(s.context_length)) is not None:
+        out.append(why)
+    if len(s.prompt_presets) > MAX_PRESETS:
+        out.append(f"prompt_presets must be at most {MAX_PRESETS} presets")
+    out += [f"prompt_presets refused: {why}" for name, text in s.prompt_presets.items()
+            if (why := preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)) is not None]
+    return out
+
+
+def _text_problems(s: Settings) -> list[str]:
+    out = []
+    if len(s.system_prompt) > MAX_SYSTEM_PROMPT:
+        out.append(f"system_prompt must be at most {MAX_SYSTEM_PROMPT:,} characters")
+    for name in ("model", "datastore", "draft_model", "device", "server_api_key"):
+        if len(getattr(s, name)) > MAX_TEXT:
+            out.append(f"{name} must be at most {MAX_TEXT:,} characters")
     try:
-        if not path.is_file():
-            raise ValueError("not a regular file")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path.stat().st_size:,} bytes: too large for a settings file")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-    except RecursionError:
-        return Settings(), [_set_aside(path, "the settings file could not be read (nested too deeply)")]
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        return Settings(), [_set_aside(path, f"the settings file could not be read ({exc})")]
-    version = data.get("version")
-    if version != SETTINGS_VERSION:
-        why = f"the settings file has version {version!r}, this Draftscope writes version {SETTINGS_VERSION}"
-        return Settings(), [_set_aside(path, why)]
-    defaults = Settings()
-    values, notices = {}, []
-    for f in fields(Settings):
-        if f.name not in data:
-            continue
-        value, default = data[f.name], getattr(defaults, f.name)
-        if not _same_kind(value, default):
-            notices.append(f"setting {f.name!r} had an invalid value {value!r}; using the default")
-            continue
-        if f.name == "drafters":
-            value = _switches(value, default, notices)
-        elif f.name == "prompt_presets":
-            value = _presets(value, notices)
-        values[f.name] = float(value) if isinstance(default, float) else value
-    settings = Settings(**values)
-    for why in settings.problems():
-        name = why.split()[0]
-        setattr(settings, name, getattr(defaults, name))
-        notices.append(f"setting {name!r} was out of range ({why}); using the default")
-    return settings, notices
+        from draftscope.engine.backends.llama.rpc import parse_workers
+
+        parse_workers(s.workers)
+    except ValueError as exc:
+        out.append(f"workers must be host:port addresses: {exc}")
+    if len(s.recent_models) > MAX_RECENT or not all(isinstance(m, str) and 0 < len(m) <= MAX_TEXT
+                                                    for m in s.recent_models):
+        out.append(f"recent_models must be at most {MAX_RECENT} model names")
+    return out
 
 
-def _switches(value: dict, default: dict, notices: list[str]) -> dict[str, bool]:
-    """The drafters' switches: each one not true or false falls back to its default."""
-    for k, v in value.items():
-        if k in default and not isinstance(v, bool):
-            notices.append(f"setting 'drafters.{k}' had an invalid value {v!r} (true or false); "
-                           f"using the default ({'on' if default[k] else 'off'})")
-    return {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
-        k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
+def _choice_problems(s: Settings) -> list[str]:
+    choices = {"dtype": DTYPES, "backend": BACKENDS, "theme": THEMES}
+    return [f"{name} must be one of {', '.join(allowed)}" for name, allowed in choices.items()
+            if getattr(s, name) not in allowed]
 
 
-def _presets(value: dict, notices: list[str]) -> dict[str, str]:
-    """The user's presets: one that breaks the rules is left out by name, the others kept."""
-    kept = {}
-    for name, text in value.items():
-        why = preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)
-        if why is None and len(kept) < MAX_PRESETS:
-            kept[name] = text
-        else:
-            notices.append(f"system-prompt preset {name!r} was left out ({why or f'more than {MAX_PRESETS}'})")
-    return kept
-
-
-def _same_kind(value, default) -> bool:
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, type(default))
-
-
-def _set_aside(path: Path, why: str) -> str:
-    backup = path.with_name(path.name + ".bad")
-    try:
-        path.replace(backup)
-        kept = f" (kept as {backup.name})"
-    except OSError:
-        kept = ""
-    return f"{why}; defaults restored{kept}"
-
-
-def save_settings(settings: Settings, path: Path | None = None) -> Path:
-    """Written aside and renamed; private to the user (0600 in a 0700 folder)."""
-    from draftscope.paths import private_folder
-
-    path = path or settings_path()
-    private_folder(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"version": SETTINGS_VERSION, **asdict(settings)}, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+def _number_problems(s: Settings) -> list[str]:
+    out = []
+    if not 0 <= s.threads <= MAX_THREADS:
+        out.append(f"threads must be between 0 (as many as this computer's cores) and {MAX_THREADS}")
+    if not 6 <= s.font_size <= 48:
+        out.append("font_size must be between 6 and 48")
+    if not 1 <= s.server_port <= 65535:
+        out.append("server_port must be between 1 and 65535")
+    if not 1 <= s.server_parallel <= MAX_PARALLEL:
+        out.append(f"server_parallel must be between 1 and {MAX_PARALLEL}")
+    return out

@@ -31,7 +31,7 @@ from draftscope.gui.dialogs.draft_offer import DraftOffer
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.models.local import find_local_models
 from draftscope.retrieval import BuildCancelled
-from draftscope.storage.settings import Settings, save_settings, settings_path
+from draftscope.storage import Settings, save_settings, settings_path
 from draftscope.core.words import (catalog_note, describe_error, eta_text as _eta, run_precision, setting_name,
                                    size_text)
 

@@ -36,7 +36,6 @@ from draftscope.core.words import run_precision, sentence, size_text
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
 # Changing one of these starts, restarts or stops the local server (the launcher's apply_settings).
-SERVER_FIELDS = frozenset({"server_enabled", "server_port", "server_api_key", "server_keep_history", "server_parallel"})
 
 _OTHER_TEXT = "Other: folder, .gguf file or hub id"
 

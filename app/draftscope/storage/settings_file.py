@@ -1,0 +1,153 @@
+"""The settings as a versioned JSON file in the platform's config folder, one object per section.
+
+Loading never fails: a missing file gives the defaults; an unreadable, foreign or newer file gives
+the defaults plus a notice (the old file kept beside as ``settings.json.bad``); a setting with a
+wrong type or value falls back to its default with a notice naming it. Version 1 (every setting at
+the top level, as Draftscope wrote it before sections) is read as it was and written back in
+sections the next time the settings are saved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+
+from draftscope import paths
+from draftscope.storage.presets import MAX_PRESETS, preset_problem
+from draftscope.storage.settings import MAX_SYSTEM_PROMPT, Section, Settings
+
+SETTINGS_VERSION = 2
+FLAT_VERSION = 1  # every setting at the top level (before sections)
+MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
+
+
+def settings_path() -> Path:
+    return paths.settings_file()
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
+    """(settings, notices for the user). Never raises for a bad file."""
+    path = path or settings_path()
+    if not path.exists():
+        return Settings(), []
+    try:
+        data = _read_object(path)
+    except RecursionError:
+        return Settings(), [_set_aside(path, "the settings file could not be read (nested too deeply)")]
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return Settings(), [_set_aside(path, f"the settings file could not be read ({exc})")]
+    version = data.get("version")
+    if version == FLAT_VERSION:
+        return settings_from_values(data)
+    if version != SETTINGS_VERSION:
+        why = f"the settings file has version {version!r}, this Draftscope writes version {SETTINGS_VERSION}"
+        return Settings(), [_set_aside(path, why)]
+    return settings_from_values(_flatten(data))
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Written aside and renamed; private to the user (0600 in a 0700 folder)."""
+    path = path or settings_path()
+    paths.private_folder(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(settings_document(settings), indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def settings_document(settings: Settings) -> dict:
+    """What the file holds: the version, then each section's settings under its name."""
+    return {"version": SETTINGS_VERSION,
+            **{section.key: {name: getattr(settings, name) for name in section.names} for section in Section}}
+
+
+def settings_from_values(data: dict) -> tuple[Settings, list[str]]:
+    """Settings from ``name -> value`` (other keys ignored), each value checked: one of the wrong
+    type or out of range is left at its default, with a notice naming it."""
+    defaults, values, notices = Settings(), {}, []
+    for f in fields(Settings):
+        if f.name not in data:
+            continue
+        value, default = data[f.name], getattr(defaults, f.name)
+        if not _same_kind(value, default):
+            notices.append(f"setting {f.name!r} had an invalid value {value!r}; using the default")
+            continue
+        if f.name == "drafters":
+            value = _switches(value, default, notices)
+        elif f.name == "prompt_presets":
+            value = _presets(value, notices)
+        values[f.name] = float(value) if isinstance(default, float) else value
+    settings = Settings(**values)
+    for why in settings.problems():
+        name = why.split()[0]
+        setattr(settings, name, getattr(defaults, name))
+        notices.append(f"setting {name!r} was out of range ({why}); using the default")
+    return settings, notices
+
+
+def _read_object(path: Path) -> dict:
+    if not path.is_file():
+        raise ValueError("not a regular file")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"{path.stat().st_size:,} bytes: too large for a settings file")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def _flatten(data: dict) -> dict:
+    """The sections' settings as ``name -> value``: a setting is read from its own section only,
+    and a section that is not an object is left out (its settings keep their defaults)."""
+    flat = {}
+    for section in Section:
+        values = data.get(section.key)
+        if isinstance(values, dict):
+            flat.update({name: values[name] for name in section.names if name in values})
+    return flat
+
+
+def _switches(value: dict, default: dict, notices: list[str]) -> dict[str, bool]:
+    """The drafters' switches: each one not true or false falls back to its default."""
+    for k, v in value.items():
+        if k in default and not isinstance(v, bool):
+            notices.append(f"setting 'drafters.{k}' had an invalid value {v!r} (true or false); "
+                           f"using the default ({'on' if default[k] else 'off'})")
+    return {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
+        k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
+
+
+def _presets(value: dict, notices: list[str]) -> dict[str, str]:
+    """The user's presets: one that breaks the rules is left out by name, the others kept."""
+    kept = {}
+    for name, text in value.items():
+        why = preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)
+        if why is None and len(kept) < MAX_PRESETS:
+            kept[name] = text
+        else:
+            notices.append(f"system-prompt preset {name!r} was left out ({why or f'more than {MAX_PRESETS}'})")
+    return kept
+
+
+def _same_kind(value, default) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, type(default))
+
+
+def _set_aside(path: Path, why: str) -> str:
+    backup = path.with_name(path.name + ".bad")
+    try:
+        path.replace(backup)
+        kept = f" (kept as {backup.name})"
+    except OSError:
+        kept = ""
+    return f"{why}; defaults restored{kept}"
