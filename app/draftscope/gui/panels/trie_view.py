@@ -14,61 +14,31 @@ picks one here.
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import (QAction, QBrush, QColor, QFont, QFontMetricsF, QKeySequence, QPainter, QPainterPath,
+from PySide6.QtGui import (QAction, QBrush, QColor, QFont, QKeySequence, QPainter, QPainterPath,
                            QPalette, QPen, QTransform)
-from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QHBoxLayout, QLabel,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QHBoxLayout,
+                               QLabel, QPushButton, QVBoxLayout, QWidget)
 
 from draftscope.engine.events import StepEvent, step_from_dict
 from draftscope.gui.chat.render import PROVENANCE_LABELS
 from draftscope.gui.form_widgets import ElidedLabel
 from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS
-from draftscope.gui.panels.drafts import visible_text
+from draftscope.gui.panels.trie_layout import (
+    H_GAP, ROOT, TARGET, NodeFonts, NodeTexts, TreeShape, format_support, layout_nodes, node_fonts, node_texts,
+    tree_shape,
+)
 
-ROOT = -1
-TARGET = "target"
 MIN_SCALE = 0.5  # zooming out further shows nothing legible, not even the tree's shape
 FIT_MIN_SCALE = 0.8  # below this the node text is hard to read: "fit" stops here and the view scrolls
 MAX_SCALE = 3.0
 FIT_MAX_SCALE = 1.0  # "fit" never enlarges a small tree beyond its natural size
 ZOOM_STEP = 1.25
-LABEL_CHARS = 16  # longer token texts are elided (the tooltip has them whole)
-H_GAP = 34  # room between columns for the edges
-V_GAP = 6
 DIMMED = 0.45  # opacity of rejected branches
 STOP_COLOURS = TREE_STOP_COLOURS  # where verification stopped (palettes.py)
-
-
-def format_support(value: float) -> str:
-    """Counts as integers (thousands shortened), probabilities with two decimals."""
-    if value == int(value):
-        count = int(value)
-        return f"{count / 1000:.0f}k" if count >= 10_000 else str(count)
-    return f"{value:.2f}"
-
-
-def tidy_rows(children: dict) -> dict:
-    """Row of each node (fractional for inner nodes) in a tidy tree: leaves take consecutive rows in
-    depth-first order and a parent sits midway between its first and last child, so sibling
-    subtrees never overlap. ``children`` maps each key to its children, ROOT first."""
-    row: dict = {}
-    next_row = 0
-    stack = [(ROOT, False)]
-    while stack:  # iterative: a deep chain must not hit the recursion limit
-        key, done = stack.pop()
-        kids = children[key]
-        if done:
-            row[key] = (row[kids[0]] + row[kids[-1]]) / 2
-        elif not kids:
-            row[key] = next_row
-            next_row += 1
-        else:
-            stack.append((key, True))
-            stack.extend((kid, False) for kid in reversed(kids))
-    return row
 
 
 class NodeItem(QGraphicsPathItem):
@@ -326,97 +296,49 @@ class TrieView(QWidget):
 
     def _draw(self, ev: StepEvent, previous: int | None) -> None:
         self._clear_scene()
-        tree = ev.tree
-        tokens, parents = tree.tokens, tree.parents
-        n = len(tokens)
-        accepted = list(ev.accepted_path)
-        stop = accepted[-1] if accepted else ROOT
-        target_token = ev.token_ids[len(accepted)] if len(ev.token_ids) > len(accepted) else None
+        shape = tree_shape(ev)
+        texts = node_texts(ev, previous, shape, self.token_text)
+        fonts = node_fonts(self.font())
+        rects = layout_nodes(texts, shape, fonts)
+        on_path = set(shape.accepted) | {ROOT, TARGET}
+        colours = self._colours()
+        self.scene.setBackgroundBrush(colours.base)
+        self._add_nodes(ev, shape, texts, rects, _NodeLooks(fonts, colours, on_path))
+        self._add_edges(shape.children, rects, colours, on_path)
 
-        children: dict = {ROOT: []}
-        depth = {ROOT: 0}
-        for i in range(n):  # BFS order: a parent always comes before its children
-            children[i] = []
-            children[parents[i]].append(i)
-            depth[i] = depth[parents[i]] + 1
-        if target_token is not None:
-            children[TARGET] = []
-            children[stop].append(TARGET)  # the target's choice sits beside the drafted children it rejected
-            depth[TARGET] = depth[stop] + 1
+        bounds = self.scene.itemsBoundingRect().adjusted(-12, -12, 12, 12)
+        self.scene.setSceneRect(bounds)  # the scene's own rect only grows: set it, or old steps leave blank room
+        focus = rects[TARGET if shape.target_token is not None else shape.stop]
+        self.view.focus_rect = focus.united(rects[shape.stop])
+        self._drawn, self._accepted, self._stop = ev, shape.accepted, shape.stop
+        if self.view.auto_fit:
+            self.view.fit()
 
-        # what each node says
-        labels = {ROOT: visible_text(self.token_text(previous)) if previous is not None else "prompt"}
-        notes = {ROOT: "root"}
-        texts = {}
-        for i in range(n):
-            texts[i] = self.token_text(tokens[i])
-            labels[i] = visible_text(texts[i])
-            notes[i] = format_support(tree.support[i])
-        if target_token is not None:
-            texts[TARGET] = self.token_text(target_token)
-            labels[TARGET] = visible_text(texts[TARGET])
-            notes[TARGET] = "target"
-
-        font = QFont(self.font())
-        bold = QFont(font)
-        bold.setBold(True)
-        note_font = QFont(font)
-        if font.pointSizeF() > 0:
-            note_font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
-        else:
-            note_font.setPixelSize(max(8, round(font.pixelSize() * 0.8)))
-        metrics, bold_metrics, note_metrics = QFontMetricsF(font), QFontMetricsF(bold), QFontMetricsF(note_font)
-        max_label = bold_metrics.averageCharWidth() * LABEL_CHARS
-        on_path = set(accepted) | {ROOT, TARGET}
-
-        widths: dict[int, float] = {}
-        for key, label in labels.items():
-            label = bold_metrics.elidedText(label, Qt.TextElideMode.ElideRight, max_label)
-            labels[key] = label
-            width = bold_metrics.horizontalAdvance(label) + note_metrics.horizontalAdvance(notes[key]) + 26
-            widths[depth[key]] = max(widths.get(depth[key], 0.0), width)
-        node_h = max(metrics.height(), note_metrics.height()) + 10
-        row_h = node_h + V_GAP
-
-        row = tidy_rows(children)
-        column_x = [0.0]
-        for d in range(1, max(widths) + 1):
-            column_x.append(column_x[-1] + widths[d - 1] + H_GAP)
-
-        # colours: the palette's, plus the chat's provenance colours for sources
+    def _colours(self) -> _TreeColours:
+        """The palette's colours, plus the chat's provenance colours for sources."""
         palette = self.palette()
-        dark = self._dark()
-        theme = "dark" if dark else "light"
-        text = palette.color(QPalette.ColorRole.Text)
-        base = palette.color(QPalette.ColorRole.Base)
-        accent = palette.color(QPalette.ColorRole.Highlight)
+        theme = "dark" if self._dark() else "light"
         plain_border = QColor(palette.color(QPalette.ColorRole.Text))
         plain_border.setAlphaF(0.45)
-        stop_colour = QColor(STOP_COLOURS[theme])
-        fills = PROVENANCE_COLOURS[theme]
-        self.scene.setBackgroundBrush(base)
+        return _TreeColours(text=palette.color(QPalette.ColorRole.Text), base=palette.color(QPalette.ColorRole.Base),
+                            button=palette.color(QPalette.ColorRole.Button),
+                            accent=palette.color(QPalette.ColorRole.Highlight), plain_border=plain_border,
+                            stop=QColor(STOP_COLOURS[theme]), fills=PROVENANCE_COLOURS[theme])
 
-        rects = {}
-        for key in labels:
-            d = depth[key]
-            rects[key] = QRectF(column_x[d], row[key] * row_h, widths[d], node_h)
-            if key == ROOT:
-                brush, pen = QBrush(palette.color(QPalette.ColorRole.Button)), QPen(accent, 2.5)
-            elif key == TARGET:
-                brush, pen = QBrush(base), QPen(accent, 2.5, Qt.PenStyle.DashLine)
-            else:
-                brush = QBrush(QColor(fills.get(tree.source[key], base.name())))
-                pen = QPen(accent, 2.5) if key in on_path else QPen(plain_border, 1.0)
-            if key == stop:
-                pen = QPen(stop_colour, 3.5)
-            item = NodeItem(key, rects[key], labels[key], notes[key], brush=brush, pen=pen, text=text,
-                            font=bold if key in on_path else font, note_font=note_font)
-            item.setToolTip(self._tooltip(key, ev, texts, depth, stop, accepted))
+    def _add_nodes(self, ev: StepEvent, shape: TreeShape, texts: NodeTexts, rects: dict, looks: _NodeLooks) -> None:
+        fonts, on_path = looks.fonts, looks.on_path
+        for key in texts.labels:
+            brush, pen = _node_style(key, ev, shape.stop, looks)
+            item = NodeItem(key, rects[key], texts.labels[key], texts.notes[key], brush=brush, pen=pen,
+                            text=looks.colours.text, font=fonts.bold if key in on_path else fonts.plain,
+                            note_font=fonts.note)
+            item.setToolTip(self._tooltip(key, ev, texts.texts, shape.depth, shape.stop, shape.accepted))
             if key not in on_path:
                 item.setOpacity(DIMMED)
             self.scene.addItem(item)
             self._nodes[key] = item
 
+    def _add_edges(self, children: dict, rects: dict, colours: _TreeColours, on_path: set) -> None:
         for parent, kids in children.items():
             start = rects[parent]
             for kid in kids:
@@ -428,21 +350,13 @@ class TrieView(QWidget):
                 edge = QGraphicsPathItem(path)
                 edge.setData(0, (parent, kid))
                 if kid == TARGET:
-                    edge.setPen(QPen(accent, 2.0, Qt.PenStyle.DashLine))
+                    edge.setPen(QPen(colours.accent, 2.0, Qt.PenStyle.DashLine))
                 elif kid in on_path:
-                    edge.setPen(QPen(accent, 2.5))
+                    edge.setPen(QPen(colours.accent, 2.5))
                 else:
-                    edge.setPen(QPen(plain_border, 1.0))
+                    edge.setPen(QPen(colours.plain_border, 1.0))
                     edge.setOpacity(DIMMED)
                 self.scene.addItem(edge)
-
-        bounds = self.scene.itemsBoundingRect().adjusted(-12, -12, 12, 12)
-        self.scene.setSceneRect(bounds)  # the scene's own rect only grows: set it, or old steps leave blank room
-        focus = rects[TARGET if target_token is not None else stop]
-        self.view.focus_rect = focus.united(rects[stop])
-        self._drawn, self._accepted, self._stop = ev, accepted, stop
-        if self.view.auto_fit:
-            self.view.fit()
 
     def _tooltip(self, key, ev: StepEvent, texts: dict, depth: dict, stop, accepted: list[int]) -> str:
         if key == ROOT:
@@ -491,6 +405,45 @@ class TrieView(QWidget):
             if self.isVisible():
                 self._sync()
         super().changeEvent(event)
+
+
+@dataclass
+class _TreeColours:
+    text: QColor
+    base: QColor
+    button: QColor  # the root's fill
+    accent: QColor  # the accepted path and the target's node
+    plain_border: QColor  # rejected nodes and edges
+    stop: QColor  # the node where verification stopped
+    fills: dict  # source -> fill colour name
+
+
+@dataclass
+class _NodeLooks:
+    fonts: NodeFonts
+    colours: _TreeColours
+    on_path: set  # keys drawn strong: the accepted path, ROOT and TARGET
+
+
+class _NodeStyle(NamedTuple):
+    brush: QBrush
+    pen: QPen
+
+
+def _node_style(key, ev: StepEvent, stop: int, looks: _NodeLooks) -> _NodeStyle:
+    """A node's fill and outline: the root's and the target's own, else its source's fill, strong on
+    the accepted path; the node where verification stopped outlined in the stop colour."""
+    colours = looks.colours
+    if key == ROOT:
+        brush, pen = QBrush(colours.button), QPen(colours.accent, 2.5)
+    elif key == TARGET:
+        brush, pen = QBrush(colours.base), QPen(colours.accent, 2.5, Qt.PenStyle.DashLine)
+    else:
+        brush = QBrush(QColor(colours.fills.get(ev.tree.source[key], colours.base.name())))
+        pen = QPen(colours.accent, 2.5) if key in looks.on_path else QPen(colours.plain_border, 1.0)
+    if key == stop:
+        pen = QPen(colours.stop, 3.5)
+    return _NodeStyle(brush, pen)
 
 
 def _as_event(event) -> StepEvent:
