@@ -102,27 +102,62 @@ class TrainHeadDialog(QDialog):
         self.setObjectName("trainHeadDialog")
         self.setWindowTitle("Train the recurrent drafter")
         self.setMinimumWidth(600)
+        intro = self._build_intro()
+        self.choices = self._build_choices()
+        self.progress_row = self._build_progress_row()
+        self._build_messages()
+        self._lay_out(intro, self._build_buttons())
+
+        self.progress_row.hide()
+        self._on_data_changed()
+        self._update_estimate()
+        self._show_idle()
+
+    # --- building the form ---------------------------------------------------------------------
+
+    def _build_intro(self) -> QWidget:
+        """What training does (returned), and the model's head so far (``self.existing``)."""
         intro = _wrapping_label(
-            f"A small head learns to predict what {engine.name} writes a few tokens ahead, from the model's own "
+            f"A small head learns to predict what {self.engine.name} writes a few tokens ahead, from the model's own "
             "hidden states, so more of its drafts are accepted. It is trained on the model's own predictions over "
             "the data below, with the loaded model; chatting waits until training is done.")
         self.existing = _note("")
         self.existing.setObjectName("trainExisting")
+        return intro
 
+    def _build_choices(self) -> QWidget:
+        """The form: the training data (the file's row shown for a file) and the token budget."""
         self.data_combo = QComboBox(objectName="trainData")
         for text, kind in DATA_CHOICES:
             self.data_combo.addItem(text, kind)
+        self.path_row = self._build_path_row()
+        self.data_combo.currentIndexChanged.connect(self._on_data_changed)
+        tokens_row = self._build_tokens_row()
+
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        form.addRow("Training data:", self.data_combo)
+        form.addRow("", self.path_row)
+        form.addRow("Tokens:", tokens_row)
+        choices = QWidget()
+        choices.setLayout(form)
+        form.setContentsMargins(0, 0, 0, 0)
+        return choices
+
+    def _build_path_row(self) -> QWidget:
         self.path_edit = QLineEdit(objectName="trainDataPath")
         self.browse_button = QPushButton("Browse…", objectName="trainBrowse")
         self.browse_button.setAutoDefault(False)
         self.browse_button.clicked.connect(self._browse)
-        self.path_row = QWidget()
-        path_layout = QHBoxLayout(self.path_row)
+        row = QWidget()
+        path_layout = QHBoxLayout(row)
         path_layout.setContentsMargins(0, 0, 0, 0)
         path_layout.addWidget(self.path_edit, 1)
         path_layout.addWidget(self.browse_button)
-        self.data_combo.currentIndexChanged.connect(self._on_data_changed)
+        return row
 
+    def _build_tokens_row(self) -> QWidget:
+        """The token budget, with the time it would take at the measured rate beside it."""
         self.tokens_spin = QSpinBox(objectName="trainTokens")
         self.tokens_spin.setRange(1_000, 100_000_000)
         self.tokens_spin.setSingleStep(50_000)
@@ -134,27 +169,23 @@ class TrainHeadDialog(QDialog):
         self.estimate = _note("")
         self.estimate.setObjectName("trainEstimate")
         self.estimate.setWordWrap(False)
-        tokens_row = QWidget()
-        tokens_layout = QHBoxLayout(tokens_row)
+        row = QWidget()
+        tokens_layout = QHBoxLayout(row)
         tokens_layout.setContentsMargins(0, 0, 0, 0)
         tokens_layout.addWidget(self.tokens_spin)
         tokens_layout.addWidget(self.estimate, 1)
+        return row
 
-        form = QFormLayout()
-        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        form.addRow("Training data:", self.data_combo)
-        form.addRow("", self.path_row)
-        form.addRow("Tokens:", tokens_row)
-        self.choices = QWidget()
-        self.choices.setLayout(form)
-        form.setContentsMargins(0, 0, 0, 0)
-
+    def _build_progress_row(self) -> QWidget:
         self.progress = QProgressBar(objectName="trainProgress")
         self.cancel_button = QPushButton("Cancel", objectName="trainCancel")
         self.cancel_button.setAutoDefault(False)
         self.cancel_button.setToolTip("Stop training; a checkpoint is kept and Start resumes from it")
         self.cancel_button.clicked.connect(self.cancel)
-        self.progress_row = _progress_row(self.progress, self.cancel_button)
+        return _progress_row(self.progress, self.cancel_button)
+
+    def _build_messages(self) -> None:
+        """The run's status line, the summary of a finished run, and the error of a failed one."""
         self.status = _wrapping_label(objectName="trainStatus")
         self.summary = _wrapping_label(objectName="trainSummary")
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -162,6 +193,7 @@ class TrainHeadDialog(QDialog):
         show_error(self.error)
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
+    def _build_buttons(self) -> QHBoxLayout:
         self.start_button = QPushButton("Start", objectName="trainStart")
         self.start_button.clicked.connect(self.start)
         self.close_button = QPushButton("Close", objectName="trainClose")
@@ -171,7 +203,9 @@ class TrainHeadDialog(QDialog):
         buttons.addStretch(1)
         buttons.addWidget(self.start_button)
         buttons.addWidget(self.close_button)
+        return buttons
 
+    def _lay_out(self, intro: QWidget, buttons: QHBoxLayout) -> None:
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(self.existing)
@@ -184,11 +218,6 @@ class TrainHeadDialog(QDialog):
         layout.addWidget(self.error)
         layout.addStretch(1)
         layout.addLayout(buttons)
-
-        self.progress_row.hide()
-        self._on_data_changed()
-        self._update_estimate()
-        self._show_idle()
 
     # --- choices -------------------------------------------------------------------------------
 
