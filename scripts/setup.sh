@@ -26,7 +26,7 @@ qt_libs=(libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 libfontconfig1 libfreet
          libxcb-randr0 libxcb-render0 libxcb-render-util0 libxcb-shape0 libxcb-shm0 libxcb-sync1 libxcb-util1
          libxcb-xfixes0 libxcb-xkb1)
 if [ "$mode" = test ]; then
-    qt_libs+=(xvfb)  # the tests also start the app on a virtual X server (tests/test_gui_xcb_start.py)
+    qt_libs+=(xvfb)  # the tests also start the app on a virtual X server (tests/gui/test_gui_xcb_start.py)
 fi
 if command -v dpkg-query >/dev/null 2>&1; then
     missing=()

@@ -198,7 +198,7 @@ def test_a_failed_switch_then_another_then_a_settings_change_leave_the_app_runni
     the current model and a theme change."""
     script = tmp_path / "switches.py"
     script.write_text(SWITCHES)
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = _app_env(tmp_path, QT_QPA_PLATFORM="xcb", DISPLAY=xvfb,
                    PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, str(script), str(tokenizer_dir), str(tmp_path / "settings.json")],

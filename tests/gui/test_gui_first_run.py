@@ -1,6 +1,6 @@
 """First-run setup: assets.fetch's progress, cancel and error words (with a fake pip, and the real
 pip against an index that is not there), and the dialog's two pages (offscreen Qt). The catalogue
-on the model page: tests/test_gui_catalog.py."""
+on the model page: tests/gui/test_gui_catalog.py."""
 
 import errno
 import os

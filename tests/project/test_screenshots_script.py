@@ -13,7 +13,7 @@ import pytest
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def take(part: str, tmp_path, tokenizer, tokenizer_dir) -> Path:

@@ -17,7 +17,7 @@ from draftscope.engine.sampling import SamplingParams
 from draftscope.server.protocol import ApiError, parse_chat
 from draftscope.storage.settings import Settings
 
-PACKAGE = Path(__file__).resolve().parent.parent / "app" / "draftscope"
+PACKAGE = Path(__file__).resolve().parents[2] / "app" / "draftscope"
 
 
 def sources(folder: Path = PACKAGE):

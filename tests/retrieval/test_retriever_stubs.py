@@ -7,7 +7,7 @@ from pathlib import Path
 
 from draftscope import _retriever
 
-STUB = Path(__file__).resolve().parents[1] / "app" / "draftscope" / "_retriever.pyi"
+STUB = Path(__file__).resolve().parents[2] / "app" / "draftscope" / "_retriever.pyi"
 
 
 def stub_names():

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.gui import theme
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP_ID = "io.github.draftscope.Draftscope"
 DESKTOP = ROOT / "packaging" / f"{APP_ID}.desktop"
 METAINFO = ROOT / "packaging" / f"{APP_ID}.metainfo.xml"

@@ -102,7 +102,7 @@ def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
 
 def test_a_model_folder_runs_the_spec_bench_section(model_dir, tmp_path, capsys):
     out_file = tmp_path / "gpu.jsonl"
-    questions = str(Path(__file__).parent / "data" / "spec_bench_sample.jsonl")
+    questions = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
     code = main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--tokens", "12",
                  "--contexts", "32", "--reps", "1", "--sections", "oracle,spec-bench", "--questions", questions,
                  "--json", str(out_file)])
@@ -174,7 +174,7 @@ def test_a_projection_replays_traced_acceptance_against_measured_costs(model_dir
     costs, trace = tmp_path / "costs.jsonl", tmp_path / "trace.jsonl"
     assert main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--contexts", "32",
                  "--reps", "1", "--sections", "verify", "--json", str(costs)]) == 0
-    questions = str(Path(__file__).parent / "data" / "spec_bench_sample.jsonl")
+    questions = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
     # a fixed budget: the oracle drafts whatever this machine's cost curve says (the adaptive policy may
     # rightly verify nothing on a CPU where one node costs 3x a plain step)
     assert main(["bench", "spec", "--model", str(model_dir), "--dtype", "float32", "--questions", questions,

@@ -2,7 +2,7 @@
 nothing is downloaded): the widgets it names, bytes and the part on the status line, "Cancelling …"
 until the fetcher stops, what a cancel keeps, a fetcher that returns without the file, and closing
 mid-download (the fetcher stops, nothing is heard after, nothing hangs). The dialogs' own use of
-it: tests/test_gui_catalog.py and tests/test_gui_first_run.py."""
+it: tests/gui/test_gui_catalog.py and tests/gui/test_gui_first_run.py."""
 
 import os
 import threading

@@ -32,7 +32,7 @@ def test_after():
 
 def test_a_native_crash_fails_its_test_and_the_run_goes_on(tmp_path):
     (tmp_path / "test_crashing.py").write_text(CRASHING)
-    tests = Path(__file__).resolve().parent
+    tests = Path(__file__).resolve().parents[1]
     child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "--max-worker-restart", "100",
                             "-p", "crash_report", "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path)],
                            capture_output=True, text=True, cwd=tmp_path, timeout=300,

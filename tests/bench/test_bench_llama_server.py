@@ -17,7 +17,7 @@ from draftscope.cli import main  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
 
-QUESTIONS = str(Path(__file__).parent / "data" / "spec_bench_sample.jsonl")
+QUESTIONS = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "app" / "draftscope"
+PACKAGE = Path(__file__).resolve().parents[2] / "app" / "draftscope"
 
 # Bottom to top. A module's layer is that of the longest prefix naming it.
 LAYERS = [
