@@ -4,7 +4,10 @@ At T > 0 the draft model picks each token by the target's own rule on its own di
 Gumbel-max sample with the noise keyed by (seed, position) that the target will use there
 (coupling). Whenever the two distributions agree on the winner, the draft is what the target
 picks; where they differ the draft is simply not accepted. Drafts are thus a function of the seed,
-and the answer stays plain decoding's.
+and the answer stays plain decoding's. The draft equals the target's pick with probability at least
+(1 - TV) / (1 + TV), TV the total variation between the two distributions, and always when they are
+equal (a model drafting for itself has every draft accepted); rejection sampling's maximal coupling
+reaches 1 - TV (what the difference costs: docs/benchmarks.md, "What coupling costs the draft model").
 
 ``draft`` follows naive_speculate's API: feed ``query_token_ids`` (tokens the cache has not seen)
 and draft up to ``num_draft_tokens``, stopping early at EOS; returns the tokens and the logits

@@ -1,4 +1,23 @@
-"""Writer and Reader over the Rust index."""
+"""Writer and Reader over the Rust index.
+
+What each bad input ends in (the Rust core raises, the binding maps; nothing aborts the process):
+
+- a token past the vocabulary, negative or not an int: ``ValueError`` naming the entry and the
+  position (the entry adds nothing); a missing file or folder: ``FileNotFoundError``;
+- a foreign, truncated or corrupt file: ``IndexFormatError`` (a ValueError) saying which; a newer
+  format version: ``NewerIndexVersionError`` ("upgrade Draftscope or rebuild"); a FIFO, socket,
+  device or folder given as the index: ``ValueError``, checked by ``stat`` and opened non-blocking;
+- a cancelled build: ``BuildCancelled``, nothing written; a Rust panic: ``RuntimeError``;
+- search knobs past their bounds (``max_nodes`` > 65,536, ``max_matches`` or ``max_suffix`` > 2**20):
+  ``ValueError`` naming the argument, so no allocation is sized by an unchecked number;
+- the file copied over or truncated while open: a reader that read it into memory (files up to
+  1 GiB) sees nothing; a mapped one compares size, time stamp and inode before every read and
+  raises ``IndexChangedError`` (an OSError) rather than touch a truncated map. A truncation during
+  one search of a mapped file is the window left;
+- a datastore built with another tokenizer: the header's ``vocab-sha256:`` fingerprint differs
+  from the model's (datastore/fingerprint.py); the callers (core/drafter_factory.py) leave
+  retrieval out with a note, or refuse ``--drafters retrieval``.
+"""
 
 from __future__ import annotations
 

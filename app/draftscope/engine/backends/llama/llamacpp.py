@@ -12,6 +12,10 @@ Several answers at once (``slots``): answer slot k owns the sequence ids [k·L, 
 each, and its own share of the cache's cells; ``decode_many`` puts the prefill chunks and draft
 trees of several slots in one ``llama_decode`` (the stepper, engine/stepper.py, gathers them). The
 single-answer calls (start, verify, commit, truncate) are slot 0's.
+
+Token ids must be the ones datastores hold: the backend tokenizes with the Hugging Face tokenizer
+converted from the GGUF (the one datastores are built with); ``tokenize`` gives llama.cpp's own, to
+check that the two agree.
 """
 
 from __future__ import annotations
