@@ -198,163 +198,222 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
     of each request served (server/request_log.py). Served answers are learned from when the
     runtime learns (the server beside the window)."""
     answerer = Answerer(runtime, history=history, config=config, on_stored=on_stored)
-    cfg = answerer.config
-    engine = runtime.engine
-    model_id = engine.name
+    api = Api(runtime, answerer)
+    app = Starlette(routes=api.routes(), exception_handlers={HTTPException: _http_error}, lifespan=api.lifespan,
+                    middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None)
+    app.state.answerer = answerer
+    return app
 
-    def authorise(request: Request) -> None:
-        if not cfg.api_key:
+
+async def _http_error(request: Request, exc: HTTPException):
+    kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return JSONResponse(p.ApiError(exc.status_code, message, type=kind).body(), status_code=exc.status_code)
+
+
+class Api:
+    """The routes' handlers and the state they share: the runtime (its engine fixed when the app is
+    made, its settings and documents read at each request) and the answerer (slots, queue, history)."""
+
+    def __init__(self, runtime, answerer: Answerer) -> None:
+        self.runtime, self.answerer = runtime, answerer
+        self.config = answerer.config
+        self.engine = runtime.engine
+        self.model_id = self.engine.name
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"])]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        yield
+        self.answerer.close()
+
+    def authorise(self, request: Request) -> None:
+        if not self.config.api_key:
             return
         header = request.headers.get("authorization", "")
         given = header[7:] if header.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+        if not hmac.compare_digest(given.encode(), self.config.api_key.encode()):
             raise p.ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
                              type="invalid_request_error", code="invalid_api_key")
 
-    async def body_of(request: Request):
-        raw = await read_body(request, cfg.max_body_bytes)
+    async def body_of(self, request: Request):
+        raw = await read_body(request, self.config.max_body_bytes)
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise p.ApiError(400, f"the request body is not valid JSON: {exc}") from exc
 
-    async def answer(request: Request, sampling: p.Sampling, prompt_ids: list[int], shown: list[dict], stream: bool,
-                     usage_chunk: bool, chat: bool):
-        rid = p.new_id("chatcmpl" if chat else "cmpl")
-        created = int(time.time())
-        prompt_tokens = len(prompt_ids)
-        session = answerer.session(shown)
-        params = sampling_from(runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p,
-                               seed=sampling.seed)
-        gen = session.request(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens, sampling=params,
-                              stop=sampling.stop, budget=answerer.config.budget)
-        gen.keep_cache = sampling.cache_prompt
-        events = answerer.events(session, gen)
-        if not stream:
-            try:
-                final = await _unless_gone(request, _last(events))
-            except p.ApiError:
-                raise
-            except _Gone:
-                return None
-            except Exception as exc:  # noqa: BLE001
-                raise _engine_error(exc) from exc
-            request.state.completion_tokens = final.stats.tokens
-            if final.finish_reason == "error":
-                raise p.ApiError(500, final.error or "generation failed", type="server_error")
-            make = p.chat_response if chat else p.completion_response
-            return JSONResponse(make(rid, model_id, final, prompt_tokens))
-
-        # Streaming: the first event is awaited here, so a queue-full or a bad prompt is an HTTP error
-        # (and a client that leaves while its request waits its turn is noticed).
+    async def models(self, request: Request):
         try:
-            first = await _unless_gone(request, events.__anext__())
-        except p.ApiError:
-            raise
-        except _Gone:
-            return None
-        except Exception as exc:  # noqa: BLE001
-            await events.aclose()
-            raise _engine_error(exc) from exc
-
-        async def chunks():
-            hold = p.StopHoldback(gen.stop_strings)
-            try:
-                if chat:
-                    yield _sse(p.chat_chunk(rid, model_id, created, delta={"role": "assistant", "content": ""}))
-                ev = first
-                while True:
-                    if isinstance(ev, FinalEvent):
-                        request.state.completion_tokens = ev.stats.tokens
-                        if ev.finish_reason == "error":
-                            yield _sse(p.ApiError(500, ev.error or "generation failed", type="server_error").body())
-                            break
-                        rest = hold.finish(ev.text)
-                        ext = {"stats": p.stats_extension(ev)}
-                        reason = p.finish_reason(ev.finish_reason)
-                        if chat:
-                            yield _sse(p.chat_chunk(rid, model_id, created, delta={"content": rest} if rest else {},
-                                                    finish=reason, extension=ext))
-                        else:
-                            yield _sse(p.completion_chunk(rid, model_id, created, text=rest, finish=reason,
-                                                          extension=ext))
-                        if usage_chunk:
-                            u = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                                 "created": created, "model": model_id, "choices": [],
-                                 "usage": p.usage(prompt_tokens, ev.stats)}
-                            yield _sse(u)
-                        break
-                    text = hold.push("".join(ev.pieces))
-                    ext = p.step_extension(ev)
-                    if chat:
-                        yield _sse(p.chat_chunk(rid, model_id, created, delta={"content": text}, extension=ext))
-                    else:
-                        yield _sse(p.completion_chunk(rid, model_id, created, text=text, extension=ext))
-                    ev = await events.__anext__()
-                yield "data: [DONE]\n\n"
-            finally:
-                await events.aclose()
-
-        return StreamingResponse(chunks(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    async def models(request: Request):
-        try:
-            authorise(request)
+            self.authorise(request)
         except p.ApiError as exc:
             return _error(exc)
-        return JSONResponse({"object": "list", "data": [{"id": model_id, "object": "model",
+        return JSONResponse({"object": "list", "data": [{"id": self.model_id, "object": "model",
                                                          "created": int(time.time()), "owned_by": "draftscope"}]})
 
-    async def chat_completions(request: Request):
+    async def chat_completions(self, request: Request):
+        return await _responding(self._chat(request))
+
+    async def completions(self, request: Request):
+        return await _responding(self._completion(request))
+
+    async def _chat(self, request: Request):
+        self.authorise(request)
+        req = p.parse_chat(await self.body_of(request))
+        shown = req.messages
+        if any(m["files"] for m in shown) or self.runtime.documents is not None:  # off the event loop: slow
+            shown = await asyncio.to_thread(self.answerer.read_files, shown)
+        prompt_ids = self._chat_prompt(shown)
+        return await self.answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage, chat=True)
+
+    def _chat_prompt(self, shown: list[dict]) -> list[int]:
         try:
-            authorise(request)
-            req = p.parse_chat(await body_of(request))
-            shown = req.messages
-            if any(m["files"] for m in shown) or runtime.documents is not None:  # off the event loop: slow
-                shown = await asyncio.to_thread(answerer.read_files, shown)
-            try:
-                prompt_ids = engine.encode_chat([{"role": m["role"], "content": m.get("model", m["content"])}
-                                                 for m in shown])
-            except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
-                raise p.ApiError(400, f"the messages cannot be rendered with the model's chat template: {exc}",
-                                 param="messages") from exc
-            response = await answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage,
-                                    chat=True)
-            return response if response is not None else JSONResponse({}, status_code=499)
-        except p.ApiError as exc:
-            return _error(exc)
+            return self.engine.encode_chat([{"role": m["role"], "content": m.get("model", m["content"])}
+                                            for m in shown])
+        except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
+            raise p.ApiError(400, f"the messages cannot be rendered with the model's chat template: {exc}",
+                             param="messages") from exc
 
-    async def completions(request: Request):
-        try:
-            authorise(request)
-            req = p.parse_completion(await body_of(request))
-            prompt_ids = list(engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
-            shown = [{"role": "user", "content": req.prompt}]
-            response = await answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage,
-                                    chat=False)
-            return response if response is not None else JSONResponse({}, status_code=499)
-        except p.ApiError as exc:
-            return _error(exc)
+    async def _completion(self, request: Request):
+        self.authorise(request)
+        req = p.parse_completion(await self.body_of(request))
+        prompt_ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
+        shown = [{"role": "user", "content": req.prompt}]
+        return await self.answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage, chat=False)
 
-    async def http_error(request: Request, exc: HTTPException):
-        kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
-        message = f"{request.method} {request.url.path}: {exc.detail}"
-        return JSONResponse(p.ApiError(exc.status_code, message, type=kind).body(), status_code=exc.status_code)
+    async def answer(self, request: Request, sampling: p.Sampling, prompt_ids: list[int], shown: list[dict],
+                     stream: bool, usage_chunk: bool, chat: bool):
+        """The answer as one response or as a stream of events; None when the client went away."""
+        reply = _Reply(rid=p.new_id("chatcmpl" if chat else "cmpl"), created=int(time.time()), model_id=self.model_id,
+                       chat=chat, prompt_tokens=len(prompt_ids), usage_chunk=usage_chunk)
+        session = self.answerer.session(shown)
+        gen = self._generation(session, sampling, prompt_ids)
+        events = self.answerer.events(session, gen)  # admitted to a slot (or refused) at its first event
+        if not stream:
+            return await _whole(request, reply, events)
+        return await _streamed(request, reply, events, gen.stop_strings)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        yield
-        answerer.close()
+    def _generation(self, session: ChatSession, sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
+        """The engine's request: what the client left out of sampling taken from the live settings."""
+        params = sampling_from(self.runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p,
+                               seed=sampling.seed)
+        gen = session.request(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens, sampling=params,
+                              stop=sampling.stop, budget=self.config.budget)
+        gen.keep_cache = sampling.cache_prompt
+        return gen
 
-    app = Starlette(routes=[
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-    ], exception_handlers={HTTPException: http_error}, lifespan=lifespan,
-        middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None)
-    app.state.answerer = answerer
-    return app
+
+async def _responding(handling):
+    """The handler's response, its ApiError as the error body, or 499 when the client went away."""
+    try:
+        response = await handling
+    except p.ApiError as exc:
+        return _error(exc)
+    return response if response is not None else JSONResponse({}, status_code=499)
+
+
+@dataclass
+class _Reply:
+    """One answer as the client sees it: its id, when it began and the model, in the shape of a chat
+    or of a plain completion."""
+
+    rid: str
+    created: int
+    model_id: str
+    chat: bool
+    prompt_tokens: int
+    usage_chunk: bool  # a last chunk with the usage (stream_options.include_usage)
+
+    def whole(self, final: FinalEvent) -> dict:
+        make = p.chat_response if self.chat else p.completion_response
+        return make(self.rid, self.model_id, final, self.prompt_tokens)
+
+    def opening(self) -> list[str]:
+        """A chat stream starts by naming the speaker."""
+        if not self.chat:
+            return []
+        return [_sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""}))]
+
+    def step(self, text: str, extension: dict) -> str:
+        if self.chat:
+            return _sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": text},
+                                     extension=extension))
+        return _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
+
+    def closing(self, final: FinalEvent, rest: str) -> list[str]:
+        """The held-back text with the finish reason and the answer's statistics, then the usage
+        when it was asked for."""
+        ext = {"stats": p.stats_extension(final)}
+        reason = p.finish_reason(final.finish_reason)
+        if self.chat:
+            out = [_sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": rest} if rest else {},
+                                     finish=reason, extension=ext))]
+        else:
+            out = [_sse(p.completion_chunk(self.rid, self.model_id, self.created, text=rest, finish=reason,
+                                           extension=ext))]
+        if self.usage_chunk:
+            out.append(_sse({"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                             "created": self.created, "model": self.model_id, "choices": [],
+                             "usage": p.usage(self.prompt_tokens, final.stats)}))
+        return out
+
+
+async def _whole(request: Request, reply: _Reply, events):
+    """The answer in one response, once it is over."""
+    try:
+        final = await _unless_gone(request, _last(events))
+    except p.ApiError:
+        raise
+    except _Gone:
+        return None
+    except Exception as exc:  # noqa: BLE001
+        raise _engine_error(exc) from exc
+    request.state.completion_tokens = final.stats.tokens
+    if final.finish_reason == "error":
+        raise p.ApiError(500, final.error or "generation failed", type="server_error")
+    return JSONResponse(reply.whole(final))
+
+
+async def _streamed(request: Request, reply: _Reply, events, stop_strings: list[str]):
+    """The answer as server-sent events. The first event is awaited here, so a queue-full or a bad
+    prompt is an HTTP error (and a client that leaves while its request waits its turn is noticed)."""
+    try:
+        first = await _unless_gone(request, events.__anext__())
+    except p.ApiError:
+        raise
+    except _Gone:
+        return None
+    except Exception as exc:  # noqa: BLE001
+        await events.aclose()
+        raise _engine_error(exc) from exc
+    return StreamingResponse(_chunks(request, reply, first, events, stop_strings), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _chunks(request: Request, reply: _Reply, first, events, stop_strings: list[str]):
+    """Each step's text (less what may still turn out to be a stop sequence), then the closing
+    chunks, then [DONE]; an answer that fails ends with the error's body instead of the closing."""
+    hold = p.StopHoldback(stop_strings)
+    try:
+        for chunk in reply.opening():
+            yield chunk
+        ev = first
+        while not isinstance(ev, FinalEvent):
+            yield reply.step(hold.push("".join(ev.pieces)), p.step_extension(ev))
+            ev = await events.__anext__()
+        request.state.completion_tokens = ev.stats.tokens
+        if ev.finish_reason == "error":
+            yield _sse(p.ApiError(500, ev.error or "generation failed", type="server_error").body())
+        else:
+            for chunk in reply.closing(ev, hold.finish(ev.text)):
+                yield chunk
+        yield "data: [DONE]\n\n"
+    finally:
+        await events.aclose()
 
 
 class _Gone(Exception):
