@@ -82,6 +82,20 @@ class SpeedupPanel(QWidget):
         # at most (a plot area and its labels can flip between two widths forever otherwise).
         self._align_rounds = ALIGN_ROUNDS
 
+        self._build_headline()
+        self._build_rate_chart()
+        self._build_tau_chart()
+        for series in (self.rate_series, self.tau_series, self.tau_mean_series):
+            series.clicked.connect(self._on_clicked)
+        for chart in (self.chart, self.tau_chart):
+            chart.plotAreaChanged.connect(self._on_plot_area_changed)
+        self._build_views()
+        self._lay_out()
+        self._apply_palette()
+        self.reset(None)
+
+    def _build_headline(self) -> None:
+        """The running speedup in big type, and the caption under it."""
         self.speedup_label = QLabel(UNKNOWN, objectName="speedupLabel")
         font = QFont(self.font())
         font.setPointSizeF(font.pointSizeF() * 2.6)
@@ -93,7 +107,8 @@ class SpeedupPanel(QWidget):
         self.caption.setWordWrap(True)
         self.caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
-        # top chart: tokens/s
+    def _build_rate_chart(self) -> None:
+        """The top chart: this answer's tokens/s against plain decoding's, the selected step marked."""
         self.chart = _chart()
         self.rate_series = QLineSeries(name="tokens/s (this answer)", objectName="speedupRateSeries")
         self.baseline_series = QLineSeries(name="plain decoding (measured)", objectName="speedupBaselineSeries")
@@ -106,7 +121,8 @@ class SpeedupPanel(QWidget):
         self._attach(self.chart, self.x_axis, self.rate_axis,
                      (self.rate_series, self.baseline_series, self.marker_line, self.marker_series))
 
-        # bottom chart: τ
+    def _build_tau_chart(self) -> None:
+        """The bottom chart: τ of each step and so far; its x axis labels the time both charts share."""
         self.tau_chart = _chart()
         # τ dots: a line series with markers and no line, not a QScatterSeries, which redraws far slower
         self.tau_series = QLineSeries(name="τ this step (accepted + 1)", objectName="speedupTauSeries")
@@ -120,11 +136,8 @@ class SpeedupPanel(QWidget):
         self._attach(self.tau_chart, self.tau_x_axis, self.tau_axis,
                      (self.tau_series, self.tau_mean_series, self.tau_marker_line))
 
-        for series in (self.rate_series, self.tau_series, self.tau_mean_series):
-            series.clicked.connect(self._on_clicked)
-        for chart in (self.chart, self.tau_chart):
-            chart.plotAreaChanged.connect(self._on_plot_area_changed)
-
+    def _build_views(self) -> None:
+        """The two charts' views, and the legend they share (a label that wraps in a narrow dock)."""
         self.view = QChartView(self.chart, objectName="speedupChart")
         self.tau_view = QChartView(self.tau_chart, objectName="speedupTauChart")
         self.legend = QLabel(objectName="speedupLegend")
@@ -133,6 +146,8 @@ class SpeedupPanel(QWidget):
         for view, least in ((self.view, 120), (self.tau_view, 100)):
             view.setRenderHint(QPainter.RenderHint.Antialiasing)
             view.setMinimumHeight(least)
+
+    def _lay_out(self) -> None:
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(0)
@@ -143,8 +158,6 @@ class SpeedupPanel(QWidget):
         layout.addWidget(self.tau_view, 2)
         layout.addSpacing(6)  # the time axis's labels sit on the chart's bottom edge
         layout.addWidget(self.legend)
-        self._apply_palette()
-        self.reset(None)
 
     @staticmethod
     def _attach(chart: QChart, x_axis: QValueAxis, y_axis: QValueAxis, series_list) -> None:
