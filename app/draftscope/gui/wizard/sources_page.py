@@ -50,8 +50,40 @@ class SourcesPage(QWizardPage):
         self.setSubTitle("Drafts come from text like what you will ask about: add chat logs, code or documents. "
                          "Each source is checked as it is added.")
 
+        splitter = self._build_files_box()
+        error_row = self._build_error_row()
+        self._files_box = splitter
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter, 1)
+        layout.addLayout(error_row)
+        layout.addWidget(self._distill_box())
+        self._update()
+
+    def _build_files_box(self) -> QSplitter:
+        """The sources with their buttons over the preview of the one selected."""
+        top = self._build_source_list()
+        preview_box = self._build_preview()
+        splitter = QSplitter(Qt.Orientation.Vertical, objectName="sourcesSplitter")
+        splitter.addWidget(top)
+        splitter.addWidget(preview_box)
+        splitter.setChildrenCollapsible(False)
+        splitter.setSizes([150, 250])
+        return splitter
+
+    def _build_source_list(self) -> QWidget:
         self.source_list = QListWidget(objectName="sourceList")
         self.source_list.currentRowChanged.connect(self._show_preview)
+        buttons = self._build_source_buttons()
+        top = QWidget()
+        top_row = QHBoxLayout(top)
+        top_row.setContentsMargins(0, 0, 0, 0)
+        top_row.addWidget(self.source_list, 1)
+        top_row.addLayout(buttons)
+        return top
+
+    def _build_source_buttons(self) -> QVBoxLayout:
+        """A button per kind of source to add, then Remove."""
         buttons = QVBoxLayout()
         for text, name, slot in (
             ("Add chat logs…", "addChatButton", self._ask_chat),
@@ -69,12 +101,9 @@ class SourcesPage(QWizardPage):
         self.remove_button.clicked.connect(self.remove_current)
         buttons.addWidget(self.remove_button)
         buttons.addStretch(1)
-        top = QWidget()
-        top_row = QHBoxLayout(top)
-        top_row.setContentsMargins(0, 0, 0, 0)
-        top_row.addWidget(self.source_list, 1)
-        top_row.addLayout(buttons)
+        return buttons
 
+    def _build_preview(self) -> QWidget:
         self.preview = QPlainTextEdit(objectName="sourcePreview")
         self.preview.setReadOnly(True)
         self.preview.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
@@ -84,12 +113,10 @@ class SourcesPage(QWizardPage):
         preview_layout.setContentsMargins(0, 4, 0, 0)
         preview_layout.addWidget(QLabel("Preview"))
         preview_layout.addWidget(self.preview, 1)
-        splitter = QSplitter(Qt.Orientation.Vertical, objectName="sourcesSplitter")
-        splitter.addWidget(top)
-        splitter.addWidget(preview_box)
-        splitter.setChildrenCollapsible(False)
-        splitter.setSizes([150, 250])
+        return preview_box
 
+    def _build_error_row(self) -> QHBoxLayout:
+        """The bad source named, with Check again beside it."""
         self.error_label = _wrapping_label(objectName="sourcesError")
         show_error(self.error_label)
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -100,13 +127,7 @@ class SourcesPage(QWizardPage):
         error_row = QHBoxLayout()
         error_row.addWidget(self.error_label, 1)
         error_row.addWidget(self.recheck_button, 0, Qt.AlignmentFlag.AlignTop)
-        self._files_box = splitter
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(splitter, 1)
-        layout.addLayout(error_row)
-        layout.addWidget(self._distill_box())
-        self._update()
+        return error_row
 
     def _distill_box(self) -> QWidget:
         """"Learn the model's own style": its answers to ShareGPT prompts instead of files (shown
