@@ -183,10 +183,11 @@ def open_engine(args):
     from draftscope.engine.backends import torch_backend_for
     from draftscope.engine.engine import Engine
     from draftscope.engine.backends.pytorch.loader import load_model
+    from draftscope.models.resolve import resolve_model
     from draftscope.engine.backends.pytorch.precision import pick_device
 
     if args.model:
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+        loaded = load_model(resolve_model(args.model), device=args.device, dtype=args.dtype)
         engine = Engine(backend=torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
                                                   cache=args.cache, attention=args.attention, **_capture_options(args)))
         return engine, engine.encode_chat([{"role": "user", "content": QUESTION}])

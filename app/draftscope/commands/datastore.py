@@ -138,7 +138,7 @@ def _run_build(make_report, quiet: bool, as_json: bool) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from draftscope.datastore import BuildOptions, DatastoreError, Source, SourceOptions, build_datastore
-    from draftscope.models.resolve import load_tokenizer
+    from draftscope.models.resolve import load_tokenizer, resolve_model
 
     source_options = SourceOptions(include=args.include, exclude=args.exclude, text_field=args.text_field,
                                    max_file_bytes=args.max_file_bytes)
@@ -150,7 +150,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     options = BuildOptions(chat_mode=args.chat_mode, dedupe=args.dedupe, max_tokens=args.max_tokens)
 
     def make(bar, cancel):
-        tokenizer = load_tokenizer(args.model)
+        tokenizer = load_tokenizer(resolve_model(args.model))
         return build_datastore(sources, tokenizer, args.out, model=args.model, options=options, progress=bar, cancel=cancel)
 
     return _run_build(make, args.quiet, args.json)
@@ -218,8 +218,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
         prompts = read_prompts(args.prompts, args.limit)
         status(f"{len(prompts):,} prompts; loading {args.model} ...")
         from draftscope.engine.backends.pytorch.loader import load_model
+        from draftscope.models.resolve import resolve_model
 
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+        loaded = load_model(resolve_model(args.model), device=args.device, dtype=args.dtype)
         status(f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}); answers go to "
                f"{answers_path_for(out)}; Ctrl-C stops (the same command resumes)")
         with _sigint_cancels(cancel):

@@ -172,33 +172,14 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     how far it is (engine/stages.py; a line of text for the first). ``baseline``: measure the plain
     speed now (the window measures it after it opens, so it does not wait for it). ``slots``: answers the model
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
-    from draftscope.engine.engine import Engine
     from draftscope.engine.draft_model import load_draft_model
+    from draftscope.engine.engine import Engine
 
     if log is not None:
         log(f"loading {settings.model} ...")
-    device = None if settings.device == "auto" else settings.device
-    dtype = None if settings.dtype == "auto" else settings.dtype
-    slots = slots or answer_slots(settings)
-    from draftscope.engine.backends.llama.rpc import parse_workers
-
-    engine = Engine.load(settings.model, device=device, dtype=dtype, backend=settings.backend, slots=slots,
-                         workers=parse_workers(settings.workers), threads=settings.threads or None,
-                         context=settings.context_length or None, progress=log, baseline=baseline)
-    runtime = Runtime(settings, engine)
-    if engine.backend.notice:
-        runtime.notices.append(engine.backend.notice)
-    if engine.max_context < settings.context_length:
-        runtime.notices.append(f"Context length: {engine.name} reads at most {engine.max_context:,} tokens here, "
-                               f"not the {settings.context_length:,} set")
-    if slots > 1 and engine.slots.size == 1:
-        if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
-            runtime.notices.append("Answers at once: on the GPU the window's answers and one served answer take "
-                                   "turns, each on the decode steps captured at load (faster than a shared "
-                                   "forward); serve 2 or more at once and answers share forwards")
-        else:
-            runtime.notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
-                                   "wait for each other (llama.cpp decodes several in shared forwards)")
+    spec = load_spec(settings, slots=slots or answer_slots(settings))
+    engine = Engine.load(spec, progress=log, baseline=baseline)
+    runtime = Runtime(settings, engine, notices=_load_notices(engine, settings, spec))
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
     if settings.draft_model and settings.drafters.get("model"):
@@ -207,12 +188,42 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
 
             log(Stage(LOADING_DRAFT_MODEL))
         try:
-            runtime.draft_model = load_draft_model(settings.draft_model, engine, device=device, dtype=dtype).model
+            runtime.draft_model = load_draft_model(settings.draft_model, engine, device=spec.device,
+                                                   dtype=spec.dtype).model
         except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading
             if strict:
                 raise
             runtime.notices.append(f"Draft model not used: {exc}")
     return runtime
+
+
+def _load_notices(engine, settings: Settings, spec) -> list[str]:
+    """What the user should know of how the model opened: the backend's notice, a context or a
+    number of answers at once it cannot give."""
+    notices = [engine.backend.notice] if engine.backend.notice else []
+    if engine.max_context < settings.context_length:
+        notices.append(f"Context length: {engine.name} reads at most {engine.max_context:,} tokens here, "
+                       f"not the {settings.context_length:,} set")
+    if spec.slots > 1 and engine.slots.size == 1:
+        if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
+            notices.append("Answers at once: on the GPU the window's answers and one served answer take "
+                           "turns, each on the decode steps captured at load (faster than a shared "
+                           "forward); serve 2 or more at once and answers share forwards")
+        else:
+            notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
+                           "wait for each other (llama.cpp decodes several in shared forwards)")
+    return notices
+
+
+def load_spec(settings: Settings, *, slots: int):
+    """How the settings' model opens (engine/load_spec.py): the model resolved here, once."""
+    from draftscope.engine.backends.llama.rpc import parse_workers
+    from draftscope.engine.load_spec import LoadSpec
+
+    return LoadSpec.of(settings.model, device=None if settings.device == "auto" else settings.device,
+                       dtype=None if settings.dtype == "auto" else settings.dtype, backend=settings.backend,
+                       slots=slots, workers=parse_workers(settings.workers), threads=settings.threads or None,
+                       context=settings.context_length or None)
 
 
 def _open_learned(model: str, engine, notices: list[str]):

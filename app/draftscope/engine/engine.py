@@ -111,19 +111,16 @@ class Engine:
         return self.backend.precision
 
     @classmethod
-    def load(cls, spec: str, *, device: str | None = None, dtype: str | None = None, backend: str = "auto",
-             measure: bool = True, baseline: bool = True, slots: int = 1, workers: list[str] | None = None,
-             threads: int | None = None, context: int | None = None, progress=None) -> Engine:
-        """``progress(stage)`` hears each slow part of opening by name (engine/stages.py), with how
-        far it is where that is known. ``measure``: the verify costs, and with ``baseline`` the plain
-        speed (the window measures that after it opens, in the background).
-        ``threads``: CPU threads the model computes on (None: this computer's cores). ``context``:
-        tokens it reads at once (None: the backend's default; never past what the model was trained on)."""
+    def load(cls, spec, *, measure: bool = True, baseline: bool = True, progress=None, **options) -> Engine:
+        """Open ``spec`` (a LoadSpec, or a model name with LoadSpec's fields as ``options``).
+        ``progress(stage)`` hears each slow part of opening by name (engine/stages.py), with how far
+        it is where that is known. ``measure``: the verify costs, and with ``baseline`` the plain
+        speed (the window measures that after it opens, in the background)."""
         from draftscope.engine.backends import open_backend
+        from draftscope.engine.load_spec import LoadSpec
 
-        engine = cls(backend=open_backend(spec, backend=backend, device=device, dtype=dtype, slots=slots,
-                                          workers=workers, threads=threads, context=context, progress=progress),
-                     threads=threads)
+        spec = LoadSpec.of(spec, **options)
+        engine = cls(backend=open_backend(spec, progress=progress), threads=spec.threads)
         if measure:
             engine.measure(baseline=baseline, progress=progress)
         return engine

@@ -102,11 +102,10 @@ def _digest(path: str, size: int, mtime_ns: int) -> str:
     return h.hexdigest()
 
 
-def load_tokenizer(spec: str | ModelSource):
-    """The model's fast tokenizer (with its chat template)."""
+def load_tokenizer(source: ModelSource):
+    """The model's fast tokenizer (with its chat template), for a source resolved by the caller."""
     from transformers import AutoTokenizer
 
-    source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     if source.kind == "folder":
         return AutoTokenizer.from_pretrained(source.location)
     if source.kind == "hub":

@@ -83,56 +83,64 @@ def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
         return "torch"
 
 
-def open_backend(spec, *, backend: str = "auto", device: str | None = None, dtype: str | None = None,
-                 context: int | None = None, threads: int | None = None, slots: int = 1,
-                 workers: list[str] | None = None, progress=None) -> Backend:
-    """Open ``spec`` (what the user typed, or a ModelSource) on the chosen backend. ``slots``:
-    answers it holds at once (each in shared forwards). ``workers``: llama.cpp RPC workers
-    (host:port) that take a share of the layers; the model then runs in a child process."""
-    from draftscope.models.resolve import ModelSource, load_tokenizer, resolve_model
+def open_backend(spec, *, progress=None, **options) -> Backend:
+    """Open ``spec`` (a LoadSpec, or a model name or source with LoadSpec's fields as ``options``)
+    on the backend chosen for it. Its ``slots`` answers are held at once (in shared forwards); its
+    ``workers`` (llama.cpp RPC, host:port) take a share of the layers, the model then running in a
+    child process."""
+    from draftscope.engine.load_spec import LoadSpec
 
-    source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
-    kind, why, notice, repacked = choose_backend(source, backend, device, progress=progress, threads=threads)
+    spec = LoadSpec.of(spec, **options)
+    source = spec.source
+    kind, why, notice, repacked = choose_backend(source, spec.backend, spec.device, progress=progress,
+                                                 threads=spec.threads)
     if progress is not None:
         from draftscope.engine.stages import LOADING_WEIGHTS, Stage
 
         progress(Stage(LOADING_WEIGHTS))
-    if workers and kind != "llama.cpp":
+    if spec.workers and kind != "llama.cpp":
         raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
                          f"({why}): use a GGUF model on the llama.cpp backend, or no workers")
     if kind == "llama.cpp":
-        from draftscope.engine.backends.llama import gguf_check
-        from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
-
-        # a file llama.cpp would crash on is refused here, in words; loaded as the model will be
-        gguf_check.check(source.gguf_path, repacked=repacked)
-        if workers:
-            from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
-            from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
-
-            if not rpc_supported():
-                raise WorkerError("this llama.cpp was built without RPC, so the model cannot use workers "
-                                  "(bash scripts/setup.sh builds it with GGML_RPC=ON)")
-            opened = IsolatedLlamaBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
-                                          context=context or DEFAULT_CONTEXT, threads=threads, slots=slots,
-                                          workers=workers, repacked=repacked)
-        else:
-            opened = LlamaCppBackend(source.gguf_path, load_tokenizer(source), name=source.display_name,
-                                     context=context or DEFAULT_CONTEXT, threads=threads, slots=slots,
-                                     repacked=repacked)
-        opened.source = source
-        opened.notice = notice
-        return opened
-    from draftscope.engine.backends.pytorch.loader import load_model
-
-    loaded = load_model(source, device=device, dtype=dtype)
-    opened = torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                               precision_reason=loaded.dtype_reason, progress=progress, slots=slots, context=context)
+        opened = _open_on_llama(spec, repacked)
+    else:
+        opened = _open_on_torch(spec, progress)
+        if source.kind == "gguf":
+            opened.precision_reason += f"; torch backend: {why}"
     opened.source = source
-    if source.kind == "gguf":
-        opened.precision_reason += f"; torch backend: {why}"
     opened.notice = notice  # the window, the terminal and the server say it, once per load
     return opened
+
+
+def _open_on_llama(spec, repacked) -> Backend:
+    """The GGUF in a llama.cpp context (in a child process when RPC workers share its layers)."""
+    from draftscope.engine.backends.llama import gguf_check
+    from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
+    from draftscope.models.resolve import load_tokenizer
+
+    source = spec.source
+    # a file llama.cpp would crash on is refused here, in words; loaded as the model will be
+    gguf_check.check(source.gguf_path, repacked=repacked)
+    common = dict(name=source.display_name, context=spec.context or DEFAULT_CONTEXT, threads=spec.threads,
+                  slots=spec.slots, repacked=repacked)
+    if not spec.workers:
+        return LlamaCppBackend(source.gguf_path, load_tokenizer(source), **common)
+    from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
+    from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
+
+    if not rpc_supported():
+        raise WorkerError("this llama.cpp was built without RPC, so the model cannot use workers "
+                          "(bash scripts/setup.sh builds it with GGML_RPC=ON)")
+    return IsolatedLlamaBackend(source.gguf_path, load_tokenizer(source), workers=list(spec.workers), **common)
+
+
+def _open_on_torch(spec, progress) -> Backend:
+    from draftscope.engine.backends.pytorch.loader import load_model
+
+    loaded = load_model(spec.source, device=spec.device, dtype=spec.dtype)
+    return torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
+                             precision_reason=loaded.dtype_reason, progress=progress, slots=spec.slots,
+                             context=spec.context)
 
 
 def answers_held(kind: str, device, wanted: int) -> int:

@@ -62,8 +62,9 @@ def load_torch_model(model_spec: str):
     """The model as transformers loads it (``distill`` batches its answers with ``generate``), on
     the device and in the precision torch picks here."""
     from draftscope.engine.backends.pytorch.loader import load_model
+    from draftscope.models.resolve import resolve_model
 
-    return load_model(model_spec).model
+    return load_model(resolve_model(model_spec)).model
 
 
 class ModelOnce(LoadedOnce):

@@ -11,7 +11,7 @@ from draftscope import paths
 from draftscope.engine.backends.pytorch import precision
 from draftscope.engine.backends.pytorch.precision import pick_device
 from draftscope.engine.backends.pytorch.cpu_linear import use_fast_layout
-from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_digest, load_tokenizer, resolve_model
+from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_digest, load_tokenizer
 
 
 @dataclass
@@ -36,10 +36,10 @@ def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtyp
     return precision.choose(device, requested).dtype
 
 
-def load_model(spec: str | ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
+def load_model(source: ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
+    """``source`` (resolved once, where the user's choice is read: models/resolve.py) as a torch model."""
     from transformers import AutoModelForCausalLM
 
-    source = spec if isinstance(spec, ModelSource) else resolve_model(spec)
     dev = pick_device(device)
     chosen = precision.choose(dev, dtype)
     dt = chosen.dtype
