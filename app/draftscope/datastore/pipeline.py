@@ -147,130 +147,161 @@ def build_datastore(
     if not out.parent.is_dir():
         raise DatastoreError(f"output folder does not exist: {out.parent}")
     remove_stale_temp_files(out)
+    build = _Build(sources, tokenizer, out, options, progress, cancel)
+    build.read_sources()
+    return build.index(model)
 
-    started = time.perf_counter()
-    named = [s.files() for s in sources]
-    file_lists = _each_file_once(named)
-    bytes_total = sum(file_size(p) for files in file_lists for p in files)
-    renderer = ChatRenderer(tokenizer, options.chat_mode)
-    vocab_size = tokenizer_vocab_size(tokenizer)
-    fingerprint = tokenizer_fingerprint(tokenizer)
-    encode = batch_encoder(tokenizer)
-    writer = Writer(out, vocab_size, fingerprint, threads=options.threads)
-    cancel.on_cancel(writer.cancel)
 
-    skips = SkipLog()
-    seen: set[bytes] = set()
-    duplicates = 0
-    timings = {"read": 0.0, "tokenise": 0.0, "index": 0.0}
-    reports = [SourceReport(s.spec, len(files)) for s, files in zip(sources, file_lists)]
-    bytes_before = 0  # bytes of sources already finished
-    state = {"items": 0, "tokens": 0, "bytes": 0}
-    throttle = _Throttle(progress)
+class _Build:
+    """One build's state: the sources' files, the writer, and the counts the progress and the
+    report give."""
 
-    def snapshot(phase: str) -> Progress:
-        elapsed = time.perf_counter() - started
-        rate = state["tokens"] / elapsed if elapsed > 0 else 0.0
-        eta = _time_left(phase, elapsed, state["tokens"], state["bytes"], bytes_total, options.max_tokens)
-        return Progress(phase, state["items"], state["tokens"], state["bytes"], bytes_total or None, elapsed, rate, eta)
+    def __init__(self, sources: list[Source], tokenizer, out: Path, options: BuildOptions,
+                 progress: ProgressCallback | None, cancel: CancelToken) -> None:
+        self.sources, self.tokenizer, self.out, self.options, self.cancel = sources, tokenizer, out, options, cancel
+        self.started = time.perf_counter()
+        self.named = [s.files() for s in sources]
+        self.file_lists = _each_file_once(self.named)
+        self.bytes_total = sum(file_size(p) for files in self.file_lists for p in files)
+        self.renderer = ChatRenderer(tokenizer, options.chat_mode)
+        self.vocab_size = tokenizer_vocab_size(tokenizer)
+        self.fingerprint = tokenizer_fingerprint(tokenizer)
+        self.encode = batch_encoder(tokenizer)
+        self.writer = Writer(out, self.vocab_size, self.fingerprint, threads=options.threads)
+        cancel.on_cancel(self.writer.cancel)
+        self.skips = SkipLog()
+        self.seen: set[bytes] = set()
+        self.duplicates = 0
+        self.timings = {"read": 0.0, "tokenise": 0.0, "index": 0.0}
+        self.reports = [SourceReport(s.spec, len(files)) for s, files in zip(sources, self.file_lists)]
+        self.bytes_before = 0  # bytes of sources already finished
+        self.items = self.tokens = self.bytes_read = 0
+        self.throttle = _Throttle(progress)
+        self.stopped = False  # at options.max_tokens
 
-    def check_cancel() -> None:
-        if cancel.cancelled:
+    def snapshot(self, phase: str) -> Progress:
+        elapsed = time.perf_counter() - self.started
+        rate = self.tokens / elapsed if elapsed > 0 else 0.0
+        eta = _time_left(phase, elapsed, self.tokens, self.bytes_read, self.bytes_total, self.options.max_tokens)
+        return Progress(phase, self.items, self.tokens, self.bytes_read, self.bytes_total or None, elapsed, rate, eta)
+
+    def check_cancel(self) -> None:
+        if self.cancel.cancelled:
             raise BuildCancelled("datastore build cancelled; nothing was written")
 
-    def flush(batch: list[str], report: SourceReport) -> None:
-        if not batch:
-            return
-        t0 = time.perf_counter()
-        ids = encode(batch)
-        t1 = time.perf_counter()
-        for doc in ids:
-            if doc:
-                writer.add_entry(doc)
-                report.documents += 1
-                report.tokens += len(doc)
-                state["tokens"] += len(doc)
-        timings["tokenise"] += t1 - t0
-        timings["index"] += time.perf_counter() - t1
-        batch.clear()
+    def read_sources(self) -> None:
+        """Every source read into the writer, in order, until the last or until max_tokens."""
+        for source, files, report, listed in zip(self.sources, self.file_lists, self.reports, self.named):
+            self.check_cancel()
+            self.read_source(source, files, report)
+            if report.documents == 0 and not files and listed:
+                continue  # every file it names was read by an earlier source
+            if report.documents == 0:
+                raise _nothing_usable(report, files, self.skips)
+            if self.stopped:
+                break
+        self.throttle(lambda: self.snapshot("reading"), force=True)  # reading's end: the bar full up to indexing
+        self.check_cancel()
+        self.throttle(lambda: self.snapshot("indexing"), force=True)
 
-    stopped = False
-    for source, files, report, listed in zip(sources, file_lists, reports, named):
-        check_cancel()
-        skipped_before = skips.count
+    def read_source(self, source: Source, files: list[Path], report: SourceReport) -> None:
+        """One source's items, tokenised a batch at a time; a full batch is a moment to report
+        progress, notice a cancel and stop at max_tokens."""
+        skipped_before = self.skips.count
         batch: list[str] = []
         batch_chars = 0
-        items = source.iter_items(files, skips)
+        items = source.iter_items(files, self.skips)
         t_read = time.perf_counter()
         for item in items:
             report.items += 1
-            state["items"] += 1
-            state["bytes"] = bytes_before + source.bytes_done[0]
-            texts = renderer.render(item, skips) if isinstance(item, Conversation) else [item.text]
-            for text in texts:
-                if options.dedupe:
-                    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                    if digest in seen:
-                        duplicates += 1
-                        continue
-                    seen.add(digest)
-                batch.append(text)
-                batch_chars += len(text)
-            if batch_chars >= options.batch_chars:
-                timings["read"] += time.perf_counter() - t_read
-                flush(batch, report)
+            self.items += 1
+            self.bytes_read = self.bytes_before + source.bytes_done[0]
+            batch_chars += self.add_texts(item, batch)
+            if batch_chars >= self.options.batch_chars:
+                self.timings["read"] += time.perf_counter() - t_read
+                self.flush(batch, report)
                 batch_chars = 0
-                check_cancel()
-                throttle(lambda: snapshot("reading"))
-                if options.max_tokens is not None and state["tokens"] >= options.max_tokens:
-                    stopped = True
+                self.check_cancel()
+                self.throttle(lambda: self.snapshot("reading"))
+                if self.options.max_tokens is not None and self.tokens >= self.options.max_tokens:
+                    self.stopped = True
                     break
                 t_read = time.perf_counter()
         else:
-            timings["read"] += time.perf_counter() - t_read
-        flush(batch, report)
-        check_cancel()
-        report.skipped = skips.count - skipped_before
+            self.timings["read"] += time.perf_counter() - t_read
+        self.flush(batch, report)
+        self.check_cancel()
+        report.skipped = self.skips.count - skipped_before
         report.bytes = sum(file_size(p) for p in files)
-        bytes_before += report.bytes
-        state["bytes"] = bytes_before
-        if report.documents == 0 and not files and listed:
-            continue  # every file it names was read by an earlier source
-        if report.documents == 0:
-            first = skips.examples[-1] if report.skipped and skips.examples else None
-            reasons = ", ".join(f"{n} {r}" for r, n in skips.by_reason.items())
-            detail = f"; {report.skipped} records skipped ({reasons})" if report.skipped else ""
-            if first:
-                detail += f"; e.g. {first['location']}: {first['reason']}"
-            if not files:
-                detail = "; no matching files"
-            raise DatastoreError(f"{report.spec}: nothing usable{detail}")
-        if stopped:
-            break
-    throttle(lambda: snapshot("reading"), force=True)  # reading's end: the bar full up to indexing
-    check_cancel()
-    throttle(lambda: snapshot("indexing"), force=True)
+        self.bytes_before += report.bytes
+        self.bytes_read = self.bytes_before
 
-    index_stats = _finalize(writer, cancel)
-    timings["index"] += index_stats["finalize_seconds"]
-    timings["total"] = time.perf_counter() - started
+    def add_texts(self, item, batch: list[str]) -> int:
+        """The item's texts (a conversation's rendered turns) added to ``batch``, less those seen
+        before when deduplicating; returns the characters added."""
+        texts = self.renderer.render(item, self.skips) if isinstance(item, Conversation) else [item.text]
+        added = 0
+        for text in texts:
+            if self.options.dedupe:
+                digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                if digest in self.seen:
+                    self.duplicates += 1
+                    continue
+                self.seen.add(digest)
+            batch.append(text)
+            added += len(text)
+        return added
 
-    report = BuildReport(
-        path=out,
-        manifest_path=out,  # replaced below
-        documents=index_stats["documents"],
-        tokens=index_stats["tokens"],
-        duplicates=duplicates,
-        skipped=skips,
-        sources=reports,
-        timings=timings,
-        peak_rss_mb=peak_rss_mb(),
-        index=index_stats,
-        stopped_at_max_tokens=stopped,
-    )
-    report.manifest_path = write_manifest(out, _manifest(report, model, tokenizer, fingerprint, vocab_size, renderer, options))
-    throttle(lambda: snapshot("done"), force=True)
-    return report
+    def flush(self, batch: list[str], report: SourceReport) -> None:
+        if not batch:
+            return
+        t0 = time.perf_counter()
+        ids = self.encode(batch)
+        t1 = time.perf_counter()
+        for doc in ids:
+            if doc:
+                self.writer.add_entry(doc)
+                report.documents += 1
+                report.tokens += len(doc)
+                self.tokens += len(doc)
+        self.timings["tokenise"] += t1 - t0
+        self.timings["index"] += time.perf_counter() - t1
+        batch.clear()
+
+    def index(self, model: str) -> BuildReport:
+        """The index sorted and written, then its manifest."""
+        index_stats = _finalize(self.writer, self.cancel)
+        self.timings["index"] += index_stats["finalize_seconds"]
+        self.timings["total"] = time.perf_counter() - self.started
+        report = BuildReport(
+            path=self.out,
+            manifest_path=self.out,  # replaced below
+            documents=index_stats["documents"],
+            tokens=index_stats["tokens"],
+            duplicates=self.duplicates,
+            skipped=self.skips,
+            sources=self.reports,
+            timings=self.timings,
+            peak_rss_mb=peak_rss_mb(),
+            index=index_stats,
+            stopped_at_max_tokens=self.stopped,
+        )
+        report.manifest_path = write_manifest(self.out, _manifest(report, model, self.tokenizer, self.fingerprint,
+                                                                  self.vocab_size, self.renderer, self.options))
+        self.throttle(lambda: self.snapshot("done"), force=True)
+        return report
+
+
+def _nothing_usable(report: SourceReport, files: list[Path], skips: SkipLog) -> DatastoreError:
+    """A source that gave no document, with why: its skipped records (and one of them), or no files."""
+    first = skips.examples[-1] if report.skipped and skips.examples else None
+    reasons = ", ".join(f"{n} {r}" for r, n in skips.by_reason.items())
+    detail = f"; {report.skipped} records skipped ({reasons})" if report.skipped else ""
+    if first:
+        detail += f"; e.g. {first['location']}: {first['reason']}"
+    if not files:
+        detail = "; no matching files"
+    return DatastoreError(f"{report.spec}: nothing usable{detail}")
 
 
 def _finalize(writer: Writer, cancel: CancelToken) -> dict:
