@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -288,101 +289,151 @@ def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[s
     out = Path(out).expanduser().with_suffix(".safetensors")
     if not out.parent.exists():
         raise TrainError(f"output folder does not exist: {out.parent}")
-    ckpt = checkpoint_path(out)
-    target = as_target(model)
-    device = target.device
-    report = progress or (lambda p: None)
+    run = _Run(as_target(model), options, checkpoint_path(out), progress or (lambda p: None), cancel, log)
+    data = run.read(tokenizer)
+    run.start(data, resume)
+    run.train()
+    return run.finish(out, model_name)
 
-    steps = options.steps
-    report(TrainProgress("reading", 0, steps, 0, 0.0, None, None))
-    log(f"reading {', '.join(options.data)} ...")
-    sequences = read_sequences(options.data, tokenizer, steps * options.batch + options.val_sequences, options.seq_len,
-                               cancel)
-    if cancel.cancelled:
-        raise TrainCancelled(ckpt)
-    rng = np.random.default_rng(options.seed)
-    order = rng.permutation(len(sequences))
-    n_val = min(options.val_sequences, max(1, len(sequences) // 10))
-    val, train = sequences[order[:n_val]], sequences[order[n_val:]]
-    if len(train) == 0:
-        raise TrainError(f"the training data gives only {len(sequences)} sequence(s) of {options.seq_len} tokens: "
-                         "all of them are held out for validation (give more data or a shorter --seq-len)")
-    eos = tuple(sorted({int(t) for t in [tokenizer.eos_token_id] if t is not None}))
-    vocab_ids = draft_vocabulary(train, options.draft_vocab, target.vocab, eos)
-    log(f"{len(train)} training sequences of {options.seq_len} tokens, {n_val} held out; "
-        f"draft vocabulary: {len(vocab_ids):,} tokens")
 
-    torch.manual_seed(options.seed)
-    head = RecurrentHead.for_target(target, vocab_ids, layers=options.layers).to(device)
-    lm_rows = target.output_rows(vocab_ids).to(device)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=options.lr, weight_decay=0.0)
-    step, seconds, curve = 0, 0.0, []
-    if resume and ckpt.exists():
-        state = _load_checkpoint(ckpt, options)
-        head.load_state_dict(state["head"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, seconds, curve = state["step"], state["seconds"], state["curve"]
-        log(f"resuming at step {step} of {steps}")
-    elif ckpt.exists():
-        ckpt.unlink()
+class _TrainingData(NamedTuple):
+    train: np.ndarray  # sequences trained on
+    val: np.ndarray  # sequences held out for validation
+    vocab_ids: torch.Tensor  # the draft vocabulary
 
-    val_every = options.val_every or max(1, steps // 10)
-    latest = curve[-1] if curve else None
-    run_started = time.perf_counter()
-    step_at_start = step
-    loss = None
-    while step < steps:
-        if cancel.cancelled:
-            _save_checkpoint(ckpt, options, head, optimizer, step, seconds + time.perf_counter() - run_started, curve)
-            raise TrainCancelled(ckpt)
-        batch = _batch(train, step, options.batch, options.seed)
-        ids = torch.from_numpy(batch).to(device)
-        for group in optimizer.param_groups:
-            group["lr"] = _lr(step, steps, options.lr)
-        head.train()
-        losses, _ = head_losses(head, *target_outputs(target, ids, lm_rows)[:3], options.length)
+
+class _Run:
+    """One training run: the data, the head and its optimiser, and where the run is (step, time
+    spent, validation curve), which a checkpoint keeps."""
+
+    def __init__(self, target, options: TrainOptions, ckpt: Path, report: Callable[[TrainProgress], None],
+                 cancel: CancelToken, log: Callable[[str], None]) -> None:
+        self.target, self.options, self.ckpt, self.report, self.cancel, self.log = (target, options, ckpt, report,
+                                                                                    cancel, log)
+        self.device = target.device
+        self.steps = options.steps
+        self.per_step = options.batch * options.seq_len  # training positions a step sees
+        self.step, self.seconds, self.curve = 0, 0.0, []
+        self.latest: dict | None = None  # the latest validation figures
+        self.loss: float | None = None
+
+    def read(self, tokenizer) -> _TrainingData:
+        """The sequences, shuffled by the seed into training and held-out ones, and the draft
+        vocabulary of the training ones."""
+        options = self.options
+        self.report(TrainProgress("reading", 0, self.steps, 0, 0.0, None, None))
+        self.log(f"reading {', '.join(options.data)} ...")
+        sequences = read_sequences(options.data, tokenizer, self.steps * options.batch + options.val_sequences,
+                                   options.seq_len, self.cancel)
+        if self.cancel.cancelled:
+            raise TrainCancelled(self.ckpt)
+        order = np.random.default_rng(options.seed).permutation(len(sequences))
+        n_val = min(options.val_sequences, max(1, len(sequences) // 10))
+        val, train = sequences[order[:n_val]], sequences[order[n_val:]]
+        if len(train) == 0:
+            raise TrainError(f"the training data gives only {len(sequences)} sequence(s) of {options.seq_len} tokens: "
+                             "all of them are held out for validation (give more data or a shorter --seq-len)")
+        eos = tuple(sorted({int(t) for t in [tokenizer.eos_token_id] if t is not None}))
+        vocab_ids = draft_vocabulary(train, options.draft_vocab, self.target.vocab, eos)
+        self.log(f"{len(train)} training sequences of {options.seq_len} tokens, {n_val} held out; "
+                 f"draft vocabulary: {len(vocab_ids):,} tokens")
+        return _TrainingData(train, val, vocab_ids)
+
+    def start(self, data: _TrainingData, resume: bool) -> None:
+        """A seeded new head and its optimiser, or those of the checkpoint when resuming."""
+        self.data = data
+        torch.manual_seed(self.options.seed)
+        self.head = RecurrentHead.for_target(self.target, data.vocab_ids, layers=self.options.layers).to(self.device)
+        self.lm_rows = self.target.output_rows(data.vocab_ids).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=self.options.lr, weight_decay=0.0)
+        if resume and self.ckpt.exists():
+            state = _load_checkpoint(self.ckpt, self.options)
+            self.head.load_state_dict(state["head"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.step, self.seconds, self.curve = state["step"], state["seconds"], state["curve"]
+            self.log(f"resuming at step {self.step} of {self.steps}")
+        elif self.ckpt.exists():
+            self.ckpt.unlink()
+        self.latest = self.curve[-1] if self.curve else None
+
+    def train(self) -> None:
+        """Steps until the last, validating now and then and saving a checkpoint every
+        checkpoint_every steps (and when cancelled, which stops the run)."""
+        steps = self.steps
+        val_every = self.options.val_every or max(1, steps // 10)
+        self.run_started = time.perf_counter()
+        step_at_start = self.step
+        while self.step < steps:
+            if self.cancel.cancelled:
+                self.save_checkpoint()
+                raise TrainCancelled(self.ckpt)
+            self.loss = self.train_step()
+            self.step += 1
+            done_seconds = time.perf_counter() - self.run_started
+            rate = (self.step - step_at_start) * self.per_step / done_seconds if done_seconds > 0 else 0.0
+            eta = (steps - self.step) * self.per_step / rate if rate > 0 else None
+            if self.step % val_every == 0 or self.step == steps:
+                self.validate(rate, eta)
+            if self.step % self.options.checkpoint_every == 0 and self.step < steps:
+                self.save_checkpoint()
+            self.report(TrainProgress("training", self.step, steps, self.step * self.per_step, rate, eta, self.loss,
+                                      self.latest))
+
+    def train_step(self) -> float:
+        """One optimiser step on batch ``self.step`` at the schedule's learning rate; its loss."""
+        batch = _batch(self.data.train, self.step, self.options.batch, self.options.seed)
+        ids = torch.from_numpy(batch).to(self.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = _lr(self.step, self.steps, self.options.lr)
+        self.head.train()
+        losses, _ = head_losses(self.head, *target_outputs(self.target, ids, self.lm_rows)[:3], self.options.length)
         total = sum(losses) / len(losses)
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        optimizer.step()
-        head.eval()
-        loss = float(total.detach())
-        step += 1
-        done_seconds = time.perf_counter() - run_started
-        rate = (step - step_at_start) * options.batch * options.seq_len / done_seconds if done_seconds > 0 else 0.0
-        eta = (steps - step) * options.batch * options.seq_len / rate if rate > 0 else None
-        if step % val_every == 0 or step == steps:
-            report(TrainProgress("validating", step, steps, step * options.batch * options.seq_len, rate, eta, loss, latest))
-            figures = validate(head, target, val, options.length, lm_rows, device)
-            latest = {"tokens": step * options.batch * options.seq_len, "step": step, **figures}
-            curve.append(latest)
-            log(f"step {step}/{steps}: validation τ {figures['tau_chain']:.2f} (greedy chain), top-1 by depth "
-                f"{', '.join(f'{x:.2f}' for x in figures['top1_by_depth'])}")
-        if step % options.checkpoint_every == 0 and step < steps:
-            _save_checkpoint(ckpt, options, head, optimizer, step, seconds + time.perf_counter() - run_started, curve)
-        report(TrainProgress("training", step, steps, step * options.batch * options.seq_len, rate, eta, loss, latest))
+        torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
+        self.optimizer.step()
+        self.head.eval()
+        return float(total.detach())
 
-    seconds += time.perf_counter() - run_started
-    tokens = steps * options.batch * options.seq_len
-    training = {
-        "data": options.data,
-        "options": asdict(options),
-        "steps": steps,
-        "tokens": tokens,
-        "seconds": round(seconds, 1),
-        "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
-        "device": str(device),
-        "dtype": target.dtype,
-        "backend": "torch" if isinstance(target, TorchTarget) else "llama.cpp",
-        "validation": latest,
-        "curve": curve,
-    }
-    save_head(head, out, target=target_identity(target, model_name), training=training)
-    ckpt.unlink(missing_ok=True)
-    report(TrainProgress("done", steps, steps, tokens, tokens / seconds if seconds else 0.0, 0.0, loss, latest))
-    return TrainReport(out, steps, tokens, seconds, tokens / seconds if seconds else 0.0, latest or {}, curve,
-                       head.parameter_count())
+    def validate(self, rate: float, eta: float | None) -> None:
+        tokens = self.step * self.per_step
+        self.report(TrainProgress("validating", self.step, self.steps, tokens, rate, eta, self.loss, self.latest))
+        figures = validate(self.head, self.target, self.data.val, self.options.length, self.lm_rows, self.device)
+        self.latest = {"tokens": tokens, "step": self.step, **figures}
+        self.curve.append(self.latest)
+        self.log(f"step {self.step}/{self.steps}: validation τ {figures['tau_chain']:.2f} (greedy chain), top-1 by "
+                 f"depth {', '.join(f'{x:.2f}' for x in figures['top1_by_depth'])}")
+
+    def save_checkpoint(self) -> None:
+        _save_checkpoint(self.ckpt, self.options, self.head, self.optimizer, self.step,
+                         self.seconds + time.perf_counter() - self.run_started, self.curve)
+
+    def finish(self, out: Path, model_name: str) -> TrainReport:
+        """The head written with the record of its training; the checkpoint removed."""
+        self.seconds += time.perf_counter() - self.run_started
+        seconds, tokens = self.seconds, self.steps * self.per_step
+        save_head(self.head, out, target=target_identity(self.target, model_name), training=self.record(tokens))
+        self.ckpt.unlink(missing_ok=True)
+        rate = tokens / seconds if seconds else 0.0
+        self.report(TrainProgress("done", self.steps, self.steps, tokens, rate, 0.0, self.loss, self.latest))
+        return TrainReport(out, self.steps, tokens, seconds, rate, self.latest or {}, self.curve,
+                           self.head.parameter_count())
+
+    def record(self, tokens: int) -> dict:
+        """What the head's JSON says of its training."""
+        return {
+            "data": self.options.data,
+            "options": asdict(self.options),
+            "steps": self.steps,
+            "tokens": tokens,
+            "seconds": round(self.seconds, 1),
+            "tokens_per_second": round(tokens / self.seconds, 1) if self.seconds > 0 else None,
+            "device": str(self.device),
+            "dtype": self.target.dtype,
+            "backend": "torch" if isinstance(self.target, TorchTarget) else "llama.cpp",
+            "validation": self.latest,
+            "curve": self.curve,
+        }
 
 
 def _batch(train: np.ndarray, step: int, size: int, seed: int) -> np.ndarray:
