@@ -33,65 +33,85 @@ def iter_json_array(path: Path, skips: SkipLog, progress: list[int] | None = Non
 
     ``progress``, when given, is a one-item list that receives the bytes consumed so far.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    buf, pos, consumed_bytes, index = "", 0, 0, 0
-    eof = False
     with open(path, "rb") as f:
-
-        def more() -> bool:
-            nonlocal buf, pos, eof, consumed_bytes
-            if eof:
-                return False
-            raw = f.read(_CHUNK)
-            consumed_bytes += len(raw)
-            if progress is not None:
-                progress[0] = consumed_bytes
-            if not raw:
-                eof = True
-                buf += decoder.decode(b"", final=True)
-                return False
-            buf = buf[pos:] + decoder.decode(raw)
-            pos = 0
-            return True
-
-        def skip_ws() -> None:
-            nonlocal pos
-            while True:
-                while pos < len(buf) and buf[pos] in _WS + "\ufeff":
-                    pos += 1
-                if pos < len(buf) or not more():
-                    return
-
-        skip_ws()
-        if pos >= len(buf) or buf[pos] != "[":
+        text = _SlidingText(f, progress)
+        text.skip_ws()
+        if not text.at("["):
             skips.skip(str(path), "not a JSON array: expected '[' at the start")
             return
-        pos += 1
+        text.pos += 1
+        index = 0
         while True:
-            skip_ws()
-            if pos >= len(buf) or buf[pos] == "]":
+            text.skip_ws()
+            if text.pos >= len(text.buf) or text.at("]"):
                 return
-            while True:
-                try:
-                    obj, end = _decoder.raw_decode(buf, pos)
-                    break
-                except json.JSONDecodeError as exc:
-                    if more():
-                        continue
-                    where = f"{path}[record {index}]"
-                    # Input that simply stops (a cut-off download) fails at its very end, or inside
-                    # a string that never closes; anything else is a real syntax error.
-                    if exc.msg.startswith("Unterminated") or exc.pos >= len(buf.rstrip()):
-                        skips.skip(where, "incomplete record: the file ends inside it")
-                    else:
-                        skips.skip(where, f"malformed JSON: {exc.msg}; the rest of the file was skipped")
-                    return
+            try:
+                obj = text.decode()
+            except json.JSONDecodeError as exc:
+                skips.skip(f"{path}[record {index}]", _why_undecodable(exc, text.buf))
+                return
             yield obj, f"{path}[record {index}]"
             index += 1
-            pos = end
-            skip_ws()
-            if pos < len(buf) and buf[pos] == ",":
-                pos += 1
+            text.skip_ws()
+            if text.at(","):
+                text.pos += 1
+
+
+def _why_undecodable(exc: json.JSONDecodeError, buf: str) -> str:
+    """Input that simply stops (a cut-off download) fails at its very end, or inside a string that
+    never closes; anything else is a real syntax error."""
+    if exc.msg.startswith("Unterminated") or exc.pos >= len(buf.rstrip()):
+        return "incomplete record: the file ends inside it"
+    return f"malformed JSON: {exc.msg}; the rest of the file was skipped"
+
+
+class _SlidingText:
+    """A file's text from ``pos`` on, read a chunk at a time: what was decoded before ``pos`` is
+    dropped at the next read."""
+
+    def __init__(self, f, progress: list[int] | None) -> None:
+        self.f, self.progress = f, progress
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.buf, self.pos, self.consumed_bytes, self.eof = "", 0, 0, False
+
+    def more(self) -> bool:
+        """Read the next chunk; False at the end of the file."""
+        if self.eof:
+            return False
+        raw = self.f.read(_CHUNK)
+        self.consumed_bytes += len(raw)
+        if self.progress is not None:
+            self.progress[0] = self.consumed_bytes
+        if not raw:
+            self.eof = True
+            self.buf += self.decoder.decode(b"", final=True)
+            return False
+        self.buf = self.buf[self.pos:] + self.decoder.decode(raw)
+        self.pos = 0
+        return True
+
+    def skip_ws(self) -> None:
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in _WS + "\ufeff":
+                self.pos += 1
+            if self.pos < len(self.buf) or not self.more():
+                return
+
+    def at(self, char: str) -> bool:
+        return self.pos < len(self.buf) and self.buf[self.pos] == char
+
+    def decode(self):
+        """The JSON value at ``pos`` (reading on while it may be cut by the chunk's end), ``pos``
+        moved past it; JSONDecodeError when the file ends first or it is malformed."""
+        while True:
+            try:
+                obj, end = _decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError:
+                if self.more():
+                    continue
+                raise
+            self.pos = end
+            return obj
 
 
 def iter_jsonl(path: Path, skips: SkipLog, progress: list[int] | None = None) -> Iterator[tuple[object, str]]:
