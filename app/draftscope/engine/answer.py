@@ -21,7 +21,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.held import KeepsPrefixes, positions_to_keep
 from draftscope.engine.backends.work import SHARED_PREFILL, PREFILL_BATCH, Prefill, Start, Verify
-from draftscope.engine.budget import FixedBudget, InSlot, measure_verify_costs
+from draftscope.engine.budget import DraftBudget, FixedBudget, InSlot, measure_verify_costs
 from draftscope.engine.detokenizer import Detokenizer
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
 from draftscope.engine.policy import StepPolicy, subtree
@@ -112,6 +112,7 @@ class Answer:
         for d in self.drafters:
             d.set_sampling(req.sampling, self.noise)  # a draft model couples its drafts to the same noise
             d.reset(self.prompt)
+        self.budget: DraftBudget
         if not self.drafters:
             self.budget = FixedBudget(0)
         elif req.budget is not None:

@@ -5,6 +5,7 @@ and the fixed tree size used by benchmarks and tests; the adaptive per-step poli
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -17,7 +18,24 @@ from draftscope.draft_tree import DraftTree
 SIZES = (0, 1, 2, 3, 4, 8, 16, 32, 64)
 
 
-class FixedBudget:
+class DraftBudget(Protocol):
+    """How much an answer drafts and verifies each step: asked for the nodes to draft before the
+    drafters run, it trims their tree to what is worth a forward, then hears what was accepted and
+    what the step cost. :class:`FixedBudget` (benchmarks, tests) and engine.policy.StepPolicy (the
+    adaptive one every answer uses by default) follow it."""
+
+    def draft_budget(self) -> int:
+        """Nodes the drafters may propose this step (0: decode plainly)."""
+
+    def trim(self, tree: DraftTree, asked: int | None = None, shared=None) -> DraftTree:
+        """The part of ``tree`` to verify (``asked``: the nodes asked for; ``shared``: the forward's
+        other answers, whose tokens it also costs)."""
+
+    def update(self, tree: DraftTree, path: list[int], **timings) -> None:
+        """Hear which ``path`` through the verified ``tree`` was accepted, and what the step cost."""
+
+
+class FixedBudget(DraftBudget):
     """Ask for ``size`` nodes every step and verify all of them (no policy)."""
 
     def __init__(self, size: int) -> None:

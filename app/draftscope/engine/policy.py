@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.budget import monotone
+from draftscope.engine.budget import DraftBudget, monotone
 
 SHARE_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # buckets of a node's share of its parent's support
 DEPTH_EDGES = (1, 2, 4)  # depth 1, 2, 3-4, 5+
@@ -124,7 +124,7 @@ class Calibration:
                 self.accepted[k] = self.accepted.get(k, 0.0) + 1.0
 
 
-class StepPolicy:
+class StepPolicy(DraftBudget):
     def __init__(self, costs: dict[int, float], *, max_size: int = 64, explore_every: int = 6,
                  smoothing: float = 0.3, calibration: Calibration | None = None) -> None:
         self.costs = monotone({n: c for n, c in costs.items() if n <= max_size})
