@@ -24,6 +24,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -217,41 +218,37 @@ def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int, repeat
     """Shared machines are noisy: builds and libsais runs alternate `repeat` times and the fastest
     of each is compared; search latency is taken over a first pass (pages of the map being
     faulted in) and two warm passes."""
-    from draftscope.retrieval import Reader
-
     index_path = work / f"{corpus.name}.idx"
+    fastest = _fastest_build(corpus, index_path, repeat)
+    opened = _open_figures(index_path)
+    params = dict(max_nodes=max_nodes, max_matches=max_matches)
+    return {"corpus": corpus.name, **_build_figures(corpus, fastest.build, fastest.raw), **opened.figures,
+            **_search_figures(opened.reader, corpus.contexts, params)}
+
+
+class _Fastest(NamedTuple):
+    build: dict  # the fastest build's figures (_build_child)
+    raw: dict  # the fastest libsais run's (_libsais_child)
+
+
+class _Opened(NamedTuple):
+    reader: object  # retrieval.Reader
+    figures: dict
+
+
+def _fastest_build(corpus: Corpus, index_path: Path, repeat: int) -> _Fastest:
+    """The fastest of ``repeat`` builds and of as many libsais runs, alternating (each in a child)."""
     builds, raws = [], []
     for _ in range(max(1, repeat)):
         builds.append(_in_child(_build_child, (str(corpus.tokens_path), str(corpus.offsets_path), str(index_path),
                                                corpus.vocab_size, corpus.fingerprint)))
         raws.append(_in_child(_libsais_child, (str(corpus.tokens_path), str(corpus.offsets_path), corpus.vocab_size)))
-    build = min(builds, key=lambda b: b["build_seconds"])
-    raw = min(raws, key=lambda r: r["raw_libsais_seconds"])
+    return _Fastest(min(builds, key=lambda b: b["build_seconds"]), min(raws, key=lambda r: r["raw_libsais_seconds"]))
+
+
+def _build_figures(corpus: Corpus, build: dict, raw: dict) -> dict:
     tokens = build["tokens"]
-
-    # Open: the first open after the build, then the median of repeated opens.
-    rss0 = _rss_mb()
-    opens = []
-    for _ in range(21):
-        t0 = time.perf_counter()
-        reader = Reader(index_path)
-        opens.append(time.perf_counter() - t0)
-    rss_open = _rss_mb() - rss0
-
-    params = dict(max_nodes=max_nodes, max_matches=max_matches)
-    first = _latencies_us(reader, corpus.contexts, params)
-    warm = [_latencies_us(reader, corpus.contexts, params) for _ in range(2)]
-    lat_us = min(warm, key=lambda x: np.percentile(x, 99))
-    trees = [reader.search(c, **params) for c in corpus.contexts]
-    sizes = [len(t) for t in trees]
-    match_lens = [t.match_len for t in trees if t.match_len]
-    hits = len(match_lens)
-    t0 = time.perf_counter()
-    reader.search_batch(corpus.contexts, **params)
-    batch_s = time.perf_counter() - t0
-
     return {
-        "corpus": corpus.name,
         "documents": build["documents"],
         "tokens": tokens,
         "vocab_size": corpus.vocab_size,
@@ -267,21 +264,50 @@ def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int, repeat
         "build_rss_before_mb": build["base_rss_mb"],
         "file_bytes": build["file_bytes"],
         "bytes_per_token": build["file_bytes"] / max(tokens, 1),
-        "open_ms_first": opens[0] * 1000,
-        "open_ms_median": statistics.median(opens) * 1000,
-        "open_rss_growth_mb": rss_open,
-        "contexts": len(corpus.contexts),
+    }
+
+
+def _open_figures(index_path: Path) -> _Opened:
+    """The index opened 21 times: the first open after the build, the median, and the resident
+    memory opening added; with the last reader."""
+    from draftscope.retrieval import Reader
+
+    rss0 = _rss_mb()
+    opens = []
+    for _ in range(21):
+        t0 = time.perf_counter()
+        reader = Reader(index_path)
+        opens.append(time.perf_counter() - t0)
+    rss_open = _rss_mb() - rss0
+    return _Opened(reader, {"open_ms_first": opens[0] * 1000, "open_ms_median": statistics.median(opens) * 1000,
+                            "open_rss_growth_mb": rss_open})
+
+
+def _search_figures(reader, contexts: list[np.ndarray], params: dict) -> dict:
+    """Latency of one search at a time (a first pass, then the better of two warm ones by p99), what
+    the searches found, and search_batch's throughput."""
+    first = _latencies_us(reader, contexts, params)
+    warm = [_latencies_us(reader, contexts, params) for _ in range(2)]
+    lat_us = min(warm, key=lambda x: np.percentile(x, 99))
+    trees = [reader.search(c, **params) for c in contexts]
+    sizes = [len(t) for t in trees]
+    match_lens = [t.match_len for t in trees if t.match_len]
+    t0 = time.perf_counter()
+    reader.search_batch(contexts, **params)
+    batch_s = time.perf_counter() - t0
+    return {
+        "contexts": len(contexts),
         "search_first_pass_p50_us": float(np.percentile(first, 50)),
         "search_first_pass_p99_us": float(np.percentile(first, 99)),
         "search_warm_p99_us_each": [float(np.percentile(w, 99)) for w in warm],
         "search_p50_us": float(np.percentile(lat_us, 50)),
         "search_p99_us": float(np.percentile(lat_us, 99)),
         "search_mean_us": float(lat_us.mean()),
-        "hit_rate": hits / len(corpus.contexts),
+        "hit_rate": len(match_lens) / len(contexts),
         "mean_match_len": float(np.mean(match_lens)) if match_lens else 0.0,
         "mean_tree_nodes": float(np.mean(sizes)),
-        "batch_contexts_per_s": len(corpus.contexts) / batch_s,
-        "single_contexts_per_s": len(corpus.contexts) / (lat_us.sum() / 1e6),
+        "batch_contexts_per_s": len(contexts) / batch_s,
+        "single_contexts_per_s": len(contexts) / (lat_us.sum() / 1e6),
     }
 
 
