@@ -28,13 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from draftscope.bench.lossless_setup import Audit, load_audit
 from draftscope.bench.lossless_stats import (
     chi_square_test, hf_processors, ks_uniform, logit_rows, noise_keyed_by_step, one_token_logits, pairs_test,
     reference_rows, reused_noise,
@@ -42,17 +41,6 @@ from draftscope.bench.lossless_stats import (
 from draftscope.core import argtypes
 
 P_LIMIT = 0.001  # a test fails below this p-value
-
-DEFAULT_PROMPTS = [
-    "Explain what a suffix array is and why it makes substring search fast.",
-    "Write a short poem about the sea at night.",
-    "Give three tips for writing clear emails.",
-    "What is the difference between a list and a tuple in Python?",
-    "Summarise the plot of Romeo and Juliet in a few sentences.",
-    "How do vaccines train the immune system?",
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Describe a good morning routine for a student.",
-]
 
 
 @dataclass
@@ -129,105 +117,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def _configs(text: str, names_available: list[str]) -> list[list[str]]:
-    if text == "auto":
-        alone = [[n] for n in names_available]
-        return alone + ([names_available] if len(names_available) > 1 else [])
-    from draftscope.core.drafter_factory import parse_drafter_names
-
-    return [parse_drafter_names(c, have_datastore=True, have_draft_model=True, have_head=True)
-            for c in text.split(";") if c.strip()]
-
-
-def _prompts(args, engine) -> list[list[int]]:
-    texts = DEFAULT_PROMPTS
-    if args.questions:
-        from draftscope.bench.spec import load_questions
-
-        texts = [q["turns"][0] for q in load_questions(args.questions, 10**6, set())]
-    texts = [texts[i % len(texts)] for i in range(args.prompts)]
-    return [engine.encode_chat([{"role": "user", "content": t}]) for t in texts]
-
-
-def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
-    """None, 'self', 'self:N' (the target's first N layers) or a model spec."""
-    from draftscope.engine.draft_model import load_draft_model
-    from draftscope.engine.backends.pytorch.loader import truncated_model
-
-    if not spec:
-        return None
-    if engine.model is None and spec.startswith("self"):
-        if spec != "self":
-            raise ValueError(f"--draft-model {spec}: the first N layers of a model are a torch draft model; "
-                             "on llama.cpp give 'self' or a GGUF draft model")
-        from draftscope.engine.backends import open_backend
-
-        # the same GGUF in a second llama.cpp context (the weights are mapped once)
-        return open_backend(engine.backend.source, backend="llama.cpp", context=engine.max_context,
-                            threads=engine.backend.threads)
-    if spec == "self":
-        return engine.model
-    if spec.startswith("self:"):
-        try:
-            layers = int(spec[5:])
-        except ValueError:
-            raise ValueError(f"--draft-model {spec}: give the number of layers, e.g. self:8") from None
-        return truncated_model(engine.model, layers)
-    return load_draft_model(spec, engine, device=device, dtype=dtype).model
-
-
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from draftscope.datastore.default import default_datastore_path
-    from draftscope.core.drafter_factory import drafter_maker
-    from draftscope.engine.engine import Engine
     from draftscope.engine.sampling import SamplingParams
 
+    temps = _temperatures(args)
+    audit = load_audit(args)
+    variants = [True] if args.only_biased else [False, True] if args.biased else [False]
+    progress = Progress(_work_units(args, temps, variants, audit), args.quiet)
+    checks: list[Check] = []
+    if 0 in temps:
+        checks += greedy_checks(audit.engine, audit.prompts, audit.makers, args, progress)
+    for t in (t for t in temps if t > 0):
+        params = SamplingParams(temperature=t, top_k=args.top_k, top_p=args.top_p,
+                                repetition_penalty=args.repetition_penalty, seed=None)
+        for biased in variants:
+            checks += sampling_checks(audit.engine, audit.prompts, audit.makers, params, args, progress, biased=biased)
+    progress.line("")
+    ok = _print_verdict(checks, args)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([asdict(c) for c in checks], indent=2))
+    return 0 if ok else 1
+
+
+def _temperatures(args) -> list[float]:
+    """--temperature's values, refused (with --runs and --pit-tokens too small to mean anything)
+    before the model loads."""
     temps = [float(t) for t in args.temperature.split(",") if t.strip()]
     if any(t < 0 for t in temps) or not temps:
         raise ValueError("--temperature: give one or more values >= 0")
     if args.runs < 50 or args.pit_tokens < 100:
         raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
-    datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend,
-                         measure=args.budget is None)
-    draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent
+    return temps
 
-    recurrent = find_recurrent(args.model, engine, args.head)
-    available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else []) \
-        + (["recurrent"] if recurrent is not None else [])
-    configs = _configs(args.configs, available)
-    from draftscope.retrieval import Reader
 
-    reader = Reader(datastore) if "retrieval" in available else None  # read once, shared by every configuration
-    makers = {",".join(c): drafter_maker(c, datastore=reader, draft_model=draft_model,
-                                         eos_token_id=engine.tokenizer.eos_token_id, recurrent=recurrent)
-              for c in configs}
-    prompts = _prompts(args, engine)
-    print(f"draftscope bench lossless: {engine.name} on {engine.backend.describe()}, "
-          f"draft model {args.draft_model or 'none'}, "
-          f"datastore {datastore.name if 'retrieval' in available else 'none'}, "
-          f"recurrent head {recurrent.path if recurrent is not None else 'none'}", file=sys.stderr)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
-          file=sys.stderr)
-
-    variants = [True] if args.only_biased else [False, True] if args.biased else [False]
-    sampled_temps = [t for t in temps if t > 0]
+def _work_units(args, temps: list[float], variants: list[bool], audit: Audit) -> int:
+    """The audit's answers and tests counted as units of the progress line."""
+    configs, prompts = audit.configs, audit.prompts
+    sampled = len([t for t in temps if t > 0])
     work = (len(configs) + 2) * len(prompts) * (0 in temps)  # HF references, plain, each config
-    work += len(sampled_temps) * len(variants) * (len(configs) + 1) * len(prompts) * args.seeds
-    work += len(sampled_temps) * len(variants) * (args.runs // 10 + args.pit_tokens // 10)
-    progress = Progress(work, args.quiet)
-    checks: list[Check] = []
-    if 0 in temps:
-        checks += greedy_checks(engine, prompts, makers, args, progress)
-    for t in sampled_temps:
-        params = SamplingParams(temperature=t, top_k=args.top_k, top_p=args.top_p,
-                                repetition_penalty=args.repetition_penalty, seed=None)
-        for biased in variants:
-            checks += sampling_checks(engine, prompts, makers, params, args, progress, biased=biased)
-    progress.line("")
+    work += sampled * len(variants) * (len(configs) + 1) * len(prompts) * args.seeds
+    return work + sampled * len(variants) * (args.runs // 10 + args.pit_tokens // 10)
+
+
+def _print_verdict(checks: list[Check], args) -> bool:
+    """The report and the verdict printed; True when every test of the engine's verifier holds."""
     print(format_report(checks))
     real = [c for c in checks if not c.biased]
     ok = all(c.passed for c in real)
@@ -242,9 +175,7 @@ def run(args: argparse.Namespace) -> int:
         held = "no test of the engine's own verifier was run (--only-biased)"
     print("verdict: " + (held if ok else
                          "FAILED: " + "; ".join(f"{c.kind} [{c.config}, T={c.temperature:g}]" for c in real if not c.passed)))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps([asdict(c) for c in checks], indent=2))
-    return 0 if ok else 1
+    return ok
 
 
 # ----------------------------------------------------------------------------- greedy
