@@ -36,7 +36,7 @@ def worker(args) -> None:
 
     from draftscope.drafters.model_drafter import ModelDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
-    from draftscope.engine.draft_model import load_draft_model
+    from draftscope.drafters.draft_model import load_draft_model
     from draftscope.engine.sampling import SamplingParams
 
     import inspect

@@ -9,7 +9,7 @@ import pytest
 
 from draftscope.cli import main
 from draftscope.engine.backends.llama import llama_verdict
-from draftscope.storage.settings import Settings, save_settings
+from draftscope.storage import Settings, save_settings
 from llama_helpers import amx_faulting_selftest, need_llama_cpp
 
 

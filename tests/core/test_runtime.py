@@ -11,7 +11,8 @@ from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine
 from draftscope.retrieval import Writer
-from draftscope.core.runtime import Runtime, changed_fields
+from draftscope.core.runtime import Runtime
+from draftscope.storage.settings import changed_fields
 from draftscope.core.session import ChatSession
 from draftscope.storage import Settings
 from engine_fixtures import tiny_llama

@@ -178,9 +178,9 @@ def test_cli_errors_have_exit_codes_and_words(tokenizer_dir, tmp_path, capsys):
 def test_default_model_template_and_fingerprint(tmp_path):
     """With the real SmolLM2 tokenizer (fetched once into the cache): the datastore holds the
     assistant turns exactly as the model writes them after its generation prompt."""
-    from draftscope.models.resolve import load_tokenizer
+    from draftscope.models.resolve import load_tokenizer, resolve_model
 
-    tok = load_tokenizer("default")
+    tok = load_tokenizer(resolve_model("default"))
     chat = tmp_path / "chat.json"
     chat.write_text(json.dumps([{"conversations": [{"from": "human", "value": "What is 2+2?"},
                                                    {"from": "gpt", "value": "2 + 2 = 4."}]}]))

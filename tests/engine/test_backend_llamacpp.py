@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from draftscope.engine.drafting import Drafter  # noqa: E402
+from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.backends.base import chain_tree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter

@@ -3,7 +3,7 @@ decoding when they cannot, learned acceptance, and drafting itself skipped while
 
 import numpy as np
 
-from draftscope.engine.drafting import Drafter  # noqa: E402
+from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.engine.policy import StepPolicy, shares, subtree
 
@@ -137,8 +137,8 @@ class _Drafter(Drafter):
 
 
 def test_a_slow_drafter_sits_out_while_its_drafts_do_not_pay_for_its_time(monkeypatch):
-    import draftscope.engine.drafting.composite as composite_mod
-    from draftscope.engine.drafting.composite import CompositeDrafter
+    import draftscope.drafters.composite as composite_mod
+    from draftscope.drafters.composite import CompositeDrafter
 
     monkeypatch.setattr(composite_mod, "time", _Clock)
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from draftscope.engine.drafting import Drafter  # noqa: E402
+from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.model_drafter import ModelDrafter, draft
@@ -193,7 +193,7 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 
 def test_composite_moves_budget_to_the_drafter_that_gets_accepted():
-    from draftscope.engine.drafting.composite import CompositeDrafter
+    from draftscope.drafters.composite import CompositeDrafter
 
     def fixed(tokens, source):
         class D(Drafter):

@@ -13,13 +13,14 @@ from engine_fixtures import tiny_llama
 
 from draftscope.engine.backends.pytorch import cpu_linear, precision
 from draftscope.core.drafter_factory import setup_drafters
-from draftscope.engine.draft_model import draft_incompatibility
+from draftscope.drafters.draft_model import draft_incompatibility
 from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
-from draftscope.engine.draft_model import load_draft_model
+from draftscope.drafters.draft_model import load_draft_model
 from draftscope.engine.backends.pytorch.loader import load_model
-from draftscope.storage.settings import Settings, load_settings
+from draftscope.models.resolve import resolve_model
+from draftscope.storage import Settings, load_settings
 
 
 def model_folder(path, tokenizer_dir, vocab, seed):
@@ -48,7 +49,7 @@ def folders(tmp_path_factory, tokenizer_dir, tokenizer):
 
 
 def test_a_draft_model_with_another_tokenizer_is_refused_with_the_reason(folders):
-    target = load_model(str(folders["target"]), dtype="float32")
+    target = load_model(resolve_model(str(folders["target"])), dtype="float32")
     with pytest.raises(ValueError) as info:
         load_draft_model(str(folders["other"]), target)
     message = str(info.value)
@@ -134,7 +135,7 @@ def test_dtype_follows_the_cpus_bf16_support_and_the_user_can_override(monkeypat
 
 
 def test_a_loaded_model_says_its_dtype_and_why(folders):
-    loaded = load_model(str(folders["target"]), dtype="bfloat16")
+    loaded = load_model(resolve_model(str(folders["target"])), dtype="bfloat16")
     assert loaded.dtype == torch.bfloat16 and next(loaded.model.parameters()).dtype == torch.bfloat16
     assert loaded.dtype_reason.startswith("as asked (Settings ▸ Model, or --dtype)")
 

@@ -14,7 +14,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.work import Prefill, Verify
-from draftscope.engine.drafting import Drafter
+from draftscope.drafters import Drafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
 

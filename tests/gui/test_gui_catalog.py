@@ -22,9 +22,9 @@ from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.gui.dialogs.first_run import FirstRunDialog  # noqa: E402
 from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.core.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
+from draftscope.storage.settings import Section, changed_fields  # noqa: E402
 from draftscope.core.settings_checks import OTHER  # noqa: E402
-from draftscope.storage.settings import Settings, load_settings  # noqa: E402
+from draftscope.storage import Settings, load_settings  # noqa: E402
 from llama_helpers import need_llama_cpp  # noqa: E402
 
 SMOL, QWEN, QWEN_SMALL = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B, catalog.QWEN_CODER_05B
@@ -380,7 +380,7 @@ def test_precision_round_trips_and_auto_says_what_it_picks(qtbot, tmp_path):
     choose(combo, "bfloat16")
     result = d.result_settings()
     assert result.dtype == "bfloat16"
-    assert changed_fields(Settings(dtype="float16"), result) == {"dtype"} and "dtype" in RELOAD_FIELDS
+    assert changed_fields(Settings(dtype="float16"), result) == {"dtype"} and "dtype" in Section.MODEL.names
     qtbot.mouseClick(w(d, QPushButton, "okButton"), Qt.MouseButton.LeftButton)
     assert d.result() == QDialog.DialogCode.Accepted
     # Restore defaults: auto

@@ -23,7 +23,7 @@ from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.datastore.progress import Progress  # noqa: E402
 from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run  # noqa: E402
 from draftscope.retrieval import BuildCancelled  # noqa: E402
-from draftscope.storage.settings import Settings, load_settings, settings_path  # noqa: E402
+from draftscope.storage import Settings, load_settings, settings_path  # noqa: E402
 
 FAKE_PIP = r'''
 import os, sys, time, zipfile

@@ -18,7 +18,45 @@ def test_settings_round_trip(tmp_path):
     save_settings(s, path)
     back, notices = load_settings(path)
     assert back == s and notices == []
-    assert json.loads(path.read_text())["version"] == 1
+    saved = json.loads(path.read_text())
+    assert saved["version"] == 2
+    assert saved["sampling"]["temperature"] == 0.7 and saved["appearance"]["theme"] == "dark"
+    assert saved["model"]["model"] == "/models/x.gguf" and "temperature" not in saved
+
+
+# A settings file as every Draftscope before sections wrote it (version 1, every setting at the top).
+TODAYS_FLAT_FILE = {
+    "version": 1, "model": "/models/x.gguf", "datastore": "/data/chat.idx",
+    "drafters": {"retrieval": False, "learned": True, "context": True, "model": True, "recurrent": False},
+    "draft_model": "/models/small.gguf", "temperature": 0.7, "top_p": 0.9, "top_k": 40, "max_new_tokens": 300,
+    "repetition_penalty": 1.1, "seed": 7, "system_prompt": "Be brief.", "prompt_presets": {"Mine": "Be kind."},
+    "context_length": 8192, "device": "cpu", "dtype": "float32", "backend": "llama.cpp",
+    "workers": "10.0.0.2:50052", "recent_models": ["/models/x.gguf", "default"], "threads": 3, "theme": "dark",
+    "font_size": 13, "server_enabled": True, "server_port": 9000, "server_api_key": "k", "server_keep_history": False,
+    "server_parallel": 2,
+}
+
+
+def test_a_flat_settings_file_of_today_is_read_whole_and_saved_in_sections(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(TODAYS_FLAT_FILE))
+    settings, notices = load_settings(path)
+    assert notices == []
+    flat = {k: v for k, v in TODAYS_FLAT_FILE.items() if k != "version"}
+    assert {name: getattr(settings, name) for name in flat} == flat, "no setting lost"
+    save_settings(settings, path)
+    saved = json.loads(path.read_text())
+    assert saved["version"] == 2 and saved["server"]["server_port"] == 9000 and saved["model"]["threads"] == 3
+    assert load_settings(path) == (settings, [])
+
+
+def test_a_setting_is_read_from_its_own_section_only(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"version": 2, "sampling": {"temperature": 0.5, "theme": "dark"},
+                                "appearance": "not an object", "model": {"threads": 2}}))
+    settings, notices = load_settings(path)
+    assert settings.temperature == 0.5 and settings.threads == 2
+    assert settings.theme == "system", "a theme filed under sampling is not the appearance's"
 
 
 def test_missing_settings_are_defaults_without_a_notice(tmp_path):

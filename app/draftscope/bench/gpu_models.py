@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from draftscope.engine.drafting.interface import Drafter
+from draftscope.drafters.interface import Drafter
 
 # Qwen2.5 shapes from the published configs (the instruct and coder models share them); tiny, with
 # Qwen's vocabulary and two small layers, is for dry runs and tests. All are built with their own

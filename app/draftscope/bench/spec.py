@@ -159,7 +159,7 @@ def _open_runners(args, engine, methods: list[str], learned):
     from draftscope.bench.spec_methods import LlamaReference, Runners, server_peers
     from draftscope.datastore.default import default_datastore_path
     from draftscope.drafters.recurrent.head_drafter import find_recurrent
-    from draftscope.engine.draft_model import load_draft_model
+    from draftscope.drafters.draft_model import load_draft_model
     from draftscope.retrieval import Reader
 
     kind = engine.backend.kind

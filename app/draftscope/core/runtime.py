@@ -172,7 +172,7 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
     how far it is (engine/stages.py; a line of text for the first). ``baseline``: measure the plain
     speed now (the window measures it after it opens, so it does not wait for it). ``slots``: answers the model
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
-    from draftscope.engine.draft_model import load_draft_model
+    from draftscope.drafters.draft_model import load_draft_model
     from draftscope.engine.engine import Engine
 
     if log is not None:

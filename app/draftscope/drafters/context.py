@@ -8,8 +8,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafting.interface import Drafter
-from draftscope.engine.drafting.trie import PathTrie
+from draftscope.drafters.interface import Drafter
+from draftscope.drafters.path_trie import PathTrie
 
 
 class ContextDrafter(Drafter):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafting.interface import Drafter
+from draftscope.drafters.interface import Drafter
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities
 from draftscope.engine.backends.base import chain_tree
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafting.interface import Drafter
+from draftscope.drafters.interface import Drafter
 
 
 class OracleDrafter(Drafter):

@@ -123,7 +123,7 @@ class Answer:
             self.budget = StepPolicy(engine.verify_costs, calibration=engine.calibration)
         self.drafter = self.drafters[0] if len(self.drafters) == 1 else None
         if len(self.drafters) > 1:
-            from draftscope.engine.drafting.composite import CompositeDrafter
+            from draftscope.drafters.composite import CompositeDrafter
 
             step_cost = engine.verify_costs.get(0) if engine.verify_costs else None
             self.drafter = CompositeDrafter(self.drafters, step_cost=step_cost, memory=engine.drafter_gates)

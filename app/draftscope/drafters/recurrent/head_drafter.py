@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafting.interface import Drafter
+from draftscope.drafters.interface import Drafter
 from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree, end_rows
 
 DEFAULT_WIDTH = 4

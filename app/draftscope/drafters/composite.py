@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.drafting.interface import Drafter
-from draftscope.engine.drafting.trie import PathTrie
+from draftscope.drafters.interface import Drafter
+from draftscope.drafters.path_trie import PathTrie
 
 
 PROBABILITY_SOURCES = (DraftSource.MODEL, DraftSource.RECURRENT)  # supports that are path probabilities
