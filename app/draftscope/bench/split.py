@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from draftscope.core import argtypes
 
@@ -52,72 +53,109 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--questions", default=str(DEFAULT_QUESTIONS))
 
 
+class Timed(NamedTuple):
+    """One answer: its tokens and the seconds it took, prompt processing included."""
+    tokens: int
+    seconds: float
+
+
 def run(args: argparse.Namespace) -> int:
-    from draftscope.bench.llama_server import LlamaServer, find_llama_server
-    from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
-    from draftscope.engine.backends.llama.rpc import gguf_layers
-    from draftscope.engine.engine import GenerationRequest
-    from draftscope.models.resolve import resolve_model
     from draftscope.core.runtime import load_runtime
     from draftscope.storage import Settings
 
-    seen, prompts = set(), []
-    for line in Path(args.questions).read_text().splitlines():
-        q = json.loads(line)
-        if q["category"] not in seen and len(prompts) < args.prompts:
-            seen.add(q["category"])
-            prompts.append(q["turns"][0])
+    prompts = first_of_each_category(args.questions, args.prompts)
     ports = [free_port() for _ in range(args.workers)]
     workers = [start_worker(port, args.worker_threads) for port in ports]
     endpoints = [f"127.0.0.1:{port}" for port in ports]
-    results: dict[str, list[tuple[int, float]]] = {}
+    results: dict[str, list[Timed]] = {}
     try:
         local = load_runtime(Settings(model=args.model))
         split = load_runtime(Settings(model=args.model, workers=",".join(endpoints)))
         print(f"whole: {local.engine.backend.describe()}; plain step {local.engine.verify_costs[0] * 1000:.1f} ms")
         print(f"split: {split.engine.backend.describe()}; plain step {split.engine.verify_costs[0] * 1000:.1f} ms")
         runs = [("local plain", local, False), ("split plain", split, False), ("split auto", split, True)]
-        for text in prompts:
-            for name, runtime, drafted in runs:
-                engine = runtime.engine
-                ids = engine.encode_chat([{"role": "user", "content": text}])
-                t0 = time.perf_counter()
-                final = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
-                                                               drafters=runtime.make_drafters() if drafted else [])))[-1]
-                results.setdefault(name, []).append((len(final.token_ids), time.perf_counter() - t0))
-                if final.error:
-                    print(f"{name}: {final.error}")
+        _time_ours(prompts, runs, args.max_new_tokens, results)
         prompt_ids = [local.engine.encode_chat([{"role": "user", "content": t}]) for t in prompts]
-        gguf = Path(resolve_model(args.model).gguf_path)
-        layers = gguf_layers(gguf)
-        remote = split.engine.backend.split
-        offloaded = layers - remote["this computer"]
+        gguf, offloaded = _offloaded(args.model, split)
         local.engine.backend.close()
         split.engine.backend.close()
-        binary, why = find_llama_server()
-        if binary is None:
-            print(f"llama-server skipped: {why}")
-        else:
-            peer = LlamaServer(binary, "llama-server", gguf, threads=default_threads(), context=DEFAULT_CONTEXT,
-                               max_new_tokens=args.max_new_tokens)
-            peer.command += ["--rpc", ",".join(endpoints), "-ngl", str(offloaded), "-ts",
-                             ",".join(["1"] * len(endpoints))]
-            peer.start()
-            try:
-                for ids in prompt_ids:
-                    out, secs, _ = peer.answer(list(ids))
-                    results.setdefault("llama-server split", []).append((len(out), secs))
-            finally:
-                peer.stop()
+        _time_llama_server(gguf, offloaded, endpoints, prompt_ids, args.max_new_tokens, results)
     finally:
         for w in workers:
             w.terminate()
+    _print_rates(results)
+    return 0
+
+
+def first_of_each_category(path: str, count: int) -> list[str]:
+    """The first turn of the first question of each category, for ``count`` categories."""
+    seen, prompts = set(), []
+    for line in Path(path).read_text().splitlines():
+        q = json.loads(line)
+        if q["category"] not in seen and len(prompts) < count:
+            seen.add(q["category"])
+            prompts.append(q["turns"][0])
+    return prompts
+
+
+def _time_ours(prompts: list[str], runs: list, max_new_tokens: int, results: dict[str, list[Timed]]) -> None:
+    """Each prompt answered by each (name, runtime, drafted) run, greedy, timed."""
+    from draftscope.engine.engine import GenerationRequest
+
+    for text in prompts:
+        for name, runtime, drafted in runs:
+            engine = runtime.engine
+            ids = engine.encode_chat([{"role": "user", "content": text}])
+            t0 = time.perf_counter()
+            request = GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=max_new_tokens,
+                                        drafters=runtime.make_drafters() if drafted else [])
+            final = list(engine.generate(request))[-1]
+            results.setdefault(name, []).append(Timed(len(final.token_ids), time.perf_counter() - t0))
+            if final.error:
+                print(f"{name}: {final.error}")
+
+
+class _Offloaded(NamedTuple):
+    gguf: Path
+    layers: int  # the model's layers the workers hold
+
+
+def _offloaded(model: str, split) -> _Offloaded:
+    from draftscope.engine.backends.llama.rpc import gguf_layers
+    from draftscope.models.resolve import resolve_model
+
+    gguf = Path(resolve_model(model).gguf_path)
+    remote = split.engine.backend.split
+    return _Offloaded(gguf, gguf_layers(gguf) - remote["this computer"])
+
+
+def _time_llama_server(gguf: Path, offloaded: int, endpoints: list[str], prompt_ids: list[list[int]],
+                       max_new_tokens: int, results: dict[str, list[Timed]]) -> None:
+    """llama.cpp's server on the same split (the same layers on the same workers), where one is found."""
+    from draftscope.bench.llama_server import LlamaServer, find_llama_server
+    from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
+
+    binary, why = find_llama_server()
+    if binary is None:
+        print(f"llama-server skipped: {why}")
+        return
+    peer = LlamaServer(binary, "llama-server", gguf, threads=default_threads(), context=DEFAULT_CONTEXT,
+                       max_new_tokens=max_new_tokens)
+    peer.command += ["--rpc", ",".join(endpoints), "-ngl", str(offloaded), "-ts", ",".join(["1"] * len(endpoints))]
+    peer.start()
+    try:
+        for ids in prompt_ids:
+            out, secs, _ = peer.answer(list(ids))
+            results.setdefault("llama-server split", []).append(Timed(len(out), secs))
+    finally:
+        peer.stop()
+
+
+def _print_rates(results: dict[str, list[Timed]]) -> None:
     base = None
     print("| method | tokens/s (prompt processing included) | vs local plain |")
     print("|---|---:|---:|")
     for name, rows in results.items():
-        rate = sum(t for t, _ in rows) / sum(s for _, s in rows)
+        rate = sum(r.tokens for r in rows) / sum(r.seconds for r in rows)
         base = base or rate
         print(f"| {name} | {rate:.2f} | {rate / base:.2f}x |")
-    return 0
-
