@@ -216,64 +216,87 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
     parallel = args.parallel or max(counts)
     servers = [s for s in args.servers.split(",") if s]
-    total = max(counts) * args.requests
-    asked = questions(args.questions, total)
-    rows = []
-
-    def rounds(name: str, url: str, model: str, extra: dict | None = None) -> None:
-        for c in counts:
-            asks = [asked[k * args.requests:(k + 1) * args.requests] for k in range(c)]
-            r = run_round(url, model, c, asks, args.max_new_tokens, extra, arrival_times(c, args.poisson))
-            r["server"] = name
-            rows.append(r)
-            print(f"{name}, {c} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
-                  f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
-                  f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
-                  + (f"; {r['answers_per_forward']:.2f} answers a forward" if r["answers_per_forward"] else "")
-                  + (f"; {r['all_decoding_tokens_per_s']:.1f} tokens/s while all {c} decode"
-                     if c > 1 and r["all_decoding_tokens_per_s"] else "")
-                  + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""), flush=True)
-
+    rounds = Rounds(args, counts, questions(args.questions, max(counts) * args.requests))
     for name in [s for s in servers if s.startswith("ours")]:
         server = OurServer(args.model, parallel, drafting=name == "ours-drafting", workers=args.rpc,
                            backend=args.backend)
         try:
             print(f"{name}: {server.banner}", flush=True)
-            rounds(name, server.url, "default")
+            rounds.measure(name, server.url, "default")
         finally:
             server.stop()
     if "llama-server" in servers:
-        from draftscope.bench.llama_server import LlamaServer, find_llama_server
-        from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
-        from draftscope.models.resolve import resolve_model
-
-        binary, why = find_llama_server()
-        if binary is None:
-            print(f"llama-server skipped: {why}")
-        else:
-            source = resolve_model(args.model)
-            peer = LlamaServer(binary, "llama-server", Path(source.gguf_path), threads=default_threads(),
-                               context=DEFAULT_CONTEXT, max_new_tokens=args.max_new_tokens, parallel=parallel)
-            peer.start()
-            try:
-                # no prompt cache: every round asks the same questions again
-                rounds(f"llama-server -np {parallel}", f"http://127.0.0.1:{peer.port}/v1", "model",
-                       {"cache_prompt": False})
-            finally:
-                peer.stop()
-    print(format_table(rows))
-    if any(r["server"].startswith("ours") for r in rows):  # measured after the servers stopped: the cores are free
-        bound = batch_bound(args.model, args.backend, max(counts))
-        for r in rows:
-            r["bound_tokens_per_s"] = bound
-        print(f"the batch curve's bound for {max(counts)} tokens a forward (one each of {max(counts)} answers, "
-              f"a {max(counts)}-token forward as measured at load): {bound:.1f} tokens/s; "
-              + ", ".join(f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it "
-                          f"(aggregate), {_share(r.get('all_decoding_tokens_per_s'), bound)} (while all decode)"
-                          for r in rows if r["clients"] == max(counts) and r["server"].startswith("ours")))
+        _measure_llama_server(args, parallel, rounds)
+    print(format_table(rounds.rows))
+    if any(r["server"].startswith("ours") for r in rounds.rows):
+        # measured after the servers stopped: the cores are free
+        _print_bound(args, max(counts), rounds.rows)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(rows, indent=2))
+        Path(args.json_out).write_text(json.dumps(rounds.rows, indent=2))
     return 0
+
+
+class Rounds:
+    """A round per client count against one server after another, every client asking its share of
+    the questions; each round's figures kept (``rows``) and said as it ends."""
+
+    def __init__(self, args: argparse.Namespace, counts: list[int], asked: list[str]) -> None:
+        self.args, self.counts, self.asked = args, counts, asked
+        self.rows: list[dict] = []
+
+    def measure(self, name: str, url: str, model: str, extra: dict | None = None) -> None:
+        requests = self.args.requests
+        for c in self.counts:
+            asks = [self.asked[k * requests:(k + 1) * requests] for k in range(c)]
+            r = run_round(url, model, c, asks, self.args.max_new_tokens, extra, arrival_times(c, self.args.poisson))
+            r["server"] = name
+            self.rows.append(r)
+            print(_round_line(name, c, r), flush=True)
+
+
+def _round_line(name: str, clients: int, r: dict) -> str:
+    return (f"{name}, {clients} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
+            f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
+            f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
+            + (f"; {r['answers_per_forward']:.2f} answers a forward" if r["answers_per_forward"] else "")
+            + (f"; {r['all_decoding_tokens_per_s']:.1f} tokens/s while all {clients} decode"
+               if clients > 1 and r["all_decoding_tokens_per_s"] else "")
+            + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""))
+
+
+def _measure_llama_server(args: argparse.Namespace, parallel: int, rounds: Rounds) -> None:
+    """llama.cpp's own server with as many slots, where one is found."""
+    from draftscope.bench.llama_server import LlamaServer, find_llama_server
+    from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
+    from draftscope.models.resolve import resolve_model
+
+    binary, why = find_llama_server()
+    if binary is None:
+        print(f"llama-server skipped: {why}")
+        return
+    source = resolve_model(args.model)
+    peer = LlamaServer(binary, "llama-server", Path(source.gguf_path), threads=default_threads(),
+                       context=DEFAULT_CONTEXT, max_new_tokens=args.max_new_tokens, parallel=parallel)
+    peer.start()
+    try:
+        # no prompt cache: every round asks the same questions again
+        rounds.measure(f"llama-server -np {parallel}", f"http://127.0.0.1:{peer.port}/v1", "model",
+                       {"cache_prompt": False})
+    finally:
+        peer.stop()
+
+
+def _print_bound(args: argparse.Namespace, most: int, rows: list[dict]) -> None:
+    """The batch curve's bound for ``most`` answers at once, added to every row and compared with
+    our server's rounds at that many clients."""
+    bound = batch_bound(args.model, args.backend, most)
+    for r in rows:
+        r["bound_tokens_per_s"] = bound
+    print(f"the batch curve's bound for {most} tokens a forward (one each of {most} answers, "
+          f"a {most}-token forward as measured at load): {bound:.1f} tokens/s; "
+          + ", ".join(f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it "
+                      f"(aggregate), {_share(r.get('all_decoding_tokens_per_s'), bound)} (while all decode)"
+                      for r in rows if r["clients"] == most and r["server"].startswith("ours")))
 
 
 def batch_bound(model: str, backend: str, answers: int) -> float:
