@@ -8,74 +8,75 @@ import argparse
 def add_parser(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
-    from draftscope.bench.retriever import add_arguments
+    for add in (_add_retriever, _add_spec, _add_lossless, _add_gpu, _add_serve, _add_turns, _add_project, _add_memory,
+                _add_rpc):
+        add(bench_sub)
 
-    retr = bench_sub.add_parser("retriever", help="index build and search figures (docs/benchmarks.md)")
-    add_arguments(retr)
-    retr.set_defaults(func=_retriever)
 
+def _add_bench(bench_sub, name: str, module, help: str, *, described: bool = True) -> None:
+    """``bench NAME``: ``module``'s arguments and its run; its docstring as --help's description."""
+    shown = dict(description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter) if described else {}
+    p = bench_sub.add_parser(name, help=help, **shown)
+    module.add_arguments(p)
+    p.set_defaults(func=lambda a: module.run(a))
+
+
+def _add_retriever(bench_sub) -> None:
+    from draftscope.bench import retriever
+
+    _add_bench(bench_sub, "retriever", retriever, "index build and search figures (docs/benchmarks.md)",
+               described=False)
+
+
+def _add_spec(bench_sub) -> None:
     from draftscope.bench import spec
 
-    spec_p = bench_sub.add_parser("spec", help="speculative decoding on Spec-Bench questions vs Hugging Face generate")
-    spec.add_arguments(spec_p)
-    spec_p.set_defaults(func=lambda a: spec.run(a))
+    _add_bench(bench_sub, "spec", spec, "speculative decoding on Spec-Bench questions vs Hugging Face generate",
+               described=False)
 
+
+def _add_lossless(bench_sub) -> None:
     from draftscope.bench import lossless
 
-    lossless_p = bench_sub.add_parser("lossless", help="exactness audit: greedy identity and sampling distribution tests",
-                                      description=lossless.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lossless.add_arguments(lossless_p)
-    lossless_p.set_defaults(func=lambda a: lossless.run(a))
+    _add_bench(bench_sub, "lossless", lossless, "exactness audit: greedy identity and sampling distribution tests")
 
+
+def _add_gpu(bench_sub) -> None:
     from draftscope.bench import gpu
 
-    gpu_p = bench_sub.add_parser("gpu", help="step costs on this device (GPU or CPU): verify curve, worst step, "
-                                 "plain vs HF generate, the oracle's limit", description=gpu.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    gpu.add_arguments(gpu_p)
-    gpu_p.set_defaults(func=lambda a: gpu.run(a))
+    _add_bench(bench_sub, "gpu", gpu, "step costs on this device (GPU or CPU): verify curve, worst step, "
+               "plain vs HF generate, the oracle's limit")
 
+
+def _add_serve(bench_sub) -> None:
     from draftscope.bench import concurrent as serve_bench
 
-    serve_p = bench_sub.add_parser("serve", help="concurrent clients against one server: aggregate tokens/s and "
-                                   "latencies, ours (drafting on and off) and llama-server", description=serve_bench.__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    serve_bench.add_arguments(serve_p)
-    serve_p.set_defaults(func=lambda a: serve_bench.run(a))
+    _add_bench(bench_sub, "serve", serve_bench, "concurrent clients against one server: aggregate tokens/s and "
+               "latencies, ours (drafting on and off) and llama-server")
 
+
+def _add_turns(bench_sub) -> None:
     from draftscope.bench import turns
 
-    turns_p = bench_sub.add_parser("turns", help="a conversation about a document, turn after turn: first token and "
-                                   "decode rate per turn, ours against llama-server", description=turns.__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    turns.add_arguments(turns_p)
-    turns_p.set_defaults(func=lambda a: turns.run(a))
+    _add_bench(bench_sub, "turns", turns, "a conversation about a document, turn after turn: first token and "
+               "decode rate per turn, ours against llama-server")
 
+
+def _add_project(bench_sub) -> None:
     from draftscope.bench import projection
 
-    project_p = bench_sub.add_parser("project", help="a projection: acceptance traced here (bench spec --trace) "
-                                     "replayed against another device's step costs (bench gpu --json)",
-                                     description=projection.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    projection.add_arguments(project_p)
-    project_p.set_defaults(func=lambda a: projection.run(a))
+    _add_bench(bench_sub, "project", projection, "a projection: acceptance traced here (bench spec --trace) "
+               "replayed against another device's step costs (bench gpu --json)")
 
+
+def _add_memory(bench_sub) -> None:
     from draftscope.bench import memory
 
-    memory_p = bench_sub.add_parser("memory", help="peak memory of one answer: llama-cpp-python against ours",
-                                    description=memory.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    memory.add_arguments(memory_p)
-    memory_p.set_defaults(func=lambda a: memory.run(a))
+    _add_bench(bench_sub, "memory", memory, "peak memory of one answer: llama-cpp-python against ours")
 
+
+def _add_rpc(bench_sub) -> None:
     from draftscope.bench import split
 
-    rpc_p = bench_sub.add_parser("rpc", help="a model split over local rpc workers against it whole and against "
-                                 "llama-server on the same split", description=split.__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    split.add_arguments(rpc_p)
-    rpc_p.set_defaults(func=lambda a: split.run(a))
-
-
-def _retriever(args: argparse.Namespace) -> int:
-    from draftscope.bench.retriever import run
-
-    return run(args)
+    _add_bench(bench_sub, "rpc", split, "a model split over local rpc workers against it whole and against "
+               "llama-server on the same split")

@@ -16,7 +16,12 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
 def add_parser(sub) -> None:
     ds = sub.add_parser("datastore", help="build and inspect datastores (what retrieval drafts come from)")
     ds_sub = ds.add_subparsers(dest="datastore_command", required=True)
+    for add in (_add_build, _add_info, _add_build_default, _add_distill):
+        add(ds_sub)
 
+
+def _add_build(ds_sub) -> None:
+    """``datastore build``: sources, what to keep of them, and where the index goes."""
     build = ds_sub.add_parser(
         "build",
         help="build a datastore from your files",
@@ -40,12 +45,18 @@ def add_parser(sub) -> None:
     build.add_argument("--json", action="store_true", help="print the summary as JSON")
     build.set_defaults(func=cmd_build)
 
+
+def _add_info(ds_sub) -> None:
+    """``datastore info PATH``."""
     info = ds_sub.add_parser("info", help="what a datastore holds (its manifest and index header)")
     info.add_argument("path")
     info.add_argument("--verify", action="store_true", help="also check the index checksum")
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=cmd_info)
 
+
+def _add_build_default(ds_sub) -> None:
+    """``datastore build-default``: a model's default chat datastore."""
     default = ds_sub.add_parser("build-default", help="build a model's default chat datastore (ShareGPT; code models: "
                                                       "also the Python standard library)")
     default.add_argument("--model", default="default", help="the model it is for: a catalogue name, folder or .gguf")
@@ -54,6 +65,9 @@ def add_parser(sub) -> None:
     default.add_argument("--json", action="store_true")
     default.set_defaults(func=cmd_build_default)
 
+
+def _add_distill(ds_sub) -> None:
+    """``datastore distill``: the model answers prompts and its answers are indexed."""
     distill = ds_sub.add_parser(
         "distill",
         help="a datastore of the model's own answers (its style drafts better than ShareGPT's)",
