@@ -40,6 +40,25 @@ def tokenizer(tokenizer_dir):
     return AutoTokenizer.from_pretrained(str(tokenizer_dir))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of tiny models (``pytest.mark.usefixtures("one_thread")``): the
+    tests share two cores with other work, and two threads per tiny matmul wait on each other (steps
+    of 20 ms took 200 ms; a thread reniced by an answer holds the others up at every step)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """An empty cache folder for the test: no GGUF remembered as checked, no catalogue model downloaded."""
+    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.fixture
 def build_index(tmp_path):
     """Build an index from a list of documents and return a Reader on it."""

@@ -15,14 +15,7 @@ from draftscope.cli import main
 from engine_fixtures import tiny_llama
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tests share two cores with other work: two torch threads then wait on each other
-    (steps of 20 ms took 200 ms), one thread runs these small models at full speed."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sections_of(out: str) -> dict[str, str]:

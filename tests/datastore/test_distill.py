@@ -22,14 +22,7 @@ from engine_fixtures import tiny_llama
 NEW_TOKENS = 10
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: on a small shared machine two threads per tiny matmul wait on each other
-    (100x slower here when another process keeps the cores busy)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -25,17 +25,7 @@ from draftscope.drafters.recurrent.train import (TrainCancelled, TrainError, Tra
 from engine_fixtures import tiny_llama
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    return tiny_llama(len(tokenizer), seed=5, sharpen=8.0, eos_token_id=tokenizer.eos_token_id)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

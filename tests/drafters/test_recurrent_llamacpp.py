@@ -32,18 +32,7 @@ SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=1
 PROMPTS = ["def main():\n    print('hello", "The quick brown fox", "Hello there! How can", "import os\nimport"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    """A peaked model: its answers are predictable enough for a small head to learn them."""
-    return tiny_llama(len(tokenizer), seed=5, sharpen=8.0, eos_token_id=tokenizer.eos_token_id)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

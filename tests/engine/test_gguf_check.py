@@ -27,10 +27,7 @@ def good(tmp_path_factory):
     return random_llama(tmp_path_factory.mktemp("gguf") / "good.gguf")
 
 
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    """Every test starts with no file remembered as checked."""
-    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("own_cache")  # every test starts with no file remembered as checked
 
 
 @pytest.fixture

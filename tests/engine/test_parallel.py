@@ -27,12 +27,7 @@ from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: E4
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
-
-# Prompts that repeat themselves: the conversation's drafts are accepted in every answer.
-PROMPTS = ["one two three four five one two three four five one two", "red green blue red green blue red green",
-           "a b c d e f a b c d e f a b c", "the cat sat on the mat the cat sat on the"]
-SAMPLED = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i) for i in range(len(PROMPTS))]
-GREEDY = [SamplingParams()] * len(PROMPTS)
+from threaded_answers import GREEDY, PROMPTS, SAMPLED, answer, forwards_seen, ids_of, side_by_side  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -62,51 +57,11 @@ def shared(gguf):
     engine.backend.close()
 
 
-def ids_of(tokenizer, text):
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def answer(engine, ids, params, drafted: bool, tokens: int = 40):
-    request = GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, sampling=params,
-                                drafters=[ContextDrafter()] if drafted else [], budget=6 if drafted else None)
-    return list(engine.generate(request))[-1]
-
-
-def side_by_side(engine, prompts, params, drafted=True):
-    """Every prompt answered at once, each on a thread of its own."""
-    finals = [None] * len(prompts)
-    start = threading.Barrier(len(prompts))
-
-    def run(i):
-        start.wait()
-        finals[i] = answer(engine, prompts[i], params[i], drafted)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return finals
-
-
-def forwards_seen(monkeypatch) -> list[int]:
-    """How many answers each llama_decode held."""
-    sizes = []
-    decode = LlamaCppBackend.decode_many
-
-    def counting(self, work):
-        sizes.append(len(work))
-        return decode(self, work)
-
-    monkeypatch.setattr(LlamaCppBackend, "decode_many", counting)
-    return sizes
-
-
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "T0.9"])
 def test_answers_side_by_side_are_each_plain_decodings_answer(alone, shared, tokenizer, params, monkeypatch):
     prompts = [ids_of(tokenizer, p) for p in PROMPTS]
     plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, params)]
-    sizes = forwards_seen(monkeypatch)
+    sizes = forwards_seen(monkeypatch, LlamaCppBackend)
     finals = side_by_side(shared, prompts, params)
     assert all(f is not None and f.error is None for f in finals), finals
     assert max(sizes) >= 3, f"the answers' steps were not decoded together: {sizes[:40]}"

@@ -20,13 +20,8 @@ from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
-from draftscope.engine.sampling import SamplingParams
 from engine_fixtures import tiny_llama
-
-PROMPTS = ["one two three four five one two three four five one two", "red green blue red green blue red green",
-           "a b c d e f a b c d e f a b c", "the cat sat on the mat the cat sat on the"]
-SAMPLED = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i) for i in range(len(PROMPTS))]
-GREEDY = [SamplingParams()] * len(PROMPTS)
+from threaded_answers import GREEDY, PROMPTS, SAMPLED, answer, forwards_seen, ids_of, side_by_side
 
 
 @pytest.fixture(scope="module")
@@ -46,47 +41,6 @@ def shared(model, tokenizer):
     engine = Engine(backend=torch_backend_for(model, tokenizer, slots=4, first_span=64))
     engine.eos_ids = set()
     return engine
-
-
-def ids_of(tokenizer, text):
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def answer(engine, ids, params, drafted: bool, tokens: int = 40):
-    request = GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, sampling=params,
-                                drafters=[ContextDrafter()] if drafted else [], budget=6 if drafted else None)
-    return list(engine.generate(request))[-1]
-
-
-def side_by_side(engine, prompts, params, drafted=True, requests=None):
-    finals = [None] * len(prompts)
-    start = threading.Barrier(len(prompts))
-
-    def run(i):
-        start.wait()
-        if requests is None:
-            finals[i] = answer(engine, prompts[i], params[i], drafted)
-        else:
-            finals[i] = list(engine.generate(requests[i]))[-1]
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return finals
-
-
-def forwards_seen(monkeypatch) -> list[int]:
-    sizes = []
-    decode = TorchSlotsBackend.decode_many
-
-    def counting(self, work):
-        sizes.append(len(work))
-        return decode(self, work)
-
-    monkeypatch.setattr(TorchSlotsBackend, "decode_many", counting)
-    return sizes
 
 
 def test_the_torch_backend_holds_as_many_answers_as_asked(shared, alone):
@@ -162,7 +116,7 @@ def test_rows_of_slots_that_are_not_consecutive_and_a_second_prompt_chunk_beside
 def test_answers_side_by_side_are_each_their_solo_answer(alone, shared, tokenizer, params, count, monkeypatch):
     prompts = [ids_of(tokenizer, p) for p in PROMPTS[:count]]
     solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, params)]
-    sizes = forwards_seen(monkeypatch)
+    sizes = forwards_seen(monkeypatch, TorchSlotsBackend)
     finals = side_by_side(shared, prompts, params[:count])
     assert all(f is not None and f.error is None for f in finals), finals
     assert max(sizes) == count, f"the answers' steps were not decoded together: {sizes[:40]}"

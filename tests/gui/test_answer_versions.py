@@ -99,16 +99,6 @@ def test_an_unkept_regenerate_shows_the_old_version_again(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- the window
 
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    from draftscope.engine.engine import Engine
-    from engine_fixtures import tiny_llama
-
-    model = tiny_llama(len(tokenizer), seed=7, layers=2, hidden=64)
-    model.config.max_position_embeddings = 4096
-    return Engine(model, tokenizer, name="tiny")
-
-
 def make_window(qtbot, engine, db, **fields):
     pytest.importorskip("PySide6")
     from draftscope.gui.main_window import MainWindow
@@ -141,11 +131,11 @@ def ask(qtbot, window, text: str) -> None:
     answer(qtbot, window, window.send)
 
 
-def test_regenerate_twice_pages_three_versions_and_continues_from_the_shown_one(qtbot, engine, tmp_path):
+def test_regenerate_twice_pages_three_versions_and_continues_from_the_shown_one(qtbot, conversation_engine, tmp_path):
     from test_gui_conversations import click_link
 
     db = tmp_path / "h.sqlite3"
-    w = make_window(qtbot, engine, db, temperature=1.0)
+    w = make_window(qtbot, conversation_engine, db, temperature=1.0)
     ask(qtbot, w, "Tell me about caches")
     answer(qtbot, w, w.regenerate)
     answer(qtbot, w, w.regenerate)
@@ -167,7 +157,7 @@ def test_regenerate_twice_pages_three_versions_and_continues_from_the_shown_one(
     assert said[-3:] == ["Tell me about caches", texts[0], "And then?"], "the next question follows version 1"
     w.close()
 
-    again = make_window(qtbot, engine, db, temperature=1.0)  # a restart keeps the versions and the branch
+    again = make_window(qtbot, conversation_engine, db, temperature=1.0)  # a restart keeps the versions and the branch
     again.show_conversation(w.conversation_id)
     assert "1 / 3" in again.chat_view.toPlainText() and "And then?" in again.chat_view.toPlainText()
     click_link(qtbot, again.chat_view, "action:version/")  # "›": version 2, whose branch has no later turn
@@ -175,8 +165,8 @@ def test_regenerate_twice_pages_three_versions_and_continues_from_the_shown_one(
     assert shown(again, texts[1]) and "And then?" not in again.chat_view.toPlainText()
 
 
-def test_at_temperature_0_a_regenerate_says_it_wrote_the_same_text(qtbot, engine, tmp_path):
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", temperature=0.0)
+def test_at_temperature_0_a_regenerate_says_it_wrote_the_same_text(qtbot, conversation_engine, tmp_path):
+    w = make_window(qtbot, conversation_engine, tmp_path / "h.sqlite3", temperature=0.0)
     ask(qtbot, w, "Hello there")
     assert "same text as version" not in w.chat_view.toPlainText()
     answer(qtbot, w, w.regenerate)

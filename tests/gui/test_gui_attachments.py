@@ -16,18 +16,9 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QToolButton  # noqa: E402
 
-from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    model = tiny_llama(len(tokenizer), seed=5, layers=2, hidden=64)
-    model.config.max_position_embeddings = 4096
-    return Engine(model, tokenizer, name="tiny")
 
 
 def make_window(qtbot, engine, db):
@@ -49,19 +40,20 @@ def drop_files(widget, paths) -> None:
     QApplication.sendEvent(widget, QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, buttons, none))
 
 
-def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qtbot, engine, tmp_path, monkeypatch):
+def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qtbot, chat_engine, tmp_path,
+                                                                             monkeypatch):
     notes, todo, extra = tmp_path / "notes.md", tmp_path / "todo.txt", tmp_path / "extra.txt"
     notes.write_text("# Notes\nThe meeting is on Friday at noon.\n")
     todo.write_text("fix the fence\nbuy milk\n")
     extra.write_text("not wanted\n")
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(notes), str(extra)], ""))
     qtbot.mouseClick(w.findChild(QPushButton, "attachButton"), Qt.MouseButton.LeftButton)
     drop_files(w.chat_view.viewport(), [todo])
     chips = w.composer.chips
     assert [f.name for f in chips.files] == ["notes.md", "extra.txt", "todo.txt"]
     assert len(chips.chips()) == 3 and chips.isVisible()
-    size = len(engine.tokenizer(notes.read_text().strip(), add_special_tokens=False)["input_ids"])
+    size = len(chat_engine.tokenizer(notes.read_text().strip(), add_special_tokens=False)["input_ids"])
     assert chips.chips()[0].findChild(QLabel).text() == f"notes.md · {size:,} tokens"
     qtbot.mouseClick(chips.chips()[1].findChild(QToolButton, "removeAttachment"), Qt.MouseButton.LeftButton)
     assert [f.name for f in chips.files] == ["notes.md", "todo.txt"], "the removed chip is not sent"
@@ -78,7 +70,7 @@ def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qt
     conversation = w.conversation_id
     w.close()
 
-    again = make_window(qtbot, engine, tmp_path / "h.sqlite3")  # the app restarted
+    again = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")  # the app restarted
     again.show_conversation(conversation)
     assert "notes.md" in again.chat_view.toPlainText()
     again.chat_view._on_link(QUrl(f"attachment:{user.id}/0"))
@@ -87,10 +79,10 @@ def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qt
     dialog.close()
 
 
-def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, engine, tmp_path):
+def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, chat_engine, tmp_path):
     (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 8)
     (tmp_path / "ok.txt").write_text("fine\n")
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     box = w.findChild(QPlainTextEdit, "chatInput")
     box.setPlainText("half-written question")
     drop_files(box.viewport(), [tmp_path / "blob.bin", tmp_path / "ok.txt"])
@@ -100,14 +92,14 @@ def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, engin
     assert [f.name for f in w.composer.chips.files] == ["ok.txt"], "the readable file is attached"
 
 
-def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, engine, tmp_path, monkeypatch):
+def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, chat_engine, tmp_path, monkeypatch):
     from PySide6.QtGui import QAction
     from PySide6.QtWidgets import QMessageBox
 
     from history_fixtures import chatgpt_export, filled
 
     filled(tmp_path / "h.sqlite3").close()
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "all.json"), ""))
     w.findChild(QAction, "exportAllAction").trigger()
     assert (tmp_path / "all.json").exists()
@@ -123,7 +115,7 @@ def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, engin
     assert warned and "nothing was imported" in warned[0] and w.conversation_list.count() == 3
 
 
-def test_a_conversation_keeps_its_documents_folder_and_answers_from_it(qtbot, engine, tmp_path, monkeypatch):
+def test_a_conversation_keeps_its_documents_folder_and_answers_from_it(qtbot, chat_engine, tmp_path, monkeypatch):
     """Documents ▸ Add folder…: indexed in the background with progress, the next message carries
     the passages that answer it (named by file and lines), the folder stays with the conversation
     (another conversation has none; coming back brings it), and a changed file is read again."""
@@ -134,7 +126,7 @@ def test_a_conversation_keeps_its_documents_folder_and_answers_from_it(qtbot, en
     folder = tmp_path / "handbook"
     folder.mkdir()
     (folder / "office.md").write_text("The office wifi password is kestrel-42.\n\nLunch is at noon.\n")
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     panel = w.documents_panel
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
     qtbot.mouseClick(w.findChild(QPushButton, "addDocumentsButton"), Qt.MouseButton.LeftButton)

@@ -19,16 +19,6 @@ from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 from draftscope.sysinfo import freeze_loaded_objects  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    model = tiny_llama(len(tokenizer), seed=5, layers=2, hidden=64)
-    model.config.max_position_embeddings = 4096
-    engine = Engine(model, tokenizer, name="tiny")
-    freeze_loaded_objects()  # as the app's model loader does, so a full GC of torch's objects is not timed
-    return engine
 
 
 def make_window(qtbot, engine, db, max_new_tokens=40):
@@ -50,16 +40,16 @@ def qtbot_left():
     return Qt.MouseButton.LeftButton
 
 
-def test_widgets_are_found_by_name(qtbot, engine, tmp_path):
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+def test_widgets_are_found_by_name(qtbot, chat_engine, tmp_path):
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     for cls, name in [(QPlainTextEdit, "chatInput"), (QPushButton, "sendButton"), (QPushButton, "stopButton"),
                       (QTextBrowser, "chatView"), (QListWidget, "conversationList"), (QLabel, "statusTokensPerSecond"),
                       (QDockWidget, "draftsDock"), (QDockWidget, "trieDock"), (QDockWidget, "speedupDock")]:
         assert w.findChild(cls, name) is not None, name
 
 
-def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+def test_an_answer_streams_and_keeps_its_stats(qtbot, chat_engine, tmp_path):
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     batches = []
     w.answer_signals.steps.connect(batches.append)
     with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
@@ -83,8 +73,8 @@ def test_an_answer_streams_and_keeps_its_stats(qtbot, engine, tmp_path):
     assert w.findChild(QLabel, "speedupCaption").text().startswith(f"{rate} tokens/s vs ")
 
 
-def test_stop_mid_answer(qtbot, engine, tmp_path):
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=3000)
+def test_stop_mid_answer(qtbot, chat_engine, tmp_path):
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=3000)
     with qtbot.waitSignal(w.answer_signals.steps, timeout=60_000):
         send(qtbot, w, "Tell me a very long story")
     with qtbot.waitSignal(w.worker.cancelled, timeout=10_000) as stopped:
@@ -99,10 +89,10 @@ def test_stop_mid_answer(qtbot, engine, tmp_path):
         assert "stopped · " in w.chat_view.toPlainText()
 
 
-def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, engine, tmp_path):
+def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, chat_engine, tmp_path):
     """Sending shows the new message and its answer however far up the user was; while the answer
     streams the view stays at its end, until the user scrolls up to read, where it then stays."""
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=60)
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=60)
     w.resize(900, 500)
     for k in range(3):  # a conversation taller than the view
         with qtbot.waitSignal(w.worker.finished, timeout=60_000):
@@ -116,7 +106,7 @@ def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, engine,
     qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0, timeout=5000)
 
-    long = make_window(qtbot, engine, tmp_path / "long.sqlite3", max_new_tokens=2000)
+    long = make_window(qtbot, chat_engine, tmp_path / "long.sqlite3", max_new_tokens=2000)
     long.resize(900, 500)
     lbar = long.chat_view.verticalScrollBar()
     with qtbot.waitSignal(long.answer_signals.steps, timeout=60_000):
@@ -129,14 +119,14 @@ def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, engine,
     assert lbar.value() == 10 and lbar.maximum() > 10, "left where the user was reading"
 
 
-def test_history_survives_a_restart(qtbot, engine, tmp_path):
+def test_history_survives_a_restart(qtbot, chat_engine, tmp_path):
     db = tmp_path / "h.sqlite3"
-    w = make_window(qtbot, engine, db)
+    w = make_window(qtbot, chat_engine, db)
     with qtbot.waitSignal(w.worker.finished, timeout=60_000):
         send(qtbot, w, "Remember this conversation")
     qtbot.waitUntil(lambda: len(w.history.messages(w.conversation_id)) == 2, timeout=5000)
     w.close()
-    w2 = make_window(qtbot, engine, db)
+    w2 = make_window(qtbot, chat_engine, db)
     items = w2.findChild(QListWidget, "conversationList")
     assert items.count() == 1 and items.item(0).text() == "Remember this conversation"
     items.setCurrentRow(0)
@@ -144,7 +134,7 @@ def test_history_survives_a_restart(qtbot, engine, tmp_path):
 
 
 @pytest.mark.parametrize("inspecting", [False, True], ids=["chat", "all-panels-open"])
-def test_ui_thread_stays_responsive_while_streaming(qtbot, engine, tmp_path, inspecting):
+def test_ui_thread_stays_responsive_while_streaming(qtbot, chat_engine, tmp_path, inspecting):
     """A 10 ms timer records how late it fires while a long answer streams: the UI thread must stay
     usable, in the chat alone and with every inspection panel open and following the stream.
 
@@ -152,7 +142,7 @@ def test_ui_thread_stays_responsive_while_streaming(qtbot, engine, tmp_path, ins
     the UI thread is never held for a tenth of the answer's time (a chart layout loop that never
     ends, a view redrawn for every step). The usual lateness is printed: the figures in
     docs/benchmarks.md come from it."""
-    long_engine = Engine(engine.model, engine.tokenizer, name="tiny")
+    long_engine = Engine(chat_engine.model, chat_engine.tokenizer, name="tiny")
     long_engine.eos_ids = set()  # a long answer: the random model would otherwise stop at its EOS
     w = make_window(qtbot, long_engine, tmp_path / "h.sqlite3", max_new_tokens=2500)
     if inspecting:
@@ -190,7 +180,7 @@ def test_ui_thread_stays_responsive_while_streaming(qtbot, engine, tmp_path, ins
     assert worst < 0.1 * answer_ms, f"UI thread blocked for {worst:.0f} ms of a {answer_ms:.0f} ms answer"
 
 
-def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, tmp_path):
+def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, chat_engine, tmp_path):
     from PySide6.QtCore import QThread
 
     from draftscope.gui.launcher import Launcher
@@ -199,7 +189,7 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, t
 
     def factory(_settings, log=None):
         loaded_on.append(QThread.currentThread())
-        return Runtime(_settings, engine)
+        return Runtime(_settings, chat_engine)
 
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(datastore=str(tmp_path / "none.idx")),
                         notices=["settings were reset"])
@@ -214,7 +204,7 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, engine, t
     assert "retrieval drafts are off: no datastore" in message, "a drafter switched on but unusable is explained"
 
 
-def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, engine, tmp_path):
+def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, chat_engine, tmp_path):
     """On CUDA the load captures the decode steps for seconds; the dialog says so while it happens."""
     import threading
 
@@ -226,7 +216,7 @@ def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, engine, tmp_path
         log(f"loading {settings.model} ...")  # the dialog says this already
         log("preparing the decode steps on cuDNN attention: 6 of 24 captured")
         go_on.wait(10)
-        return Runtime(settings, engine)
+        return Runtime(settings, chat_engine)
 
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings())
     launcher.start()
@@ -238,7 +228,7 @@ def test_the_loading_dialog_shows_what_the_load_is_doing(qtbot, engine, tmp_path
     assert not launcher.progress.isVisible()
 
 
-def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
+def test_launcher_shows_a_load_error_with_retry(qtbot, chat_engine, tmp_path):
     from draftscope.gui.launcher import Launcher
 
     attempts = []
@@ -247,7 +237,7 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
         attempts.append(1)
         if len(attempts) == 1:
             raise FileNotFoundError("model not found: /nope")
-        return Runtime(_settings, engine)
+        return Runtime(_settings, chat_engine)
 
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings())
     launcher.start()
@@ -260,7 +250,7 @@ def test_launcher_shows_a_load_error_with_retry(qtbot, engine, tmp_path):
     assert len(attempts) == 2
 
 
-def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbot, engine, tmp_path):
+def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbot, chat_engine, tmp_path):
     """The load error names the settings file and offers Choose another model…: the first-run
     chooser opens, refuses a file that is not a model with its reason, and the model chosen next
     is saved and opened."""
@@ -276,7 +266,7 @@ def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbo
         if settings.model.endswith("broken.gguf"):
             raise FileNotFoundError(f"{settings.model} is not a GGUF file (it starts with b'hell', not b'GGUF')")
         opened.append(settings.model)
-        return Runtime(settings, engine)
+        return Runtime(settings, chat_engine)
 
     settings_file = tmp_path / "settings.json"
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(model=str(tmp_path / "broken.gguf")),
@@ -305,7 +295,7 @@ def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbo
     assert load_settings(settings_file)[0].model == str(good.resolve()), "the choice is kept for the next start"
 
 
-def test_the_model_switcher_loads_another_model_and_remembers_the_recent_ones(qtbot, engine, tmp_path):
+def test_the_model_switcher_loads_another_model_and_remembers_the_recent_ones(qtbot, chat_engine, tmp_path):
     """At the top of the chat: the model in use, then the models used recently; choosing one loads
     it (the window comes back on the same conversation) and it heads the recent models, kept in
     the settings file; "Other model…" opens the settings."""
@@ -318,7 +308,7 @@ def test_the_model_switcher_loads_another_model_and_remembers_the_recent_ones(qt
 
     def factory(settings, log=None):
         loads.append(settings.model)
-        return Runtime(settings, engine)
+        return Runtime(settings, chat_engine)
 
     settings_file = tmp_path / "settings.json"
     launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"),
@@ -342,7 +332,7 @@ def test_the_model_switcher_loads_another_model_and_remembers_the_recent_ones(qt
 
 
 @pytest.mark.parametrize("broken", ["datastore", "drafter"])
-def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, engine, tmp_path, broken):
+def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, chat_engine, tmp_path, broken):
     """A datastore that cannot be opened turns retrieval off; any other drafter that cannot be set
     up turns drafting off: either way the window opens, answers, and says what failed in its words."""
     from draftscope.gui.launcher import Launcher
@@ -356,7 +346,7 @@ def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, engine,
             return super()._build_drafters(settings)
 
     switches = {"retrieval": True, "learned": False, "context": True, "model": False, "recurrent": False}
-    launcher = Launcher(lambda settings, log=None: Failing(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
+    launcher = Launcher(lambda settings, log=None: Failing(settings, chat_engine), HistoryStore(tmp_path / "h.sqlite3"),
                         Settings(datastore=str(tmp_path / "store.idx"), drafters=switches, max_new_tokens=8))
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
@@ -374,7 +364,7 @@ def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, engine,
     assert done.args[0].stats.tokens == 8
 
 
-def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, engine, tmp_path, monkeypatch):
+def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, chat_engine, tmp_path, monkeypatch):
     """File > Settings: theme, sampling and system prompt apply at once and are saved; a new model
     reloads off the UI thread and the window comes back on the same conversation."""
     from PySide6.QtGui import QPalette
@@ -388,7 +378,7 @@ def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, engine, 
 
     def factory(settings, log=None):
         loads.append(settings.model)
-        return Runtime(settings, engine)
+        return Runtime(settings, chat_engine)
 
     settings_file = tmp_path / "settings.json"
     history = HistoryStore(tmp_path / "h.sqlite3")
@@ -441,7 +431,7 @@ def QWidgetByName(name):
     return getattr(QtWidgets, name)
 
 
-def test_a_closed_window_lets_its_model_go(qtbot, engine, tmp_path):
+def test_a_closed_window_lets_its_model_go(qtbot, chat_engine, tmp_path):
     """A model reload replaces the window: the old window, once closed, must not keep its runtime
     (and with it a model of gigabytes) alive until the application quits."""
     import weakref
@@ -449,7 +439,7 @@ def test_a_closed_window_lets_its_model_go(qtbot, engine, tmp_path):
     from PySide6.QtCore import QEvent
     from PySide6.QtWidgets import QApplication
 
-    runtime = runtime_for(engine)
+    runtime = runtime_for(chat_engine)
     gone = weakref.ref(runtime)
     window = MainWindow(runtime, HistoryStore(tmp_path / "h.sqlite3"))
     window.show()
@@ -461,22 +451,22 @@ def test_a_closed_window_lets_its_model_go(qtbot, engine, tmp_path):
     assert gone() is None, "the closed window's runtime is still referenced"
 
 
-def test_a_theme_switch_recolours_the_drafter_legend(qtbot, engine, tmp_path):
+def test_a_theme_switch_recolours_the_drafter_legend(qtbot, chat_engine, tmp_path):
     """Dark chips under light text in a dark theme: the legend shown before the switch would keep
     light chips, and its light text on them would vanish."""
     from draftscope.gui.chat.render import provenance_legend
 
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     w.provenance_action.setChecked(True)
     assert w.provenance_legend.text() == provenance_legend(dark=False)
     w.set_code_style("monokai", dark=True)
     assert w.provenance_legend.text() == provenance_legend(dark=True) != provenance_legend(dark=False)
 
 
-def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(qtbot, engine, tmp_path):
+def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(qtbot, chat_engine, tmp_path):
     """At the default width a long model name, datastore and drafter list end in "…" (whole on
     hover); the plain decoding speed and the live rate are never cut."""
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     status = w.status
     status.model.setText("Qwen2.5-Coder-1.5B-Instruct-a-long-name-to-fit")
     status.show_datastore("/data/datastores/sharegpt-qwen2-and-the-python-standard-library.idx")
@@ -491,10 +481,10 @@ def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(
         assert label.width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()
 
 
-def test_ctrl_comma_opens_the_settings(qtbot, engine, tmp_path):
+def test_ctrl_comma_opens_the_settings(qtbot, chat_engine, tmp_path):
     from PySide6.QtCore import Qt
 
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     assert w.settings_action.shortcut().toString() == "Ctrl+,", "shown beside File ▸ Settings…"
     box = w.findChild(QPlainTextEdit, "chatInput")
     w.activateWindow()
@@ -505,14 +495,14 @@ def test_ctrl_comma_opens_the_settings(qtbot, engine, tmp_path):
 
 
 @pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-1.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
-def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, engine, tmp_path, model):
+def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, chat_engine, tmp_path, model):
     """At the window's default size with every panel open and every label at its longest, the
     catalogue model's name and how it runs are shown whole; the least important names (datastore,
     drafters, learned answers) give way, their whole text on hover."""
     from draftscope.models.catalog import CATALOG
 
     assert model in {m.title for m in CATALOG}
-    named = Engine(engine.model, engine.tokenizer, name=model)
+    named = Engine(chat_engine.model, chat_engine.tokenizer, name=model)
     from PySide6.QtWidgets import QApplication
 
     from draftscope.gui.theme import apply_theme
@@ -540,8 +530,8 @@ def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, engine, tmp_p
         assert label.width() >= label.sizeHint().width(), label.objectName()
 
 
-def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, engine, tmp_path):
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
+def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, chat_engine, tmp_path):
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     w.show_panels()
     qtbot.wait(50)
     assert (w.width(), w.height()) == (1100, 720)
@@ -549,10 +539,10 @@ def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, engine, tmp
     assert w.docks["trieDock"].width() <= w.width() // 3 + 10
 
 
-def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, engine, tmp_path):
+def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, chat_engine, tmp_path):
     """The window's follow-up keeps the conversation's cache: its figures line says how much of the
     prompt came from it, and Regenerate reads nothing again."""
-    w = make_window(qtbot, engine, tmp_path / "h.sqlite3", max_new_tokens=12)
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=12)
     finals = []
     for text in ("Hello there, tell me about caches", "And then?"):
         with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:

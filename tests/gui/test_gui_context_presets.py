@@ -36,10 +36,7 @@ def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-F32.gguf", model, tokenizer_dir)
 
 
-@pytest.fixture(autouse=True)
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))  # learned answers, default datastore
-    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("own_data_and_cache")  # learned answers, the default datastore
 
 
 def start(qtbot, gguf, tmp_path, **fields):

@@ -17,16 +17,8 @@ from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
 
 CODE_ANSWER = "Here it is:\n\n```python\ndef reverse(s):\n    return s[::-1]\n```\n\nDone."
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    model = tiny_llama(len(tokenizer), seed=7, layers=2, hidden=64)
-    model.config.max_position_embeddings = 4096
-    return Engine(model, tokenizer, name="tiny")
 
 
 def make_window(qtbot, engine, history, max_new_tokens=24):
@@ -75,9 +67,9 @@ def click_link(qtbot, view, href_prefix):
     raise AssertionError(f"no link to {href_prefix!r} in the chat")
 
 
-def test_code_is_highlighted_and_its_copy_link_copies_it(qtbot, engine, tmp_path):
+def test_code_is_highlighted_and_its_copy_link_copies_it(qtbot, conversation_engine, tmp_path):
     history, conv = seeded_history(tmp_path)
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
     html = w.chat_view.toHtml()
     assert "def" in w.chat_view.toPlainText() and "python" in w.chat_view.toPlainText()
@@ -89,19 +81,19 @@ def test_code_is_highlighted_and_its_copy_link_copies_it(qtbot, engine, tmp_path
     qtbot.waitUntil(lambda: QApplication.clipboard().text() == "How do I reverse a string in Python?", timeout=3000)
 
 
-def test_model_output_cannot_inject_html(qtbot, engine, tmp_path):
+def test_model_output_cannot_inject_html(qtbot, conversation_engine, tmp_path):
     history = HistoryStore(tmp_path / "h.sqlite3")
     conv = history.create_conversation("html")
     history.add_message(conv, "user", "hi")
     history.add_message(conv, "assistant", 'Click <a href="action:regenerate/1">here</a> <b>now</b>')
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
     assert '<a href="action:regenerate/1">here</a>' in w.chat_view.toPlainText(), "raw HTML is shown as text"
 
 
-def test_regenerate_answers_again_and_keeps_the_old_answer_as_a_version(qtbot, engine, tmp_path):
+def test_regenerate_answers_again_and_keeps_the_old_answer_as_a_version(qtbot, conversation_engine, tmp_path):
     history, conv = seeded_history(tmp_path)
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
     with qtbot.waitSignal(w.worker.finished, timeout=60_000):
         qtbot.mouseClick(w.findChild(QPushButton, "regenerateButton"), Qt.MouseButton.LeftButton)
@@ -113,9 +105,9 @@ def test_regenerate_answers_again_and_keeps_the_old_answer_as_a_version(qtbot, e
     assert len(messages[1].versions) == 2 and "2 / 2" in w.chat_view.toPlainText()
 
 
-def test_edit_and_resend_replaces_the_last_exchange(qtbot, engine, tmp_path):
+def test_edit_and_resend_replaces_the_last_exchange(qtbot, conversation_engine, tmp_path):
     history, conv = seeded_history(tmp_path)
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
     click_link(qtbot, w.chat_view, "action:edit/")
     assert w.chat_input.toPlainText() == "How do I reverse a string in Python?"
@@ -135,9 +127,9 @@ def test_edit_and_resend_replaces_the_last_exchange(qtbot, engine, tmp_path):
     assert CODE_ANSWER.strip()[:20] not in shown, "the old answer is gone from the view"
 
 
-def test_escape_cancels_an_edit(qtbot, engine, tmp_path):
+def test_escape_cancels_an_edit(qtbot, conversation_engine, tmp_path):
     history, conv = seeded_history(tmp_path)
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
     qtbot.mouseClick(w.findChild(QPushButton, "editButton"), Qt.MouseButton.LeftButton)
     assert w.editing_message_id is not None
@@ -152,13 +144,13 @@ def QWidgetClass(name):
     return getattr(QtWidgets, name)
 
 
-def test_auto_scroll_pauses_when_the_user_scrolls_up(qtbot, engine, tmp_path):
+def test_auto_scroll_pauses_when_the_user_scrolls_up(qtbot, conversation_engine, tmp_path):
     history = HistoryStore(tmp_path / "h.sqlite3")
     conv = history.create_conversation("long")
     for i in range(12):
         history.add_message(conv, "user", f"question {i}")
         history.add_message(conv, "assistant", f"answer {i}\n\n" + "words " * 20)
-    long_engine = Engine(engine.model, engine.tokenizer, name="tiny")
+    long_engine = Engine(conversation_engine.model, conversation_engine.tokenizer, name="tiny")
     long_engine.eos_ids = set()
     w = make_window(qtbot, long_engine, history, max_new_tokens=400)
     select(w, conv)
@@ -181,11 +173,11 @@ def test_auto_scroll_pauses_when_the_user_scrolls_up(qtbot, engine, tmp_path):
     assert bar.value() == bar.maximum()
 
 
-def test_rename_delete_search_and_export(qtbot, engine, tmp_path, monkeypatch):
+def test_rename_delete_search_and_export(qtbot, conversation_engine, tmp_path, monkeypatch):
     history, conv = seeded_history(tmp_path)
     other = history.create_conversation("Shopping list")
     history.add_message(other, "user", "milk, eggs, bread")
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     lst = w.findChild(QListWidget, "conversationList")
     assert lst.count() == 2
 
@@ -222,9 +214,9 @@ def test_rename_delete_search_and_export(qtbot, engine, tmp_path, monkeypatch):
     assert w.conversation_id is None and "reverse" not in w.chat_view.toPlainText()
 
 
-def test_export_failure_is_reported_not_raised(qtbot, engine, tmp_path, monkeypatch):
+def test_export_failure_is_reported_not_raised(qtbot, conversation_engine, tmp_path, monkeypatch):
     history, conv = seeded_history(tmp_path)
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
     warnings = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text: warnings.append(text))
@@ -252,9 +244,9 @@ def test_qt_bindings_do_not_leak_references_to_true_or_none(qtbot):
     assert after[0] >= before[0] - 50 and after[1] >= before[1] - 50, f"references lost: {before} -> {after}"
 
 
-def test_a_prompt_longer_than_the_context_is_reported_and_the_question_given_back(qtbot, engine, tmp_path):
+def test_a_prompt_longer_than_the_context_is_reported_and_the_question_given_back(qtbot, conversation_engine, tmp_path):
     history = HistoryStore(tmp_path / "h.sqlite3")
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     w.chat_input.setPlainText("word " * 6000)  # far beyond the tiny model's 4,096 positions
     w.send()
     qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible(), timeout=30_000)
@@ -266,9 +258,9 @@ def test_a_prompt_longer_than_the_context_is_reported_and_the_question_given_bac
     assert [m.role for m in history.messages(w.conversation_id)] == []
 
 
-def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, engine, tmp_path):
+def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, conversation_engine, tmp_path):
     history = HistoryStore(tmp_path / "h.sqlite3")
-    w = make_window(qtbot, engine, history, max_new_tokens=4)
+    w = make_window(qtbot, conversation_engine, history, max_new_tokens=4)
     qtbot.keyClicks(w.chat_input, "first line")
     qtbot.keyClick(w.chat_input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
     qtbot.keyClicks(w.chat_input, "second line")
@@ -279,7 +271,7 @@ def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, engine, tmp_path):
     assert w.chat_input.toPlainText() == ""
 
 
-def test_a_conversation_opens_on_a_click_and_renames_on_a_double_click(qtbot, engine, tmp_path):
+def test_a_conversation_opens_on_a_click_and_renames_on_a_double_click(qtbot, conversation_engine, tmp_path):
     """Picking a conversation opens it without rebuilding the list under the mouse, so the
     double-click that follows starts renaming it in place."""
     from PySide6.QtWidgets import QAbstractItemView
@@ -287,7 +279,7 @@ def test_a_conversation_opens_on_a_click_and_renames_on_a_double_click(qtbot, en
     history, first = seeded_history(tmp_path)
     second = history.create_conversation("another one")
     history.add_message(second, "user", "a second question")
-    w = make_window(qtbot, engine, history)
+    w = make_window(qtbot, conversation_engine, history)
     w.show()
     listing = w.findChild(QListWidget, "conversationList")
     row = next(i for i in range(listing.count()) if listing.item(i).data(Qt.ItemDataRole.UserRole) == first)

@@ -22,9 +22,7 @@ from draftscope.gui.dialogs.model_download import ModelDownload  # noqa: E402
 SMOL, QWEN = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B  # one part; 22 parts
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))  # no catalogue model downloaded
+pytestmark = pytest.mark.usefixtures("own_cache")  # no catalogue model downloaded
 
 
 class Fetcher:

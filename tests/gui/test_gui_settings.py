@@ -23,12 +23,9 @@ from draftscope.core.settings_checks import OTHER  # noqa: E402
 from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def data_dir(tmp_path, monkeypatch):
-    # The dialog looks up (and creates the folder of) the default datastore, and which catalogue
-    # models are downloaded: keep both in tmp.
-    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+# The dialog looks up (and creates the folder of) the default datastore, and which catalogue
+# models are downloaded: keep both in tmp.
+pytestmark = pytest.mark.usefixtures("own_data_and_cache")
 
 
 def choose(combo, data):

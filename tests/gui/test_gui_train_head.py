@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-import torch
 
 pytest.importorskip("PySide6")
 
@@ -31,20 +30,7 @@ SETTINGS = Settings(model=MODEL, max_new_tokens=24,
                     drafters={"retrieval": False, "learned": False, "context": True, "model": False})
 
 
-@pytest.fixture(autouse=True)
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))  # heads go to data/heads
-    monkeypatch.setenv("DRAFTSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # A tiny model trains fastest on one thread; with more, a thread reniced by an answer
-    # (worker.lower_decoding_priority) on a busy machine holds the others up at every step.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("own_data_and_cache", "one_thread")  # heads go to data/heads
 
 
 @pytest.fixture(scope="module")
