@@ -24,10 +24,10 @@ from pathlib import Path
 from draftscope.rules import BACKENDS
 from draftscope.core import argtypes
 
-DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from draftscope.bench.spec import DEFAULT_QUESTIONS
+
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
     p.add_argument("--questions", default=str(DEFAULT_QUESTIONS))
     p.add_argument("--clients", default="1,2,4,8", help="comma-separated client counts")

@@ -36,6 +36,7 @@ import platform
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 from draftscope.bench.llama_server import METHODS as SERVER_METHODS
 from draftscope.bench.spec_methods import Run, distilled, learn_answers
@@ -120,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend)
     scratch = tempfile.TemporaryDirectory(prefix="draftscope-bench-")
     learned = LearnedStore("bench", engine.vocab, Path(scratch.name))
-    runners, methods, base = _open_runners(args, engine, methods, learned)
+    opened = _open_runners(args, engine, methods, learned)
+    runners, methods, base = opened.runners, opened.methods, opened.base
     answers = distilled(args.learn_from) if args.learn_from else []
     if answers and not args.learning_curve:
         learn_answers(learned, engine, answers[: args.learned_answers])
@@ -153,8 +155,14 @@ def _methods_asked(args) -> list[str]:
     return methods
 
 
-def _open_runners(args, engine, methods: list[str], learned):
-    """(runners, the methods that can run here, the base): other backends' loops dropped, the
+class _Opened(NamedTuple):
+    runners: object  # spec_methods.Runners
+    methods: list[str]  # those that can run here, the base first
+    base: str  # the method every speedup is over
+
+
+def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
+    """The runners, the methods that can run here and the base: other backends' loops dropped, the
     base first, the peers started, the drafters' datastore, head and draft model opened."""
     from draftscope.bench.spec_methods import LlamaReference, Runners, server_peers
     from draftscope.datastore.default import default_datastore_path
@@ -183,7 +191,7 @@ def _open_runners(args, engine, methods: list[str], learned):
     draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
     runners = Runners(args, engine, reader=reader, learned=learned, recurrent=recurrent, draft=draft,
                       reference=reference, peers=peers)
-    return runners, methods, base
+    return _Opened(runners, methods, base)
 
 
 def _print_header(args, engine, runners, methods, questions, learned) -> None:

@@ -75,8 +75,8 @@ class Runners:
 
             write_trace(self.args.trace, method, question, steps)
         draft_ms = [ev.draft_ms for ev in steps if ev.proposed]
-        return Run(final.token_ids, seconds, first_s, first_tokens, final.stats.steps,
-                   sum(draft_ms) / len(draft_ms) if draft_ms else None)
+        return Run(final.token_ids, seconds, first_s=first_s, first_tokens=first_tokens, steps=final.stats.steps,
+                   draft_ms=sum(draft_ms) / len(draft_ms) if draft_ms else None)
 
     def drafters(self, m: str, ids, base_ids, store=None):
         from draftscope.core.drafter_factory import setup_drafters
