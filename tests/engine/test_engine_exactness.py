@@ -26,7 +26,7 @@ from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor,
                           TopKLogitsWarper, TopPLogitsWarper)
 
 import draftscope.engine.answer as engine_mod
-from draftscope.engine.drafting import Drafter  # noqa: E402
+from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.model_drafter import ModelDrafter

@@ -16,7 +16,7 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from draftscope.engine.drafting import Drafter  # noqa: E402
+from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
 from draftscope.engine.backends import open_backend  # noqa: E402
 from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402

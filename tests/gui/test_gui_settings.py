@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (  # noqa: E402
 )
 
 from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.core.runtime import RELOAD_FIELDS, changed_fields  # noqa: E402
+from draftscope.storage.settings import Change, Section, change_between, changed_fields  # noqa: E402
 from draftscope.core.settings_checks import OTHER  # noqa: E402
 from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
 
@@ -280,10 +280,12 @@ def test_changed_fields():
     assert changed_fields(base, Settings()) == set()
     assert changed_fields(base, replace(base, model="org/m")) == {"model"}
     assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
-    assert changed_fields(base, replace(base, theme="dark")) & RELOAD_FIELDS == set()
-    assert RELOAD_FIELDS == {"model", "device", "dtype", "backend", "draft_model", "workers", "threads",
-                             "context_length"}  # these reopen the model
-    assert changed_fields(base, replace(base, dtype="bfloat16")) <= RELOAD_FIELDS
+    assert change_between(base, replace(base, theme="dark")) == Change.LOOK
+    assert set(Section.MODEL.names) == {"model", "device", "dtype", "backend", "draft_model", "workers", "threads",
+                                        "context_length"}  # these reopen the model
+    assert change_between(base, replace(base, dtype="bfloat16")) == Change.MODEL
+    assert change_between(base, replace(base, temperature=0.5, system_prompt="x")) == Change.NONE
+    assert change_between(base, replace(base, server_port=9000, datastore="x.idx")) == Change.SERVER | Change.DRAFTERS
 
 
 def test_changed_fields_from_the_dialog(qtbot):

@@ -106,6 +106,9 @@ def load_tokenizer(source: ModelSource):
     """The model's fast tokenizer (with its chat template), for a source resolved by the caller."""
     from transformers import AutoTokenizer
 
+    if not isinstance(source, ModelSource):  # a name is resolved once, where it is read (resolve_model)
+        raise TypeError(f"load_tokenizer takes a resolved ModelSource, not {type(source).__name__}")
+
     if source.kind == "folder":
         return AutoTokenizer.from_pretrained(source.location)
     if source.kind == "hub":

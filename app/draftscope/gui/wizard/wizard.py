@@ -38,7 +38,7 @@ from draftscope.datastore.progress import Progress
 from draftscope.datastore.sources import Source
 from draftscope.gui.wizard.build_jobs import (ModelOnce, TokenizerOnce, build_job, distill_job, load_torch_model,
                                               source_at_fault)
-from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer
+from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer, resolve_model
 from draftscope.gui.wizard.build_pages import BuildPage, OptionsPage, SummaryPage
 from draftscope.gui.wizard.sources_page import SourcesPage
 from draftscope.gui.jobs import JobRunner
@@ -66,7 +66,7 @@ class DatastoreWizard(QWizard):
     SOURCES, OPTIONS, BUILD, SUMMARY = range(4)
 
     def __init__(self, model_spec: str = DEFAULT_MODEL, *, sources: Iterable[str | Source] = (),
-                 tokenizer_loader: Callable = load_tokenizer, builder: Callable = build_datastore,
+                 tokenizer_loader: Callable = lambda spec: load_tokenizer(resolve_model(spec)), builder: Callable = build_datastore,
                  out_dir: Path | None = None, model=None, model_loader: Callable | None = load_torch_model,
                  distiller: Callable = distill, distill_prompts: str | None = None,
                  parent: QWidget | None = None) -> None:

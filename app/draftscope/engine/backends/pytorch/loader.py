@@ -40,6 +40,8 @@ def load_model(source: ModelSource, *, device: str | None = None, dtype: str | N
     """``source`` (resolved once, where the user's choice is read: models/resolve.py) as a torch model."""
     from transformers import AutoModelForCausalLM
 
+    if not isinstance(source, ModelSource):  # a name is resolved once, where it is read (resolve_model)
+        raise TypeError(f"load_model takes a resolved ModelSource, not {type(source).__name__}")
     dev = pick_device(device)
     chosen = precision.choose(dev, dtype)
     dt = chosen.dtype
