@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--draft-model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--temperatures", default="0.7,1")
     ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--questions", default=str(HERE.parent.parent / "shared" / "bench" / "spec_bench_question.jsonl"))
+    ap.add_argument("--questions", default=str(HERE.parent / "app" / "draftscope" / "bench" / "spec_bench_question.jsonl"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--budget", type=int, default=5, help="draft tokens per step (the model drafter's chain)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)

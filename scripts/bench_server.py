@@ -2,7 +2,7 @@
 streaming, over HTTP on this machine) against the same answers in process (ChatSession.run), for
 the same prompts, greedy, alternating which goes first.
 
-    python scripts/bench_server.py --questions ../shared/bench/spec_bench_question.jsonl --prompts 8
+    python scripts/bench_server.py --questions app/draftscope/bench/spec_bench_question.jsonl --prompts 8
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 prompt per question) with the tokenizer that builds datastores and with ``llama_tokenize`` on the
 same GGUF, and prints how many agree, with the first disagreement.
 
-    python scripts/check_llama_tokens.py --model qwen2.5-coder-1.5b --questions ../shared/bench/spec_bench_question.jsonl
+    python scripts/check_llama_tokens.py --model qwen2.5-coder-1.5b --questions app/draftscope/bench/spec_bench_question.jsonl
 """
 
 from __future__ import annotations

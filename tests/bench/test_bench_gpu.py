@@ -187,7 +187,7 @@ def test_a_projection_replays_traced_acceptance_against_measured_costs(model_dir
 
 
 def test_a_projected_step_costs_what_was_measured_or_a_line_between():
-    from draftscope.bench.projection import cost, project
+    from draftscope.bench.project import cost, project
 
     curve = {0: 10.0, 4: 14.0, 8: 20.0}
     assert cost(curve, 0) == 10.0 and cost(curve, 2) == 12.0 and cost(curve, 6) == 17.0 and cost(curve, 16) == 40.0

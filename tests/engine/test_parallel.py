@@ -279,7 +279,7 @@ def test_bench_serve_measures_concurrent_clients_through_the_openai_client(gguf,
 
 
 def test_bench_serve_clients_can_arrive_on_a_seeded_poisson_schedule():
-    from draftscope.bench.concurrent import arrival_times
+    from draftscope.bench.serve_clients import arrival_times
 
     assert arrival_times(3, None) == [0.0, 0.0, 0.0]
     times = arrival_times(200, 0.5, seed=1)
@@ -291,7 +291,7 @@ def test_bench_serve_clients_can_arrive_on_a_seeded_poisson_schedule():
 def test_bench_serve_counts_the_rate_while_every_answer_decodes_apart_from_prompts_and_ramps():
     """The batch curve bounds decoding: the figure set against it leaves out the time before the
     last answer's first token and after the first answer's last."""
-    from draftscope.bench.concurrent import all_decoding_rate
+    from draftscope.bench.serve_clients import all_decoding_rate
 
     # answer A: first token at 0, then a token every 0.1 s until 2.0; B starts at 1.0 (its prompt read
     # meanwhile), a token every 0.1 s until 3.0: both decode from 1.0 to 2.0

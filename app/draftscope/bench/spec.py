@@ -44,7 +44,9 @@ from draftscope.bench.spec_report import against, draft_costs, format_table, sum
 from draftscope.core import argtypes
 from draftscope.rules import BACKENDS
 
-DEFAULT_QUESTIONS = Path(__file__).resolve().parents[3] / ".." / "shared" / "bench" / "spec_bench_question.jsonl"
+# Spec-Bench's first 10 questions of each of its 13 categories, as the package ships them; the whole
+# set (480 questions) is any path given to --questions (DRAFTSCOPE_SPEC_BENCH).
+DEFAULT_QUESTIONS = Path(__file__).with_name("spec_bench_question.jsonl")
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
 GROUNDED_QUESTIONS = Path(__file__).with_name("grounded_questions.jsonl")  # scripts/make_grounded_questions.py
 NAMED_QUESTIONS = {"grounded": GROUNDED_QUESTIONS}

@@ -71,7 +71,7 @@ class Runners:
         if final is None or final.finish_reason == "error":
             raise RuntimeError(final.error if final else "the answer ended without its final event")
         if self.args.trace and method:  # the warm-up's answer is not traced
-            from draftscope.bench.projection import write_trace
+            from draftscope.bench.project import write_trace
 
             write_trace(self.args.trace, method, question, steps)
         draft_ms = [ev.draft_ms for ev in steps if ev.proposed]

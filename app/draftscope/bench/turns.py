@@ -95,7 +95,7 @@ class Peers:
     @staticmethod
     def _start(name: str, model: str):
         if name in ("ours", "ours-drafting"):
-            from draftscope.bench.concurrent import OurServer
+            from draftscope.bench.serve_clients import OurServer
 
             server = OurServer(model, 1, drafting=name == "ours-drafting")
             return server.url, "default", server.stop

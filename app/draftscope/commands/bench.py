@@ -49,9 +49,9 @@ def _add_gpu(bench_sub) -> None:
 
 
 def _add_serve(bench_sub) -> None:
-    from draftscope.bench import concurrent as serve_bench
+    from draftscope.bench import serve_clients
 
-    _add_bench(bench_sub, "serve", serve_bench, "concurrent clients against one server: aggregate tokens/s and "
+    _add_bench(bench_sub, "serve", serve_clients, "concurrent clients against one server: aggregate tokens/s and "
                "latencies, ours (drafting on and off) and llama-server")
 
 
@@ -63,9 +63,9 @@ def _add_turns(bench_sub) -> None:
 
 
 def _add_project(bench_sub) -> None:
-    from draftscope.bench import projection
+    from draftscope.bench import project
 
-    _add_bench(bench_sub, "project", projection, "a projection: acceptance traced here (bench spec --trace) "
+    _add_bench(bench_sub, "project", project, "a projection: acceptance traced here (bench spec --trace) "
                "replayed against another device's step costs (bench gpu --json)")
 
 
@@ -76,7 +76,7 @@ def _add_memory(bench_sub) -> None:
 
 
 def _add_rpc(bench_sub) -> None:
-    from draftscope.bench import split
+    from draftscope.bench import rpc_split
 
-    _add_bench(bench_sub, "rpc", split, "a model split over local rpc workers against it whole and against "
+    _add_bench(bench_sub, "rpc", rpc_split, "a model split over local rpc workers against it whole and against "
                "llama-server on the same split")
