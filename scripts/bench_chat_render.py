@@ -52,8 +52,10 @@ def run(exchanges: int, updates: int = 200) -> None:
         QApplication.processEvents()
         times.append((time.perf_counter() - t) * 1000)
     times.sort()
-    print(f"{exchanges:4d} exchanges: open conversation {full_ms:6.1f} ms; streaming update median "
-          f"{times[len(times) // 2]:.1f} ms, p99 {times[int(len(times) * 0.99)]:.1f} ms, max {times[-1]:.1f} ms")
+    print(
+        f"{exchanges:4d} exchanges: open conversation {full_ms:6.1f} ms; streaming update median "
+        f"{times[len(times) // 2]:.1f} ms, p99 {times[int(len(times) * 0.99)]:.1f} ms, max {times[-1]:.1f} ms"
+    )
     window.close()
 
 

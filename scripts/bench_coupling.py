@@ -32,14 +32,14 @@ HERE = Path(__file__).resolve().parent
 
 def worker(args) -> None:
     """Answer requests read as JSON lines on stdin with whatever draftscope is on sys.path."""
+    import inspect
+
     import torch
 
+    from draftscope.drafters.draft_model import load_draft_model
     from draftscope.drafters.model_drafter import ModelDrafter
     from draftscope.engine.engine import Engine, GenerationRequest
-    from draftscope.drafters.draft_model import load_draft_model
     from draftscope.engine.sampling import SamplingParams
-
-    import inspect
 
     torch.set_num_threads(args.threads)
     # both rules on torch (the previous rule's checkout has no other backend)
@@ -52,22 +52,48 @@ def worker(args) -> None:
         job = json.loads(line)
         prompt = engine.encode_chat([{"role": "user", "content": job["prompt"]}])
         drafters = [ModelDrafter(draft, max_tokens=args.budget, eos_token_id=eos)] if job["drafts"] else []
-        request = GenerationRequest(prompt_ids=prompt, max_new_tokens=args.max_new_tokens, drafters=drafters,
-                                    budget=args.budget if job["drafts"] else None,
-                                    sampling=SamplingParams(temperature=job["temperature"], seed=job["seed"]))
+        request = GenerationRequest(
+            prompt_ids=prompt,
+            max_new_tokens=args.max_new_tokens,
+            drafters=drafters,
+            budget=args.budget if job["drafts"] else None,
+            sampling=SamplingParams(temperature=job["temperature"], seed=job["seed"]),
+        )
         events = list(engine.generate(request))
         steps, final = events[:-1], events[-1]
-        print(json.dumps({"steps": len(steps), "tokens": final.stats.tokens,
-                          "accepted": sum(s.accepted for s in steps), "proposed": sum(s.proposed for s in steps),
-                          "decode_tps": final.stats.decode_tokens_per_second, "error": final.error}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "steps": len(steps),
+                    "tokens": final.stats.tokens,
+                    "accepted": sum(s.accepted for s in steps),
+                    "proposed": sum(s.proposed for s in steps),
+                    "decode_tps": final.stats.decode_tokens_per_second,
+                    "error": final.error,
+                }
+            ),
+            flush=True,
+        )
 
 
 class Worker:
     def __init__(self, tree: Path, args) -> None:
         env = dict(os.environ, PYTHONPATH=str(tree / "app"))
-        cmd = [sys.executable, str(HERE / "bench_coupling.py"), "--worker", "--model", args.model, "--draft-model",
-               args.draft_model, "--budget", str(args.budget), "--max-new-tokens", str(args.max_new_tokens),
-               "--threads", str(args.threads)] + (["--dtype", args.dtype] if args.dtype else [])
+        cmd = [
+            sys.executable,
+            str(HERE / "bench_coupling.py"),
+            "--worker",
+            "--model",
+            args.model,
+            "--draft-model",
+            args.draft_model,
+            "--budget",
+            str(args.budget),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--threads",
+            str(args.threads),
+        ] + (["--dtype", args.dtype] if args.dtype else [])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.info = self.read()
 
@@ -94,7 +120,9 @@ def main() -> None:
     ap.add_argument("--draft-model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--temperatures", default="0.7,1")
     ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--questions", default=str(HERE.parent / "app" / "draftscope" / "bench" / "spec_bench_question.jsonl"))
+    ap.add_argument(
+        "--questions", default=str(HERE.parent / "app" / "draftscope" / "bench" / "spec_bench_question.jsonl")
+    )
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--budget", type=int, default=5, help="draft tokens per step (the model drafter's chain)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -111,15 +139,20 @@ def main() -> None:
     # Spread over categories: every k-th question.
     step = max(1, len(questions) // args.prompts)
     prompts = [q["turns"][0] for q in questions[::step][: args.prompts]]
-    workers = {"coupled (seeded rule)": Worker(HERE.parent, args), "rejection (previous rule)": Worker(args.old_tree, args)}
-    print(f"{args.model} + draft {args.draft_model} ({workers['coupled (seeded rule)'].info['dtype']}), "
-          f"{platform.machine()} {platform.processor() or ''}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; "
-          f"{len(prompts)} Spec-Bench first turns x {args.max_new_tokens} tokens, chain of {args.budget} a step")
+    workers = {
+        "coupled (seeded rule)": Worker(HERE.parent, args),
+        "rejection (previous rule)": Worker(args.old_tree, args),
+    }
+    print(
+        f"{args.model} + draft {args.draft_model} ({workers['coupled (seeded rule)'].info['dtype']}), "
+        f"{platform.machine()} {platform.processor() or ''}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; "
+        f"{len(prompts)} Spec-Bench first turns x {args.max_new_tokens} tokens, chain of {args.budget} a step"
+    )
     names = list(workers)
     for t in [float(x) for x in args.temperatures.split(",")]:
         totals = {n: {"steps": 0, "tokens": 0, "accepted": 0, "proposed": 0, "tps": []} for n in names + ["plain"]}
         for i, prompt in enumerate(prompts):
-            order = names[i % 2:] + names[: i % 2]
+            order = names[i % 2 :] + names[: i % 2]
             for name in order:
                 r = workers[name].ask(prompt=prompt, temperature=t, seed=1000 + i, drafts=True)
                 if r["error"]:
@@ -139,8 +172,10 @@ def main() -> None:
         for name in names:
             s = totals[name]
             tps = sum(s["tps"]) / len(prompts)
-            print(f"| {name} | {s['accepted'] / max(s['steps'], 1):.3f} | {s['accepted'] / max(s['proposed'], 1):.3f} | "
-                  f"{s['tokens'] / max(s['steps'], 1):.3f} | {tps:.2f} | {tps / plain_tps:.2f}x |")
+            print(
+                f"| {name} | {s['accepted'] / max(s['steps'], 1):.3f} | {s['accepted'] / max(s['proposed'], 1):.3f} | "
+                f"{s['tokens'] / max(s['steps'], 1):.3f} | {tps:.2f} | {tps / plain_tps:.2f}x |"
+            )
     for w in workers.values():
         w.close()
 

@@ -39,13 +39,16 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def answer_all(model, tokenizer, prompt_ids: list[list[int]], batch_size: int,
-               max_new_tokens: int) -> tuple[list, float]:
+def answer_all(
+    model, tokenizer, prompt_ids: list[list[int]], batch_size: int, max_new_tokens: int
+) -> tuple[list, float]:
     """Answers to all prompts in batches of ``batch_size``, and the seconds it took."""
     started = time.perf_counter()
     answers = []
     for start in range(0, len(prompt_ids), batch_size):
-        answers += generate_batch(model, tokenizer, prompt_ids[start:start + batch_size], max_new_tokens=max_new_tokens)
+        answers += generate_batch(
+            model, tokenizer, prompt_ids[start : start + batch_size], max_new_tokens=max_new_tokens
+        )
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return answers, time.perf_counter() - started
@@ -62,10 +65,14 @@ def main() -> None:
     model, tokenizer = loaded.model, loaded.tokenizer
     prompts = read_prompts(args.prompts, limit=args.prompts_count)
     prompt_ids = sorted((encode_prompt(tokenizer, p) for p in prompts), key=len)  # as distill orders them
-    print(f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}; {loaded.dtype_reason}); "
-          f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
-    print(f"{len(prompts)} prompts ({min(map(len, prompt_ids))}-{max(map(len, prompt_ids))} tokens), "
-          f"at most {args.max_new_tokens} new tokens, {args.rounds} rounds, batch sizes {sizes}")
+    print(
+        f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}; {loaded.dtype_reason}); "
+        f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"
+    )
+    print(
+        f"{len(prompts)} prompts ({min(map(len, prompt_ids))}-{max(map(len, prompt_ids))} tokens), "
+        f"at most {args.max_new_tokens} new tokens, {args.rounds} rounds, batch sizes {sizes}"
+    )
 
     generate_batch(model, tokenizer, prompt_ids[:1], max_new_tokens=4)  # warm-up: kernels, allocator
     seconds = {b: [] for b in sizes}
@@ -84,8 +91,10 @@ def main() -> None:
     for b in sizes:
         rates = [t / s for t, s in zip(tokens[b], seconds[b])]
         same = "-" if reference is None else f"{sum(x == y for x, y in zip(texts[b], reference))}/{len(reference)}"
-        print(f"{b:>5}  {sum(tokens[b]) / sum(seconds[b]):>9,.1f}  {min(rates):>8,.1f}-{max(rates):<8,.1f}  "
-              f"{statistics.median(seconds[b]):>8.2f}  {same:>10}")
+        print(
+            f"{b:>5}  {sum(tokens[b]) / sum(seconds[b]):>9,.1f}  {min(rates):>8,.1f}-{max(rates):<8,.1f}  "
+            f"{statistics.median(seconds[b]):>8.2f}  {same:>10}"
+        )
 
 
 if __name__ == "__main__":

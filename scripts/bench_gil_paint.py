@@ -14,7 +14,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt  # noqa: E402
 from PySide6.QtGui import QBrush, QColor, QPainterPath, QStandardItem, QStandardItemModel  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
-    QApplication, QGraphicsItem, QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QTableView,
+    QApplication,
+    QGraphicsItem,
+    QGraphicsPathItem,
+    QGraphicsScene,
+    QGraphicsSimpleTextItem,
+    QGraphicsView,
+    QTableView,
 )
 
 NODES, ROWS, COLUMNS, REPAINTS = 64, 100, 7, 5
@@ -38,10 +44,10 @@ class PythonNode(QGraphicsItem):
 class PythonModel(QAbstractTableModel):
     """A table model answering data() in Python (what the drafts panel first did)."""
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008 - Qt's own signature
         return 0 if parent.isValid() else ROWS
 
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: B008 - Qt's own signature
         return 0 if parent.isValid() else COLUMNS
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -95,8 +101,10 @@ def main() -> None:
     worker = threading.Thread(target=python_work)
     worker.start()
     try:
-        for name, widget in (("tree, Python-painted items", QGraphicsView(python_scene())),
-                             ("tree, Qt items", QGraphicsView(qt_scene()))):
+        for name, widget in (
+            ("tree, Python-painted items", QGraphicsView(python_scene())),
+            ("tree, Qt items", QGraphicsView(qt_scene())),
+        ):
             widget.resize(400, 600)
             print(f"{name:32s} {repaint_ms(app, widget):6.1f} ms per repaint")
         for name, model in (("table, Python model", PythonModel()), ("table, QStandardItemModel", qt_model())):

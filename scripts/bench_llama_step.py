@@ -58,11 +58,14 @@ def main() -> None:
         events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=args.tokens)))
         total = time.perf_counter() - t0
         steps = [e for e in events[:-1] if hasattr(e, "total_ms")]
-        print(f"{label}: {len(prompt) - 1}-token prompt {inner[0] * 1000:.0f} ms; a step: llama_decode "
-              f"{statistics.median(inner[1:]) * 1000:.2f} ms, decode_many {statistics.median(calls[1:]) * 1000:.2f} ms, "
-              f"after choosing and commit {statistics.median(e.verify_ms for e in steps):.2f} ms, "
-              f"whole step {statistics.median(e.total_ms for e in steps):.2f} ms; "
-              f"answer {total * 1000:.0f} ms for {len(events[-1].token_ids)} tokens", flush=True)
+        print(
+            f"{label}: {len(prompt) - 1}-token prompt {inner[0] * 1000:.0f} ms; a step: llama_decode "
+            f"{statistics.median(inner[1:]) * 1000:.2f} ms, decode_many {statistics.median(calls[1:]) * 1000:.2f} ms, "
+            f"after choosing and commit {statistics.median(e.verify_ms for e in steps):.2f} ms, "
+            f"whole step {statistics.median(e.total_ms for e in steps):.2f} ms; "
+            f"answer {total * 1000:.0f} ms for {len(events[-1].token_ids)} tokens",
+            flush=True,
+        )
 
     for r in range(args.rounds):
         ours(f"round {r + 1}")
@@ -71,8 +74,13 @@ def main() -> None:
     import llama_cpp
 
     backend = engine.backend
-    options = dict(model_path=str(backend.path), n_ctx=backend.max_context, n_threads=backend.threads,
-                   n_threads_batch=backend.threads, verbose=False)
+    options = dict(
+        model_path=str(backend.path),
+        n_ctx=backend.max_context,
+        n_threads=backend.threads,
+        n_threads_batch=backend.threads,
+        verbose=False,
+    )
 
     def reference(llm) -> float:
         t0 = time.perf_counter()
@@ -86,8 +94,10 @@ def main() -> None:
         seconds = reference(llama_cpp.Llama(**options))
     else:
         seconds = engine.slots.call(lambda: reference(llama_cpp.Llama(**options)))  # the model's own thread
-    print(f"llama-cpp-python's loop ({args.tokens} tokens) from the {args.reference} thread: {seconds * 1000:.0f} ms",
-          flush=True)
+    print(
+        f"llama-cpp-python's loop ({args.tokens} tokens) from the {args.reference} thread: {seconds * 1000:.0f} ms",
+        flush=True,
+    )
     for r in range(args.rounds):
         ours(f"ours after it, round {r + 1}")
 

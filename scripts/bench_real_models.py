@@ -30,28 +30,41 @@ def main() -> None:
     from draftscope.engine.engine import Engine, GenerationRequest
     from draftscope.sysinfo import peak_rss_mb
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{time.strftime('%Y-%m-%d')}")
-    print(f"bf16/fp32 matmul speed here: bf16 is {precision.bf16_speed_ratio():.2f}x fp32's speed; "
-          f"CPU features: {precision.cpu_bf16_features()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{time.strftime('%Y-%m-%d')}"
+    )
+    print(
+        f"bf16/fp32 matmul speed here: bf16 is {precision.bf16_speed_ratio():.2f}x fp32's speed; "
+        f"CPU features: {precision.cpu_bf16_features()}"
+    )
     t0 = time.perf_counter()
     engine = Engine.load(args.model, dtype=args.dtype, measure=False)
     load_s = time.perf_counter() - t0
-    print(f"load: {load_s:.1f} s (first load of a dtype converts the GGUF; later ones read the cache), peak RSS {peak_rss_mb():,.0f} MiB, "
-          f"{engine.dtype}: {engine.dtype_reason}")
+    print(
+        f"load: {load_s:.1f} s (first load of a dtype converts the GGUF; later ones read the cache), peak RSS {peak_rss_mb():,.0f} MiB, "
+        f"{engine.dtype}: {engine.dtype_reason}"
+    )
 
     model, tok = engine.model, engine.tokenizer
     ids = engine.encode_chat([{"role": "user", "content": "Explain what a hash map is and write a tiny example."}])
     rates = {"ours": [], "hf": []}
     for _ in range(args.repeats):
         t = time.perf_counter()
-        out = model.generate(torch.tensor([ids]), max_new_tokens=args.tokens, min_new_tokens=args.tokens,
-                             do_sample=False, pad_token_id=tok.eos_token_id)
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=args.tokens,
+            min_new_tokens=args.tokens,
+            do_sample=False,
+            pad_token_id=tok.eos_token_id,
+        )
         rates["hf"].append((out.shape[1] - len(ids)) / (time.perf_counter() - t))
         final = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=args.tokens, drafters=[])))[-1]
         rates["ours"].append(final.stats.tokens_per_second)
-    print(f"plain decoding tokens/s (prompt {len(ids)} tokens, {args.tokens} new, prefill included): "
-          + ", ".join(f"{k} {max(v):.2f}" for k, v in rates.items()))
+    print(
+        f"plain decoding tokens/s (prompt {len(ids)} tokens, {args.tokens} new, prefill included): "
+        + ", ".join(f"{k} {max(v):.2f}" for k, v in rates.items())
+    )
 
     if args.no_verify_curve:
         print(f"peak RSS at the end: {peak_rss_mb():,.0f} MiB")

@@ -82,8 +82,11 @@ def us(xs: list[float], q: float | None = None) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--datastore", default=None, help="a Draftscope index whose documents make the corpus "
-                   "(default: the app's datastore for SmolLM2)")
+    p.add_argument(
+        "--datastore",
+        default=None,
+        help="a Draftscope index whose documents make the corpus (default: the app's datastore for SmolLM2)",
+    )
     p.add_argument("--documents", type=int, default=None, help="use the first N documents only")
     p.add_argument("--rest-path", default=None, help="folder holding REST's built draftretriever package")
     p.add_argument("--steps", type=int, default=3000)
@@ -106,15 +109,19 @@ def main(argv=None) -> int:
 
         source = default_datastore_path("HuggingFaceTB/SmolLM2-135M-Instruct")
     if not source.is_file():
-        raise SystemExit(f"no datastore at {source}: build one (draftscope datastore build-default) or pass --datastore")
+        raise SystemExit(
+            f"no datastore at {source}: build one (draftscope datastore build-default) or pass --datastore"
+        )
 
     t0 = time.perf_counter()
     docs = documents(source, args.documents)
     split = int(len(docs) * 0.98)
     kept, held = docs[:split], docs[split:]
     vocab = max(max(d) for d in docs if d) + 1
-    print(f"corpus: {source.name}: {len(kept):,} documents, {sum(map(len, kept)):,} tokens indexed; "
-          f"{len(held):,} held back for contexts (read in {time.perf_counter() - t0:.1f}s)")
+    print(
+        f"corpus: {source.name}: {len(kept):,} documents, {sum(map(len, kept)):,} tokens indexed; "
+        f"{len(held):,} held back for contexts (read in {time.perf_counter() - t0:.1f}s)"
+    )
 
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="rest-dropin-"))
     readers = {}
@@ -131,34 +138,44 @@ def main(argv=None) -> int:
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         readers[name] = module.Reader(index_file_path=path)
-        print(f"{name:>10}: index written in {build_s:.1f}s ({os.path.getsize(path) / 1e6:.0f} MB), "
-              f"opened in {time.perf_counter() - t0:.2f}s")
+        print(
+            f"{name:>10}: index written in {build_s:.1f}s ({os.path.getsize(path) / 1e6:.0f} MB), "
+            f"opened in {time.perf_counter() - t0:.2f}s"
+        )
 
     contexts = step_contexts(held, args.steps, np.random.default_rng(0))
     figures = {name: ([], [], [], []) for name in readers}
     order = list(readers)
     for r in range(args.rounds):
-        for name in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
+        for name in order if r % 2 == 0 else order[::-1]:  # alternate who goes first
             out = replay(readers[name].search, contexts)
             for acc, new in zip(figures[name], out):
                 acc.extend(new)
 
-    print(f"\n{args.steps:,} steps x {args.rounds} rounds, spans {SPANS[0]}..{SPANS[-1]}, choices=64 "
-          f"(machine: {os.cpu_count()} cores; Python {sys.version.split()[0]})")
-    print("| reader | step median µs | step mean µs | step p90 µs | calls per step | miss median µs | hit median µs | steps with drafts |")
+    print(
+        f"\n{args.steps:,} steps x {args.rounds} rounds, spans {SPANS[0]}..{SPANS[-1]}, choices=64 "
+        f"(machine: {os.cpu_count()} cores; Python {sys.version.split()[0]})"
+    )
+    print(
+        "| reader | step median µs | step mean µs | step p90 µs | calls per step | miss median µs | hit median µs | steps with drafts |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, (steps, misses, hits, spans) in figures.items():
         calls = (len(misses) + len(hits)) / len(steps)
         with_drafts = sum(1 for s in spans if s) / len(spans)
-        print(f"| {name} | {us(steps)} | {statistics.mean(steps) * 1e6:.1f} | {us(steps, 0.9)} | {calls:.1f} | "
-              f"{us(misses)} | {us(hits)} | {with_drafts:.1%} |")
+        print(
+            f"| {name} | {us(steps)} | {statistics.mean(steps) * 1e6:.1f} | {us(steps, 0.9)} | {calls:.1f} | "
+            f"{us(misses)} | {us(hits)} | {with_drafts:.1%} |"
+        )
     if len(figures) == 2:
         a, b = figures["draftscope"], figures["REST"]
         ratio = statistics.median(a[0]) / statistics.median(b[0])
         mean_ratio = statistics.mean(a[0]) / statistics.mean(b[0])
         same = sum(1 for x, y in zip(a[3], b[3]) if x == y) / len(a[3])
-        print(f"\nDraftscope / REST per step: median {ratio:.2f}x, mean {mean_ratio:.2f}x; "
-              f"same hitting span in {same:.1%} of steps (REST also matches across entries in one chunk)")
+        print(
+            f"\nDraftscope / REST per step: median {ratio:.2f}x, mean {mean_ratio:.2f}x; "
+            f"same hitting span in {same:.1%} of steps (REST also matches across entries in one chunk)"
+        )
     return 0
 
 

@@ -27,15 +27,17 @@ def main(argv=None) -> int:
     import openai
 
     from draftscope.core.runtime import load_runtime
-    from draftscope.server import ServerThread, create_app
     from draftscope.core.session import ChatSession
+    from draftscope.server import ServerThread, create_app
     from draftscope.storage import Settings
 
     questions = [json.loads(line)["turns"][0] for line in open(args.questions, encoding="utf-8")][: args.prompts]
-    switches = {name: name in args.drafters.split(",")
-                for name in ("retrieval", "learned", "context", "model", "recurrent")}
-    runtime = load_runtime(Settings(model=args.model, max_new_tokens=args.max_tokens, temperature=0.0,
-                                    drafters=switches))
+    switches = {
+        name: name in args.drafters.split(",") for name in ("retrieval", "learned", "context", "model", "recurrent")
+    }
+    runtime = load_runtime(
+        Settings(model=args.model, max_new_tokens=args.max_tokens, temperature=0.0, drafters=switches)
+    )
     engine = runtime.engine
     server = ServerThread(create_app(runtime), port=0).start()
     client = openai.OpenAI(base_url=server.url, api_key="unused")
@@ -53,8 +55,13 @@ def main(argv=None) -> int:
     def served(q: str) -> tuple[float, float, int, str]:
         t0 = time.perf_counter()
         first, text, tokens = None, [], 0
-        for chunk in client.chat.completions.create(model=engine.name, messages=[{"role": "user", "content": q}],
-                                                    max_tokens=args.max_tokens, temperature=0, stream=True):
+        for chunk in client.chat.completions.create(
+            model=engine.name,
+            messages=[{"role": "user", "content": q}],
+            max_tokens=args.max_tokens,
+            temperature=0,
+            stream=True,
+        ):
             ext = (chunk.model_extra or {}).get("draftscope") or {}
             if first is None and ext.get("tokens"):
                 first = time.perf_counter()
@@ -81,9 +88,11 @@ def main(argv=None) -> int:
             same += texts["in process"] == texts["server"]
     server.stop()
     n = len(rows["server"])
-    print(f"{engine.name} on {engine.backend.describe()}, drafters {args.drafters}, "
-          f"{len(questions)} Spec-Bench first turns x {args.rounds} rounds, greedy, max {args.max_tokens} tokens; "
-          f"Python {sys.version.split()[0]}")
+    print(
+        f"{engine.name} on {engine.backend.describe()}, drafters {args.drafters}, "
+        f"{len(questions)} Spec-Bench first turns x {args.rounds} rounds, greedy, max {args.max_tokens} tokens; "
+        f"Python {sys.version.split()[0]}"
+    )
     print("| path | time to first token, median ms | tokens/s, median | tokens/s, mean |")
     print("|---|---:|---:|---:|")
     for name, values in rows.items():

@@ -44,8 +44,10 @@ def main() -> None:
             bar.setValue(bar.maximum())
             app.processEvents()
         ms = (time.perf_counter() - started) * 1000 / UPDATES
-        print(f"links {links!s:5} one link per step {per_step!s:5}: {ms:6.1f} ms per update of {PER_UPDATE} tokens "
-              f"after {TOKENS}")
+        print(
+            f"links {links!s:5} one link per step {per_step!s:5}: {ms:6.1f} ms per update of {PER_UPDATE} tokens "
+            f"after {TOKENS}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,17 +25,22 @@ def main() -> None:
     for line in args.questions.read_text().splitlines():
         q = json.loads(line)
         texts.extend(q["turns"])
-        texts.append(tok.apply_chat_template([{"role": "user", "content": q["turns"][0]}], tokenize=False,
-                                             add_generation_prompt=True))
+        texts.append(
+            tok.apply_chat_template(
+                [{"role": "user", "content": q["turns"][0]}], tokenize=False, add_generation_prompt=True
+            )
+        )
     differ = [t for t in texts if tok(t, add_special_tokens=False)["input_ids"] != backend.tokenize(t)]
     tokens = sum(len(backend.tokenize(t)) for t in texts)
-    print(f"{engine.name}: {len(texts) - len(differ)} of {len(texts)} texts ({tokens:,} tokens) tokenised to "
-          "the same ids by the datastore tokenizer and llama_tokenize")
+    print(
+        f"{engine.name}: {len(texts) - len(differ)} of {len(texts)} texts ({tokens:,} tokens) tokenised to "
+        "the same ids by the datastore tokenizer and llama_tokenize"
+    )
     if differ:
         t = differ[0]
         a, b = tok(t, add_special_tokens=False)["input_ids"], backend.tokenize(t)
         k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        print(f"first difference at token {k} of {t[:60]!r}...: {a[k:k + 5]} vs {b[k:k + 5]}")
+        print(f"first difference at token {k} of {t[:60]!r}...: {a[k : k + 5]} vs {b[k : k + 5]}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import ast
 import importlib
 import json
 from pathlib import Path
-
 from pydoc_data import topics
 
 OUT = Path(__file__).resolve().parent.parent / "app" / "draftscope" / "bench" / "grounded_questions.jsonl"
@@ -53,19 +52,32 @@ FIX = "Find the bug, fix it, and give back the whole corrected function, code on
 def questions() -> list[dict]:
     edits = [
         code_prompt(f"Add type hints to this function. {WHOLE}", function("colorsys", "rgb_to_hsv")),
-        code_prompt(f"Rename the parameter `name` to `target` everywhere in this function. {WHOLE}",
-                    function("os", "makedirs")),
-        code_prompt(f"Rename the variable `it` to `iterator` everywhere in this function. {WHOLE}",
-                    function("heapq", "nsmallest")),
+        code_prompt(
+            f"Rename the parameter `name` to `target` everywhere in this function. {WHOLE}", function("os", "makedirs")
+        ),
+        code_prompt(
+            f"Rename the variable `it` to `iterator` everywhere in this function. {WHOLE}",
+            function("heapq", "nsmallest"),
+        ),
     ]
     fixes = [
-        code_prompt(f"This function never returns for some inputs when a key is given. {FIX}",
-                    broken("bisect", "bisect_left", "if key(a[mid]) < x:\n                lo = mid + 1",
-                           "if key(a[mid]) < x:\n                lo = mid")),
-        code_prompt(f"This function indents the wrong lines. {FIX}",
-                    broken("textwrap", "indent", "if predicate(line)", "if not predicate(line)")),
-        code_prompt(f"This function gives the wrong median for lists of odd length. {FIX}",
-                    broken("statistics", "median", "return data[n // 2]", "return data[n // 2 - 1]")),
+        code_prompt(
+            f"This function never returns for some inputs when a key is given. {FIX}",
+            broken(
+                "bisect",
+                "bisect_left",
+                "if key(a[mid]) < x:\n                lo = mid + 1",
+                "if key(a[mid]) < x:\n                lo = mid",
+            ),
+        ),
+        code_prompt(
+            f"This function indents the wrong lines. {FIX}",
+            broken("textwrap", "indent", "if predicate(line)", "if not predicate(line)"),
+        ),
+        code_prompt(
+            f"This function gives the wrong median for lists of odd length. {FIX}",
+            broken("statistics", "median", "return data[n // 2]", "return data[n // 2 - 1]"),
+        ),
     ]
     summaries = [
         text_prompt("Summarize this section of the Python language reference in one paragraph.", "with"),
@@ -73,15 +85,21 @@ def questions() -> list[dict]:
         text_prompt("Summarize this section of the Python language reference in one paragraph.", "for"),
     ]
     quotes = [
-        text_prompt("Quote, word for word, the sentences of this text that say what happens when a finally "
-                    "clause runs a return statement, then explain them in one sentence.", "try"),
+        text_prompt(
+            "Quote, word for word, the sentences of this text that say what happens when a finally "
+            "clause runs a return statement, then explain them in one sentence.",
+            "try",
+        ),
         text_prompt("Quote, word for word, the steps this text says the import statement performs.", "import"),
-        text_prompt("Quote, word for word, what this text says about names listed in a global statement.",
-                    "global"),
+        text_prompt("Quote, word for word, what this text says about names listed in a global statement.", "global"),
     ]
     out = []
-    for category, prompts in (("grounded-edit", edits), ("grounded-fix", fixes),
-                              ("grounded-summary", summaries), ("grounded-quote", quotes)):
+    for category, prompts in (
+        ("grounded-edit", edits),
+        ("grounded-fix", fixes),
+        ("grounded-summary", summaries),
+        ("grounded-quote", quotes),
+    ):
         for i, prompt in enumerate(prompts, start=1):
             out.append({"question_id": f"{category}-{i}", "category": category, "turns": [prompt]})
     return out

@@ -28,8 +28,9 @@ def profile_steps(backend, ids, trees: dict, device, rows: int) -> None:
                 backend.truncate(past)
             torch.cuda.synchronize(device)
         print(f"\n=== {name}: {ms:.3f} ms a step (median of 10); 5 steps profiled ===", flush=True)
-        print(prof.key_averages().table(sort_by="device_time_total", row_limit=rows, max_name_column_width=70),
-              flush=True)
+        print(
+            prof.key_averages().table(sort_by="device_time_total", row_limit=rows, max_name_column_width=70), flush=True
+        )
 
 
 def main() -> None:
@@ -50,10 +51,13 @@ def main() -> None:
     model = shape_model(args.shape, device, torch.bfloat16)
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 150000, args.context).tolist()
-    trees = {"plain step (chain 0)": chain_tree(rng.integers(0, 150000, 0)),
-             "wide 64 (8 x chain of 8)": wide_tree(rng, 150000)}
-    graphed = torch_backend_for(model, IdsOnly(), cache="static", attention=args.attention,
-                                compiled=args.compiled == "on")
+    trees = {
+        "plain step (chain 0)": chain_tree(rng.integers(0, 150000, 0)),
+        "wide 64 (8 x chain of 8)": wide_tree(rng, 150000),
+    }
+    graphed = torch_backend_for(
+        model, IdsOnly(), cache="static", attention=args.attention, compiled=args.compiled == "on"
+    )
     print(f"{args.shape}, context {args.context}: {graphed.describe()}", flush=True)
     graphed.start(ids)
     profile_steps(graphed, ids, trees, device, args.rows)

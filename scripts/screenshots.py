@@ -22,9 +22,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QProgressBar, QWizard  # noqa: E402
 
+from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.drafters.learned import LearnedStore  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.gui.theme import app_icon, apply_theme, code_style  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
 
@@ -33,8 +33,11 @@ parser.add_argument("--model", default="qwen2.5-coder-1.5b")
 parser.add_argument("--max-new-tokens", type=int, default=200)
 parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
 parser.add_argument("--only", choices=("window", "dialogs", "wizard", "files"))
-parser.add_argument("--head-model", default="smollm2-135m",
-                    help="the model the recurrent drafter's training is shown on (on torch: it reads hidden states)")
+parser.add_argument(
+    "--head-model",
+    default="smollm2-135m",
+    help="the model the recurrent drafter's training is shown on (on torch: it reads hidden states)",
+)
 args = parser.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
@@ -79,8 +82,10 @@ def window_shots() -> None:
     window.resizeDocks([window.docks["trieDock"], window.docks["speedupDock"]], [520, 340], Qt.Orientation.Vertical)
     window.resizeDocks([window.docks["trieDock"]], [620], Qt.Orientation.Horizontal)
     # a code question, then an edit of the code: where drafts from the conversation pay most
-    for question in ("Write a short Python function that checks whether a string is a palindrome.",
-                     "Add type hints and a one-line docstring to that function."):
+    for question in (
+        "Write a short Python function that checks whether a string is a palindrome.",
+        "Add type hints and a one-line docstring to that function.",
+    ):
         window.chat_input.setPlainText(question)
         window.send()
         wait_until(lambda: not window.streaming)
@@ -115,8 +120,10 @@ def window_shots() -> None:
         dock.setFloating(True)
         dock.resize(900, 560 if name != "draftsDock" else 420)
         settle()
-        save(dock.widget(), {"draftsDock": "drafts-panel.png", "trieDock": "trie-view.png",
-                             "speedupDock": "speedup-panel.png"}[name])
+        save(
+            dock.widget(),
+            {"draftsDock": "drafts-panel.png", "trieDock": "trie-view.png", "speedupDock": "speedup-panel.png"}[name],
+        )
     window.close()
 
 
@@ -127,7 +134,7 @@ def files_shots() -> None:
     text = source.read_text()
     start = text.index("def rgb_to_hsv")
     attached = Path(tempfile.mkdtemp()) / "colorsys_part.py"
-    attached.write_text(text[start:text.index("\ndef ", start + 10)])
+    attached.write_text(text[start : text.index("\ndef ", start + 10)])
     window = MainWindow(runtime, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), code_style=code_style("light"))
     window.resize(1300, 860)
     window.show()
@@ -146,10 +153,10 @@ def files_shots() -> None:
 
 
 def dialog_shots() -> None:
-    from draftscope.models import catalog
     from draftscope.gui.dialogs.first_run import FirstRunDialog
     from draftscope.gui.dialogs.race import RaceDialog
     from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+    from draftscope.models import catalog
 
     # the race: one prompt answered plainly, then speculatively, replayed side by side at real pace
     race = RaceDialog(runtime)
@@ -157,9 +164,11 @@ def dialog_shots() -> None:
     race.show()
     # an edit of code in the prompt: the answer copies most of it, which drafts from the conversation
     # predict (a list rewritten in another order, by contrast, is drafted wrong at every item)
-    race.race("Rename the variable `x` to `total` in this function; answer with the code only.\n\n"
-              "def summarize(orders):\n    x = 0\n    for order in orders:\n        if order.paid and not "
-              "order.refunded:\n            x += order.amount - order.discount\n    return x\n")
+    race.race(
+        "Rename the variable `x` to `total` in this function; answer with the code only.\n\n"
+        "def summarize(orders):\n    x = 0\n    for order in orders:\n        if order.paid and not "
+        "order.refunded:\n            x += order.amount - order.discount\n    return x\n"
+    )
     wait_until(lambda: race._running is None and race.lanes and not race.timer.isActive(), 300_000)
     settle()
     save(race, "race.png")
@@ -197,10 +206,24 @@ def dialog_shots() -> None:
 
     scratch = Path(tempfile.mkdtemp())
     chats = scratch / "chats.jsonl"
-    chats.write_text("".join(json.dumps({"messages": [
-        {"role": "user", "content": f"How do I reverse a list of {n} items in Python?"},
-        {"role": "assistant", "content": "Use slicing, `items[::-1]`, for a reversed copy, or `items.reverse()` "
-                                         "to reverse it in place."}]}) + "\n" for n in range(40)))
+    chats.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"How do I reverse a list of {n} items in Python?"},
+                        {
+                            "role": "assistant",
+                            "content": "Use slicing, `items[::-1]`, for a reversed copy, or `items.reverse()` "
+                            "to reverse it in place.",
+                        },
+                    ]
+                }
+            )
+            + "\n"
+            for n in range(40)
+        )
+    )
     head_engine = Engine.load(args.head_model, backend="torch", dtype="float32", measure=False)
     dialog = TrainHeadDialog(head_engine, args.head_model, out=scratch / "head.safetensors")
     dialog.resize(600, 330)
@@ -223,12 +246,28 @@ def wizard_shots() -> None:
     os.environ["DRAFTSCOPE_DATA_DIR"] = tempfile.mkdtemp()  # the built index goes to a scratch folder
     folder = Path(tempfile.mkdtemp())
     chats = folder / "support-chats.json"
-    chats.write_text(json.dumps([{"conversations": [
-        {"from": "human", "value": f"How do I reset my password on device {i}?"},
-        {"from": "gpt", "value": "Open Settings, choose Account, then Reset password. You will get an e-mail "
-                                 "with a link; it is valid for 24 hours."}]} for i in range(200)]))
-    wizard = DatastoreWizard(args.model, tokenizer_loader=lambda _spec: engine.tokenizer,
-                             sources=[f"code:{sysconfig.get_paths()['stdlib']}/json", f"chat:{chats}"])
+    chats.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": f"How do I reset my password on device {i}?"},
+                        {
+                            "from": "gpt",
+                            "value": "Open Settings, choose Account, then Reset password. You will get an e-mail "
+                            "with a link; it is valid for 24 hours.",
+                        },
+                    ]
+                }
+                for i in range(200)
+            ]
+        )
+    )
+    wizard = DatastoreWizard(
+        args.model,
+        tokenizer_loader=lambda _spec: engine.tokenizer,
+        sources=[f"code:{sysconfig.get_paths()['stdlib']}/json", f"chat:{chats}"],
+    )
     wizard.resize(820, 640)
     wizard.show()
     wizard.sources_page.source_list.setCurrentRow(1)

@@ -11,11 +11,15 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # (platformdirs, pip, Hugging Face).
 _ROOT = Path(__file__).resolve().parents[1]
 _TMP = Path(tempfile.mkdtemp(prefix="draftscope-tests-"))
-for _var, _path in (("DRAFTSCOPE_CONFIG_DIR", _TMP / "config"), ("DRAFTSCOPE_DATA_DIR", _TMP / "data"),
-                    ("DRAFTSCOPE_CACHE_DIR", _ROOT / ".test-cache" / "draftscope"),
-                    ("XDG_CONFIG_HOME", _TMP / "xdg-config"), ("XDG_DATA_HOME", _TMP / "xdg-data"),
-                    ("XDG_CACHE_HOME", _ROOT / ".test-cache" / "xdg"),
-                    ("DRAFTSCOPE_MODELS_HOME", _TMP / "home")):  # no LM Studio or Ollama models of the user's
+for _var, _path in (
+    ("DRAFTSCOPE_CONFIG_DIR", _TMP / "config"),
+    ("DRAFTSCOPE_DATA_DIR", _TMP / "data"),
+    ("DRAFTSCOPE_CACHE_DIR", _ROOT / ".test-cache" / "draftscope"),
+    ("XDG_CONFIG_HOME", _TMP / "xdg-config"),
+    ("XDG_DATA_HOME", _TMP / "xdg-data"),
+    ("XDG_CACHE_HOME", _ROOT / ".test-cache" / "xdg"),
+    ("DRAFTSCOPE_MODELS_HOME", _TMP / "home"),
+):  # no LM Studio or Ollama models of the user's
     os.environ[_var] = str(_path)
 os.environ.pop("OLLAMA_MODELS", None)
 

@@ -48,5 +48,6 @@ def pytest_handlecrashitem(crashitem, report, sched):
         return
     if said:
         cause = said[0].removeprefix("Fatal Python error: ")
-        report.longrepr = (f"{cause}: the test process died while running {crashitem}\n\n"
-                           + "\n".join(said[:_QUOTED_LINES]))
+        report.longrepr = f"{cause}: the test process died while running {crashitem}\n\n" + "\n".join(
+            said[:_QUOTED_LINES]
+        )

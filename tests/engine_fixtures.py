@@ -4,12 +4,30 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def tiny_llama(vocab_size: int, *, seed: int = 0, layers: int = 2, hidden: int = 64, sharpen: float = 1.0,
-               eos_token_id: int | None = None, max_positions: int = 256) -> LlamaForCausalLM:
+def tiny_llama(
+    vocab_size: int,
+    *,
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 64,
+    sharpen: float = 1.0,
+    eos_token_id: int | None = None,
+    max_positions: int = 256,
+) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                      eos_token_id=eos_token_id, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).eval()
     if sharpen != 1.0:  # a peakier next-token distribution, so sampling tests have structure to check
         with torch.no_grad():

@@ -26,10 +26,21 @@ def write_tiny_gguf(path: Path, model, tokenizer_folder: Path, *, name: str = "t
     template = folder / "chat_template.jinja"  # where newer transformers save it
     rope = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
     return write_llama_gguf(
-        path, weights={k: v.detach().float().numpy() for k, v in model.state_dict().items()},
-        hidden=cfg.hidden_size, layers=cfg.num_hidden_layers, ffn=cfg.intermediate_size, heads=cfg.num_attention_heads,
-        kv_heads=cfg.num_key_value_heads, context=cfg.max_position_embeddings, tokens=tokens,
+        path,
+        weights={k: v.detach().float().numpy() for k, v in model.state_dict().items()},
+        hidden=cfg.hidden_size,
+        layers=cfg.num_hidden_layers,
+        ffn=cfg.intermediate_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        context=cfg.max_position_embeddings,
+        tokens=tokens,
         merges=[m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]],
         control={a["id"] for a in spec.get("added_tokens", []) if a.get("special")},
-        eos=vocab[config["eos_token"]], bos=vocab[config["bos_token"]], rms_eps=cfg.rms_norm_eps, rope_theta=rope,
-        chat_template=config.get("chat_template") or (template.read_text() if template.is_file() else None), name=name)
+        eos=vocab[config["eos_token"]],
+        bos=vocab[config["bos_token"]],
+        rms_eps=cfg.rms_norm_eps,
+        rope_theta=rope,
+        chat_template=config.get("chat_template") or (template.read_text() if template.is_file() else None),
+        name=name,
+    )

@@ -24,8 +24,9 @@ def need_llama_cpp():
         import llama_cpp
     except ImportError as exc:
         if llama_cpp_required():
-            pytest.fail(f"llama-cpp-python is required here ({REQUIRE_VAR}=1) and does not import: {exc}",
-                        pytrace=False)
+            pytest.fail(
+                f"llama-cpp-python is required here ({REQUIRE_VAR}=1) and does not import: {exc}", pytrace=False
+            )
         pytest.skip(f"llama-cpp-python is not installed ({exc})", allow_module_level=True)
     return llama_cpp
 
@@ -50,7 +51,8 @@ def assert_plain_or_near_tie(engine, prompt: list[int], plain: list[int], got: l
     found = divergence(engine, list(prompt), list(plain), list(got), params)
     assert found["within_noise"], (
         f"{what}diverged from plain decoding at answer token {found['position']}, where its two best scores were "
-        f"{found['gap']:.2e} apart against a batch noise of {found['noise']:.2e}")
+        f"{found['gap']:.2e} apart against a batch noise of {found['noise']:.2e}"
+    )
     return found
 
 
@@ -64,7 +66,8 @@ def amx_faulting_selftest(tmp_path, monkeypatch, *, plain_runs: bool) -> None:
     from draftscope.engine.backends.llama import selftest
 
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, signal, sys
         print("kernels: AVX2,AVX512,AMX_INT8", flush=True)
         if "--plain-layout" in sys.argv and {plain_runs!r}:
@@ -75,6 +78,7 @@ def amx_faulting_selftest(tmp_path, monkeypatch, *, plain_runs: bool) -> None:
         print("buffers: CPU_Mapped,AMX", flush=True)
         print("stage: prompt", flush=True)
         os.kill(os.getpid(), signal.SIGSEGV)
-    """))
+    """)
+    )
     monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(script)])
     monkeypatch.setattr(paths, "llama_verdict_file", lambda: tmp_path / "verdict.json")

@@ -11,8 +11,12 @@ from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 
 # Prompts that repeat themselves: the conversation's drafts are accepted in every answer.
-PROMPTS = ["one two three four five one two three four five one two", "red green blue red green blue red green",
-           "a b c d e f a b c d e f a b c", "the cat sat on the mat the cat sat on the"]
+PROMPTS = [
+    "one two three four five one two three four five one two",
+    "red green blue red green blue red green",
+    "a b c d e f a b c d e f a b c",
+    "the cat sat on the mat the cat sat on the",
+]
 SAMPLED = [SamplingParams(temperature=0.9, top_p=0.95, seed=100 + i) for i in range(len(PROMPTS))]
 GREEDY = [SamplingParams()] * len(PROMPTS)
 
@@ -22,8 +26,13 @@ def ids_of(tokenizer, text):
 
 
 def answer(engine, ids, params, drafted: bool, tokens: int = 40):
-    request = GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, sampling=params,
-                                drafters=[ContextDrafter()] if drafted else [], budget=6 if drafted else None)
+    request = GenerationRequest(
+        prompt_ids=ids,
+        max_new_tokens=tokens,
+        sampling=params,
+        drafters=[ContextDrafter()] if drafted else [],
+        budget=6 if drafted else None,
+    )
     return list(engine.generate(request))[-1]
 
 

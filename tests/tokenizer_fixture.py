@@ -29,7 +29,9 @@ def make_tokenizer_folder(folder: Path) -> Path:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(TRAINING_TEXT, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>", bos_token="<|im_start|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>", bos_token="<|im_start|>"
+    )
     fast.chat_template = CHATML
     fast.save_pretrained(str(folder))
     return folder

@@ -54,7 +54,13 @@ class IndexReader:
     @property
     def in_memory(self) -> bool: ...
     def search(
-        self, context: npt.NDArray[np.int64], max_nodes: int, max_depth: int, max_matches: int, min_suffix: int, max_suffix: int
+        self,
+        context: npt.NDArray[np.int64],
+        max_nodes: int,
+        max_depth: int,
+        max_matches: int,
+        min_suffix: int,
+        max_suffix: int,
     ) -> _Tree: ...
     def search_batch(
         self,

@@ -6,15 +6,41 @@ from __future__ import annotations
 import argparse
 import sys
 
-from draftscope.commands import (bench, chat, chat_history, datastore, doctor, drafter, gui, index_info, models,
-                                 serve, worker)
+from draftscope.commands import (
+    bench,
+    chat,
+    chat_history,
+    datastore,
+    doctor,
+    drafter,
+    gui,
+    index_info,
+    models,
+    serve,
+    worker,
+)
 
-GROUPS = (index_info, gui, datastore, chat, serve, worker, models, drafter, bench, doctor, chat_history)  # in `draftscope --help`'s order
+GROUPS = (
+    index_info,
+    gui,
+    datastore,
+    chat,
+    serve,
+    worker,
+    models,
+    drafter,
+    bench,
+    doctor,
+    chat_history,
+)  # in `draftscope --help`'s order
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="draftscope", description="Draftscope: chat with a local model, answered fast "
-                                     "through speculative decoding. With no command it opens the desktop app.")
+    parser = argparse.ArgumentParser(
+        prog="draftscope",
+        description="Draftscope: chat with a local model, answered fast "
+        "through speculative decoding. With no command it opens the desktop app.",
+    )
     sub = parser.add_subparsers(dest="command")
     for group in GROUPS:
         group.add_parser(sub)

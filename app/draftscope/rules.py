@@ -54,7 +54,9 @@ def context_problem(value: int) -> str | None:
     """Why ``value`` cannot be the context length (None when it can)."""
     if value == MODEL_CONTEXT or CONTEXT_RANGE.holds(value):
         return None
-    return f"context_length must be {MODEL_CONTEXT} (the model's default) or {CONTEXT_RANGE.words()} tokens, got {value!r}"
+    return (
+        f"context_length must be {MODEL_CONTEXT} (the model's default) or {CONTEXT_RANGE.words()} tokens, got {value!r}"
+    )
 
 
 def problem(name: str, value: float, ranges: dict[str, Range] = RANGES) -> str | None:

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_fixtures import tiny_llama
 
 from draftscope.bench.gpu import SECTIONS
 from draftscope.cli import main
-from engine_fixtures import tiny_llama
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,8 +29,26 @@ def json_lines(path) -> list[dict]:
 
 def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsys):
     out_file = tmp_path / "gpu.jsonl"
-    code = main(["bench", "gpu", "--device", "cpu", "--shape", "tiny", "--tokens", "16", "--contexts", "32,64",
-                 "--reps", "2", "--bandwidth", "50", "--json", str(out_file)])
+    code = main(
+        [
+            "bench",
+            "gpu",
+            "--device",
+            "cpu",
+            "--shape",
+            "tiny",
+            "--tokens",
+            "16",
+            "--contexts",
+            "32,64",
+            "--reps",
+            "2",
+            "--bandwidth",
+            "50",
+            "--json",
+            str(out_file),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "shape tiny on " in out and "float32" in out and "backend torch · cpu · float32" in out
@@ -56,8 +73,11 @@ def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsy
     for config in ("depth 3", "depth 7", "depth 15", "adaptive", re.escape("wide 64 (8 x 8)")):
         line = rf"{config} +[\d.]+ tokens/s +[\d.]+x plain +tau +[\d.]+ +[\d.]+ nodes a step +token-identical: True"
         assert re.search(line, oracle), config
-    assert re.search(r"wide 64 \(8 x 8\): [\d.]+ ms a step, its 64-node forward alone [\d.]+ ms: \d+% of a step "
-                     r"outside the forward", oracle)
+    assert re.search(
+        r"wide 64 \(8 x 8\): [\d.]+ ms a step, its 64-node forward alone [\d.]+ ms: \d+% of a step "
+        r"outside the forward",
+        oracle,
+    )
     assert "skipped: needs --model" in text["spec-bench"]
 
     rows = json_lines(out_file)
@@ -96,9 +116,30 @@ def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
 def test_a_model_folder_runs_the_spec_bench_section(model_dir, tmp_path, capsys):
     out_file = tmp_path / "gpu.jsonl"
     questions = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
-    code = main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--tokens", "12",
-                 "--contexts", "32", "--reps", "1", "--sections", "oracle,spec-bench", "--questions", questions,
-                 "--json", str(out_file)])
+    code = main(
+        [
+            "bench",
+            "gpu",
+            "--device",
+            "cpu",
+            "--model",
+            str(model_dir),
+            "--dtype",
+            "float32",
+            "--tokens",
+            "12",
+            "--contexts",
+            "32",
+            "--reps",
+            "1",
+            "--sections",
+            "oracle,spec-bench",
+            "--questions",
+            questions,
+            "--json",
+            str(out_file),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert list(sections_of(out)) == ["oracle limit", "spec-bench"]
@@ -116,13 +157,22 @@ def test_contexts_past_the_models_length_are_refused_in_words(model_dir, capsys)
     assert code == 2 and "holds 8,192" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--shape", "huge"], "invalid choice: 'huge' (choose from 'tiny', 'qwen2.5-0.5b', 'qwen2.5-1.5b', 'qwen2.5-7b')"),
-    (["--sections", "verify,nope"], "unknown section(s) 'nope' (choose from verify, worst, plain, oracle, spec-bench)"),
-    (["--sections", ","], "unknown section(s) (none given)"),
-    (["--contexts", "256,x"], "not a whole number: 'x'"),
-    (["--shape", "tiny", "--model", "x"], "not allowed with argument --shape"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["--shape", "huge"],
+            "invalid choice: 'huge' (choose from 'tiny', 'qwen2.5-0.5b', 'qwen2.5-1.5b', 'qwen2.5-7b')",
+        ),
+        (
+            ["--sections", "verify,nope"],
+            "unknown section(s) 'nope' (choose from verify, worst, plain, oracle, spec-bench)",
+        ),
+        (["--sections", ","], "unknown section(s) (none given)"),
+        (["--contexts", "256,x"], "not a whole number: 'x'"),
+        (["--shape", "tiny", "--model", "x"], "not allowed with argument --shape"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(argv, words, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "gpu", *argv])
@@ -133,8 +183,26 @@ def test_bad_arguments_are_usage_errors(argv, words, capsys):
 
 def test_the_static_cache_runs_the_same_sections_and_says_so(capsys):
     """--cache static: what CUDA runs (here its steps eagerly, saying why), same identity promise."""
-    code = main(["bench", "gpu", "--device", "cpu", "--shape", "tiny", "--cache", "static", "--tokens", "12",
-                 "--contexts", "32", "--reps", "1", "--sections", "verify,plain,oracle"])
+    code = main(
+        [
+            "bench",
+            "gpu",
+            "--device",
+            "cpu",
+            "--shape",
+            "tiny",
+            "--cache",
+            "static",
+            "--tokens",
+            "12",
+            "--contexts",
+            "32",
+            "--reps",
+            "1",
+            "--sections",
+            "verify,plain,oracle",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "static cache, eager steps" in out
@@ -150,11 +218,24 @@ def test_a_step_reads_its_weights_once_and_its_kv_cache():
 
     model = shape_model("tiny", torch.device("cpu"), torch.float32)
     shape = SHAPES["tiny"]
-    hidden, ffn, layers, vocab = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    hidden, ffn, layers, vocab = (
+        shape["hidden_size"],
+        shape["intermediate_size"],
+        shape["num_hidden_layers"],
+        shape["vocab_size"],
+    )
     kv_dim = shape["num_key_value_heads"] * hidden // shape["num_attention_heads"]
-    per_layer = (hidden * hidden * 2 + hidden * kv_dim * 2 + hidden + 2 * kv_dim  # q, o; k, v; their biases
-                 + 3 * hidden * ffn + 2 * hidden)  # the MLP, two norms
-    expected = (layers * per_layer + vocab * hidden + hidden + hidden) * 4  # the head, the final norm, one embedding row
+    per_layer = (
+        hidden * hidden * 2
+        + hidden * kv_dim * 2
+        + hidden
+        + 2 * kv_dim  # q, o; k, v; their biases
+        + 3 * hidden * ffn
+        + 2 * hidden
+    )  # the MLP, two norms
+    expected = (
+        layers * per_layer + vocab * hidden + hidden + hidden
+    ) * 4  # the head, the final norm, one embedding row
     got = step_bytes(model, context=100)
     assert got["weights"] == expected and got["kv"] == 2 * layers * kv_dim * 100 * 4
     assert card_bandwidth("NVIDIA H200") == 4800.0 and card_bandwidth("NVIDIA H100 80GB HBM3") == 3350.0
@@ -165,14 +246,59 @@ def test_a_projection_replays_traced_acceptance_against_measured_costs(model_dir
     """bench spec --trace here, bench gpu --json's curve, bench project: plain decoding projects to
     exactly 1x, the oracle (every draft right) above it; the table says it is a projection."""
     costs, trace = tmp_path / "costs.jsonl", tmp_path / "trace.jsonl"
-    assert main(["bench", "gpu", "--device", "cpu", "--model", str(model_dir), "--dtype", "float32", "--contexts", "32",
-                 "--reps", "1", "--sections", "verify", "--json", str(costs)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "gpu",
+                "--device",
+                "cpu",
+                "--model",
+                str(model_dir),
+                "--dtype",
+                "float32",
+                "--contexts",
+                "32",
+                "--reps",
+                "1",
+                "--sections",
+                "verify",
+                "--json",
+                str(costs),
+            ]
+        )
+        == 0
+    )
     questions = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
     # a fixed budget: the oracle drafts whatever this machine's cost curve says (the adaptive policy may
     # rightly verify nothing on a CPU where one node costs 3x a plain step)
-    assert main(["bench", "spec", "--model", str(model_dir), "--dtype", "float32", "--questions", questions,
-                 "--per-category", "1", "--categories", "writing,coding", "--max-new-tokens", "16",
-                 "--methods", "plain,oracle", "--budget", "8", "--trace", str(trace)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "spec",
+                "--model",
+                str(model_dir),
+                "--dtype",
+                "float32",
+                "--questions",
+                questions,
+                "--per-category",
+                "1",
+                "--categories",
+                "writing,coding",
+                "--max-new-tokens",
+                "16",
+                "--methods",
+                "plain,oracle",
+                "--budget",
+                "8",
+                "--trace",
+                str(trace),
+            ]
+        )
+        == 0
+    )
     steps = json_lines(trace)
     assert {s["method"] for s in steps} == {"plain", "oracle"}
     assert all(s["nodes"] == 0 and s["tokens"] == 1 for s in steps if s["method"] == "plain")
@@ -191,8 +317,10 @@ def test_a_projected_step_costs_what_was_measured_or_a_line_between():
 
     curve = {0: 10.0, 4: 14.0, 8: 20.0}
     assert cost(curve, 0) == 10.0 and cost(curve, 2) == 12.0 and cost(curve, 6) == 17.0 and cost(curve, 16) == 40.0
-    steps = [{"method": "m", "nodes": 4, "tokens": 3, "draft_ms": 1.0},
-             {"method": "m", "nodes": 0, "tokens": 1, "draft_ms": 0.5}]  # a step that drafted nothing: plain's cost
+    steps = [
+        {"method": "m", "nodes": 4, "tokens": 3, "draft_ms": 1.0},
+        {"method": "m", "nodes": 0, "tokens": 1, "draft_ms": 0.5},
+    ]  # a step that drafted nothing: plain's cost
     m = project(steps, curve)["m"]
     assert m["ms"] == 14.0 + 1.0 + 10.0 and m["plain_ms"] == 40.0 and m["speedup"] == pytest.approx(40.0 / 25.0)
     assert project(steps, curve, drafting=False)["m"]["ms"] == 24.0

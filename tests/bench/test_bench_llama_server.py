@@ -7,15 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-
 from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
 
-from draftscope.bench.llama_server import find_llama_server  # noqa: E402
-from draftscope.cli import main  # noqa: E402
 from engine_fixtures import tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
+
+from draftscope.bench.llama_server import find_llama_server  # noqa: E402
+from draftscope.cli import main  # noqa: E402
 
 QUESTIONS = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
 
@@ -28,9 +28,28 @@ def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
 
 def spec(gguf, methods, tmp_path):
     out = tmp_path / "spec.json"
-    code = main(["bench", "spec", "--model", str(gguf), "--backend", "llama.cpp", "--questions", QUESTIONS,
-                 "--per-category", "1", "--categories", "coding,qa", "--max-new-tokens", "24",
-                 "--methods", methods, "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "spec",
+            "--model",
+            str(gguf),
+            "--backend",
+            "llama.cpp",
+            "--questions",
+            QUESTIONS,
+            "--per-category",
+            "1",
+            "--categories",
+            "coding,qa",
+            "--max-new-tokens",
+            "24",
+            "--methods",
+            methods,
+            "--json",
+            str(out),
+        ]
+    )
     return code, (json.loads(out.read_text()) if out.is_file() else None)
 
 
@@ -69,13 +88,35 @@ def test_repeats_rotate_the_order_and_keep_the_median(gguf, tmp_path, capsys, mo
         def run(m):
             calls.append(m)
             return run_method(m)
+
         return repeated(run, methods, repeats)
 
     monkeypatch.setattr(spec_mod, "repeated", watching)
     out = tmp_path / "spec.json"
-    code = main(["bench", "spec", "--model", str(gguf), "--backend", "llama.cpp", "--questions", QUESTIONS,
-                 "--per-category", "1", "--categories", "coding", "--max-new-tokens", "16",
-                 "--methods", "llama,plain,context", "--repeats", "3", "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "spec",
+            "--model",
+            str(gguf),
+            "--backend",
+            "llama.cpp",
+            "--questions",
+            QUESTIONS,
+            "--per-category",
+            "1",
+            "--categories",
+            "coding",
+            "--max-new-tokens",
+            "16",
+            "--methods",
+            "llama,plain,context",
+            "--repeats",
+            "3",
+            "--json",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     # three rounds, each starting one method later
@@ -101,9 +142,30 @@ def test_first_token_and_writing_rate_are_reported_against_the_chosen_base(gguf,
     if binary is None:
         pytest.skip(why)
     out = tmp_path / "spec.json"
-    code = main(["bench", "spec", "--model", str(gguf), "--backend", "llama.cpp", "--questions", QUESTIONS,
-                 "--per-category", "1", "--categories", "coding", "--max-new-tokens", "24",
-                 "--methods", "llama,llama-server,plain,context", "--base", "llama-server", "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "spec",
+            "--model",
+            str(gguf),
+            "--backend",
+            "llama.cpp",
+            "--questions",
+            QUESTIONS,
+            "--per-category",
+            "1",
+            "--categories",
+            "coding",
+            "--max-new-tokens",
+            "24",
+            "--methods",
+            "llama,llama-server,plain,context",
+            "--base",
+            "llama-server",
+            "--json",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     result = json.loads(out.read_text())

@@ -7,10 +7,10 @@ import shutil
 
 import numpy as np
 import pytest
+from engine_fixtures import tiny_llama
 
 from draftscope.bench.lossless_stats import chi_square_p, chi_square_test, ks_uniform, pairs_test
 from draftscope.cli import main
-from engine_fixtures import tiny_llama
 
 
 def test_statistics_reject_what_is_not_uniform_or_independent():
@@ -35,9 +35,36 @@ def model_dir(tmp_path_factory, tokenizer_dir, tokenizer):
 
 
 def audit(model_dir, out, *extra, configs="context,model"):
-    return main(["bench", "lossless", "--model", str(model_dir), "--draft-model", "self:1",
-                 "--configs", configs, "--prompts", "2", "--seeds", "2", "--max-new-tokens", "12", "--runs", "100",
-                 "--pit-tokens", "300", "--budget", "6", "--dtype", "float32", "--quiet", "--json", str(out), *extra])
+    return main(
+        [
+            "bench",
+            "lossless",
+            "--model",
+            str(model_dir),
+            "--draft-model",
+            "self:1",
+            "--configs",
+            configs,
+            "--prompts",
+            "2",
+            "--seeds",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "--runs",
+            "100",
+            "--pit-tokens",
+            "300",
+            "--budget",
+            "6",
+            "--dtype",
+            "float32",
+            "--quiet",
+            "--json",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def test_audit_passes_on_a_tiny_model_and_writes_its_report(model_dir, tmp_path, capsys):
@@ -47,8 +74,14 @@ def test_audit_passes_on_a_tiny_model_and_writes_its_report(model_dir, tmp_path,
     assert "every test holds" in out
     checks = json.loads((tmp_path / "report.json").read_text())
     kinds = {(c["kind"], c["config"]) for c in checks}
-    assert {("greedy", "plain"), ("greedy", "context,model"), ("identity", "context,model"), ("first-tokens", "plain"),
-            ("pit-uniform", "plain"), ("pit-pairs", "plain")} <= kinds
+    assert {
+        ("greedy", "plain"),
+        ("greedy", "context,model"),
+        ("identity", "context,model"),
+        ("first-tokens", "plain"),
+        ("pit-uniform", "plain"),
+        ("pit-pairs", "plain"),
+    } <= kinds
     assert all(c["passed"] for c in checks)
     for kind in ("greedy", "identity"):
         check = next(c for c in checks if c["kind"] == kind and c["config"] == "context,model")
@@ -60,8 +93,17 @@ def test_audit_passes_on_a_tiny_model_and_writes_its_report(model_dir, tmp_path,
 
 def test_broken_noise_is_rejected_by_the_audit(model_dir, tmp_path, capsys):
     """--only-biased: noise reused across positions and keyed by the step; both must be caught."""
-    code = audit(model_dir, tmp_path / "report.json", "--temperature", "1", "--only-biased", "--runs", "400",
-                 "--pit-tokens", "1500")
+    code = audit(
+        model_dir,
+        tmp_path / "report.json",
+        "--temperature",
+        "1",
+        "--only-biased",
+        "--runs",
+        "400",
+        "--pit-tokens",
+        "1500",
+    )
     out = capsys.readouterr().out
     checks = json.loads((tmp_path / "report.json").read_text())
     caught = {c["kind"] for c in checks if not c["passed"]}

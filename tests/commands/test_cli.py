@@ -26,8 +26,20 @@ def test_bad_index_exits_2_with_a_message(tmp_path, capsys):
 
 def test_bench_retriever_prints_every_figure(tmp_path, capsys):
     out = tmp_path / "figures.json"
-    args = ["bench", "retriever", "--corpus", "synthetic", "--synthetic-tokens", "200000", "--contexts", "300",
-            "--work-dir", str(tmp_path), "--json", str(out)]
+    args = [
+        "bench",
+        "retriever",
+        "--corpus",
+        "synthetic",
+        "--synthetic-tokens",
+        "200000",
+        "--contexts",
+        "300",
+        "--work-dir",
+        str(tmp_path),
+        "--json",
+        str(out),
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     for label in ("build", "raw libsais", "peak memory", "on disk", "open", "search ", "search_batch"):
@@ -54,33 +66,51 @@ def test_the_desktop_app_starts_and_stays_up(tmp_path, tokenizer_dir, tokenizer)
     model_dir = tmp_path / "tiny-model"
     shutil.copytree(tokenizer_dir, model_dir)
     tiny_llama(len(tokenizer), seed=1).save_pretrained(model_dir)
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
-               DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"), DRAFTSCOPE_CACHE_DIR=str(tmp_path / "cache"))
-    run = subprocess.run([sys.executable, "-m", "draftscope", "gui", "--model", str(model_dir), "--quit-after", "1500"],
-                         env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
+        DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"),
+        DRAFTSCOPE_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "draftscope", "gui", "--model", str(model_dir), "--quit-after", "1500"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "main window shown (model tiny-model" in run.stdout
     assert "still running after 1500 ms" in run.stdout
 
-    bad = subprocess.run([sys.executable, "-m", "draftscope", "gui", "--model", str(tmp_path / "nope"),
-                          "--quit-after", "1500"], env=env, capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "draftscope", "gui", "--model", str(tmp_path / "nope"), "--quit-after", "1500"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 1 and "could not be loaded" in bad.stderr and "nope" in bad.stderr
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["generate", "hi", "--device", "bogus"], "unknown device 'bogus'"),
-    (["generate", "hi", "--dtype", "bogus"], "unknown dtype 'bogus'"),
-    (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens: must be between 1"),
-    (["chat", "--top-k", "-1"], "--top-k: must be between 0"),
-    (["drafter", "train", "--tokens", "0"], "--tokens: must be between 1"),
-    (["datastore", "distill", "--out", "x.idx", "--batch-size", "ten"], "not a whole number: 'ten'"),
-    (["bench", "spec", "--per-category", str(10**12)], "must be between 1 and 1,000,000,000"),
-    (["models", "list", "--device", "gpu"], "unknown device 'gpu'"),
-    (["generate", "hi", "--temperature", "nan"], "--temperature: must be between 0 and 5, got nan"),
-    (["chat", "--top-p", "0"], "--top-p: must be in (0, 1], got 0"),
-    (["serve", "--repetition-penalty", "x"], "--repetition-penalty: not a number: 'x'"),
-    (["chat", "--context", "100"], "--context: must be 0 (the model's default) or between 256 and 1,048,576"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["generate", "hi", "--device", "bogus"], "unknown device 'bogus'"),
+        (["generate", "hi", "--dtype", "bogus"], "unknown dtype 'bogus'"),
+        (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens: must be between 1"),
+        (["chat", "--top-k", "-1"], "--top-k: must be between 0"),
+        (["drafter", "train", "--tokens", "0"], "--tokens: must be between 1"),
+        (["datastore", "distill", "--out", "x.idx", "--batch-size", "ten"], "not a whole number: 'ten'"),
+        (["bench", "spec", "--per-category", str(10**12)], "must be between 1 and 1,000,000,000"),
+        (["models", "list", "--device", "gpu"], "unknown device 'gpu'"),
+        (["generate", "hi", "--temperature", "nan"], "--temperature: must be between 0 and 5, got nan"),
+        (["chat", "--top-p", "0"], "--top-p: must be in (0, 1], got 0"),
+        (["serve", "--repetition-penalty", "x"], "--repetition-penalty: not a number: 'x'"),
+        (["chat", "--context", "100"], "--context: must be 0 (the model's default) or between 256 and 1,048,576"),
+    ],
+)
 def test_bad_arguments_are_usage_errors_before_anything_loads(argv, words, capsys):
     """One convention: a bad argument is argparse's usage error (exit 2), named, nothing loaded."""
     with pytest.raises(SystemExit) as exit_info:
@@ -94,20 +124,21 @@ def test_every_benchmark_a_user_runs_is_a_bench_subcommand(capsys):
     from draftscope.cli import build_parser
 
     parser = build_parser()
-    bench = next(a for a in parser._subparsers._group_actions[0].choices["bench"]._actions
-                 if a.dest == "bench_command")
-    assert set(bench.choices) == {"retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc", "project",
-                                 "turns"}
+    bench = next(a for a in parser._subparsers._group_actions[0].choices["bench"]._actions if a.dest == "bench_command")
+    assert set(bench.choices) == {"retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc", "project", "turns"}
     with pytest.raises(SystemExit) as exc:
         main(["bench", "rpc", "--workers", "0"])
     assert exc.value.code == 2 and "--workers" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda tmp: tmp / "missing.idx", "no such file"),
-    (lambda tmp: tmp, "a folder, not a datastore"),
-    (lambda tmp: (tmp / "text.idx").write_text("not an index") and tmp / "text.idx", "not a readable datastore"),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda tmp: tmp / "missing.idx", "no such file"),
+        (lambda tmp: tmp, "a folder, not a datastore"),
+        (lambda tmp: (tmp / "text.idx").write_text("not an index") and tmp / "text.idx", "not a readable datastore"),
+    ],
+)
 def test_a_bad_datastore_is_named_before_the_model_loads(make, words, tmp_path, monkeypatch, capsys):
     import draftscope.core.runtime as runtime_module
 
@@ -119,10 +150,21 @@ def test_a_bad_datastore_is_named_before_the_model_loads(make, words, tmp_path, 
 
 
 def test_help_says_every_default_and_what_the_sampling_options_do(capsys):
-    for argv, words in ((["generate", "--help"], ["nucleus sampling", "K most likely tokens", "default: 512",
-                                                   "0 = greedy", "default: adaptive", "--threads",
-                                                   "--context TOKENS"]),
-                        (["serve", "--help"], ["(default: 8911)", "(default: 1;", "(default: 8)"])):
+    for argv, words in (
+        (
+            ["generate", "--help"],
+            [
+                "nucleus sampling",
+                "K most likely tokens",
+                "default: 512",
+                "0 = greedy",
+                "default: adaptive",
+                "--threads",
+                "--context TOKENS",
+            ],
+        ),
+        (["serve", "--help"], ["(default: 8911)", "(default: 1;", "(default: 8)"]),
+    ):
         with pytest.raises(SystemExit):
             main(argv)
         shown = " ".join(capsys.readouterr().out.split())

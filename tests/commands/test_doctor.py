@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from llama_helpers import amx_faulting_selftest, need_llama_cpp
 
 from draftscope.cli import main
 from draftscope.engine.backends.llama import llama_verdict
 from draftscope.storage import Settings, save_settings
-from llama_helpers import amx_faulting_selftest, need_llama_cpp
 
 
 @pytest.fixture

@@ -6,16 +6,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from engine_fixtures import tiny_llama
 
+from draftscope.core.runtime import Runtime
+from draftscope.core.session import ChatSession
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
 from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine
 from draftscope.retrieval import Writer
-from draftscope.core.runtime import Runtime
-from draftscope.storage.settings import changed_fields
-from draftscope.core.session import ChatSession
 from draftscope.storage import Settings
-from engine_fixtures import tiny_llama
+from draftscope.storage.settings import changed_fields
 
 OFF = {"retrieval": False, "learned": False, "context": False, "model": False, "recurrent": False}
 
@@ -44,8 +44,9 @@ def test_settings_changes_rebuild_the_drafters_only_when_they_must(engine, token
     assert runtime.datastore_label == str(store)
 
     # sampling, limits and the system prompt are read at each request: the drafters stay
-    notes = runtime.apply(dataclasses.replace(runtime.settings, temperature=0.8, seed=11, max_new_tokens=7,
-                                              system_prompt="Be brief."))
+    notes = runtime.apply(
+        dataclasses.replace(runtime.settings, temperature=0.8, seed=11, max_new_tokens=7, system_prompt="Be brief.")
+    )
     assert runtime.drafter_setup is setup and notes == []
     session = ChatSession(runtime)
     session.say("hello")
@@ -67,8 +68,14 @@ def test_settings_changes_rebuild_the_drafters_only_when_they_must(engine, token
 
 def test_what_needs_the_model_loaded_again(engine):
     runtime = Runtime(Settings(), engine)
-    for field, value in (("model", "other"), ("device", "cpu"), ("dtype", "float32"), ("backend", "torch"),
-                         ("draft_model", "small"), ("threads", 1)):
+    for field, value in (
+        ("model", "other"),
+        ("device", "cpu"),
+        ("dtype", "float32"),
+        ("backend", "torch"),
+        ("draft_model", "small"),
+        ("threads", 1),
+    ):
         new = dataclasses.replace(runtime.settings, **{field: value})
         assert runtime.needs_reload(new), field
         with pytest.raises(ValueError, match="loaded again"):
@@ -139,8 +146,9 @@ def test_views_observe_the_session_answer_by_answer(engine, tmp_path):
     from draftscope.storage import HistoryStore
 
     history = HistoryStore(tmp_path / "h.sqlite3")
-    session = ChatSession(Runtime(Settings(drafters=dict(OFF, context=True), max_new_tokens=12), engine),
-                          history=history)
+    session = ChatSession(
+        Runtime(Settings(drafters=dict(OFF, context=True), max_new_tokens=12), engine), history=history
+    )
     seen = []
     session.events.answer_started.connect(lambda request: seen.append(("started", request)))
     session.events.step.connect(lambda ev: seen.append(("step", ev)))
@@ -214,6 +222,6 @@ def test_a_cancelled_answer_is_not_learned_a_finished_one_is(engine, tmp_path):
         assert runtime.learner.wait_idle(10)
         assert runtime.learned.stats().answers == 1, "the finished answer is learned, and it alone"
         [learned] = runtime.learned.read_answers()
-        assert learned.tolist()[-len(finished.token_ids):] == list(finished.token_ids)
+        assert learned.tolist()[-len(finished.token_ids) :] == list(finished.token_ids)
     finally:
         runtime.close(5)

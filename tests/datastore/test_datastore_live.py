@@ -9,12 +9,13 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from draftscope.datastore.fingerprint import tokenizer_fingerprint  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
+
 from draftscope.core.drafter_factory import setup_drafters  # noqa: E402
+from draftscope.datastore.fingerprint import tokenizer_fingerprint  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.retrieval import Reader, Writer  # noqa: E402
 from draftscope.retrieval.live import LiveReader  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
 
 
 def build(path, docs, vocab, fingerprint=""):
@@ -64,8 +65,13 @@ def test_a_mapped_datastore_that_cannot_be_reopened_is_left_out(tmp_path):
 
 def test_a_datastore_copied_in_for_another_tokenizer_is_refused_on_reopen(tmp_path, tokenizer):
     path = build(tmp_path / "chat.idx", [[1, 2, 3, 4]] * 3, len(tokenizer), tokenizer_fingerprint(tokenizer))
-    setup = setup_drafters({"retrieval": True, "context": False}, datastore=path, vocab_size=len(tokenizer),
-                           tokenizer=tokenizer, notify=(heard := []).append)
+    setup = setup_drafters(
+        {"retrieval": True, "context": False},
+        datastore=path,
+        vocab_size=len(tokenizer),
+        tokenizer=tokenizer,
+        notify=(heard := []).append,
+    )
     assert [d.name for d in setup.make()] == ["retrieval"] and not heard
     build(tmp_path / "foreign.idx", [[1, 2, 3]], len(tokenizer), "vocab-sha256:" + "0" * 32)
     os.replace(tmp_path / "foreign.idx", path)
@@ -75,8 +81,9 @@ def test_a_datastore_copied_in_for_another_tokenizer_is_refused_on_reopen(tmp_pa
 
 def test_another_tokenizer_is_named_when_the_datastore_is_paired_with_the_model(tmp_path, tokenizer):
     path = build(tmp_path / "chat.idx", [[1, 2, 3]], len(tokenizer), "vocab-sha256:" + "0" * 32)
-    setup = setup_drafters({"retrieval": True, "context": True}, datastore=path, vocab_size=len(tokenizer),
-                           tokenizer=tokenizer)
+    setup = setup_drafters(
+        {"retrieval": True, "context": True}, datastore=path, vocab_size=len(tokenizer), tokenizer=tokenizer
+    )
     assert setup.names == ["context"]
     (note,) = setup.notes
     assert "chat.idx was built with another tokenizer" in note and tokenizer_fingerprint(tokenizer) in note
@@ -85,7 +92,9 @@ def test_another_tokenizer_is_named_when_the_datastore_is_paired_with_the_model(
     # Same ids: accepted; no fingerprint recorded (REST-made indexes): the size check alone.
     for fp in (tokenizer_fingerprint(tokenizer), ""):
         build(path, [[1, 2, 3]], len(tokenizer), fp)
-        assert setup_drafters("retrieval", datastore=path, vocab_size=len(tokenizer), tokenizer=tokenizer).names == ["retrieval"]
+        assert setup_drafters("retrieval", datastore=path, vocab_size=len(tokenizer), tokenizer=tokenizer).names == [
+            "retrieval"
+        ]
 
 
 def test_answers_go_on_while_the_datastore_is_copied_over_between_and_during_them(tmp_path, tokenizer):
@@ -102,8 +111,9 @@ def test_answers_go_on_while_the_datastore_is_copied_over_between_and_during_the
     outputs = []
     for answer in range(3):
         events = []
-        for ev in engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=24, drafters=setup.make(),
-                                                    budget=8)):
+        for ev in engine.generate(
+            GenerationRequest(prompt_ids=prompt, max_new_tokens=24, drafters=setup.make(), budget=8)
+        ):
             events.append(ev)
             if answer == 1 and len(events) == 2:
                 shutil.copyfile(tmp_path / "other.idx", path)  # copied over in the middle of an answer
@@ -115,8 +125,8 @@ def test_answers_go_on_while_the_datastore_is_copied_over_between_and_during_the
 
 def test_the_window_says_when_the_datastore_changed_on_disk(qtbot, tmp_path, tokenizer):
     pytest.importorskip("PySide6")
-    from draftscope.gui.main_window import MainWindow
     from draftscope.core.runtime import Runtime
+    from draftscope.gui.main_window import MainWindow
     from draftscope.storage import HistoryStore, Settings
 
     vocab = len(tokenizer)

@@ -31,9 +31,16 @@ def assert_round_trip(tokenizer, report, texts):
 
 SHAREGPT = [
     {"id": "a", "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello there"}]},
-    {"id": "b", "conversations": [
-        {"from": "system", "value": "Be brief."}, {"from": "human", "value": "Q1"}, {"from": "gpt", "value": "A1"},
-        {"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2 with `code`"}]},
+    {
+        "id": "b",
+        "conversations": [
+            {"from": "system", "value": "Be brief."},
+            {"from": "human", "value": "Q1"},
+            {"from": "gpt", "value": "A1"},
+            {"from": "human", "value": "Q2"},
+            {"from": "gpt", "value": "A2 with `code`"},
+        ],
+    },
     {"id": "c", "conversations": [{"from": "human", "value": "only a question"}]},
     {"id": "d", "conversations": [{"from": "narrator", "value": "?"}, {"from": "gpt", "value": "x"}]},
     {"id": "e", "turns": []},
@@ -65,8 +72,15 @@ def test_openai_jsonl_whole_conversations(tokenizer, tmp_path):
     lines = [
         json.dumps({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]}),
         "{not json",
-        json.dumps({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "Q"}]},
-                                 {"role": "assistant", "content": "A"}]}),
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "system", "content": "S"},
+                    {"role": "user", "content": [{"type": "text", "text": "Q"}]},
+                    {"role": "assistant", "content": "A"},
+                ]
+            }
+        ),
         json.dumps({"messages": [{"role": "user"}]}),
     ]
     path.write_bytes("\n".join(lines).encode() + b"\n\xff\xfe broken bytes\n")
@@ -98,8 +112,9 @@ def test_code_folder_walk(tokenizer, tmp_path):
         (repo / skipped_dir / "x.py").write_text("should_not_appear = True\n")
     (repo / "gen").mkdir()
     (repo / "gen" / "out.py").write_text("generated = True\n")
-    report = build(tokenizer, tmp_path, f"code:{repo}",
-                   source_options=SourceOptions(exclude=["gen"], max_file_bytes=2000))
+    report = build(
+        tokenizer, tmp_path, f"code:{repo}", source_options=SourceOptions(exclude=["gen"], max_file_bytes=2000)
+    )
     texts = index_texts(tokenizer, report)
     assert texts == ["# Title\n", "def a():\n    return 1\n", "fn b() {}\n"]
     reasons = {os.path.basename(e["location"]): e["reason"] for e in report.skipped.examples}
@@ -108,7 +123,9 @@ def test_code_folder_walk(tokenizer, tmp_path):
         "data.py": "binary file",
         "latin1.py": "undecodable bytes: not UTF-8 at byte 8",
     }
-    only_rust = build(tokenizer, tmp_path, f"code:{repo}", source_options=SourceOptions(include=["*.rs"]), name="rs.idx")
+    only_rust = build(
+        tokenizer, tmp_path, f"code:{repo}", source_options=SourceOptions(include=["*.rs"]), name="rs.idx"
+    )
     assert index_texts(tokenizer, only_rust) == ["fn b() {}\n"]
 
 
@@ -154,7 +171,10 @@ def test_jsonl_with_a_chosen_field(tokenizer, tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     report = build(tokenizer, tmp_path, f"jsonl:{path}", source_options=SourceOptions(text_field="meta.body"))
     assert index_texts(tokenizer, report) == ["hello world", "print('x')"]
-    assert [e["reason"] for e in report.skipped.examples] == ["missing field: 'meta.body'", "not text: field 'meta.body' holds int"]
+    assert [e["reason"] for e in report.skipped.examples] == [
+        "missing field: 'meta.body'",
+        "not text: field 'meta.body' holds int",
+    ]
 
 
 def test_parquet_and_arrow_tables(tokenizer, tmp_path):
@@ -169,8 +189,13 @@ def test_parquet_and_arrow_tables(tokenizer, tmp_path):
     assert index_texts(tokenizer, report) == ["alpha beta", "gamma", "alpha beta", "gamma"]
     assert report.skipped.count == 2
     with pytest.raises(DatastoreError, match="nothing usable.*no column 'body'"):
-        build(tokenizer, tmp_path, f"table:{tmp_path / 't.parquet'}", source_options=SourceOptions(text_field="body"),
-              name="x.idx")
+        build(
+            tokenizer,
+            tmp_path,
+            f"table:{tmp_path / 't.parquet'}",
+            source_options=SourceOptions(text_field="body"),
+            name="x.idx",
+        )
 
 
 def test_missing_path_and_bad_specs(tokenizer, tmp_path):
@@ -232,7 +257,9 @@ def test_dedupe_and_max_tokens(tokenizer, tmp_path):
     assert report.duplicates == 1
     many = tmp_path / "many.jsonl"
     many.write_text("".join(json.dumps({"text": f"document number {i} hello world"}) + "\n" for i in range(500)))
-    capped = build(tokenizer, tmp_path, f"jsonl:{many}", options=BuildOptions(max_tokens=300, batch_chars=200), name="cap.idx")
+    capped = build(
+        tokenizer, tmp_path, f"jsonl:{many}", options=BuildOptions(max_tokens=300, batch_chars=200), name="cap.idx"
+    )
     assert capped.stopped_at_max_tokens
     assert 300 <= capped.tokens < 400
     assert Reader(capped.path).token_count == capped.tokens

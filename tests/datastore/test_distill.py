@@ -8,16 +8,22 @@ from collections import Counter
 
 import pytest
 import torch
+from engine_fixtures import tiny_llama
 
 from draftscope.cli import main
 from draftscope.datastore.distill import (
-    DistillProgress, answers_path_for, distill, encode_prompt, prompt_id, read_prompts, stop_token_ids,
+    DistillProgress,
+    answers_path_for,
+    distill,
+    encode_prompt,
+    prompt_id,
+    read_prompts,
+    stop_token_ids,
 )
 from draftscope.datastore.manifest import read_manifest
 from draftscope.datastore.progress import CancelToken
 from draftscope.datastore.sources import DatastoreError
 from draftscope.retrieval import BuildCancelled, Reader
-from engine_fixtures import tiny_llama
 
 NEW_TOKENS = 10
 
@@ -36,7 +42,7 @@ def model(tokenizer):
         ids = encode_prompt(tokenizer, question)
         with torch.inference_mode():
             out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
-        written.append(set(out[0, len(ids) + 1:].tolist()))
+        written.append(set(out[0, len(ids) + 1 :].tolist()))
     in_some = Counter(t for tokens in written for t in tokens)
     token = next(t for t, n in in_some.most_common() if n < len(QUESTIONS))
     with torch.no_grad():
@@ -68,9 +74,10 @@ def hf_greedy(model, tokenizer, prompt: str) -> tuple[str, int]:
     ids = encode_prompt(tokenizer, prompt)
     stops = stop_token_ids(model, tokenizer)
     with torch.inference_mode():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=stops,
-                             pad_token_id=stops[0])
-    new = out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=stops, pad_token_id=stops[0]
+        )
+    new = out[0, len(ids) :].tolist()
     end = next((i for i, t in enumerate(new) if t in stops), None)
     content = new if end is None else new[:end]
     return tokenizer.decode(content, skip_special_tokens=True), len(new) if end is None else end + 1
@@ -81,9 +88,15 @@ def hf_greedy(model, tokenizer, prompt: str) -> tuple[str, int]:
 
 def test_read_prompts_takes_first_user_turns_once(tmp_path):
     records = [
-        {"conversations": [{"from": "gpt", "value": "Hi!"}, {"from": "human", "value": "  first question  "},
-                           {"from": "gpt", "value": "a"}, {"from": "human", "value": "follow-up"},
-                           {"from": "gpt", "value": "b"}]},
+        {
+            "conversations": [
+                {"from": "gpt", "value": "Hi!"},
+                {"from": "human", "value": "  first question  "},
+                {"from": "gpt", "value": "a"},
+                {"from": "human", "value": "follow-up"},
+                {"from": "gpt", "value": "b"},
+            ]
+        },
         conversation("first question"),  # a repeat
         conversation("   "),  # empty
         conversation("x" * 5000),  # over-long
@@ -113,8 +126,16 @@ def test_read_prompts_names_the_problem(tmp_path):
 def test_distill_indexes_one_answer_per_prompt(model, tokenizer, prompts_file, tmp_path):
     out = tmp_path / "own.idx"
     seen: list[DistillProgress] = []
-    report = distill(model, tokenizer, read_prompts(f"chat:{prompts_file}"), out, batch_size=4,
-                     max_new_tokens=NEW_TOKENS, progress=seen.append, model_name="tiny")
+    report = distill(
+        model,
+        tokenizer,
+        read_prompts(f"chat:{prompts_file}"),
+        out,
+        batch_size=4,
+        max_new_tokens=NEW_TOKENS,
+        progress=seen.append,
+        model_name="tiny",
+    )
 
     lines = answer_lines(out)
     assert sorted(line["id"] for line in lines) == sorted(prompt_id(q) for q in QUESTIONS)
@@ -190,8 +211,16 @@ def test_cancel_keeps_the_answers_and_a_second_run_resumes(model, tokenizer, pro
             cancel.cancel()
 
     with pytest.raises(BuildCancelled, match="2 of 6 answers are kept"):
-        distill(model, tokenizer, prompts, out, batch_size=2, max_new_tokens=NEW_TOKENS,
-                progress=cancel_after_first_batch, cancel=cancel)
+        distill(
+            model,
+            tokenizer,
+            prompts,
+            out,
+            batch_size=2,
+            max_new_tokens=NEW_TOKENS,
+            progress=cancel_after_first_batch,
+            cancel=cancel,
+        )
     assert len(answer_lines(out)) == 2
     assert not out.exists(), "no index after a cancel"
 
@@ -208,8 +237,9 @@ def test_cancel_keeps_the_answers_and_a_second_run_resumes(model, tokenizer, pro
     assert calls == [] and again.generated == 0 and again.answers == 6, "all answered: only indexing"
 
 
-def test_a_cancel_during_a_batch_stops_generate_and_drops_the_batch(model, tokenizer, prompts_file, tmp_path,
-                                                                    monkeypatch):
+def test_a_cancel_during_a_batch_stops_generate_and_drops_the_batch(
+    model, tokenizer, prompts_file, tmp_path, monkeypatch
+):
     cancel = CancelToken()
     real = model.generate
 
@@ -224,8 +254,15 @@ def test_a_cancel_during_a_batch_stops_generate_and_drops_the_batch(model, token
     monkeypatch.setattr(model, "generate", cancelled_meanwhile)
     out = tmp_path / "own.idx"
     with pytest.raises(BuildCancelled, match="0 of 6 answers"):
-        distill(model, tokenizer, read_prompts(f"chat:{prompts_file}"), out, batch_size=2,
-                max_new_tokens=NEW_TOKENS, cancel=cancel)
+        distill(
+            model,
+            tokenizer,
+            read_prompts(f"chat:{prompts_file}"),
+            out,
+            batch_size=2,
+            max_new_tokens=NEW_TOKENS,
+            cancel=cancel,
+        )
     assert new_tokens == [1], "generate stopped after its first token"
     assert not answers_path_for(out).exists() or answer_lines(out) == [], "the cut batch is not kept"
 
@@ -249,8 +286,11 @@ def test_a_line_cut_short_by_a_crash_is_skipped(model, tokenizer, prompts_file, 
 def test_answers_of_another_model_are_refused(model, tokenizer, prompts_file, tmp_path):
     out = tmp_path / "own.idx"
     prompt = QUESTIONS[0]
-    answers_path_for(out).write_text(json.dumps({"id": prompt_id(prompt), "prompt": prompt, "answer": "a",
-                                                 "tokens": 1, "model": "other-model"}) + "\n", encoding="utf-8")
+    answers_path_for(out).write_text(
+        json.dumps({"id": prompt_id(prompt), "prompt": prompt, "answer": "a", "tokens": 1, "model": "other-model"})
+        + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(DatastoreError, match="holds answers of other-model, not tiny"):
         distill(model, tokenizer, [prompt], out, max_new_tokens=NEW_TOKENS, model_name="tiny")
 
@@ -260,8 +300,18 @@ def test_answers_of_another_model_are_refused(model, tokenizer, prompts_file, tm
 
 def test_cli_missing_prompts_file_is_one_line_and_exit_1(tmp_path, capsys):
     missing = tmp_path / "missing-prompts.json"
-    code = main(["datastore", "distill", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "x.idx"),
-                 "--prompts", f"chat:{missing}"])
+    code = main(
+        [
+            "datastore",
+            "distill",
+            "--model",
+            str(tmp_path / "no-model"),
+            "--out",
+            str(tmp_path / "x.idx"),
+            "--prompts",
+            f"chat:{missing}",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert err.count("\n") == 1 and "missing-prompts.json" in err and "Traceback" not in err
@@ -272,9 +322,29 @@ def test_cli_distills_with_a_model_folder(tmp_path, tokenizer_dir, model, prompt
     shutil.copytree(tokenizer_dir, model_dir)
     model.save_pretrained(model_dir)
     out = tmp_path / "own.idx"
-    code = main(["datastore", "distill", "--model", str(model_dir), "--out", str(out), "--prompts",
-                 f"chat:{prompts_file}", "--limit", "3", "--batch-size", "2", "--max-new-tokens", "4",
-                 "--device", "cpu", "--dtype", "float32", "--json"])
+    code = main(
+        [
+            "datastore",
+            "distill",
+            "--model",
+            str(model_dir),
+            "--out",
+            str(out),
+            "--prompts",
+            f"chat:{prompts_file}",
+            "--limit",
+            "3",
+            "--batch-size",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out)
@@ -292,19 +362,27 @@ def test_wizard_builds_from_the_models_own_answers(qtbot, model, tokenizer, prom
 
     from draftscope.gui.wizard.wizard import DatastoreWizard
 
-    without = DatastoreWizard("tiny-test-model", tokenizer_loader=lambda spec: tokenizer, out_dir=tmp_path,
-                              model_loader=None)
+    without = DatastoreWizard(
+        "tiny-test-model", tokenizer_loader=lambda spec: tokenizer, out_dir=tmp_path, model_loader=None
+    )
     qtbot.addWidget(without)
     assert not without.can_distill(), "no model and no way to load one, no own answers"
 
     seen: list[DistillProgress] = []
 
     def distiller(*args, progress, **kwargs):
-        return distill(*args, progress=lambda p: (seen.append(p), progress(p)), batch_size=2,
-                       max_new_tokens=NEW_TOKENS, **kwargs)
+        return distill(
+            *args, progress=lambda p: (seen.append(p), progress(p)), batch_size=2, max_new_tokens=NEW_TOKENS, **kwargs
+        )
 
-    wizard = DatastoreWizard("tiny-test-model", tokenizer_loader=lambda spec: tokenizer, out_dir=tmp_path,
-                             model=model, distiller=distiller, distill_prompts=f"chat:{prompts_file}")
+    wizard = DatastoreWizard(
+        "tiny-test-model",
+        tokenizer_loader=lambda spec: tokenizer,
+        out_dir=tmp_path,
+        model=model,
+        distiller=distiller,
+        distill_prompts=f"chat:{prompts_file}",
+    )
     qtbot.addWidget(wizard)
     wizard.show()
     nxt = wizard.button(QWizard.WizardButton.NextButton)
@@ -327,7 +405,8 @@ def test_wizard_builds_from_the_models_own_answers(qtbot, model, tokenizer, prom
 
 
 def test_the_wizard_of_a_llama_cpp_window_loads_the_model_with_torch_for_its_style(
-        qtbot, monkeypatch, tokenizer_dir, model, prompts_file, tmp_path):
+    qtbot, monkeypatch, tokenizer_dir, model, prompts_file, tmp_path
+):
     """The window on llama.cpp has no torch model to hand over: "Learn the model's own style" is
     offered all the same, says what it costs, and the build loads the model with torch."""
     pytest.importorskip("PySide6")
@@ -350,8 +429,13 @@ def test_the_wizard_of_a_llama_cpp_window_loads_the_model_with_torch_for_its_sty
         loaded.append(spec)
         return load_torch_model(spec)
 
-    wizard = DatastoreWizard(str(model_dir), out_dir=tmp_path, distiller=distiller, model_loader=loader,
-                             distill_prompts=f"chat:{prompts_file}")  # no model=: the window's runs on llama.cpp
+    wizard = DatastoreWizard(
+        str(model_dir),
+        out_dir=tmp_path,
+        distiller=distiller,
+        model_loader=loader,
+        distill_prompts=f"chat:{prompts_file}",
+    )  # no model=: the window's runs on llama.cpp
     qtbot.addWidget(wizard)
     wizard.show()
     check = wizard.findChild(QCheckBox, "distillCheck")

@@ -12,6 +12,8 @@ import sys
 import httpx2 as httpx
 import openai
 import pytest
+from engine_fixtures import tiny_llama
+from runtime_helpers import runtime_for
 
 from draftscope.core.session import ChatSession
 from draftscope.documents.extract import Attachment
@@ -20,8 +22,6 @@ from draftscope.engine.engine import Engine
 from draftscope.server import ServerConfig, ServerThread, create_app
 from draftscope.server.protocol import ApiError, parse_chat
 from draftscope.storage import HistoryStore
-from engine_fixtures import tiny_llama
-from runtime_helpers import runtime_for
 
 
 def data_url(data: bytes, mime: str = "text/plain") -> str:
@@ -42,25 +42,49 @@ def tiny_engine(tokenizer):
 @pytest.fixture
 def server(tiny_engine, tmp_path):
     store = HistoryStore(tmp_path / "h.sqlite3")
-    app = create_app(runtime_for(tiny_engine, max_new_tokens=8, drafters=lambda: [ContextDrafter()]), history=store,
-                     config=ServerConfig(max_body_bytes=64 << 10))
+    app = create_app(
+        runtime_for(tiny_engine, max_new_tokens=8, drafters=lambda: [ContextDrafter()]),
+        history=store,
+        config=ServerConfig(max_body_bytes=64 << 10),
+    )
     running = ServerThread(app, port=0).start()
     yield running, store
     running.stop()
 
 
 def test_parse_chat_reads_text_and_file_parts_and_refuses_the_rest():
-    body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Summarise "},
-                                                        file_part("a.md", b"# A"), {"type": "text", "text": "this"}]}]}
+    body = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Summarise "},
+                    file_part("a.md", b"# A"),
+                    {"type": "text", "text": "this"},
+                ],
+            }
+        ]
+    }
     (message,) = parse_chat(body).messages
     assert message["content"] == "Summarise this"
     (part,) = message["files"]
     assert (part.filename, part.data, part.mime) == ("a.md", b"# A", "text/plain")
     cases = [
-        ({"type": "image_url", "image_url": {"url": "x"}}, "messages[0].content[0].type", "'image_url' are not supported"),
-        ({"type": "file", "file": {"file_id": "file-1"}}, "messages[0].content[0].file.file_id", "send the file itself"),
-        ({"type": "file", "file": {"filename": "a", "file_data": "data:text/plain;base64,%%%"}},
-         "messages[0].content[0].file.file_data", "not valid base64"),
+        (
+            {"type": "image_url", "image_url": {"url": "x"}},
+            "messages[0].content[0].type",
+            "'image_url' are not supported",
+        ),
+        (
+            {"type": "file", "file": {"file_id": "file-1"}},
+            "messages[0].content[0].file.file_id",
+            "send the file itself",
+        ),
+        (
+            {"type": "file", "file": {"filename": "a", "file_data": "data:text/plain;base64,%%%"}},
+            "messages[0].content[0].file.file_data",
+            "not valid base64",
+        ),
         ({"type": "file", "file": {"file_data": data_url(b"x")}}, "messages[0].content[0].file.filename", "filename"),
         ({"text": "no type"}, "messages[0].content[0]", "each content part"),
     ]
@@ -76,13 +100,30 @@ def test_a_file_part_is_read_answered_from_and_kept_with_its_message(server, tok
     running, store = server
     client = openai.OpenAI(base_url=running.url, api_key="x")
     notes = b"alpha beta gamma delta\nepsilon zeta eta theta\n"
-    with_file = client.chat.completions.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": [
-        {"type": "text", "text": "what comes after gamma?"}, file_part("notes.txt", notes)]}])
-    plain = client.chat.completions.create(model="tiny", max_tokens=8, messages=[
-        {"role": "user", "content": "what comes after gamma?"}])
+    with_file = client.chat.completions.create(
+        model="tiny",
+        max_tokens=8,
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "what comes after gamma?"}, file_part("notes.txt", notes)],
+            }
+        ],
+    )
+    plain = client.chat.completions.create(
+        model="tiny", max_tokens=8, messages=[{"role": "user", "content": "what comes after gamma?"}]
+    )
     expected = tokenizer.apply_chat_template(
-        [{"role": "user", "content": '<file name="notes.txt">\nalpha beta gamma delta\nepsilon zeta eta theta\n'
-                                     '</file>\n\nwhat comes after gamma?'}], tokenize=False, add_generation_prompt=True)
+        [
+            {
+                "role": "user",
+                "content": '<file name="notes.txt">\nalpha beta gamma delta\nepsilon zeta eta theta\n'
+                "</file>\n\nwhat comes after gamma?",
+            }
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert with_file.usage.prompt_tokens == len(tokenizer(expected, add_special_tokens=False)["input_ids"])
     assert with_file.usage.prompt_tokens > plain.usage.prompt_tokens + 8, "the model read the file"
     first = min(store.conversations(), key=lambda c: c.id)  # the answer with the file came first
@@ -93,13 +134,27 @@ def test_a_file_part_is_read_answered_from_and_kept_with_its_message(server, tok
 
 def test_an_unreadable_file_or_a_huge_body_is_refused_naming_why(server):
     running, store = server
-    bad = httpx.post(running.url + "/chat/completions", json={"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "read this"}, file_part("photo.png", b"\x89PNG\r\n\x1a\n" + bytes(64), "image/png")]}]})
+    bad = httpx.post(
+        running.url + "/chat/completions",
+        json={
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "read this"},
+                        file_part("photo.png", b"\x89PNG\r\n\x1a\n" + bytes(64), "image/png"),
+                    ],
+                }
+            ]
+        },
+    )
     assert bad.status_code == 400
     error = bad.json()["error"]
     assert "photo.png is a binary file" in error["message"] and error["param"] == "messages[0].content[1].file"
-    huge = httpx.post(running.url + "/chat/completions", json={"messages": [{"role": "user", "content": [
-        file_part("big.txt", b"word " * 40_000)]}]})
+    huge = httpx.post(
+        running.url + "/chat/completions",
+        json={"messages": [{"role": "user", "content": [file_part("big.txt", b"word " * 40_000)]}]},
+    )
     assert huge.status_code == 413, huge.text
     assert store.conversations() == [], "nothing refused is kept"
 
@@ -124,9 +179,22 @@ def test_a_file_too_long_for_the_context_sends_the_passages_that_answer(tiny_eng
 
 def test_the_terminal_refuses_an_unreadable_attachment_before_loading_a_model(tmp_path):
     (tmp_path / "blob.bin").write_bytes(bytes(range(256)) * 4)
-    done = subprocess.run([sys.executable, "-m", "draftscope", "generate", "what is this?", "--attach",
-                           str(tmp_path / "blob.bin"), "--model", str(tmp_path / "no-such-model")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "draftscope",
+            "generate",
+            "what is this?",
+            "--attach",
+            str(tmp_path / "blob.bin"),
+            "--model",
+            str(tmp_path / "no-such-model"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "blob.bin is a binary file" in done.stderr and "no-such-model" not in done.stderr
 
@@ -159,9 +227,15 @@ def test_the_server_answers_the_last_question_from_its_documents_folder(tiny_eng
     running = ServerThread(create_app(runtime, history=store), port=0).start()
     try:
         client = openai.OpenAI(base_url=running.url, api_key="x")
-        client.chat.completions.create(model="tiny", max_tokens=8, messages=[
-            {"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
-            {"role": "user", "content": "What is the wifi password?"}])
+        client.chat.completions.create(
+            model="tiny",
+            max_tokens=8,
+            messages=[
+                {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": "What is the wifi password?"},
+            ],
+        )
     finally:
         running.stop()
     (conversation,) = store.conversations()

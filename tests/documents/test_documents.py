@@ -26,9 +26,11 @@ def test_text_files_in_their_encodings(tmp_path):
 
 
 def test_an_html_page_gives_its_visible_text(tmp_path):
-    page = ("<html><head><title>T</title><style>p{color:red}</style><script>var secret = 1;</script></head>"
-            "<body><h1>Release notes</h1><p>Fixed the <b>parser</b> &amp; the lexer.</p><ul><li>one</li>"
-            "<li>two</li></ul></body></html>")
+    page = (
+        "<html><head><title>T</title><style>p{color:red}</style><script>var secret = 1;</script></head>"
+        "<body><h1>Release notes</h1><p>Fixed the <b>parser</b> &amp; the lexer.</p><ul><li>one</li>"
+        "<li>two</li></ul></body></html>"
+    )
     (tmp_path / "notes.html").write_text(page)
     got = read_file(tmp_path / "notes.html")
     assert got.kind == "html"
@@ -70,13 +72,16 @@ def test_a_word_document_gives_its_paragraphs_and_tables(tmp_path):
     assert "Decided: the release moves to Thursday." in got.text and "owner | Dana" in got.text
 
 
-@pytest.mark.parametrize("name, data, why", [
-    ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200), "photo.png is a binary file"),
-    ("empty.txt", b"", "empty.txt is empty"),
-    ("blank.txt", b"  \n\n\t ", "blank.txt is empty"),
-    ("broken.pdf", b"%PDF-1.4\nnot really", "broken.pdf"),
-    ("broken.docx", b"PK\x03\x04 not a zip", "broken.docx is not a Word document"),
-])
+@pytest.mark.parametrize(
+    "name, data, why",
+    [
+        ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200), "photo.png is a binary file"),
+        ("empty.txt", b"", "empty.txt is empty"),
+        ("blank.txt", b"  \n\n\t ", "blank.txt is empty"),
+        ("broken.pdf", b"%PDF-1.4\nnot really", "broken.pdf"),
+        ("broken.docx", b"PK\x03\x04 not a zip", "broken.docx is not a Word document"),
+    ],
+)
 def test_what_cannot_be_read_is_refused_naming_the_file_and_why(name, data, why):
     with pytest.raises(AttachmentError, match=why.replace(".", r"\.")):
         read_bytes(name, data)
@@ -90,8 +95,10 @@ def test_a_missing_file_and_a_folder_are_refused(tmp_path):
 
 
 def long_document(fact_at: int = 37, paragraphs: int = 60) -> str:
-    filler = ("The committee reviewed the quarterly figures for the northern depots and found nothing of note "
-              "beyond the usual seasonal variation in freight volumes and staffing levels at each site. ")
+    filler = (
+        "The committee reviewed the quarterly figures for the northern depots and found nothing of note "
+        "beyond the usual seasonal variation in freight volumes and staffing levels at each site. "
+    )
     out = []
     for i in range(paragraphs):
         if i == fact_at:
@@ -186,11 +193,12 @@ def test_a_documents_folder_is_indexed_changed_files_read_again_removed_ones_for
 def test_a_documents_folder_answers_each_question_with_its_passages(tmp_path, tokenizer):
     """The session's attach adds the folder's passages for the question (named, with where they
     came from) before the message's own files, within the context."""
+    from engine_fixtures import tiny_llama
+    from runtime_helpers import runtime_for
+
     from draftscope.core.session import ChatSession
     from draftscope.documents.folder import FolderIndex
     from draftscope.engine.engine import Engine
-    from engine_fixtures import tiny_llama
-    from runtime_helpers import runtime_for
 
     folder = tmp_path / "manuals"
     folder.mkdir()

@@ -1,7 +1,6 @@
 """Fixtures the drafter tests share."""
 
 import pytest
-
 from engine_fixtures import tiny_llama
 
 

@@ -11,18 +11,18 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
+
+from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.drafters.model_drafter import ModelDrafter  # noqa: E402
 from draftscope.engine.engine import GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.storage import Settings  # noqa: E402
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
 
 ONLY_MODEL = {"retrieval": False, "learned": False, "context": False, "model": True, "recurrent": False}
 PROMPT = "The quick brown fox jumps over"
@@ -32,18 +32,30 @@ PROMPT = "The quick brown fox jumps over"
 def files(tokenizer, tokenizer_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("draft-gguf")
     model = tiny_llama(len(tokenizer), seed=3, sharpen=4.0)
-    return (write_tiny_gguf(folder / "tiny-F32.gguf", model, tokenizer_dir),
-            write_tiny_gguf(folder / "tiny-draft-F32.gguf", model, tokenizer_dir, name="tiny-draft"))
+    return (
+        write_tiny_gguf(folder / "tiny-F32.gguf", model, tokenizer_dir),
+        write_tiny_gguf(folder / "tiny-draft-F32.gguf", model, tokenizer_dir, name="tiny-draft"),
+    )
 
 
 def settings_for(files, **fields) -> Settings:
     target, draft = files
-    return Settings(**{"model": str(target), "draft_model": str(draft), "backend": "llama.cpp",
-                       "drafters": dict(ONLY_MODEL), "datastore": "", "max_new_tokens": 32, **fields})
+    return Settings(
+        **{
+            "model": str(target),
+            "draft_model": str(draft),
+            "backend": "llama.cpp",
+            "drafters": dict(ONLY_MODEL),
+            "datastore": "",
+            "max_new_tokens": 32,
+            **fields,
+        }
+    )
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=21)],
-                         ids=["greedy", "T0.9"])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=21)], ids=["greedy", "T0.9"]
+)
 def test_the_runtime_opens_a_gguf_draft_model_and_answers_with_it(files, tokenizer, params):
     runtime = load_runtime(settings_for(files), strict=True)
     try:
@@ -54,8 +66,11 @@ def test_the_runtime_opens_a_gguf_draft_model_and_answers_with_it(files, tokeniz
         ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
         engine = runtime.engine
         plain = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)))[-1]
-        drafted = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params,
-                                                         drafters=drafters, budget=6)))[-1]
+        drafted = list(
+            engine.generate(
+                GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params, drafters=drafters, budget=6)
+            )
+        )[-1]
         assert drafted.error is None and drafted.stats.accepted_by_source.get("model", 0) > 0, drafted.stats
         assert_plain_or_near_tie(engine, ids, plain.token_ids, drafted.token_ids, params)
     finally:
@@ -66,8 +81,27 @@ def test_the_terminal_drafts_with_a_gguf_draft_model(files, capsys):
     from draftscope.cli import main
 
     target, draft = files
-    assert main(["generate", PROMPT, "--model", str(target), "--draft-model", str(draft), "--drafters", "model",
-                 "--backend", "llama.cpp", "--max-new-tokens", "24", "--budget", "6"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                PROMPT,
+                "--model",
+                str(target),
+                "--draft-model",
+                str(draft),
+                "--drafters",
+                "model",
+                "--backend",
+                "llama.cpp",
+                "--max-new-tokens",
+                "24",
+                "--budget",
+                "6",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "drafters: model" in captured.err and captured.out.strip()
     tau = float(re.search(r"tau ([0-9.]+)", captured.err).group(1))
@@ -83,15 +117,29 @@ def test_the_server_drafts_with_a_gguf_draft_model(files):
     from draftscope.server import ServerConfig, ServerThread, create_app
 
     target, draft = files
-    args = build_parser().parse_args(["serve", "--model", str(target), "--draft-model", str(draft),
-                                      "--drafters", "model", "--backend", "llama.cpp", "--max-new-tokens", "24"])
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--model",
+            str(target),
+            "--draft-model",
+            str(draft),
+            "--drafters",
+            "model",
+            "--backend",
+            "llama.cpp",
+            "--max-new-tokens",
+            "24",
+        ]
+    )
     runtime = runtime_from_args(args)
     # as cmd_serve builds it; a fixed budget: the adaptive policy may rightly not draft for a tiny model
     server = ServerThread(create_app(runtime, history=None, config=ServerConfig(budget=6)), port=0).start()
     try:
         client = openai.OpenAI(base_url=server.url, api_key="unused")
-        reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}],
-                                               temperature=0, max_tokens=24)
+        reply = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=24
+        )
         stats = reply.model_extra["draftscope"]
         assert reply.choices[0].message.content and stats["accepted_by_source"].get("model", 0) > 0, stats
     finally:

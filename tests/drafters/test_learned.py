@@ -2,12 +2,12 @@
 survive a restart, can be cleared, and a damaged file is repaired rather than fatal."""
 
 import numpy as np
-
-from draftscope.drafters.learned import Learner, LearnedStore
-from draftscope.draft_tree import DraftSource
-from draftscope.core.drafter_factory import setup_drafters
-from draftscope.engine.engine import Engine, GenerationRequest
 from engine_fixtures import IdTokenizer, tiny_llama
+
+from draftscope.core.drafter_factory import setup_drafters
+from draftscope.draft_tree import DraftSource
+from draftscope.drafters.learned import LearnedStore, Learner
+from draftscope.engine.engine import Engine, GenerationRequest
 
 VOCAB = 64
 HEADER = [1, 2, 3, 4]  # "assistant header" tokens ending every prompt
@@ -31,7 +31,7 @@ def test_answers_are_learned_in_the_background_and_drafted_later(tmp_path):
     context = [7] + HEADER + said[:6]
     tree = drafter.propose(context, 16)
     assert len(tree) and (tree.source == DraftSource.LEARNED).all()
-    assert tree.token_path(int(np.argmax(tree.depth))) == said[6:6 + tree.max_depth]
+    assert tree.token_path(int(np.argmax(tree.depth))) == said[6 : 6 + tree.max_depth]
     learner.close()
 
 
@@ -99,13 +99,19 @@ def test_greedy_output_is_unchanged_with_learning_on(tmp_path):
         for seed in range(10):
             w.add_entry(answer(seed, 40))
     draft = tiny_llama(VOCAB, seed=12, layers=1, hidden=32)
-    for mix in ("learned", "learned,context", "retrieval,learned,context", "learned,model",
-                "retrieval,learned,context,model"):
+    for mix in (
+        "learned",
+        "learned,context",
+        "retrieval,learned,context",
+        "learned,model",
+        "retrieval,learned,context,model",
+    ):
         make = setup_drafters(mix, datastore=other, learned=store, draft_model=draft).make
         for p, out in zip(prompts, plain):
             # A fixed budget: the step policy's timing-driven choices are not what is tested here.
-            events = list(engine.generate(GenerationRequest(prompt_ids=p, max_new_tokens=24, drafters=make(),
-                                                            budget=16)))
+            events = list(
+                engine.generate(GenerationRequest(prompt_ids=p, max_new_tokens=24, drafters=make(), budget=16))
+            )
             assert events[-1].token_ids == out, mix
             if mix == "learned":
                 assert sum(e.accepted for e in events[:-1]) > 10, "the learned answers were drafted and accepted"

@@ -4,26 +4,30 @@ model or damaged, and the CLI. Sampling exactness is in test_engine_exactness.py
 
 import json
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
+from engine_fixtures import tiny_llama
 
 from draftscope.cli import main
+from draftscope.core.drafter_factory import setup_drafters
 from draftscope.datastore.progress import CancelToken
 from draftscope.draft_tree import DraftSource
-from draftscope.core.drafter_factory import setup_drafters
-from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
-from draftscope.engine.engine import Engine, GenerationRequest
-from draftscope.engine.policy import shares
 from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree
 from draftscope.drafters.recurrent.files import HeadError, load_head, read_meta, save_head, target_identity
 from draftscope.drafters.recurrent.head import RecurrentHead
-from draftscope.drafters.recurrent.train import (TrainCancelled, TrainError, TrainOptions, checkpoint_path, draft_vocabulary,
-                                        train_head)
-from engine_fixtures import tiny_llama
-
+from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
+from draftscope.drafters.recurrent.train import (
+    TrainCancelled,
+    TrainError,
+    TrainOptions,
+    checkpoint_path,
+    draft_vocabulary,
+    train_head,
+)
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.policy import shares
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,16 +42,25 @@ def own_text(model, tokenizer, tmp_path_factory):
     for _ in range(24):
         prompt = torch.randint(3, len(tokenizer), (1, 3), generator=gen)
         with torch.inference_mode():
-            out = model.generate(prompt, max_new_tokens=40, do_sample=False, pad_token_id=0,
-                                 eos_token_id=None)
+            out = model.generate(prompt, max_new_tokens=40, do_sample=False, pad_token_id=0, eos_token_id=None)
         docs.append(tokenizer.decode(out[0].tolist()).replace("\0", ""))  # a NUL would make it a binary file
     path.write_text("\n\n".join(docs))
     return path
 
 
 def small_options(data, **kw) -> TrainOptions:
-    base = dict(data=[f"text:{data}"], tokens=24 * 32, seq_len=32, batch=4, length=3, draft_vocab=64, layers=1,
-                lr=1e-2, val_sequences=4, checkpoint_every=2)
+    base = dict(
+        data=[f"text:{data}"],
+        tokens=24 * 32,
+        seq_len=32,
+        batch=4,
+        length=3,
+        draft_vocab=64,
+        layers=1,
+        lr=1e-2,
+        val_sequences=4,
+        checkpoint_every=2,
+    )
     return TrainOptions(**{**base, **kw})
 
 
@@ -55,8 +68,9 @@ def small_options(data, **kw) -> TrainOptions:
 def trained(model, tokenizer, own_text, tmp_path_factory):
     out = tmp_path_factory.mktemp("heads") / "tiny.safetensors"
     figures = []
-    report = train_head(model, tokenizer, small_options(own_text, tokens=60 * 128), out, model_name="tiny",
-                        progress=figures.append)
+    report = train_head(
+        model, tokenizer, small_options(own_text, tokens=60 * 128), out, model_name="tiny", progress=figures.append
+    )
     return report, figures
 
 
@@ -78,8 +92,9 @@ def test_beams_merge_into_one_tree_with_shared_prefixes_once():
     assert (tree.source == DraftSource.RECURRENT).all()
     small = beams_to_tree(paths, scores, budget=4)
     small.validate()
-    assert {tuple(small.token_path(i)) for i in range(len(small))} == {(5,), (7,), (5, 1), (5, 1, 4)}, \
+    assert {tuple(small.token_path(i)) for i in range(len(small))} == {(5,), (7,), (5, 1), (5, 1, 4)}, (
         "the most probable nodes are kept, and they form a tree"
+    )
 
 
 def test_beam_search_scores_are_the_heads_path_log_probabilities(model):
@@ -140,8 +155,11 @@ def test_greedy_with_the_trained_head_is_token_identical_and_drafts_get_accepted
     for _ in range(4):
         prompt = torch.randint(3, len(tokenizer), (3,), generator=gen).tolist()
         plain = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40)))[-1]
-        events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40,
-                                                        drafters=[setup.drafter()], budget=16)))
+        events = list(
+            engine.generate(
+                GenerationRequest(prompt_ids=prompt, max_new_tokens=40, drafters=[setup.drafter()], budget=16)
+            )
+        )
         assert events[-1].token_ids == plain.token_ids
         accepted += events[-1].stats.accepted_by_source.get("recurrent", 0)
     assert accepted >= 25, f"only {accepted} recurrent drafts accepted in 160 tokens"
@@ -188,8 +206,14 @@ def test_resume_with_other_options_is_refused(model, tokenizer, own_text, tmp_pa
     out = tmp_path / "h.safetensors"
     cancel = CancelToken()
     with pytest.raises(TrainCancelled):
-        train_head(model, tokenizer, small_options(own_text), out, cancel=cancel,
-                   progress=lambda p: p.step == 3 and cancel.cancel())
+        train_head(
+            model,
+            tokenizer,
+            small_options(own_text),
+            out,
+            cancel=cancel,
+            progress=lambda p: p.step == 3 and cancel.cancel(),
+        )
     with pytest.raises(TrainError, match="other options"):
         train_head(model, tokenizer, small_options(own_text, lr=5e-3), out, resume=True)
 
@@ -264,18 +288,74 @@ def test_cli_trains_and_describes_a_head(tokenizer_dir, own_text, tmp_path, caps
     tiny_llama(len(tok), seed=5, sharpen=8.0, eos_token_id=tok.eos_token_id).save_pretrained(folder)
     tok.save_pretrained(folder)
     out = tmp_path / "cli-head"
-    code = main(["drafter", "train", "--model", str(folder), "--data", f"text:{own_text}", "--out", str(out),
-                 "--tokens", "512", "--seq-len", "32", "--batch", "4", "--draft-vocab", "64", "--dtype", "float32"])
+    code = main(
+        [
+            "drafter",
+            "train",
+            "--model",
+            str(folder),
+            "--data",
+            f"text:{own_text}",
+            "--out",
+            str(out),
+            "--tokens",
+            "512",
+            "--seq-len",
+            "32",
+            "--batch",
+            "4",
+            "--draft-vocab",
+            "64",
+            "--dtype",
+            "float32",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "tokens/s" in err and "validation τ" in err
     assert main(["drafter", "info", str(out) + ".safetensors"]) == 0
     assert "trained on text:" in capsys.readouterr().out
-    assert main(["drafter", "train", "--model", str(folder), "--data", "text:/no/such/file", "--out", str(out),
-                 "--tokens", "64", "--seq-len", "32", "--dtype", "float32"]) == 2
+    assert (
+        main(
+            [
+                "drafter",
+                "train",
+                "--model",
+                str(folder),
+                "--data",
+                "text:/no/such/file",
+                "--out",
+                str(out),
+                "--tokens",
+                "64",
+                "--seq-len",
+                "32",
+                "--dtype",
+                "float32",
+            ]
+        )
+        == 2
+    )
     assert "no such file" in capsys.readouterr().err
-    assert main(["generate", "hi", "--model", str(folder), "--head", str(tmp_path / "absent"), "--drafters", "recurrent",
-                 "--dtype", "float32", "--max-new-tokens", "4"]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "hi",
+                "--model",
+                str(folder),
+                "--head",
+                str(tmp_path / "absent"),
+                "--drafters",
+                "recurrent",
+                "--dtype",
+                "float32",
+                "--max-new-tokens",
+                "4",
+            ]
+        )
+        == 2
+    )
     assert "no such file" in capsys.readouterr().err
 
 

@@ -11,24 +11,27 @@ import threading
 
 import pytest
 import torch
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
+from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 from draftscope.cli import main
 from draftscope.drafters import ContextDrafter
 from draftscope.drafters.recurrent.files import HeadError, read_meta, target_identity
 from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
 from draftscope.drafters.recurrent.target import GgufTarget, TorchTarget
-from draftscope.drafters.recurrent.train import TrainOptions, train_head, validate
+from draftscope.drafters.recurrent.train import TrainOptions, train_head
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from engine_fixtures import tiny_llama
-from gguf_fixtures import write_tiny_gguf
-from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
 
-SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=11),
-             SamplingParams(temperature=1.0, top_k=20, seed=5)]
+SAMPLINGS = [
+    SamplingParams(),
+    SamplingParams(temperature=0.8, top_p=0.9, seed=11),
+    SamplingParams(temperature=1.0, top_k=20, seed=5),
+]
 PROMPTS = ["def main():\n    print('hello", "The quick brown fox", "Hello there! How can", "import os\nimport"]
 
 
@@ -66,8 +69,18 @@ def own_text(engine, tokenizer, tmp_path_factory):
 
 
 def options(data, **kw) -> TrainOptions:
-    base = dict(data=[f"text:{data}"], tokens=60 * 128, seq_len=32, batch=4, length=3, draft_vocab=64, layers=1,
-                lr=1e-2, val_sequences=4, checkpoint_every=5)
+    base = dict(
+        data=[f"text:{data}"],
+        tokens=60 * 128,
+        seq_len=32,
+        batch=4,
+        length=3,
+        draft_vocab=64,
+        layers=1,
+        lr=1e-2,
+        val_sequences=4,
+        checkpoint_every=5,
+    )
     return TrainOptions(**{**base, **kw})
 
 
@@ -75,8 +88,9 @@ def options(data, **kw) -> TrainOptions:
 def heads(engine, model, tokenizer, own_text, tmp_path_factory):
     """The same training run twice: through llama.cpp (the GGUF) and on the torch model."""
     folder = tmp_path_factory.mktemp("heads")
-    on_llama = train_head(GgufTarget(engine.backend, engine.slots), tokenizer, options(own_text), folder / "llama",
-                          model_name="tiny")
+    on_llama = train_head(
+        GgufTarget(engine.backend, engine.slots), tokenizer, options(own_text), folder / "llama", model_name="tiny"
+    )
     on_torch = train_head(model, tokenizer, options(own_text), folder / "torch", model_name="tiny")
     return on_llama, on_torch
 
@@ -121,8 +135,11 @@ def recurrent(heads, engine):
 
 
 def drafted(engine, ids, params, drafters, **kw):
-    return list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40, sampling=params,
-                                                  drafters=drafters, budget=12, **kw)))[-1]
+    return list(
+        engine.generate(
+            GenerationRequest(prompt_ids=ids, max_new_tokens=40, sampling=params, drafters=drafters, budget=12, **kw)
+        )
+    )[-1]
 
 
 @pytest.mark.parametrize("params", SAMPLINGS, ids=["greedy", "T0.8", "T1"])
@@ -199,8 +216,23 @@ def test_the_app_and_the_terminal_take_the_head_for_a_gguf(gguf_file, heads, cap
         assert not [n for n in runtime.notices if "ecurrent" in n], runtime.notices
     finally:
         runtime.engine.backend.close()
-    assert main(["generate", "def main", "--model", str(gguf_file), "--backend", "llama.cpp", "--head",
-                 str(heads[0].out), "--max-new-tokens", "8"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "def main",
+                "--model",
+                str(gguf_file),
+                "--backend",
+                "llama.cpp",
+                "--head",
+                str(heads[0].out),
+                "--max-new-tokens",
+                "8",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
 
 
@@ -218,8 +250,11 @@ def test_a_model_shared_with_rpc_workers_refuses_the_head_in_words(gguf_file, to
 
     backend = IsolatedLlamaBackend(gguf_file, tokenizer, context=256, threads=1)
     try:
-        with pytest.raises(HeadError, match=r"hidden state: the llama\.cpp backend runs a model shared with RPC "
-                                            r"workers .* on this computer alone \(no workers\) it does"):
+        with pytest.raises(
+            HeadError,
+            match=r"hidden state: the llama\.cpp backend runs a model shared with RPC "
+            r"workers .* on this computer alone \(no workers\) it does",
+        ):
             RecurrentSetup.for_engine(heads[0].out, Engine(backend=backend))
     finally:
         backend.close()
@@ -229,17 +264,57 @@ def test_the_cli_trains_a_head_on_a_gguf_through_llama_cpp(gguf_file, own_text, 
     """`draftscope drafter train --model FILE.gguf` opens it as the app does (llama.cpp on a CPU)
     and trains through it; `--backend torch` trains on the de-quantised copy, for the same model."""
     out = tmp_path / "cli-head"
-    args = ["drafter", "train", "--model", str(gguf_file), "--data", f"text:{own_text}", "--out", str(out),
-            "--tokens", "512", "--seq-len", "32", "--batch", "4", "--draft-vocab", "64"]
+    args = [
+        "drafter",
+        "train",
+        "--model",
+        str(gguf_file),
+        "--data",
+        f"text:{own_text}",
+        "--out",
+        str(out),
+        "--tokens",
+        "512",
+        "--seq-len",
+        "32",
+        "--batch",
+        "4",
+        "--draft-vocab",
+        "64",
+    ]
     code = main(args)
     err = capsys.readouterr().err
     assert code == 0, err
     assert "on llama.cpp · F32" in err and "validation τ" in err, err
     meta = read_meta(out)
     assert meta["training"]["backend"] == "llama.cpp" and meta["target"]["architecture"] == "llama"
-    assert main(["drafter", "train", "--model", str(gguf_file), "--backend", "torch", "--data", f"text:{own_text}",
-                 "--out", str(tmp_path / "torch-head"), "--tokens", "512", "--seq-len", "32", "--batch", "4",
-                 "--draft-vocab", "64", "--dtype", "float32"]) == 0
+    assert (
+        main(
+            [
+                "drafter",
+                "train",
+                "--model",
+                str(gguf_file),
+                "--backend",
+                "torch",
+                "--data",
+                f"text:{own_text}",
+                "--out",
+                str(tmp_path / "torch-head"),
+                "--tokens",
+                "512",
+                "--seq-len",
+                "32",
+                "--batch",
+                "4",
+                "--draft-vocab",
+                "64",
+                "--dtype",
+                "float32",
+            ]
+        )
+        == 0
+    )
     assert read_meta(tmp_path / "torch-head")["target"] == meta["target"], "one model, one identity"
     capsys.readouterr()
 
@@ -256,14 +331,14 @@ def test_training_through_llama_cpp_resumes_after_cancel_to_the_same_head(engine
             cancel.cancel()
 
     with pytest.raises(TrainCancelled):
-        train_head(target, tokenizer, options(own_text), parted, model_name="tiny", progress=cancel_at_step_5,
-                   cancel=cancel)
+        train_head(
+            target, tokenizer, options(own_text), parted, model_name="tiny", progress=cancel_at_step_5, cancel=cancel
+        )
     train_head(target, tokenizer, options(own_text), parted, model_name="tiny", resume=True)
     whole, _ = load_head(heads[0].out)
     again, _ = load_head(parted.with_suffix(".safetensors"))
     for (name, x), (_, y) in zip(whole.state_dict().items(), again.state_dict().items()):
         assert torch.equal(x, y), name
-
 
 
 def test_the_threads_setting_reaches_llama_cpp_and_torch(gguf_file, tokenizer_dir, model, tokenizer, tmp_path):

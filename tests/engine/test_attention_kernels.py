@@ -5,15 +5,15 @@ off timings; and the answers stay plain decoding's."""
 
 import pytest
 import torch
+from engine_fixtures import tiny_llama
 from torch.nn.attention import SDPBackend
 
-from draftscope.engine.backends.pytorch.attention import kernel_names, kernels_for
-from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.drafters import ContextDrafter
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.backends.pytorch.attention import kernel_names, kernels_for
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from engine_fixtures import tiny_llama
 
 
 def test_the_kernel_table():
@@ -36,10 +36,16 @@ class Dispatch:
         real = torch.nn.functional.scaled_dot_product_attention
 
         def spy(query, key, value, attn_mask=None, *args, **kwargs):
-            allowed = {name for name, on in (("flash", torch.backends.cuda.flash_sdp_enabled()),
-                                             ("efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
-                                             ("math", torch.backends.cuda.math_sdp_enabled()),
-                                             ("cudnn", torch.backends.cuda.cudnn_sdp_enabled())) if on}
+            allowed = {
+                name
+                for name, on in (
+                    ("flash", torch.backends.cuda.flash_sdp_enabled()),
+                    ("efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
+                    ("math", torch.backends.cuda.math_sdp_enabled()),
+                    ("cudnn", torch.backends.cuda.cudnn_sdp_enabled()),
+                )
+                if on
+            }
             self.calls.append((query.shape[-2], attn_mask is not None, allowed))
             return real(query, key, value, attn_mask, *args, **kwargs)
 
@@ -84,8 +90,13 @@ def test_answers_on_the_chosen_kernels_are_plain_decodings(cuda_policy_backend, 
     engine.eos_ids = set()
     ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
     plain = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40, sampling=params)))[-1]
-    drafted = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40, sampling=params,
-                                                     drafters=[ContextDrafter()], budget=12)))[-1]
+    drafted = list(
+        engine.generate(
+            GenerationRequest(
+                prompt_ids=ids, max_new_tokens=40, sampling=params, drafters=[ContextDrafter()], budget=12
+            )
+        )
+    )[-1]
     assert drafted.token_ids == plain.token_ids
     if params.greedy:
         assert drafted.stats.accepted_by_source.get("context", 0) > 0

@@ -11,29 +11,38 @@ import threading
 import numpy as np
 import pytest
 import torch
-
-from draftscope.drafters import Drafter  # noqa: E402
-from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.backends.base import chain_tree
-from draftscope.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.engine.engine import Engine, GenerationRequest
-from draftscope.engine.sampling import SamplingParams
-from draftscope.retrieval import Writer
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.drafters import (
+    ContextDrafter,
+    Drafter,  # noqa: E402
+    RetrievalDrafter,
+)
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.retrieval import Writer
 
 need_llama_cpp()
 from draftscope.engine.backends.llama.llamacpp import MAX_LEAVES, LlamaCppBackend  # noqa: E402
 from draftscope.engine.backends.work import PREFILL_BATCH  # noqa: E402
 
-SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=11),
-             SamplingParams(temperature=1.0, top_k=20, seed=5)]
+SAMPLINGS = [
+    SamplingParams(),
+    SamplingParams(temperature=0.8, top_p=0.9, seed=11),
+    SamplingParams(temperature=1.0, top_k=20, seed=5),
+]
 PROMPTS = ["def main():\n    print('hello world')", "The quick brown fox jumps over", "Hello there! How can I help"]
 # Prompts that repeat themselves, so the conversation has something to draft from: with the peaked
 # model below, sampled answers take up what came before too (context drafts accepted at T > 0).
-REPEATING = ["def main():\n    print('hello world')\n" * 3, "The quick brown fox jumps over the lazy dog. " * 3,
-             "import os\nimport sys\n" * 4]
+REPEATING = [
+    "def main():\n    print('hello world')\n" * 3,
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "import os\nimport sys\n" * 4,
+]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +89,13 @@ def a_tree():
     parents = [-1, -1, -1, 0, 0, 1, 3, 3, 4, 6, 6, 7]
     depth = [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
     tokens = [40 + 7 * i for i in range(12)]
-    return DraftTree(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(depth, np.int32),
-                     np.ones(12, np.float32), np.full(12, DraftSource.RETRIEVAL, np.int8))
+    return DraftTree(
+        np.array(tokens, np.int64),
+        np.array(parents, np.int32),
+        np.array(depth, np.int32),
+        np.ones(12, np.float32),
+        np.full(12, DraftSource.RETRIEVAL, np.int8),
+    )
 
 
 def test_the_gguf_runs_the_same_model_as_torch(backend, torch_model, tokenizer):
@@ -219,8 +233,9 @@ def test_a_wrong_verifier_is_caught(peaked, tokenizer, datastore, monkeypatch):
 
     ids = prompt_ids(tokenizer, REPEATING[1])
     plain = answer(peaked, ids)
-    monkeypatch.setattr(engine_module, "verify_tree",
-                        lambda tree, chosen: ([0], int(chosen[1])) if len(tree) else ([], int(chosen[0])))
+    monkeypatch.setattr(
+        engine_module, "verify_tree", lambda tree, chosen: ([0], int(chosen[1])) if len(tree) else ([], int(chosen[0]))
+    )
     broken = answer(peaked, ids, [RetrievalDrafter(datastore), ContextDrafter()], budget=12)
     with pytest.raises(AssertionError, match="diverged from plain decoding"):
         assert_plain_or_near_tie(peaked, ids, plain.token_ids, broken.token_ids, SamplingParams())
@@ -293,8 +308,23 @@ def test_stop_strings_and_cancel(engine, tokenizer):
 def test_the_terminal_answers_on_llama_cpp_and_names_it(gguf_file, capsys):
     from draftscope.cli import main
 
-    assert main(["generate", "def main():", "--model", str(gguf_file), "--backend", "llama.cpp",
-                 "--max-new-tokens", "8", "--drafters", "context"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "def main():",
+                "--model",
+                str(gguf_file),
+                "--backend",
+                "llama.cpp",
+                "--max-new-tokens",
+                "8",
+                "--drafters",
+                "context",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert captured.out.strip() and "llama.cpp" in captured.err
 
@@ -311,10 +341,37 @@ def test_the_lossless_audit_runs_on_llama_cpp(gguf_file, tmp_path, capsys):
     with llama.cpp's own logits."""
     from draftscope.cli import main
 
-    code = main(["bench", "lossless", "--model", str(gguf_file), "--backend", "llama.cpp", "--draft-model", "self",
-                 "--configs", "context,model", "--temperature", "0,1", "--prompts", "2", "--seeds", "2",
-                 "--max-new-tokens", "12", "--runs", "60", "--pit-tokens", "150", "--budget", "6", "--quiet",
-                 "--json", str(tmp_path / "r.json")])
+    code = main(
+        [
+            "bench",
+            "lossless",
+            "--model",
+            str(gguf_file),
+            "--backend",
+            "llama.cpp",
+            "--draft-model",
+            "self",
+            "--configs",
+            "context,model",
+            "--temperature",
+            "0,1",
+            "--prompts",
+            "2",
+            "--seeds",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "--runs",
+            "60",
+            "--pit-tokens",
+            "150",
+            "--budget",
+            "6",
+            "--quiet",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "llama.cpp's plain decoding" in out and "plain decoding with the same seed" in out
@@ -331,8 +388,9 @@ def test_a_prompt_longer_than_the_context_is_refused_in_words(gguf_file, tokeniz
             list(engine.generate(GenerationRequest(prompt_ids=long, max_new_tokens=4)))
         # the same engine still answers, and an answer that reaches the context's end stops there
         short = prompt_ids(tokenizer, PROMPTS[1])
-        final = list(engine.generate(GenerationRequest(prompt_ids=short, max_new_tokens=100,
-                                                       drafters=[ContextDrafter()])))[-1]
+        final = list(
+            engine.generate(GenerationRequest(prompt_ids=short, max_new_tokens=100, drafters=[ContextDrafter()]))
+        )[-1]
         assert final.error is None and len(short) + len(final.token_ids) <= 32
     finally:
         small.close()
@@ -342,9 +400,9 @@ def test_the_server_answers_on_llama_cpp(engine, tokenizer, tmp_path):
     """The OpenAI-compatible server over this backend through the official client: greedy text
     equals the engine's own plain decoding, streamed and not, with the drafts in the extension."""
     import openai
+    from runtime_helpers import runtime_for
 
     from draftscope.server import ServerConfig, ServerThread, create_app
-    from runtime_helpers import runtime_for
 
     app = create_app(runtime_for(engine, max_new_tokens=24), history=None, config=ServerConfig())
     server = ServerThread(app, port=0).start()
@@ -354,8 +412,9 @@ def test_the_server_answers_on_llama_cpp(engine, tokenizer, tmp_path):
         expected = list(engine.generate(GenerationRequest(messages=messages, max_new_tokens=24)))[-1]
         reply = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=24)
         assert reply.choices[0].message.content == expected.text
-        chunks = list(client.chat.completions.create(model="tiny", messages=messages, temperature=0,
-                                                     max_tokens=24, stream=True))
+        chunks = list(
+            client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=24, stream=True)
+        )
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected.text
         assert chunks[-1].model_extra["draftscope"]["stats"]["tokens"] == len(expected.token_ids)
     finally:
@@ -365,13 +424,23 @@ def test_the_server_answers_on_llama_cpp(engine, tokenizer, tmp_path):
 def test_a_tree_with_more_leaves_than_sequences_is_refused_and_the_backend_goes_on(backend, tokenizer):
     ids = prompt_ids(tokenizer, PROMPTS[0])
     wide = MAX_LEAVES + 1  # that many children of the root: one leaf each
-    tree = DraftTree(np.arange(40, 40 + wide, dtype=np.int64), np.full(wide, -1, np.int32), np.ones(wide, np.int32),
-                     np.ones(wide, np.float32), np.full(wide, DraftSource.RETRIEVAL, np.int8))
+    tree = DraftTree(
+        np.arange(40, 40 + wide, dtype=np.int64),
+        np.full(wide, -1, np.int32),
+        np.ones(wide, np.int32),
+        np.ones(wide, np.float32),
+        np.full(wide, DraftSource.RETRIEVAL, np.int8),
+    )
     backend.start(ids)
     with pytest.raises(ValueError, match=f"{wide} leaves.*at most {MAX_LEAVES}"):
         backend.verify(ids[-1], tree)
-    first = DraftTree(tree.tokens[:MAX_LEAVES], tree.parents[:MAX_LEAVES], tree.depth[:MAX_LEAVES],
-                      tree.support[:MAX_LEAVES], tree.source[:MAX_LEAVES])
+    first = DraftTree(
+        tree.tokens[:MAX_LEAVES],
+        tree.parents[:MAX_LEAVES],
+        tree.depth[:MAX_LEAVES],
+        tree.support[:MAX_LEAVES],
+        tree.source[:MAX_LEAVES],
+    )
     fits = backend.verify(ids[-1], first).logits
     backend.start(ids)
     alone = backend.verify(ids[-1], DraftTree.empty()).logits[0]
@@ -434,8 +503,13 @@ def test_hidden_states_from_llama_cpp_are_torch_s(backend, torch_model, tokenize
 
     torch_backend = TorchBackend(torch_model, tokenizer)
     ids = (prompt_ids(tokenizer, REPEATING[0]) * 40)[:length]
-    tree = DraftTree(np.array([60, 61, 62, 63], np.int64), np.array([-1, -1, 0, 1], np.int32),
-                     np.array([1, 1, 2, 2], np.int32), np.ones(4, np.float32), np.full(4, DraftSource.CONTEXT, np.int8))
+    tree = DraftTree(
+        np.array([60, 61, 62, 63], np.int64),
+        np.array([-1, -1, 0, 1], np.int32),
+        np.array([1, 1, 2, 2], np.int32),
+        np.ones(4, np.float32),
+        np.full(4, DraftSource.CONTEXT, np.int8),
+    )
     got_start, want_start = backend.start(ids, want_hidden=True), torch_backend.start(ids, want_hidden=True)
     assert backend.cached == len(ids) - 1
     got, want = backend.verify(ids[-1], tree, want_hidden=True), torch_backend.verify(ids[-1], tree, want_hidden=True)

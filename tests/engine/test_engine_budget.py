@@ -3,8 +3,8 @@ decoding when they cannot, learned acceptance, and drafting itself skipped while
 
 import numpy as np
 
-from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.engine.policy import StepPolicy, shares, subtree
 
 # Seconds per verify forward by tree size, shaped like a small model on this CPU.
@@ -17,14 +17,24 @@ def true_cost(n):
 
 def chain(n, source=DraftSource.RETRIEVAL, support=100.0):
     """A chain every match agrees on (share 1 at every level)."""
-    return DraftTree(np.arange(10, 10 + n), np.arange(-1, n - 1, dtype=np.int32), np.arange(1, n + 1, dtype=np.int32),
-                     np.full(n, support, np.float32), np.full(n, source, np.int8))
+    return DraftTree(
+        np.arange(10, 10 + n),
+        np.arange(-1, n - 1, dtype=np.int32),
+        np.arange(1, n + 1, dtype=np.int32),
+        np.full(n, support, np.float32),
+        np.full(n, source, np.int8),
+    )
 
 
 def scattered(n, source=DraftSource.RETRIEVAL):
     """n first-level candidates, one match each: no candidate is likelier than 1/n."""
-    return DraftTree(np.arange(10, 10 + n), np.full(n, -1, np.int32), np.ones(n, np.int32), np.ones(n, np.float32),
-                     np.full(n, source, np.int8))
+    return DraftTree(
+        np.arange(10, 10 + n),
+        np.full(n, -1, np.int32),
+        np.ones(n, np.int32),
+        np.ones(n, np.float32),
+        np.full(n, source, np.int8),
+    )
 
 
 def test_a_tree_the_matches_agree_on_is_verified_and_scattered_guesses_are_not():
@@ -44,8 +54,9 @@ def test_acceptance_is_learned_per_drafter():
     assert max(verified) <= 1 and sum(verified) <= 2, verified
     for _ in range(30):  # while the conversation's chains are accepted whole
         tree = policy.trim(chain(8, DraftSource.CONTEXT))
-        policy.update(tree, list(range(len(tree))), draft_seconds=0.001, verify_seconds=true_cost(len(tree)),
-                      drafted=True)
+        policy.update(
+            tree, list(range(len(tree))), draft_seconds=0.001, verify_seconds=true_cost(len(tree)), drafted=True
+        )
     assert len(policy.trim(chain(8, DraftSource.CONTEXT))) == 8
     assert len(policy.trim(chain(8))) <= 1
 
@@ -67,8 +78,13 @@ def test_drafting_that_does_not_pay_costs_at_most_a_look_now_and_then():
     for _ in range(MAX_LOOK_INTERVAL + 4):  # drafts start to win (a copy-heavy stretch): drafting resumes
         n = dear.draft_budget()
         asked.append(n)
-        dear.update(chain(6), list(range(6)) if n else [], draft_seconds=0.002 if n else 0.0,
-                    verify_seconds=CPU_LIKE[8] if n else CPU_LIKE[0], drafted=n > 0)
+        dear.update(
+            chain(6),
+            list(range(6)) if n else [],
+            draft_seconds=0.002 if n else 0.0,
+            verify_seconds=CPU_LIKE[8] if n else CPU_LIKE[0],
+            drafted=n > 0,
+        )
     assert all(n > 0 for n in asked[-4:]), asked
     cheap = StepPolicy(dict(CPU_LIKE))
     for _ in range(50):
@@ -99,8 +115,13 @@ def test_costs_recover_from_a_spike():
 
 
 def test_subtree_keeps_parents_and_renumbers():
-    tree = DraftTree(np.array([5, 6, 7, 8]), np.array([-1, -1, 0, 1], np.int32), np.array([1, 1, 2, 2], np.int32),
-                     np.array([3, 1, 3, 1], np.float32), np.full(4, DraftSource.MODEL, np.int8))
+    tree = DraftTree(
+        np.array([5, 6, 7, 8]),
+        np.array([-1, -1, 0, 1], np.int32),
+        np.array([1, 1, 2, 2], np.int32),
+        np.array([3, 1, 3, 1], np.float32),
+        np.full(4, DraftSource.MODEL, np.int8),
+    )
     sub = subtree(tree, np.array([False, True, False, True]))
     assert sub.tokens.tolist() == [6, 8] and sub.parents.tolist() == [-1, 0]
     assert np.allclose(shares(tree), [0.75, 0.25, 1.0, 1.0])

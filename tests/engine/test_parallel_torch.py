@@ -11,17 +11,17 @@ import threading
 import numpy as np
 import pytest
 import torch
-
-from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.backends import torch_backend_for
-from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.backends.work import Prefill, Verify
-from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
-from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
-from draftscope.drafters import ContextDrafter
-from draftscope.engine.engine import Engine, GenerationRequest
 from engine_fixtures import tiny_llama
 from threaded_answers import GREEDY, PROMPTS, SAMPLED, answer, forwards_seen, ids_of, side_by_side
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.drafters import ContextDrafter
+from draftscope.engine.backends import torch_backend_for
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
+from draftscope.engine.backends.work import Prefill, Verify
+from draftscope.engine.engine import Engine, GenerationRequest
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +76,20 @@ def test_a_shared_forward_gives_each_row_its_solo_logits(model, tokenizer):
     prompts = [ids_of(tokenizer, p) for p in PROMPTS[:3]]
     for slot in (0, 1):
         backend.decode_many({slot: Prefill(prompts[slot][:-1], 0)})
-    branchy = DraftTree(np.array([60, 61, 62, 63], np.int64), np.array([-1, -1, 0, 1], np.int32),
-                        np.array([1, 1, 2, 2], np.int32), np.ones(4, np.float32), np.full(4, DraftSource.CONTEXT, np.int8))
-    out = backend.decode_many({0: Verify(prompts[0][-1], chain_tree([50, 51, 52])), 1: Verify(prompts[1][-1], branchy),
-                               2: Prefill(prompts[2][:20], 0)})
+    branchy = DraftTree(
+        np.array([60, 61, 62, 63], np.int64),
+        np.array([-1, -1, 0, 1], np.int32),
+        np.array([1, 1, 2, 2], np.int32),
+        np.ones(4, np.float32),
+        np.full(4, DraftSource.CONTEXT, np.int8),
+    )
+    out = backend.decode_many(
+        {
+            0: Verify(prompts[0][-1], chain_tree([50, 51, 52])),
+            1: Verify(prompts[1][-1], branchy),
+            2: Prefill(prompts[2][:20], 0),
+        }
+    )
     assert set(out) == {0, 1} and backend.slot_cached(2) == 20
     for slot, tree in ((0, chain_tree([50, 51, 52])), (1, branchy)):
         solo = TorchBackend(model, tokenizer)
@@ -98,10 +108,20 @@ def test_rows_of_slots_that_are_not_consecutive_and_a_second_prompt_chunk_beside
     for slot in (0, 3):
         backend.decode_many({slot: Prefill(prompts[slot][:-1], 0)})
     backend.decode_many({1: Prefill(prompts[1][:5], 0)})  # slot 1: the first chunk alone
-    branchy = DraftTree(np.array([60, 61, 62], np.int64), np.array([-1, -1, 0], np.int32), np.array([1, 1, 2], np.int32),
-                        np.ones(3, np.float32), np.full(3, DraftSource.CONTEXT, np.int8))
-    out = backend.decode_many({0: Verify(prompts[0][-1], branchy), 1: Prefill(prompts[1][5:-1], 5),
-                               3: Verify(prompts[3][-1], chain_tree([50, 51]))})
+    branchy = DraftTree(
+        np.array([60, 61, 62], np.int64),
+        np.array([-1, -1, 0], np.int32),
+        np.array([1, 1, 2], np.int32),
+        np.ones(3, np.float32),
+        np.full(3, DraftSource.CONTEXT, np.int8),
+    )
+    out = backend.decode_many(
+        {
+            0: Verify(prompts[0][-1], branchy),
+            1: Prefill(prompts[1][5:-1], 5),
+            3: Verify(prompts[3][-1], chain_tree([50, 51])),
+        }
+    )
     assert set(out) == {0, 3} and backend.slot_cached(1) == len(prompts[1]) - 1
     after = backend.decode_many({1: Verify(prompts[1][-1], chain_tree([40]))})
     for slot, tree, got in ((0, branchy, out[0]), (3, chain_tree([50, 51]), out[3]), (1, chain_tree([40]), after[1])):
@@ -134,8 +154,12 @@ def test_a_forward_that_mixes_up_the_answers_rows_is_caught(alone, shared, token
     def crossed(self, work):
         out = decode(self, work)
         slots = sorted(out)
-        return {s: out[slots[(k + 1) % len(slots)]] if len(slots) > 1 and out[slots[(k + 1) % len(slots)]]
-                .logits.shape == out[s].logits.shape else out[s] for k, s in enumerate(slots)}
+        return {
+            s: out[slots[(k + 1) % len(slots)]]
+            if len(slots) > 1 and out[slots[(k + 1) % len(slots)]].logits.shape == out[s].logits.shape
+            else out[s]
+            for k, s in enumerate(slots)
+        }
 
     monkeypatch.setattr(TorchSlotsBackend, "decode_many", crossed)
     finals = side_by_side(shared, prompts, SAMPLED, drafted=False)
@@ -158,8 +182,7 @@ def test_a_batch_that_lets_nodes_see_other_branches_is_caught(alone, shared, tok
     assert [f.token_ids for f in finals] != solo
 
 
-def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer,
-                                                                                 monkeypatch):
+def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer, monkeypatch):
     prompts = [ids_of(tokenizer, p) for p in PROMPTS]
     solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
     stop_text = tokenizer.decode(solo[1][5:7])
@@ -178,8 +201,12 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
         return decode(self, work)
 
     monkeypatch.setattr(TorchSlotsBackend, "decode_many", failing_once)
-    requests = [GenerationRequest(prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i],
-                                  drafters=[ContextDrafter()], budget=6) for i in range(4)]
+    requests = [
+        GenerationRequest(
+            prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i], drafters=[ContextDrafter()], budget=6
+        )
+        for i in range(4)
+    ]
     requests[1].stop_strings = [stop_text]
     requests[2].cancel = cancel
     finals = side_by_side(shared, prompts, SAMPLED, requests=requests)

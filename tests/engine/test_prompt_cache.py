@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_fixtures import IdTokenizer, tiny_llama
 
 import draftscope.engine.backends.held as held_mod
 from draftscope.drafters import ContextDrafter
@@ -20,7 +21,6 @@ from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from engine_fixtures import IdTokenizer, tiny_llama
 
 V = 96
 SYSTEM = [5, 9, 14, 2, 7, 7, 31, 40, 2]  # what every conversation starts with (a system prompt)
@@ -75,9 +75,14 @@ class Fed:
 
 
 def ask(engine, prompt, params=None, *, drafted=True, keep=True, tokens=12):
-    request = GenerationRequest(prompt_ids=list(prompt), max_new_tokens=tokens, sampling=params or SamplingParams(),
-                                drafters=[ContextDrafter()] if drafted else [], budget=4 if drafted else None,
-                                keep_cache=keep)
+    request = GenerationRequest(
+        prompt_ids=list(prompt),
+        max_new_tokens=tokens,
+        sampling=params or SamplingParams(),
+        drafters=[ContextDrafter()] if drafted else [],
+        budget=4 if drafted else None,
+        keep_cache=keep,
+    )
     final = list(engine.generate(request))[-1]
     assert final.error is None, final.error
     return final
@@ -141,8 +146,9 @@ def test_a_cache_that_trusts_its_length_instead_of_its_tokens_is_caught(model, m
     whole = ask(engine, edited, drafted=False, keep=False)
     ask(engine, second, drafted=False)  # the cache holds the unedited conversation
 
-    monkeypatch.setattr(held_mod, "positions_to_keep",
-                        lambda held, prompt, want_hidden=False: min(len(held), len(prompt) - 1))
+    monkeypatch.setattr(
+        held_mod, "positions_to_keep", lambda held, prompt, want_hidden=False: min(len(held), len(prompt) - 1)
+    )
     trusting = ask(engine, edited, drafted=False)
     assert trusting.stats.prompt_kept > len(FIRST)
     assert trusting.token_ids != whole.token_ids
@@ -242,8 +248,9 @@ def words(tokenizer, text):
 def test_llama_cpp_reads_only_what_is_new_and_answers_as_reading_everything(gguf, tokenizer, params, monkeypatch):
     """Equal to reading everything, or diverging at a near-tie: llama.cpp's arithmetic depends on
     the batch (a kept prefix was read in other batches than a whole prompt), as measured there."""
-    from draftscope.engine.backends import open_backend
     from llama_helpers import assert_plain_or_near_tie
+
+    from draftscope.engine.backends import open_backend
 
     engine = Engine(backend=open_backend(str(gguf), backend="llama.cpp"))
     engine.eos_ids = set()
@@ -309,8 +316,26 @@ def test_bench_turns_prints_each_turns_first_token_and_what_came_from_the_cache(
     document = tmp_path / "notes.txt"
     document.write_text("The cat sat on the mat. The dog sat on the log. " * 10)
     out = tmp_path / "turns.json"
-    code = main(["bench", "turns", "--model", str(gguf), "--servers", "ours", "--document", str(document),
-                 "--turns", "2", "--repeats", "1", "--max-new-tokens", "6", "--json", str(out)])
+    code = main(
+        [
+            "bench",
+            "turns",
+            "--model",
+            str(gguf),
+            "--servers",
+            "ours",
+            "--document",
+            str(document),
+            "--turns",
+            "2",
+            "--repeats",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--json",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     rows = json.loads(out.read_text())

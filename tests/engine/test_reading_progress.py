@@ -10,10 +10,11 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from engine_fixtures import IdTokenizer, tiny_llama  # noqa: E402
+
 from draftscope.engine.answer import READ_CHUNK  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent  # noqa: E402
-from engine_fixtures import IdTokenizer, tiny_llama  # noqa: E402
 
 V = 300
 
@@ -24,8 +25,11 @@ def torch_engine():
 
 
 def answer(engine, prompt, *, progress, keep_cache=False):
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=24, reading_progress=progress,
-                                                    keep_cache=keep_cache)))
+    events = list(
+        engine.generate(
+            GenerationRequest(prompt_ids=prompt, max_new_tokens=24, reading_progress=progress, keep_cache=keep_cache)
+        )
+    )
     reading = [(e.read, e.total) for e in events if isinstance(e, ReadingEvent)]
     assert isinstance(events[-1], FinalEvent) and events[-1].finish_reason in ("length", "eos"), events[-1]
     first_step = next(i for i, e in enumerate(events) if isinstance(e, StepEvent))
@@ -55,11 +59,13 @@ def test_llama_cpp_reads_a_long_prompt_with_progress(tokenizer, tokenizer_dir, t
     from llama_helpers import need_llama_cpp
 
     need_llama_cpp()
-    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
     from gguf_fixtures import write_tiny_gguf
 
-    path = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=5, max_positions=2048),
-                           tokenizer_dir)
+    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+
+    path = write_tiny_gguf(
+        tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=5, max_positions=2048), tokenizer_dir
+    )
     backend = LlamaCppBackend(path, tokenizer, name="tiny (GGUF)", context=2048, threads=1)
     try:
         engine = Engine(backend=backend)
@@ -76,13 +82,15 @@ def test_the_window_says_it_is_reading_a_long_message(qtbot, tokenizer, tmp_path
     pytest.importorskip("PySide6")
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QLabel, QPlainTextEdit, QProgressBar, QPushButton
+    from runtime_helpers import runtime_for
 
     from draftscope.gui.main_window import MainWindow
     from draftscope.storage import HistoryStore
-    from runtime_helpers import runtime_for
 
     engine = Engine(tiny_llama(len(tokenizer), seed=4, max_positions=4096), tokenizer)
-    window = MainWindow(runtime_for(engine, drafters=lambda: [], max_new_tokens=8), HistoryStore(tmp_path / "h.sqlite3"))
+    window = MainWindow(
+        runtime_for(engine, drafters=lambda: [], max_new_tokens=8), HistoryStore(tmp_path / "h.sqlite3")
+    )
     qtbot.addWidget(window)
     window.show()
     # the answer's thread waits at the second part (as a slow CPU would): the window meanwhile says so
@@ -105,7 +113,9 @@ def test_the_window_says_it_is_reading_a_long_message(qtbot, tokenizer, tmp_path
         qtbot.waitUntil(indicator.isVisible, timeout=5_000)
         total = heard[-1].total
         assert total > 2 * READ_CHUNK
-        qtbot.waitUntil(lambda: label.text() == f"reading your message · {READ_CHUNK} of {total:,} tokens", timeout=5_000)
+        qtbot.waitUntil(
+            lambda: label.text() == f"reading your message · {READ_CHUNK} of {total:,} tokens", timeout=5_000
+        )
         assert (bar.value(), bar.maximum()) == (READ_CHUNK, total)
         window.grab().save(str(tmp_path / "reading.png"))
         if os.environ.get("DRAFTSCOPE_SHOT"):

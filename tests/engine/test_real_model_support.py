@@ -8,17 +8,15 @@ import shutil
 
 import pytest
 import torch
-
 from engine_fixtures import tiny_llama
 
-from draftscope.engine.backends.pytorch import cpu_linear, precision
 from draftscope.core.drafter_factory import setup_drafters
-from draftscope.drafters.draft_model import draft_incompatibility
+from draftscope.drafters.draft_model import draft_incompatibility, load_draft_model
 from draftscope.drafters.model_drafter import ModelDrafter
+from draftscope.engine.backends.pytorch import cpu_linear, precision
+from draftscope.engine.backends.pytorch.loader import load_model
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
-from draftscope.drafters.draft_model import load_draft_model
-from draftscope.engine.backends.pytorch.loader import load_model
 from draftscope.models.resolve import resolve_model
 from draftscope.storage import Settings, load_settings
 
@@ -39,11 +37,14 @@ def folders(tmp_path_factory, tokenizer_dir, tokenizer):
     root = tmp_path_factory.mktemp("models")
     target = model_folder(root / "target", tokenizer_dir, len(tokenizer), 1)
     draft = model_folder(root / "draft", tokenizer_dir, len(tokenizer), 2)
-    other_tok = Tokenizer(models.WordLevel({"<unk>": 0, "<|im_end|>": 1, **{f"w{i}": i for i in range(2, 50)}},
-                                           unk_token="<unk>"))
+    other_tok = Tokenizer(
+        models.WordLevel({"<unk>": 0, "<|im_end|>": 1, **{f"w{i}": i for i in range(2, 50)}}, unk_token="<unk>")
+    )
     other_tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     other = root / "other"
-    PreTrainedTokenizerFast(tokenizer_object=other_tok, unk_token="<unk>", eos_token="<|im_end|>").save_pretrained(other)
+    PreTrainedTokenizerFast(tokenizer_object=other_tok, unk_token="<unk>", eos_token="<|im_end|>").save_pretrained(
+        other
+    )
     tiny_llama(50, seed=3).save_pretrained(other)
     return {"target": target, "draft": draft, "other": other}
 
@@ -53,7 +54,9 @@ def test_a_draft_model_with_another_tokenizer_is_refused_with_the_reason(folders
     with pytest.raises(ValueError) as info:
         load_draft_model(str(folders["other"]), target)
     message = str(info.value)
-    assert "cannot be a draft model here" in message and "50 tokens" in message and f"{len(target.tokenizer):,}" in message
+    assert (
+        "cannot be a draft model here" in message and "50 tokens" in message and f"{len(target.tokenizer):,}" in message
+    )
     ok = load_draft_model(str(folders["draft"]), target)
     assert ok.dtype == target.dtype and draft_incompatibility(target.tokenizer, ok.tokenizer) is None
 
@@ -62,27 +65,43 @@ def test_the_app_builds_a_model_drafter_from_its_settings(folders, tmp_path, mon
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
     from draftscope.core.runtime import load_runtime
 
-    settings = Settings(model=str(folders["target"]), draft_model=str(folders["draft"]),
-                        drafters={"retrieval": True, "context": True, "model": True}, dtype="float32")
+    settings = Settings(
+        model=str(folders["target"]),
+        draft_model=str(folders["draft"]),
+        drafters={"retrieval": True, "context": True, "model": True},
+        dtype="float32",
+    )
     runtime = load_runtime(settings)
     assert runtime.draft_model is not None and runtime.notices == []
     drafters = runtime.make_drafters()
     assert [d.name for d in drafters] == ["context", "model"] and isinstance(drafters[1], ModelDrafter)
     setup = runtime.drafter_setup
     assert setup.label == "none" and any("no datastore" in n for n in setup.notes)
-    final = list(runtime.engine.generate(GenerationRequest(prompt_ids=[5, 6, 7], max_new_tokens=12,
-                                                           drafters=drafters)))[-1]
+    final = list(
+        runtime.engine.generate(GenerationRequest(prompt_ids=[5, 6, 7], max_new_tokens=12, drafters=drafters))
+    )[-1]
     assert final.finish_reason in ("length", "eos") and final.stats.accepted_by_source is not None
     # a draft model that cannot draft for this model: the model loads, the notice says why
-    bad = load_runtime(Settings(model=str(folders["target"]), draft_model=str(folders["other"]),
-                                drafters={"retrieval": False, "context": True, "model": True}))
+    bad = load_runtime(
+        Settings(
+            model=str(folders["target"]),
+            draft_model=str(folders["other"]),
+            drafters={"retrieval": False, "context": True, "model": True},
+        )
+    )
     assert bad.draft_model is None and "Draft model not used" in bad.notices[0] and "tokens" in bad.notices[0]
     assert [d.name for d in bad.make_drafters()] == ["context"]
     assert any("draft model drafter is off" in n for n in bad.drafter_setup.notes)
     # on the command line, a draft model that cannot be used is an error naming why
     with pytest.raises(ValueError, match="tokens"):
-        load_runtime(Settings(model=str(folders["target"]), draft_model=str(folders["other"]),
-                              drafters={"retrieval": False, "context": True, "model": True}), strict=True)
+        load_runtime(
+            Settings(
+                model=str(folders["target"]),
+                draft_model=str(folders["other"]),
+                drafters={"retrieval": False, "context": True, "model": True},
+            ),
+            strict=True,
+        )
     # switched off in the settings: no draft model is loaded at all
     assert load_runtime(Settings(model=str(folders["target"]), draft_model=str(folders["draft"]))).draft_model is None
 
@@ -124,7 +143,9 @@ def test_dtype_follows_the_cpus_bf16_support_and_the_user_can_override(monkeypat
     assert precision.choose(cpu).dtype == torch.bfloat16 and "measured" in precision.choose(cpu).reason
     monkeypatch.setattr(precision, "bf16_speed_ratio", lambda: 0.05)
     assert precision.choose(cpu).dtype == torch.float32
-    assert precision.choose(cpu, "bfloat16") == precision.Precision(torch.bfloat16, "as asked (Settings ▸ Model, or --dtype)")
+    assert precision.choose(cpu, "bfloat16") == precision.Precision(
+        torch.bfloat16, "as asked (Settings ▸ Model, or --dtype)"
+    )
     with pytest.raises(ValueError, match="unknown dtype 'float8'"):
         precision.choose(cpu, "float8")
     # a bad value in the settings file falls back to auto with a notice
@@ -176,9 +197,17 @@ def qwen_sized(tmp_path_factory):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>")
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=QWEN_VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, eos_token_id=1,
-                      tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=QWEN_VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        eos_token_id=1,
+        tie_word_embeddings=True,
+    )
     return fast, Qwen2ForCausalLM(cfg).eval()
 
 
@@ -197,14 +226,17 @@ def test_a_qwen_sized_vocabulary_goes_through_datastore_engine_and_tree_labels(q
     assert reader.token_width == 4, "ids above 65,535 need 32-bit tokens"
     ids = tokenizer.convert_tokens_to_ids(high)
     engine = Engine(model, tokenizer, name="tiny-qwen2")
-    events = list(engine.generate(GenerationRequest(prompt_ids=ids[:3], max_new_tokens=10,
-                                                    drafters=[RetrievalDrafter(reader)], budget=8)))
+    events = list(
+        engine.generate(
+            GenerationRequest(prompt_ids=ids[:3], max_new_tokens=10, drafters=[RetrievalDrafter(reader)], budget=8)
+        )
+    )
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.finish_reason in ("length", "eos")
     drafted = {t for e in events[:-1] for t in e.tree.tokens}
     assert {99_999, 65_536} <= drafted, "the retrieval drafter proposes the corpus continuation, high ids intact"
     plain = model.generate(torch.tensor([ids[:3]]), max_new_tokens=10, do_sample=False, pad_token_id=1)[0, 3:].tolist()
-    assert final.token_ids == plain[:len(final.token_ids)]
+    assert final.token_ids == plain[: len(final.token_ids)]
 
     pytest.importorskip("PySide6")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

@@ -6,9 +6,8 @@ far stays, and the next answer opens the model again."""
 
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,21 +16,21 @@ import threading
 import time
 
 import pytest
-
 from llama_helpers import assert_plain_or_near_tie, llama_cpp_required, need_llama_cpp
 
 need_llama_cpp()
 
+from engine_fixtures import tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
+
+from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.backends import open_backend  # noqa: E402
 from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend  # noqa: E402
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError  # noqa: E402
 from draftscope.engine.backends.llama.rpc import WorkerError, parse_workers, rpc_supported  # noqa: E402
-from draftscope.drafters import ContextDrafter  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
 from draftscope.storage import Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
 
 PROMPT = "one two three four five one two three four five one two"
 
@@ -39,8 +38,9 @@ PROMPT = "one two three four five one two three four five one two"
 def need_rpc():
     if not rpc_supported():
         if llama_cpp_required():
-            pytest.fail("llama-cpp-python was built without RPC (scripts/setup.sh builds it with GGML_RPC=ON)",
-                        pytrace=False)
+            pytest.fail(
+                "llama-cpp-python was built without RPC (scripts/setup.sh builds it with GGML_RPC=ON)", pytrace=False
+            )
         pytest.skip("llama-cpp-python was built without RPC")
 
 
@@ -51,8 +51,12 @@ def free_port() -> int:
 
 
 def start_worker(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "draftscope", "worker", "--port", str(port), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "draftscope", "worker", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -87,8 +91,13 @@ def ids_of(tokenizer):
 
 
 def run(engine, ids, params, drafted=True, tokens=32):
-    request = GenerationRequest(prompt_ids=ids, max_new_tokens=tokens, sampling=params,
-                                drafters=[ContextDrafter()] if drafted else [], budget=6 if drafted else None)
+    request = GenerationRequest(
+        prompt_ids=ids,
+        max_new_tokens=tokens,
+        sampling=params,
+        drafters=[ContextDrafter()] if drafted else [],
+        budget=6 if drafted else None,
+    )
     return list(engine.generate(request))
 
 
@@ -98,9 +107,13 @@ def run(engine, ids, params, drafted=True, tokens=32):
 def test_worker_addresses_are_read_and_bad_ones_refused_in_words():
     assert parse_workers(" 10.0.0.2:50052, box.local:6000 ") == ["10.0.0.2:50052", "box.local:6000"]
     assert parse_workers("") == [] and parse_workers(None) == []
-    for bad, words in [("10.0.0.2", "not a worker address"), ("host:0", "not a worker address"),
-                       ("host:99999", "not a worker address"), ("a:1,a:1", "listed twice"),
-                       ("ho st:5", "not a worker address")]:
+    for bad, words in [
+        ("10.0.0.2", "not a worker address"),
+        ("host:0", "not a worker address"),
+        ("host:99999", "not a worker address"),
+        ("a:1,a:1", "listed twice"),
+        ("ho st:5", "not a worker address"),
+    ]:
         with pytest.raises(WorkerError, match=words):
             parse_workers(bad)
     assert any(p.startswith("workers must be host:port") for p in Settings(workers="nonsense").problems())
@@ -122,9 +135,16 @@ def test_the_memory_each_machine_holds_is_estimated_from_the_gguf(gguf):
     sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
     layer = [sum(n for name, n in sizes.items() if name.startswith(f"blk.{i}.")) for i in range(4)]
     rest = sum(sizes.values()) - sum(layer)
-    fields = {k: int(f.parts[-1][0]) for k, f in reader.fields.items() if k.startswith("llama.") and len(f.parts[-1]) == 1}
-    kv = 100 * fields["llama.attention.head_count_kv"] * 2 * (fields["llama.embedding_length"]
-                                                            // fields["llama.attention.head_count"]) * 2
+    fields = {
+        k: int(f.parts[-1][0]) for k, f in reader.fields.items() if k.startswith("llama.") and len(f.parts[-1]) == 1
+    }
+    kv = (
+        100
+        * fields["llama.attention.head_count_kv"]
+        * 2
+        * (fields["llama.embedding_length"] // fields["llama.attention.head_count"])
+        * 2
+    )
     memory = memory_per_machine(gguf, {"this computer": 1, "a:1": 2, "b:2": 1}, positions=100)
     assert memory == {"this computer": layer[0] + kv + rest, "a:1": layer[1] + layer[2] + 2 * kv, "b:2": layer[3] + kv}
     assert rest > 0 and min(layer) > 0
@@ -133,8 +153,9 @@ def test_the_memory_each_machine_holds_is_estimated_from_the_gguf(gguf):
 # ---------------------------------------------------------------- a real worker
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=7)],
-                         ids=["greedy", "T0.9"])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=7)], ids=["greedy", "T0.9"]
+)
 def test_a_model_split_with_a_worker_answers_as_the_model_does_alone(gguf, tokenizer, worker, params):
     endpoint, _ = worker
     alone = Engine(backend=open_backend(str(gguf), backend="llama.cpp"))
@@ -142,8 +163,9 @@ def test_a_model_split_with_a_worker_answers_as_the_model_does_alone(gguf, token
     try:
         assert isinstance(split.backend, IsolatedLlamaBackend)
         assert split.backend.split == {"this computer": 2, endpoint: 2}
-        assert re.search(rf"layers 2 on this computer \(~\d+ MB\), 2 on {re.escape(endpoint)} \(~\d+ MB\)",
-                         split.backend.describe()), split.backend.describe()
+        assert re.search(
+            rf"layers 2 on this computer \(~\d+ MB\), 2 on {re.escape(endpoint)} \(~\d+ MB\)", split.backend.describe()
+        ), split.backend.describe()
         ids = ids_of(tokenizer)
         plain = run(alone, ids, params, drafted=False)[-1]
         final = run(split, ids, params)[-1]
@@ -260,9 +282,13 @@ def test_two_workers_hold_layers_and_a_trees_logits_match_the_whole_model(gguf, 
         # 4 layers over three machines: 1 here (equal shares, rounded), 3 on the workers
         assert split.split == {"this computer": 1, endpoints[0]: 2, endpoints[1]: 1}, split.split
         ids = ids_of(tokenizer)
-        tree = DraftTree(np.array([11, 12, 13, 14, 15]), np.array([-1, 0, 0, 1, -1], np.int32),
-                         np.array([1, 2, 2, 3, 1], np.int32), np.ones(5, np.float32),
-                         np.full(5, DraftSource.RETRIEVAL, np.int8))
+        tree = DraftTree(
+            np.array([11, 12, 13, 14, 15]),
+            np.array([-1, 0, 0, 1, -1], np.int32),
+            np.array([1, 2, 2, 3, 1], np.int32),
+            np.ones(5, np.float32),
+            np.full(5, DraftSource.RETRIEVAL, np.int8),
+        )
         rows = []
         for backend in (whole, split):
             backend.start(ids)

@@ -25,7 +25,8 @@ PINNED = {
 def test_the_noise_at_a_seed_and_position_is_pinned(seed, position):
     got = PositionNoise(seed, vocab=6).at(position).tolist()
     assert got == pytest.approx(PINNED[seed, position], abs=1e-6), (
-        "the noise stream changed: answers kept with their seed would replay differently")
+        "the noise stream changed: answers kept with their seed would replay differently"
+    )
 
 
 def test_the_noise_is_the_same_whoever_asks_and_in_whatever_order():
@@ -71,16 +72,21 @@ def test_fit_vocab_pads_with_zeros_and_cuts_the_ids_the_other_model_lacks():
 def test_probabilities_follow_temperature_top_k_and_top_p():
     """Worked by hand on logits log(4), log(2), log(1), log(1): softmax 0.5, 0.25, 0.125, 0.125."""
     logits = torch.tensor([[math.log(4), math.log(2), 0.0, 0.0]])
-    assert probabilities(logits, SamplingParams(temperature=1.0)).tolist()[0] == pytest.approx([0.5, 0.25, 0.125, 0.125])
+    assert probabilities(logits, SamplingParams(temperature=1.0)).tolist()[0] == pytest.approx(
+        [0.5, 0.25, 0.125, 0.125]
+    )
     # T = 0.5 squares the odds: 16 : 4 : 1 : 1
     assert probabilities(logits, SamplingParams(temperature=0.5)).tolist()[0] == pytest.approx(
-        [16 / 22, 4 / 22, 1 / 22, 1 / 22])
+        [16 / 22, 4 / 22, 1 / 22, 1 / 22]
+    )
     # top-k 2 keeps 4 : 2
     assert probabilities(logits, SamplingParams(temperature=1.0, top_k=2)).tolist()[0] == pytest.approx(
-        [2 / 3, 1 / 3, 0, 0])
+        [2 / 3, 1 / 3, 0, 0]
+    )
     # top-p 0.7: the tail whose mass is <= 0.3 goes (0.125 + 0.125 = 0.25), 0.25 would make it 0.5
     assert probabilities(logits, SamplingParams(temperature=1.0, top_p=0.7)).tolist()[0] == pytest.approx(
-        [2 / 3, 1 / 3, 0, 0])
+        [2 / 3, 1 / 3, 0, 0]
+    )
     assert probabilities(logits, SamplingParams()).tolist()[0] == [1.0, 0.0, 0.0, 0.0]
 
 

@@ -7,17 +7,17 @@ are plain decoding's (fp32, greedy and seeded); a layout that lets nodes see the
 import numpy as np
 import pytest
 import torch
+from engine_fixtures import tiny_llama
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
-from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
 from draftscope.drafters import ContextDrafter
 from draftscope.drafters.oracle import OracleDrafter
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.backends.pytorch.static_cache import BUCKETS, bucket_for, span_for, spans_for
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from draftscope.engine.backends.pytorch.static_cache import BUCKETS, bucket_for, span_for, spans_for
-from engine_fixtures import tiny_llama
 
 PROMPT = list(range(5, 45))
 
@@ -32,8 +32,13 @@ def tree_of(tokens, parents):
     for p in parents:
         depth.append(1 if p < 0 else depth[p] + 1)
     n = len(tokens)
-    return DraftTree(np.array(tokens, np.int64), np.array(parents, np.int32), np.array(depth, np.int32),
-                     np.ones(n, np.float32), np.full(n, DraftSource.CONTEXT, np.int8))
+    return DraftTree(
+        np.array(tokens, np.int64),
+        np.array(parents, np.int32),
+        np.array(depth, np.int32),
+        np.ones(n, np.float32),
+        np.full(n, DraftSource.CONTEXT, np.int8),
+    )
 
 
 def close(a, b):
@@ -114,14 +119,17 @@ def test_a_graph_whose_logits_disagree_with_the_math_kernel_is_recaptured_on_it(
     backend.kernel_device = "cuda"  # (the choice is made by device type; the CPU runs math for either list)
     graphs, note = step_graphs.capture(backend, replay="eager")
     assert graphs is not None and graphs.kernels == GRAPH_FALLBACK["cuda"]
-    assert "on math attention" in note and "cuDNN: RuntimeError: a replayed step (0 nodes over 321 keys) differs" in note
+    assert (
+        "on math attention" in note and "cuDNN: RuntimeError: a replayed step (0 nodes over 321 keys) differs" in note
+    )
     monkeypatch.setattr(step_graphs.StepGraphs, "_forward", real)
     graphs, note = step_graphs.capture(backend, replay="eager")
     assert graphs.kernels == GRAPH_KERNELS["cuda"] and "on cuDNN attention" in note and "differs" not in note
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)],
-                         ids=["greedy", "T0.9"])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)], ids=["greedy", "T0.9"]
+)
 @pytest.mark.parametrize("graphs", ["off", "eager"], ids=["eager steps", "graph buffers"])
 def test_answers_with_drafts_are_plain_decodings_and_show_no_padding(model, tokenizer, params, graphs):
     plain_engine = Engine(backend=TorchBackend(model, tokenizer))
@@ -129,8 +137,13 @@ def test_answers_with_drafts_are_plain_decodings_and_show_no_padding(model, toke
     ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
     plain = list(plain_engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params)))[-1]
     oracle = OracleDrafter(plain.token_ids, len(ids), max_depth=3)  # accepted at T > 0 too: rows below the root checked
-    events = list(static_engine.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=48, sampling=params,
-                                                           drafters=[ContextDrafter(), oracle], budget=10)))
+    events = list(
+        static_engine.generate(
+            GenerationRequest(
+                prompt_ids=ids, max_new_tokens=48, sampling=params, drafters=[ContextDrafter(), oracle], budget=10
+            )
+        )
+    )
     final = events[-1]
     assert final.token_ids == plain.token_ids
     steps = events[:-1]
@@ -155,10 +168,14 @@ def test_a_layout_that_lets_nodes_see_the_padding_is_caught(model, tokenizer, mo
 
     monkeypatch.setattr(torch_static, "step_layout", leaky)
     ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
-    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-        GenerationRequest(prompt_ids=ids, max_new_tokens=48)))[-1]
-    leaked = list(Engine(backend=StaticTorchBackend(model, tokenizer, graphs="off")).generate(
-        GenerationRequest(prompt_ids=ids, max_new_tokens=48, drafters=[ContextDrafter()], budget=5)))[-1]
+    plain = list(
+        Engine(backend=TorchBackend(model, tokenizer)).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=48))
+    )[-1]
+    leaked = list(
+        Engine(backend=StaticTorchBackend(model, tokenizer, graphs="off")).generate(
+            GenerationRequest(prompt_ids=ids, max_new_tokens=48, drafters=[ContextDrafter()], budget=5)
+        )
+    )[-1]
     assert leaked.token_ids != plain.token_ids
 
 
@@ -184,12 +201,19 @@ def test_without_cuda_or_when_capture_fails_steps_run_eagerly_and_say_so(model, 
 
     monkeypatch.setattr(step_graphs.StepGraphs, "add", broken)
     failed = StaticTorchBackend(model, tokenizer, graphs="eager")
-    assert failed.graphs is None and "CUDA graphs failed: PyTorch's: RuntimeError: operation not permitted" in failed.describe()
+    assert (
+        failed.graphs is None
+        and "CUDA graphs failed: PyTorch's: RuntimeError: operation not permitted" in failed.describe()
+    )
     ids = PROMPT[:12]
-    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-        GenerationRequest(prompt_ids=ids, max_new_tokens=12)))[-1]
-    still = list(Engine(backend=failed).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=12,
-                                                                   drafters=[ContextDrafter()], budget=4)))[-1]
+    plain = list(
+        Engine(backend=TorchBackend(model, tokenizer)).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=12))
+    )[-1]
+    still = list(
+        Engine(backend=failed).generate(
+            GenerationRequest(prompt_ids=ids, max_new_tokens=12, drafters=[ContextDrafter()], budget=4)
+        )
+    )[-1]
     assert still.token_ids == plain.token_ids
 
 
@@ -214,8 +238,10 @@ def test_the_capture_check_catches_a_graph_kernel_that_is_wrong(model, tokenizer
     from draftscope.engine.backends.pytorch import step_graphs
 
     if fault == "5% off":  # the smallest error the 3% tolerance must catch, on the root's row
-        graph_fault(monkeypatch, lambda b, logits: logits + 0.05 * logits.abs().max() *
-                    (torch.arange(logits.shape[1])[None, :, None] == 0))
+        graph_fault(
+            monkeypatch,
+            lambda b, logits: logits + 0.05 * logits.abs().max() * (torch.arange(logits.shape[1])[None, :, None] == 0),
+        )
     else:
         real_fill = step_graphs.StepGraphs._fill
 
@@ -242,8 +268,10 @@ def test_the_capture_check_passes_a_right_kernel_with_rounding_drift(model, toke
     from draftscope.engine.backends.pytorch import step_graphs
 
     generator = torch.Generator().manual_seed(0)
-    graph_fault(monkeypatch, lambda b, logits: logits + 0.018 * logits.abs().max() *
-                (2 * torch.rand(logits.shape, generator=generator) - 1))
+    graph_fault(
+        monkeypatch,
+        lambda b, logits: logits + 0.018 * logits.abs().max() * (2 * torch.rand(logits.shape, generator=generator) - 1),
+    )
     backend = StaticTorchBackend(model, tokenizer, graphs="off")
     graphs, note = step_graphs.capture(backend, replay="eager")
     assert graphs is not None and "differs" not in note, note
@@ -263,8 +291,9 @@ def test_steps_that_need_hidden_states_replay_the_graphs_too(model, tokenizer):
     assert close(a.hidden, b.hidden)[0] and close(a.logits, b.logits)[0]
 
 
-@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)],
-                         ids=["greedy", "T0.9"])
+@pytest.mark.parametrize(
+    "params", [SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)], ids=["greedy", "T0.9"]
+)
 def test_compiled_steps_answer_as_plain_decoding(model, tokenizer, params):
     """Issue 42: each step through torch.compile (inductor's C++ backend here, fullgraph, static
     shapes) inside the capture; fp32 answers with drafts, through branches and padding, are plain
@@ -283,12 +312,20 @@ def test_compiled_steps_answer_as_plain_decoding(model, tokenizer, params):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2  # one per bucket, at capture
     backend.graphs, backend.graphs_note = graphs, note
     ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
-    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-        GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)))[-1]
+    plain = list(
+        Engine(backend=TorchBackend(model, tokenizer)).generate(
+            GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params)
+        )
+    )[-1]
     torch._dynamo.utils.counters.clear()
     oracle = OracleDrafter(plain.token_ids, len(ids), max_depth=3)  # accepted at T > 0 too: rows below the root checked
-    events = list(Engine(backend=backend).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32, sampling=params,
-                                                                    drafters=[ContextDrafter(), oracle], budget=4)))
+    events = list(
+        Engine(backend=backend).generate(
+            GenerationRequest(
+                prompt_ids=ids, max_new_tokens=32, sampling=params, drafters=[ContextDrafter(), oracle], budget=4
+            )
+        )
+    )
     assert events[-1].token_ids == plain.token_ids
     steps = events[:-1]
     assert graphs.replays == len(steps) and sum(e.accepted for e in steps) > 0  # sampled too (the oracle)
@@ -305,7 +342,10 @@ def test_a_step_that_cannot_be_compiled_falls_back_to_the_graphs_and_says_so(mod
     backend = StaticTorchBackend(model, tokenizer, graphs="off", first_span=64)
     graphs, note = step_graphs.capture(backend, replay="eager", buckets=(0, 4), compiled=True)
     assert graphs is not None and not graphs.compiled
-    assert note.startswith("replayed buffers on") and "compiled on PyTorch's: RuntimeError: inductor is not available" in note
+    assert (
+        note.startswith("replayed buffers on")
+        and "compiled on PyTorch's: RuntimeError: inductor is not available" in note
+    )
 
 
 @torch.inference_mode()
@@ -336,8 +376,13 @@ def test_the_graphed_steps_fuse_gate_and_up_into_one_product_and_compute_the_sam
     prompt = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
     for params in (SamplingParams(), SamplingParams(temperature=0.9, top_p=0.95, seed=8)):
         plain = list(plain_engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40, sampling=params)))
-        drafted = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=40, sampling=params,
-                                                         drafters=[ContextDrafter()], budget=10)))
+        drafted = list(
+            engine.generate(
+                GenerationRequest(
+                    prompt_ids=prompt, max_new_tokens=40, sampling=params, drafters=[ContextDrafter()], budget=10
+                )
+            )
+        )
         assert drafted[-1].token_ids == plain[-1].token_ids
     assert StaticTorchBackend(before, tokenizer, graphs="off").fused_layers == 0, "eager steps keep the model as is"
 
@@ -365,8 +410,9 @@ def test_greedy_steps_take_the_graphs_own_argmax_and_a_wrong_one_is_caught(model
     from draftscope.engine.backends.pytorch import step_graphs, torch_static
 
     ids = tokenizer("def main():\n    print('hello world')\n" * 3, add_special_tokens=False)["input_ids"]
-    plain = list(Engine(backend=TorchBackend(model, tokenizer)).generate(
-        GenerationRequest(prompt_ids=ids, max_new_tokens=32)))[-1]
+    plain = list(
+        Engine(backend=TorchBackend(model, tokenizer)).generate(GenerationRequest(prompt_ids=ids, max_new_tokens=32))
+    )[-1]
     static = StaticTorchBackend(model, tokenizer, graphs="eager")
     static.start(PROMPT)
     verified = static.verify(PROMPT[-1], tree_of([60, 61, 62], [-1, -1, 0]))

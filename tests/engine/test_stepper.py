@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.backends.work import Prefill, Verify
 from draftscope.drafters import Drafter
+from draftscope.engine.backends.base import Backend, Verified
+from draftscope.engine.backends.work import Prefill
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
 
@@ -160,8 +160,10 @@ def test_a_failure_in_one_answers_work_ends_that_answer_and_the_other_goes_on():
             return DraftTree.empty()
 
     broken, fine = [], []
-    threads = [run_in_thread(engine, request(30, drafters=[Broken()], budget=4), broken),
-               run_in_thread(engine, request(30), fine)]
+    threads = [
+        run_in_thread(engine, request(30, drafters=[Broken()], budget=4), broken),
+        run_in_thread(engine, request(30), fine),
+    ]
     for t in threads:
         t.join(30)
     assert broken[-1].finish_reason == "error" and "the drafter broke" in broken[-1].error

@@ -2,10 +2,10 @@
 data and cache folders."""
 
 import pytest
+from engine_fixtures import tiny_llama
 
 from draftscope.engine.engine import Engine
 from draftscope.sysinfo import freeze_loaded_objects
-from engine_fixtures import tiny_llama
 
 
 @pytest.fixture

@@ -78,10 +78,11 @@ def test_an_unkept_regenerate_shows_the_old_version_again(tmp_path, tokenizer):
     left without its answer)."""
     import threading
 
-    from draftscope.core.session import ChatSession
-    from draftscope.engine.engine import Engine
     from engine_fixtures import tiny_llama
     from runtime_helpers import runtime_for
+
+    from draftscope.core.session import ChatSession
+    from draftscope.engine.engine import Engine
 
     engine = Engine(tiny_llama(len(tokenizer), seed=7, layers=2, hidden=64), tokenizer, name="tiny")
     store = HistoryStore(tmp_path / "h.sqlite3")
@@ -99,10 +100,12 @@ def test_an_unkept_regenerate_shows_the_old_version_again(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- the window
 
+
 def make_window(qtbot, engine, db, **fields):
     pytest.importorskip("PySide6")
-    from draftscope.gui.main_window import MainWindow
     from runtime_helpers import runtime_for
+
+    from draftscope.gui.main_window import MainWindow
 
     window = MainWindow(runtime_for(engine, max_new_tokens=12, **fields), HistoryStore(db))
     qtbot.addWidget(window)
@@ -145,7 +148,7 @@ def test_regenerate_twice_pages_three_versions_and_continues_from_the_shown_one(
     assert "3 / 3" in w.chat_view.toPlainText() and shown(w, texts[0])
     for page in (2, 1):  # back through the versions with the "‹" link
         click_link(qtbot, w.chat_view, "action:version/")
-        qtbot.waitUntil(lambda: f"{page} / 3" in w.chat_view.toPlainText(), timeout=5000)
+        qtbot.waitUntil(lambda: f"{page} / 3" in w.chat_view.toPlainText(), timeout=5000)  # noqa: B023 - called at once, in this iteration
         texts.insert(0, w.history.messages(w.conversation_id)[1].content)
         assert shown(w, texts[0]) and w.history.messages(w.conversation_id)[1].id == last.versions[page - 1]
         assert w.inspection.answer == last.versions[page - 1], "the panels show the shown version's steps"

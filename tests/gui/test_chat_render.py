@@ -18,17 +18,36 @@ from draftscope.gui.palettes import PROVENANCE_COLOURS  # noqa: E402
 ANSWER = [
     (["## Reading", " a file", "\n\n"], ["target", "retrieval", "target"]),
     (["Use **", "open", "**", " with", ":\n\n"], ["target", "context", "context", "target", "target"]),
-    (["```python\n", "with open", "(path) as f", ":\n", "    text = f.read()\n", "```\n\n"],
-     ["target", "retrieval", "retrieval", "target", "model", "target"]),
+    (
+        ["```python\n", "with open", "(path) as f", ":\n", "    text = f.read()\n", "```\n\n"],
+        ["target", "retrieval", "retrieval", "target", "model", "target"],
+    ),
     (["- one\n", "- two <b>x</b>\n"], ["learned", "target"]),
 ]
 
 
 def steps_of(answer=ANSWER):
-    return [StepEvent(step=i + 1, token_ids=list(range(len(p))), pieces=p, provenance=s, tree=StepTree(),
-                      accepted_path=[], proposed=0, accepted=0, draft_ms=0, verify_ms=0, total_ms=0, tokens_total=0,
-                      steps_total=0, tau=1.0, tokens_per_second=0, speedup_estimate=None)
-            for i, (p, s) in enumerate(answer)]
+    return [
+        StepEvent(
+            step=i + 1,
+            token_ids=list(range(len(p))),
+            pieces=p,
+            provenance=s,
+            tree=StepTree(),
+            accepted_path=[],
+            proposed=0,
+            accepted=0,
+            draft_ms=0,
+            verify_ms=0,
+            total_ms=0,
+            tokens_total=0,
+            steps_total=0,
+            tau=1.0,
+            tokens_per_second=0,
+            speedup_estimate=None,
+        )
+        for i, (p, s) in enumerate(answer)
+    ]
 
 
 def text_of(steps) -> str:
@@ -68,8 +87,13 @@ def test_coloured_answers_are_rendered_markdown_with_the_same_text(qtbot):
 def test_each_token_carries_its_drafter_colour_and_step(qtbot):
     light = PROVENANCE_COLOURS["light"]
     doc = document(ChatRenderer().markdown_with_provenance(steps_of(), [], key="7", text_colour="#111111"))
-    expect = {"a file": ("retrieval", 0), "open": ("context", 1), "with open": ("retrieval", 2),
-              "text = f.read()": ("model", 2), "one": ("learned", 3)}
+    expect = {
+        "a file": ("retrieval", 0),
+        "open": ("context", 1),
+        "with open": ("retrieval", 2),
+        "text = f.read()": ("model", 2),
+        "one": ("learned", 3),
+    }
     for word, (source, step) in expect.items():
         for ch, fmt in zip(word, formats(doc, word)):
             if ch.isspace():
@@ -78,7 +102,10 @@ def test_each_token_carries_its_drafter_colour_and_step(qtbot):
             assert fmt.toolTip() == f"step {step + 1}: {PROVENANCE_LABELS[source]}", (word, fmt.toolTip())
             assert fmt.background().color() == QColor(light[source]), word
     heading = formats(doc, "Reading")
-    assert all(f.toolTip() == "step 1: written by the target model" and f.background().style() == Qt.BrushStyle.NoBrush for f in heading)
+    assert all(
+        f.toolTip() == "step 1: written by the target model" and f.background().style() == Qt.BrushStyle.NoBrush
+        for f in heading
+    )
 
 
 def test_highlighted_code_keeps_its_colours_under_the_drafter_colour(qtbot):
@@ -92,14 +119,17 @@ def test_highlighted_code_keeps_its_colours_under_the_drafter_colour(qtbot):
 
 
 def test_the_window_streams_coloured_markdown(qtbot, tokenizer, tmp_path):
-    from draftscope.engine.engine import Engine
-    from draftscope.gui.main_window import MainWindow
-    from draftscope.storage import HistoryStore
     from engine_fixtures import tiny_llama
     from runtime_helpers import runtime_for
 
-    window = MainWindow(runtime_for(Engine(tiny_llama(len(tokenizer), seed=3), tokenizer, name="tiny")),
-                        HistoryStore(tmp_path / "h.sqlite3"))
+    from draftscope.engine.engine import Engine
+    from draftscope.gui.main_window import MainWindow
+    from draftscope.storage import HistoryStore
+
+    window = MainWindow(
+        runtime_for(Engine(tiny_llama(len(tokenizer), seed=3), tokenizer, name="tiny")),
+        HistoryStore(tmp_path / "h.sqlite3"),
+    )
     qtbot.addWidget(window)
     window.set_show_provenance(True)
     window.chat_view.begin_stream()

@@ -15,10 +15,10 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QToolButton  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
 
 
 def make_window(qtbot, engine, db):
@@ -40,8 +40,9 @@ def drop_files(widget, paths) -> None:
     QApplication.sendEvent(widget, QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, buttons, none))
 
 
-def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(qtbot, chat_engine, tmp_path,
-                                                                             monkeypatch):
+def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(
+    qtbot, chat_engine, tmp_path, monkeypatch
+):
     notes, todo, extra = tmp_path / "notes.md", tmp_path / "todo.txt", tmp_path / "extra.txt"
     notes.write_text("# Notes\nThe meeting is on Friday at noon.\n")
     todo.write_text("fix the fence\nbuy milk\n")
@@ -93,10 +94,9 @@ def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, chat_
 
 
 def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, chat_engine, tmp_path, monkeypatch):
+    from history_fixtures import chatgpt_export, filled
     from PySide6.QtGui import QAction
     from PySide6.QtWidgets import QMessageBox
-
-    from history_fixtures import chatgpt_export, filled
 
     filled(tmp_path / "h.sqlite3").close()
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
@@ -110,7 +110,7 @@ def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, chat_
     assert "Trip to Lisbon" in titles and len(titles) == 3
     warned = []
     monkeypatch.setattr(QMessageBox, "warning", lambda *a: warned.append(a[2]))
-    (tmp_path / "conversations.json").write_text("[{\"mapping\": ")
+    (tmp_path / "conversations.json").write_text('[{"mapping": ')
     w.findChild(QAction, "importAction").trigger()
     assert warned and "nothing was imported" in warned[0] and w.conversation_list.count() == 3
 
@@ -148,6 +148,10 @@ def test_a_conversation_keeps_its_documents_folder_and_answers_from_it(qtbot, ch
     os.utime(folder / "office.md", (time.time() + 5, time.time() + 5))
     panel.recheck.setInterval(50)
     panel.recheck.start()
-    qtbot.waitUntil(lambda: bool(panel.index.search("wifi password", 500, lambda t: len(t.split())))
-                    and "osprey-7" in panel.index.search("wifi password", 500, lambda t: len(t.split()))[0].text,
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: (
+            bool(panel.index.search("wifi password", 500, lambda t: len(t.split())))
+            and "osprey-7" in panel.index.search("wifi password", 500, lambda t: len(t.split()))[0].text
+        ),
+        timeout=10_000,
+    )

@@ -12,26 +12,38 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
+from llama_helpers import need_llama_cpp  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
-    QCheckBox, QComboBox, QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton, QTabWidget, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QRadioButton,
+    QTabWidget,
+    QWidget,
 )
 
-from draftscope.engine.backends import backend_for_gguf  # noqa: E402
-from draftscope.models import assets, catalog  # noqa: E402
+from draftscope.core.settings_checks import OTHER  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
+from draftscope.engine.backends import backend_for_gguf  # noqa: E402
 from draftscope.gui.dialogs.first_run import FirstRunDialog  # noqa: E402
 from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.storage.settings import Section, changed_fields  # noqa: E402
-from draftscope.core.settings_checks import OTHER  # noqa: E402
+from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.storage import Settings, load_settings  # noqa: E402
-from llama_helpers import need_llama_cpp  # noqa: E402
+from draftscope.storage.settings import Section, changed_fields  # noqa: E402
 
 SMOL, QWEN, QWEN_SMALL = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B, catalog.QWEN_CODER_05B
 
 # Each model's shape, from its own config.json (not from the catalogue): weights, layers, KV heads, head size.
-SHAPES = {SMOL.name: (134_515_008, 30, 3, 64), QWEN.name: (1_543_714_304, 28, 2, 128),
-          QWEN_SMALL.name: (494_032_768, 24, 2, 64)}
+SHAPES = {
+    SMOL.name: (134_515_008, 30, 3, 64),
+    QWEN.name: (1_543_714_304, 28, 2, 128),
+    QWEN_SMALL.name: (494_032_768, 24, 2, 64),
+}
 CONTEXT = 4096  # tokens of context the llama.cpp backend opens
 
 
@@ -137,8 +149,11 @@ def test_first_run_lists_the_catalogue_with_sizes_memory_and_state(qtbot):
     dialog = first_run(qtbot)
     dtype, backend = dialog._dtype, dialog._backend
     assert dtype in ("float32", "bfloat16", "float16") and backend in ("torch", "llama.cpp")
-    for model, size, state in ((SMOL, "98 MB", "not downloaded yet"), (QWEN, "1.12 GB", "not downloaded yet"),
-                               (QWEN_SMALL, "491 MB", "· downloaded")):
+    for model, size, state in (
+        (SMOL, "98 MB", "not downloaded yet"),
+        (QWEN, "1.12 GB", "not downloaded yet"),
+        (QWEN_SMALL, "491 MB", "· downloaded"),
+    ):
         radio = w(dialog, QRadioButton, f"catalogRadio-{model.name}")
         note = w(dialog, QLabel, f"catalogNote-{model.name}").text()
         assert radio.text().startswith(model.title) and radio.isVisible()
@@ -147,7 +162,9 @@ def test_first_run_lists_the_catalogue_with_sizes_memory_and_state(qtbot):
         assert size in note and f"needs about {memory} of memory ({how})" in note and state in note, note
         assert model.good_for.split(";")[0].lower() in note.lower()
     # the local-path and hub-id choices stay
-    assert w(dialog, QRadioButton, "localModelRadio").isVisible() and w(dialog, QRadioButton, "hubModelRadio").isVisible()
+    assert (
+        w(dialog, QRadioButton, "localModelRadio").isVisible() and w(dialog, QRadioButton, "hubModelRadio").isVisible()
+    )
 
 
 @pytest.mark.parametrize("gib, recommended", [(2, SMOL), (32, QWEN)])  # on llama.cpp the 1.5B fits in 4 GB
@@ -325,8 +342,10 @@ def test_draft_models_offered_for_qwen_and_why_smollm2_is_not(qtbot):
     assert combo_data(drafts) == ["", QWEN_SMALL.name, OTHER]
     assert drafts.currentText() == "None"
     hint = w(d, QLabel, "draftModelHint").text()
-    assert (f"Not offered: {SMOL.title} — a different tokenizer (smollm2, 49,152 tokens; the model uses qwen2, "
-            "151,936 tokens)") in hint
+    assert (
+        f"Not offered: {SMOL.title} — a different tokenizer (smollm2, 49,152 tokens; the model uses qwen2, "
+        "151,936 tokens)"
+    ) in hint
     assert QWEN_SMALL.title not in hint
     # the 0.5B as the model: the 1.5B is not smaller, so it cannot draft
     choose(w(d, QComboBox, "modelCombo"), QWEN_SMALL.name)
@@ -346,8 +365,11 @@ def test_no_catalogue_draft_for_smollm2(qtbot):
 def test_changing_the_model_resets_a_draft_model_that_no_longer_fits(qtbot):
     put_on_disk(QWEN)
     put_on_disk(QWEN_SMALL)
-    s = Settings(model=QWEN.name, draft_model=QWEN_SMALL.name, drafters={"retrieval": True, "learned": True,
-                                                                           "context": True, "model": True})
+    s = Settings(
+        model=QWEN.name,
+        draft_model=QWEN_SMALL.name,
+        drafters={"retrieval": True, "learned": True, "context": True, "model": True},
+    )
     d = settings_dialog(qtbot, s)
     drafts, drafter = w(d, QComboBox, "draftModelCombo"), w(d, QCheckBox, "drafterModel")
     assert drafts.currentData() == QWEN_SMALL.name and drafter.isEnabled()
@@ -430,8 +452,9 @@ def test_ok_is_refused_while_the_draft_model_is_not_downloaded(qtbot):
     tabs = w(d, QTabWidget, "settingsTabs")
     assert tabs.tabText(tabs.currentIndex()) == "Model"
     click(qtbot, d, "downloadDraftModelButton")
-    qtbot.waitUntil(lambda: QWEN_SMALL.fetched and not w(d, QProgressBar, "draftModelFetchProgress").isVisible(),
-                    timeout=5000)
+    qtbot.waitUntil(
+        lambda: QWEN_SMALL.fetched and not w(d, QProgressBar, "draftModelFetchProgress").isVisible(), timeout=5000
+    )
     qtbot.mouseClick(w(d, QPushButton, "okButton"), Qt.MouseButton.LeftButton)
     assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
     assert d.result_settings().draft_model == QWEN_SMALL.name

@@ -12,9 +12,9 @@ pytest.importorskip("PySide6")
 
 from PySide6.QtCore import QTimer  # noqa: E402
 from PySide6.QtWidgets import QDockWidget, QLabel, QListWidget, QPlainTextEdit, QPushButton, QTextBrowser  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
@@ -42,9 +42,17 @@ def qtbot_left():
 
 def test_widgets_are_found_by_name(qtbot, chat_engine, tmp_path):
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
-    for cls, name in [(QPlainTextEdit, "chatInput"), (QPushButton, "sendButton"), (QPushButton, "stopButton"),
-                      (QTextBrowser, "chatView"), (QListWidget, "conversationList"), (QLabel, "statusTokensPerSecond"),
-                      (QDockWidget, "draftsDock"), (QDockWidget, "trieDock"), (QDockWidget, "speedupDock")]:
+    for cls, name in [
+        (QPlainTextEdit, "chatInput"),
+        (QPushButton, "sendButton"),
+        (QPushButton, "stopButton"),
+        (QTextBrowser, "chatView"),
+        (QListWidget, "conversationList"),
+        (QLabel, "statusTokensPerSecond"),
+        (QDockWidget, "draftsDock"),
+        (QDockWidget, "trieDock"),
+        (QDockWidget, "speedupDock"),
+    ]:
         assert w.findChild(cls, name) is not None, name
 
 
@@ -83,7 +91,9 @@ def test_stop_mid_answer(qtbot, chat_engine, tmp_path):
     assert final.finish_reason == "cancel" and 0 < final.stats.tokens < 3000
     qtbot.waitUntil(lambda: not w.findChild(QPushButton, "stopButton").isEnabled(), timeout=5000)
     last = w.history.messages(w.conversation_id)[-1]
-    assert (last.role, last.content) == (("assistant", final.text) if final.text.strip() else ("user", "Tell me a very long story"))
+    assert (last.role, last.content) == (
+        ("assistant", final.text) if final.text.strip() else ("user", "Tell me a very long story")
+    )
     if final.text.strip():  # the answer so far stays, and says it was stopped
         assert last.stats["finish_reason"] == "cancel"
         assert "stopped · " in w.chat_view.toPlainText()
@@ -174,8 +184,10 @@ def test_ui_thread_stays_responsive_while_streaming(qtbot, chat_engine, tmp_path
     assert len(lateness) > 20
     ordered = sorted(lateness[1:])
     worst, usual = ordered[-1], ordered[int(0.95 * (len(ordered) - 1))]
-    print(f"timer lateness while streaming ({'panels open' if inspecting else 'chat only'}): "
-          f"95th percentile {usual:.1f} ms, max {worst:.1f} ms over {len(lateness)} ticks")
+    print(
+        f"timer lateness while streaming ({'panels open' if inspecting else 'chat only'}): "
+        f"95th percentile {usual:.1f} ms, max {worst:.1f} ms over {len(lateness)} ticks"
+    )
     answer_ms = (time.perf_counter() - started) * 1000
     assert worst < 0.1 * answer_ms, f"UI thread blocked for {worst:.0f} ms of a {answer_ms:.0f} ms answer"
 
@@ -191,8 +203,12 @@ def test_launcher_loads_off_the_ui_thread_then_opens_the_window(qtbot, chat_engi
         loaded_on.append(QThread.currentThread())
         return Runtime(_settings, chat_engine)
 
-    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(datastore=str(tmp_path / "none.idx")),
-                        notices=["settings were reset"])
+    launcher = Launcher(
+        factory,
+        HistoryStore(tmp_path / "h.sqlite3"),
+        Settings(datastore=str(tmp_path / "none.idx")),
+        notices=["settings were reset"],
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -269,8 +285,12 @@ def test_a_model_that_fails_to_open_leaves_the_user_a_way_to_choose_another(qtbo
         return Runtime(settings, chat_engine)
 
     settings_file = tmp_path / "settings.json"
-    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"), Settings(model=str(tmp_path / "broken.gguf")),
-                        settings_file=settings_file)
+    launcher = Launcher(
+        factory,
+        HistoryStore(tmp_path / "h.sqlite3"),
+        Settings(model=str(tmp_path / "broken.gguf")),
+        settings_file=settings_file,
+    )
     launcher.start()
     qtbot.waitUntil(lambda: launcher.error_box is not None and launcher.error_box.isVisible(), timeout=10_000)
     assert str(settings_file) in launcher.error_box.text()
@@ -311,8 +331,12 @@ def test_the_model_switcher_loads_another_model_and_remembers_the_recent_ones(qt
         return Runtime(settings, chat_engine)
 
     settings_file = tmp_path / "settings.json"
-    launcher = Launcher(factory, HistoryStore(tmp_path / "h.sqlite3"),
-                        Settings(model="first-model", recent_models=["second-model"]), settings_file=settings_file)
+    launcher = Launcher(
+        factory,
+        HistoryStore(tmp_path / "h.sqlite3"),
+        Settings(model="first-model", recent_models=["second-model"]),
+        settings_file=settings_file,
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -346,8 +370,11 @@ def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, chat_en
             return super()._build_drafters(settings)
 
     switches = {"retrieval": True, "learned": False, "context": True, "model": False, "recurrent": False}
-    launcher = Launcher(lambda settings, log=None: Failing(settings, chat_engine), HistoryStore(tmp_path / "h.sqlite3"),
-                        Settings(datastore=str(tmp_path / "store.idx"), drafters=switches, max_new_tokens=8))
+    launcher = Launcher(
+        lambda settings, log=None: Failing(settings, chat_engine),
+        HistoryStore(tmp_path / "h.sqlite3"),
+        Settings(datastore=str(tmp_path / "store.idx"), drafters=switches, max_new_tokens=8),
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -357,7 +384,9 @@ def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, chat_en
         assert "the datastore could not be opened: store.idx: damaged index" in message, message
         assert window.runtime.drafter_setup.names == ["context"]
     else:
-        assert "Drafting is off: the drafters could not be set up: the draft model cannot draft here" in message, message
+        assert "Drafting is off: the drafters could not be set up: the draft model cannot draft here" in message, (
+            message
+        )
         assert "datastore" not in message and window.runtime.drafter_setup.names == []
     with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
         send(qtbot, window, "still answers")
@@ -405,7 +434,11 @@ def test_settings_dialog_applies_live_and_a_model_change_reloads(qtbot, chat_eng
         assert QApplication.palette().color(QPalette.ColorRole.Window).lightnessF() < light - 0.3, "dark at once"
         assert window.settings.temperature == 0.7 and window.settings.system_prompt == "Answer briefly."
         saved, notices = load_settings(settings_file)
-        assert notices == [] and (saved.theme, saved.temperature, saved.system_prompt) == ("dark", 0.7, "Answer briefly.")
+        assert notices == [] and (saved.theme, saved.temperature, saved.system_prompt) == (
+            "dark",
+            0.7,
+            "Answer briefly.",
+        )
         assert loads == ["default"], "no reload for live settings"
 
         window.settings_action.trigger()
@@ -473,8 +506,9 @@ def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(
     status.show_drafters(["retrieval", "learned", "context", "model", "recurrent"])
     status.show_rate(12.3, 2.5)
     w.resize(900, 600)
-    qtbot.waitUntil(lambda: status.model.width() < status.model.fontMetrics().horizontalAdvance(status.model.text()),
-                    timeout=5000)
+    qtbot.waitUntil(
+        lambda: status.model.width() < status.model.fontMetrics().horizontalAdvance(status.model.text()), timeout=5000
+    )
     assert status.model.shown_text().endswith("…")
     assert "retrieval, learned, context, model, recurrent" in status.drafters.toolTip()
     for label in (status.baseline, status.rate):
@@ -494,7 +528,9 @@ def test_ctrl_comma_opens_the_settings(qtbot, chat_engine, tmp_path):
         qtbot.keyClick(box, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
 
 
-@pytest.mark.parametrize("model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-1.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct"])
+@pytest.mark.parametrize(
+    "model", ["SmolLM2-135M-Instruct", "Qwen2.5-Coder-1.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct"]
+)
 def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, chat_engine, tmp_path, model):
     """At the window's default size with every panel open and every label at its longest, the
     catalogue model's name and how it runs are shown whole; the least important names (datastore,
@@ -535,7 +571,12 @@ def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, chat_engine
     w.show_panels()
     qtbot.wait(50)
     assert (w.width(), w.height()) == (1100, 720)
-    assert w.chat_view.width() >= 0.45 * w.width(), (w.chat_view.width(), w.conversations.width(), w.docks["trieDock"].width(), w.docks["trieDock"].minimumSizeHint().width())
+    assert w.chat_view.width() >= 0.45 * w.width(), (
+        w.chat_view.width(),
+        w.conversations.width(),
+        w.docks["trieDock"].width(),
+        w.docks["trieDock"].minimumSizeHint().width(),
+    )
     assert w.docks["trieDock"].width() <= w.width() // 3 + 10
 
 
@@ -552,8 +593,10 @@ def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, cha
     first, second = finals
     # the first may share the chat template's opening with the module's earlier answers
     assert second.stats.prompt_kept >= first.stats.prompt_tokens > first.stats.prompt_kept
-    assert f"prompt {second.stats.prompt_tokens:,} tokens, {second.stats.prompt_kept:,} from cache" in \
-        w.chat_view.toPlainText()
+    assert (
+        f"prompt {second.stats.prompt_tokens:,} tokens, {second.stats.prompt_kept:,} from cache"
+        in w.chat_view.toPlainText()
+    )
     last = w.history.messages(w.conversation_id)[-1]
     with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
         w.chat_view.action_requested.emit("regenerate", last.id)

@@ -15,17 +15,17 @@ from llama_helpers import need_llama_cpp  # noqa: E402
 
 need_llama_cpp()
 
+from engine_fixtures import tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox  # noqa: E402
+from runtime_helpers import CONTEXT_ONLY  # noqa: E402
 
 from draftscope.core.runtime import load_runtime  # noqa: E402
 from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.gui.launcher import Launcher  # noqa: E402
 from draftscope.storage import HistoryStore, Settings, load_settings  # noqa: E402
 from draftscope.storage.presets import BUILTIN_PRESETS  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
-from runtime_helpers import CONTEXT_ONLY  # noqa: E402
 
 TRAINED = 2048  # the tiny model's own context: the default opens all of it (under llama.cpp's 4,096)
 
@@ -40,10 +40,12 @@ pytestmark = pytest.mark.usefixtures("own_data_and_cache")  # learned answers, t
 
 
 def start(qtbot, gguf, tmp_path, **fields):
-    settings = Settings(model=str(gguf), backend="llama.cpp", drafters=dict(CONTEXT_ONLY), max_new_tokens=8,
-                        threads=1, **fields)
-    launcher = Launcher(load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings,
-                        settings_file=tmp_path / "settings.json")
+    settings = Settings(
+        model=str(gguf), backend="llama.cpp", drafters=dict(CONTEXT_ONLY), max_new_tokens=8, threads=1, **fields
+    )
+    launcher = Launcher(
+        load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings, settings_file=tmp_path / "settings.json"
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=120_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -89,8 +91,10 @@ def test_a_context_length_set_in_the_dialog_reloads_the_model_with_it(qtbot, ggu
         with qtbot.waitSignal(window.worker.failed, timeout=60_000) as failed:
             send(qtbot, window, " ".join(f"word{k}" for k in range(600)))
         assert "reads at most 512" in failed.args[0], failed.args[0]
-        qtbot.waitUntil(lambda: (b := window.findChild(QMessageBox, "answerErrorDialog")) is not None and b.isVisible(),
-                        timeout=5000)  # the window hears the failure after the worker says it
+        qtbot.waitUntil(
+            lambda: (b := window.findChild(QMessageBox, "answerErrorDialog")) is not None and b.isVisible(),
+            timeout=5000,
+        )  # the window hears the failure after the worker says it
         box = window.findChild(QMessageBox, "answerErrorDialog")
         assert "reads at most 512" in box.text()
         box.accept()
@@ -109,8 +113,9 @@ def test_a_context_length_set_in_the_dialog_reloads_the_model_with_it(qtbot, ggu
 
 
 def test_a_context_past_the_models_own_is_clamped_and_said(gguf):
-    runtime = load_runtime(Settings(model=str(gguf), backend="llama.cpp", drafters=dict(CONTEXT_ONLY),
-                                    context_length=8192, threads=1))
+    runtime = load_runtime(
+        Settings(model=str(gguf), backend="llama.cpp", drafters=dict(CONTEXT_ONLY), context_length=8192, threads=1)
+    )
     try:
         assert runtime.engine.max_context == TRAINED
         assert any("reads at most 2,048 tokens here, not the 8,192 set" in n for n in runtime.notices), runtime.notices
@@ -132,8 +137,22 @@ def test_the_command_line_takes_a_context_length(gguf, capsys):
     from draftscope.cli import build_parser
     from draftscope.commands.model_options import runtime_from_args
 
-    args = build_parser().parse_args(["generate", "hi", "--model", str(gguf), "--backend", "llama.cpp",
-                                      "--drafters", "none", "--threads", "1", "--context", "512"])
+    args = build_parser().parse_args(
+        [
+            "generate",
+            "hi",
+            "--model",
+            str(gguf),
+            "--backend",
+            "llama.cpp",
+            "--drafters",
+            "none",
+            "--threads",
+            "1",
+            "--context",
+            "512",
+        ]
+    )
     runtime = runtime_from_args(args)
     try:
         assert runtime.engine.max_context == 512
@@ -214,8 +233,16 @@ def test_a_settings_file_without_the_new_fields_loads(tmp_path):
 
 def test_bad_values_fall_back_with_a_notice_and_the_good_presets_are_kept(tmp_path):
     path = tmp_path / "settings.json"
-    path.write_text(json.dumps({"version": 1, "context_length": 100, "temperature": 0.5, "prompt_presets": {
-        "Mine": "Be kind.", "Code assistant": "not mine", "Broken": 7, "": "no name"}}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "context_length": 100,
+                "temperature": 0.5,
+                "prompt_presets": {"Mine": "Be kind.", "Code assistant": "not mine", "Broken": 7, "": "no name"},
+            }
+        )
+    )
     settings, notices = load_settings(path)
     assert settings.context_length == 0 and settings.temperature == 0.5
     assert settings.prompt_presets == {"Mine": "Be kind."}

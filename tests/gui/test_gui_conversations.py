@@ -12,8 +12,8 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLineEdit, QListWidget, QMessageBox, QPushButton  # noqa: E402
-
 from runtime_helpers import runtime_for  # noqa: E402
+
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
@@ -32,8 +32,12 @@ def seeded_history(tmp_path) -> tuple[HistoryStore, int]:
     history = HistoryStore(tmp_path / "h.sqlite3")
     conv = history.create_conversation("Reversing strings")
     history.add_message(conv, "user", "How do I reverse a string in Python?")
-    history.add_message(conv, "assistant", CODE_ANSWER, stats={"tokens": 20, "tau": 1.5, "tokens_per_second": 12.0,
-                                                             "time_to_first_token_ms": 80.0})
+    history.add_message(
+        conv,
+        "assistant",
+        CODE_ANSWER,
+        stats={"tokens": 20, "tau": 1.5, "tokens_per_second": 12.0, "time_to_first_token_ms": 80.0},
+    )
     return history, conv
 
 
@@ -60,7 +64,9 @@ def click_link(qtbot, view, href_prefix):
                 view.setTextCursor(inside)
                 view.ensureCursorVisible()
                 rect = view.cursorRect(inside)
-                qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.x() + 2, rect.center().y()))
+                qtbot.mouseClick(
+                    view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.x() + 2, rect.center().y())
+                )
                 return
             it += 1
         block = block.next()

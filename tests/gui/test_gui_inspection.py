@@ -7,14 +7,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser  # noqa: E402
-
 from runtime_helpers import runtime_for  # noqa: E402
+
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
 
 def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
@@ -41,7 +41,9 @@ def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
     assert "× the speed of plain decoding" in race.findChild(QLabel, "raceVerdict").text()
     # halfway through a replay, each side shows what it had written by then
     half = plain.elapsed_s / 2
-    assert plain.text_at(half) == max((m for m in plain.moments if m[0] <= half), key=lambda m: m[0], default=(0, ""))[1]
+    assert (
+        plain.text_at(half) == max((m for m in plain.moments if m[0] <= half), key=lambda m: m[0], default=(0, ""))[1]
+    )
     qtbot.mouseClick(race.findChild(QPushButton, "raceCloseButton"), Qt.MouseButton.LeftButton)
     assert not race.isVisible(), "the race closes by its own button"
 
@@ -99,7 +101,9 @@ def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer
     window.show_conversation(conv)
     answer = window.history.messages(conv)[-1]
     with qtbot.waitSignal(window.answer_selected, timeout=5000) as picked:
-        window.chat_view.anchorClicked.emit(__import__("PySide6.QtCore", fromlist=["QUrl"]).QUrl(f"action:inspect/{answer.id}"))
+        window.chat_view.anchorClicked.emit(
+            __import__("PySide6.QtCore", fromlist=["QUrl"]).QUrl(f"action:inspect/{answer.id}")
+        )
     message_id, steps = picked.args
     assert message_id == answer.id and steps == live, "the stored steps equal the streamed StepEvents"
     assert all(window.docks[n].isVisible() for n in ("draftsDock", "trieDock", "speedupDock"))

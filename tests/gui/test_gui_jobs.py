@@ -24,10 +24,16 @@ class Heard:
             def hear(value):
                 self.threads.add(threading.current_thread() is threading.main_thread())
                 where.append(value)
+
             return hear
 
-        return JobRunner(parent, on_progress=note(self.progress), on_status=note(self.status),
-                         on_done=note(self.done), on_failed=note(self.failed))
+        return JobRunner(
+            parent,
+            on_progress=note(self.progress),
+            on_status=note(self.status),
+            on_done=note(self.done),
+            on_failed=note(self.failed),
+        )
 
 
 @pytest.fixture
@@ -160,8 +166,9 @@ def test_closing_mid_job_that_ignores_its_cancel_neither_hangs_nor_aborts(qtbot,
         assert ended.wait(5)
         assert worker_thread.thread.wait(5000), "the straggler's thread ends with its job"
         qtbot.wait(300)  # several poll intervals
-        assert (heard.progress, heard.status, heard.done, heard.failed) == ([], [], [], []), \
+        assert (heard.progress, heard.status, heard.done, heard.failed) == ([], [], [], []), (
             "nothing reaches a closed dialog"
+        )
     finally:
         release.set()
         worker_thread.thread.wait(5000)

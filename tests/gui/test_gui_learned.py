@@ -10,15 +10,15 @@ import pytest
 
 pytest.importorskip("PySide6")
 
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
 
+from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.drafters.learned import LearnedStore  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,9 @@ def test_an_answer_is_learned_without_blocking_the_ui_and_drafts_the_next(qtbot,
     for _ in range(400):  # a long history already learned: ~0.6M tokens to re-index after each answer
         store.add([1, 2], rng.integers(0, len(tokenizer), 1500).tolist())
     store.rebuild()
-    settings = Settings(max_new_tokens=48, drafters={"retrieval": False, "learned": True, "context": False,
-                                                     "model": False})
+    settings = Settings(
+        max_new_tokens=48, drafters={"retrieval": False, "learned": True, "context": False, "model": False}
+    )
     w = window_for(qtbot, model, tokenizer, tmp_path, settings, store)
     label = w.findChild(QLabel, "statusLearned")
     assert label.text() == "learned: 400 answers" and "from 400 answers, 0.6M tokens" in label.toolTip()
@@ -70,8 +71,10 @@ def test_an_answer_is_learned_without_blocking_the_ui_and_drafts_the_next(qtbot,
     timer.stop()
     indexing_ms = (time.perf_counter() - started) * 1000
     worst = max(lateness[1:], default=0.0)
-    print(f"re-indexing 401 answers: done {indexing_ms:.0f} ms after the answer; UI timer late by {worst:.1f} ms at worst "
-          f"over {len(lateness)} ticks")
+    print(
+        f"re-indexing 401 answers: done {indexing_ms:.0f} ms after the answer; UI timer late by {worst:.1f} ms at worst "
+        f"over {len(lateness)} ticks"
+    )
     assert len(lateness) >= 3, "the UI thread kept running its timers while the index was rebuilt"
     assert worst < 250, f"the UI thread was blocked {worst:.0f} ms while the index was rebuilt"
 
@@ -84,8 +87,7 @@ def test_an_answer_is_learned_without_blocking_the_ui_and_drafts_the_next(qtbot,
 
 def test_learning_off_records_nothing_and_forget_clears(qtbot, model, tokenizer, tmp_path):
     store = LearnedStore("tiny", len(tokenizer), tmp_path / "learned")
-    off = Settings(max_new_tokens=16, drafters={"retrieval": False, "learned": False, "context": True,
-                                                "model": False})
+    off = Settings(max_new_tokens=16, drafters={"retrieval": False, "learned": False, "context": True, "model": False})
     w = window_for(qtbot, model, tokenizer, tmp_path, off, store)
     ask(qtbot, w, "Hello")
     qtbot.wait(300)
@@ -100,6 +102,5 @@ def test_learning_off_records_nothing_and_forget_clears(qtbot, model, tokenizer,
     qtbot.waitUntil(lambda: "learned" in w.findChild(QLabel, "statusDrafters").text(), timeout=5_000)
     qtbot.waitUntil(lambda: w.forget_action.isEnabled(), timeout=5_000)
     w.forget_learned(confirm=False)
-    qtbot.waitUntil(lambda: w.findChild(QLabel, "statusLearned").text() == "learned: none yet",
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: w.findChild(QLabel, "statusLearned").text() == "learned: none yet", timeout=10_000)
     assert not (tmp_path / "learned" / "tiny.tokens").exists()

@@ -12,26 +12,26 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp  # noqa: E402
 
 need_llama_cpp()
 
-from PySide6.QtWidgets import QLabel, QMessageBox, QPlainTextEdit, QPushButton  # noqa: E402
-
-from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
-from draftscope.drafters import ContextDrafter  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
+from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
+
+from draftscope.drafters import ContextDrafter  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.sampling import SamplingParams  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore  # noqa: E402
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
-
 
 PROMPT = "def main(): print('hello world') def main(): print('hello world')"
 
 
 @pytest.fixture(scope="module")
 def engine(tokenizer, tokenizer_dir, tmp_path_factory):
-    path = write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=5),
-                           tokenizer_dir)
+    path = write_tiny_gguf(
+        tmp_path_factory.mktemp("gguf") / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=5), tokenizer_dir
+    )
     backend = LlamaCppBackend(path, tokenizer, name="tiny (GGUF)", context=512, threads=1)
     engine = pin_budget(Engine(backend=backend), nodes=8)
     engine.eos_ids = set()  # a full-length answer: the random model would otherwise stop at its EOS
@@ -68,8 +68,9 @@ def test_the_window_answers_on_llama_cpp_and_says_so(qtbot, engine, tmp_path):
     plain = list(engine.generate(GenerationRequest(messages=prompt, max_new_tokens=40)))[-1]
     assert sum(final.stats.accepted_by_source.values()) > 0
     # the drafts changed nothing, but where batch shape moved a measured near-tie of llama.cpp's logits
-    assert_plain_or_near_tie(engine, plain_prompt_ids(engine, prompt), plain.token_ids, final.token_ids,
-                             SamplingParams())
+    assert_plain_or_near_tie(
+        engine, plain_prompt_ids(engine, prompt), plain.token_ids, final.token_ids, SamplingParams()
+    )
 
 
 def plain_prompt_ids(engine, messages) -> list[int]:
@@ -110,20 +111,33 @@ def test_the_recurrent_drafter_trains_and_drafts_in_the_window_on_llama_cpp(qtbo
     chats = tmp_path / "own.jsonl"
     with chats.open("w") as f:  # the model's own answers: what the head learns to predict
         for q in questions:
-            reply = list(engine.generate(GenerationRequest(messages=[{"role": "user", "content": q}],
-                                                           max_new_tokens=60)))[-1].text
-            f.write(json.dumps({"messages": [{"role": "user", "content": q},
-                                             {"role": "assistant", "content": reply}]}) + "\n")
-    from draftscope.storage import Settings
+            reply = list(
+                engine.generate(GenerationRequest(messages=[{"role": "user", "content": q}], max_new_tokens=60))
+            )[-1].text
+            f.write(
+                json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": reply}]})
+                + "\n"
+            )
     from runtime_helpers import CONTEXT_ONLY
+
+    from draftscope.storage import Settings
 
     settings = Settings(max_new_tokens=60, drafters={**CONTEXT_ONLY, "recurrent": True})
     w = MainWindow(runtime_for(engine, settings), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(w)
     w.show()
     w.set_show_provenance(True)
-    w.open_train_dialog(options_overrides={"tokens": 80 * 64, "seq_len": 32, "batch": 2, "length": 3,
-                                           "val_sequences": 2, "checkpoint_every": 1000, "draft_vocab": 128})
+    w.open_train_dialog(
+        options_overrides={
+            "tokens": 80 * 64,
+            "seq_len": 32,
+            "batch": 2,
+            "length": 3,
+            "val_sequences": 2,
+            "checkpoint_every": 1000,
+            "draft_vocab": 128,
+        }
+    )
     dialog = w.train_dialog
     assert dialog is not None and dialog.isVisible()
     dialog.data_combo.setCurrentIndex(dialog.data_combo.findData("chat"))
@@ -142,7 +156,9 @@ def test_the_recurrent_drafter_trains_and_drafts_in_the_window_on_llama_cpp(qtbo
     accepted = final.stats.accepted_by_source.get("recurrent", 0)
     assert "recurrent" in final.stats.drafters and accepted > 0, final.stats.accepted_by_source
     coloured = recurrent_formats(w.chat_view.document())
-    assert coloured and all(f.background().color() == QColor(PROVENANCE_COLOURS["light"]["recurrent"]) for f in coloured)
+    assert coloured and all(
+        f.background().color() == QColor(PROVENANCE_COLOURS["light"]["recurrent"]) for f in coloured
+    )
 
 
 class SlowContext(ContextDrafter):
@@ -158,8 +174,9 @@ class SlowContext(ContextDrafter):
 def test_stop_ends_an_answer_on_llama_cpp(qtbot, engine, tmp_path):
     from PySide6.QtCore import Qt
 
-    window = MainWindow(runtime_for(engine, max_new_tokens=400, drafters=lambda: [SlowContext()]),
-                        HistoryStore(tmp_path / "h.sqlite3"))
+    window = MainWindow(
+        runtime_for(engine, max_new_tokens=400, drafters=lambda: [SlowContext()]), HistoryStore(tmp_path / "h.sqlite3")
+    )
     qtbot.addWidget(window)
     window.show()
     with qtbot.waitSignal(window.answer_signals.steps, timeout=30_000):
@@ -185,7 +202,9 @@ def test_the_race_runs_on_llama_cpp(qtbot, engine, tmp_path):
     w.race_action.trigger()
     race = w.race_dialog
     finals = []
-    race.worker.finished.connect(lambda final, *_: finals.append(final))  # the plain lane's answer, then the speculative one's
+    race.worker.finished.connect(
+        lambda final, *_: finals.append(final)
+    )  # the plain lane's answer, then the speculative one's
     with qtbot.waitSignal(race.finished_race, timeout=120_000):
         qtbot.mouseClick(race.findChild(QPushButton, "raceButton"), Qt.MouseButton.LeftButton)
     plain, spec = race.lanes["plain"], race.lanes["speculative"]

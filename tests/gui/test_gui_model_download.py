@@ -16,8 +16,8 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget  # noqa: E402
 
-from draftscope.models import assets, catalog  # noqa: E402
 from draftscope.gui.dialogs.model_download import ModelDownload  # noqa: E402
+from draftscope.models import assets, catalog  # noqa: E402
 
 SMOL, QWEN = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B  # one part; 22 parts
 
@@ -63,9 +63,10 @@ def make(qtbot, fetcher, prefix="model", resume_with="Download"):
 
 
 def test_the_widgets_are_named_by_the_prefix(qtbot):
-    for prefix, names in (("", ("fetchProgress", "fetchStatus", "cancelFetchButton")),
-                          ("draftModel", ("draftModelFetchProgress", "draftModelFetchStatus",
-                                          "cancelDraftModelFetchButton"))):
+    for prefix, names in (
+        ("", ("fetchProgress", "fetchStatus", "cancelFetchButton")),
+        ("draftModel", ("draftModelFetchProgress", "draftModelFetchStatus", "cancelDraftModelFetchButton")),
+    ):
         host, _, _ = make(qtbot, Fetcher(), prefix=prefix)
         bar, status, cancel = names
         assert host.findChild(QProgressBar, bar) and host.findChild(QLabel, status)
@@ -97,8 +98,7 @@ def test_cancel_says_cancelling_until_the_fetcher_stops_and_a_new_start_resumes(
     assert download.status.text() == "Cancelling …" and ended == []  # still stopping
     qtbot.waitUntil(lambda: ended == ["cancelled"], timeout=5000)
     assert download.progress.value() == download.progress.maximum() // 4, "bytes after the cancel are not shown"
-    assert download.status.text() == ("Download cancelled. The parts downloaded so far are kept: Continue resumes "
-                                      "it.")
+    assert download.status.text() == ("Download cancelled. The parts downloaded so far are kept: Continue resumes it.")
     assert not download.bar_row.isVisible() and not download.running
     # the piece is usable again: the next start runs and finishes
     again = Fetcher()

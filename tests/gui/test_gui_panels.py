@@ -11,17 +11,17 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
+from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt, QUrl  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard  # noqa: E402
+from runtime_helpers import runtime_for  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.panels.drafts import visible_text  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.gui.panels.docks import TREE_MIN_HEIGHT  # noqa: E402
+from draftscope.gui.panels.drafts import visible_text  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 
 PROMPT = "one two three four one two three four one two three four"
 
@@ -67,8 +67,8 @@ def test_panels_agree_with_the_streamed_steps(qtbot, engine, tmp_path):
         assert table_text(table, row, 0) == ev.step
         assert table_text(table, row, 1) == ev.proposed
         assert table_text(table, row, 2) == ev.accepted
-        assert table_text(table, row, 3) == visible_text("".join(ev.pieces[:ev.accepted]))
-        drafted = sorted({s for s in ev.provenance[:ev.accepted]})
+        assert table_text(table, row, 3) == visible_text("".join(ev.pieces[: ev.accepted]))
+        drafted = sorted({s for s in ev.provenance[: ev.accepted]})
         assert table_text(table, row, 4) == (", ".join(drafted) or "—")
         assert table_text(table, row, 5) == f"{ev.draft_ms:.1f}" and table_text(table, row, 6) == f"{ev.verify_ms:.1f}"
     summary = window.findChild(QLabel, "draftsSummary").text()
@@ -87,8 +87,9 @@ def test_panels_agree_with_the_streamed_steps(qtbot, engine, tmp_path):
     # the last step's speedup, or "at most τ" where a busy moment made the plain figure out of date
     from draftscope.core.words import speedup_stale
 
-    expected = (f"≤{last.tau:.2f}×" if speedup_stale(last.speedup_estimate, last.tau)
-                else f"{last.speedup_estimate:.2f}×")
+    expected = (
+        f"≤{last.tau:.2f}×" if speedup_stale(last.speedup_estimate, last.tau) else f"{last.speedup_estimate:.2f}×"
+    )
     assert window.findChild(QLabel, "speedupLabel").text() == expected
 
     stats = window.history.messages(window.conversation_id)[-1].stats
@@ -167,12 +168,25 @@ def test_wizard_from_the_menu_builds_and_the_app_drafts_from_it(qtbot, engine, t
 
     monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
     chats = tmp_path / "chats.json"
-    chats.write_text(json.dumps([{"conversations": [{"from": "human", "value": f"Question {i}"},
-                                                    {"from": "gpt", "value": f"one two three four {i}"}]}
-                                 for i in range(20)]))
-    launcher = Launcher(lambda settings, log=None: Runtime(settings, engine), HistoryStore(tmp_path / "h.sqlite3"),
-                        Settings(drafters={"retrieval": False, "context": True, "model": False}),
-                        settings_file=tmp_path / "settings.json")
+    chats.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": f"Question {i}"},
+                        {"from": "gpt", "value": f"one two three four {i}"},
+                    ]
+                }
+                for i in range(20)
+            ]
+        )
+    )
+    launcher = Launcher(
+        lambda settings, log=None: Runtime(settings, engine),
+        HistoryStore(tmp_path / "h.sqlite3"),
+        Settings(drafters={"retrieval": False, "context": True, "model": False}),
+        settings_file=tmp_path / "settings.json",
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
     window = ready.args[0]

@@ -12,13 +12,13 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
 import openai  # noqa: E402
+from engine_fixtures import tiny_llama  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPlainTextEdit  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
 from draftscope.gui.launcher import Launcher  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
 
 
 def free_port() -> int:
@@ -31,10 +31,19 @@ def test_the_server_runs_beside_the_window_and_its_answers_appear_in_the_history
     engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
     engine.eos_ids = set()
     port = free_port()
-    settings = Settings(datastore=str(tmp_path / "none.idx"), max_new_tokens=10, server_enabled=True,
-                        server_port=port, server_api_key="k")
-    launcher = Launcher(lambda s, log=None: Runtime(s, engine), HistoryStore(tmp_path / "h.sqlite3"), settings,
-                        settings_file=tmp_path / "settings.json")
+    settings = Settings(
+        datastore=str(tmp_path / "none.idx"),
+        max_new_tokens=10,
+        server_enabled=True,
+        server_port=port,
+        server_api_key="k",
+    )
+    launcher = Launcher(
+        lambda s, log=None: Runtime(s, engine),
+        HistoryStore(tmp_path / "h.sqlite3"),
+        settings,
+        settings_file=tmp_path / "settings.json",
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=10_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -72,8 +81,12 @@ def test_a_port_in_use_is_said_and_the_window_opens_anyway(qtbot, tokenizer, tmp
         busy.listen()
         port = busy.getsockname()[1]
         settings = Settings(datastore=str(tmp_path / "none.idx"), server_enabled=True, server_port=port)
-        launcher = Launcher(lambda s, log=None: Runtime(s, engine), HistoryStore(tmp_path / "h.sqlite3"), settings,
-                            settings_file=tmp_path / "settings.json")
+        launcher = Launcher(
+            lambda s, log=None: Runtime(s, engine),
+            HistoryStore(tmp_path / "h.sqlite3"),
+            settings,
+            settings_file=tmp_path / "settings.json",
+        )
         with qtbot.waitSignal(launcher.window_ready, timeout=30_000) as ready:
             launcher.start()
         window = ready.args[0]
@@ -87,8 +100,9 @@ def test_the_settings_dialog_server_tab_round_trips(qtbot):
 
     from draftscope.gui.dialogs.settings_dialog import SettingsDialog
 
-    dialog = SettingsDialog(Settings(server_enabled=True, server_port=9100, server_api_key="abc",
-                                     server_keep_history=False))
+    dialog = SettingsDialog(
+        Settings(server_enabled=True, server_port=9100, server_api_key="abc", server_keep_history=False)
+    )
     qtbot.addWidget(dialog)
     assert dialog.findChild(QCheckBox, "serverEnabled").isChecked()
     assert dialog.findChild(QSpinBox, "serverPortSpin").value() == 9100
@@ -100,8 +114,9 @@ def test_the_settings_dialog_server_tab_round_trips(qtbot):
     assert (s.server_enabled, s.server_port, s.server_api_key, s.server_keep_history) == (False, 9200, "abc", False)
 
 
-def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards(qtbot, tokenizer, tokenizer_dir,
-                                                                                 tmp_path):
+def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards(
+    qtbot, tokenizer, tokenizer_dir, tmp_path
+):
     """Settings ▸ Server ▸ Answers at once = 2 on llama.cpp: the model opens with three slots; two
     answers streamed through the real server (the official client) are in progress when the
     window's own answer starts, which runs at once; their steps share forwards, and the status bar
@@ -109,20 +124,28 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
     import threading
     import time
 
+    from gguf_fixtures import write_tiny_gguf
+    from llama_helpers import need_llama_cpp
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QPlainTextEdit, QPushButton
 
     from draftscope.core.runtime import load_runtime
-    from gguf_fixtures import write_tiny_gguf
-    from llama_helpers import need_llama_cpp
 
     need_llama_cpp()
     gguf = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer_dir)
     port = free_port()
-    settings = Settings(model=str(gguf), backend="llama.cpp", datastore=str(tmp_path / "none.idx"), max_new_tokens=8,
-                        server_enabled=True, server_port=port, server_parallel=2)
-    launcher = Launcher(load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings,
-                        settings_file=tmp_path / "settings.json")
+    settings = Settings(
+        model=str(gguf),
+        backend="llama.cpp",
+        datastore=str(tmp_path / "none.idx"),
+        max_new_tokens=8,
+        server_enabled=True,
+        server_port=port,
+        server_parallel=2,
+    )
+    launcher = Launcher(
+        load_runtime, HistoryStore(tmp_path / "h.sqlite3"), settings, settings_file=tmp_path / "settings.json"
+    )
     with qtbot.waitSignal(launcher.window_ready, timeout=60_000) as ready:
         launcher.start()
     window = ready.args[0]
@@ -141,8 +164,13 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
 
     def served_answer():
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-        stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "a served one"}],
-                                                max_tokens=120, temperature=0, stream=True)
+        stream = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "a served one"}],
+            max_tokens=120,
+            temperature=0,
+            stream=True,
+        )
         stats = None
         for chunk in stream:
             stepping.set()
@@ -186,5 +214,7 @@ def test_answers_at_once_and_workers_round_trip_through_the_settings_dialog(qtbo
     assert (s.server_parallel, s.workers) == (4, "10.0.0.2:50052, 10.0.0.3:50052")
     dialog.findChild(QLineEdit, "workersEdit").setText("10.0.0.2")
     problems = dialog.problems()
-    assert any("workers must be host:port" in text and widget is dialog.findChild(QLineEdit, "workersEdit")
-               for text, widget in problems), problems
+    assert any(
+        "workers must be host:port" in text and widget is dialog.findChild(QLineEdit, "workersEdit")
+        for text, widget in problems
+    ), problems

@@ -14,14 +14,22 @@ pytest.importorskip("PySide6")
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
-    QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTabWidget,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDoubleSpinBox,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
 )
 
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.storage.settings import Change, Section, change_between, changed_fields  # noqa: E402
 from draftscope.core.settings_checks import OTHER  # noqa: E402
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
-
+from draftscope.storage.settings import Change, Section, change_between, changed_fields  # noqa: E402
 
 # The dialog looks up (and creates the folder of) the default datastore, and which catalogue
 # models are downloaded: keep both in tmp.
@@ -67,8 +75,16 @@ def model_folder(tmp_path):
 
 
 SAMPLE = Settings(
-    model="HuggingFaceTB/SmolLM2-360M-Instruct", device="cuda", temperature=0.7, top_p=0.9, top_k=40,
-    max_new_tokens=256, repetition_penalty=1.1, system_prompt="Be brief.", theme="dark", font_size=14,
+    model="HuggingFaceTB/SmolLM2-360M-Instruct",
+    device="cuda",
+    temperature=0.7,
+    top_p=0.9,
+    top_k=40,
+    max_new_tokens=256,
+    repetition_penalty=1.1,
+    system_prompt="Be brief.",
+    theme="dark",
+    font_size=14,
     drafters={"retrieval": False, "learned": False, "context": True, "model": False, "recurrent": False},
 )
 
@@ -128,11 +144,21 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     assert d.result() == QDialog.DialogCode.Accepted, error_text(d)
 
     shown = replace(
-        SAMPLE, model=str(folder), device="cpu", dtype="bfloat16", backend="torch", seed=42,
-        draft_model="org/draft-model", datastore=str(index),
+        SAMPLE,
+        model=str(folder),
+        device="cpu",
+        dtype="bfloat16",
+        backend="torch",
+        seed=42,
+        draft_model="org/draft-model",
+        datastore=str(index),
         drafters={"retrieval": True, "learned": False, "context": True, "model": True, "recurrent": False},
-        temperature=1.25, top_k=0, threads=1,
-        system_prompt="Be brief. Use lists.", theme="light", font_size=20,
+        temperature=1.25,
+        top_k=0,
+        threads=1,
+        system_prompt="Be brief. Use lists.",
+        theme="light",
+        font_size=20,
     )
     result = d.result_settings()
     assert result == shown
@@ -281,8 +307,16 @@ def test_changed_fields():
     assert changed_fields(base, replace(base, model="org/m")) == {"model"}
     assert changed_fields(base, replace(base, device="cpu", temperature=0.5)) == {"device", "temperature"}
     assert change_between(base, replace(base, theme="dark")) == Change.LOOK
-    assert set(Section.MODEL.names) == {"model", "device", "dtype", "backend", "draft_model", "workers", "threads",
-                                        "context_length"}  # these reopen the model
+    assert set(Section.MODEL.names) == {
+        "model",
+        "device",
+        "dtype",
+        "backend",
+        "draft_model",
+        "workers",
+        "threads",
+        "context_length",
+    }  # these reopen the model
     assert change_between(base, replace(base, dtype="bfloat16")) == Change.MODEL
     assert change_between(base, replace(base, temperature=0.5, system_prompt="x")) == Change.NONE
     assert change_between(base, replace(base, server_port=9000, datastore="x.idx")) == Change.SERVER | Change.DRAFTERS

@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
+from engine_fixtures import tiny_llama  # noqa: E402
 from PySide6.QtCharts import QChart  # noqa: E402
 from PySide6.QtCore import QPointF  # noqa: E402
 from PySide6.QtWidgets import QLabel  # noqa: E402
@@ -20,8 +21,6 @@ from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
 from draftscope.gui.panels.speedup import SpeedupPanel, nice_ceiling  # noqa: E402
 from draftscope.gui.theme import _palette  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,9 @@ def real_run(tokenizer):
     engine = Engine(model, tokenizer, name="tiny")
     baseline = engine.measure_baseline(16)
     prompt = tokenizer("one two three one two three one two three one two three")["input_ids"]
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, drafters=[ContextDrafter()],
-                                                    budget=16)))
+    events = list(
+        engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, drafters=[ContextDrafter()], budget=16))
+    )
     steps = [ev for ev in events if isinstance(ev, StepEvent)]
     return steps, baseline
 
@@ -44,9 +44,14 @@ def expected_points(events, baseline):
         xs = [ev.elapsed_ms / 1000 for ev in events]
     else:
         xs = list(accumulate(ev.total_ms / 1000 for ev in events))
-    rates = [ev.decode_tokens_per_second if ev.decode_tokens_per_second is not None else
-             ev.speedup_estimate * baseline if ev.speedup_estimate is not None and baseline else ev.tokens_per_second
-             for ev in events]
+    rates = [
+        ev.decode_tokens_per_second
+        if ev.decode_tokens_per_second is not None
+        else ev.speedup_estimate * baseline
+        if ev.speedup_estimate is not None and baseline
+        else ev.tokens_per_second
+        for ev in events
+    ]
     taus = [float(len(ev.token_ids)) for ev in events]
     return list(zip(xs, rates)), list(zip(xs, taus))
 
@@ -66,12 +71,26 @@ def synthetic_steps(n=80, baseline=20.0, seed=1, with_speedup=True, step_ms=65.0
         else:
             decode_s += ms / 1000
         decode = (tokens - first_tokens) / decode_s if i else None
-        events.append(StepEvent(
-            step=i + 1, token_ids=list(range(k)), pieces=["x"] * k, provenance=["context"] * (k - 1) + ["target"],
-            tree=StepTree(), accepted_path=list(range(k - 1)), proposed=8, accepted=k - 1, draft_ms=2.0, verify_ms=ms - 2.0,
-            total_ms=ms, tokens_total=tokens, steps_total=i + 1, tau=tokens / (i + 1),
-            tokens_per_second=tokens / elapsed,
-            speedup_estimate=decode / baseline if decode and with_speedup else None))
+        events.append(
+            StepEvent(
+                step=i + 1,
+                token_ids=list(range(k)),
+                pieces=["x"] * k,
+                provenance=["context"] * (k - 1) + ["target"],
+                tree=StepTree(),
+                accepted_path=list(range(k - 1)),
+                proposed=8,
+                accepted=k - 1,
+                draft_ms=2.0,
+                verify_ms=ms - 2.0,
+                total_ms=ms,
+                tokens_total=tokens,
+                steps_total=i + 1,
+                tau=tokens / (i + 1),
+                tokens_per_second=tokens / elapsed,
+                speedup_estimate=decode / baseline if decode and with_speedup else None,
+            )
+        )
     return events
 
 
@@ -92,7 +111,7 @@ def test_chart_and_number_follow_real_steps(qtbot, real_run):
     panel.reset(baseline)
     assert panel.rate_points() == [] and panel.speedup_text() == "—"
     for start in range(0, len(steps), 7):  # as the worker batches them
-        panel.add_steps(steps[start:start + 7])
+        panel.add_steps(steps[start : start + 7])
     rate, tau = expected_points(steps, baseline)
     assert panel.rate_points() == rate
     assert panel.tau_points() == tau
@@ -180,7 +199,7 @@ def test_axes_grow_in_round_steps_and_add_steps_is_cheap(qtbot):
     ranges = set()
     started = time.perf_counter()
     for start in range(0, len(events), 3):  # ~30 batches/s of a fast answer
-        panel.add_steps(events[start:start + 3])
+        panel.add_steps(events[start : start + 3])
         ranges.add((panel.x_axis.max(), panel.rate_axis.max(), panel.tau_axis.max()))
     elapsed = time.perf_counter() - started
     print(f"\nadd_steps: 1000 steps in {len(range(0, 1000, 3))} batches took {elapsed * 1000:.0f} ms")
@@ -201,15 +220,17 @@ def test_a_fast_answer_never_lays_out_thousands_of_tick_labels(qtbot):
     panel.show()
     counts = []
     for axis in (panel.x_axis, panel.tau_x_axis, panel.rate_axis, panel.tau_axis):
+
         def count(*_, axis=axis):
             counts.append((axis.max() - axis.min()) / axis.tickInterval() if axis.tickInterval() > 0 else 0)
+
         axis.rangeChanged.connect(count)
         axis.tickIntervalChanged.connect(count)
     for answer in range(2):  # the second answer starts from the first one's wide axes
         panel.reset(10.0)
         events = synthetic_steps(300, baseline=10.0, seed=answer, step_ms=0.4)
         for start in range(0, len(events), 3):
-            panel.add_steps(events[start:start + 3])
+            panel.add_steps(events[start : start + 3])
         assert panel.rate_axis.max() > 1000, "the answer ran at thousands of tokens/s"
         assert_axes_hold(panel)
     panel.resize(1400, 900)  # more room, more ticks
@@ -246,8 +267,11 @@ def drawn_labels(chart) -> list[str]:
     import shiboken6
     from PySide6.QtWidgets import QGraphicsTextItem
 
-    return [shiboken6.wrapInstance(shiboken6.getCppPointer(item.toGraphicsObject())[0], QGraphicsTextItem).toPlainText()
-            for item in chart.scene().items() if item.type() == 8 and item.isVisible()]  # 8: QGraphicsTextItem::Type
+    return [
+        shiboken6.wrapInstance(shiboken6.getCppPointer(item.toGraphicsObject())[0], QGraphicsTextItem).toPlainText()
+        for item in chart.scene().items()
+        if item.type() == 8 and item.isVisible()
+    ]  # 8: QGraphicsTextItem::Type
 
 
 def test_the_time_axis_labels_are_readable_at_the_apps_font(qtbot):
@@ -275,8 +299,13 @@ def test_an_answer_with_no_accepted_draft_never_shows_a_speedup_past_tau():
     writes faster than τ times plain, so such a figure is shown as at most τ, and said to be old."""
     from draftscope.core.words import answer_stats, speedup_stale
 
-    stats = {"tokens": 64, "tau": 1.0, "tokens_per_second": 20.0, "time_to_first_token_ms": 300.0,
-             "speedup_estimate": 1.99}
+    stats = {
+        "tokens": 64,
+        "tau": 1.0,
+        "tokens_per_second": 20.0,
+        "time_to_first_token_ms": 300.0,
+        "speedup_estimate": 1.99,
+    }
     assert "≤1.00x plain (the plain figure is out of date)" in answer_stats(stats)
     assert "1.99x" not in answer_stats(stats)
     assert "1.41x plain" in answer_stats({**stats, "tau": 2.1, "speedup_estimate": 1.41})

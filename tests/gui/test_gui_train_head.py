@@ -10,24 +10,25 @@ import pytest
 
 pytest.importorskip("PySide6")
 
+from engine_fixtures import tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QAction  # noqa: E402
 from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton  # noqa: E402
 
+from draftscope.core.runtime import Runtime  # noqa: E402
+from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
+from draftscope.drafters.recurrent.train import checkpoint_path, train_head  # noqa: E402
 from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
 from draftscope.gui.dialogs.train_head import TrainHeadDialog, head_description  # noqa: E402
-from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
-from draftscope.core.runtime import Runtime  # noqa: E402
-from draftscope.drafters.recurrent.train import checkpoint_path, train_head  # noqa: E402
+from draftscope.gui.main_window import MainWindow  # noqa: E402
 from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
 
 MODEL = "tiny"
 TINY = {"seq_len": 16, "batch": 2, "length": 3, "val_sequences": 4, "val_every": 5, "checkpoint_every": 1000}
-SETTINGS = Settings(model=MODEL, max_new_tokens=24,
-                    drafters={"retrieval": False, "learned": False, "context": True, "model": False})
+SETTINGS = Settings(
+    model=MODEL, max_new_tokens=24, drafters={"retrieval": False, "learned": False, "context": True, "model": False}
+)
 
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache", "one_thread")  # heads go to data/heads
@@ -50,10 +51,20 @@ def chat_file(tmp_path):
     path = tmp_path / "chats.jsonl"
     lines = []
     for i in range(30):
-        lines.append(json.dumps({"messages": [
-            {"role": "user", "content": f"Question {i}: how do I print hello world in Python?"},
-            {"role": "assistant", "content": "def main():\n    print('hello world')\n    return 0\n"
-                                             "The quick brown fox jumps over the lazy dog."}]}))
+        lines.append(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"Question {i}: how do I print hello world in Python?"},
+                        {
+                            "role": "assistant",
+                            "content": "def main():\n    print('hello world')\n    return 0\n"
+                            "The quick brown fox jumps over the lazy dog.",
+                        },
+                    ]
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -91,8 +102,13 @@ def held(calls, at=3):
         def hold(p):
             progress(p)
             deadline = time.monotonic() + 30
-            while len(calls) == 1 and p.phase == "training" and p.step == at and not cancel.cancelled \
-                    and time.monotonic() < deadline:
+            while (
+                len(calls) == 1
+                and p.phase == "training"
+                and p.step == at
+                and not cancel.cancelled
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
 
         return train_head(*args, progress=hold, resume=resume, cancel=cancel, **kw)

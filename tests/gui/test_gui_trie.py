@@ -13,6 +13,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
+from engine_fixtures import tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QGraphicsPathItem, QLabel, QPushButton  # noqa: E402
 
@@ -21,9 +22,6 @@ from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
 from draftscope.gui.panels.drafts import visible_text  # noqa: E402
 from draftscope.gui.panels.trie_view import FIT_MIN_SCALE, MIN_SCALE, ROOT, TARGET, NodeItem, TrieView, format_support  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-
-
 
 # ---------------------------------------------------------------------------------- helpers
 
@@ -34,8 +32,9 @@ def live_steps(tokenizer):
     model = tiny_llama(len(tokenizer), seed=3, layers=2, hidden=64, sharpen=4.0)
     engine = Engine(model, tokenizer, name="tiny")
     prompt = tokenizer.encode("one two three four one two three four one two three four")
-    events = list(engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, budget=12,
-                                                    drafters=[ContextDrafter()])))
+    events = list(
+        engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=60, budget=12, drafters=[ContextDrafter()]))
+    )
     steps = [ev for ev in events if isinstance(ev, StepEvent)]
     assert any(ev.accepted for ev in steps), "the repetitive prompt gets drafts accepted"
     return steps
@@ -60,11 +59,24 @@ def event_from(nodes, accepted_path, target_id, *, step=1, steps_total=None) -> 
     emitted = [tokens[i] for i in accepted_path] + ([] if target_id is None else [target_id])
     provenance = [nodes[i][3] for i in accepted_path] + ([] if target_id is None else ["target"])
     tree = StepTree(tokens, parents, depth, [float(n[2]) for n in nodes], [n[3] for n in nodes])
-    return StepEvent(step=step, token_ids=emitted, pieces=[f"<{t}>" for t in emitted], provenance=provenance,
-                     tree=tree, accepted_path=list(accepted_path), proposed=len(nodes), accepted=len(accepted_path),
-                     draft_ms=1.0, verify_ms=2.0, total_ms=3.0, tokens_total=len(emitted),
-                     steps_total=steps_total or step, tau=float(len(emitted)), tokens_per_second=10.0,
-                     speedup_estimate=None)
+    return StepEvent(
+        step=step,
+        token_ids=emitted,
+        pieces=[f"<{t}>" for t in emitted],
+        provenance=provenance,
+        tree=tree,
+        accepted_path=list(accepted_path),
+        proposed=len(nodes),
+        accepted=len(accepted_path),
+        draft_ms=1.0,
+        verify_ms=2.0,
+        total_ms=3.0,
+        tokens_total=len(emitted),
+        steps_total=steps_total or step,
+        tau=float(len(emitted)),
+        tokens_per_second=10.0,
+        speedup_estimate=None,
+    )
 
 
 def nested_event(spec, path_texts, target_text):
@@ -98,8 +110,14 @@ def random_tree(size: int, seed: int = 0):
         for parent in range(first, level_start):
             for _ in range(rng.choice((0, 1, 1, 2, 3))):
                 if len(nodes) < size:
-                    nodes.append((1000 + len(nodes), parent, round(rng.random(), 2), rng.choice(
-                        ("retrieval", "context", "model", "recurrent"))))
+                    nodes.append(
+                        (
+                            1000 + len(nodes),
+                            parent,
+                            round(rng.random(), 2),
+                            rng.choice(("retrieval", "context", "model", "recurrent")),
+                        )
+                    )
         if len(nodes) == level_start:  # every node drew no child: grow one anyway
             nodes.append((1000 + len(nodes), level_start - 1, 1, "context"))
         first = level_start
@@ -125,7 +143,7 @@ def test_real_steps_are_drawn_node_for_node(qtbot, tokenizer, live_steps):
     view = make_view(qtbot, token_text)
     assert view.objectName() == "trieView" and view.current_index() is None and view.follow_live()
     for start in range(0, len(live_steps), 5):  # the worker's batches
-        view.add_steps(live_steps[start:start + 5])
+        view.add_steps(live_steps[start : start + 5])
         assert view.current_index() == min(start + 5, len(live_steps)) - 1, "following: the newest step is shown"
     assert view.follow_live()
 
@@ -149,7 +167,11 @@ def test_real_steps_are_drawn_node_for_node(qtbot, tokenizer, live_steps):
             assert nodes[ROOT].label == visible_text(token_text(live_steps[index - 1].token_ids[-1]))
 
         # edges run from each parent's right side to its child's left side
-        edges = [item for item in view.scene.items() if isinstance(item, QGraphicsPathItem) and not isinstance(item, NodeItem)]
+        edges = [
+            item
+            for item in view.scene.items()
+            if isinstance(item, QGraphicsPathItem) and not isinstance(item, NodeItem)
+        ]
         assert len(edges) == len(nodes) - 1
         for edge in edges:
             parent, child = edge.data(0)
@@ -162,8 +184,9 @@ def test_real_steps_are_drawn_node_for_node(qtbot, tokenizer, live_steps):
             assert c.top() <= path.pointAtPercent(1).y() <= c.bottom()
 
     # a step with an accepted path and rejected nodes: the two look different
-    ev_index = next(i for i, ev in enumerate(live_steps)
-                    if ev.accepted_path and len(ev.tree.tokens) > len(ev.accepted_path))
+    ev_index = next(
+        i for i, ev in enumerate(live_steps) if ev.accepted_path and len(ev.tree.tokens) > len(ev.accepted_path)
+    )
     ev = live_steps[ev_index]
     view.select_step(ev_index)
     nodes = view.node_items()
@@ -231,7 +254,7 @@ def test_big_trees_stay_readable_and_fast(qtbot):
     assert len(nodes) == 100 + 2
     rects = sorted((rect_of(item) for item in nodes.values()), key=lambda r: (r.left(), r.top()))
     for i, a in enumerate(rects):
-        for b in rects[i + 1:]:
+        for b in rects[i + 1 :]:
             assert not a.intersects(b), "no two nodes overlap"
     for item in nodes.values():
         assert item.label and not item.label.startswith("…"), "text never elided to nothing"
@@ -279,16 +302,34 @@ def test_hidden_view_draws_when_shown_or_asked(qtbot, live_steps, tokenizer):
 
 
 STORY = [  # the context ends "... the quick brown fox jumped over the"
-    (" lazy", 14, "retrieval", [
-        (" dog", 11, "retrieval", [
-            (" and", 5, "retrieval", [(" the", 2, "retrieval"), (" ran", 1, "retrieval")]),
-            (".", 4, "retrieval", [("\n", 2, "retrieval")]),
-            (",", 2, "retrieval", [(" who", 1, "retrieval")])]),
-        (" brown", 2, "retrieval", [(" dog", 2, "retrieval")]),
-        (" cat", 1, "retrieval")]),
-    (" fence", 6, "context", [
-        (" and", 4, "context", [(" ran", 2, "context"), (" landed", 1, "context")]),
-        (" into", 2, "context", [(" the", 2, "context")])]),
+    (
+        " lazy",
+        14,
+        "retrieval",
+        [
+            (
+                " dog",
+                11,
+                "retrieval",
+                [
+                    (" and", 5, "retrieval", [(" the", 2, "retrieval"), (" ran", 1, "retrieval")]),
+                    (".", 4, "retrieval", [("\n", 2, "retrieval")]),
+                    (",", 2, "retrieval", [(" who", 1, "retrieval")]),
+                ],
+            ),
+            (" brown", 2, "retrieval", [(" dog", 2, "retrieval")]),
+            (" cat", 1, "retrieval"),
+        ],
+    ),
+    (
+        " fence",
+        6,
+        "context",
+        [
+            (" and", 4, "context", [(" ran", 2, "context"), (" landed", 1, "context")]),
+            (" into", 2, "context", [(" the", 2, "context")]),
+        ],
+    ),
     (" moon", 0.31, "model", [(" again", 0.58, "model", [(".", 0.71, "model")]), (",", 0.22, "model")]),
     (" wall", 2, "retrieval", [(" of", 1, "retrieval")]),
     (" edge", 0.12, "recurrent", [(" of", 0.64, "recurrent", [(" the", 0.9, "recurrent")])]),

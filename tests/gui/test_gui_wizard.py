@@ -33,10 +33,19 @@ def dirs(tmp_path, monkeypatch):
 
 
 def sharegpt(n: int, start: int = 0) -> list[dict]:
-    return [{"id": str(i), "conversations": [
-        {"from": "human", "value": f"Question {i}: how do I print hello world in Python?"},
-        {"from": "gpt", "value": f"Answer {i}: use print('hello world'). The quick brown fox jumps over the lazy dog."},
-    ]} for i in range(start, start + n)]
+    return [
+        {
+            "id": str(i),
+            "conversations": [
+                {"from": "human", "value": f"Question {i}: how do I print hello world in Python?"},
+                {
+                    "from": "gpt",
+                    "value": f"Answer {i}: use print('hello world'). The quick brown fox jumps over the lazy dog.",
+                },
+            ],
+        }
+        for i in range(start, start + n)
+    ]
 
 
 @pytest.fixture
@@ -222,8 +231,7 @@ def test_cancel_mid_build_leaves_the_old_index_and_no_temp_files(qtbot, dirs, to
     assert files_in(out.parent) == {"big.idx", "big.idx.manifest.json"}
 
 
-def test_the_build_bar_never_goes_back_and_the_time_left_counts_indexing(qtbot, dirs, tokenizer, tmp_path,
-                                                                         monkeypatch):
+def test_the_build_bar_never_goes_back_and_the_time_left_counts_indexing(qtbot, dirs, tokenizer, tmp_path, monkeypatch):
     chats = tmp_path / "chats.jsonl"
     chats.write_text("".join(json.dumps(rec) + "\n" for rec in sharegpt(60)), encoding="utf-8")
     loading, loaded = threading.Event(), threading.Event()
@@ -241,8 +249,9 @@ def test_the_build_bar_never_goes_back_and_the_time_left_counts_indexing(qtbot, 
         options = dataclasses.replace(options, batch_chars=300)  # many small batches
         return build_datastore(sources, tokenizer, out, options=options, progress=report, **kw)
 
-    wizard = make_wizard(qtbot, tokenizer, sources=[f"chat:{chats}"], tokenizer_loader=slow_loader,
-                         builder=paced_builder)
+    wizard = make_wizard(
+        qtbot, tokenizer, sources=[f"chat:{chats}"], tokenizer_loader=slow_loader, builder=paced_builder
+    )
     page, bar, eta = wizard.build_page, find(wizard, QProgressBar, "buildProgress"), find(wizard, QLabel, "buildEta")
     values, shown = [], []
     bar.valueChanged.connect(lambda v: values.append((v, bar.maximum())))
@@ -320,6 +329,7 @@ def test_a_failing_tokenizer_is_shown_with_retry(qtbot, dirs, tokenizer, chat_fi
         calls.append(spec)
         if len(calls) == 1:
             from draftscope.models.resolve import ModelNotFoundError
+
             raise ModelNotFoundError("model file not found: /nowhere/model.gguf")
         return tokenizer
 

@@ -25,8 +25,12 @@ def xvfb():
     if binary is None:
         pytest.skip("Xvfb not on PATH (Debian/Ubuntu package xvfb; `bash scripts/setup.sh test` installs it)")
     read_fd, write_fd = os.pipe()
-    server = subprocess.Popen([binary, "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                              pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [binary, "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+        pass_fds=(write_fd,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     os.close(write_fd)
     try:
         number = b""
@@ -49,8 +53,13 @@ def xvfb():
 
 
 def _app_env(tmp_path, **extra):
-    return dict(os.environ, DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"), DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"),
-                DRAFTSCOPE_CACHE_DIR=str(tmp_path / "cache"), **extra)
+    return dict(
+        os.environ,
+        DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
+        DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"),
+        DRAFTSCOPE_CACHE_DIR=str(tmp_path / "cache"),
+        **extra,
+    )
 
 
 def test_the_app_shows_its_window_on_an_x_server(xvfb, tmp_path, tokenizer_dir, tokenizer):
@@ -62,8 +71,24 @@ def test_the_app_shows_its_window_on_an_x_server(xvfb, tmp_path, tokenizer_dir, 
     shot = tmp_path / "shot.png"
     # xcb explicitly: conftest makes offscreen the default for the test process and its children
     env = _app_env(tmp_path, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb")
-    run = subprocess.run([sys.executable, "-m", "draftscope", "gui", "--model", str(model_dir), "--quit-after", "3000",
-                          "--screenshot", str(shot)], env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "draftscope",
+            "gui",
+            "--model",
+            str(model_dir),
+            "--quit-after",
+            "3000",
+            "--screenshot",
+            str(shot),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "main window shown (model tiny-model" in run.stdout
     assert f"screenshot saved to {shot}" in run.stdout
@@ -97,12 +122,17 @@ def test_the_check_names_a_missing_library_and_its_package(monkeypatch):
 @linux_only
 def test_the_check_stays_out_of_the_way(monkeypatch, tmp_path):
     """No X display, another platform, a Wayland session: ldd is not even run. No ldd: no problem."""
+
     def no_ldd(path):
         raise AssertionError("ldd run although Qt will not use xcb")
 
     monkeypatch.setattr(platform_check, "_run_ldd", no_ldd)
-    for env in ({}, {"DISPLAY": ":0", "QT_QPA_PLATFORM": "offscreen"}, {"DISPLAY": ":0", "QT_QPA_PLATFORM": "wayland"},
-                {"DISPLAY": ":0", "WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"}):
+    for env in (
+        {},
+        {"DISPLAY": ":0", "QT_QPA_PLATFORM": "offscreen"},
+        {"DISPLAY": ":0", "QT_QPA_PLATFORM": "wayland"},
+        {"DISPLAY": ":0", "WAYLAND_DISPLAY": "wayland-0", "XDG_SESSION_TYPE": "wayland"},
+    ):
         assert platform_check.xcb_problem(env) is None, env
     monkeypatch.undo()
     monkeypatch.setenv("PATH", str(tmp_path))  # no ldd anywhere
@@ -120,8 +150,9 @@ def test_missing_libraries_exit_2_with_their_names_not_a_qt_abort(tmp_path):
     ldd.write_text(f"#!/bin/sh\nprintf '{FAKE_LDD}'\n")
     ldd.chmod(0o755)
     env = _app_env(tmp_path, DISPLAY=":99", QT_QPA_PLATFORM="xcb", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    run = subprocess.run([sys.executable, "-m", "draftscope", "gui"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "draftscope", "gui"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
     assert "Qt cannot open a window on this X display: missing libxcb-cursor.so.0" in run.stderr
     assert "sudo apt-get install libxcb-cursor0" in run.stderr
@@ -136,7 +167,7 @@ def test_a_screenshot_needs_quit_after(tmp_path, capsys):
     assert "--screenshot needs --quit-after" in capsys.readouterr().err
 
 
-SWITCHES = r'''
+SWITCHES = r"""
 import dataclasses, sys
 from pathlib import Path
 from PySide6.QtWidgets import QApplication
@@ -187,7 +218,7 @@ print("alive, running", window.runtime.settings.model, "settings file", load_set
       "theme", load_settings(settings_file)[0].theme, flush=True)
 window.close()  # as quitting does: the window ends its answer worker
 app.processEvents()
-'''
+"""
 
 
 @linux_only
@@ -199,10 +230,19 @@ def test_a_failed_switch_then_another_then_a_settings_change_leave_the_app_runni
     script = tmp_path / "switches.py"
     script.write_text(SWITCHES)
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = _app_env(tmp_path, QT_QPA_PLATFORM="xcb", DISPLAY=xvfb,
-                   PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(script), str(tokenizer_dir), str(tmp_path / "settings.json")],
-                          env=env, capture_output=True, text=True, timeout=300)
+    env = _app_env(
+        tmp_path,
+        QT_QPA_PLATFORM="xcb",
+        DISPLAY=xvfb,
+        PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), str(tokenizer_dir), str(tmp_path / "settings.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
     assert "settings: broken-1 could not be loaded:" in done.stdout and "switcher: broken-2" in done.stdout
     assert "alive, running good settings file good theme dark" in done.stdout, done.stdout

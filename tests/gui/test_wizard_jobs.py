@@ -16,10 +16,19 @@ from draftscope.retrieval import BuildCancelled, Reader, Writer
 
 
 def sharegpt(n: int, start: int = 0) -> list[dict]:
-    return [{"id": str(i), "conversations": [
-        {"from": "human", "value": f"Question {i}: how do I print hello world in Python?"},
-        {"from": "gpt", "value": f"Answer {i}: use print('hello world'). The quick brown fox jumps over the lazy dog."},
-    ]} for i in range(start, start + n)]
+    return [
+        {
+            "id": str(i),
+            "conversations": [
+                {"from": "human", "value": f"Question {i}: how do I print hello world in Python?"},
+                {
+                    "from": "gpt",
+                    "value": f"Answer {i}: use print('hello world'). The quick brown fox jumps over the lazy dog.",
+                },
+            ],
+        }
+        for i in range(start, start + n)
+    ]
 
 
 @pytest.fixture
@@ -33,6 +42,7 @@ def counting_loader(tokenizer, calls: list):
     def load(spec):
         calls.append(spec)
         return tokenizer
+
     return load
 
 
@@ -46,8 +56,10 @@ def test_the_tokenizer_is_loaded_once_across_two_builds(tmp_path, tokenizer, cha
     tokenizers = TokenizerOnce(counting_loader(tokenizer, calls), "tiny-test-model")
     sources = [parse_source(f"chat:{chat_file}")]
     for name, statuses in (("one.idx", first), ("two.idx", second)):
-        report = run(build_job(sources, BuildOptions(), tmp_path / name, tokenizers, model_spec="tiny-test-model"),
-                     statuses=statuses)
+        report = run(
+            build_job(sources, BuildOptions(), tmp_path / name, tokenizers, model_spec="tiny-test-model"),
+            statuses=statuses,
+        )
         assert Reader(report.path).document_count == 6
     assert calls == ["tiny-test-model"]
     assert any("tokenizer" in s for s in first), "the first build says it is loading the tokenizer"
@@ -64,8 +76,13 @@ def test_a_failed_tokenizer_load_is_tried_again_by_the_next_build(tmp_path, toke
         return tokenizer
 
     tokenizers = TokenizerOnce(flaky, "tiny-test-model")
-    job = build_job([parse_source(f"chat:{chat_file}")], BuildOptions(), tmp_path / "x.idx", tokenizers,
-                    model_spec="tiny-test-model")
+    job = build_job(
+        [parse_source(f"chat:{chat_file}")],
+        BuildOptions(),
+        tmp_path / "x.idx",
+        tokenizers,
+        model_spec="tiny-test-model",
+    )
     with pytest.raises(OSError):
         run(job)
     assert run(job).documents == 6 and len(calls) == 2
@@ -85,9 +102,14 @@ def test_a_cancel_before_the_build_raises_and_writes_nothing(tmp_path, tokenizer
 
     cancel = CancelToken()
     cancel.cancel()
-    job = build_job([parse_source(f"chat:{chat_file}")], BuildOptions(), out,
-                    TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"), model_spec="tiny-test-model",
-                    builder=builder)
+    job = build_job(
+        [parse_source(f"chat:{chat_file}")],
+        BuildOptions(),
+        out,
+        TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
+        model_spec="tiny-test-model",
+        builder=builder,
+    )
     with pytest.raises(BuildCancelled):
         run(job, cancel)
     assert built == [] and out.read_bytes() == old
@@ -105,8 +127,15 @@ def test_the_model_answers_only_the_prompts_asked_for(tmp_path, tokenizer):
 
     out = tmp_path / "own.idx"
     statuses = []
-    job = distill_job(ModelOnce("the model"), out, TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
-                      model_spec="tiny-test-model", count=3, prompts_spec=f"chat:{prompts}", distiller=distiller)
+    job = distill_job(
+        ModelOnce("the model"),
+        out,
+        TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
+        model_spec="tiny-test-model",
+        count=3,
+        prompts_spec=f"chat:{prompts}",
+        distiller=distiller,
+    )
     assert run(job, statuses=statuses) == "report"
     [(model, prompt_list, to, name)] = asked
     assert model == "the model" and to == out and name == "tiny-test-model"
@@ -123,9 +152,15 @@ def test_a_cancel_while_the_prompts_are_read_stops_before_any_answer(tmp_path, t
         if text.startswith("Reading the prompts"):
             cancel.cancel()  # the user cancels while the prompts are being read
 
-    job = distill_job(ModelOnce("the model"), tmp_path / "own.idx", TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
-                      model_spec="tiny-test-model", count=3, prompts_spec=f"chat:{prompts}",
-                      distiller=lambda *a, **kw: asked.append(a))
+    job = distill_job(
+        ModelOnce("the model"),
+        tmp_path / "own.idx",
+        TokenizerOnce(lambda spec: tokenizer, "tiny-test-model"),
+        model_spec="tiny-test-model",
+        count=3,
+        prompts_spec=f"chat:{prompts}",
+        distiller=lambda *a, **kw: asked.append(a),
+    )
     with pytest.raises(BuildCancelled):
         job(lambda progress: None, status, cancel)
     assert asked == [] and not (tmp_path / "own.idx").exists()
@@ -136,8 +171,9 @@ def test_a_build_error_is_traced_to_its_source(tmp_path, tokenizer, chat_file):
     other.write_text(json.dumps(sharegpt(3)), encoding="utf-8")
     sources = [parse_source(f"chat:{chat_file}"), parse_source(f"chat:{other}")]
     other.unlink()  # gone between the check and the build
-    job = build_job(sources, BuildOptions(), tmp_path / "x.idx", TokenizerOnce(lambda spec: tokenizer, "m"),
-                    model_spec="m")
+    job = build_job(
+        sources, BuildOptions(), tmp_path / "x.idx", TokenizerOnce(lambda spec: tokenizer, "m"), model_spec="m"
+    )
     with pytest.raises(Exception) as failed:
         run(job)
     source, text = source_at_fault(failed.value, sources)
@@ -147,6 +183,7 @@ def test_a_build_error_is_traced_to_its_source(tmp_path, tokenizer, chat_file):
 
 
 def test_the_jobs_need_no_qt():
-    code = ("import sys, draftscope.gui.wizard.build_jobs; "
-            "sys.exit(any(m.split('.')[0] == 'PySide6' for m in sys.modules))")
+    code = (
+        "import sys, draftscope.gui.wizard.build_jobs; sys.exit(any(m.split('.')[0] == 'PySide6' for m in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

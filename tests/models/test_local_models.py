@@ -8,12 +8,12 @@ import json
 import os
 
 import pytest
-
-from draftscope.models.resolve import resolve_model
-from draftscope.models.local import find_local_models
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 from llama_helpers import need_llama_cpp
+
+from draftscope.models.local import find_local_models
+from draftscope.models.resolve import resolve_model
 
 
 @pytest.fixture
@@ -33,9 +33,16 @@ def home(tmp_path, monkeypatch, tokenizer, tokenizer_dir):
     write_tiny_gguf(ollama / "blobs" / f"sha256-{digest}", model, tokenizer_dir)
     manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny-chat" / "latest"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"layers": [
-        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "cd" * 32, "size": 10},
-        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": 1}]}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "layers": [
+                    {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "cd" * 32, "size": 10},
+                    {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": 1},
+                ]
+            }
+        )
+    )
     broken = ollama / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
@@ -67,8 +74,9 @@ def test_an_ollama_model_answers_on_llama_cpp(home):
     engine = Engine.load(str(blob), backend="llama.cpp", measure=False)
     try:
         assert engine.backend.kind == "llama.cpp" and engine.name == "tiny-chat:latest"
-        final = list(engine.generate(GenerationRequest(messages=[{"role": "user", "content": "hi"}],
-                                                       max_new_tokens=5)))[-1]
+        final = list(
+            engine.generate(GenerationRequest(messages=[{"role": "user", "content": "hi"}], max_new_tokens=5))
+        )[-1]
         assert final.finish_reason in ("length", "eos") and final.token_ids
     finally:
         engine.backend.close()

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("xdist")
 
-CRASHING = '''
+CRASHING = """
 import ctypes, os, signal
 
 def test_before():
@@ -27,19 +27,39 @@ def test_an_illegal_instruction():
 
 def test_after():
     assert True
-'''
+"""
 
 
 def test_a_native_crash_fails_its_test_and_the_run_goes_on(tmp_path):
     (tmp_path / "test_crashing.py").write_text(CRASHING)
     tests = Path(__file__).resolve().parents[1]
-    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "--max-worker-restart", "100",
-                            "-p", "crash_report", "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path)],
-                           capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                           env={**os.environ, "PYTHONPATH": str(tests)})
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "1",
+            "--max-worker-restart",
+            "100",
+            "-p",
+            "crash_report",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+    )
     out = child.stdout
     assert child.returncode == 1, out + child.stderr
     assert "2 failed, 2 passed" in out, out
     assert "FAILED test_crashing.py::test_a_kernel_that_faults - Segmentation fault" in out, out
     assert "FAILED test_crashing.py::test_an_illegal_instruction - Illegal instruction" in out, out
-    assert 'in test_a_kernel_that_faults' in out  # the Python stack of the crash is quoted
+    assert "in test_a_kernel_that_faults" in out  # the Python stack of the crash is quoted

@@ -72,7 +72,9 @@ def test_the_check_finds_a_wrong_name():
     """The test can fail: a name that is not there is caught, in a span and in a fenced block alike,
     and names that are there, spaces and plain words are not."""
     root = repo_root()
-    text = ("`engine/stepper.py` and `engine/no_such_module.py`, `gui/chat/`, `no_such_folder/`,\n"
-            "`draftscope bench spec`, `retriever_rs/`, `scripts/bench_*.py`, plain engine/gone.py\n"
-            "```\nengine/answer.py (engine/also_gone.py:) tests/\n```\n")
+    text = (
+        "`engine/stepper.py` and `engine/no_such_module.py`, `gui/chat/`, `no_such_folder/`,\n"
+        "`draftscope bench spec`, `retriever_rs/`, `scripts/bench_*.py`, plain engine/gone.py\n"
+        "```\nengine/answer.py (engine/also_gone.py:) tests/\n```\n"
+    )
     assert missing_names(text, root) == ["engine/also_gone.py", "engine/no_such_module.py", "no_such_folder/"]

@@ -87,8 +87,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_import_goes_to_the_same_layer_or_below(graph):
-    upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-              for a, targets in graph.items() for b in sorted(targets) if layer_of(b) > layer_of(a)]
+    upward = [
+        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
+        for a, targets in graph.items()
+        for b in sorted(targets)
+        if layer_of(b) > layer_of(a)
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -100,7 +104,7 @@ def test_no_import_cycles(graph):
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, stack)
         stack.pop()
@@ -119,16 +123,21 @@ def test_qt_only_in_gui():
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             if any(n.split(".")[0] in ("PySide6", "shiboken6") for n in names):
                 outside.append(name)
     assert not outside, outside
 
 
 def test_modules_stay_small():
-    sizes = {str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
-             for path in PACKAGE.rglob("*.py")}
+    sizes = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
     too_long = {p: n for p, n in sizes.items() if n > MAX_LINES and n > TOO_LONG.get(p, 0)}
     assert not too_long, f"modules past {MAX_LINES} lines: {too_long}"
     assert all(p in sizes for p in TOO_LONG), "a module listed as too long is gone: drop it from TOO_LONG"
@@ -155,11 +164,17 @@ def test_engine_functions_are_short_and_ask_no_drafter_or_backend_what_it_can_do
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
                 long[f"{where}:{node.name}"] = node.end_lineno - node.lineno + 1
-            asks = (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("hasattr", "getattr")
-                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant))  # a named ability
+            asks = (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) in ("hasattr", "getattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+            )  # a named ability
             if asks:
                 subject = ast.unparse(node.args[0])
-                if not subject.startswith("torch.") and (any(w in subject for w in ("drafter", "backend")) or subject in ("d", "b")):
+                if not subject.startswith("torch.") and (
+                    any(w in subject for w in ("drafter", "backend")) or subject in ("d", "b")
+                ):
                     asked.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
     assert not long, long
     assert not asked, asked

@@ -14,8 +14,23 @@ import pytest
 from PySide6.QtCore import QSize, Qt, qInstallMessageHandler
 from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDockWidget, QDoubleSpinBox, QLabel, QLineEdit, QListWidget, QMainWindow, QMenu,
-    QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QTabWidget, QTextBrowser, QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDockWidget,
+    QDoubleSpinBox,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QMainWindow,
+    QMenu,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
 )
 
 from draftscope.gui import theme
@@ -283,8 +298,12 @@ def test_png_exists_and_matches_the_svg(qapp, size):
     for y in range(0, size, step):
         for x in range(0, size, step):
             a, b = png.pixelColor(x, y), rendered.pixelColor(x, y)
-            diffs.append(abs(a.red() - b.red()) + abs(a.green() - b.green()) + abs(a.blue() - b.blue())
-                         + abs(a.alpha() - b.alpha()))
+            diffs.append(
+                abs(a.red() - b.red())
+                + abs(a.green() - b.green())
+                + abs(a.blue() - b.blue())
+                + abs(a.alpha() - b.alpha())
+            )
     assert sum(diffs) / len(diffs) < 8, "resources/icons/png is stale: run python scripts/make_icons.py"
 
 
@@ -335,8 +354,11 @@ def test_the_speedup_caption_stays_readable_across_theme_switches(qapp, restore_
     def caption_contrast(panel) -> float:
         image = panel.caption.grab().toImage()
         background = image.pixelColor(1, 1).lightnessF()
-        return max(abs(image.pixelColor(x, y).lightnessF() - background)
-                   for x in range(0, image.width(), 2) for y in range(0, image.height(), 2))
+        return max(
+            abs(image.pixelColor(x, y).lightnessF() - background)
+            for x in range(0, image.width(), 2)
+            for y in range(0, image.height(), 2)
+        )
 
     theme.apply_theme(qapp, "light", 11)
     panel = SpeedupPanel()

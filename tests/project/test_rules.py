@@ -34,13 +34,18 @@ def literal_collections(text: str):
 
 
 def test_backend_precision_and_drafter_names_are_written_once():
-    places = {rule: [name for name, text in sources() if frozenset(rule) in set(literal_collections(text))]
-              for rule in (rules.BACKENDS, rules.DTYPES, rules.DRAFTER_NAMES, rules.DRAFTERS_ON)}
+    places = {
+        rule: [name for name, text in sources() if frozenset(rule) in set(literal_collections(text))]
+        for rule in (rules.BACKENDS, rules.DTYPES, rules.DRAFTER_NAMES, rules.DRAFTERS_ON)
+    }
     assert all(where == ["rules.py"] for where in places.values()), places
     assert Settings().drafters == {name: name in rules.DRAFTERS_ON for name in rules.DRAFTER_NAMES}
     dialog = (PACKAGE / "gui" / "dialogs" / "settings_dialog.py").read_text()
-    choices = next(node.value for node in ast.walk(ast.parse(dialog)) if isinstance(node, ast.Assign)
-                   and getattr(node.targets[0], "id", "") == "BACKEND_CHOICES")
+    choices = next(
+        node.value
+        for node in ast.walk(ast.parse(dialog))
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BACKEND_CHOICES"
+    )
     assert sorted(pair[0] for pair in ast.literal_eval(choices)) == sorted(rules.BACKENDS)
 
 
@@ -55,26 +60,42 @@ def test_llama_cpp_s_context_is_written_once():
     from draftscope.models.catalog import LLAMA_CONTEXT
 
     assert DEFAULT_CONTEXT == LLAMA_CONTEXT == rules.LLAMA_CONTEXT
-    written = [name for name, text in sources() for line in text.splitlines()
-               if re.search(r"\b4096\b", line) and "context" in line.lower()]
+    written = [
+        name
+        for name, text in sources()
+        for line in text.splitlines()
+        if re.search(r"\b4096\b", line) and "context" in line.lower()
+    ]
     assert written == ["rules.py"], written
 
 
 def test_folders_are_named_only_in_paths_py():
-    built = [name for name, text in sources() if name != "paths.py"
-             and re.search(r"(data_dir|cache_dir|config_dir)\(\)\s*/", text)]
+    built = [
+        name
+        for name, text in sources()
+        if name != "paths.py" and re.search(r"(data_dir|cache_dir|config_dir)\(\)\s*/", text)
+    ]
     assert not built, built
 
 
 def test_colours_are_written_only_in_palettes():
-    found = [name for name, text in sources(PACKAGE / "gui") if not name.endswith("palettes.py")
-             and re.search(r"#[0-9a-fA-F]{6}\b", text)]
+    found = [
+        name
+        for name, text in sources(PACKAGE / "gui")
+        if not name.endswith("palettes.py") and re.search(r"#[0-9a-fA-F]{6}\b", text)
+    ]
     assert not found, found
 
 
-@pytest.mark.parametrize("name, good, bad", [
-    ("temperature", 5.0, 5.01), ("top_p", 1.0, 0.0), ("top_k", 1_000_000, -1), ("repetition_penalty", 10.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "name, good, bad",
+    [
+        ("temperature", 5.0, 5.01),
+        ("top_p", 1.0, 0.0),
+        ("top_k", 1_000_000, -1),
+        ("repetition_penalty", 10.0, 0.0),
+    ],
+)
 def test_the_settings_and_the_engine_apply_the_same_ranges(name, good, bad):
     assert not Settings(**{name: good}).problems()
     assert Settings(**{name: bad}).problems() == [rules.problem(name, bad)]

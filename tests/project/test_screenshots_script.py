@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 
@@ -20,11 +19,32 @@ def take(part: str, tmp_path, tokenizer, tokenizer_dir) -> Path:
     model = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=5), tokenizer_dir)
     out = tmp_path / "shots"
     # the app's folders in scratch space: the first run must not find (or write) the user's settings
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
-               DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"))
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "screenshots.py"), "--model", str(model),
-                          "--only", part, "--max-new-tokens", "12", "--out", str(out), "--head-model", str(model)],
-                         capture_output=True, text=True, timeout=600, env=env)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
+        DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"),
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "screenshots.py"),
+            "--model",
+            str(model),
+            "--only",
+            part,
+            "--max-new-tokens",
+            "12",
+            "--out",
+            str(out),
+            "--head-model",
+            str(model),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return out
 
@@ -42,8 +62,17 @@ def assert_pictures(out: Path, names) -> None:
 def test_the_screenshot_script_takes_the_window_shots(tmp_path, tokenizer, tokenizer_dir):
     pytest.importorskip("PySide6")
     out = take("window", tmp_path, tokenizer, tokenizer_dir)
-    assert_pictures(out, ("main-window.png", "main-window-dark.png", "provenance.png", "trie-view.png",
-                          "speedup-panel.png", "drafts-panel.png"))
+    assert_pictures(
+        out,
+        (
+            "main-window.png",
+            "main-window-dark.png",
+            "provenance.png",
+            "trie-view.png",
+            "speedup-panel.png",
+            "drafts-panel.png",
+        ),
+    )
 
 
 def test_the_screenshot_script_takes_the_dialog_shots(tmp_path, tokenizer, tokenizer_dir):
@@ -51,5 +80,6 @@ def test_the_screenshot_script_takes_the_dialog_shots(tmp_path, tokenizer, token
     recurrent head trained in its dialog."""
     pytest.importorskip("PySide6")
     out = take("dialogs", tmp_path, tokenizer, tokenizer_dir)
-    assert_pictures(out, ("race.png", "settings.png", "first-run-model.png", "first-run-datastore.png",
-                          "train-head.png"))
+    assert_pictures(
+        out, ("race.png", "settings.png", "first-run-model.png", "first-run-datastore.png", "train-head.png")
+    )

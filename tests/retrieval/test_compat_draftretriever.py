@@ -62,7 +62,11 @@ def test_buffers_mean_what_rest_expects(tmp_path, seed):
             assert tree_candidates[i + 1] == path[-1]
             assert position_ids[i + 1] == len(path)
             # The node attends to the root, itself and exactly its ancestors (shorter prefixes).
-            ancestors = {j + 1 for j, other in enumerate(retrieved) if [t for t in other if t != -2] == path[: len([t for t in other if t != -2])]}
+            ancestors = {
+                j + 1
+                for j, other in enumerate(retrieved)
+                if [t for t in other if t != -2] == path[: len([t for t in other if t != -2])]
+            }
             assert {j for j, v in enumerate(mask[i + 1]) if v} == {0} | ancestors
         # Every leaf path of retrieve_indices spells a retrieved path, padded with -1.
         width = max(len([t for t in r if t != -2]) for r in retrieved) + 1
@@ -97,8 +101,9 @@ def reference_buffers(tree):
     mask = np.zeros((n + 1, n + 1), dtype=np.int64)
     mask[:, 0] = 1
     mask[1:, 1:] = tree.ancestor_mask()
-    tree_indices = [0] + [slots[int(tree.depth[i]) - 1][int(tree.tokens[i])] + topk * (int(tree.depth[i]) - 1) + 1
-                          for i in range(n)]
+    tree_indices = [0] + [
+        slots[int(tree.depth[i]) - 1][int(tree.tokens[i])] + topk * (int(tree.depth[i]) - 1) + 1 for i in range(n)
+    ]
     positions = [0] + [int(d) for d in tree.depth]
     retrieve = [[0] + [j + 1 for j in paths[leaf]] for leaf in tree.leaves()]
     retrieve = [r + [-1] * (depth + 1 - len(r)) for r in retrieve]
@@ -119,8 +124,9 @@ def test_buffers_equal_the_python_reference_for_the_same_tree(tmp_path, seed):
         query = rng.integers(0, 6, size=span).tolist()
         choices, long = int(rng.integers(1, 40)), int(rng.integers(1, 8))
         got = reader.search(query, choices=choices, long=long)
-        tree = trees.search(query, max_nodes=choices, max_depth=long, max_matches=5000, min_suffix=span,
-                            max_suffix=span)
+        tree = trees.search(
+            query, max_nodes=choices, max_depth=long, max_matches=5000, min_suffix=span, max_suffix=span
+        )
         assert got == reference_buffers(tree)
         compared += len(tree) > 0
     assert compared > 10

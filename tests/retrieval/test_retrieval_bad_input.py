@@ -170,8 +170,12 @@ def test_an_index_copied_over_or_truncated_while_open_never_kills_the_process(bu
 
     reader = build_index([[1, 2, 3, 4]] * 5 + [[1, 2, 5]], vocab_size=10)
     other = build_index([[7, 8, 9]] * 40, vocab_size=10, name="other.idx")
-    done = subprocess.run([sys.executable, "-c", CHANGE_ON_DISK, str(reader.path), str(other.path), mode],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", CHANGE_ON_DISK, str(reader.path), str(other.path), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
     lines = done.stdout.splitlines()
     assert lines[0] == "state modified"
@@ -201,8 +205,10 @@ def test_a_fifo_is_refused_at_once(tmp_path):
     assert "is a named pipe (FIFO), not an index file" in done.stdout, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("name, value", [("max_nodes", 2**32), ("max_nodes", 2**63), ("max_matches", 2**40),
-                                         ("max_suffix", 2**62), ("max_nodes", 2**64)])
+@pytest.mark.parametrize(
+    "name, value",
+    [("max_nodes", 2**32), ("max_nodes", 2**63), ("max_matches", 2**40), ("max_suffix", 2**62), ("max_nodes", 2**64)],
+)
 def test_huge_size_arguments_are_refused_naming_them(build_index, name, value):
     reader = build_index([[1, 2, 3, 4]], vocab_size=10)
     for call in (lambda **kw: reader.search([1, 2], **kw), lambda **kw: reader.search_batch([[1, 2]], **kw)):

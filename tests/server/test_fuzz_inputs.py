@@ -15,19 +15,32 @@ from hypothesis import strategies as st
 
 from draftscope.server.protocol import ApiError, parse_chat, parse_completion
 
-FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-                derandomize=True, database=None)  # the same examples on every run: a failure in CI is one here
+FUZZ = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    derandomize=True,
+    database=None,
+)  # the same examples on every run: a failure in CI is one here
 
 
 def fuzz(examples: int) -> settings:
     return settings(FUZZ, max_examples=examples)
 
+
 # JSON values, numbers at their edges included (hundreds of digits, NaN, infinities, -0.0)
-NUMBERS = (st.integers() | st.integers(min_value=10**300, max_value=10**400) | st.integers(max_value=-10**300)
-           | st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0, -1, 1 << 20, 2**63, -0.0, 1e308]))
+NUMBERS = (
+    st.integers()
+    | st.integers(min_value=10**300, max_value=10**400)
+    | st.integers(max_value=-(10**300))
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([0, -1, 1 << 20, 2**63, -0.0, 1e308])
+)
 SCALARS = st.none() | st.booleans() | NUMBERS | st.text(max_size=20)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                         max_size=4), max_leaves=12)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 # Bodies of the right shape most of the time, so that examples get past the first checks to the
 # numbers' (a wrong shape anywhere is refused at once); any JSON value some of the time.
 
@@ -37,15 +50,20 @@ def mostly(usual, rare):
     return st.sampled_from([usual, usual, usual, rare]).flatmap(lambda strategy: strategy)
 
 
-ROLE_AND_TEXT = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "developer"]),
-                                       "content": st.text(max_size=30)})
+ROLE_AND_TEXT = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "developer"]), "content": st.text(max_size=30)}
+)
 MESSAGE = mostly(ROLE_AND_TEXT, st.fixed_dictionaries({"role": JSON, "content": JSON}))
 MESSAGES = st.lists(MESSAGE, min_size=1, max_size=3)
 NUMBER_FIELDS = ("temperature", "top_p", "seed", "max_tokens", "max_completion_tokens", "n")
 FIELDS = {name: mostly(NUMBERS, JSON) for name in NUMBER_FIELDS}
-FIELDS |= {"stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=6) | JSON,
-           "stream": st.booleans() | JSON, "stream_options": st.fixed_dictionaries({"include_usage": JSON}) | JSON,
-           "model": st.text(max_size=10) | JSON, "cache_prompt": st.booleans() | JSON}
+FIELDS |= {
+    "stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=6) | JSON,
+    "stream": st.booleans() | JSON,
+    "stream_options": st.fixed_dictionaries({"include_usage": JSON}) | JSON,
+    "model": st.text(max_size=10) | JSON,
+    "cache_prompt": st.booleans() | JSON,
+}
 CHAT = st.fixed_dictionaries({"messages": mostly(MESSAGES, JSON)}, optional=FIELDS)
 PROMPT = st.text(min_size=1, max_size=30)
 COMPLETION = st.fixed_dictionaries({"prompt": mostly(PROMPT, JSON)}, optional=FIELDS)
@@ -79,22 +97,26 @@ def encoded(body) -> bytes:
     return json.dumps(body, allow_nan=True).encode()
 
 
-BODIES = mostly(CHAT.map(encoded) | COMPLETION.map(encoded),
-                JSON.map(encoded) | st.binary(max_size=64) | st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
+BODIES = mostly(
+    CHAT.map(encoded) | COMPLETION.map(encoded),
+    JSON.map(encoded) | st.binary(max_size=64) | st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")),
+)
 
 
 @pytest.fixture
 def server(tokenizer):
     """An in-process server on a tiny model, answers cut at 8 tokens."""
-    from draftscope.drafters import ContextDrafter
-    from draftscope.engine.engine import Engine
-    from draftscope.server import ServerConfig, ServerThread, create_app
     from engine_fixtures import tiny_llama
     from runtime_helpers import runtime_for
 
+    from draftscope.drafters import ContextDrafter
+    from draftscope.engine.engine import Engine
+    from draftscope.server import ServerConfig, ServerThread, create_app
+
     engine = Engine(tiny_llama(len(tokenizer), seed=3), tokenizer, name="tiny")
-    app = create_app(runtime_for(engine, max_new_tokens=8, drafters=lambda: [ContextDrafter()]), history=None,
-                     config=ServerConfig())
+    app = create_app(
+        runtime_for(engine, max_new_tokens=8, drafters=lambda: [ContextDrafter()]), history=None, config=ServerConfig()
+    )
     running = ServerThread(app, port=0).start()
     yield running
     running.stop()

@@ -12,13 +12,13 @@ import time
 import httpx2 as httpx  # what the openai client itself uses
 import openai
 import pytest
+from engine_fixtures import pin_budget, tiny_llama
+from runtime_helpers import runtime_for
 
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine
 from draftscope.server import ServerConfig, ServerThread, check_bind, create_app
-from runtime_helpers import runtime_for
 from draftscope.storage import HistoryStore
-from engine_fixtures import pin_budget, tiny_llama
 
 PROMPT = "Name three colours of the rainbow."
 
@@ -37,9 +37,24 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def live():
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "draftscope", "serve", "--port", str(port), "--drafters", "context",
-                             "--max-new-tokens", "40", "--no-history"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "draftscope",
+            "serve",
+            "--port",
+            str(port),
+            "--drafters",
+            "context",
+            "--max-new-tokens",
+            "40",
+            "--no-history",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -59,8 +74,12 @@ def live():
 
 
 def generate_cli(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "draftscope", "generate", PROMPT, "--drafters", "context",
-                           "--quiet-stats", *args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "draftscope", "generate", PROMPT, "--drafters", "context", "--quiet-stats", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.endswith("\n")
     return done.stdout[:-1]
@@ -71,12 +90,14 @@ def test_greedy_text_through_the_server_equals_draftscope_generate(live):
     client = openai.OpenAI(base_url=live, api_key="unused")
     expected = generate_cli("--max-new-tokens", "40")
     assert len(expected) > 20
-    reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
-                                           temperature=0, max_tokens=40)
+    reply = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40
+    )
     assert reply.choices[0].message.content == expected
     assert reply.usage.completion_tokens == reply.model_extra["draftscope"]["tokens"] <= 40
-    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
-                                            temperature=0, max_tokens=40, stream=True)
+    stream = client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40, stream=True
+    )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
@@ -90,19 +111,36 @@ def test_greedy_text_through_the_server_equals_draftscope_generate(live):
 @pytest.mark.network
 def test_stop_sequences_end_the_answer_where_they_start(live):
     client = openai.OpenAI(base_url=live, api_key="unused")
-    full = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
-                                          temperature=0, max_tokens=40).choices[0].message.content
+    full = (
+        client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40
+        )
+        .choices[0]
+        .message.content
+    )
     stop = full[len(full) // 2 : len(full) // 2 + 4]
     cut = full[: full.find(stop)]
-    reply = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
-                                           temperature=0, max_tokens=40, stop=[stop, "never appears"])
+    reply = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=40,
+        stop=[stop, "never appears"],
+    )
     assert reply.choices[0].message.content == cut and reply.choices[0].finish_reason == "stop"
-    stream = client.chat.completions.create(model="default", messages=[{"role": "user", "content": PROMPT}],
-                                            temperature=0, max_tokens=40, stop=stop, stream=True)
+    stream = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": PROMPT}],
+        temperature=0,
+        max_tokens=40,
+        stop=stop,
+        stream=True,
+    )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == cut, "no part of the stop sequence streamed"
     text = openai.OpenAI(base_url=live, api_key="unused").completions.create(
-        model="default", prompt="The capital of France is", max_tokens=8, temperature=0)
+        model="default", prompt="The capital of France is", max_tokens=8, temperature=0
+    )
     assert text.choices[0].text and text.object == "text_completion"
 
 
@@ -134,10 +172,14 @@ def served(tokenizer, tmp_path):
         calls = []
         make = (lambda: [SlowDrafter(calls)]) if slow else (lambda: [ContextDrafter()])
         store = HistoryStore(tmp_path / "h.sqlite3") if history else None
-        app = create_app(runtime_for(engine, max_new_tokens=30, drafters=make), history=store,
-                         config=ServerConfig(api_key=api_key, queue_limit=queue_limit,
-                                             **({"max_body_bytes": max_body} if max_body else {})),
-                         on_request=on_request)
+        app = create_app(
+            runtime_for(engine, max_new_tokens=30, drafters=make),
+            history=store,
+            config=ServerConfig(
+                api_key=api_key, queue_limit=queue_limit, **({"max_body_bytes": max_body} if max_body else {})
+            ),
+            on_request=on_request,
+        )
         server = ServerThread(app, port=0).start()
         started.append(server)
         return server, store, calls
@@ -157,8 +199,11 @@ def test_each_request_is_logged_in_one_line(served):
     server, _, _ = served(on_request=lines.append)
     client = openai.OpenAI(base_url=server.url, api_key="unused")
     client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=7)
-    list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
-                                        stream=True))
+    list(
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True
+        )
+    )
     httpx.post(server.url + "/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d 127\.0\.0\.1:\d+ POST /v1/chat/completions"
     deadline = time.monotonic() + 5  # a line is written just after the response's last byte went out
@@ -174,9 +219,15 @@ def test_models_chat_and_the_history(served):
     server, store, _ = served()
     client = openai.OpenAI(base_url=server.url, api_key="x")
     assert [m.id for m in client.models.list()] == ["tiny"]
-    reply = client.chat.completions.create(model="tiny", messages=[
-        {"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three one two three"}],
-        max_tokens=12, seed=5)
+    reply = client.chat.completions.create(
+        model="tiny",
+        messages=[
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "one two three one two three"},
+        ],
+        max_tokens=12,
+        seed=5,
+    )
     assert reply.object == "chat.completion" and reply.usage.completion_tokens == 12
     assert reply.choices[0].finish_reason == "length"
     (conv,) = store.conversations()
@@ -191,8 +242,8 @@ def test_answers_served_beside_the_window_are_learned(tokenizer, tmp_path, learn
     """Settings ▸ Server serves over the window's runtime, which learns: served answers feed the
     model's learned datastore as the window's do (the next answer drafts from them); with learning
     switched off nothing is recorded."""
-    from draftscope.drafters.learned import LearnedStore
     from draftscope.core.runtime import Runtime
+    from draftscope.drafters.learned import LearnedStore
     from draftscope.storage import Settings
 
     engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
@@ -221,26 +272,47 @@ def test_a_bad_or_missing_key_is_401(served):
     assert ok.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
 
 
-@pytest.mark.parametrize("body, status, param", [
-    (b"{not json", 400, None),
-    (b"[1, 2]", 400, None),
-    (json.dumps({"messages": "hi"}).encode(), 400, "messages"),
-    (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "messages[0].role"),
-    (json.dumps({"messages": [{"role": ["user"], "content": "x"}]}).encode(), 400, "messages[0].role"),  # was a 500
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(), 400, "temperature"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), 400, "max_tokens"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(), 400, "stop"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 3}).encode(), 400, "n"),
-    (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), 400,
-     "messages[0].content[0].type"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(), 400,
-     "tools"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": True}).encode(), 400, "logprobs"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}],
-                 "response_format": {"type": "json_object"}}).encode(), 400, "response_format"),
-    (json.dumps({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}).encode(), 400,
-     "presence_penalty"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        (b"{not json", 400, None),
+        (b"[1, 2]", 400, None),
+        (json.dumps({"messages": "hi"}).encode(), 400, "messages"),
+        (json.dumps({"messages": [{"role": "wizard", "content": "x"}]}).encode(), 400, "messages[0].role"),
+        (json.dumps({"messages": [{"role": ["user"], "content": "x"}]}).encode(), 400, "messages[0].role"),  # was a 500
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}).encode(),
+            400,
+            "temperature",
+        ),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "max_tokens": -3}).encode(), 400, "max_tokens"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 5}).encode(), 400, "stop"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "n": 3}).encode(), 400, "n"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(),
+            400,
+            "messages[0].content[0].type",
+        ),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(),
+            400,
+            "tools",
+        ),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": True}).encode(), 400, "logprobs"),
+        (
+            json.dumps(
+                {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}
+            ).encode(),
+            400,
+            "response_format",
+        ),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}).encode(),
+            400,
+            "presence_penalty",
+        ),
+    ],
+)
 def test_malformed_bodies_get_openai_shaped_errors(served, body, status, param):
     server, store, _ = served()
     r = httpx.post(server.url + "/chat/completions", content=body, headers={"content-type": "application/json"})
@@ -290,7 +362,8 @@ def test_a_prompt_longer_than_the_context_is_a_400(served):
     server, _, _ = served()
     with pytest.raises(openai.BadRequestError) as err:
         openai.OpenAI(base_url=server.url, api_key="x").completions.create(
-            model="tiny", prompt="word " * 2000, max_tokens=4)
+            model="tiny", prompt="word " * 2000, max_tokens=4
+        )
     assert err.value.body["code"] == "context_length_exceeded"
 
 
@@ -301,8 +374,11 @@ def test_requests_queue_one_at_a_time_and_beyond_the_limit_get_429(served):
 
     def ask(i):
         try:
-            results.append(client.chat.completions.create(model="tiny", max_tokens=25,
-                                                          messages=[{"role": "user", "content": f"q{i}"}]))
+            results.append(
+                client.chat.completions.create(
+                    model="tiny", max_tokens=25, messages=[{"role": "user", "content": f"q{i}"}]
+                )
+            )
         except openai.RateLimitError as exc:
             errors.append(exc)
 
@@ -367,11 +443,15 @@ def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
     messages = [{"role": "user", "content": "one two three"}]
     texts = {}
     for seed in (1, 2):
-        stream = client.chat.completions.create(model="tiny", messages=messages, temperature=0.8, top_p=0.9,
-                                                seed=seed, max_tokens=12, stream=True)
+        stream = client.chat.completions.create(
+            model="tiny", messages=messages, temperature=0.8, top_p=0.9, seed=seed, max_tokens=12, stream=True
+        )
         ids = [t["id"] for c in stream for t in (c.model_extra or {}).get("draftscope", {}).get("tokens", [])]
-        request = GenerationRequest(prompt_ids=app_engine.encode_chat(messages), max_new_tokens=12,
-                                    sampling=SamplingParams(0.8, 0, 0.9, 1.0, seed))
+        request = GenerationRequest(
+            prompt_ids=app_engine.encode_chat(messages),
+            max_new_tokens=12,
+            sampling=SamplingParams(0.8, 0, 0.9, 1.0, seed),
+        )
         expected = list(app_engine.generate(request))[-1].token_ids
         assert ids == expected, seed
         texts[seed] = ids
@@ -387,8 +467,11 @@ def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
 def test_a_client_that_leaves_while_waiting_its_turn_is_never_answered(served):
     server, store, calls = served(slow=True, queue_limit=2)
     client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
-    first = threading.Thread(target=lambda: client.chat.completions.create(
-        model="tiny", max_tokens=20, messages=[{"role": "user", "content": "first"}]))
+    first = threading.Thread(
+        target=lambda: client.chat.completions.create(
+            model="tiny", max_tokens=20, messages=[{"role": "user", "content": "first"}]
+        )
+    )
     first.start()
     while not calls:
         time.sleep(0.01)
@@ -410,19 +493,30 @@ def test_a_follow_up_reads_only_what_is_new_and_says_how_much_was_cached(served)
     chat = [{"role": "user", "content": "red green blue red green blue"}]
     first = client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0)
     assert first.usage.prompt_tokens_details.cached_tokens == 0
-    chat += [{"role": "assistant", "content": first.choices[0].message.content},
-             {"role": "user", "content": "and then?"}]
+    chat += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "and then?"},
+    ]
     second = client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0)
     cached = second.usage.prompt_tokens_details.cached_tokens
     # at least the first turn's prompt (a random model's answer may re-tokenise otherwise from its text)
     assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens
     assert second.model_extra["draftscope"]["prompt_tokens_read"] == second.usage.prompt_tokens - cached
-    whole = client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0,
-                                           extra_body={"cache_prompt": False})
+    whole = client.chat.completions.create(
+        model="tiny", messages=chat, max_tokens=8, temperature=0, extra_body={"cache_prompt": False}
+    )
     assert whole.usage.prompt_tokens_details.cached_tokens == 0
     assert whole.choices[0].message.content == second.choices[0].message.content
-    streamed = list(client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, temperature=0,
-                                                   stream=True, stream_options={"include_usage": True}))
+    streamed = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=chat,
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert streamed[-1].usage.prompt_tokens_details.cached_tokens == second.usage.prompt_tokens - 1
     with pytest.raises(openai.BadRequestError, match="cache_prompt"):
         client.chat.completions.create(model="tiny", messages=chat, max_tokens=8, extra_body={"cache_prompt": "yes"})
@@ -447,8 +541,10 @@ def test_a_2_gb_content_length_gets_413_without_the_body_being_read(served):
     server, _, _ = served(history=False)
     where = urlparse(server.url)
     with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 2000000000\r\n\r\n{\"model\": ")
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 2000000000\r\n\r\n{"model": '
+        )
         reply = b""  # answered with 1.999 GB still unsent; the headers and the body may come apart
         while not reply.rstrip().endswith(b"}") and (chunk := sock.recv(65536)):
             reply += chunk
@@ -464,11 +560,15 @@ def test_a_streamed_body_is_cut_off_with_413_once_it_passes_the_limit(served):
         for _ in range(8):
             yield b" " * 1024
 
-    reply = httpx.post(server.url + "/chat/completions", content=chunks(),
-                       headers={"content-type": "application/json"}, timeout=30)
+    reply = httpx.post(
+        server.url + "/chat/completions", content=chunks(), headers={"content-type": "application/json"}, timeout=30
+    )
     assert reply.status_code == 413 and "at most 4,096 bytes" in reply.json()["error"]["message"]
-    small = httpx.post(server.url + "/chat/completions", timeout=60,
-                       json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    small = httpx.post(
+        server.url + "/chat/completions",
+        timeout=60,
+        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    )
     assert small.status_code == 200, "a body within the limit is answered"
 
 
@@ -505,8 +605,10 @@ def test_localhost_listens_on_ipv4_where_the_hosts_file_lists_ipv6_first(monkeyp
     def ipv6_first(host, port, *args, **kwargs):
         if host != "localhost":
             return real(host, port, *args, **kwargs)
-        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
-                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return [
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+        ]
 
     monkeypatch.setattr(socket, "getaddrinfo", ipv6_first)
     sock = listening_socket("localhost", 0)

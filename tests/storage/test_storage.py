@@ -12,9 +12,15 @@ from draftscope.storage import HistoryStore, Settings, load_settings, save_setti
 
 def test_settings_round_trip(tmp_path):
     path = tmp_path / "settings.json"
-    s = Settings(model="/models/x.gguf", temperature=0.7, top_p=0.9, theme="dark", font_size=14,
-                 drafters={"retrieval": False, "learned": False, "context": True, "model": False, "recurrent": False},
-                 system_prompt="Be brief.")
+    s = Settings(
+        model="/models/x.gguf",
+        temperature=0.7,
+        top_p=0.9,
+        theme="dark",
+        font_size=14,
+        drafters={"retrieval": False, "learned": False, "context": True, "model": False, "recurrent": False},
+        system_prompt="Be brief.",
+    )
     save_settings(s, path)
     back, notices = load_settings(path)
     assert back == s and notices == []
@@ -26,13 +32,32 @@ def test_settings_round_trip(tmp_path):
 
 # A settings file as every Draftscope before sections wrote it (version 1, every setting at the top).
 TODAYS_FLAT_FILE = {
-    "version": 1, "model": "/models/x.gguf", "datastore": "/data/chat.idx",
+    "version": 1,
+    "model": "/models/x.gguf",
+    "datastore": "/data/chat.idx",
     "drafters": {"retrieval": False, "learned": True, "context": True, "model": True, "recurrent": False},
-    "draft_model": "/models/small.gguf", "temperature": 0.7, "top_p": 0.9, "top_k": 40, "max_new_tokens": 300,
-    "repetition_penalty": 1.1, "seed": 7, "system_prompt": "Be brief.", "prompt_presets": {"Mine": "Be kind."},
-    "context_length": 8192, "device": "cpu", "dtype": "float32", "backend": "llama.cpp",
-    "workers": "10.0.0.2:50052", "recent_models": ["/models/x.gguf", "default"], "threads": 3, "theme": "dark",
-    "font_size": 13, "server_enabled": True, "server_port": 9000, "server_api_key": "k", "server_keep_history": False,
+    "draft_model": "/models/small.gguf",
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "top_k": 40,
+    "max_new_tokens": 300,
+    "repetition_penalty": 1.1,
+    "seed": 7,
+    "system_prompt": "Be brief.",
+    "prompt_presets": {"Mine": "Be kind."},
+    "context_length": 8192,
+    "device": "cpu",
+    "dtype": "float32",
+    "backend": "llama.cpp",
+    "workers": "10.0.0.2:50052",
+    "recent_models": ["/models/x.gguf", "default"],
+    "threads": 3,
+    "theme": "dark",
+    "font_size": 13,
+    "server_enabled": True,
+    "server_port": 9000,
+    "server_api_key": "k",
+    "server_keep_history": False,
     "server_parallel": 2,
 }
 
@@ -52,8 +77,16 @@ def test_a_flat_settings_file_of_today_is_read_whole_and_saved_in_sections(tmp_p
 
 def test_a_setting_is_read_from_its_own_section_only(tmp_path):
     path = tmp_path / "settings.json"
-    path.write_text(json.dumps({"version": 2, "sampling": {"temperature": 0.5, "theme": "dark"},
-                                "appearance": "not an object", "model": {"threads": 2}}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 2,
+                "sampling": {"temperature": 0.5, "theme": "dark"},
+                "appearance": "not an object",
+                "model": {"threads": 2},
+            }
+        )
+    )
     settings, notices = load_settings(path)
     assert settings.temperature == 0.5 and settings.threads == 2
     assert settings.theme == "system", "a theme filed under sampling is not the appearance's"
@@ -63,12 +96,15 @@ def test_missing_settings_are_defaults_without_a_notice(tmp_path):
     assert load_settings(tmp_path / "none.json") == (Settings(), [])
 
 
-@pytest.mark.parametrize("content, words", [
-    ("{not json", "could not be read"),
-    ("[1, 2]", "could not be read"),
-    ('{"version": 99, "theme": "dark"}', "version 99"),
-    ('{"theme": "dark"}', "version None"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "could not be read"),
+        ("[1, 2]", "could not be read"),
+        ('{"version": 99, "theme": "dark"}', "version 99"),
+        ('{"theme": "dark"}', "version None"),
+    ],
+)
 def test_corrupt_or_foreign_settings_fall_back_with_a_notice(tmp_path, content, words):
     path = tmp_path / "settings.json"
     path.write_text(content)
@@ -81,8 +117,19 @@ def test_corrupt_or_foreign_settings_fall_back_with_a_notice(tmp_path, content, 
 
 def test_bad_fields_fall_back_one_by_one(tmp_path):
     path = tmp_path / "settings.json"
-    path.write_text(json.dumps({"version": 1, "temperature": "hot", "top_p": 7.0, "font_size": 13, "theme": "neon",
-                                "drafters": {"retrieval": False, "bogus": True}, "unknown_key": 1}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "temperature": "hot",
+                "top_p": 7.0,
+                "font_size": 13,
+                "theme": "neon",
+                "drafters": {"retrieval": False, "bogus": True},
+                "unknown_key": 1,
+            }
+        )
+    )
     s, notices = load_settings(path)
     assert s.font_size == 13 and s.temperature == 0.0 and s.top_p == 1.0 and s.theme == "system"
     assert s.drafters == {"retrieval": False, "learned": True, "context": True, "model": False, "recurrent": True}
@@ -94,9 +141,18 @@ def test_hostile_settings_files_fall_back_with_notices_never_raise(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000)  # past json's recursion limit
     settings, notices = load_settings(path)
     assert settings == Settings() and len(notices) == 1 and "nested too deeply" in notices[0]
-    path.write_text(json.dumps({"version": 1, "drafters": {"retrieval": "yes", "context": False}, "top_k": 10 ** 400,
-                                "system_prompt": "x" * 200_000, "repetition_penalty": float("inf"),
-                                "model": "m" * 5000}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "drafters": {"retrieval": "yes", "context": False},
+                "top_k": 10**400,
+                "system_prompt": "x" * 200_000,
+                "repetition_penalty": float("inf"),
+                "model": "m" * 5000,
+            }
+        )
+    )
     settings, notices = load_settings(path)
     assert settings.drafters["retrieval"] is True and settings.drafters["context"] is False
     assert any("'drafters.retrieval'" in n and "'yes'" in n for n in notices), notices
@@ -137,8 +193,13 @@ def test_history_survives_reopening(tmp_path):
     store = HistoryStore(db)
     cid = store.create_conversation("Suffix arrays")
     store.add_message(cid, "user", "What is a suffix array?")
-    store.add_message(cid, "assistant", "A sorted array of all suffixes.", stats={"tokens": 9, "tau": 2.25,
-                      "tokens_per_second": 31.5, "speedup_estimate": 1.8}, drafters={"retrieval": True})
+    store.add_message(
+        cid,
+        "assistant",
+        "A sorted array of all suffixes.",
+        stats={"tokens": 9, "tau": 2.25, "tokens_per_second": 31.5, "speedup_estimate": 1.8},
+        drafters={"retrieval": True},
+    )
     store.close()
     again = HistoryStore(db)
     (conv,) = again.conversations()
@@ -246,8 +307,16 @@ def test_answer_steps_are_kept_and_go_with_their_message(tmp_path):
     store = HistoryStore(tmp_path / "h.sqlite3")
     conv = store.create_conversation("steps")
     store.add_message(conv, "user", "hi")
-    steps = [{"step": i, "token_ids": [i, i + 1], "tree": {"tokens": [5, 6], "parents": [-1, 0]},
-              "accepted_path": [0], "pieces": ["a", "b"]} for i in range(300)]
+    steps = [
+        {
+            "step": i,
+            "token_ids": [i, i + 1],
+            "tree": {"tokens": [5, 6], "parents": [-1, 0]},
+            "accepted_path": [0],
+            "pieces": ["a", "b"],
+        }
+        for i in range(300)
+    ]
     answer = store.add_message(conv, "assistant", "ab" * 300, steps=steps)
     store.close()
     reopened = HistoryStore(tmp_path / "h.sqlite3")
@@ -300,8 +369,16 @@ def test_steps_stored_by_any_version_replay(tmp_path):
     store = HistoryStore(tmp_path / "h.sqlite3")
     conv = store.create_conversation("old")
     store.add_message(conv, "user", "hi")
-    old = [{"step": 1, "token_ids": [5, 6], "pieces": ["a", "b"], "tree": {"tokens": [6], "parents": [-1]},
-            "accepted_path": [0], "future_field": {"x": 1}}]
+    old = [
+        {
+            "step": 1,
+            "token_ids": [5, 6],
+            "pieces": ["a", "b"],
+            "tree": {"tokens": [6], "parents": [-1]},
+            "accepted_path": [0],
+            "future_field": {"x": 1},
+        }
+    ]
     answer = store.add_message(conv, "assistant", "ab", steps=zlib.compress(json.dumps(old).encode()))
     (raw,) = store.steps(answer)
     ev = step_from_dict(raw)

@@ -10,15 +10,16 @@ import subprocess
 import sys
 
 import pytest
+from history_fixtures import chatgpt_export, filled
 
 from draftscope.storage import HistoryStore
-from draftscope.storage.transfer import ImportError_, export_json, import_file, write_export
-from history_fixtures import chatgpt_export, filled
+from draftscope.storage.transfer import ImportError_, import_file, write_export
 
 
 def shape(store):
-    return sorted((c.title, [(m.role, m.content, m.stats, m.files) for m in store.messages(c.id)])
-                  for c in store.conversations())
+    return sorted(
+        (c.title, [(m.role, m.content, m.stats, m.files) for m in store.messages(c.id)]) for c in store.conversations()
+    )
 
 
 def test_export_then_import_gives_the_same_conversations(tmp_path):
@@ -45,18 +46,29 @@ def test_a_chatgpt_export_imports_with_its_titles_roles_and_order(tmp_path):
     (conv,) = store.conversations()
     assert conv.title == "Trip to Lisbon" and conv.created == 1700000000.5
     assert [(m.role, m.content) for m in store.messages(conv.id)] == [
-        ("user", "Plan a day in Lisbon"), ("assistant", "Start at Belém."),
-        ("user", "And lunch?"), ("assistant", "Pastéis de nata.")]
+        ("user", "Plan a day in Lisbon"),
+        ("assistant", "Start at Belém."),
+        ("user", "And lunch?"),
+        ("assistant", "Pastéis de nata."),
+    ]
 
 
-@pytest.mark.parametrize("text, words", [
-    ('{"format": "draftscope-conversations", "version": 1, "conversations": [{"title": "x", "mess',
-     "not a complete JSON file"),
-    ('{"hello": "world"}', "neither a Draftscope export nor ChatGPT"),
-    ('{"format": "draftscope-conversations", "version": 99, "conversations": []}', "newer Draftscope"),
-    ('{"format": "draftscope-conversations", "version": 1, "conversations": [{"title": "ok", "messages": []}, '
-     '{"title": "bad", "messages": [{"role": "robot", "content": "x"}]}]}', "conversation 2, message 1"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            '{"format": "draftscope-conversations", "version": 1, "conversations": [{"title": "x", "mess',
+            "not a complete JSON file",
+        ),
+        ('{"hello": "world"}', "neither a Draftscope export nor ChatGPT"),
+        ('{"format": "draftscope-conversations", "version": 99, "conversations": []}', "newer Draftscope"),
+        (
+            '{"format": "draftscope-conversations", "version": 1, "conversations": [{"title": "ok", "messages": []}, '
+            '{"title": "bad", "messages": [{"role": "robot", "content": "x"}]}]}',
+            "conversation 2, message 1",
+        ),
+    ],
+)
 def test_a_damaged_or_foreign_file_imports_nothing(tmp_path, text, words):
     (tmp_path / "in.json").write_text(text)
     store = HistoryStore(tmp_path / "h.sqlite3")
@@ -72,8 +84,13 @@ def test_history_export_and_import_from_the_terminal(tmp_path):
     def run(*args):
         import os
 
-        return subprocess.run([sys.executable, "-m", "draftscope", "history", *args], capture_output=True, text=True,
-                              timeout=120, env={**os.environ, **env})
+        return subprocess.run(
+            [sys.executable, "-m", "draftscope", "history", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
 
     listed = run("list")
     assert listed.returncode == 0 and "Colours" in listed.stdout and "Sums" in listed.stdout, listed
@@ -97,9 +114,20 @@ def test_an_imported_answer_with_odd_figures_shows_those_it_has(tmp_path):
     source = HistoryStore(tmp_path / "a.sqlite3")
     c = source.create_conversation("Odd")
     source.add_message(c, "user", "hi")
-    source.add_message(c, "assistant", "hello", stats={"tokens": 2, "tau": "fast", "tokens_per_second": None,
-                                                        "finish_reason": ["length"], "prompt_tokens": "9",
-                                                        "prompt_kept": 0, "speedup_estimate": 1.3})
+    source.add_message(
+        c,
+        "assistant",
+        "hello",
+        stats={
+            "tokens": 2,
+            "tau": "fast",
+            "tokens_per_second": None,
+            "finish_reason": ["length"],
+            "prompt_tokens": "9",
+            "prompt_kept": 0,
+            "speedup_estimate": 1.3,
+        },
+    )
     write_export(source, tmp_path / "odd.json")
     target = HistoryStore(tmp_path / "b.sqlite3")
     import_file(target, tmp_path / "odd.json")

@@ -27,8 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-HEADER_FIELDS = [(8, "<I"), (16, "<B"), (17, "<B"), (20, "<I"), (24, "<Q"), (32, "<Q"), (40, "<Q"), (48, "<Q"),
-                 (56, "<Q"), (64, "<Q"), (76, "<I")]
+HEADER_FIELDS = [
+    (8, "<I"),
+    (16, "<B"),
+    (17, "<B"),
+    (20, "<I"),
+    (24, "<Q"),
+    (32, "<Q"),
+    (40, "<Q"),
+    (48, "<Q"),
+    (56, "<Q"),
+    (64, "<Q"),
+    (76, "<I"),
+]
 OPERATIONS = ("open", "verify", "search", "search_batch", "rest_search", "document")
 
 
@@ -104,9 +115,19 @@ def probe_file(path: str, in_memory: bool, rng: np.random.Generator) -> dict:
 
 
 BAD_ARGUMENTS = [
-    {"max_nodes": 2**32}, {"max_nodes": 2**63}, {"max_nodes": 2**64}, {"max_nodes": -1}, {"max_nodes": 1.5},
-    {"max_matches": 2**40}, {"max_matches": -5}, {"max_depth": 2**20}, {"max_depth": None},
-    {"min_suffix": 0}, {"min_suffix": 5, "max_suffix": 2}, {"max_suffix": 2**62}, {"max_suffix": "16"},
+    {"max_nodes": 2**32},
+    {"max_nodes": 2**63},
+    {"max_nodes": 2**64},
+    {"max_nodes": -1},
+    {"max_nodes": 1.5},
+    {"max_matches": 2**40},
+    {"max_matches": -5},
+    {"max_depth": 2**20},
+    {"max_depth": None},
+    {"min_suffix": 0},
+    {"min_suffix": 5, "max_suffix": 2},
+    {"max_suffix": 2**62},
+    {"max_suffix": "16"},
 ]
 
 
@@ -117,13 +138,31 @@ def probe_arguments(path: str, rng: np.random.Generator) -> list[dict]:
     r = Reader(path)
     out = []
     for kwargs in BAD_ARGUMENTS:
-        out.append({"search(args)": _outcome(lambda: r.search([1, 2, 3], **kwargs)),
-                    "search_batch(args)": _outcome(lambda: r.search_batch([[1, 2, 3]], **kwargs))})
-    contexts = [[r.vocab_size], [-1, 2], [2**63], [2**70], ["a"], [1.5], [[1, 2]], np.array([1.0, 2.0]),
-                np.array([3, 2**63 + 5], dtype=np.uint64), list(rng.integers(0, 2**40, size=20))]
+        out.append(
+            {
+                "search(args)": _outcome(lambda: r.search([1, 2, 3], **kwargs)),  # noqa: B023 - called at once, in this iteration
+                "search_batch(args)": _outcome(lambda: r.search_batch([[1, 2, 3]], **kwargs)),  # noqa: B023 - called at once, in this iteration
+            }
+        )
+    contexts = [
+        [r.vocab_size],
+        [-1, 2],
+        [2**63],
+        [2**70],
+        ["a"],
+        [1.5],
+        [[1, 2]],
+        np.array([1.0, 2.0]),
+        np.array([3, 2**63 + 5], dtype=np.uint64),
+        list(rng.integers(0, 2**40, size=20)),
+    ]
     for c in contexts:
-        out.append({"search(context)": _outcome(lambda: r.search(c)),
-                    "rest_search(context)": _outcome(lambda: r._inner.rest_search(c))})
+        out.append(
+            {
+                "search(context)": _outcome(lambda: r.search(c)),  # noqa: B023 - called at once, in this iteration
+                "rest_search(context)": _outcome(lambda: r._inner.rest_search(c)),  # noqa: B023 - called at once, in this iteration
+            }
+        )
     return out
 
 
@@ -144,8 +183,13 @@ def run_children(files: list[str], *, timeout: float, batch: int, seed: int) -> 
     pending = list(files)
     while pending:
         chunk, pending = pending[:batch], pending[batch:]
-        proc = subprocess.Popen([sys.executable, "-m", "draftscope.bench.fuzz", "--child", str(seed)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "draftscope.bench.fuzz", "--child", str(seed)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         proc.stdin.write("\n".join(chunk))
         proc.stdin.close()
         sel = selectors.DefaultSelector()
@@ -219,8 +263,10 @@ def main(argv=None) -> int:
     for tries in arguments:
         for op, outcome in tries.items():
             table.setdefault(op, collections.Counter())[outcome] += 1
-    print(f"{args.files:,} damaged index files ({len(seeds)} layouts) and {len(arguments)} bad argument sets, "
-          f"in child processes, {seconds:.0f}s")
+    print(
+        f"{args.files:,} damaged index files ({len(seeds)} layouts) and {len(arguments)} bad argument sets, "
+        f"in child processes, {seconds:.0f}s"
+    )
     print("| interface | tried | answered | clear errors (by type) |")
     print("|---|---:|---:|---|")
     for op, counts in table.items():
@@ -229,13 +275,24 @@ def main(argv=None) -> int:
         print(f"| {op} | {tried:,} | {counts['ok']:,} | {errors or '—'} |")
     crashes = sum(1 for pr in problems if pr["kind"] != "hang")
     hangs = sum(1 for pr in problems if pr["kind"] == "hang")
-    print(f"crashes {crashes}, hangs {hangs} (of {args.files:,} files; a crash is a child killed by a signal or "
-          f"exiting abnormally, a hang {args.timeout:.0f}s without an answer)")
+    print(
+        f"crashes {crashes}, hangs {hangs} (of {args.files:,} files; a crash is a child killed by a signal or "
+        f"exiting abnormally, a hang {args.timeout:.0f}s without an answer)"
+    )
     for pr in problems:
         print(f"PROBLEM {pr['kind']}: {pr['file']}: {pr['detail']}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"files": args.files, "seconds": seconds, "problems": problems,
-                                                   "table": {k: dict(v) for k, v in table.items()}}, indent=2))
+        Path(args.json_out).write_text(
+            json.dumps(
+                {
+                    "files": args.files,
+                    "seconds": seconds,
+                    "problems": problems,
+                    "table": {k: dict(v) for k, v in table.items()},
+                },
+                indent=2,
+            )
+        )
     return 1 if problems else 0
 
 

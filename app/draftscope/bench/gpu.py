@@ -30,12 +30,25 @@ from pathlib import Path
 
 import numpy as np
 
-from draftscope.bench.gpu_models import (SHAPES, SHARPEN, IdsOnly, WideOracle, card_bandwidth, shape_model, step_bytes,
-                                         wide_tree)
+from draftscope.bench.gpu_models import (
+    SHAPES,
+    SHARPEN,
+    IdsOnly,
+    WideOracle,
+    card_bandwidth,
+    shape_model,
+    step_bytes,
+    wide_tree,
+)
 from draftscope.core import argtypes
 
-SECTIONS = {"verify": "verify cost curve", "worst": "worst step", "plain": "plain decoding vs HF generate",
-            "oracle": "oracle limit", "spec-bench": "spec-bench"}
+SECTIONS = {
+    "verify": "verify cost curve",
+    "worst": "worst step",
+    "plain": "plain decoding vs HF generate",
+    "oracle": "oracle limit",
+    "spec-bench": "spec-bench",
+}
 CHAINS = (0, 1, 2, 4, 8, 16, 32, 64)
 WARMUP = 2  # untimed runs before each timed series
 WORST_WARMUP = 3  # the first tree steps of section 2, reported on their own
@@ -59,47 +72,91 @@ def _sections(text: str) -> list[str]:
     chosen = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [x for x in chosen if x not in SECTIONS]
     if unknown or not chosen:
-        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(map(repr, unknown)) or '(none given)'} "
-                                         f"(choose from {', '.join(SECTIONS)})")
+        raise argparse.ArgumentTypeError(
+            f"unknown section(s) {', '.join(map(repr, unknown)) or '(none given)'} (choose from {', '.join(SECTIONS)})"
+        )
     return [k for k in SECTIONS if k in chosen]  # always in the documented order
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from draftscope.bench.spec import DEFAULT_QUESTIONS
 
-    p.add_argument("--device", type=argtypes.device, default=None,
-                   help="cuda, mps or cpu (default: the best available)")
+    p.add_argument(
+        "--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)"
+    )
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--shape", choices=tuple(SHAPES), default="qwen2.5-1.5b",
-                      help="a Qwen2.5-shaped model with random weights (default: %(default)s)")
+    what.add_argument(
+        "--shape",
+        choices=tuple(SHAPES),
+        default="qwen2.5-1.5b",
+        help="a Qwen2.5-shaped model with random weights (default: %(default)s)",
+    )
     what.add_argument("--model", default=None, help="a real model instead: catalogue name, folder or .gguf (on torch)")
-    p.add_argument("--dtype", type=argtypes.dtype, default=None,
-                   help="default: bf16 on CUDA, fp32 elsewhere for a shape; the app's choice for --model")
-    p.add_argument("--tokens", type=argtypes.positive_int, default=128,
-                   help="new tokens per answer, and steps of the worst-step run")
-    p.add_argument("--contexts", type=_contexts, default=_contexts("256,2000,8000"),
-                   help="cache lengths of the verify cost curve (default: %(default)s, off the spans' boundaries)")
-    p.add_argument("--bandwidth", type=float, default=None, metavar="GB/S",
-                   help="the device's memory bandwidth, for the share of it a step uses (default: from a table "
-                        "of cards by name; none for a CPU)")
+    p.add_argument(
+        "--dtype",
+        type=argtypes.dtype,
+        default=None,
+        help="default: bf16 on CUDA, fp32 elsewhere for a shape; the app's choice for --model",
+    )
+    p.add_argument(
+        "--tokens",
+        type=argtypes.positive_int,
+        default=128,
+        help="new tokens per answer, and steps of the worst-step run",
+    )
+    p.add_argument(
+        "--contexts",
+        type=_contexts,
+        default=_contexts("256,2000,8000"),
+        help="cache lengths of the verify cost curve (default: %(default)s, off the spans' boundaries)",
+    )
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        metavar="GB/S",
+        help="the device's memory bandwidth, for the share of it a step uses (default: from a table "
+        "of cards by name; none for a CPU)",
+    )
     p.add_argument("--reps", type=argtypes.positive_int, default=5, help="timed repetitions of each figure")
-    p.add_argument("--cache", choices=("auto", "static", "dynamic"), default="auto",
-                   help="the torch backend's KV cache: static (CUDA graphs on CUDA), dynamic, or auto (static on "
-                   "CUDA, as the app runs); run both in one session to compare")
-    p.add_argument("--attention", choices=("auto", "sdpa", "flex"), default=None,
-                   help="the static cache's graphed tree attention: FlexAttention, SDPA (cuDNN in graphs), or auto "
-                        "(both captured, the faster kept; the default on CUDA)")
-    p.add_argument("--compiled", choices=("auto", "on", "off"), default="auto",
-                   help="the graphed steps through torch.compile: on, off, or auto (on where CUDA and Triton are, as "
-                        "the app runs); the capture's progress is printed with its times")
+    p.add_argument(
+        "--cache",
+        choices=("auto", "static", "dynamic"),
+        default="auto",
+        help="the torch backend's KV cache: static (CUDA graphs on CUDA), dynamic, or auto (static on "
+        "CUDA, as the app runs); run both in one session to compare",
+    )
+    p.add_argument(
+        "--attention",
+        choices=("auto", "sdpa", "flex"),
+        default=None,
+        help="the static cache's graphed tree attention: FlexAttention, SDPA (cuDNN in graphs), or auto "
+        "(both captured, the faster kept; the default on CUDA)",
+    )
+    p.add_argument(
+        "--compiled",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the graphed steps through torch.compile: on, off, or auto (on where CUDA and Triton are, as "
+        "the app runs); the capture's progress is printed with its times",
+    )
     p.add_argument("--json", dest="json_out", default=None, help="also write every figure as JSON lines here")
     p.add_argument("--sections", type=_sections, default=list(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
-    p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
-                   help="Spec-Bench question file for the spec-bench section")
-    p.add_argument("--spec-methods", default=SPEC_METHODS,
-                   help="bench spec's methods in the spec-bench section (default: %(default)s)")
-    p.add_argument("--datastore", default=None,
-                   help="the retrieval index for the spec-bench section (default: the model's default datastore)")
+    p.add_argument(
+        "--questions",
+        default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
+        help="Spec-Bench question file for the spec-bench section",
+    )
+    p.add_argument(
+        "--spec-methods",
+        default=SPEC_METHODS,
+        help="bench spec's methods in the spec-bench section (default: %(default)s)",
+    )
+    p.add_argument(
+        "--datastore",
+        default=None,
+        help="the retrieval index for the spec-bench section (default: the model's default datastore)",
+    )
 
 
 class Report:
@@ -161,8 +218,13 @@ def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | No
 
     sync(engine.device)
     t0 = time.perf_counter()
-    events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens,
-                                                    drafters=list(drafters), budget=budget)))
+    events = list(
+        engine.generate(
+            GenerationRequest(
+                keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens, drafters=list(drafters), budget=budget
+            )
+        )
+    )
     sync(engine.device)
     seconds, final = time.perf_counter() - t0, events[-1]
     if final.finish_reason == "error":
@@ -181,15 +243,24 @@ def open_engine(args):
     import torch
 
     from draftscope.engine.backends import torch_backend_for
-    from draftscope.engine.engine import Engine
     from draftscope.engine.backends.pytorch.loader import load_model
-    from draftscope.models.resolve import resolve_model
     from draftscope.engine.backends.pytorch.precision import pick_device
+    from draftscope.engine.engine import Engine
+    from draftscope.models.resolve import resolve_model
 
     if args.model:
         loaded = load_model(resolve_model(args.model), device=args.device, dtype=args.dtype)
-        engine = Engine(backend=torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                                                  cache=args.cache, attention=args.attention, **_capture_options(args)))
+        engine = Engine(
+            backend=torch_backend_for(
+                loaded.model,
+                loaded.tokenizer,
+                name=loaded.name,
+                device=loaded.device,
+                cache=args.cache,
+                attention=args.attention,
+                **_capture_options(args),
+            )
+        )
         return engine, engine.encode_chat([{"role": "user", "content": QUESTION}])
     device = pick_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -198,8 +269,16 @@ def open_engine(args):
         dtype = getattr(torch, args.dtype)
     else:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    engine = Engine(backend=torch_backend_for(shape_model(args.shape, device, dtype), IdsOnly(), name=args.shape,
-                                              cache=args.cache, attention=args.attention, **_capture_options(args)))
+    engine = Engine(
+        backend=torch_backend_for(
+            shape_model(args.shape, device, dtype),
+            IdsOnly(),
+            name=args.shape,
+            cache=args.cache,
+            attention=args.attention,
+            **_capture_options(args),
+        )
+    )
     prompt = np.random.default_rng(1).integers(0, engine.vocab, PROMPT_LEN).tolist()
     return engine, prompt
 
@@ -236,18 +315,31 @@ def header(engine, args, report: Report) -> None:
     import transformers
 
     what = f"model {args.model}" if args.model else f"shape {args.shape}"
-    report.figures("header", f"draftscope bench gpu: {what} on {device_name(engine.device)}; "
-                   f"torch {torch.__version__}, transformers {transformers.__version__}, {engine.precision}; "
-                   f"backend {engine.backend.describe()}; {time.strftime('%Y-%m-%d')}",
-                   device=device_name(engine.device), torch=torch.__version__, transformers=transformers.__version__,
-                   dtype=engine.precision, model=args.model, shape=None if args.model else args.shape,
-                   backend=engine.backend.describe(), random_weights=not args.model, tokens=args.tokens, reps=args.reps)
+    report.figures(
+        "header",
+        f"draftscope bench gpu: {what} on {device_name(engine.device)}; "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {engine.precision}; "
+        f"backend {engine.backend.describe()}; {time.strftime('%Y-%m-%d')}",
+        device=device_name(engine.device),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        dtype=engine.precision,
+        model=args.model,
+        shape=None if args.model else args.shape,
+        backend=engine.backend.describe(),
+        random_weights=not args.model,
+        tokens=args.tokens,
+        reps=args.reps,
+    )
     if not args.model:
-        report.line("random weights: these figures measure costs, not acceptance "
-                    f"(embeddings x{SHARPEN:g}, the head a shuffled copy: greedy answers walk a fixed permutation "
-                    "of the vocabulary; prompts are seeded random token ids: no tokenizer is needed)")
-    report.line(f"times: median of {args.reps} reps after {WARMUP} warm-ups, the device synchronised before each "
-                "clock reading")
+        report.line(
+            "random weights: these figures measure costs, not acceptance "
+            f"(embeddings x{SHARPEN:g}, the head a shuffled copy: greedy answers walk a fixed permutation "
+            "of the vocabulary; prompts are seeded random token ids: no tokenizer is needed)"
+        )
+    report.line(
+        f"times: median of {args.reps} reps after {WARMUP} warm-ups, the device synchronised before each clock reading"
+    )
 
 
 # ----------------------------------------------------------------------------- sections
@@ -279,23 +371,39 @@ def verify_curve(engine, args, report: Report) -> None:
         past = backend.cached
         trees = {f"chain {n}": chain_tree(rng.integers(0, engine.vocab, n)) for n in CHAINS}
         trees["wide 64 (8 x chain of 8)"] = wide_tree(rng, engine.vocab)
-        report.line(f"context {context}: ms per verify (then truncated back), ratio to the plain step, the bytes it "
-                    "must read (weights + KV cache) over its time, and that as a share of the device's bandwidth; "
-                    "each tree at one cache length throughout (steady state: section 2 has new lengths)")
+        report.line(
+            f"context {context}: ms per verify (then truncated back), ratio to the plain step, the bytes it "
+            "must read (weights + KV cache) over its time, and that as a share of the device's bandwidth; "
+            "each tree at one cache length throughout (steady state: section 2 has new lengths)"
+        )
         plain = None
         for name, tree in trees.items():
-            ms = timed(lambda tree=tree: (backend.verify(ids[-1], tree), backend.truncate(past)), engine.device,
-                       args.reps)
+            ms = timed(
+                lambda tree=tree: (backend.verify(ids[-1], tree), backend.truncate(past)),  # noqa: B023 - timed now
+                engine.device,
+                args.reps,
+            )
             plain = plain or ms
             read = step_bytes(backend.model, past + 1 + len(tree), queries=1 + len(tree)) if backend.model else None
             gb_s = sum(read.values()) / (ms / 1000) / 1e9 if read else None
             share = gb_s / bound if gb_s and bound else None
-            report.figures(key, f"  {name:<26} {ms:9.2f} ms  {ms / plain:6.2f}x"
-                           + (f"  {gb_s:8.1f} GB/s" if gb_s else "") + (f"  {share:6.1%} of the bound" if share else ""),
-                           context=context, tree=name, nodes=len(tree), ms=round(ms, 3), ratio=round(ms / plain, 3),
-                           statistic="median", reps=args.reps, warmups=WARMUP,
-                           bytes_read=sum(read.values()) if read else None,
-                           gb_per_s=round(gb_s, 2) if gb_s else None, bound_share=round(share, 4) if share else None)
+            report.figures(
+                key,
+                f"  {name:<26} {ms:9.2f} ms  {ms / plain:6.2f}x"
+                + (f"  {gb_s:8.1f} GB/s" if gb_s else "")
+                + (f"  {share:6.1%} of the bound" if share else ""),
+                context=context,
+                tree=name,
+                nodes=len(tree),
+                ms=round(ms, 3),
+                ratio=round(ms / plain, 3),
+                statistic="median",
+                reps=args.reps,
+                warmups=WARMUP,
+                bytes_read=sum(read.values()) if read else None,
+                gb_per_s=round(gb_s, 2) if gb_s else None,
+                bound_share=round(share, 4) if share else None,
+            )
 
 
 def worst_step(engine, args, report: Report) -> None:
@@ -316,14 +424,29 @@ def worst_step(engine, args, report: Report) -> None:
         root = int(tree.tokens[COMMIT[-1]])
     warm, rest = times[:WORST_WARMUP], np.array(times[WORST_WARMUP:] or times)
     median, p99, worst = float(np.median(rest)), float(np.percentile(rest, 99)), float(rest.max())
-    report.line(f"{len(times)} steps of verify + commit of a 64-node tree, {1 + len(COMMIT)} tokens kept a step: "
-                f"cache {first} to {backend.cached}, every length new")
-    report.figures(key, f"  first {len(warm)} steps (warm-up): {', '.join(f'{t:.2f}' for t in warm)} ms",
-                   part="warm-up", ms=[round(t, 3) for t in warm])
-    report.figures(key, f"  the other {len(rest)}: median {median:.2f} ms, p99 {p99:.2f} ms, "
-                   f"max {worst:.2f} ms, max/median {worst / median:.2f}", part="steps", steps=len(rest),
-                   median_ms=round(median, 3), p99_ms=round(p99, 3), max_ms=round(worst, 3),
-                   max_over_median=round(worst / median, 3), first_cache=first, last_cache=backend.cached)
+    report.line(
+        f"{len(times)} steps of verify + commit of a 64-node tree, {1 + len(COMMIT)} tokens kept a step: "
+        f"cache {first} to {backend.cached}, every length new"
+    )
+    report.figures(
+        key,
+        f"  first {len(warm)} steps (warm-up): {', '.join(f'{t:.2f}' for t in warm)} ms",
+        part="warm-up",
+        ms=[round(t, 3) for t in warm],
+    )
+    report.figures(
+        key,
+        f"  the other {len(rest)}: median {median:.2f} ms, p99 {p99:.2f} ms, "
+        f"max {worst:.2f} ms, max/median {worst / median:.2f}",
+        part="steps",
+        steps=len(rest),
+        median_ms=round(median, 3),
+        p99_ms=round(p99, 3),
+        max_ms=round(worst, 3),
+        max_over_median=round(worst / median, 3),
+        first_cache=first,
+        last_cache=backend.cached,
+    )
 
 
 def hf_generate(engine, prompt: list[int], tokens: int):
@@ -335,11 +458,19 @@ def hf_generate(engine, prompt: list[int], tokens: int):
     sync(engine.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = engine.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, do_sample=False,
-                                    temperature=None, top_p=None, top_k=None, eos_token_id=eos or None,
-                                    pad_token_id=eos[0] if eos else 0)
+        out = engine.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=eos or None,
+            pad_token_id=eos[0] if eos else 0,
+        )
     sync(engine.device)
-    return out[0, len(prompt):].tolist(), time.perf_counter() - t0
+    return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
 
 
 def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
@@ -360,18 +491,36 @@ def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
             ours_s.append(secs)
     hf_tps, ours_tps = len(hf_ids) / statistics.median(hf_s), len(ours_ids) / statistics.median(ours_s)
     same = hf_ids == ours_ids
-    report.line(f"prompt {len(prompt)} tokens, greedy, up to {args.tokens} new tokens; median of {args.reps} "
-                "alternated runs after 1 warm-up each, prefill included")
-    report.figures(key, f"  HF generate        {hf_tps:9.1f} tokens/s ({len(hf_ids)} tokens)", method="hf",
-                   tokens_per_s=round(hf_tps, 2), tokens=len(hf_ids))
-    report.figures(key, f"  engine plain loop  {ours_tps:9.1f} tokens/s ({len(ours_ids)} tokens)",
-                   method="engine plain", tokens_per_s=round(ours_tps, 2), tokens=len(ours_ids))
-    expected = ("expected in fp32" if engine.precision == "float32"
-                else f"{engine.precision} rounding may flip near-ties")
-    report.figures(key, f"  engine / HF: {ours_tps / hf_tps:.2f}x; token-identical: {same} ({expected})",
-                   ratio=round(ours_tps / hf_tps, 3), identical=same)
-    report.figures(key, f"  steps replayed from captured graphs: {replays} of {steps}", graph_replays=replays,
-                   steps=steps)
+    report.line(
+        f"prompt {len(prompt)} tokens, greedy, up to {args.tokens} new tokens; median of {args.reps} "
+        "alternated runs after 1 warm-up each, prefill included"
+    )
+    report.figures(
+        key,
+        f"  HF generate        {hf_tps:9.1f} tokens/s ({len(hf_ids)} tokens)",
+        method="hf",
+        tokens_per_s=round(hf_tps, 2),
+        tokens=len(hf_ids),
+    )
+    report.figures(
+        key,
+        f"  engine plain loop  {ours_tps:9.1f} tokens/s ({len(ours_ids)} tokens)",
+        method="engine plain",
+        tokens_per_s=round(ours_tps, 2),
+        tokens=len(ours_ids),
+    )
+    expected = (
+        "expected in fp32" if engine.precision == "float32" else f"{engine.precision} rounding may flip near-ties"
+    )
+    report.figures(
+        key,
+        f"  engine / HF: {ours_tps / hf_tps:.2f}x; token-identical: {same} ({expected})",
+        ratio=round(ours_tps / hf_tps, 3),
+        identical=same,
+    )
+    report.figures(
+        key, f"  steps replayed from captured graphs: {replays} of {steps}", graph_replays=replays, steps=steps
+    )
     return ours_ids
 
 
@@ -391,27 +540,40 @@ def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, repor
         secs["plain"].append(s)
         out["plain"] = (ids, steps, nodes)
         for name, (depth, budget) in configs.items():
-            drafter = (WideOracle(plain, len(prompt), engine.vocab) if name == WIDE
-                       else OracleDrafter(plain, len(prompt), max_depth=depth))
+            drafter = (
+                WideOracle(plain, len(prompt), engine.vocab)
+                if name == WIDE
+                else OracleDrafter(plain, len(prompt), max_depth=depth)
+            )
             ids, s, steps, nodes, step_ms = answer(engine, prompt, args.tokens, [drafter], budget)
             secs[name].append(s)
             out[name] = (ids, steps, nodes)
             if name == WIDE and rep:
                 wide_ms.append(step_ms)
-    report.line(f"oracle drafts = the plain answer ({len(plain)} tokens), a chain ({WIDE}: its first branch, 7 "
-                f"random ones beside it); median of {args.reps} rounds after 1 warm-up, each round plain then "
-                "every configuration")
+    report.line(
+        f"oracle drafts = the plain answer ({len(plain)} tokens), a chain ({WIDE}: its first branch, 7 "
+        f"random ones beside it); median of {args.reps} rounds after 1 warm-up, each round plain then "
+        "every configuration"
+    )
     plain_tps = len(out["plain"][0]) / statistics.median(secs["plain"][1:])
-    report.figures(key, f"  plain              {plain_tps:9.1f} tokens/s", config="plain",
-                   tokens_per_s=round(plain_tps, 2))
+    report.figures(
+        key, f"  plain              {plain_tps:9.1f} tokens/s", config="plain", tokens_per_s=round(plain_tps, 2)
+    )
     for name in configs:
         ids, steps, nodes = out[name]
         tps = len(ids) / statistics.median(secs[name][1:])
         tau, same = len(ids) / max(steps, 1), ids == plain
-        report.figures(key, f"  {name:<18} {tps:9.1f} tokens/s  {tps / plain_tps:5.2f}x plain  "
-                       f"tau {tau:5.2f}  {nodes:4.1f} nodes a step  token-identical: {same}", config=name,
-                       tokens_per_s=round(tps, 2), speedup=round(tps / plain_tps, 3), tau=round(tau, 3),
-                       nodes_per_step=round(nodes, 2), identical=same)
+        report.figures(
+            key,
+            f"  {name:<18} {tps:9.1f} tokens/s  {tps / plain_tps:5.2f}x plain  "
+            f"tau {tau:5.2f}  {nodes:4.1f} nodes a step  token-identical: {same}",
+            config=name,
+            tokens_per_s=round(tps, 2),
+            speedup=round(tps / plain_tps, 3),
+            tau=round(tau, 3),
+            nodes_per_step=round(nodes, 2),
+            identical=same,
+        )
     outside_the_forward(engine, prompt, plain, statistics.median(wide_ms), args, report)
 
 
@@ -424,10 +586,15 @@ def outside_the_forward(engine, prompt, plain, step: float, args, report: Report
     past, tree = backend.cached, wide_tree(rng, engine.vocab)
     forward = timed(lambda: (backend.verify(prompt[-1], tree), backend.truncate(past)), engine.device, args.reps)
     share = max(0.0, 1 - forward / step)
-    report.figures("oracle", f"  {WIDE}: {step:.2f} ms a step, its 64-node forward alone {forward:.2f} ms: "
-                   f"{share:.0%} of a step outside the forward (drafting, tree, walk, events)",
-                   config="outside the forward", step_ms=round(step, 3), forward_ms=round(forward, 3),
-                   outside_share=round(share, 3))
+    report.figures(
+        "oracle",
+        f"  {WIDE}: {step:.2f} ms a step, its 64-node forward alone {forward:.2f} ms: "
+        f"{share:.0%} of a step outside the forward (drafting, tree, walk, events)",
+        config="outside the forward",
+        step_ms=round(step, 3),
+        forward_ms=round(forward, 3),
+        outside_share=round(share, 3),
+    )
 
 
 def spec_bench(args, report: Report) -> int:
@@ -438,8 +605,13 @@ def spec_bench(args, report: Report) -> int:
 
     key = "spec-bench"
     report.heading(key)
-    why = ("needs --model: random weights accept no real drafts" if not args.model else
-           None if Path(args.questions).is_file() else f"no questions at {args.questions} (pass --questions)")
+    why = (
+        "needs --model: random weights accept no real drafts"
+        if not args.model
+        else None
+        if Path(args.questions).is_file()
+        else f"no questions at {args.questions} (pass --questions)"
+    )
     if why:
         report.figures(key, f"skipped: {why}", skipped=why)
         return 0
@@ -447,8 +619,20 @@ def spec_bench(args, report: Report) -> int:
     spec.add_arguments(parser)
     with tempfile.TemporaryDirectory(prefix="draftscope-bench-gpu-") as scratch:
         summary = Path(scratch) / "spec.json"
-        argv = ["--model", args.model, "--questions", args.questions, "--backend", "torch",
-                "--methods", args.spec_methods, "--max-new-tokens", str(args.tokens), "--json", str(summary)]
+        argv = [
+            "--model",
+            args.model,
+            "--questions",
+            args.questions,
+            "--backend",
+            "torch",
+            "--methods",
+            args.spec_methods,
+            "--max-new-tokens",
+            str(args.tokens),
+            "--json",
+            str(summary),
+        ]
         argv += ["--datastore", args.datastore] if args.datastore else []
         argv += ["--device", args.device] if args.device else []
         argv += ["--dtype", args.dtype] if args.dtype else []
@@ -466,8 +650,9 @@ def engine_sections(args, report: Report) -> None:
     engine, prompt = open_engine(args)
     longest = max(args.contexts) + 1 + args.tokens * (1 + len(COMMIT)) + 65
     if longest > engine.max_context:
-        raise ValueError(f"--contexts and --tokens reach {longest:,} cached tokens; {engine.name} holds "
-                         f"{engine.max_context:,}")
+        raise ValueError(
+            f"--contexts and --tokens reach {longest:,} cached tokens; {engine.name} holds {engine.max_context:,}"
+        )
     header(engine, args, report)
     plain = None
     if "verify" in args.sections:

@@ -12,14 +12,42 @@ from draftscope.drafters.interface import Drafter
 # Qwen's vocabulary and two small layers, is for dry runs and tests. All are built with their own
 # head (see shape_model): the same compute as a tied one, 0.3-0.5 GB more for the tied shapes.
 SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+    ),
 }
 SHARPEN = 100.0  # the embeddings' scale in a shape model (see shape_model)
 
@@ -50,8 +78,14 @@ def shape_model(shape: str, device, dtype):
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6, bos_token_id=None,
-                         eos_token_id=None, **{**SHAPES[shape], "tie_word_embeddings": False})
+    config = Qwen2Config(
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        bos_token_id=None,
+        eos_token_id=None,
+        **{**SHAPES[shape], "tie_word_embeddings": False},
+    )
     torch.manual_seed(0)
     with torch.device(device):  # weights made where they run: a 7B model never passes through the CPU
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -69,8 +103,9 @@ def wide_tree(rng, vocab: int):
 
     parents = np.array([-1 if k == 0 else 8 * b + k - 1 for b in range(8) for k in range(8)], np.int32)
     depth = np.array([k + 1 for _ in range(8) for k in range(8)], np.int32)
-    return DraftTree(rng.integers(0, vocab, 64).astype(np.int64), parents, depth, np.ones(64, np.float32),
-                     np.ones(64, np.int8))
+    return DraftTree(
+        rng.integers(0, vocab, 64).astype(np.int64), parents, depth, np.ones(64, np.float32), np.ones(64, np.int8)
+    )
 
 
 class WideOracle(Drafter):
@@ -105,10 +140,27 @@ class WideOracle(Drafter):
 # Memory bandwidth of cards by the name torch gives them (GB/s, the makers' spec sheets): a step that
 # reads its weights and KV cache once cannot beat bytes / bandwidth. Longest names first when matching.
 BANDWIDTH_GB_S = {
-    "H200": 4800.0, "H100 NVL": 3900.0, "H100 SXM": 3350.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0,
-    "H100": 3350.0, "GH200": 4000.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0, "A100 80GB PCIe": 1935.0,
-    "A100-SXM4-40GB": 1555.0, "A100-PCIE-40GB": 1555.0, "A100": 1555.0, "L40S": 864.0, "L40": 864.0,
-    "L4": 300.0, "A10G": 600.0, "A10": 600.0, "T4": 320.0, "RTX 4090": 1008.0, "RTX 3090": 936.0,
+    "H200": 4800.0,
+    "H100 NVL": 3900.0,
+    "H100 SXM": 3350.0,
+    "H100 80GB HBM3": 3350.0,
+    "H100 PCIe": 2000.0,
+    "H100": 3350.0,
+    "GH200": 4000.0,
+    "B200": 8000.0,
+    "A100-SXM4-80GB": 2039.0,
+    "A100 80GB PCIe": 1935.0,
+    "A100-SXM4-40GB": 1555.0,
+    "A100-PCIE-40GB": 1555.0,
+    "A100": 1555.0,
+    "L40S": 864.0,
+    "L40": 864.0,
+    "L4": 300.0,
+    "A10G": 600.0,
+    "A10": 600.0,
+    "T4": 320.0,
+    "RTX 4090": 1008.0,
+    "RTX 3090": 936.0,
 }
 
 
@@ -128,7 +180,7 @@ def step_bytes(model, context: int, queries: int = 1) -> dict[str, int]:
     embeddings = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
     weights = 0
-    for name, p in model.named_parameters():
+    for _name, p in model.named_parameters():
         if p is embeddings and p is not head:
             weights += queries * p.shape[1] * p.element_size()  # looked up, not read whole
         else:

@@ -57,8 +57,23 @@ def verify_curve(model: Path, threads: int, timeout: float = 600.0) -> str:
     if bench is None or not bench.is_file():
         return f"verify curve: llama-bench not found ({why or 'not beside llama-server'})"
     sizes = ",".join(map(str, CURVE_SIZES))
-    command = [str(bench), "-m", str(model), "-t", str(threads), "-p", sizes, "-n", "0", "-d", str(CURVE_DEPTH),
-               "-r", "3", "-o", "jsonl"]
+    command = [
+        str(bench),
+        "-m",
+        str(model),
+        "-t",
+        str(threads),
+        "-p",
+        sizes,
+        "-n",
+        "0",
+        "-d",
+        str(CURVE_DEPTH),
+        "-r",
+        "3",
+        "-o",
+        "jsonl",
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -74,8 +89,10 @@ def verify_curve(model: Path, threads: int, timeout: float = 600.0) -> str:
         return f"verify curve: llama-bench said nothing usable (exit {done.returncode})"
     words = ", ".join(f"{n}: {ms[n]:.1f} ms ({ms[n] / ms[1]:.2f}x)" for n in sorted(ms))
     top = max(ms)
-    return (f"verify curve (llama-bench, {threads} threads, a forward of N tokens on {CURVE_DEPTH} in the context): "
-            f"{words}; a fully accepted {top}-token chain writes at most {top * ms[1] / ms[top]:.2f}x plain")
+    return (
+        f"verify curve (llama-bench, {threads} threads, a forward of N tokens on {CURVE_DEPTH} in the context): "
+        f"{words}; a fully accepted {top}-token chain writes at most {top * ms[1] / ms[top]:.2f}x plain"
+    )
 
 
 def _free_port() -> int:
@@ -87,16 +104,47 @@ def _free_port() -> int:
 class LlamaServer:
     """One ``llama-server`` process for one method, started on first use."""
 
-    def __init__(self, binary: str, method: str, model: Path, *, threads: int, context: int, max_new_tokens: int,
-                 draft_model: Path | None = None, timeout: float = 120.0, parallel: int = 1) -> None:
+    def __init__(
+        self,
+        binary: str,
+        method: str,
+        model: Path,
+        *,
+        threads: int,
+        context: int,
+        max_new_tokens: int,
+        draft_model: Path | None = None,
+        timeout: float = 120.0,
+        parallel: int = 1,
+    ) -> None:
         if method == "llama-server-draft" and draft_model is None:
             raise ValueError("llama-server-draft needs --draft-model (a GGUF)")
         self.method, self.max_new_tokens, self.timeout = method, max_new_tokens, timeout
         self.port = _free_port()
-        flags = list(SPEC_TYPES[method]) + (["--model-draft", str(draft_model), "--threads-draft", str(threads)]
-                                            if method == "llama-server-draft" else [])
-        self.command = [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
-                        "-tb", str(threads), "-c", str(context * parallel), "-np", str(parallel), "--no-webui", *flags]
+        flags = list(SPEC_TYPES[method]) + (
+            ["--model-draft", str(draft_model), "--threads-draft", str(threads)]
+            if method == "llama-server-draft"
+            else []
+        )
+        self.command = [
+            binary,
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "-c",
+            str(context * parallel),
+            "-np",
+            str(parallel),
+            "--no-webui",
+            *flags,
+        ]
         self.proc: subprocess.Popen | None = None
         self.log = b""
 
@@ -106,8 +154,9 @@ class LlamaServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 said = self.proc.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-                raise RuntimeError(f"llama-server ({self.method}) exited with code {self.proc.returncode}: "
-                                   + " / ".join(said))
+                raise RuntimeError(
+                    f"llama-server ({self.method}) exited with code {self.proc.returncode}: " + " / ".join(said)
+                )
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                     if r.status == 200:
@@ -122,10 +171,20 @@ class LlamaServer:
         """(tokens, seconds, llama-server's timings) for a greedy answer to the token ids ``ids``."""
         if self.proc is None:
             self.start()
-        body = json.dumps({"prompt": ids, "n_predict": self.max_new_tokens, "temperature": 0.0, "top_k": 1,
-                           "cache_prompt": False, "return_tokens": True, "stream": False}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=body,
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "prompt": ids,
+                "n_predict": self.max_new_tokens,
+                "temperature": 0.0,
+                "top_k": 1,
+                "cache_prompt": False,
+                "return_tokens": True,
+                "stream": False,
+            }
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/completion", data=body, headers={"Content-Type": "application/json"}
+        )
         t0 = time.perf_counter()
         with urllib.request.urlopen(request, timeout=self.timeout * 10) as r:
             reply = json.loads(r.read())
@@ -152,9 +211,18 @@ class LlamaServerPeers:
             raise FileNotFoundError(why)
         backend = engine.backend
         atexit.register(self.close)  # a run that fails midway leaves no server behind
-        self.servers = {m: LlamaServer(binary, m, Path(backend.path), threads=backend.threads,
-                                       context=backend.max_context, max_new_tokens=max_new_tokens,
-                                       draft_model=draft_model) for m in methods}
+        self.servers = {
+            m: LlamaServer(
+                binary,
+                m,
+                Path(backend.path),
+                threads=backend.threads,
+                context=backend.max_context,
+                max_new_tokens=max_new_tokens,
+                draft_model=draft_model,
+            )
+            for m in methods
+        }
 
     def answer(self, method: str, ids: list[int]) -> tuple[list[int], float, dict]:
         """(tokens, seconds, llama-server's timings) of ``method``'s server."""

@@ -35,8 +35,15 @@ from pathlib import Path
 
 from draftscope.bench.lossless_setup import Audit, load_audit
 from draftscope.bench.lossless_stats import (
-    chi_square_test, hf_processors, ks_uniform, logit_rows, noise_keyed_by_step, one_token_logits, pairs_test,
-    reference_rows, reused_noise,
+    chi_square_test,
+    hf_processors,
+    ks_uniform,
+    logit_rows,
+    noise_keyed_by_step,
+    one_token_logits,
+    pairs_test,
+    reference_rows,
+    reused_noise,
 )
 from draftscope.core import argtypes
 
@@ -67,8 +74,12 @@ class Progress:
             return
         spent = time.perf_counter() - self.start
         left = spent / self.done * (self.total - self.done) if self.done else 0
-        print(f"\r[{self.done / self.total:4.0%}] {what[:60]:60s} {_clock(spent)} spent, ~{_clock(left)} left",
-              end="", file=sys.stderr, flush=True)
+        print(
+            f"\r[{self.done / self.total:4.0%}] {what[:60]:60s} {_clock(spent)} spent, ~{_clock(left)} left",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def line(self, text: str) -> None:
         if not self.quiet:
@@ -82,15 +93,24 @@ def _clock(seconds: float) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default")
-    p.add_argument("--draft-model", default=None,
-                   help="a model sharing the target's tokenizer; 'self' (the target drafts for itself) or 'self:N' "
-                        "(the target's first N layers)")
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        help="a model sharing the target's tokenizer; 'self' (the target drafts for itself) or 'self:N' "
+        "(the target's first N layers)",
+    )
     p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore)")
-    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head for "
-                   "--model, when one was trained)")
-    p.add_argument("--configs", default="auto",
-                   help="drafter sets to audit, ';'-separated comma lists (e.g. 'context;retrieval,context,model'); "
-                        "auto = each available drafter alone, then all together")
+    p.add_argument(
+        "--head",
+        default=None,
+        help="recurrent head for the recurrent drafter (default: the app's head for --model, when one was trained)",
+    )
+    p.add_argument(
+        "--configs",
+        default="auto",
+        help="drafter sets to audit, ';'-separated comma lists (e.g. 'context;retrieval,context,model'); "
+        "auto = each available drafter alone, then all together",
+    )
     p.add_argument("--temperature", default="0,0.7,1", help="comma list; 0 = the greedy identity test")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=argtypes.count, default=0)
@@ -98,21 +118,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=argtypes.positive_int, default=4, help="sample prompts (built in, or --questions)")
     p.add_argument("--questions", default=None, help="Spec-Bench JSONL to take prompts from")
     p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64, help="answers' length (identity tests)")
-    p.add_argument("--seeds", type=argtypes.positive_int, default=3, help="seeded answers per prompt (identity at T > 0)")
+    p.add_argument(
+        "--seeds", type=argtypes.positive_int, default=3, help="seeded answers per prompt (identity at T > 0)"
+    )
     p.add_argument("--runs", type=argtypes.positive_int, default=600, help="seeded runs per first-tokens test")
-    p.add_argument("--pit-tokens", type=argtypes.positive_int, default=3000,
-                   help="sampled tokens per PIT test (about 2,000 reject a REST-style bias on SmolLM2)")
-    p.add_argument("--pit-length", type=argtypes.positive_int, default=96, help="tokens per sampled answer in the PIT test")
+    p.add_argument(
+        "--pit-tokens",
+        type=argtypes.positive_int,
+        default=3000,
+        help="sampled tokens per PIT test (about 2,000 reject a REST-style bias on SmolLM2)",
+    )
+    p.add_argument(
+        "--pit-length", type=argtypes.positive_int, default=96, help="tokens per sampled answer in the PIT test"
+    )
     p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--biased", action="store_true", help="also run the sampling tests with broken noise")
-    p.add_argument("--only-biased", action="store_true",
-                   help="run the sampling tests with broken noise only (to measure the audit's power)")
+    p.add_argument(
+        "--only-biased",
+        action="store_true",
+        help="run the sampling tests with broken noise only (to measure the audit's power)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", type=argtypes.device, default=None)
-    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: per device)")
-    p.add_argument("--backend", choices=("torch", "llama.cpp"), default="torch",
-                   help="torch (default: greedy answers are compared with HF generate, identity is the promise in "
-                   "fp32) or llama.cpp (compared with its own plain decoding; divergences must be near-ties)")
+    p.add_argument(
+        "--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: per device)"
+    )
+    p.add_argument(
+        "--backend",
+        choices=("torch", "llama.cpp"),
+        default="torch",
+        help="torch (default: greedy answers are compared with HF generate, identity is the promise in "
+        "fp32) or llama.cpp (compared with its own plain decoding; divergences must be near-ties)",
+    )
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -128,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
     if 0 in temps:
         checks += greedy_checks(audit.engine, audit.prompts, audit.makers, args, progress)
     for t in (t for t in temps if t > 0):
-        params = SamplingParams(temperature=t, top_k=args.top_k, top_p=args.top_p,
-                                repetition_penalty=args.repetition_penalty, seed=None)
+        params = SamplingParams(
+            temperature=t, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=None
+        )
         for biased in variants:
             checks += sampling_checks(audit.engine, audit.prompts, audit.makers, params, args, progress, biased=biased)
     progress.line("")
@@ -166,15 +204,26 @@ def _print_verdict(checks: list[Check], args) -> bool:
     ok = all(c.passed for c in real)
     if args.biased or args.only_biased:
         caught = [c for c in checks if c.biased and not c.passed]
-        print(f"power: the broken noise was rejected by {len(caught)} of {sum(c.biased for c in checks)} tests "
-              f"(at {args.runs} runs per first-tokens test, {args.pit_tokens} tokens per PIT test)")
+        print(
+            f"power: the broken noise was rejected by {len(caught)} of {sum(c.biased for c in checks)} tests "
+            f"(at {args.runs} runs per first-tokens test, {args.pit_tokens} tokens per PIT test)"
+        )
     rounding = any(c.kind in ("greedy", "identity") and c.extra.get("agreement", 1) < 1 for c in real)
-    held = ("every test holds: speculation changed nothing but the speed" if not rounding else
-            "every test holds: sampling is exact, and every divergence lies within the dtype's rounding")
+    held = (
+        "every test holds: speculation changed nothing but the speed"
+        if not rounding
+        else "every test holds: sampling is exact, and every divergence lies within the dtype's rounding"
+    )
     if not real:
         held = "no test of the engine's own verifier was run (--only-biased)"
-    print("verdict: " + (held if ok else
-                         "FAILED: " + "; ".join(f"{c.kind} [{c.config}, T={c.temperature:g}]" for c in real if not c.passed)))
+    print(
+        "verdict: "
+        + (
+            held
+            if ok
+            else "FAILED: " + "; ".join(f"{c.kind} [{c.config}, T={c.temperature:g}]" for c in real if not c.passed)
+        )
+    )
     return ok
 
 
@@ -194,21 +243,35 @@ def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
     refs = []
     for ids in prompts:
         if model is None:
-            refs.append(list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens)))[-1]
-                        .token_ids)
+            refs.append(
+                list(
+                    engine.generate(
+                        GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens)
+                    )
+                )[-1].token_ids
+            )
             progress.step(1, "greedy: plain decoding on the backend")
             continue
         with torch.inference_mode():
-            out = model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=args.max_new_tokens,
-                                 do_sample=False, temperature=None, top_p=None, top_k=None,
-                                 eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
-        refs.append(out[0, len(ids):].tolist())
+            out = model.generate(
+                torch.tensor([ids], device=engine.device),
+                max_new_tokens=args.max_new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                eos_token_id=eos or None,
+                pad_token_id=eos[0] if eos else 0,
+            )
+        refs.append(out[0, len(ids) :].tolist())
         progress.step(1, "greedy: Hugging Face generate")
     cases = [(ids, SamplingParams(), ref) for ids, ref in zip(prompts, refs)]
     reference = "HF generate" if model is not None else f"{engine.backend.kind}'s plain decoding"
     configs = {"plain": lambda: [], **makers} if model is not None else makers
-    return [agreement_check("greedy", engine, cases, name, make, args, progress, reference=reference)
-            for name, make in configs.items()]
+    return [
+        agreement_check("greedy", engine, cases, name, make, args, progress, reference=reference)
+        for name, make in configs.items()
+    ]
 
 
 def agreement_check(kind, engine, cases, name, make, args, progress, *, reference: str, biased: bool = False) -> Check:
@@ -221,8 +284,18 @@ def agreement_check(kind, engine, cases, name, make, args, progress, *, referenc
     same, gaps, accepted = 0, [], 0
     temperature = cases[0][1].temperature
     for ids, params, ref in cases:
-        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
-                                                        sampling=params, drafters=make(), budget=args.budget)))
+        events = list(
+            engine.generate(
+                GenerationRequest(
+                    keep_cache=False,
+                    prompt_ids=ids,
+                    max_new_tokens=args.max_new_tokens,
+                    sampling=params,
+                    drafters=make(),
+                    budget=args.budget,
+                )
+            )
+        )
         final = events[-1]
         if final.finish_reason == "error":
             raise RuntimeError(final.error)
@@ -240,8 +313,9 @@ def agreement_check(kind, engine, cases, name, make, args, progress, *, referenc
     if name != "plain" and accepted == 0:
         detail += " (no draft accepted: this proves little)"
     progress.line(f"{'[biased] ' if biased else ''}{kind} [{name}, T={temperature:g}]: {detail}")
-    return Check(kind, name, temperature, passed, detail, biased=biased,
-                 extra={"agreement": same / len(cases), "gaps": gaps})
+    return Check(
+        kind, name, temperature, passed, detail, biased=biased, extra={"agreement": same / len(cases), "gaps": gaps}
+    )
 
 
 def _spacing(x: float, dtype) -> float:
@@ -285,10 +359,17 @@ def divergence(engine, prompt, ref, got, params) -> dict:
     # any other pass, even where these two passes happened to agree.
     step = _spacing(float(whole[0].float().abs().max()), engine.dtype) / (params.temperature or 1.0)
     noise = max(measured, 2 * step)
-    return {"position": k, "gap": gap, "noise": noise, "measured_noise": measured, "dtype_step": step,
-            "within_noise": gap <= noise,
-            "tokens": [int(a), int(b)], "ref_token": ref[k] if k < len(ref) else None,
-            "got_token": got[k] if k < len(got) else None}
+    return {
+        "position": k,
+        "gap": gap,
+        "noise": noise,
+        "measured_noise": measured,
+        "dtype_step": step,
+        "within_noise": gap <= noise,
+        "tokens": [int(a), int(b)],
+        "ref_token": ref[k] if k < len(ref) else None,
+        "got_token": got[k] if k < len(got) else None,
+    }
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -307,13 +388,29 @@ def sampling_checks(engine, prompts, makers, params, args, progress, *, biased: 
         for i, ids in enumerate(prompts):
             for s in range(args.seeds):
                 seeded = replace(params, seed=args.seed * 1_000_003 + 7_919 * i + s)
-                final = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens,
-                                                               sampling=seeded)))[-1]
+                final = list(
+                    engine.generate(
+                        GenerationRequest(
+                            keep_cache=False, prompt_ids=ids, max_new_tokens=args.max_new_tokens, sampling=seeded
+                        )
+                    )
+                )[-1]
                 cases.append((ids, seeded, final.token_ids))
                 progress.step(1, f"identity T={params.temperature:g}: plain")
-        checks += [agreement_check("identity", engine, cases, name, make, args, progress,
-                                   reference="plain decoding with the same seed", biased=biased)
-                   for name, make in makers.items()]
+        checks += [
+            agreement_check(
+                "identity",
+                engine,
+                cases,
+                name,
+                make,
+                args,
+                progress,
+                reference="plain decoding with the same seed",
+                biased=biased,
+            )
+            for name, make in makers.items()
+        ]
     with reused_noise() if biased else contextlib.nullcontext():
         checks.append(first_tokens_check(engine, mid_answer(engine, prompts[0]), params, args, progress, biased))
         checks += pit_checks(engine, prompts, params, args, progress, biased)
@@ -325,7 +422,9 @@ def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
     there, so the first-tokens test sees drafts accepted (at an answer's very start few are)."""
     from draftscope.engine.engine import GenerationRequest
 
-    events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens), _ignore_eos=True))
+    events = list(
+        engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens), _ignore_eos=True)
+    )
     return prompt + events[-1].token_ids
 
 
@@ -360,11 +459,15 @@ def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
     expected.append(max(0.0, 1 - float(first[top_first].sum())))
     counts = np.zeros(len(expected))
     for r in range(args.runs):
-        p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
-                           seed=args.seed * 1_000_003 + r)
+        p = SamplingParams(
+            params.temperature, params.top_k, params.top_p, params.repetition_penalty, seed=args.seed * 1_000_003 + r
+        )
         # EOS counts as a token here (the exact joint does not stop at it either).
-        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=2, sampling=p),
-                                      _ignore_eos=True))
+        events = list(
+            engine.generate(
+                GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=2, sampling=p), _ignore_eos=True
+            )
+        )
         a, b = events[-1].token_ids[:2]
         key = (a, b) if (a, b) in cells else (a, None) if (a, None) in cells else (None, None)
         counts[cells[key]] += 1
@@ -388,9 +491,18 @@ def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
     total, run_no = 0, 0
     while total < args.pit_tokens:
         prompt = prompts[run_no % len(prompts)]
-        p = SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty,
-                           seed=args.seed * 7_919 + 100_000 + run_no)
-        events = list(engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)))
+        p = SamplingParams(
+            params.temperature,
+            params.top_k,
+            params.top_p,
+            params.repetition_penalty,
+            seed=args.seed * 7_919 + 100_000 + run_no,
+        )
+        events = list(
+            engine.generate(
+                GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)
+            )
+        )
         run_no += 1
         answer = events[-1].token_ids
         if not answer:
@@ -410,10 +522,18 @@ def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
     d, p_ks = ks_uniform(allu)
     stat, df, p_pairs = pairs_test(sequences)
     tag = f"{len(allu)} tokens in {run_no} answers"
-    uniform = Check("pit-uniform", "plain", params.temperature, p_ks >= P_LIMIT, f"KS D {d:.4f}, p {p_ks:.3g}; {tag}", p_ks,
-                    biased)
-    pairs = Check("pit-pairs", "plain", params.temperature, p_pairs >= P_LIMIT,
-                  f"lag-1 chi2 {stat:.1f}, df {df}, p {p_pairs:.3g}", p_pairs, biased)
+    uniform = Check(
+        "pit-uniform", "plain", params.temperature, p_ks >= P_LIMIT, f"KS D {d:.4f}, p {p_ks:.3g}; {tag}", p_ks, biased
+    )
+    pairs = Check(
+        "pit-pairs",
+        "plain",
+        params.temperature,
+        p_pairs >= P_LIMIT,
+        f"lag-1 chi2 {stat:.1f}, df {df}, p {p_pairs:.3g}",
+        p_pairs,
+        biased,
+    )
     progress.line(f"{'[biased] ' if biased else ''}PIT [T={params.temperature:g}]: {uniform.detail}; {pairs.detail}")
     return [uniform, pairs]
 
@@ -421,8 +541,13 @@ def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
 def format_report(checks: list[Check]) -> str:
     lines = ["| test | drafters | T | verifier | result | detail |", "|---|---|---|---|---|---|"]
     for c in checks:
-        verdict = ("holds" if c.passed else "REJECTED") if not c.biased else ("rejected (as it should)" if not c.passed
-                                                                             else "not caught")
-        lines.append(f"| {c.kind} | {c.config} | {c.temperature:g} | {'biased' if c.biased else 'ours'} | {verdict} | "
-                     f"{c.detail} |")
+        verdict = (
+            ("holds" if c.passed else "REJECTED")
+            if not c.biased
+            else ("rejected (as it should)" if not c.passed else "not caught")
+        )
+        lines.append(
+            f"| {c.kind} | {c.config} | {c.temperature:g} | {'biased' if c.biased else 'ours'} | {verdict} | "
+            f"{c.detail} |"
+        )
     return "\n".join(lines)

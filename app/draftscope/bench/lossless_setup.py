@@ -28,8 +28,11 @@ def _configs(text: str, names_available: list[str]) -> list[list[str]]:
         return alone + ([names_available] if len(names_available) > 1 else [])
     from draftscope.core.drafter_factory import parse_drafter_names
 
-    return [parse_drafter_names(c, have_datastore=True, have_draft_model=True, have_head=True)
-            for c in text.split(";") if c.strip()]
+    return [
+        parse_drafter_names(c, have_datastore=True, have_draft_model=True, have_head=True)
+        for c in text.split(";")
+        if c.strip()
+    ]
 
 
 def _prompts(args, engine) -> list[list[int]]:
@@ -51,13 +54,16 @@ def draft_model_from(spec: str | None, engine, *, device=None, dtype=None):
         return None
     if engine.model is None and spec.startswith("self"):
         if spec != "self":
-            raise ValueError(f"--draft-model {spec}: the first N layers of a model are a torch draft model; "
-                             "on llama.cpp give 'self' or a GGUF draft model")
+            raise ValueError(
+                f"--draft-model {spec}: the first N layers of a model are a torch draft model; "
+                "on llama.cpp give 'self' or a GGUF draft model"
+            )
         from draftscope.engine.backends import open_backend
 
         # the same GGUF in a second llama.cpp context (the weights are mapped once)
-        return open_backend(engine.backend.source, backend="llama.cpp", context=engine.max_context,
-                            threads=engine.backend.threads)
+        return open_backend(
+            engine.backend.source, backend="llama.cpp", context=engine.max_context, threads=engine.backend.threads
+        )
     if spec == "self":
         return engine.model
     if spec.startswith("self:"):
@@ -87,22 +93,39 @@ def load_audit(args) -> Audit:
     from draftscope.retrieval import Reader
 
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
-    engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend,
-                         measure=args.budget is None)
+    engine = Engine.load(
+        args.model, device=args.device, dtype=args.dtype, backend=args.backend, measure=args.budget is None
+    )
     draft_model = draft_model_from(args.draft_model, engine, device=args.device, dtype=args.dtype)
     recurrent = find_recurrent(args.model, engine, args.head)
-    available = (["retrieval"] if datastore.is_file() else []) + ["context"] + (["model"] if draft_model is not None else []) \
+    available = (
+        (["retrieval"] if datastore.is_file() else [])
+        + ["context"]
+        + (["model"] if draft_model is not None else [])
         + (["recurrent"] if recurrent is not None else [])
+    )
     configs = _configs(args.configs, available)
     reader = Reader(datastore) if "retrieval" in available else None  # read once, shared by every configuration
-    makers = {",".join(c): drafter_maker(c, datastore=reader, draft_model=draft_model,
-                                         eos_token_id=engine.tokenizer.eos_token_id, recurrent=recurrent)
-              for c in configs}
+    makers = {
+        ",".join(c): drafter_maker(
+            c,
+            datastore=reader,
+            draft_model=draft_model,
+            eos_token_id=engine.tokenizer.eos_token_id,
+            recurrent=recurrent,
+        )
+        for c in configs
+    }
     prompts = _prompts(args, engine)
-    print(f"draftscope bench lossless: {engine.name} on {engine.backend.describe()}, "
-          f"draft model {args.draft_model or 'none'}, "
-          f"datastore {datastore.name if 'retrieval' in available else 'none'}, "
-          f"recurrent head {recurrent.path if recurrent is not None else 'none'}", file=sys.stderr)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
-          file=sys.stderr)
+    print(
+        f"draftscope bench lossless: {engine.name} on {engine.backend.describe()}, "
+        f"draft model {args.draft_model or 'none'}, "
+        f"datastore {datastore.name if 'retrieval' in available else 'none'}, "
+        f"recurrent head {recurrent.path if recurrent is not None else 'none'}",
+        file=sys.stderr,
+    )
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
+        file=sys.stderr,
+    )
     return Audit(engine, configs, makers, prompts)

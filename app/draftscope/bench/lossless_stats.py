@@ -15,7 +15,9 @@ def chi_square_p(stat: float, df: int) -> float:
 
     if df <= 0:
         return 1.0
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64))
+    )
 
 
 def chi_square_test(observed, expected, *, min_expected: float = 5.0) -> tuple[float, int, float]:
@@ -73,8 +75,13 @@ def pairs_test(sequences, bins: int = 5) -> tuple[float, int, float]:
 
 def hf_processors(params):
     """transformers' own logits processors for these sampling settings (the reference)."""
-    from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
-                              TopKLogitsWarper, TopPLogitsWarper)
+    from transformers import (
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     procs = LogitsProcessorList()
     if params.repetition_penalty != 1.0:
@@ -145,10 +152,9 @@ def noise_keyed_by_step():
 
     import draftscope.engine.answer as engine_mod
 
-    return mock.patch.object(engine_mod, "token_positions",
-                             lambda tree, next_position: [0] + [int(d) for d in tree.depth.tolist()])
+    return mock.patch.object(
+        engine_mod, "token_positions", lambda tree, next_position: [0] + [int(d) for d in tree.depth.tolist()]
+    )
 
 
 # ----------------------------------------------------------------------------- the audit
-
-

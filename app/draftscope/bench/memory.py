@@ -30,11 +30,14 @@ def child(kind: str, model: str, tokens: int) -> None:
         from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
 
         tok = load_tokenizer(source)
-        text = tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True
+        )
         ids = list(tok(text, add_special_tokens=False)["input_ids"])
         threads = default_threads()
-        llm = Llama(model_path=source.location, n_ctx=DEFAULT_CONTEXT, n_threads=threads, n_threads_batch=threads,
-                    verbose=False)
+        llm = Llama(
+            model_path=source.location, n_ctx=DEFAULT_CONTEXT, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
         out = []
         for t in llm.generate(ids, temp=0.0, top_k=1):
             out.append(t)
@@ -44,8 +47,13 @@ def child(kind: str, model: str, tokens: int) -> None:
         from draftscope.engine.engine import Engine, GenerationRequest
 
         engine = Engine.load(model, backend=kind, measure=False)
-        final = list(engine.generate(GenerationRequest(keep_cache=False, messages=[{"role": "user", "content": PROMPT}],
-                                                       max_new_tokens=tokens)))[-1]
+        final = list(
+            engine.generate(
+                GenerationRequest(
+                    keep_cache=False, messages=[{"role": "user", "content": PROMPT}], max_new_tokens=tokens
+                )
+            )
+        )[-1]
         out = final.token_ids
     print(json.dumps({"kind": kind, "peak_mb": peak_rss_mb(), "tokens": len(out), "seconds": time.perf_counter() - t0}))
 
@@ -64,8 +72,23 @@ def run(args: argparse.Namespace) -> int:
     kinds = ["llama-cpp-python", "llama.cpp"] + (["torch"] if args.torch else [])
     results = {}
     for kind in kinds:
-        done = subprocess.run([sys.executable, "-m", "draftscope", "bench", "memory", "--child", kind, "--model",
-                               args.model, "--tokens", str(args.tokens)], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "draftscope",
+                "bench",
+                "memory",
+                "--child",
+                kind,
+                "--model",
+                args.model,
+                "--tokens",
+                str(args.tokens),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{kind} failed:\n{done.stderr[-2000:]}")
         results[kind] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -73,10 +96,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.model}, {args.tokens} new tokens, one process each, {time.strftime('%Y-%m-%d')}")
     print("| process | peak resident memory | vs llama-cpp-python |")
     print("|---|---|---|")
-    names = {"llama-cpp-python": "llama-cpp-python's Llama", "llama.cpp": "draftscope, llama.cpp backend",
-             "torch": "draftscope, torch backend"}
+    names = {
+        "llama-cpp-python": "llama-cpp-python's Llama",
+        "llama.cpp": "draftscope, llama.cpp backend",
+        "torch": "draftscope, torch backend",
+    }
     for kind in kinds:
         mb = results[kind]["peak_mb"]
         print(f"| {names[kind]} | {mb:,.0f} MiB | {mb / base:.2f}x |")
     return 0
-

@@ -21,10 +21,18 @@ from pathlib import Path
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="steps written by `bench spec --trace`")
     p.add_argument("--costs", required=True, help="`bench gpu --json` output: its verify cost curve")
-    p.add_argument("--context", type=int, default=None,
-                   help="which measured context's curve to use (default: the shortest measured)")
-    p.add_argument("--drafting", choices=("measured", "free"), default="measured",
-                   help="count each step's drafting time as measured here, or as free (a bound)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="which measured context's curve to use (default: the shortest measured)",
+    )
+    p.add_argument(
+        "--drafting",
+        choices=("measured", "free"),
+        default="measured",
+        help="count each step's drafting time as measured here, or as free (a bound)",
+    )
 
 
 def write_trace(path: str | Path, method: str, question, steps) -> None:
@@ -35,9 +43,20 @@ def write_trace(path: str | Path, method: str, question, steps) -> None:
             for source in ev.provenance:
                 if source != "target":
                     sources[source] = sources.get(source, 0) + 1
-            file.write(json.dumps({"method": method, "question_id": question, "step": ev.step, "nodes": ev.proposed,
-                                   "tokens": len(ev.token_ids), "sources": sources,
-                                   "draft_ms": round(ev.draft_ms, 3)}) + "\n")
+            file.write(
+                json.dumps(
+                    {
+                        "method": method,
+                        "question_id": question,
+                        "step": ev.step,
+                        "nodes": ev.proposed,
+                        "tokens": len(ev.token_ids),
+                        "sources": sources,
+                        "draft_ms": round(ev.draft_ms, 3),
+                    }
+                )
+                + "\n"
+            )
 
 
 def load_costs(path: str | Path, context: int | None = None) -> tuple[dict[int, float], int]:
@@ -96,12 +115,16 @@ def project(steps: list[dict], curve: dict[int, float], *, drafting: bool = True
 def run(args: argparse.Namespace) -> int:
     curve, context = load_costs(args.costs, args.context)
     projected = project(read_trace(args.trace), curve, drafting=args.drafting == "measured")
-    print(f"PROJECTION (not measured): acceptance from {args.trace}, step costs from {args.costs} at context "
-          f"{context} (plain step {curve[0]:.2f} ms); drafting {'as measured here' if args.drafting == 'measured' else 'free'}; "
-          "prompts left out")
+    print(
+        f"PROJECTION (not measured): acceptance from {args.trace}, step costs from {args.costs} at context "
+        f"{context} (plain step {curve[0]:.2f} ms); drafting {'as measured here' if args.drafting == 'measured' else 'free'}; "
+        "prompts left out"
+    )
     print("| method | tokens | tau | projected tokens/s | plain tokens/s | projected speedup |")
     print("|---|---:|---:|---:|---:|---:|")
     for method, m in projected.items():
-        print(f"| {method} | {m['tokens']} | {m['tau']:.2f} | {m['tokens'] / m['ms'] * 1000:.1f} | "
-              f"{1000 / curve[0]:.1f} | {m['speedup']:.2f}x |")
+        print(
+            f"| {method} | {m['tokens']} | {m['tau']:.2f} | {m['tokens'] / m['ms'] * 1000:.1f} | "
+            f"{1000 / curve[0]:.1f} | {m['speedup']:.2f}x |"
+        )
     return 0

@@ -39,8 +39,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-len", type=int, default=16)
     p.add_argument("--max-nodes", type=int, default=64)
     p.add_argument("--max-matches", type=int, default=256)
-    p.add_argument("--repeat", type=int, default=2,
-                   help="builds and libsais runs alternate this many times; the fastest of each counts")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="builds and libsais runs alternate this many times; the fastest of each counts",
+    )
     p.add_argument("--work-dir", default=None, help="where token files and indexes go (default: the cache)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the figures to this JSON file")
 
@@ -83,10 +87,10 @@ def _contexts_from(held_back: list[np.ndarray], n: int, length: int, rng: np.ran
 def sharegpt_corpus(work: Path, n_contexts: int, context_len: int) -> Corpus:
     from transformers import AutoTokenizer
 
-    from draftscope.models import assets
     from draftscope.datastore.fingerprint import tokenizer_fingerprint
     from draftscope.datastore.records import SkipLog
     from draftscope.datastore.sources import Source
+    from draftscope.models import assets
 
     gguf = assets.fetch(assets.SMOLLM2_GGUF)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -108,11 +112,15 @@ def sharegpt_corpus(work: Path, n_contexts: int, context_len: int) -> Corpus:
     docs, held = tokenize(convs[:split]), tokenize(convs[split:])
     tok_s = time.perf_counter() - t0
     n_tok = sum(len(d) for d in docs)
-    print(f"  sharegpt: {split} conversations, {len(docs)} assistant turns, {n_tok:,} tokens "
-          f"(tokenised in {tok_s:.1f}s, {n_tok / tok_s:,.0f} tokens/s); {len(convs) - split} held back")
+    print(
+        f"  sharegpt: {split} conversations, {len(docs)} assistant turns, {n_tok:,} tokens "
+        f"(tokenised in {tok_s:.1f}s, {n_tok / tok_s:,.0f} tokens/s); {len(convs) - split} held back"
+    )
     tokens_path, offsets_path = _save(work, "sharegpt", docs)
     rng = np.random.default_rng(0)
-    return Corpus("sharegpt", len(tokenizer), fp, tokens_path, offsets_path, _contexts_from(held, n_contexts, context_len, rng))
+    return Corpus(
+        "sharegpt", len(tokenizer), fp, tokens_path, offsets_path, _contexts_from(held, n_contexts, context_len, rng)
+    )
 
 
 def _synthetic_docs(n_tokens: int, vocab: int, rng: np.random.Generator, phrases) -> list[np.ndarray]:
@@ -147,11 +155,19 @@ def synthetic_corpus(work: Path, n_tokens: int, n_contexts: int, context_len: in
     t0 = time.perf_counter()
     docs = _synthetic_docs(n_tokens, vocab, rng, phrases)
     held = _synthetic_docs(1_000_000, vocab, np.random.default_rng(7), phrases)
-    print(f"  synthetic: {len(docs)} documents, {sum(len(d) for d in docs):,} tokens "
-          f"(generated in {time.perf_counter() - t0:.1f}s)")
+    print(
+        f"  synthetic: {len(docs)} documents, {sum(len(d) for d in docs):,} tokens "
+        f"(generated in {time.perf_counter() - t0:.1f}s)"
+    )
     tokens_path, offsets_path = _save(work, "synthetic", docs)
-    return Corpus("synthetic", vocab, "synthetic-zipf-v1", tokens_path, offsets_path,
-                  _contexts_from(held, n_contexts, context_len, np.random.default_rng(1)))
+    return Corpus(
+        "synthetic",
+        vocab,
+        "synthetic-zipf-v1",
+        tokens_path,
+        offsets_path,
+        _contexts_from(held, n_contexts, context_len, np.random.default_rng(1)),
+    )
 
 
 # ---------------------------------------------------------------- build (child process)
@@ -178,7 +194,9 @@ def _build_child(corpus_paths: tuple[str, str, str, int, str], queue) -> None:
     t_add = time.perf_counter() - t0
     stats = writer.finalize()
     total = time.perf_counter() - t0
-    queue.put({"add_seconds": t_add, "build_seconds": total, "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base, **stats})
+    queue.put(
+        {"add_seconds": t_add, "build_seconds": total, "peak_rss_mb": peak_rss_mb(), "base_rss_mb": base, **stats}
+    )
 
 
 def _libsais_child(corpus_paths: tuple[str, str, int], queue) -> None:
@@ -222,8 +240,12 @@ def measure(corpus: Corpus, work: Path, max_nodes: int, max_matches: int, repeat
     fastest = _fastest_build(corpus, index_path, repeat)
     opened = _open_figures(index_path)
     params = dict(max_nodes=max_nodes, max_matches=max_matches)
-    return {"corpus": corpus.name, **_build_figures(corpus, fastest.build, fastest.raw), **opened.figures,
-            **_search_figures(opened.reader, corpus.contexts, params)}
+    return {
+        "corpus": corpus.name,
+        **_build_figures(corpus, fastest.build, fastest.raw),
+        **opened.figures,
+        **_search_figures(opened.reader, corpus.contexts, params),
+    }
 
 
 class _Fastest(NamedTuple):
@@ -240,8 +262,18 @@ def _fastest_build(corpus: Corpus, index_path: Path, repeat: int) -> _Fastest:
     """The fastest of ``repeat`` builds and of as many libsais runs, alternating (each in a child)."""
     builds, raws = [], []
     for _ in range(max(1, repeat)):
-        builds.append(_in_child(_build_child, (str(corpus.tokens_path), str(corpus.offsets_path), str(index_path),
-                                               corpus.vocab_size, corpus.fingerprint)))
+        builds.append(
+            _in_child(
+                _build_child,
+                (
+                    str(corpus.tokens_path),
+                    str(corpus.offsets_path),
+                    str(index_path),
+                    corpus.vocab_size,
+                    corpus.fingerprint,
+                ),
+            )
+        )
         raws.append(_in_child(_libsais_child, (str(corpus.tokens_path), str(corpus.offsets_path), corpus.vocab_size)))
     return _Fastest(min(builds, key=lambda b: b["build_seconds"]), min(raws, key=lambda r: r["raw_libsais_seconds"]))
 
@@ -279,8 +311,14 @@ def _open_figures(index_path: Path) -> _Opened:
         reader = Reader(index_path)
         opens.append(time.perf_counter() - t0)
     rss_open = _rss_mb() - rss0
-    return _Opened(reader, {"open_ms_first": opens[0] * 1000, "open_ms_median": statistics.median(opens) * 1000,
-                            "open_rss_growth_mb": rss_open})
+    return _Opened(
+        reader,
+        {
+            "open_ms_first": opens[0] * 1000,
+            "open_ms_median": statistics.median(opens) * 1000,
+            "open_rss_growth_mb": rss_open,
+        },
+    )
 
 
 def _search_figures(reader, contexts: list[np.ndarray], params: dict) -> dict:
@@ -338,8 +376,10 @@ def report(r: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     work = Path(args.work_dir) if args.work_dir else paths.bench_dir()
     work.mkdir(parents=True, exist_ok=True)
-    print(f"draftscope bench retriever  ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')})")
+    print(
+        f"draftscope bench retriever  ({platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')})"
+    )
     results = []
     names = ["sharegpt", "synthetic"] if args.corpus == "all" else [args.corpus]
     for name in names:

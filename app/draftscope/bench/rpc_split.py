@@ -32,8 +32,11 @@ def free_port() -> int:
 
 
 def start_worker(port: int, threads: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "draftscope", "worker", "--port", str(port), "--threads",
-                             str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "draftscope", "worker", "--port", str(port), "--threads", str(threads)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(300):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -55,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 class Timed(NamedTuple):
     """One answer: its tokens and the seconds it took, prompt processing included."""
+
     tokens: int
     seconds: float
 
@@ -107,8 +111,12 @@ def _time_ours(prompts: list[str], runs: list, max_new_tokens: int, results: dic
             engine = runtime.engine
             ids = engine.encode_chat([{"role": "user", "content": text}])
             t0 = time.perf_counter()
-            request = GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=max_new_tokens,
-                                        drafters=runtime.make_drafters() if drafted else [])
+            request = GenerationRequest(
+                keep_cache=False,
+                prompt_ids=ids,
+                max_new_tokens=max_new_tokens,
+                drafters=runtime.make_drafters() if drafted else [],
+            )
             final = list(engine.generate(request))[-1]
             results.setdefault(name, []).append(Timed(len(final.token_ids), time.perf_counter() - t0))
             if final.error:
@@ -129,8 +137,14 @@ def _offloaded(model: str, split) -> _Offloaded:
     return _Offloaded(gguf, gguf_layers(gguf) - remote["this computer"])
 
 
-def _time_llama_server(gguf: Path, offloaded: int, endpoints: list[str], prompt_ids: list[list[int]],
-                       max_new_tokens: int, results: dict[str, list[Timed]]) -> None:
+def _time_llama_server(
+    gguf: Path,
+    offloaded: int,
+    endpoints: list[str],
+    prompt_ids: list[list[int]],
+    max_new_tokens: int,
+    results: dict[str, list[Timed]],
+) -> None:
     """llama.cpp's server on the same split (the same layers on the same workers), where one is found."""
     from draftscope.bench.llama_server import LlamaServer, find_llama_server
     from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, default_threads
@@ -139,8 +153,9 @@ def _time_llama_server(gguf: Path, offloaded: int, endpoints: list[str], prompt_
     if binary is None:
         print(f"llama-server skipped: {why}")
         return
-    peer = LlamaServer(binary, "llama-server", gguf, threads=default_threads(), context=DEFAULT_CONTEXT,
-                       max_new_tokens=max_new_tokens)
+    peer = LlamaServer(
+        binary, "llama-server", gguf, threads=default_threads(), context=DEFAULT_CONTEXT, max_new_tokens=max_new_tokens
+    )
     peer.command += ["--rpc", ",".join(endpoints), "-ngl", str(offloaded), "-ts", ",".join(["1"] * len(endpoints))]
     peer.start()
     try:

@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from draftscope.rules import BACKENDS
 from draftscope.core import argtypes
+from draftscope.rules import BACKENDS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,16 +33,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clients", default="1,2,4,8", help="comma-separated client counts")
     p.add_argument("--requests", type=argtypes.positive_int, default=2, help="questions each client asks in turn")
     p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64)
-    p.add_argument("--servers", default="ours-drafting,ours-plain,llama-server",
-                   help="which of ours-drafting, ours-plain, llama-server")
-    p.add_argument("--parallel", type=argtypes.parallel, default=None, help="answers at once (default: the "
-                   "largest client count)")
+    p.add_argument(
+        "--servers",
+        default="ours-drafting,ours-plain,llama-server",
+        help="which of ours-drafting, ours-plain, llama-server",
+    )
+    p.add_argument(
+        "--parallel", type=argtypes.parallel, default=None, help="answers at once (default: the largest client count)"
+    )
     p.add_argument("--rpc", default=None, help="llama.cpp RPC workers for our server (host:port,...)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="what runs the model in our server (auto: llama.cpp for a GGUF on the CPU)")
-    p.add_argument("--poisson", type=float, default=None, metavar="SECONDS",
-                   help="clients arrive at random times instead of all at once: a Poisson schedule (seeded) with "
-                        "this mean gap between arrivals")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what runs the model in our server (auto: llama.cpp for a GGUF on the CPU)",
+    )
+    p.add_argument(
+        "--poisson",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="clients arrive at random times instead of all at once: a Poisson schedule (seeded) with "
+        "this mean gap between arrivals",
+    )
     p.add_argument("--json", dest="json_out", default=None)
 
 
@@ -58,8 +71,14 @@ def questions(path: str, count: int) -> list[str]:
 
 def one_answer(client, model: str, question: str, max_tokens: int, extra: dict | None = None) -> dict:
     t0 = time.perf_counter()
-    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}],
-                                            max_tokens=max_tokens, temperature=0, stream=True, extra_body=extra)
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": question}],
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        extra_body=extra,
+    )
     steps, texts = [], []  # (time, tokens in the chunk)
     shared = None  # ours: (steps, answers per forward) from the last chunk's stats
     for chunk in stream:
@@ -78,8 +97,14 @@ def one_answer(client, model: str, question: str, max_tokens: int, extra: dict |
     for (a, _), (b, n) in zip(arrivals, arrivals[1:]):
         gaps += [(b - a) / n] * n
     tokens = sum(n for _, n in arrivals)
-    return {"first_token_s": arrivals[0][0] - t0 if arrivals else end - t0, "gaps": gaps, "tokens": tokens,
-            "seconds": end - t0, "shared": shared, "arrivals": arrivals}
+    return {
+        "first_token_s": arrivals[0][0] - t0 if arrivals else end - t0,
+        "gaps": gaps,
+        "tokens": tokens,
+        "seconds": end - t0,
+        "shared": shared,
+        "arrivals": arrivals,
+    }
 
 
 def all_decoding_rate(answers: list[list[tuple[float, int]]], clients: int) -> float | None:
@@ -116,8 +141,15 @@ def arrival_times(clients: int, mean_gap_s: float | None, seed: int = 0) -> list
     return out
 
 
-def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tokens: int,
-              extra: dict | None = None, start_at: list[float] | None = None) -> dict:
+def run_round(
+    url: str,
+    model: str,
+    clients: int,
+    asks: list[list[str]],
+    max_tokens: int,
+    extra: dict | None = None,
+    start_at: list[float] | None = None,
+) -> dict:
     import openai
 
     results: list[dict] = []
@@ -155,21 +187,36 @@ def run_round(url: str, model: str, clients: int, asks: list[list[str]], max_tok
         raise RuntimeError(f"every request failed: {errors[0] if errors else 'no answers'}")
     shared = [r["shared"] for r in results if r["shared"]]
     steps = sum(s for s, _ in shared)
-    return {"clients": clients, "errors": errors, "tokens": sum(r["tokens"] for r in results), "wall_s": wall,
-            # over every step of every answer: how many answers its forward held (ours only)
-            "answers_per_forward": sum(s * a for s, a in shared) / steps if steps else None,
-            "tokens_per_s": sum(r["tokens"] for r in results) / wall,
-            "all_decoding_tokens_per_s": all_decoding_rate([r["arrivals"] for r in results], clients),
-            "first_token_median_s": statistics.median(firsts), "first_token_max_s": firsts[-1],
-            "token_p50_ms": pct(gaps, 0.5) * 1000, "token_p95_ms": pct(gaps, 0.95) * 1000}
+    return {
+        "clients": clients,
+        "errors": errors,
+        "tokens": sum(r["tokens"] for r in results),
+        "wall_s": wall,
+        # over every step of every answer: how many answers its forward held (ours only)
+        "answers_per_forward": sum(s * a for s, a in shared) / steps if steps else None,
+        "tokens_per_s": sum(r["tokens"] for r in results) / wall,
+        "all_decoding_tokens_per_s": all_decoding_rate([r["arrivals"] for r in results], clients),
+        "first_token_median_s": statistics.median(firsts),
+        "first_token_max_s": firsts[-1],
+        "token_p50_ms": pct(gaps, 0.5) * 1000,
+        "token_p95_ms": pct(gaps, 0.95) * 1000,
+    }
 
 
 class OurServer:
     """``draftscope serve`` in a process of its own, as a user runs it (the clients here must not
     share its interpreter: they would take turns with its answers for the GIL)."""
 
-    def __init__(self, model: str, parallel: int, *, drafting: bool, workers: str | None = None,
-                 backend: str = "auto", timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        parallel: int,
+        *,
+        drafting: bool,
+        workers: str | None = None,
+        backend: str = "auto",
+        timeout: float = 600.0,
+    ) -> None:
         import socket
         import subprocess
         import sys
@@ -178,8 +225,23 @@ class OurServer:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        command = [sys.executable, "-m", "draftscope", "serve", "--model", model, "--port", str(port), "--parallel",
-                   str(parallel), "--queue-limit", "64", "--no-history", "--drafters", "auto" if drafting else "none"]
+        command = [
+            sys.executable,
+            "-m",
+            "draftscope",
+            "serve",
+            "--model",
+            model,
+            "--port",
+            str(port),
+            "--parallel",
+            str(parallel),
+            "--queue-limit",
+            "64",
+            "--no-history",
+            "--drafters",
+            "auto" if drafting else "none",
+        ]
         if workers:
             command += ["--rpc", workers]
         if backend != "auto":
@@ -203,8 +265,10 @@ class OurServer:
         else:
             self.stop()
             raise RuntimeError("draftscope serve did not come up")
-        self.banner = (f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
-                       f"{f' --backend {backend}' if backend != 'auto' else ''}")
+        self.banner = (
+            f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
+            f"{f' --backend {backend}' if backend != 'auto' else ''}"
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -218,8 +282,9 @@ def run(args: argparse.Namespace) -> int:
     servers = [s for s in args.servers.split(",") if s]
     rounds = Rounds(args, counts, questions(args.questions, max(counts) * args.requests))
     for name in [s for s in servers if s.startswith("ours")]:
-        server = OurServer(args.model, parallel, drafting=name == "ours-drafting", workers=args.rpc,
-                           backend=args.backend)
+        server = OurServer(
+            args.model, parallel, drafting=name == "ours-drafting", workers=args.rpc, backend=args.backend
+        )
         try:
             print(f"{name}: {server.banner}", flush=True)
             rounds.measure(name, server.url, "default")
@@ -247,7 +312,7 @@ class Rounds:
     def measure(self, name: str, url: str, model: str, extra: dict | None = None) -> None:
         requests = self.args.requests
         for c in self.counts:
-            asks = [self.asked[k * requests:(k + 1) * requests] for k in range(c)]
+            asks = [self.asked[k * requests : (k + 1) * requests] for k in range(c)]
             r = run_round(url, model, c, asks, self.args.max_new_tokens, extra, arrival_times(c, self.args.poisson))
             r["server"] = name
             self.rows.append(r)
@@ -255,13 +320,18 @@ class Rounds:
 
 
 def _round_line(name: str, clients: int, r: dict) -> str:
-    return (f"{name}, {clients} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
-            f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
-            f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
-            + (f"; {r['answers_per_forward']:.2f} answers a forward" if r["answers_per_forward"] else "")
-            + (f"; {r['all_decoding_tokens_per_s']:.1f} tokens/s while all {clients} decode"
-               if clients > 1 and r["all_decoding_tokens_per_s"] else "")
-            + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else ""))
+    return (
+        f"{name}, {clients} client(s): {r['tokens_per_s']:.1f} tokens/s aggregate, first token "
+        f"{r['first_token_median_s']:.2f} s median / {r['first_token_max_s']:.2f} s worst, per token "
+        f"p50 {r['token_p50_ms']:.0f} ms / p95 {r['token_p95_ms']:.0f} ms"
+        + (f"; {r['answers_per_forward']:.2f} answers a forward" if r["answers_per_forward"] else "")
+        + (
+            f"; {r['all_decoding_tokens_per_s']:.1f} tokens/s while all {clients} decode"
+            if clients > 1 and r["all_decoding_tokens_per_s"]
+            else ""
+        )
+        + (f"; {len(r['errors'])} request(s) failed: {r['errors'][0]}" if r["errors"] else "")
+    )
 
 
 def _measure_llama_server(args: argparse.Namespace, parallel: int, rounds: Rounds) -> None:
@@ -275,13 +345,21 @@ def _measure_llama_server(args: argparse.Namespace, parallel: int, rounds: Round
         print(f"llama-server skipped: {why}")
         return
     source = resolve_model(args.model)
-    peer = LlamaServer(binary, "llama-server", Path(source.gguf_path), threads=default_threads(),
-                       context=DEFAULT_CONTEXT, max_new_tokens=args.max_new_tokens, parallel=parallel)
+    peer = LlamaServer(
+        binary,
+        "llama-server",
+        Path(source.gguf_path),
+        threads=default_threads(),
+        context=DEFAULT_CONTEXT,
+        max_new_tokens=args.max_new_tokens,
+        parallel=parallel,
+    )
     peer.start()
     try:
         # no prompt cache: every round asks the same questions again
-        rounds.measure(f"llama-server -np {parallel}", f"http://127.0.0.1:{peer.port}/v1", "model",
-                       {"cache_prompt": False})
+        rounds.measure(
+            f"llama-server -np {parallel}", f"http://127.0.0.1:{peer.port}/v1", "model", {"cache_prompt": False}
+        )
     finally:
         peer.stop()
 
@@ -292,11 +370,16 @@ def _print_bound(args: argparse.Namespace, most: int, rows: list[dict]) -> None:
     bound = batch_bound(args.model, args.backend, most)
     for r in rows:
         r["bound_tokens_per_s"] = bound
-    print(f"the batch curve's bound for {most} tokens a forward (one each of {most} answers, "
-          f"a {most}-token forward as measured at load): {bound:.1f} tokens/s; "
-          + ", ".join(f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it "
-                      f"(aggregate), {_share(r.get('all_decoding_tokens_per_s'), bound)} (while all decode)"
-                      for r in rows if r["clients"] == most and r["server"].startswith("ours")))
+    print(
+        f"the batch curve's bound for {most} tokens a forward (one each of {most} answers, "
+        f"a {most}-token forward as measured at load): {bound:.1f} tokens/s; "
+        + ", ".join(
+            f"{r['server']} with {r['clients']} clients {r['tokens_per_s'] / bound:.2f}x of it "
+            f"(aggregate), {_share(r.get('all_decoding_tokens_per_s'), bound)} (while all decode)"
+            for r in rows
+            if r["clients"] == most and r["server"].startswith("ours")
+        )
+    )
 
 
 def batch_bound(model: str, backend: str, answers: int) -> float:
@@ -320,14 +403,20 @@ def _share(rate: float | None, bound: float) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    lines = ["| server | clients | tokens/s (aggregate) | vs 1 client | first token median / worst | per token p50 / p95 "
-             "| answers a forward |", "|---|---:|---:|---:|---|---|---:|"]
+    lines = [
+        "| server | clients | tokens/s (aggregate) | vs 1 client | first token median / worst | per token p50 / p95 "
+        "| answers a forward |",
+        "|---|---:|---:|---:|---|---|---:|",
+    ]
     single = {r["server"]: r["tokens_per_s"] for r in rows if r["clients"] == 1}
     for r in rows:
         base = single.get(r["server"])
-        lines.append(f"| {r['server']} | {r['clients']} | {r['tokens_per_s']:.1f} | "
-                     f"{r['tokens_per_s'] / base:.2f}x | {r['first_token_median_s']:.2f} s / {r['first_token_max_s']:.2f} s | "
-                     f"{r['token_p50_ms']:.0f} / {r['token_p95_ms']:.0f} ms | "
-                     f"{'—' if r.get('answers_per_forward') is None else format(r['answers_per_forward'], '.2f')} |"
-                     if base else "")
+        lines.append(
+            f"| {r['server']} | {r['clients']} | {r['tokens_per_s']:.1f} | "
+            f"{r['tokens_per_s'] / base:.2f}x | {r['first_token_median_s']:.2f} s / {r['first_token_max_s']:.2f} s | "
+            f"{r['token_p50_ms']:.0f} / {r['token_p95_ms']:.0f} ms | "
+            f"{'—' if r.get('answers_per_forward') is None else format(r['answers_per_forward'], '.2f')} |"
+            if base
+            else ""
+        )
     return "\n".join(line for line in lines if line)

@@ -50,47 +50,101 @@ DEFAULT_QUESTIONS = Path(__file__).with_name("spec_bench_question.jsonl")
 CODE_PROMPTS = Path(__file__).with_name("code_prompts.jsonl")
 GROUNDED_QUESTIONS = Path(__file__).with_name("grounded_questions.jsonl")  # scripts/make_grounded_questions.py
 NAMED_QUESTIONS = {"grounded": GROUNDED_QUESTIONS}
-ALL_METHODS = ["hf", "hf-pld", "hf-assisted", "llama", "llama-pld", *SERVER_METHODS, "auto", "auto-no-recurrent", "plain",
-               "retrieval", "context", "learned", "recurrent", "composite", "model", "oracle"]
+ALL_METHODS = [
+    "hf",
+    "hf-pld",
+    "hf-assisted",
+    "llama",
+    "llama-pld",
+    *SERVER_METHODS,
+    "auto",
+    "auto-no-recurrent",
+    "plain",
+    "retrieval",
+    "context",
+    "learned",
+    "recurrent",
+    "composite",
+    "model",
+    "oracle",
+]
 NEEDS_HEAD = ("recurrent", "auto-no-recurrent")  # methods that only make sense with a recurrent head
-REFERENCES = {"torch": ("hf", "hf-pld", "hf-assisted"),  # each backend's own loops
-              "llama.cpp": ("llama", "llama-pld", *SERVER_METHODS)}
+REFERENCES = {
+    "torch": ("hf", "hf-pld", "hf-assisted"),  # each backend's own loops
+    "llama.cpp": ("llama", "llama-pld", *SERVER_METHODS),
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--questions", default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
-                   help="Spec-Bench question file (JSONL with question_id, category, turns), or 'grounded': "
-                        "the shipped prompts answered from a text they hold")
-    p.add_argument("--per-category", type=argtypes.positive_int, default=1, help="questions per category (first turn of each)")
+    p.add_argument(
+        "--questions",
+        default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
+        help="Spec-Bench question file (JSONL with question_id, category, turns), or 'grounded': "
+        "the shipped prompts answered from a text they hold",
+    )
+    p.add_argument(
+        "--per-category", type=argtypes.positive_int, default=1, help="questions per category (first turn of each)"
+    )
     p.add_argument("--categories", default="", help="comma-separated subset of categories")
     p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=128)
     p.add_argument("--model", default="default")
     p.add_argument("--datastore", default=None, help="index for retrieval (default: the default chat datastore)")
     p.add_argument("--draft-model", default=None, help="a small model for hf-assisted and our model drafter")
     p.add_argument("--methods", default=",".join(ALL_METHODS))
-    p.add_argument("--base", default="", help="the method every speedup is over (default: the backend's own "
-                   "plain loop, hf or llama; e.g. llama-server)")
-    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
-                   "for --model, when one was trained)")
+    p.add_argument(
+        "--base",
+        default="",
+        help="the method every speedup is over (default: the backend's own plain loop, hf or llama; e.g. llama-server)",
+    )
+    p.add_argument(
+        "--head",
+        default=None,
+        help="recurrent head for the recurrent drafter (default: the app's head for --model, when one was trained)",
+    )
     p.add_argument("--budget", type=argtypes.count, default=None, help="draft nodes per step (default: adaptive)")
     p.add_argument("--code-prompts", type=argtypes.count, default=0, help="also this many HumanEval-style code prompts")
     p.add_argument("--device", type=argtypes.device, default=None)
-    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks; every "
-                   "method runs in the same dtype)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="what runs the model (auto: llama.cpp for a GGUF on the CPU); the baseline is that "
-                   "backend's own plain loop: HF generate (hf) or llama-cpp-python's Llama (llama)")
-    p.add_argument("--second-turns", action="store_true", help="also each question's second turn (after the "
-                   "model's own first answer)")
-    p.add_argument("--learn-from", default=None, help="a distilled answers file (`datastore distill` writes "
-                   "<out>.answers.jsonl) whose answers are learned before the run")
-    p.add_argument("--learned-answers", type=argtypes.positive_int, default=None, help="learn only the first N of --learn-from")
-    p.add_argument("--learning-curve", default=None, help="e.g. 0,50,200,1000: auto's speedup on held-out "
-                   "ShareGPT prompts after N answers of --learn-from were learned")
+    p.add_argument(
+        "--dtype",
+        type=argtypes.dtype,
+        default=None,
+        help="float32, bfloat16 or float16 (default: as the app picks; every method runs in the same dtype)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what runs the model (auto: llama.cpp for a GGUF on the CPU); the baseline is that "
+        "backend's own plain loop: HF generate (hf) or llama-cpp-python's Llama (llama)",
+    )
+    p.add_argument(
+        "--second-turns",
+        action="store_true",
+        help="also each question's second turn (after the model's own first answer)",
+    )
+    p.add_argument(
+        "--learn-from",
+        default=None,
+        help="a distilled answers file (`datastore distill` writes "
+        "<out>.answers.jsonl) whose answers are learned before the run",
+    )
+    p.add_argument(
+        "--learned-answers", type=argtypes.positive_int, default=None, help="learn only the first N of --learn-from"
+    )
+    p.add_argument(
+        "--learning-curve",
+        default=None,
+        help="e.g. 0,50,200,1000: auto's speedup on held-out "
+        "ShareGPT prompts after N answers of --learn-from were learned",
+    )
     p.add_argument("--held-out", type=argtypes.positive_int, default=12, help="prompts per point of the learning curve")
-    p.add_argument("--repeats", type=argtypes.positive_int, default=1,
-                   help="run every method this many times per prompt, the order rotated each round, and "
-                        "keep the median time (a busy machine's noise is per run)")
+    p.add_argument(
+        "--repeats",
+        type=argtypes.positive_int,
+        default=1,
+        help="run every method this many times per prompt, the order rotated each round, and "
+        "keep the median time (a busy machine's noise is per run)",
+    )
     p.add_argument("--json", dest="json_out", default=None)
     p.add_argument("--markdown", default=None)
     p.add_argument("--trace", default=None, help="our methods' steps as JSON lines here, for `bench project`")
@@ -168,8 +222,8 @@ def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
     base first, the peers started, the drafters' datastore, head and draft model opened."""
     from draftscope.bench.spec_methods import LlamaReference, Runners, server_peers
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent
     from draftscope.drafters.draft_model import load_draft_model
+    from draftscope.drafters.recurrent.head_drafter import find_recurrent
     from draftscope.retrieval import Reader
 
     kind = engine.backend.kind
@@ -180,7 +234,9 @@ def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
     methods = [base] + [m for m in methods if m not in others and m != base]
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
     if any(m in methods for m in ("retrieval", "composite")) and not datastore.is_file():
-        raise FileNotFoundError(f"datastore not found: {datastore} (build it with `draftscope datastore build-default`)")
+        raise FileNotFoundError(
+            f"datastore not found: {datastore} (build it with `draftscope datastore build-default`)"
+        )
     reference = LlamaReference(engine, args.max_new_tokens) if kind == "llama.cpp" else None
     peers = server_peers(methods, engine, args)
     methods = [m for m in methods if m not in SERVER_METHODS or (peers and m in peers.servers)]
@@ -191,8 +247,9 @@ def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
         methods = [m for m in methods if m not in NEEDS_HEAD]
     reader = Reader(datastore) if datastore.is_file() else None  # read once, shared by every method and prompt
     draft = load_draft_model(args.draft_model, engine).model if args.draft_model else None
-    runners = Runners(args, engine, reader=reader, learned=learned, recurrent=recurrent, draft=draft,
-                      reference=reference, peers=peers)
+    runners = Runners(
+        args, engine, reader=reader, learned=learned, recurrent=recurrent, draft=draft, reference=reference, peers=peers
+    )
     return _Opened(runners, methods, base)
 
 
@@ -200,18 +257,24 @@ def _print_header(args, engine, runners, methods, questions, learned) -> None:
     import torch
 
     recurrent = runners.recurrent
-    print(f"draftscope bench spec: {engine.name} on {engine.backend.describe()} ({engine.dtype_reason}), "
-          f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
-          f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}; "
-          f"recurrent head {recurrent.path if recurrent else 'none'}"
-          f"{f' (beams {recurrent.width} wide, {recurrent.length} deep)' if recurrent else ''}; "
-          f"learned answers at the start: {learned.stats().answers}")
+    print(
+        f"draftscope bench spec: {engine.name} on {engine.backend.describe()} ({engine.dtype_reason}), "
+        f"draft model {args.draft_model or 'none'}, {len(questions)} questions, "
+        f"max {args.max_new_tokens} new tokens, methods {', '.join(methods)}; "
+        f"recurrent head {recurrent.path if recurrent else 'none'}"
+        f"{f' (beams {recurrent.width} wide, {recurrent.length} deep)' if recurrent else ''}; "
+        f"learned answers at the start: {learned.stats().answers}"
+    )
     if recurrent is not None and recurrent.measured:
-        print("recurrent head ms per beam-search depth by width: "
-              f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} } ({recurrent.layout or 'GPU'})")
-    print(f"machine: {platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"{time.strftime('%Y-%m-%d')}; "
-          f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }")
+        print(
+            "recurrent head ms per beam-search depth by width: "
+            f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} } ({recurrent.layout or 'GPU'})"
+        )
+    print(
+        f"machine: {platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{time.strftime('%Y-%m-%d')}; "
+        f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }"
+    )
     if runners.peers is not None:  # llama.cpp's own measure of what a k-token forward costs, beside the peers
         from draftscope.bench.llama_server import verify_curve
 
@@ -227,9 +290,9 @@ def measure_question(args, runners, methods: list[str], base: str, q: dict, labe
         first = {}  # the baseline's answer (the oracle drafts it): the baseline runs first in round one
 
         def run_method(m):
-            out = runners.answer(m, ids, base, first.get("ids"), question=q["question_id"])
+            out = runners.answer(m, ids, base, first.get("ids"), question=q["question_id"])  # noqa: B023 - called at once, in this iteration
             if m == base:
-                first.setdefault("ids", out.tokens)
+                first.setdefault("ids", out.tokens)  # noqa: B023 - called at once, in this iteration
             return out
 
         results = repeated(run_method, methods, args.repeats)
@@ -239,7 +302,9 @@ def measure_question(args, runners, methods: list[str], base: str, q: dict, labe
         if "auto" in results:  # as the app does: the answer is learned once it is given
             runners.learned.add(ids, results["auto"].tokens)
             runners.learned.rebuild()
-        messages.append({"role": "assistant", "content": engine.tokenizer.decode(base_run.tokens, skip_special_tokens=True)})
+        messages.append(
+            {"role": "assistant", "content": engine.tokenizer.decode(base_run.tokens, skip_special_tokens=True)}
+        )
         line = ", ".join(f"{m} {len(r.tokens) / r.seconds:.1f}" for m, r in results.items())
         print(f"{label} {q['category']}{' (turn 2)' if turn == 2 else ''}: tok/s {line}", flush=True)
     return rows
@@ -247,11 +312,21 @@ def measure_question(args, runners, methods: list[str], base: str, q: dict, labe
 
 def _row(q: dict, turn: int, m: str, r: Run, base_run: Run) -> dict:
     base_ids, base_t = base_run.tokens, base_run.seconds
-    return {"question_id": q["question_id"], "category": q["category"], "turn": turn, "method": m,
-            "tokens": len(r.tokens), "seconds": r.seconds, "steps": r.steps, "draft_ms": r.draft_ms,
-            "first_s": r.first_s, "first_tokens": r.first_tokens, "writing_s": r.writing_seconds(),
-            "equal": r.tokens == base_ids,
-            "speedup": (len(r.tokens) / r.seconds) / (len(base_ids) / base_t) if r.seconds and base_ids else None}
+    return {
+        "question_id": q["question_id"],
+        "category": q["category"],
+        "turn": turn,
+        "method": m,
+        "tokens": len(r.tokens),
+        "seconds": r.seconds,
+        "steps": r.steps,
+        "draft_ms": r.draft_ms,
+        "first_s": r.first_s,
+        "first_tokens": r.first_tokens,
+        "writing_s": r.writing_seconds(),
+        "equal": r.tokens == base_ids,
+        "speedup": (len(r.tokens) / r.seconds) / (len(base_ids) / base_t) if r.seconds and base_ids else None,
+    }
 
 
 def report(args, rows: list[dict], methods: list[str], base: str, kind: str, learned) -> None:
@@ -260,12 +335,16 @@ def report(args, rows: list[dict], methods: list[str], base: str, kind: str, lea
     table = summarise(rows, methods, base)
     text = format_table(table, methods) + "\n\n" + worst_prompts(rows, methods, base) + draft_costs(rows, methods)
     if "plain" in methods and base != "plain":  # what drafting costs or gains over our own plain decoding
-        text += "\n\n" + worst_prompts(against(rows, "plain"), [m for m in methods if m not in REFERENCES[kind]], "plain")
+        text += "\n\n" + worst_prompts(
+            against(rows, "plain"), [m for m in methods if m not in REFERENCES[kind]], "plain"
+        )
     timing = timing_table(table, methods, base)
     text += "\n\n" + timing if timing else ""
     print(text)
-    print(f"peak resident memory of this run: {peak_rss_mb():,.0f} MiB (every method's model in one process: "
-          "compare memory with one method a run)")
+    print(
+        f"peak resident memory of this run: {peak_rss_mb():,.0f} MiB (every method's model in one process: "
+        "compare memory with one method a run)"
+    )
     print(f"learned answers at the end: {learned.stats().answers}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"rows": rows, "summary": table}, indent=2))
@@ -291,10 +370,13 @@ def learning_curve(args, engine, answers, runners, scratch: Path) -> int:
 
     seen = {a.id for a in answers}
     pool = read_prompts(None, limit=len(seen) + 10 * args.held_out)
-    held_out = [p for p in pool if prompt_id(p) not in seen][-args.held_out:]  # from the end: never distilled
+    held_out = [p for p in pool if prompt_id(p) not in seen][-args.held_out :]  # from the end: never distilled
     points = [int(x) for x in args.learning_curve.split(",") if x.strip()]
     print(f"learning curve: {len(held_out)} held-out ShareGPT prompts; {len(answers)} answers available")
-    lines = ["| answers learned | tokens learned | auto τ | auto speedup over hf | worst prompt |", "|---|---|---|---|---|"]
+    lines = [
+        "| answers learned | tokens learned | auto τ | auto speedup over hf | worst prompt |",
+        "|---|---|---|---|---|",
+    ]
     for n in points:
         store = LearnedStore(f"curve-{n}", engine.vocab, scratch)
         learn_answers(store, engine, answers[:n])

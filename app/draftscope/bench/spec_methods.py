@@ -48,16 +48,26 @@ class Runners:
 
         engine = self.engine
         t0 = time.perf_counter()
-        out = engine.model.generate(torch.tensor([ids], device=engine.device), max_new_tokens=self.args.max_new_tokens,
-                                    do_sample=False, pad_token_id=engine.tokenizer.eos_token_id, **kw)
-        return Run(out[0, len(ids):].tolist(), time.perf_counter() - t0)
+        out = engine.model.generate(
+            torch.tensor([ids], device=engine.device),
+            max_new_tokens=self.args.max_new_tokens,
+            do_sample=False,
+            pad_token_id=engine.tokenizer.eos_token_id,
+            **kw,
+        )
+        return Run(out[0, len(ids) :].tolist(), time.perf_counter() - t0)
 
     def ours(self, ids, drafters, method: str = "", question=None) -> Run:
         from draftscope.engine.engine import GenerationRequest
         from draftscope.engine.events import FinalEvent, StepEvent
 
-        request = GenerationRequest(keep_cache=False, prompt_ids=ids, max_new_tokens=self.args.max_new_tokens,
-                                    drafters=drafters, budget=self.args.budget)
+        request = GenerationRequest(
+            keep_cache=False,
+            prompt_ids=ids,
+            max_new_tokens=self.args.max_new_tokens,
+            drafters=drafters,
+            budget=self.args.budget,
+        )
         t0 = time.perf_counter()
         steps, final, first_s, first_tokens = [], None, None, 1
         for event in self.engine.generate(request):
@@ -75,8 +85,14 @@ class Runners:
 
             write_trace(self.args.trace, method, question, steps)
         draft_ms = [ev.draft_ms for ev in steps if ev.proposed]
-        return Run(final.token_ids, seconds, first_s=first_s, first_tokens=first_tokens, steps=final.stats.steps,
-                   draft_ms=sum(draft_ms) / len(draft_ms) if draft_ms else None)
+        return Run(
+            final.token_ids,
+            seconds,
+            first_s=first_s,
+            first_tokens=first_tokens,
+            steps=final.stats.steps,
+            draft_ms=sum(draft_ms) / len(draft_ms) if draft_ms else None,
+        )
 
     def drafters(self, m: str, ids, base_ids, store=None):
         from draftscope.core.drafter_factory import setup_drafters
@@ -85,8 +101,14 @@ class Runners:
 
         store = store or self.learned
         eos = self.engine.tokenizer.eos_token_id
-        common = dict(datastore=self.reader, draft_model=self.draft, eos_token_id=eos, learned=store,
-                      recurrent=self.recurrent, tokenizer=self.engine.tokenizer)
+        common = dict(
+            datastore=self.reader,
+            draft_model=self.draft,
+            eos_token_id=eos,
+            learned=store,
+            recurrent=self.recurrent,
+            tokenizer=self.engine.tokenizer,
+        )
         if m == "oracle":
             return [OracleDrafter(base_ids, len(ids))]
         if m in ("auto", "auto-no-recurrent"):  # the app's default switches (Settings), the draft model if given
@@ -127,8 +149,13 @@ class LlamaReference:
         backend = engine.backend
         self.eos = engine.eos_ids
         self.max_new_tokens = max_new_tokens
-        options = dict(model_path=str(backend.path), n_ctx=backend.max_context, n_threads=backend.threads,
-                       n_threads_batch=backend.threads, verbose=False)
+        options = dict(
+            model_path=str(backend.path),
+            n_ctx=backend.max_context,
+            n_threads=backend.threads,
+            n_threads_batch=backend.threads,
+            verbose=False,
+        )
         self.llm = self._native(Llama, **options)
         self._pld_options = options
         self._pld = None
@@ -154,8 +181,9 @@ class LlamaReference:
 
             # logits_all spelt out: llama-cpp-python 0.3.36 turns it on for a draft model but sizes
             # its score buffer by the argument (n_batch rows), so prompts over 512 tokens fail there
-            self._pld = self._native(Llama, **self._pld_options, logits_all=True,
-                                     draft_model=self._PLD(num_pred_tokens=10))
+            self._pld = self._native(
+                Llama, **self._pld_options, logits_all=True, draft_model=self._PLD(num_pred_tokens=10)
+            )
         return self._native(self._run, self._pld, ids)
 
 
@@ -196,8 +224,9 @@ def distilled(path: str) -> list:
     from draftscope.datastore.distill import load_answers
 
     if not Path(path).is_file():
-        raise FileNotFoundError(f"answers file not found: {path} (`draftscope datastore distill` writes "
-                                "<out>.answers.jsonl)")
+        raise FileNotFoundError(
+            f"answers file not found: {path} (`draftscope datastore distill` writes <out>.answers.jsonl)"
+        )
     return list(load_answers(Path(path)).values())
 
 

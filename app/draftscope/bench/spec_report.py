@@ -83,8 +83,12 @@ def timing_table(table: dict, methods: list[str], base: str) -> str:
     timed = [m for m in methods if table.get("overall", {}).get(m, {}).get("writing_per_s")]
     if not timed:
         return ""
-    lines = [f"first token (s, mean) and writing rate (tokens/s after the first), each over {base}",
-             "", "| category | " + " | ".join(timed) + " |", "|" + "---|" * (len(timed) + 1)]
+    lines = [
+        f"first token (s, mean) and writing rate (tokens/s after the first), each over {base}",
+        "",
+        "| category | " + " | ".join(timed) + " |",
+        "|" + "---|" * (len(timed) + 1),
+    ]
     for cat in _ordered(table):
         cells = []
         for m in timed:
@@ -100,14 +104,18 @@ def timing_table(table: dict, methods: list[str], base: str) -> str:
 
 
 def _ordered(table: dict) -> list[str]:
-    return [c for c in table if c not in ("overall", "second turns")] + [c for c in ("second turns", "overall")
-                                                                       if c in table]
+    return [c for c in table if c not in ("overall", "second turns")] + [
+        c for c in ("second turns", "overall") if c in table
+    ]
 
 
 def against(rows: list[dict], base: str) -> list[dict]:
     """The rows with each speedup taken over ``base`` on the same prompt and turn."""
-    base_rate = {(r["question_id"], r.get("turn", 1)): r["tokens"] / r["seconds"]
-                 for r in rows if r["method"] == base and r["seconds"]}
+    base_rate = {
+        (r["question_id"], r.get("turn", 1)): r["tokens"] / r["seconds"]
+        for r in rows
+        if r["method"] == base and r["seconds"]
+    }
     out = []
     for r in rows:
         ref = base_rate.get((r["question_id"], r.get("turn", 1)))
@@ -125,8 +133,10 @@ def worst_prompts(rows: list[dict], methods: list[str], base: str = "hf") -> str
             continue
         worst = min(mine, key=lambda r: r["speedup"])
         below = sum(r["speedup"] < 0.95 for r in mine)
-        lines.append(f"| {m} | {worst['speedup']:.2f}x ({worst['category']} #{worst['question_id']}, turn "
-                     f"{worst.get('turn', 1)}) | {below} of {len(mine)} |")
+        lines.append(
+            f"| {m} | {worst['speedup']:.2f}x ({worst['category']} #{worst['question_id']}, turn "
+            f"{worst.get('turn', 1)}) | {below} of {len(mine)} |"
+        )
     return "\n".join(lines)
 
 

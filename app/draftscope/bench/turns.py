@@ -21,9 +21,12 @@ import statistics
 import time
 from pathlib import Path
 
-QUESTIONS = ("Summarise this text in three sentences.", "What does it say about warranties or liability?",
-             "Can I use it in a commercial product? Quote the part that says so.",
-             "Who holds the rights it talks about, and since when?")
+QUESTIONS = (
+    "Summarise this text in three sentences.",
+    "What does it say about warranties or liability?",
+    "Can I use it in a commercial product? Quote the part that says so.",
+    "Who holds the rights it talks about, and since when?",
+)
 
 
 def default_document() -> str:
@@ -33,11 +36,19 @@ def default_document() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="qwen2.5-coder-1.5b", help="catalogue name or .gguf (llama-server needs a GGUF)")
-    p.add_argument("--document", default=default_document(), help="the text the conversation is about "
-                   "(default: CPython's LICENSE.txt)")
+    p.add_argument(
+        "--document",
+        default=default_document(),
+        help="the text the conversation is about (default: CPython's LICENSE.txt)",
+    )
     p.add_argument("--words", type=int, default=1000, help="the document's first N words go in (default: %(default)s)")
-    p.add_argument("--turns", type=int, default=len(QUESTIONS), choices=range(1, len(QUESTIONS) + 1),
-                   metavar=f"1..{len(QUESTIONS)}")
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=len(QUESTIONS),
+        choices=range(1, len(QUESTIONS) + 1),
+        metavar=f"1..{len(QUESTIONS)}",
+    )
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--repeats", type=int, default=2, help="conversations per server, alternated between servers")
     p.add_argument("--servers", default="ours,llama-server", help="which of ours, ours-drafting, llama-server")
@@ -47,8 +58,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def stream_turn(client, model: str, messages: list[dict], max_tokens: int) -> dict:
     """One streamed answer: its text, first token time, decode rate after it, and the usage."""
     t0 = time.perf_counter()
-    stream = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0,
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     arrivals, text, usage = [], [], None
     for chunk in stream:
         if chunk.usage is not None:
@@ -60,9 +77,14 @@ def stream_turn(client, model: str, messages: list[dict], max_tokens: int) -> di
     tokens = usage.completion_tokens if usage else len(arrivals)
     decode = (tokens - 1) / (arrivals[-1] - arrivals[0]) if len(arrivals) > 1 and arrivals[-1] > arrivals[0] else None
     details = getattr(usage, "prompt_tokens_details", None) if usage else None
-    return {"text": "".join(text), "first_token_s": first, "tokens": tokens, "decode_tokens_per_s": decode,
-            "prompt_tokens": usage.prompt_tokens if usage else None,
-            "cached_tokens": getattr(details, "cached_tokens", None) if details else None}
+    return {
+        "text": "".join(text),
+        "first_token_s": first,
+        "tokens": tokens,
+        "decode_tokens_per_s": decode,
+        "prompt_tokens": usage.prompt_tokens if usage else None,
+        "cached_tokens": getattr(details, "cached_tokens", None) if details else None,
+    }
 
 
 def conversation(client, model: str, document: str, opener: str, turns: int, max_tokens: int) -> list[dict]:
@@ -107,8 +129,14 @@ class Peers:
             binary, why = find_llama_server()
             if binary is None:
                 raise FileNotFoundError(why)
-            peer = LlamaServer(binary, name, Path(resolve_model(model).gguf_path), threads=default_threads(),
-                               context=DEFAULT_CONTEXT, max_new_tokens=0)
+            peer = LlamaServer(
+                binary,
+                name,
+                Path(resolve_model(model).gguf_path),
+                threads=default_threads(),
+                context=DEFAULT_CONTEXT,
+                max_new_tokens=0,
+            )
             peer.start()
             return f"http://127.0.0.1:{peer.port}/v1", "model", peer.stop
         raise ValueError(f"unknown server {name!r} (ours, ours-drafting, llama-server)")
@@ -121,7 +149,10 @@ class Peers:
 
 def summary(rows: list[dict], servers: list[str], turns: int) -> list[str]:
     """Per turn: each server's median first token and decode rate, and the first token against the last server's."""
-    lines = ["| turn | server | prompt tokens | from cache | first token (s) | decode (tokens/s) |", "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| turn | server | prompt tokens | from cache | first token (s) | decode (tokens/s) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     medians: dict[tuple[str, int], float] = {}
     for turn in range(1, turns + 1):
         for name in servers:
@@ -132,12 +163,17 @@ def summary(rows: list[dict], servers: list[str], turns: int) -> list[str]:
             rates = [r["decode_tokens_per_s"] for r in mine if r["decode_tokens_per_s"]]
             medians[name, turn] = first
             cached = mine[-1]["cached_tokens"]
-            lines.append(f"| {turn} | {name} | {mine[-1]['prompt_tokens']} | {'—' if cached is None else cached} | "
-                         f"{first:.2f} | {statistics.median(rates) if rates else float('nan'):.1f} |")
+            lines.append(
+                f"| {turn} | {name} | {mine[-1]['prompt_tokens']} | {'—' if cached is None else cached} | "
+                f"{first:.2f} | {statistics.median(rates) if rates else float('nan'):.1f} |"
+            )
     if "llama-server" in servers:
         for name in [s for s in servers if s != "llama-server"]:
-            ratios = [f"turn {t}: {medians[name, t] / medians['llama-server', t]:.2f}x" for t in range(1, turns + 1)
-                      if (name, t) in medians and ("llama-server", t) in medians]
+            ratios = [
+                f"turn {t}: {medians[name, t] / medians['llama-server', t]:.2f}x"
+                for t in range(1, turns + 1)
+                if (name, t) in medians and ("llama-server", t) in medians
+            ]
             lines.append(f"{name}'s first token against llama-server's (medians): {', '.join(ratios)}")
     return lines
 
@@ -148,9 +184,12 @@ def run(args: argparse.Namespace) -> int:
     words = Path(args.document).read_text(encoding="utf-8", errors="replace").split()
     document = " ".join(words[: args.words])
     servers = [s for s in args.servers.split(",") if s]
-    print(f"draftscope bench turns: {args.model}, {args.turns} turns about {Path(args.document).name} "
-          f"({min(len(words), args.words)} words), {args.max_new_tokens} new tokens a turn, greedy; servers "
-          f"{', '.join(servers)}; {_cpu_name()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}", flush=True)
+    print(
+        f"draftscope bench turns: {args.model}, {args.turns} turns about {Path(args.document).name} "
+        f"({min(len(words), args.words)} words), {args.max_new_tokens} new tokens a turn, greedy; servers "
+        f"{', '.join(servers)}; {_cpu_name()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}",
+        flush=True,
+    )
     rows: list[dict] = []
     peers = Peers(servers, args.model)
     try:
@@ -161,9 +200,12 @@ def run(args: argparse.Namespace) -> int:
                 for row in conversation(client, model, document, opener, args.turns, args.max_new_tokens):
                     row.update(server=name, repeat=repeat)
                     rows.append(row)
-                    print(f"  {name}, conversation {repeat + 1}, turn {row['turn']}: prompt {row['prompt_tokens']} "
-                          f"tokens ({row['cached_tokens']} from cache), first token {row['first_token_s']:.2f} s, "
-                          f"decode {row['decode_tokens_per_s'] or float('nan'):.1f} tokens/s", flush=True)
+                    print(
+                        f"  {name}, conversation {repeat + 1}, turn {row['turn']}: prompt {row['prompt_tokens']} "
+                        f"tokens ({row['cached_tokens']} from cache), first token {row['first_token_s']:.2f} s, "
+                        f"decode {row['decode_tokens_per_s'] or float('nan'):.1f} tokens/s",
+                        flush=True,
+                    )
     finally:
         peers.close()
     print("\n".join(summary(rows, servers, args.turns)))

@@ -10,9 +10,9 @@ import threading
 
 from draftscope.commands.model_options import add_model_arguments, runtime_from_args
 
-
-ATTACH_HELP = ("a file for the model to read with the {} (text, Markdown, source code, HTML, PDF, DOCX); "
-               "repeat for several")
+ATTACH_HELP = (
+    "a file for the model to read with the {} (text, Markdown, source code, HTML, PDF, DOCX); repeat for several"
+)
 
 
 def add_parser(sub) -> None:
@@ -34,6 +34,7 @@ def _answer(session, args, out=None):
     out = out or sys.stdout  # looked up per call: sys.stdout may be replaced after import
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+
     def show(ev):
         out.write("".join(ev.pieces))
         out.flush()
@@ -55,8 +56,10 @@ def _stats_line(final) -> str:
     return f"[{answer_stats(stats, tau='tau')} · {final.finish_reason}]"
 
 
-DOCUMENTS_HELP = ("a folder of documents the answers search (indexed once, kept up to date while running): its "
-                  "passages that best answer each message go into the prompt")
+DOCUMENTS_HELP = (
+    "a folder of documents the answers search (indexed once, kept up to date while running): its "
+    "passages that best answer each message go into the prompt"
+)
 
 
 def open_documents(runtime, folder: str | None):
@@ -71,8 +74,12 @@ def open_documents(runtime, folder: str | None):
             print(f"\rindexing {folder}: {done:,} of {total:,} files · {name[-50:]:<50}", end="", file=sys.stderr)
 
     index, report = open_folder(folder, progress)
-    print(f"\r{folder}: {report.files:,} documents indexed" + (f"; {len(report.problems)} could not be read "
-          f"(first: {report.problems[0]})" if report.problems else "") + " " * 30, file=sys.stderr)
+    print(
+        f"\r{folder}: {report.files:,} documents indexed"
+        + (f"; {len(report.problems)} could not be read (first: {report.problems[0]})" if report.problems else "")
+        + " " * 30,
+        file=sys.stderr,
+    )
     runtime.documents = index
     return Watcher(index)
 
@@ -141,7 +148,7 @@ def _attach_command(line: str, pending: list) -> None:
     """``/attach FILE``: the file goes with the next message."""
     from draftscope.documents.extract import AttachmentError, read_file
 
-    path = line[len("/attach"):].strip().strip("'\"")
+    path = line[len("/attach") :].strip().strip("'\"")
     if not path:
         print("(usage: /attach FILE)", file=sys.stderr)
         return
@@ -155,8 +162,11 @@ def _attach_command(line: str, pending: list) -> None:
 
 
 def _chat_loop(session, args: argparse.Namespace, pending: list | None = None) -> int:
-    print("Type a message; /attach FILE adds a file to it, /reset starts over, /exit (or Ctrl-D) quits, "
-          "Ctrl-C stops an answer.", file=sys.stderr)
+    print(
+        "Type a message; /attach FILE adds a file to it, /reset starts over, /exit (or Ctrl-D) quits, "
+        "Ctrl-C stops an answer.",
+        file=sys.stderr,
+    )
     pending = list(pending or [])
     if pending:
         print(f"(attached: {', '.join(f.name for f in pending)}; sent with your first message)", file=sys.stderr)

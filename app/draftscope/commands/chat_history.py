@@ -14,8 +14,15 @@ def add_parser(sub) -> None:
     ls.set_defaults(func=cmd_list)
     out = verbs.add_parser("export", help="write conversations to a file: .md as Markdown, else the app's JSON")
     out.add_argument("path")
-    out.add_argument("--id", dest="ids", type=int, action="append", default=None, metavar="N",
-                     help="a conversation's id (from `draftscope history list`); repeat for several (default: all)")
+    out.add_argument(
+        "--id",
+        dest="ids",
+        type=int,
+        action="append",
+        default=None,
+        metavar="N",
+        help="a conversation's id (from `draftscope history list`); repeat for several (default: all)",
+    )
     out.set_defaults(func=cmd_export)
     into = verbs.add_parser("import", help="read conversations from the app's JSON or ChatGPT's conversations.json")
     into.add_argument("path")
@@ -39,8 +46,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.ids:
         missing = sorted(set(args.ids) - {c.id for c in store.conversations()})
         if missing:
-            print(f"draftscope: no conversation {', '.join(map(str, missing))} (see `draftscope history list`)",
-                  file=sys.stderr)
+            print(
+                f"draftscope: no conversation {', '.join(map(str, missing))} (see `draftscope history list`)",
+                file=sys.stderr,
+            )
             return 2
     count = write_export(store, args.path, args.ids)
     print(f"Exported {count} conversation{'s' * (count != 1)} to {args.path}", file=sys.stderr)

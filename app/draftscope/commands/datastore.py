@@ -29,18 +29,32 @@ def _add_build(ds_sub) -> None:
         epilog="Sources: chat:PATH (ShareGPT or OpenAI messages, .json/.jsonl), code:DIR, text:PATH (.txt/.md), "
         "jsonl:PATH (with --text-field), table:PATH (parquet/arrow, with --text-field). Repeat --source to combine.",
     )
-    build.add_argument("--model", default="default", help="model whose tokenizer and chat template to use "
-                       "(default: SmolLM2-135M-Instruct; or a model folder, a .gguf file, a hub id)")
+    build.add_argument(
+        "--model",
+        default="default",
+        help="model whose tokenizer and chat template to use "
+        "(default: SmolLM2-135M-Instruct; or a model folder, a .gguf file, a hub id)",
+    )
     build.add_argument("--source", action="append", required=True, metavar="KIND:PATH")
     build.add_argument("--out", required=True, help="index file to write (replaced only when the build succeeds)")
-    build.add_argument("--chat-mode", choices=["assistant", "conversation"], default="assistant",
-                       help="chat logs: keep assistant turns only (REST's choice) or whole conversations")
+    build.add_argument(
+        "--chat-mode",
+        choices=["assistant", "conversation"],
+        default="assistant",
+        help="chat logs: keep assistant turns only (REST's choice) or whole conversations",
+    )
     build.add_argument("--dedupe", action="store_true", help="skip documents identical to one already added")
-    build.add_argument("--max-tokens", type=argtypes.positive_int, default=None, help="stop once the datastore holds this many tokens")
-    build.add_argument("--include", action="append", default=[], metavar="GLOB", help="only files matching (repeatable)")
+    build.add_argument(
+        "--max-tokens", type=argtypes.positive_int, default=None, help="stop once the datastore holds this many tokens"
+    )
+    build.add_argument(
+        "--include", action="append", default=[], metavar="GLOB", help="only files matching (repeatable)"
+    )
     build.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="skip files/folders matching")
     build.add_argument("--text-field", default="text", help="jsonl/table: the field holding the text (dotted path)")
-    build.add_argument("--max-file-bytes", type=argtypes.positive_int, default=1 << 20, help="code/text: skip larger files")
+    build.add_argument(
+        "--max-file-bytes", type=argtypes.positive_int, default=1 << 20, help="code/text: skip larger files"
+    )
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument("--json", action="store_true", help="print the summary as JSON")
     build.set_defaults(func=cmd_build)
@@ -57,8 +71,10 @@ def _add_info(ds_sub) -> None:
 
 def _add_build_default(ds_sub) -> None:
     """``datastore build-default``: a model's default chat datastore."""
-    default = ds_sub.add_parser("build-default", help="build a model's default chat datastore (ShareGPT; code models: "
-                                                      "also the Python standard library)")
+    default = ds_sub.add_parser(
+        "build-default",
+        help="build a model's default chat datastore (ShareGPT; code models: also the Python standard library)",
+    )
     default.add_argument("--model", default="default", help="the model it is for: a catalogue name, folder or .gguf")
     default.add_argument("--out", default=None, help="where to write it (default: the user data folder)")
     default.add_argument("--quiet", action="store_true")
@@ -75,17 +91,36 @@ def _add_distill(ds_sub) -> None:
         "model, so more of them are accepted. Answers are kept in OUT.answers.jsonl as they come; after a cancel or "
         "a crash the same command continues where it stopped.",
     )
-    distill.add_argument("--model", default="default", help="the model that answers: a catalogue name, folder, "
-                         ".gguf file or hub id (default: SmolLM2-135M-Instruct)")
+    distill.add_argument(
+        "--model",
+        default="default",
+        help="the model that answers: a catalogue name, folder, .gguf file or hub id (default: SmolLM2-135M-Instruct)",
+    )
     distill.add_argument("--out", required=True, help="index file to write; its answers go to OUT.answers.jsonl")
-    distill.add_argument("--prompts", default=None, metavar="chat:FILE", help="conversations whose first user turns "
-                         "are the prompts (ShareGPT or OpenAI messages; default: ShareGPT's)")
-    distill.add_argument("--limit", type=argtypes.positive_int, default=None, help="at most this many prompts (default: all)")
-    distill.add_argument("--batch-size", type=argtypes.positive_int, default=16,
-                         help="prompts answered together (default: 16, the fastest measured on a 2-core CPU)")
-    distill.add_argument("--max-new-tokens", type=argtypes.positive_int, default=256, help="longest answer (default: 256)")
-    distill.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
-    distill.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks)")
+    distill.add_argument(
+        "--prompts",
+        default=None,
+        metavar="chat:FILE",
+        help="conversations whose first user turns are the prompts (ShareGPT or OpenAI messages; default: ShareGPT's)",
+    )
+    distill.add_argument(
+        "--limit", type=argtypes.positive_int, default=None, help="at most this many prompts (default: all)"
+    )
+    distill.add_argument(
+        "--batch-size",
+        type=argtypes.positive_int,
+        default=16,
+        help="prompts answered together (default: 16, the fastest measured on a 2-core CPU)",
+    )
+    distill.add_argument(
+        "--max-new-tokens", type=argtypes.positive_int, default=256, help="longest answer (default: 256)"
+    )
+    distill.add_argument(
+        "--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)"
+    )
+    distill.add_argument(
+        "--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app picks)"
+    )
     distill.add_argument("--quiet", action="store_true", help="no progress line")
     distill.add_argument("--json", action="store_true", help="print the summary as JSON")
     distill.set_defaults(func=cmd_distill)
@@ -105,11 +140,20 @@ class _Bar:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=p.bytes_total, unit="B", unit_scale=True, unit_divisor=1024, desc="reading",
-                            dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(
+                total=p.bytes_total,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc="reading",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
         if p.phase != self.phase:
             self.phase = p.phase
-            self.bar.set_description({"reading": "reading", "indexing": "indexing (suffix sort)", "done": "done"}[p.phase])
+            self.bar.set_description(
+                {"reading": "reading", "indexing": "indexing (suffix sort)", "done": "done"}[p.phase]
+            )
         self.bar.n = p.bytes_read
         self.bar.set_postfix_str(f"{p.items:,} items, {p.tokens:,} tokens, {p.tokens_per_second / 1e3:,.0f}k tok/s")
         self.bar.refresh()
@@ -154,8 +198,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     from draftscope.datastore import BuildOptions, DatastoreError, Source, SourceOptions, build_datastore
     from draftscope.models.resolve import load_tokenizer, resolve_model
 
-    source_options = SourceOptions(include=args.include, exclude=args.exclude, text_field=args.text_field,
-                                   max_file_bytes=args.max_file_bytes)
+    source_options = SourceOptions(
+        include=args.include, exclude=args.exclude, text_field=args.text_field, max_file_bytes=args.max_file_bytes
+    )
     try:
         sources = [Source.parse(s, source_options) for s in args.source]
     except DatastoreError as exc:
@@ -165,7 +210,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     def make(bar, cancel):
         tokenizer = load_tokenizer(resolve_model(args.model))
-        return build_datastore(sources, tokenizer, args.out, model=args.model, options=options, progress=bar, cancel=cancel)
+        return build_datastore(
+            sources, tokenizer, args.out, model=args.model, options=options, progress=bar, cancel=cancel
+        )
 
     return _run_build(make, args.quiet, args.json)
 
@@ -175,8 +222,9 @@ def cmd_build_default(args: argparse.Namespace) -> int:
 
     def make(bar, cancel):
         status = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr))
-        return build_default(Path(args.out) if args.out else None, model=args.model, progress=bar, cancel=cancel,
-                             on_status=status)
+        return build_default(
+            Path(args.out) if args.out else None, model=args.model, progress=bar, cancel=cancel, on_status=status
+        )
 
     return _run_build(make, args.quiet, args.json)
 
@@ -194,8 +242,14 @@ class _AnswersBar:
         from tqdm import tqdm
 
         if self.bar is None:
-            self.bar = tqdm(total=p.total, initial=p.answers, unit="answer", dynamic_ncols=True, file=sys.stderr,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} answers{postfix}")
+            self.bar = tqdm(
+                total=p.total,
+                initial=p.answers,
+                unit="answer",
+                dynamic_ncols=True,
+                file=sys.stderr,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} answers{postfix}",
+            )
         self.bar.set_description({"generating": "generating", "indexing": "indexing", "done": "done"}[p.phase])
         self.bar.n = p.answers
         eta = "–" if p.eta_seconds is None else _clock(p.eta_seconds)
@@ -235,11 +289,22 @@ def cmd_distill(args: argparse.Namespace) -> int:
         from draftscope.models.resolve import resolve_model
 
         loaded = load_model(resolve_model(args.model), device=args.device, dtype=args.dtype)
-        status(f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}); answers go to "
-               f"{answers_path_for(out)}; Ctrl-C stops (the same command resumes)")
+        status(
+            f"{loaded.name} on {loaded.device} ({str(loaded.dtype).removeprefix('torch.')}); answers go to "
+            f"{answers_path_for(out)}; Ctrl-C stops (the same command resumes)"
+        )
         with _sigint_cancels(cancel):
-            report = distill(loaded.model, loaded.tokenizer, prompts, out, batch_size=args.batch_size,
-                             max_new_tokens=args.max_new_tokens, progress=bar, cancel=cancel, model_name=loaded.name)
+            report = distill(
+                loaded.model,
+                loaded.tokenizer,
+                prompts,
+                out,
+                batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens,
+                progress=bar,
+                cancel=cancel,
+                model_name=loaded.name,
+            )
     except BuildCancelled as exc:
         bar.close()
         print(f"draftscope: {exc}; run the same command again to resume", file=sys.stderr)
@@ -302,7 +367,8 @@ def _format_distill_summary(s: dict) -> str:
     earlier = d["answers"] - d["generated"]
     lines = [
         f"answers     {d['answers']:,} ({d['generated']:,} generated now"
-        + (f", {earlier:,} from an earlier run" if earlier else "") + f"), {d['answer_tokens']:,} tokens",
+        + (f", {earlier:,} from an earlier run" if earlier else "")
+        + f"), {d['answer_tokens']:,} tokens",
         f"generation  {d['generated_tokens']:,} tokens in {d['generate_seconds']:.1f} s, {d['tokens_per_second']:,.1f} "
         f"tokens/s (batch {d['batch_size']}, at most {d['max_new_tokens']} new tokens)",
         f"kept in     {d['answers_file']}",
@@ -341,8 +407,10 @@ def _format_summary(s: dict) -> str:
         f"memory      peak {s['peak_rss_mb']:,.0f} MiB resident",
     ]
     for src in s["sources"]:
-        lines.append(f"source      {src['spec']}: {src['files']:,} files, {src['items']:,} records, "
-                     f"{src['documents']:,} documents, {src['tokens']:,} tokens, {src['skipped']:,} skipped")
+        lines.append(
+            f"source      {src['spec']}: {src['files']:,} files, {src['items']:,} records, "
+            f"{src['documents']:,} documents, {src['tokens']:,} tokens, {src['skipped']:,} skipped"
+        )
     if s["duplicates_skipped"]:
         lines.append(f"duplicates  {s['duplicates_skipped']:,} documents skipped")
     if s["records_skipped"]:
@@ -370,8 +438,16 @@ def cmd_info(args: argparse.Namespace) -> int:
         manifest, problem = None, str(exc)
     stale = manifest_disagreement(manifest, header) if manifest is not None else None
     if args.json:
-        print(json.dumps({"index": header, "manifest": manifest, "manifest_problem": problem or
-                          (f"describes another build: {stale}" if stale else None)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "index": header,
+                    "manifest": manifest,
+                    "manifest_problem": problem or (f"describes another build: {stale}" if stale else None),
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
     lines = [
         f"datastore   {header['path']}",
@@ -387,13 +463,17 @@ def cmd_info(args: argparse.Namespace) -> int:
         lines.append("manifest    none (built without the datastore pipeline)")
     else:
         if stale:
-            lines.append(f"manifest    STALE: {manifest_path(args.path).name} describes another build ({stale}); "
-                         "the build that wrote this index did not finish writing it. Rebuild to refresh it.")
+            lines.append(
+                f"manifest    STALE: {manifest_path(args.path).name} describes another build ({stale}); "
+                "the build that wrote this index did not finish writing it. Rebuild to refresh it."
+            )
         try:
             lines += _manifest_lines(manifest)
         except (TypeError, KeyError, AttributeError, ValueError) as exc:
-            lines.append(f"manifest    {manifest_path(args.path).name} has fields of unexpected types "
-                         f"({type(exc).__name__}: {exc}); the index above is unaffected")
+            lines.append(
+                f"manifest    {manifest_path(args.path).name} has fields of unexpected types "
+                f"({type(exc).__name__}: {exc}); the index above is unaffected"
+            )
     print("\n".join(lines))
     return EXIT_OK
 
@@ -409,12 +489,18 @@ def _manifest_lines(manifest: dict) -> list[str]:
         f"options     {json.dumps(manifest.get('options'))}",
     ]
     for src in manifest.get("sources") or []:
-        lines.append(f"source      {src['spec']}: {src['items']:,} records, {src['documents']:,} documents, "
-                     f"{src['tokens']:,} tokens, {src['skipped']:,} skipped")
-    lines.append(f"skipped     {tot.get('records_skipped', 0):,} records, {tot.get('duplicates_skipped', 0):,} duplicates")
+        lines.append(
+            f"source      {src['spec']}: {src['items']:,} records, {src['documents']:,} documents, "
+            f"{src['tokens']:,} tokens, {src['skipped']:,} skipped"
+        )
+    lines.append(
+        f"skipped     {tot.get('records_skipped', 0):,} records, {tot.get('duplicates_skipped', 0):,} duplicates"
+    )
     for reason, n in ((manifest.get("skipped") or {}).get("by_reason") or {}).items():
         lines.append(f"              {n:,} {reason}")
     if t:
-        lines.append(f"time        {t.get('total', 0):.1f} s (read {t.get('read', 0):.1f}, tokenise "
-                     f"{t.get('tokenise', 0):.1f}, index {t.get('index', 0):.1f}); peak {manifest.get('peak_rss_mb')} MiB")
+        lines.append(
+            f"time        {t.get('total', 0):.1f} s (read {t.get('read', 0):.1f}, tokenise "
+            f"{t.get('tokenise', 0):.1f}, index {t.get('index', 0):.1f}); peak {manifest.get('peak_rss_mb')} MiB"
+        )
     return lines

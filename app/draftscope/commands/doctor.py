@@ -11,10 +11,17 @@ import platform
 
 
 def add_parser(sub) -> None:
-    doctor = sub.add_parser("doctor", help="what runs here and why: model, backend, llama.cpp's verdict, kernels, paths")
-    doctor.add_argument("--forget", action="store_true",
-                        help="forget the kept llama.cpp verdict: the next GGUF load runs the self-test again")
-    doctor.add_argument("--check", action="store_true", help="run llama.cpp's self-test now (with the settings' threads)")
+    doctor = sub.add_parser(
+        "doctor", help="what runs here and why: model, backend, llama.cpp's verdict, kernels, paths"
+    )
+    doctor.add_argument(
+        "--forget",
+        action="store_true",
+        help="forget the kept llama.cpp verdict: the next GGUF load runs the self-test again",
+    )
+    doctor.add_argument(
+        "--check", action="store_true", help="run llama.cpp's self-test now (with the settings' threads)"
+    )
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.set_defaults(func=cmd_doctor)
 
@@ -54,9 +61,15 @@ def gather(settings, notices: list[str]) -> dict:
     from draftscope import __version__
 
     return {
-        "draftscope": __version__, "python": platform.python_version(), "platform": f"{platform.system()} {platform.machine()}",
-        "cpu": _cpu(), "model": _model(settings), "llama_cpp": _llama_cpp(), "torch": _torch(),
-        "paths": _paths(), "settings_notices": notices,
+        "draftscope": __version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpu": _cpu(),
+        "model": _model(settings),
+        "llama_cpp": _llama_cpp(),
+        "torch": _torch(),
+        "paths": _paths(),
+        "settings_notices": notices,
     }
 
 
@@ -65,7 +78,18 @@ def _cpu() -> dict:
     from draftscope.sysinfo import usable_cores
 
     flags = cpu_flags()
-    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+    wanted = (
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx_vnni",
+        "amx_tile",
+        "amx_int8",
+        "amx_bf16",
+    )
     return {"name": _cpu_name(), "cores": usable_cores(), "features": [f for f in wanted if f in flags]}
 
 
@@ -86,8 +110,12 @@ def _model(settings) -> dict:
     from draftscope.engine.backends import choose_backend
     from draftscope.models.resolve import ModelNotFoundError, resolve_model
 
-    out = {"setting": settings.model, "backend_setting": settings.backend, "device_setting": settings.device,
-           "threads_setting": settings.threads}
+    out = {
+        "setting": settings.model,
+        "backend_setting": settings.backend,
+        "device_setting": settings.device,
+        "threads_setting": settings.threads,
+    }
     try:
         source = resolve_model(settings.model, fetch_default=False)
     except (ModelNotFoundError, OSError) as exc:
@@ -112,10 +140,16 @@ def _llama_cpp() -> dict:
     from draftscope.engine.backends.llama.selftest import kernels
 
     found = llama_verdict.verdict(check=False)
-    return {"installed": True, "version": llama_cpp.__version__, "kernels": kernels(),
-            "rpc": bool(llama_cpp.llama_supports_rpc()), "gpu_backends": _gpu_backends(llama_cpp),
-            "default_threads": default_threads(), "verdict": None if found is None else vars(found),
-            "verdict_words": _verdict_words(found)}
+    return {
+        "installed": True,
+        "version": llama_cpp.__version__,
+        "kernels": kernels(),
+        "rpc": bool(llama_cpp.llama_supports_rpc()),
+        "gpu_backends": _gpu_backends(llama_cpp),
+        "default_threads": default_threads(),
+        "verdict": None if found is None else vars(found),
+        "verdict_words": _verdict_words(found),
+    }
 
 
 def _gpu_backends(llama_cpp) -> list[str]:
@@ -142,38 +176,60 @@ def _torch() -> dict:
     except Exception as exc:  # a broken install is something to report, not to die of
         return {"problem": f"torch does not import: {exc}"}
     cuda = torch.cuda.is_available()
-    return {"version": torch.__version__, "threads": torch.get_num_threads(),
-            "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []}
+    return {
+        "version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+    }
 
 
 def _paths() -> dict:
     from draftscope import paths
 
-    return {"settings": str(paths.settings_file()), "history": str(paths.history_file()),
-            "datastores": str(paths.datastores_dir()), "models": str(paths.models_dir()),
-            "cache": str(paths.cache_dir()), "llama_verdict": str(paths.llama_verdict_file())}
+    return {
+        "settings": str(paths.settings_file()),
+        "history": str(paths.history_file()),
+        "datastores": str(paths.datastores_dir()),
+        "models": str(paths.models_dir()),
+        "cache": str(paths.cache_dir()),
+        "llama_verdict": str(paths.llama_verdict_file()),
+    }
 
 
 def render(report: dict) -> str:
     """The report as a page of text, one fact a line."""
     cpu, model, llama, torch_info = report["cpu"], report["model"], report["llama_cpp"], report["torch"]
-    lines = [f"Draftscope {report['draftscope']} · Python {report['python']} · {report['platform']}",
-             f"CPU: {cpu['name']} · {cpu['cores']} cores usable · {' '.join(cpu['features']) or 'no AVX2'}",
-             "", "What runs", *_model_lines(model, llama),
-             "", "llama.cpp", *_llama_lines(llama),
-             "", "torch", *_torch_lines(torch_info),
-             "", "Paths", *(f"  {name:<14}{where}" for name, where in report["paths"].items())]
+    lines = [
+        f"Draftscope {report['draftscope']} · Python {report['python']} · {report['platform']}",
+        f"CPU: {cpu['name']} · {cpu['cores']} cores usable · {' '.join(cpu['features']) or 'no AVX2'}",
+        "",
+        "What runs",
+        *_model_lines(model, llama),
+        "",
+        "llama.cpp",
+        *_llama_lines(llama),
+        "",
+        "torch",
+        *_torch_lines(torch_info),
+        "",
+        "Paths",
+        *(f"  {name:<14}{where}" for name, where in report["paths"].items()),
+    ]
     lines += [f"note: {n}" for n in report["settings_notices"]]
     return "\n".join(lines)
 
 
 def _model_lines(model: dict, llama: dict) -> list[str]:
-    threads = model["threads_setting"] or f"0 (this computer's cores: {llama.get('default_threads', '?')} for llama.cpp)"
+    threads = (
+        model["threads_setting"] or f"0 (this computer's cores: {llama.get('default_threads', '?')} for llama.cpp)"
+    )
     lines = [f"  model         {model.get('name', model['setting'])} ({model.get('location', model['setting'])})"]
     if "problem" in model:
         return [*lines, f"  problem       {model['problem']}"]
-    lines += [f"  backend       {model['backend']}: {model['why']} (setting: {model['backend_setting']})",
-              f"  threads       {threads}"]
+    lines += [
+        f"  backend       {model['backend']}: {model['why']} (setting: {model['backend_setting']})",
+        f"  threads       {threads}",
+    ]
     if model.get("notice"):
         lines.append(f"  notice        {model['notice']}")
     return lines
@@ -183,9 +239,11 @@ def _llama_lines(llama: dict) -> list[str]:
     if not llama["installed"]:
         return ["  not installed: GGUF models run on torch (bash scripts/setup.sh builds llama.cpp for this CPU)"]
     yes = {True: "yes", False: "no"}
-    return [f"  llama-cpp-python {llama['version']} · kernels {' '.join(llama['kernels']) or 'baseline'}",
-            f"  RPC workers {yes[llama['rpc']]} · GPU backends: {', '.join(llama['gpu_backends']) or 'none (a CPU build)'}",
-            f"  verdict       {llama['verdict_words']}"]
+    return [
+        f"  llama-cpp-python {llama['version']} · kernels {' '.join(llama['kernels']) or 'baseline'}",
+        f"  RPC workers {yes[llama['rpc']]} · GPU backends: {', '.join(llama['gpu_backends']) or 'none (a CPU build)'}",
+        f"  verdict       {llama['verdict_words']}",
+    ]
 
 
 def _torch_lines(info: dict) -> list[str]:

@@ -7,53 +7,121 @@ from __future__ import annotations
 import argparse
 import sys
 
-from draftscope.rules import BACKENDS, NO_SEED
 from draftscope.core import argtypes
+from draftscope.rules import BACKENDS, NO_SEED
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default", help="a catalogue name (draftscope models list; default: SmolLM2-135M), "
-                   "a model folder, a .gguf file or a hub id")
-    p.add_argument("--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)")
-    p.add_argument("--drafters", default="auto", help="comma list of retrieval, learned, context, model, recurrent; "
-                   "'auto' = the app's defaults whose inputs exist, and the draft model when one is given; "
-                   "'none' = plain decoding")
-    p.add_argument("--draft-model", default=None, help="small model with the same tokenizer for the model drafter "
-                   "(a catalogue name, folder or .gguf)")
-    p.add_argument("--head", default=None, help="recurrent head for the recurrent drafter (default: the app's head "
-                   "for --model, when one was trained: draftscope drafter train)")
-    p.add_argument("--budget", type=argtypes.count, default=None,
-                   help="draft tokens verified per step, the most the model checks in one forward (default: "
-                   "adaptive, from the measured cost of a forward and how often drafts are accepted)")
-    p.add_argument("--temperature", type=argtypes.sampling("temperature"), default=0.0,
-                   help="randomness of the answer, 0 to 5: 0 = greedy, always the most likely token (default: 0)")
-    p.add_argument("--top-p", type=argtypes.sampling("top_p"), default=1.0,
-                   help="sample only from the most likely tokens whose probabilities add up to P (nucleus "
-                   "sampling; 1 = off, the default)")
-    p.add_argument("--top-k", type=argtypes.count, default=0,
-                   help="sample only from the K most likely tokens (0 = off, the default)")
-    p.add_argument("--repetition-penalty", type=argtypes.sampling("repetition_penalty"), default=1.0,
-                   help="above 1, tokens already in the conversation become less likely (1 = off, the default)")
-    p.add_argument("--seed", type=int, default=None, help="a sampled answer's seed: the same seed, the same answer "
-                   "(default: a new one each answer, shown with it)")
-    p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=512,
-                   help="the answer's length limit in tokens (default: 512)")
+    p.add_argument(
+        "--model",
+        default="default",
+        help="a catalogue name (draftscope models list; default: SmolLM2-135M), "
+        "a model folder, a .gguf file or a hub id",
+    )
+    p.add_argument(
+        "--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)"
+    )
+    p.add_argument(
+        "--drafters",
+        default="auto",
+        help="comma list of retrieval, learned, context, model, recurrent; "
+        "'auto' = the app's defaults whose inputs exist, and the draft model when one is given; "
+        "'none' = plain decoding",
+    )
+    p.add_argument(
+        "--draft-model",
+        default=None,
+        help="small model with the same tokenizer for the model drafter (a catalogue name, folder or .gguf)",
+    )
+    p.add_argument(
+        "--head",
+        default=None,
+        help="recurrent head for the recurrent drafter (default: the app's head "
+        "for --model, when one was trained: draftscope drafter train)",
+    )
+    p.add_argument(
+        "--budget",
+        type=argtypes.count,
+        default=None,
+        help="draft tokens verified per step, the most the model checks in one forward (default: "
+        "adaptive, from the measured cost of a forward and how often drafts are accepted)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=argtypes.sampling("temperature"),
+        default=0.0,
+        help="randomness of the answer, 0 to 5: 0 = greedy, always the most likely token (default: 0)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=argtypes.sampling("top_p"),
+        default=1.0,
+        help="sample only from the most likely tokens whose probabilities add up to P (nucleus "
+        "sampling; 1 = off, the default)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=argtypes.count,
+        default=0,
+        help="sample only from the K most likely tokens (0 = off, the default)",
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=argtypes.sampling("repetition_penalty"),
+        default=1.0,
+        help="above 1, tokens already in the conversation become less likely (1 = off, the default)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="a sampled answer's seed: the same seed, the same answer (default: a new one each answer, shown with it)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=argtypes.positive_int,
+        default=512,
+        help="the answer's length limit in tokens (default: 512)",
+    )
     p.add_argument("--system", default=None, help="system prompt")
-    p.add_argument("--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: bf16 where the hardware has it "
-                   "natively, else float32)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
-                   "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU")
-    p.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
-                   help="llama.cpp RPC workers that take a share of the model's layers (start one with "
-                   "`draftscope worker`; RPC is unauthenticated: a trusted network only)")
-    p.add_argument("--threads", type=argtypes.count, default=0,
-                   help="CPU threads the model computes on (default: 0, as many as this computer's cores; fewer "
-                   "leave room for other work: on a busy machine 1 can be many times faster)")
-    p.add_argument("--context", type=argtypes.context, default=0, metavar="TOKENS",
-                   help="tokens the model reads at once: the conversation, --system and the answer (default: 0, "
-                   "the model's default; never more than it was trained on); more costs memory")
+    p.add_argument(
+        "--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)"
+    )
+    p.add_argument(
+        "--dtype",
+        type=argtypes.dtype,
+        default=None,
+        help="float32, bfloat16 or float16 (default: bf16 where the hardware has it natively, else float32)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
+        "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU",
+    )
+    p.add_argument(
+        "--rpc",
+        default=None,
+        metavar="HOST:PORT,...",
+        help="llama.cpp RPC workers that take a share of the model's layers (start one with "
+        "`draftscope worker`; RPC is unauthenticated: a trusted network only)",
+    )
+    p.add_argument(
+        "--threads",
+        type=argtypes.count,
+        default=0,
+        help="CPU threads the model computes on (default: 0, as many as this computer's cores; fewer "
+        "leave room for other work: on a busy machine 1 can be many times faster)",
+    )
+    p.add_argument(
+        "--context",
+        type=argtypes.context,
+        default=0,
+        metavar="TOKENS",
+        help="tokens the model reads at once: the conversation, --system and the answer (default: 0, "
+        "the model's default; never more than it was trained on); more costs memory",
+    )
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
@@ -79,13 +147,25 @@ def settings_from_args(args: argparse.Namespace):
     from draftscope.storage import Settings
 
     switches, _named = drafter_switches(args.drafters, draft_model=bool(args.draft_model))
-    settings = Settings(model=args.model, datastore=args.datastore or "", drafters=switches,
-                        draft_model=args.draft_model or "", temperature=args.temperature, top_p=args.top_p,
-                        top_k=args.top_k, repetition_penalty=args.repetition_penalty,
-                        max_new_tokens=args.max_new_tokens, system_prompt=args.system or "",
-                        seed=NO_SEED if args.seed is None else args.seed, device=args.device or "auto",
-                        dtype=args.dtype or "auto", backend=args.backend, workers=args.rpc or "",
-                        threads=args.threads, context_length=args.context)
+    settings = Settings(
+        model=args.model,
+        datastore=args.datastore or "",
+        drafters=switches,
+        draft_model=args.draft_model or "",
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        repetition_penalty=args.repetition_penalty,
+        max_new_tokens=args.max_new_tokens,
+        system_prompt=args.system or "",
+        seed=NO_SEED if args.seed is None else args.seed,
+        device=args.device or "auto",
+        dtype=args.dtype or "auto",
+        backend=args.backend,
+        workers=args.rpc or "",
+        threads=args.threads,
+        context_length=args.context,
+    )
     problems = settings.problems()
     if problems:
         raise ValueError("; ".join(problems))
@@ -103,8 +183,10 @@ def check_datastore(path: str) -> None:
 
     where = Path(path).expanduser()
     if where.is_dir():
-        raise ValueError(f"--datastore {path}: a folder, not a datastore (a datastore is one .idx file; build one with "
-                         "draftscope datastore build --out FILE.idx)")
+        raise ValueError(
+            f"--datastore {path}: a folder, not a datastore (a datastore is one .idx file; build one with "
+            "draftscope datastore build --out FILE.idx)"
+        )
     if not where.is_file():
         raise ValueError(f"--datastore {path}: no such file (build one with draftscope datastore build-default)")
     try:
@@ -131,18 +213,24 @@ def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
         why = setup.notes + [_NEEDS[n] for n in missing if n in _NEEDS]
         raise ValueError(f"drafter(s) {', '.join(missing)} cannot run: " + "; ".join(why))
     engine = runtime.engine
-    _err(f"{engine.name} on {engine.backend.describe()}; drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
-         f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s")
+    _err(
+        f"{engine.name} on {engine.backend.describe()}; drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "
+        f"plain decoding {engine.baseline_tokens_per_second:.1f} tokens/s"
+    )
     if args.verbose:
         _err(f"precision: {engine.precision} ({engine.dtype_reason or 'as loaded'})")
-        _err(f"datastore: {setup.label}; draft model: {args.draft_model if runtime.draft_model is not None else 'none'}")
-    for note in ([*runtime.notices, *setup.notes] if args.verbose else runtime.notices):
+        _err(
+            f"datastore: {setup.label}; draft model: {args.draft_model if runtime.draft_model is not None else 'none'}"
+        )
+    for note in [*runtime.notices, *setup.notes] if args.verbose else runtime.notices:
         _err(f"note: {note}")
     return runtime
 
 
-_NEEDS = {"recurrent": "the recurrent drafter needs a head trained for this model (draftscope drafter train)",
-          "learned": "the learned drafter needs the model's learned answers (none can be kept for it)"}
+_NEEDS = {
+    "recurrent": "the recurrent drafter needs a head trained for this model (draftscope drafter train)",
+    "learned": "the learned drafter needs the model's learned answers (none can be kept for it)",
+}
 
 
 def _err(text: str) -> None:

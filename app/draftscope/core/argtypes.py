@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import re
 
-LIMIT = 10**9  # no count a command takes is this large; bigger is a typo, not a request
-
-
 from draftscope.rules import DTYPES
+
+LIMIT = 10**9  # no count a command takes is this large; bigger is a typo, not a request
 
 
 def _whole(text: str) -> int:
@@ -84,8 +83,6 @@ def device(text: str) -> str:
     if text == "auto" or re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
         return text
     raise argparse.ArgumentTypeError(f"unknown device {text!r} (cpu, cuda, cuda:N, mps or auto)")
-
-
 
 
 def dtype(text: str) -> str:

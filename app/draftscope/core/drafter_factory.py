@@ -15,15 +15,21 @@ from draftscope.rules import DRAFTER_NAMES
 from draftscope.rules import DRAFTERS_ON as ON_BY_DEFAULT
 
 
-def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bool,
-                        have_learned: bool = False, have_head: bool = False) -> list[str]:
+def parse_drafter_names(
+    text: str, *, have_datastore: bool, have_draft_model: bool, have_learned: bool = False, have_head: bool = False
+) -> list[str]:
     """``auto`` = what the app uses by default (Settings), for the inputs that exist, plus the
     draft model when one is given; ``none`` = plain decoding; else a comma list."""
     if text == "none":
         return []
     if text == "auto":
-        have = {"retrieval": have_datastore, "learned": have_learned, "context": True, "model": have_draft_model,
-                "recurrent": have_head}
+        have = {
+            "retrieval": have_datastore,
+            "learned": have_learned,
+            "context": True,
+            "model": have_draft_model,
+            "recurrent": have_head,
+        }
         return [n for n in DRAFTER_NAMES if (n in ON_BY_DEFAULT or n == "model") and have[n]]
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = sorted(set(names) - set(DRAFTER_NAMES))
@@ -32,9 +38,14 @@ def parse_drafter_names(text: str, *, have_datastore: bool, have_draft_model: bo
     return names
 
 
-def names_from_switches(switches: Mapping[str, bool], *, have_datastore: bool,
-                        have_draft_model: bool, have_learned: bool = True,
-                        have_head: bool = False) -> tuple[list[str], list[str]]:
+def names_from_switches(
+    switches: Mapping[str, bool],
+    *,
+    have_datastore: bool,
+    have_draft_model: bool,
+    have_learned: bool = True,
+    have_head: bool = False,
+) -> tuple[list[str], list[str]]:
     """The drafters switched on in the settings that can run, and a note for each that cannot."""
     names, notes = [], []
     for name in DRAFTER_NAMES:
@@ -45,8 +56,10 @@ def names_from_switches(switches: Mapping[str, bool], *, have_datastore: bool,
         if name == "recurrent" and not have_head:
             continue  # no head trained for this model: the recurrent drafter turns on once one exists
         if name == "retrieval" and not have_datastore:
-            notes.append("retrieval drafts are off: no datastore for this model (File ▸ Build a datastore… in the app, or "
-                         "draftscope datastore build-default)")
+            notes.append(
+                "retrieval drafts are off: no datastore for this model (File ▸ Build a datastore… in the app, or "
+                "draftscope datastore build-default)"
+            )
         elif name == "model" and not have_draft_model:
             notes.append("the draft model drafter is off: no usable draft model is set")
         else:
@@ -65,9 +78,18 @@ class DrafterSetup:
     notes: list[str] = field(default_factory=list)
 
 
-def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path | None, draft_model=None,
-                   eos_token_id: int | None = None, vocab_size: int | None = None, learned=None, recurrent=None, tokenizer=None,
-                   notify: Callable[[str], None] | None = None) -> DrafterSetup:
+def setup_drafters(
+    requested: str | Mapping[str, bool],
+    *,
+    datastore: str | Path | None,
+    draft_model=None,
+    eos_token_id: int | None = None,
+    vocab_size: int | None = None,
+    learned=None,
+    recurrent=None,
+    tokenizer=None,
+    notify: Callable[[str], None] | None = None,
+) -> DrafterSetup:
     """``requested``: the settings' switches (a mapping; drafters whose inputs are missing are
     left out with a note) or a ``--drafters`` text (``auto``, ``none`` or a list; a listed drafter
     whose inputs are missing is an error). ``recurrent``: a RecurrentSetup (a head for this model).
@@ -82,23 +104,38 @@ def setup_drafters(requested: str | Mapping[str, bool], *, datastore: str | Path
     elif mismatch:
         raise ValueError(mismatch)
     if isinstance(requested, str):
-        names = parse_drafter_names(requested, have_datastore=have_datastore, have_draft_model=draft_model is not None,
-                                    have_learned=learned is not None and learned.stats().answers > 0,
-                                    have_head=recurrent is not None)
+        names = parse_drafter_names(
+            requested,
+            have_datastore=have_datastore,
+            have_draft_model=draft_model is not None,
+            have_learned=learned is not None and learned.stats().answers > 0,
+            have_head=recurrent is not None,
+        )
         notes = []
         if "learned" in names and learned is None:
             raise ValueError("the learned drafter needs the model's learned answers (none are kept for it)")
         if "recurrent" in names and recurrent is None:
             raise ValueError("the recurrent drafter needs a head trained for this model (draftscope drafter train)")
     else:
-        names, notes = names_from_switches(requested, have_datastore=have_datastore,
-                                           have_draft_model=draft_model is not None, have_learned=learned is not None,
-                                           have_head=recurrent is not None)
+        names, notes = names_from_switches(
+            requested,
+            have_datastore=have_datastore,
+            have_draft_model=draft_model is not None,
+            have_learned=learned is not None,
+            have_head=recurrent is not None,
+        )
     if mismatch and requested.get("retrieval"):
         notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
-    make = drafter_maker(names, datastore=datastore, draft_model=draft_model, eos_token_id=eos_token_id,
-                         learned=learned, recurrent=recurrent,
-                         notify=notify, check=lambda reader: _reader_mismatch(reader, vocab_size, tokenizer))
+    make = drafter_maker(
+        names,
+        datastore=datastore,
+        draft_model=draft_model,
+        eos_token_id=eos_token_id,
+        learned=learned,
+        recurrent=recurrent,
+        notify=notify,
+        check=lambda reader: _reader_mismatch(reader, vocab_size, tokenizer),
+    )
     label = str(datastore.path if isinstance(datastore, Reader) else datastore) if "retrieval" in names else "none"
     return DrafterSetup(names, make, label, notes)
 
@@ -122,23 +159,35 @@ def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | No
     name = Path(reader.path).name
     fix = "build one for this model: File ▸ Build a datastore… in the app, or draftscope datastore build"
     if vocab_size and reader.vocab_size > vocab_size:
-        return (f"retrieval drafts are off: {name} was built for a tokenizer of {reader.vocab_size:,} ids, "
-                f"the model has {vocab_size:,} ({fix})")
+        return (
+            f"retrieval drafts are off: {name} was built for a tokenizer of {reader.vocab_size:,} ids, "
+            f"the model has {vocab_size:,} ({fix})"
+        )
     if tokenizer is not None and same_tokenizer(reader.tokenizer_fingerprint, tokenizer) is False:
         try:
             built_for = (read_manifest(reader.path) or {}).get("model")
         except Exception:  # noqa: BLE001 - the manifest only adds a name to the message
             built_for = None
         made = f" (made for {built_for})" if isinstance(built_for, str) and built_for else ""
-        return (f"retrieval drafts are off: {name}{made} was built with another tokenizer: its ids stand for "
-                f"other text ({reader.tokenizer_fingerprint} against the model's {tokenizer_fingerprint(tokenizer)}; "
-                f"{fix})")
+        return (
+            f"retrieval drafts are off: {name}{made} was built with another tokenizer: its ids stand for "
+            f"other text ({reader.tokenizer_fingerprint} against the model's {tokenizer_fingerprint(tokenizer)}; "
+            f"{fix})"
+        )
     return None
 
 
-def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None = None, draft_model=None,
-                  eos_token_id: int | None = None, learned=None, recurrent=None, notify: Callable[[str], None] | None = None,
-                  check: Callable[[object], str | None] | None = None) -> Callable[[], list]:
+def drafter_maker(
+    names: Sequence[str],
+    *,
+    datastore: str | Path | object | None = None,
+    draft_model=None,
+    eos_token_id: int | None = None,
+    learned=None,
+    recurrent=None,
+    notify: Callable[[str], None] | None = None,
+    check: Callable[[object], str | None] | None = None,
+) -> Callable[[], list]:
     """A function returning fresh drafters named ``names``. ``datastore``: an index path or an
     open Reader, followed on disk between answers (a LiveReader: ``check`` vets a reopened file,
     ``notify`` hears what happened); ``draft_model``: a loaded causal LM for the model drafter;
@@ -156,7 +205,8 @@ def drafter_maker(names: Sequence[str], *, datastore: str | Path | object | None
             raise ValueError("the retrieval drafter needs a datastore")
         if not isinstance(datastore, Reader) and not Path(datastore).is_file():
             raise FileNotFoundError(
-                f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)")
+                f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)"
+            )
         live = LiveReader(datastore if isinstance(datastore, Reader) else str(datastore), check=check)
     if "model" in names and draft_model is None:
         raise ValueError("the model drafter needs a draft model (--draft-model)")

@@ -63,15 +63,21 @@ class Runtime:
         return self.drafter_setup.label
 
     def _build_drafters(self, settings: Settings):
-        from draftscope.datastore.default import default_datastore_path
         from draftscope.core.drafter_factory import setup_drafters
+        from draftscope.datastore.default import default_datastore_path
 
         path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
         # the model drafter stops at the draft model's own end tokens, whatever backend runs it
-        return setup_drafters(settings.drafters, datastore=path, draft_model=self.draft_model,
-                              vocab_size=self.engine.vocab,
-                              learned=self.learned, recurrent=self.recurrent, tokenizer=self.engine.tokenizer,
-                              notify=self.events.notice.emit)
+        return setup_drafters(
+            settings.drafters,
+            datastore=path,
+            draft_model=self.draft_model,
+            vocab_size=self.engine.vocab,
+            learned=self.learned,
+            recurrent=self.recurrent,
+            tokenizer=self.engine.tokenizer,
+            notify=self.events.notice.emit,
+        )
 
     # ------------------------------------------------------------------ learning from answers
 
@@ -144,8 +150,8 @@ class Runtime:
     def use_head(self, path: str | Path | None = None) -> str | None:
         """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
         just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
-        from draftscope.drafters.recurrent.head_drafter import find_recurrent
         from draftscope.drafters.recurrent.files import HeadError
+        from draftscope.drafters.recurrent.head_drafter import find_recurrent
 
         try:
             recurrent = find_recurrent(self.settings.model, self.engine, path)
@@ -162,9 +168,15 @@ class Runtime:
         return None
 
 
-def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: bool = False,
-                 log: Callable[[object], None] | None = None, slots: int | None = None,
-                 baseline: bool = True) -> Runtime:
+def load_runtime(
+    settings: Settings,
+    *,
+    head: str | Path | None = None,
+    strict: bool = False,
+    log: Callable[[object], None] | None = None,
+    slots: int | None = None,
+    baseline: bool = True,
+) -> Runtime:
     """Load the model the settings name, with what its answers draft with. ``head``: a recurrent
     head file (default: the app's head for the model, when one was trained). ``strict`` (the
     command line): a draft model or head asked for that cannot be used is an error; otherwise it is
@@ -188,8 +200,9 @@ def load_runtime(settings: Settings, *, head: str | Path | None = None, strict: 
 
             log(Stage(LOADING_DRAFT_MODEL))
         try:
-            runtime.draft_model = load_draft_model(settings.draft_model, engine, device=spec.device,
-                                                   dtype=spec.dtype).model
+            runtime.draft_model = load_draft_model(
+                settings.draft_model, engine, device=spec.device, dtype=spec.dtype
+            ).model
         except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading
             if strict:
                 raise
@@ -202,16 +215,22 @@ def _load_notices(engine, settings: Settings, spec) -> list[str]:
     number of answers at once it cannot give."""
     notices = [engine.backend.notice] if engine.backend.notice else []
     if engine.max_context < settings.context_length:
-        notices.append(f"Context length: {engine.name} reads at most {engine.max_context:,} tokens here, "
-                       f"not the {settings.context_length:,} set")
+        notices.append(
+            f"Context length: {engine.name} reads at most {engine.max_context:,} tokens here, "
+            f"not the {settings.context_length:,} set"
+        )
     if spec.slots > 1 and engine.slots.size == 1:
         if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
-            notices.append("Answers at once: on the GPU the window's answers and one served answer take "
-                           "turns, each on the decode steps captured at load (faster than a shared "
-                           "forward); serve 2 or more at once and answers share forwards")
+            notices.append(
+                "Answers at once: on the GPU the window's answers and one served answer take "
+                "turns, each on the decode steps captured at load (faster than a shared "
+                "forward); serve 2 or more at once and answers share forwards"
+            )
         else:
-            notices.append(f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
-                           "wait for each other (llama.cpp decodes several in shared forwards)")
+            notices.append(
+                f"Answers at once: {engine.backend.kind} holds one answer at a time, so answers "
+                "wait for each other (llama.cpp decodes several in shared forwards)"
+            )
     return notices
 
 
@@ -220,10 +239,16 @@ def load_spec(settings: Settings, *, slots: int):
     from draftscope.engine.backends.llama.rpc import parse_workers
     from draftscope.engine.load_spec import LoadSpec
 
-    return LoadSpec.of(settings.model, device=None if settings.device == "auto" else settings.device,
-                       dtype=None if settings.dtype == "auto" else settings.dtype, backend=settings.backend,
-                       slots=slots, workers=parse_workers(settings.workers), threads=settings.threads or None,
-                       context=settings.context_length or None)
+    return LoadSpec.of(
+        settings.model,
+        device=None if settings.device == "auto" else settings.device,
+        dtype=None if settings.dtype == "auto" else settings.dtype,
+        backend=settings.backend,
+        slots=slots,
+        workers=parse_workers(settings.workers),
+        threads=settings.threads or None,
+        context=settings.context_length or None,
+    )
 
 
 def _open_learned(model: str, engine, notices: list[str]):
@@ -240,8 +265,8 @@ def _open_learned(model: str, engine, notices: list[str]):
 def _open_recurrent(model: str, engine, path, notices: list[str], strict: bool):
     """The head trained for this model (``path``, else the app's head for it); None when there is
     none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent
     from draftscope.drafters.recurrent.files import HeadError
+    from draftscope.drafters.recurrent.head_drafter import find_recurrent
 
     try:
         return find_recurrent(model, engine, path)

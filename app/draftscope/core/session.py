@@ -21,10 +21,10 @@ from psygnal import Signal, SignalGroup
 
 from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
-from draftscope.rules import seed_from_setting
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
+from draftscope.rules import seed_from_setting
 
 TITLE_CHARS = 48
 DOCUMENT_TOKENS = 1500  # at most this much of the prompt for a documents folder's passages
@@ -37,23 +37,45 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
-def sampling_from(settings, *, temperature: float | None = None, top_p: float | None = None,
-                  top_k: int | None = None, seed: int | None = None) -> SamplingParams:
+def sampling_from(
+    settings,
+    *,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    seed: int | None = None,
+) -> SamplingParams:
     """The settings' sampling, with per-request overrides (the server's fields). The seed: the
     request's, else the settings' fixed one, else None (the engine draws one and reports it)."""
     if seed is None:
         seed = seed_from_setting(settings.seed)
-    return SamplingParams(settings.temperature if temperature is None else temperature,
-                          settings.top_k if top_k is None else top_k,
-                          settings.top_p if top_p is None else top_p,
-                          settings.repetition_penalty, seed)
+    return SamplingParams(
+        settings.temperature if temperature is None else temperature,
+        settings.top_k if top_k is None else top_k,
+        settings.top_p if top_p is None else top_p,
+        settings.repetition_penalty,
+        seed,
+    )
 
 
 def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -> tuple[dict, dict]:
     """(stats, drafters) as the history keeps them for an answer."""
     s = final.stats
-    stats = {k: getattr(s, k) for k in ("tokens", "steps", "tau", "tokens_per_second", "time_to_first_token_ms",
-                                        "elapsed_s", "speedup_estimate", "seed", "prompt_tokens", "prompt_kept")}
+    stats = {
+        k: getattr(s, k)
+        for k in (
+            "tokens",
+            "steps",
+            "tau",
+            "tokens_per_second",
+            "time_to_first_token_ms",
+            "elapsed_s",
+            "speedup_estimate",
+            "seed",
+            "prompt_tokens",
+            "prompt_kept",
+        )
+    }
     stats["finish_reason"] = final.finish_reason
     stats["baseline_tokens_per_second"] = baseline_tokens_per_second
     return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}
@@ -91,8 +113,9 @@ class Turn:
 class ChatSession:
     """A conversation over a :class:`~draftscope.core.runtime.Runtime` (its engine, settings and drafters)."""
 
-    def __init__(self, runtime, *, history=None, conversation_id: int | None = None,
-                 defer: bool = False, title_prefix: str = "") -> None:
+    def __init__(
+        self, runtime, *, history=None, conversation_id: int | None = None, defer: bool = False, title_prefix: str = ""
+    ) -> None:
         """``history``: a HistoryStore (answers are stored with their steps) or None (the
         conversation lives in memory). ``defer``: the conversation reaches the history with its
         first kept answer, titled ``title_prefix`` + its first message (a served request that fails
@@ -128,8 +151,10 @@ class ChatSession:
             return list(self._memory)
         if self.conversation_id is None:
             return []
-        return [Turn(m.role, m.content, m.id, tuple(SentFile.from_dict(f) for f in m.files))
-                for m in self.history.messages(self.conversation_id)]
+        return [
+            Turn(m.role, m.content, m.id, tuple(SentFile.from_dict(f) for f in m.files))
+            for m in self.history.messages(self.conversation_id)
+        ]
 
     def messages(self) -> list[dict]:
         """What the model sees: the system prompt (from the settings) and the turns, their files in them."""
@@ -138,8 +163,9 @@ class ChatSession:
             out.insert(0, {"role": "system", "content": self.settings.system_prompt})
         return out
 
-    def say(self, text: str, *, replacing: int | None = None, role: str = "user",
-            files: Sequence[SentFile] = ()) -> None:
+    def say(
+        self, text: str, *, replacing: int | None = None, role: str = "user", files: Sequence[SentFile] = ()
+    ) -> None:
         """A message (the user's, or, replaying a conversation given whole, an earlier answer);
         ``replacing`` (a user message's id) edits and resends: it and everything after it go. A
         first message starts a conversation titled from it. ``files``: its attachments as
@@ -155,8 +181,9 @@ class ChatSession:
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(title))
         self.history.add_message(self.conversation_id, role, text, files=[f.as_dict() for f in files])
 
-    def attach(self, text: str, files: Sequence[Attachment], *, replacing: int | None = None,
-               documents: bool = True) -> list[SentFile]:
+    def attach(
+        self, text: str, files: Sequence[Attachment], *, replacing: int | None = None, documents: bool = True
+    ) -> list[SentFile]:
         """How the model will read ``files`` sent with ``text``: whole while they fit the context left
         after the conversation so far (up to ``replacing``) and the answer's room, else the passages
         that best answer ``text``; and, when the runtime has a documents folder, its passages for
@@ -164,8 +191,11 @@ class ChatSession:
         documents = (self.documents or self.runtime.documents) if documents else None
         if not files and documents is None:
             return []
-        turns = [{"role": t.role, "content": t.model_text} for t in self.turns()
-                 if replacing is None or t.id is None or t.id < replacing]
+        turns = [
+            {"role": t.role, "content": t.model_text}
+            for t in self.turns()
+            if replacing is None or t.id is None or t.id < replacing
+        ]
         if self.settings.system_prompt:
             turns.insert(0, {"role": "system", "content": self.settings.system_prompt})
         used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
@@ -234,10 +264,18 @@ class ChatSession:
 
     # ------------------------------------------------------------------ answering
 
-    def request(self, *, messages: Sequence[dict] | None = None, prompt_ids: Sequence[int] | None = None,
-                max_new_tokens: int | None = None, sampling: SamplingParams | None = None,
-                budget: int | None = None, cancel=None, stop: Sequence[str] = (),
-                drafters: Sequence | None = None) -> GenerationRequest:
+    def request(
+        self,
+        *,
+        messages: Sequence[dict] | None = None,
+        prompt_ids: Sequence[int] | None = None,
+        max_new_tokens: int | None = None,
+        sampling: SamplingParams | None = None,
+        budget: int | None = None,
+        cancel=None,
+        stop: Sequence[str] = (),
+        drafters: Sequence | None = None,
+    ) -> GenerationRequest:
         """The next answer's request: the conversation (or ``messages``, or a prompt already in
         tokens), the settings' limits and sampling unless given, fresh drafters unless given
         (``[]``: plain decoding)."""
@@ -246,10 +284,15 @@ class ChatSession:
             source = {"prompt_ids": list(prompt_ids)}
         else:
             source = {"messages": list(messages) if messages is not None else self.messages()}
-        return GenerationRequest(**source, max_new_tokens=max_new_tokens or s.max_new_tokens,
-                                 sampling=sampling or sampling_from(s),
-                                 drafters=self.make_drafters() if drafters is None else list(drafters),
-                                 budget=budget, cancel=cancel, stop_strings=list(stop))
+        return GenerationRequest(
+            **source,
+            max_new_tokens=max_new_tokens or s.max_new_tokens,
+            sampling=sampling or sampling_from(s),
+            drafters=self.make_drafters() if drafters is None else list(drafters),
+            budget=budget,
+            cancel=cancel,
+            stop_strings=list(stop),
+        )
 
     def record(self, final: FinalEvent, steps: list[StepEvent] | bytes | None = None) -> int | None:
         """Keep a finished answer (a cancelled one, or one cut short by an error, only if it has
@@ -266,12 +309,14 @@ class ChatSession:
             first = next((t.content for t in self._memory if t.role == "user"), "request")
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(first))
             for turn in self._memory:
-                self.history.add_message(self.conversation_id, turn.role, turn.content,
-                                         files=[f.as_dict() for f in turn.files])
+                self.history.add_message(
+                    self.conversation_id, turn.role, turn.content, files=[f.as_dict() for f in turn.files]
+                )
             self._memory = []
         stats, drafters = answer_record(final, self.engine.baseline_tokens_per_second)
-        return self.history.add_message(self.conversation_id, "assistant", final.text, stats=stats,
-                                        drafters=drafters, steps=steps)
+        return self.history.add_message(
+            self.conversation_id, "assistant", final.text, stats=stats, drafters=drafters, steps=steps
+        )
 
     def stream(self, request: GenerationRequest, *, keep: bool = True) -> Iterator[StepEvent | FinalEvent]:
         """The one answer loop (window, terminal, server): the engine's StepEvents as they come

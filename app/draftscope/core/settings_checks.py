@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from draftscope.core.words import memory_text, sentence, setting_name, size_text
 from draftscope.models import catalog
 from draftscope.models.resolve import resolve_model
 from draftscope.retrieval import Reader
-from draftscope.core.words import memory_text, sentence, setting_name, size_text
 
 OTHER = "\x00other"  # the choice that reveals a line edit for a folder, a .gguf file or a hub id
 EMPTY_MODEL = "Model: choose a model, or enter a model folder, a .gguf file or a hub id"
@@ -75,8 +75,10 @@ def draft_candidates(target: catalog.CatalogModel | None) -> list[catalog.Catalo
 def dropped_draft_note(entry: catalog.CatalogModel, target: catalog.CatalogModel) -> str:
     """Why the draft model ``entry`` was reset to None when ``target`` became the model."""
     why = "it is the model itself" if entry is target else catalog.why_not_draft(target, entry)
-    return (f"{entry.title} was the draft model; it cannot draft for {target.title} ({why}), so the draft model "
-            "is now None.")
+    return (
+        f"{entry.title} was the draft model; it cannot draft for {target.title} ({why}), so the draft model "
+        "is now None."
+    )
 
 
 def draft_hint(target: catalog.CatalogModel | None, note: str = "") -> str:
@@ -84,8 +86,10 @@ def draft_hint(target: catalog.CatalogModel | None, note: str = "") -> str:
     offered for ``target`` and why."""
     lines = [note] if note else []
     if target is None:
-        lines.append("For a model outside the catalogue no catalogue draft model is offered; the draft model's "
-                     "tokenizer is checked against the model's when the model loads.")
+        lines.append(
+            "For a model outside the catalogue no catalogue draft model is offered; the draft model's "
+            "tokenizer is checked against the model's when the model loads."
+        )
         return "\n".join(lines)
     refused = [(m, catalog.why_not_draft(target, m)) for m in catalog.CATALOG if m is not target]
     refused = [(m, why) for m, why in refused if why]

@@ -25,8 +25,12 @@ def answer_stats(stats: dict, *, tau: str = "τ") -> str:
     18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7" (``tau``: how τ is written; the
     terminal writes "tau", which any terminal shows and scripts grep for). A figure missing or not a
     number (an imported file's) is left out, never an error."""
-    figures = (("tokens", "{:.0f} tokens"), ("tau", tau + " {:.2f}"), ("tokens_per_second", "{:.1f} tokens/s"),
-               ("time_to_first_token_ms", "first token {:.0f} ms"))
+    figures = (
+        ("tokens", "{:.0f} tokens"),
+        ("tau", tau + " {:.2f}"),
+        ("tokens_per_second", "{:.1f} tokens/s"),
+        ("time_to_first_token_ms", "first token {:.0f} ms"),
+    )
     parts = [form.format(v) for key, form in figures if (v := _number(stats.get(key))) is not None]
     parts += prompt_read(stats)
     tau_value = _number(stats.get("tau"))
@@ -100,8 +104,10 @@ def catalog_note(model: catalog.CatalogModel, dtype: str, backend: str = "torch"
     """Size, memory needed on ``backend`` (in ``dtype`` on torch), downloaded or not, what it is good for."""
     state = "downloaded" if model.fetched else "not downloaded yet"
     how = "llama.cpp" if backend == "llama.cpp" else dtype
-    return (f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype, backend))} of memory "
-            f"({how}) · {state}\n{sentence(model.good_for)}")
+    return (
+        f"{size_text(model.size)} · needs about {memory_text(model.memory_needed(dtype, backend))} of memory "
+        f"({how}) · {state}\n{sentence(model.good_for)}"
+    )
 
 
 def describe_error(exc: BaseException, folder: Path | None = None) -> str:

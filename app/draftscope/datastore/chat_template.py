@@ -48,9 +48,11 @@ class ChatRenderer:
         if self.template is None:
             # No template: the raw text the model would write (assistant) or all turns.
             keep = [m for m in messages if self.mode == "conversation" or m["role"] == "assistant"]
-            return [m["content"] for m in keep if m["content"].strip()] if self.mode == "assistant" else [
-                "\n\n".join(m["content"] for m in keep)
-            ]
+            return (
+                [m["content"] for m in keep if m["content"].strip()]
+                if self.mode == "assistant"
+                else ["\n\n".join(m["content"] for m in keep)]
+            )
         try:
             if self.mode == "conversation":
                 return [self._apply(messages)]

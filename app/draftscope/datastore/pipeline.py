@@ -109,8 +109,9 @@ class _Throttle:
             self.callback(make())
 
 
-def _time_left(phase: str, elapsed: float, tokens: int, bytes_read: int, bytes_total: int,
-               max_tokens: int | None) -> float | None:
+def _time_left(
+    phase: str, elapsed: float, tokens: int, bytes_read: int, bytes_total: int, max_tokens: int | None
+) -> float | None:
     """Seconds left of the reading (at the rate so far) and of the indexing after it (from the
     tokens the whole sources will give); None before anything was read."""
     if phase == "indexing":
@@ -156,8 +157,15 @@ class _Build:
     """One build's state: the sources' files, the writer, and the counts the progress and the
     report give."""
 
-    def __init__(self, sources: list[Source], tokenizer, out: Path, options: BuildOptions,
-                 progress: ProgressCallback | None, cancel: CancelToken) -> None:
+    def __init__(
+        self,
+        sources: list[Source],
+        tokenizer,
+        out: Path,
+        options: BuildOptions,
+        progress: ProgressCallback | None,
+        cancel: CancelToken,
+    ) -> None:
         self.sources, self.tokenizer, self.out, self.options, self.cancel = sources, tokenizer, out, options, cancel
         self.started = time.perf_counter()
         self.named = [s.files() for s in sources]
@@ -286,8 +294,10 @@ class _Build:
             index=index_stats,
             stopped_at_max_tokens=self.stopped,
         )
-        report.manifest_path = write_manifest(self.out, _manifest(report, model, self.tokenizer, self.fingerprint,
-                                                                  self.vocab_size, self.renderer, self.options))
+        report.manifest_path = write_manifest(
+            self.out,
+            _manifest(report, model, self.tokenizer, self.fingerprint, self.vocab_size, self.renderer, self.options),
+        )
         self.throttle(lambda: self.snapshot("done"), force=True)
         return report
 
@@ -329,8 +339,15 @@ def _finalize(writer: Writer, cancel: CancelToken) -> dict:
     return result["stats"]
 
 
-def _manifest(report: BuildReport, model: str, tokenizer, fingerprint: str, vocab_size: int, renderer: ChatRenderer,
-              options: BuildOptions) -> dict:
+def _manifest(
+    report: BuildReport,
+    model: str,
+    tokenizer,
+    fingerprint: str,
+    vocab_size: int,
+    renderer: ChatRenderer,
+    options: BuildOptions,
+) -> dict:
     return {
         "index": report.path.name,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

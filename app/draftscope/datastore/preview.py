@@ -64,8 +64,14 @@ def source_name(source: Source) -> str:
     return source.path.name or str(source.path)
 
 
-def preview_source(source: Source, *, items: int = PREVIEW_ITEMS, max_bytes: int = PREVIEW_MAX_BYTES,
-                   max_skips: int = PREVIEW_MAX_SKIPS, seconds: float = PREVIEW_SECONDS) -> SourcePreview:
+def preview_source(
+    source: Source,
+    *,
+    items: int = PREVIEW_ITEMS,
+    max_bytes: int = PREVIEW_MAX_BYTES,
+    max_skips: int = PREVIEW_MAX_SKIPS,
+    seconds: float = PREVIEW_SECONDS,
+) -> SourcePreview:
     """Check ``source`` by reading its first ``items`` records (stopping early after ``max_bytes``,
     ``max_skips`` skipped records or ``seconds``); a code folder is listed, not read."""
     name = source_name(source)
@@ -90,8 +96,12 @@ def preview_source(source: Source, *, items: int = PREVIEW_ITEMS, max_bytes: int
     try:
         for item in reader:
             found.append(item)
-            if (len(found) >= items or source.bytes_done[0] > max_bytes or skips.count >= max_skips
-                    or time.monotonic() - started > seconds):
+            if (
+                len(found) >= items
+                or source.bytes_done[0] > max_bytes
+                or skips.count >= max_skips
+                or time.monotonic() - started > seconds
+            ):
                 exhausted = False
                 break
     except DatastoreError as exc:  # e.g. pyarrow missing for a table
@@ -112,8 +122,10 @@ def preview_source(source: Source, *, items: int = PREVIEW_ITEMS, max_bytes: int
         lines.append("")
     if skips.count:
         first = skips.examples[0]
-        lines.append(f"{skips.count} record{'s' if skips.count != 1 else ''} skipped so far, e.g. "
-                     f"{short_location(first['location'], files)}: {first['reason']}")
+        lines.append(
+            f"{skips.count} record{'s' if skips.count != 1 else ''} skipped so far, e.g. "
+            f"{short_location(first['location'], files)}: {first['reason']}"
+        )
     return SourcePreview(None, "\n".join(lines).rstrip(), summary, len(files))
 
 
@@ -121,8 +133,11 @@ def _list_files(source: Source) -> tuple[list[Path], bool]:
     """The source's files, a folder's listing capped at PREVIEW_MAX_FILES (and whether it was cut)."""
     path = source.path
     if path.is_dir() and os.access(path, os.R_OK | os.X_OK) and source.kind == "code":
-        walked = list(itertools.islice(_walk(path, source.options.include or CODE_EXTENSIONS, source.options.exclude),
-                                       PREVIEW_MAX_FILES + 1))
+        walked = list(
+            itertools.islice(
+                _walk(path, source.options.include or CODE_EXTENSIONS, source.options.exclude), PREVIEW_MAX_FILES + 1
+            )
+        )
         return walked[:PREVIEW_MAX_FILES], len(walked) > PREVIEW_MAX_FILES
     files = source.files()  # checks existence, permission and the folder/file kind
     return files, False
@@ -131,11 +146,18 @@ def _list_files(source: Source) -> tuple[list[Path], bool]:
 def _preview_code(source: Source, files: list[Path], count: str) -> SourcePreview:
     name = source_name(source)
     if not files:
-        return SourcePreview(f"{name}: no code files in this folder (looked for "
-                             f"{', '.join(CODE_EXTENSIONS[:6])} and {len(CODE_EXTENSIONS) - 6} more)", "", "")
+        return SourcePreview(
+            f"{name}: no code files in this folder (looked for "
+            f"{', '.join(CODE_EXTENSIONS[:6])} and {len(CODE_EXTENSIONS) - 6} more)",
+            "",
+            "",
+        )
     summary = f"{count} files"
-    lines = [f"{KIND_LABELS['code']} · {source.path}", f"{count} matching files; the first {min(len(files), PREVIEW_PATHS)}:",
-             ""]
+    lines = [
+        f"{KIND_LABELS['code']} · {source.path}",
+        f"{count} matching files; the first {min(len(files), PREVIEW_PATHS)}:",
+        "",
+    ]
     lines += [str(p.relative_to(source.path)) for p in files[:PREVIEW_PATHS]]
     if len(files) > PREVIEW_PATHS:
         lines.append("…")
@@ -144,7 +166,7 @@ def _preview_code(source: Source, files: list[Path], count: str) -> SourcePrevie
 
 def without_spec(source: Source, message: str) -> str:
     """A pipeline message (``KIND:PATH: problem``) with the file's name instead of the spec."""
-    rest = message[len(source.spec) + 1:].strip() if message.startswith(source.spec + ":") else message
+    rest = message[len(source.spec) + 1 :].strip() if message.startswith(source.spec + ":") else message
     return f"{source_name(source)}: {rest}"
 
 
@@ -193,7 +215,7 @@ def short_location(location: str, files: Iterable[Path]) -> str:
     for path in files:
         text = str(path)
         if location.startswith(text):
-            rest = location[len(text):]
+            rest = location[len(text) :]
             name = path.name
             if rest.startswith(":") and rest[1:].isdigit():
                 return f"{name} line {rest[1:]}"
@@ -205,7 +227,8 @@ def short_location(location: str, files: Iterable[Path]) -> str:
 
 def _conversation_text(conv: Conversation) -> str:
     return "\n".join(f"{m['role']}: {_clip(' '.join(m['content'].split()), 160, 1)}" for m in conv.messages[:6]) + (
-        f"\n… ({len(conv.messages) - 6} more turns)" if len(conv.messages) > 6 else "")
+        f"\n… ({len(conv.messages) - 6} more turns)" if len(conv.messages) > 6 else ""
+    )
 
 
 def _clip(text: str, chars: int, lines: int) -> str:

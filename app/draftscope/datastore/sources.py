@@ -30,9 +30,31 @@ CODE_EXTENSIONS = (
     "*.md *.rst Makefile Dockerfile CMakeLists.txt"
 ).split()
 EXCLUDED_DIRS = {
-    ".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", "env", ".env", "site-packages",
-    "build", "dist", "target", ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".idea", ".vscode",
-    ".eggs", ".gradle", "out", "bin", "obj",
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "__pycache__",
+    ".venv",
+    "venv",
+    "env",
+    ".env",
+    "site-packages",
+    "build",
+    "dist",
+    "target",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".idea",
+    ".vscode",
+    ".eggs",
+    ".gradle",
+    "out",
+    "bin",
+    "obj",
 }
 TEXT_EXTENSIONS = ("*.txt", "*.md", "*.markdown", "*.rst", "*.text")
 TABLE_EXTENSIONS = (".parquet", ".arrow", ".feather", ".ipc")
@@ -122,7 +144,9 @@ class Source:
     # ------------------------------------------------------------------ readers
 
     def _chat(self, path: Path, skips: SkipLog, progress: list[int]) -> Iterator[Conversation]:
-        records = iter_json_array(path, skips, progress) if first_char(path) == "[" else iter_jsonl(path, skips, progress)
+        records = (
+            iter_json_array(path, skips, progress) if first_char(path) == "[" else iter_jsonl(path, skips, progress)
+        )
         for record, where in records:
             messages = _chat_messages(record, where, skips)
             if messages:
@@ -172,7 +196,7 @@ class Source:
             return
         try:
             import pyarrow.feather  # noqa: F401
-            import pyarrow.ipc
+            import pyarrow.ipc  # noqa: F401
             import pyarrow.parquet as pq
         except ImportError as exc:
             raise DatastoreError("reading parquet/arrow files needs pyarrow: pip install pyarrow") from exc
@@ -181,14 +205,18 @@ class Source:
             if path.suffix.lower() == ".parquet":
                 pf = pq.ParquetFile(path)
                 if column not in pf.schema_arrow.names:
-                    skips.skip(str(path), f"missing field: no column {column!r} (columns: {', '.join(pf.schema_arrow.names)})")
+                    skips.skip(
+                        str(path), f"missing field: no column {column!r} (columns: {', '.join(pf.schema_arrow.names)})"
+                    )
                     return
                 batches = pf.iter_batches(columns=[column], batch_size=1024)
                 rows_total = pf.metadata.num_rows
             else:
                 reader = _open_arrow(path)
                 if column not in reader.schema.names:
-                    skips.skip(str(path), f"missing field: no column {column!r} (columns: {', '.join(reader.schema.names)})")
+                    skips.skip(
+                        str(path), f"missing field: no column {column!r} (columns: {', '.join(reader.schema.names)})"
+                    )
                     return
                 batches = (b.select([column]) for b in reader)
                 rows_total = None
@@ -236,8 +264,10 @@ def _walk(root: Path, include: list[str], exclude: list[str]) -> Iterator[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
         dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in EXCLUDED_DIRS and not d.endswith(".egg-info")
+            d
+            for d in dirnames
+            if d not in EXCLUDED_DIRS
+            and not d.endswith(".egg-info")
             and not any(fnmatch.fnmatch(str(rel_dir / d), pat) or fnmatch.fnmatch(d, pat) for pat in exclude)
         )
         for name in sorted(filenames):

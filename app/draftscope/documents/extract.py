@@ -41,7 +41,9 @@ def read_file(path: str | os.PathLike[str]) -> Attachment:
         if not path.is_file():
             raise AttachmentError(f"{name} is not a file")
         if size > MAX_FILE_BYTES:
-            raise AttachmentError(f"{name} is {size / 2**20:.0f} MB: files up to {MAX_FILE_BYTES >> 20} MB can be attached")
+            raise AttachmentError(
+                f"{name} is {size / 2**20:.0f} MB: files up to {MAX_FILE_BYTES >> 20} MB can be attached"
+            )
         data = path.read_bytes()
     except AttachmentError:
         raise
@@ -54,15 +56,18 @@ def read_bytes(name: str, data: bytes, mime: str | None = None) -> Attachment:
     """A file's bytes (a drop, an upload), read to text by its kind: the name's suffix or ``mime``,
     else what the bytes look like."""
     if len(data) > MAX_FILE_BYTES:
-        raise AttachmentError(f"{name} is {len(data) / 2**20:.0f} MB: files up to {MAX_FILE_BYTES >> 20} MB can be attached")
+        raise AttachmentError(
+            f"{name} is {len(data) / 2**20:.0f} MB: files up to {MAX_FILE_BYTES >> 20} MB can be attached"
+        )
     if not data.strip():
         raise AttachmentError(f"{name} is empty")
     kind = kind_of(name, data, mime)
     reader = {"pdf": _pdf_text, "docx": _docx_text, "html": _html_text}.get(kind, _plain_text)
     text = _tidy(reader(name, data))
     if not text.strip():
-        raise AttachmentError(f"{name} holds no text" + (" (a scanned PDF has no text layer to read)"
-                                                        if kind == "pdf" else ""))
+        raise AttachmentError(
+            f"{name} holds no text" + (" (a scanned PDF has no text layer to read)" if kind == "pdf" else "")
+        )
     return Attachment(name, text, kind)
 
 
@@ -117,8 +122,30 @@ class _VisibleText(HTMLParser):
     """An HTML page's text as a reader sees it: no scripts or styles, blocks on lines of their own."""
 
     SKIP = {"script", "style", "noscript", "template", "head"}
-    BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "section", "article",
-              "blockquote", "table", "ul", "ol", "dt", "dd", "hr", "title"}
+    BLOCKS = {
+        "p",
+        "div",
+        "br",
+        "li",
+        "tr",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "pre",
+        "section",
+        "article",
+        "blockquote",
+        "table",
+        "ul",
+        "ol",
+        "dt",
+        "dd",
+        "hr",
+        "title",
+    }
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)

@@ -65,8 +65,9 @@ class FolderIndex:
                 return out[:MAX_FILES]
         return out
 
-    def refresh(self, progress: Callable[[int, int, str], None] | None = None,
-                stop: Callable[[], bool] | None = None) -> RefreshReport:
+    def refresh(
+        self, progress: Callable[[int, int, str], None] | None = None, stop: Callable[[], bool] | None = None
+    ) -> RefreshReport:
         """Read what is new or changed, forget what is gone. ``progress(done, total, file name)``;
         ``stop()`` true ends the refresh early (what was read stays)."""
         files = self.candidates()
@@ -102,10 +103,14 @@ class FolderIndex:
         with self._lock:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM passages WHERE path = ?", (rel,))
-            self._db.executemany("INSERT INTO passages (path, first, last, body) VALUES (?, ?, ?, ?)",
-                                 [(rel, p.first_line, p.last_line, p.text) for p in passages])
-            self._db.execute("INSERT OR REPLACE INTO files (path, size, mtime, problem) VALUES (?, ?, ?, ?)",
-                             (rel, stat.st_size, stat.st_mtime, problem))
+            self._db.executemany(
+                "INSERT INTO passages (path, first, last, body) VALUES (?, ?, ?, ?)",
+                [(rel, p.first_line, p.last_line, p.text) for p in passages],
+            )
+            self._db.execute(
+                "INSERT OR REPLACE INTO files (path, size, mtime, problem) VALUES (?, ?, ?, ?)",
+                (rel, stat.st_size, stat.st_mtime, problem),
+            )
             self._db.execute("COMMIT")
         return problem
 
@@ -120,20 +125,24 @@ class FolderIndex:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
-    def search(self, question: str, budget_tokens: int, count_tokens: Callable[[str], int],
-               limit: int = 40) -> list[Passage]:
+    def search(
+        self, question: str, budget_tokens: int, count_tokens: Callable[[str], int], limit: int = 40
+    ) -> list[Passage]:
         """The passages that best answer ``question`` within ``budget_tokens``, best first."""
         match = match_expression(question)
         if match is None:
             return []
-        rows = self._rows("SELECT path, first, last, body FROM passages WHERE passages MATCH ? ORDER BY bm25(passages) "
-                          "LIMIT ?", (match, limit))
+        rows = self._rows(
+            "SELECT path, first, last, body FROM passages WHERE passages MATCH ? ORDER BY bm25(passages) LIMIT ?",
+            (match, limit),
+        )
         found = [Passage(path, int(first), int(last), body) for path, first, last, body in rows]
         return within_budget(found, budget_tokens, count_tokens)
 
 
-def open_folder(folder: str | os.PathLike[str], progress: Callable[[int, int, str], None] | None = None
-                ) -> tuple[FolderIndex, RefreshReport]:
+def open_folder(
+    folder: str | os.PathLike[str], progress: Callable[[int, int, str], None] | None = None
+) -> tuple[FolderIndex, RefreshReport]:
     """A folder's index in the app's data folder, brought up to date now."""
     from draftscope import paths
 

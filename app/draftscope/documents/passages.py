@@ -12,9 +12,11 @@ from dataclasses import dataclass
 PASSAGE_WORDS = 160  # a passage's length, about; paragraphs are kept whole where they fit
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 # words that match everywhere and rank nothing (FTS5 has no stop list of its own)
-_STOP = frozenset("""a an and are as at be but by can do does for from has have how i if in into is it its
+_STOP = frozenset(
+    """a an and are as at be but by can do does for from has have how i if in into is it its
 me my no not of on or so than that the their them then there these they this to was we were what when where
-which who why will with would you your about should could please tell show give explain""".split())
+which who why will with would you your about should could please tell show give explain""".split()
+)
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,10 @@ def split_passages(source: str, text: str, words: int = PASSAGE_WORDS) -> list[P
     start, count = 0, 0
     for i, (_, piece, ends_paragraph) in enumerate(pieces):
         count += len(piece.split())
-        if count >= words and (ends_paragraph or count >= 2 * words or i + 1 == len(pieces)
-                               or len(pieces[i + 1][1].split()) >= words):
-            out.append(_passage(source, pieces[start:i + 1]))
+        if count >= words and (
+            ends_paragraph or count >= 2 * words or i + 1 == len(pieces) or len(pieces[i + 1][1].split()) >= words
+        ):
+            out.append(_passage(source, pieces[start : i + 1]))
             start, count = i + 1, 0
     if start < len(pieces):
         out.append(_passage(source, pieces[start:]))
@@ -58,7 +61,7 @@ def _pieces(lines: list[str], words: int):
             yield i, line, ends
             continue
         for k in range(0, len(tokens), words):
-            yield i, " ".join(tokens[k:k + words]), ends and k + words >= len(tokens)
+            yield i, " ".join(tokens[k : k + words]), ends and k + words >= len(tokens)
 
 
 def _passage(source: str, pieces: list) -> Passage:
@@ -119,8 +122,9 @@ class PassageIndex:
         self._db.close()
 
 
-def best_passages(passages: list[Passage], question: str, budget_tokens: int,
-                  count_tokens: Callable[[str], int]) -> list[Passage]:
+def best_passages(
+    passages: list[Passage], question: str, budget_tokens: int, count_tokens: Callable[[str], int]
+) -> list[Passage]:
     """The passages that best answer ``question`` within ``budget_tokens``, in reading order; with
     no word in common, the document's opening passages."""
     index = PassageIndex(passages)

@@ -32,17 +32,28 @@ class SentFile:
         return not self.passages
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "text": self.text, "tokens": self.tokens,
-                "passages": list(self.passages)}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "text": self.text,
+            "tokens": self.tokens,
+            "passages": list(self.passages),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> SentFile:
-        return cls(str(d["name"]), str(d.get("kind", "text")), str(d["text"]), int(d.get("tokens", 0)),
-                   tuple(str(p) for p in d.get("passages") or ()))
+        return cls(
+            str(d["name"]),
+            str(d.get("kind", "text")),
+            str(d["text"]),
+            int(d.get("tokens", 0)),
+            tuple(str(p) for p in d.get("passages") or ()),
+        )
 
 
-def prepare(files: Sequence[Attachment], question: str, room_tokens: int,
-            count_tokens: Callable[[str], int]) -> list[SentFile]:
+def prepare(
+    files: Sequence[Attachment], question: str, room_tokens: int, count_tokens: Callable[[str], int]
+) -> list[SentFile]:
     """Each file as the model will read it, within ``room_tokens`` for all of them: the smallest
     whole first while they fit, the rest as their best passages for ``question`` in equal shares of
     what is left. Raises ValueError when not even a passage of each fits."""
@@ -72,14 +83,18 @@ def _passages_of(f: Attachment, question: str, budget: int, count_tokens) -> Sen
     sample = " ".join(f.text.split()[:400])
     per_word = max(1.0, count_tokens(sample) / max(1, len(sample.split())))
     words = max(20, min(PASSAGE_WORDS, int(budget / per_word / 4)))
-    chosen: list[Passage] = best_passages(split_passages(f.name, f.text, words), question, budget, count_tokens) \
-        if budget > 0 else []
+    chosen: list[Passage] = (
+        best_passages(split_passages(f.name, f.text, words), question, budget, count_tokens) if budget > 0 else []
+    )
     if not chosen:
-        raise ValueError(f"{f.name} does not fit the model's context, not even a passage of it: start a new "
-                         "conversation, or attach less")
+        raise ValueError(
+            f"{f.name} does not fit the model's context, not even a passage of it: start a new "
+            "conversation, or attach less"
+        )
     text = "\n\n".join(f"[lines {p.first_line}-{p.last_line}]\n{p.text}" for p in chosen)
-    return SentFile(f.name, f.kind, text, count_tokens(text),
-                    tuple(f"lines {p.first_line}-{p.last_line}" for p in chosen))
+    return SentFile(
+        f.name, f.kind, text, count_tokens(text), tuple(f"lines {p.first_line}-{p.last_line}" for p in chosen)
+    )
 
 
 def render(text: str, files: Sequence[SentFile]) -> str:
@@ -104,5 +119,6 @@ def from_documents(index, question: str, budget: int, count_tokens) -> SentFile 
     if not found:
         return None
     text = "\n\n".join(f"[{p.where}]\n{p.text}" for p in found)
-    return SentFile(f"{index.folder.name} (documents)", "documents", text, count_tokens(text),
-                    tuple(p.where for p in found))
+    return SentFile(
+        f"{index.folder.name} (documents)", "documents", text, count_tokens(text), tuple(p.where for p in found)
+    )

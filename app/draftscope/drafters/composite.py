@@ -24,7 +24,6 @@ from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters.interface import Drafter
 from draftscope.drafters.path_trie import PathTrie
 
-
 PROBABILITY_SOURCES = (DraftSource.MODEL, DraftSource.RECURRENT)  # supports that are path probabilities
 
 
@@ -48,8 +47,9 @@ class CompositeDrafter(Drafter):
     SLOW_SHARE = 0.05  # a drafter slower than this share of a plain step must earn its time
     FIRST_RETRY, LAST_RETRY = 6, 64  # steps a drafter that does not pay sits out (doubling)
 
-    def __init__(self, drafters: Sequence, *, smoothing: float = 0.2, step_cost: float | None = None,
-                 memory: dict | None = None) -> None:
+    def __init__(
+        self, drafters: Sequence, *, smoothing: float = 0.2, step_cost: float | None = None, memory: dict | None = None
+    ) -> None:
         if not drafters:
             raise ValueError("a composite drafter needs at least one drafter")
         self.drafters = list(drafters)
@@ -59,8 +59,10 @@ class CompositeDrafter(Drafter):
         # Per drafter (by name; ``memory`` carries it from answer to answer): recent drafting seconds,
         # accepted tokens per step it ran (None: not seen yet, so it runs), and its sitting out.
         memory = {} if memory is None else memory
-        self._gate = [memory.setdefault(d.name, {"seconds": 0.0, "tokens": None, "idle": 0, "retry": self.FIRST_RETRY})
-                      for d in self.drafters]
+        self._gate = [
+            memory.setdefault(d.name, {"seconds": 0.0, "tokens": None, "idle": 0, "retry": self.FIRST_RETRY})
+            for d in self.drafters
+        ]
         self._ran: list[bool] = [False] * len(self.drafters)
 
     def _should_run(self, i: int) -> bool:
@@ -145,5 +147,11 @@ def merge_trees(trees: Sequence[DraftTree], budget: int, weights: dict[int, floa
                 trie.score[leaf] = float(scores[i])
                 trie.source[leaf] = int(tree.source[i])
     merged, _ = trie.select(budget)
-    return DraftTree(merged.tokens, merged.parents, merged.depth, merged.support.astype(np.float32), merged.source,
-                     match_len=max(t.match_len for t in trees))
+    return DraftTree(
+        merged.tokens,
+        merged.parents,
+        merged.depth,
+        merged.support.astype(np.float32),
+        merged.source,
+        match_len=max(t.match_len for t in trees),
+    )

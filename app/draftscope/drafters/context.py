@@ -16,8 +16,15 @@ class ContextDrafter(Drafter):
     name = "context"
     source = DraftSource.CONTEXT
 
-    def __init__(self, *, min_suffix: int = 2, max_suffix: int = 8, max_depth: int = 10, max_matches: int = 32,
-                 long_depth: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        min_suffix: int = 2,
+        max_suffix: int = 8,
+        max_depth: int = 10,
+        max_matches: int = 32,
+        long_depth: int = 64,
+    ) -> None:
         """``max_depth``: how deep a match drafts; a longer verbatim match (the answer following an
         attached file line by line) drafts deeper, twice the match's length, up to ``long_depth``
         (SuffixDecoding's rule: the speculation grows with the match)."""
@@ -65,9 +72,15 @@ class ContextDrafter(Drafter):
                     trie.add(cont, source=int(self.source))
             tree, _ = trie.select(budget)
             if len(tree):
-                return DraftTree(tree.tokens, tree.parents, tree.depth, tree.support, tree.source,
-                                 match_len=max(n, matched),
-                                 match_count=len(positions))
+                return DraftTree(
+                    tree.tokens,
+                    tree.parents,
+                    tree.depth,
+                    tree.support,
+                    tree.source,
+                    match_len=max(n, matched),
+                    match_count=len(positions),
+                )
         return DraftTree.empty()
 
     def _verbatim(self, position: int, end: int) -> int:

@@ -10,8 +10,9 @@ from draftscope.engine.backends.pytorch.loader import LoadedModel, load_model
 from draftscope.models.resolve import load_tokenizer, resolve_model
 
 
-def load_draft_model(spec: str, target: LoadedModel | object, *, device: str | None = None,
-                     dtype: str | None = None) -> LoadedModel:
+def load_draft_model(
+    spec: str, target: LoadedModel | object, *, device: str | None = None, dtype: str | None = None
+) -> LoadedModel:
     """A draft model for ``target`` (a LoadedModel or an Engine: anything with ``tokenizer``,
     ``device`` and ``dtype``), in the target's device and dtype unless told otherwise. Refused with
     the reason in words when its tokenizer differs from the target's: its drafts would be other
@@ -39,8 +40,10 @@ def draft_incompatibility(target_tokenizer, draft_tokenizer) -> str | None:
     by the same id."""
     target_n, draft_n = len(target_tokenizer), len(draft_tokenizer)
     if target_n != draft_n:
-        return (f"the draft model's tokenizer has {draft_n:,} tokens and the model's has {target_n:,}: "
-                "its drafts would be other words")
+        return (
+            f"the draft model's tokenizer has {draft_n:,} tokens and the model's has {target_n:,}: "
+            "its drafts would be other words"
+        )
     if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
         return "the draft model's tokenizer gives other ids to the same tokens: its drafts would be other words"
     if target_tokenizer.eos_token_id != draft_tokenizer.eos_token_id:

@@ -59,8 +59,11 @@ class LearnedStats:
 
     def brief(self) -> str:
         """Few words, for the status bar."""
-        return f"learned: {self.answers:,} answer{'s' if self.answers != 1 else ''}" if self.answers else \
-            "learned: none yet"
+        return (
+            f"learned: {self.answers:,} answer{'s' if self.answers != 1 else ''}"
+            if self.answers
+            else "learned: none yet"
+        )
 
 
 class LearnedStore:

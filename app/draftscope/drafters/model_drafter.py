@@ -27,8 +27,8 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters.interface import Drafter
-from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities
 from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities
 
 
 @dataclass
@@ -38,15 +38,24 @@ class DraftOut:
 
 
 @torch.inference_mode()
-def draft(model, query_token_ids: torch.Tensor, kv_cache, num_draft_tokens: int, sample_strategy: SamplingParams,
-          *, eos_token_id: int | None = None, noise: PositionNoise | None = None) -> DraftOut:
+def draft(
+    model,
+    query_token_ids: torch.Tensor,
+    kv_cache,
+    num_draft_tokens: int,
+    sample_strategy: SamplingParams,
+    *,
+    eos_token_id: int | None = None,
+    noise: PositionNoise | None = None,
+) -> DraftOut:
     """``noise``: the answer's keyed noise at T > 0 (drafts coupled to the target's choice)."""
     past = kv_cache.get_seq_length()
     q_len = query_token_ids.shape[1]
     positions = torch.arange(past, past + q_len, device=query_token_ids.device)[None]
     # Only the last position's logits are used: the head over a long query is most of its cost.
-    logits = model(input_ids=query_token_ids, position_ids=positions, past_key_values=kv_cache, use_cache=True,
-                   logits_to_keep=1).logits[:, -1]
+    logits = model(
+        input_ids=query_token_ids, position_ids=positions, past_key_values=kv_cache, use_cache=True, logits_to_keep=1
+    ).logits[:, -1]
     ids, all_logits = [], []
     for k in range(num_draft_tokens):
         rows = probabilities(logits, sample_strategy)
@@ -58,7 +67,9 @@ def draft(model, query_token_ids: torch.Tensor, kv_cache, num_draft_tokens: int,
             break
         if k + 1 < num_draft_tokens:
             pos = torch.full((tok.shape[0], 1), past + q_len + k, device=tok.device)
-            logits = model(input_ids=tok[:, None], position_ids=pos, past_key_values=kv_cache, use_cache=True).logits[:, -1]
+            logits = model(input_ids=tok[:, None], position_ids=pos, past_key_values=kv_cache, use_cache=True).logits[
+                :, -1
+            ]
     return DraftOut(torch.stack(ids, dim=1), torch.stack(all_logits, dim=1))
 
 

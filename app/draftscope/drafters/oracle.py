@@ -30,5 +30,10 @@ class OracleDrafter(Drafter):
         done = len(context_ids) - self.prompt_len
         chain = self.answer[done : done + min(budget, self.max_depth)]
         k = len(chain)
-        return DraftTree(np.array(chain, dtype=np.int64), np.arange(-1, k - 1, dtype=np.int32),
-                         np.arange(1, k + 1, dtype=np.int32), np.ones(k, np.float32), np.full(k, self.source, np.int8))
+        return DraftTree(
+            np.array(chain, dtype=np.int64),
+            np.arange(-1, k - 1, dtype=np.int32),
+            np.arange(1, k + 1, dtype=np.int32),
+            np.ones(k, np.float32),
+            np.full(k, self.source, np.int8),
+        )

@@ -17,8 +17,15 @@ class RetrievalDrafter(Drafter):
     name = "retrieval"
     source = DraftSource.RETRIEVAL
 
-    def __init__(self, reader: Reader | str, *, max_depth: int = 10, max_matches: int = 256, min_suffix: int = 2,
-                 max_suffix: int = 16) -> None:
+    def __init__(
+        self,
+        reader: Reader | str,
+        *,
+        max_depth: int = 10,
+        max_matches: int = 256,
+        min_suffix: int = 2,
+        max_suffix: int = 16,
+    ) -> None:
         self.reader = reader if isinstance(reader, Reader) else Reader(reader)
         self.max_depth, self.max_matches = max_depth, max_matches
         self.min_suffix, self.max_suffix = min_suffix, max_suffix
@@ -33,9 +40,14 @@ class RetrievalDrafter(Drafter):
         if tail.size and int(tail.max()) >= self.reader.vocab_size:
             return DraftTree.empty()  # a token the datastore's tokenizer never produces
         try:
-            tree = self.reader.search(tail, max_nodes=budget, max_depth=self.max_depth,
-                                      max_matches=self.max_matches, min_suffix=self.min_suffix,
-                                      max_suffix=self.max_suffix)
+            tree = self.reader.search(
+                tail,
+                max_nodes=budget,
+                max_depth=self.max_depth,
+                max_matches=self.max_matches,
+                min_suffix=self.min_suffix,
+                max_suffix=self.max_suffix,
+            )
         except IndexChangedError:
             # A mapped datastore copied over during the answer: no drafts from it (the answer goes
             # on; the next one reopens the file and says so).

@@ -20,14 +20,13 @@ import torch
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.held import KeepsPrefixes, positions_to_keep
-from draftscope.engine.backends.work import SHARED_PREFILL, PREFILL_BATCH, Prefill, Start, Verify
+from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, Prefill, Start, Verify
 from draftscope.engine.budget import DraftBudget, FixedBudget, InSlot, measure_verify_costs
 from draftscope.engine.detokenizer import Detokenizer
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
 from draftscope.engine.policy import StepPolicy, subtree
 from draftscope.engine.sampling import PositionNoise, fresh_seed, next_tokens
 from draftscope.engine.verify import token_positions, verify_tree
-
 
 # Prompt tokens between two ReadingEvents, for a request that asks for them (the window): a long
 # prompt is read in parts of this size, so its reader hears how far the reading is.
@@ -131,8 +130,10 @@ class Answer:
         # the answer runs anyway: the prompt's, then each verify step's.
         self.wants_hidden = self.drafter is not None and self.drafter.wants_hidden
         if self.wants_hidden and not self.backend.gives_hidden:
-            raise ValueError(f"the recurrent drafter reads the model's hidden state: the {self.backend.kind} backend "
-                             f"{self.backend.no_hidden_reason}")
+            raise ValueError(
+                f"the recurrent drafter reads the model's hidden state: the {self.backend.kind} backend "
+                f"{self.backend.no_hidden_reason}"
+            )
 
     def _set_up_reading(self) -> None:
         """What of the prompt the slot's cache keeps, and where reading the rest starts."""
@@ -153,8 +154,9 @@ class Answer:
             self.kept = backend.keep_prefix(slot, self.prompt, want_hidden=self.wants_hidden)
             self.reading_at = self.past = self.kept
         elif self.request.reading_progress and isinstance(backend, KeepsPrefixes):
-            self.kept = self.grows = positions_to_keep(backend.held_tokens(slot), self.prompt,
-                                                       want_hidden=self.wants_hidden)
+            self.kept = self.grows = positions_to_keep(
+                backend.held_tokens(slot), self.prompt, want_hidden=self.wants_hidden
+            )
         if self.reading_at is not None or self.grows is not None:
             self._say_reading(self.kept)  # "0 of M" while the first part is read
 
@@ -251,8 +253,14 @@ class Answer:
     def _accept_tree(self, step: _Step, verified, seconds: float, shared) -> None:
         began_accept = time.perf_counter()
         tree = step.tree
-        chosen = next_tokens(verified.logits, self.request.sampling, token_positions(tree, len(self.ids)), self.noise,
-                             self._rows_seen(tree, verified.logits.device), verified.best)
+        chosen = next_tokens(
+            verified.logits,
+            self.request.sampling,
+            token_positions(tree, len(self.ids)),
+            self.noise,
+            self._rows_seen(tree, verified.logits.device),
+            verified.best,
+        )
         path, bonus = verify_tree(tree, chosen)
         self.backend.commit_slot(self.slot, path)
         if self.past is not None:
@@ -261,8 +269,14 @@ class Answer:
             self.drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])
         verify_s = seconds + time.perf_counter() - began_accept
         emitted, provenance, stop = self._emit(tree, path, bonus)
-        self.budget.update(tree, path, draft_seconds=step.drafted_at - step.began, verify_seconds=verify_s,
-                           drafted=step.drafted, shared=shared)
+        self.budget.update(
+            tree,
+            path,
+            draft_seconds=step.drafted_at - step.began,
+            verify_seconds=verify_s,
+            drafted=step.drafted,
+            shared=shared,
+        )
         if self.drafter is not None:
             self.drafter.observe(emitted)
             self.drafter.feedback(tree, path)
@@ -295,7 +309,7 @@ class Answer:
         for tok in emitted:
             self.pieces.append(self.detok.push(tok))
             tally.generated.append(tok)
-            if self.max_stop and any(s in self.detok.text[-(self.max_stop + 16):] for s in self.request.stop_strings):
+            if self.max_stop and any(s in self.detok.text[-(self.max_stop + 16) :] for s in self.request.stop_strings):
                 stop, self.finish = True, "stop"
                 break
         emitted, provenance = emitted[: len(self.pieces)], provenance[: len(self.pieces)]
@@ -306,8 +320,9 @@ class Answer:
         self.path_said = path[: len(emitted)]  # nodes whose tokens were emitted (EOS may cut the path)
         return emitted, provenance, stop
 
-    def _step_event(self, step: _Step, path: list[int], emitted: list[int], provenance: list[str],
-                    verify_s: float) -> StepEvent:
+    def _step_event(
+        self, step: _Step, path: list[int], emitted: list[int], provenance: list[str], verify_s: float
+    ) -> StepEvent:
         tally = self.tally
         tally.steps += 1
         now = time.perf_counter()
@@ -317,14 +332,28 @@ class Answer:
             tally.first_step_tokens = len(tally.generated)
         elapsed = now - self.started
         done = len(tally.generated)
-        decode_tps = (done - tally.first_step_tokens) / (now - tally.first_token_at) if now > tally.first_token_at else None
+        decode_tps = (
+            (done - tally.first_step_tokens) / (now - tally.first_token_at) if now > tally.first_token_at else None
+        )
         return StepEvent(
-            step=tally.steps, token_ids=emitted, pieces=self.pieces, provenance=provenance, tree=StepTree.of(step.tree),
-            accepted_path=self.path_said, proposed=len(step.tree), accepted=min(len(path), len(emitted)),
-            draft_ms=(step.drafted_at - step.began) * 1000, verify_ms=verify_s * 1000, total_ms=(now - step.began) * 1000,
-            tokens_total=done, steps_total=tally.steps, tau=done / tally.steps,
-            tokens_per_second=done / elapsed if elapsed > 0 else 0.0, speedup_estimate=self.engine.speedup(decode_tps),
-            elapsed_ms=elapsed * 1000, decode_tokens_per_second=decode_tps,
+            step=tally.steps,
+            token_ids=emitted,
+            pieces=self.pieces,
+            provenance=provenance,
+            tree=StepTree.of(step.tree),
+            accepted_path=self.path_said,
+            proposed=len(step.tree),
+            accepted=min(len(path), len(emitted)),
+            draft_ms=(step.drafted_at - step.began) * 1000,
+            verify_ms=verify_s * 1000,
+            total_ms=(now - step.began) * 1000,
+            tokens_total=done,
+            steps_total=tally.steps,
+            tau=done / tally.steps,
+            tokens_per_second=done / elapsed if elapsed > 0 else 0.0,
+            speedup_estimate=self.engine.speedup(decode_tps),
+            elapsed_ms=elapsed * 1000,
+            decode_tokens_per_second=decode_tps,
         )
 
     # ------------------------------------------------------------------ the end
@@ -344,8 +373,16 @@ class Answer:
         """Say the final event (the answer's text and statistics)."""
         if isinstance(self.budget, StepPolicy):  # what this answer's steps cost is the next answer's start
             self.engine.verify_costs = dict(self.budget.costs)
-        self._say_final(FinalEvent(self.finish, self._final_text(), self.tally.generated, self._final_stats(),
-                                   prompt_tail=self.prompt[-8:], error=self.error))
+        self._say_final(
+            FinalEvent(
+                self.finish,
+                self._final_text(),
+                self.tally.generated,
+                self._final_stats(),
+                prompt_tail=self.prompt[-8:],
+                error=self.error,
+            )
+        )
 
     def _final_text(self) -> str:
         text = self.engine.tokenizer.decode(self.tally.generated, skip_special_tokens=True)
@@ -362,13 +399,20 @@ class Answer:
             decode_tps = (done - tally.first_step_tokens) / (self.started + elapsed - tally.first_token_at)
         shared = tally.forward_answers
         return MessageStats(
-            tokens=done, steps=steps, tau=done / steps if steps else 0.0,
+            tokens=done,
+            steps=steps,
+            tau=done / steps if steps else 0.0,
             tokens_per_second=done / elapsed if elapsed > 0 else 0.0,
             time_to_first_token_ms=((tally.first_token_at or time.perf_counter()) - self.started) * 1000,
-            elapsed_s=elapsed, speedup_estimate=self.engine.speedup(decode_tps), decode_tokens_per_second=decode_tps,
-            drafters=[d.name for d in self.drafters], accepted_by_source=dict(tally.by_source), seed=self.seed,
+            elapsed_s=elapsed,
+            speedup_estimate=self.engine.speedup(decode_tps),
+            decode_tokens_per_second=decode_tps,
+            drafters=[d.name for d in self.drafters],
+            accepted_by_source=dict(tally.by_source),
+            seed=self.seed,
             answers_per_forward=sum(shared) / len(shared) if shared else None,
-            prompt_tokens=len(self.prompt), prompt_kept=self.kept,
+            prompt_tokens=len(self.prompt),
+            prompt_kept=self.kept,
         )
 
     def _say_final(self, event: FinalEvent) -> None:

@@ -98,8 +98,9 @@ class InSlot:
 
 
 @torch.inference_mode()
-def measure_verify_costs(backend, *, context: int = 256, sizes=SIZES, repeats: int = 3,
-                         progress=None) -> dict[int, float]:
+def measure_verify_costs(
+    backend, *, context: int = 256, sizes=SIZES, repeats: int = 3, progress=None
+) -> dict[int, float]:
     """Seconds for one verify of 1 + n tokens (root + chain of n) over a ``context``-token cache,
     on whatever backend runs the model (or one slot of it: InSlot): the best of ``repeats`` rounds,
     each round over every size (a load spike then hits one round, not every try of one size), made

@@ -25,7 +25,7 @@ class Detokenizer:
         after = self.tokenizer.decode(self.ids[start:], skip_special_tokens=True)
         if after.endswith("\ufffd") and len(self.ids) - self._read < self.MAX_PENDING:
             return ""  # incomplete UTF-8: the next token may complete it
-        piece = after[len(before):] if after.startswith(before) else ""
+        piece = after[len(before) :] if after.startswith(before) else ""
         self._read = len(self.ids)
         self.text += piece
         return piece

@@ -18,8 +18,8 @@ import torch
 from draftscope.engine.answer import Answer, limit_leaves
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
-from draftscope.engine.policy import Calibration
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
+from draftscope.engine.policy import Calibration
 from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
 from draftscope.engine.stepper import Stepper
@@ -67,8 +67,16 @@ class Engine:
     """``Engine(model, tokenizer)`` runs a torch model; ``Engine(backend=...)`` any backend
     (:func:`draftscope.engine.backends.open_backend` picks and opens one)."""
 
-    def __init__(self, model=None, tokenizer=None, *, name: str = "model", device=None, backend: Backend | None = None,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model=None,
+        tokenizer=None,
+        *,
+        name: str = "model",
+        device=None,
+        backend: Backend | None = None,
+        threads: int | None = None,
+    ) -> None:
         if backend is None:
             from draftscope.engine.backends import torch_backend_for
 
@@ -137,6 +145,7 @@ class Engine:
 
     def measure_costs(self, progress=None) -> dict[int, float]:
         """Seconds a verify takes by tree size, measured on the stepper's thread once no answer runs."""
+
         def measure():
             return measure_verify_costs(self.backend, progress=StageClock(MEASURING_COSTS, progress))
 
@@ -175,7 +184,9 @@ class Engine:
 
     def _prompt(self, request: GenerationRequest) -> list[int]:
         """The request's prompt token ids, refused in words when the model cannot take them."""
-        prompt = list(request.prompt_ids) if request.prompt_ids is not None else self.encode_chat(request.messages or [])
+        prompt = (
+            list(request.prompt_ids) if request.prompt_ids is not None else self.encode_chat(request.messages or [])
+        )
         if not prompt:
             raise ValueError("empty prompt")
         if len(prompt) >= self.max_context:
@@ -189,8 +200,9 @@ class Engine:
 
     # ------------------------------------------------------------------ answers
 
-    def generate(self, request: GenerationRequest, *,
-                 _ignore_eos: bool = False) -> Iterator[ReadingEvent | StepEvent | FinalEvent]:
+    def generate(
+        self, request: GenerationRequest, *, _ignore_eos: bool = False
+    ) -> Iterator[ReadingEvent | StepEvent | FinalEvent]:
         """The answer's events, a StepEvent a step and a FinalEvent last, as the stepper makes them
         (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""

@@ -27,8 +27,13 @@ class StepTree:
 
     @classmethod
     def of(cls, tree: DraftTree) -> StepTree:
-        return cls(tree.tokens.tolist(), tree.parents.tolist(), tree.depth.tolist(),
-                   [float(x) for x in tree.support.tolist()], [SOURCE_NAMES[int(s)] for s in tree.source.tolist()])
+        return cls(
+            tree.tokens.tolist(),
+            tree.parents.tolist(),
+            tree.depth.tolist(),
+            [float(x) for x in tree.support.tolist()],
+            [SOURCE_NAMES[int(s)] for s in tree.source.tolist()],
+        )
 
     @classmethod
     def from_dict(cls, d: dict | None) -> StepTree:
@@ -113,10 +118,24 @@ def step_from_dict(d: dict) -> StepEvent:
 
     ids = [int(t) for t in d.get("token_ids") or []]
     defaults = {
-        "step": 0, "token_ids": ids, "pieces": [""] * len(ids), "provenance": ["target"] * len(ids), "tree": None,
-        "accepted_path": [], "proposed": 0, "accepted": 0, "draft_ms": 0.0, "verify_ms": 0.0, "total_ms": 0.0,
-        "tokens_total": 0, "steps_total": 0, "tau": 0.0, "tokens_per_second": 0.0, "speedup_estimate": None,
-        "elapsed_ms": None, "decode_tokens_per_second": None,
+        "step": 0,
+        "token_ids": ids,
+        "pieces": [""] * len(ids),
+        "provenance": ["target"] * len(ids),
+        "tree": None,
+        "accepted_path": [],
+        "proposed": 0,
+        "accepted": 0,
+        "draft_ms": 0.0,
+        "verify_ms": 0.0,
+        "total_ms": 0.0,
+        "tokens_total": 0,
+        "steps_total": 0,
+        "tau": 0.0,
+        "tokens_per_second": 0.0,
+        "speedup_estimate": None,
+        "elapsed_ms": None,
+        "decode_tokens_per_second": None,
     }
     known = {f.name for f in fields(StepEvent)}
     optional = ("speedup_estimate", "elapsed_ms", "decode_tokens_per_second")

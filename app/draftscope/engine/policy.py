@@ -87,8 +87,16 @@ def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
         return DraftTree.empty()
     remap = {int(old): new for new, old in enumerate(index)}
     parents = np.array([remap[int(tree.parents[i])] if tree.parents[i] >= 0 else -1 for i in index], dtype=np.int32)
-    return DraftTree(tree.tokens[index], parents, tree.depth[index], tree.support[index], tree.source[index],
-                     match_len=tree.match_len, match_count=tree.match_count, extra=dict(tree.extra))
+    return DraftTree(
+        tree.tokens[index],
+        parents,
+        tree.depth[index],
+        tree.support[index],
+        tree.source[index],
+        match_len=tree.match_len,
+        match_count=tree.match_count,
+        extra=dict(tree.extra),
+    )
 
 
 class Calibration:
@@ -125,8 +133,15 @@ class Calibration:
 
 
 class StepPolicy(DraftBudget):
-    def __init__(self, costs: dict[int, float], *, max_size: int = 64, explore_every: int = 6,
-                 smoothing: float = 0.3, calibration: Calibration | None = None) -> None:
+    def __init__(
+        self,
+        costs: dict[int, float],
+        *,
+        max_size: int = 64,
+        explore_every: int = 6,
+        smoothing: float = 0.3,
+        calibration: Calibration | None = None,
+    ) -> None:
         self.costs = monotone({n: c for n, c in costs.items() if n <= max_size})
         if 0 not in self.costs:
             raise ValueError("the cost curve needs the cost of a plain step (size 0)")
@@ -207,8 +222,9 @@ class StepPolicy(DraftBudget):
         for i in range(len(tree)):  # BFS order: a parent comes before its children
             parent = int(tree.parents[i])
             above = 1.0 if parent < 0 else p[parent]
-            p[i] = above * self.calibration.probability(int(tree.source[i]), int(tree.depth[i]), float(share[i]),
-                                                        tree.match_len)
+            p[i] = above * self.calibration.probability(
+                int(tree.source[i]), int(tree.depth[i]), float(share[i]), tree.match_len
+            )
         return p
 
     def _others(self, shared) -> tuple[int, int]:
@@ -224,7 +240,9 @@ class StepPolicy(DraftBudget):
         n = len(tree)
         asked = n if asked is None else asked
         if n == 0:
-            self.last = Decision(asked, 0, 0, 0.0, "plain: no drafts" if asked else "plain: drafting does not pay lately")
+            self.last = Decision(
+                asked, 0, 0, 0.0, "plain: no drafts" if asked else "plain: drafting does not pay lately"
+            )
             return tree
         p = self.path_probabilities(tree)
         # Children never outrank their parent (p only shrinks down a path); ties go to the shallower.
@@ -254,8 +272,16 @@ class StepPolicy(DraftBudget):
 
     # ------------------------------------------------------------------ after verifying
 
-    def update(self, tree: DraftTree, path: list[int], *, draft_seconds: float, verify_seconds: float,
-               drafted: bool, shared=None) -> None:
+    def update(
+        self,
+        tree: DraftTree,
+        path: list[int],
+        *,
+        draft_seconds: float,
+        verify_seconds: float,
+        drafted: bool,
+        shared=None,
+    ) -> None:
         self.calibration.observe(tree, path)
         self._my_tokens = 1 + len(tree)
         if shared is not None and shared.answers > 1:
@@ -265,8 +291,11 @@ class StepPolicy(DraftBudget):
             self._learn_cost(len(tree), verify_seconds)
         if drafted:
             a = self.smoothing
-            self._look_seconds = draft_seconds if self._look_seconds is None else (
-                self._look_seconds + a * (draft_seconds - self._look_seconds))
+            self._look_seconds = (
+                draft_seconds
+                if self._look_seconds is None
+                else (self._look_seconds + a * (draft_seconds - self._look_seconds))
+            )
             tokens, seconds = 1.0 + len(path), draft_seconds + verify_seconds
             if self._draft_seconds is None:
                 self._draft_tokens, self._draft_seconds = tokens, seconds

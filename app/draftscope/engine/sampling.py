@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from draftscope.rules import SEED_RANGE, problem
 
 
@@ -72,8 +73,14 @@ def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tens
     return logits.softmax(-1)
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams, positions: Sequence[int], noise: "PositionNoise | None",
-                seen: torch.Tensor | None = None, best: torch.Tensor | None = None) -> list[int]:
+def next_tokens(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    positions: Sequence[int],
+    noise: PositionNoise | None,
+    seen: torch.Tensor | None = None,
+    best: torch.Tensor | None = None,
+) -> list[int]:
     """The token chosen at each row of ``logits`` [n, V] (row r at absolute position ``positions[r]``):
     greedy takes the argmax of the processed logits straight away (a one-hot distribution over a
     152k vocabulary cost a plain llama.cpp step a few tenths of a millisecond for the same answer);

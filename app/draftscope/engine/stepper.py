@@ -198,7 +198,9 @@ class Stepper:
         """Waiting answers into free slots, in order (each into the slot whose cache shares most with
         its prompt); the cancelled and the abandoned leave the queue wherever they are in it."""
         with self._cond:
-            gone = [a for a in self._waiting if a.abandoned or (a.request.cancel is not None and a.request.cancel.is_set())]
+            gone = [
+                a for a in self._waiting if a.abandoned or (a.request.cancel is not None and a.request.cancel.is_set())
+            ]
             for answer in gone:
                 self._waiting.remove(answer)
         for answer in gone:
@@ -241,7 +243,7 @@ class Stepper:
                     continue
                 if (answer.phase == "prompt") != reading or slot in work or answer.lead() >= MAX_LEAD:
                     continue
-                item = self._ask(answer, lambda: answer.plan(room, shared))
+                item = self._ask(answer, lambda: answer.plan(room, shared))  # noqa: B023 - called at once, in this iteration
                 if answer.finished:
                     self._release(slot)
                 elif item is not None:
@@ -266,9 +268,13 @@ class Stepper:
         for slot in work:
             answer = self._running[slot]
             # a prompt chunk has no result unless its last hidden state was asked for
-            missing = RuntimeError("the forward ended without a result for this answer") if isinstance(work[slot], Verify) else None
+            missing = (
+                RuntimeError("the forward ended without a result for this answer")
+                if isinstance(work[slot], Verify)
+                else None
+            )
             result = results.get(slot, missing)
-            self._ask(answer, lambda: answer.accept(result, seconds=seconds, answers=len(work), shared=shared))
+            self._ask(answer, lambda: answer.accept(result, seconds=seconds, answers=len(work), shared=shared))  # noqa: B023 - called at once, in this iteration
             if answer.finished:
                 self._release(slot)
 

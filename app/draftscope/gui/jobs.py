@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication, QProgressBar
@@ -77,9 +78,15 @@ class JobRunner(QObject):
     is cancelled (the dialog says "Cancelling …" meanwhile), the outcome always does, unless the
     runner was closed."""
 
-    def __init__(self, parent: QObject, *, on_progress: Callable[[Any], None] | None = None,
-                 on_status: Callable[[str], None] | None = None, on_done: Callable[[Any], None],
-                 on_failed: Callable[[Exception], None]) -> None:
+    def __init__(
+        self,
+        parent: QObject,
+        *,
+        on_progress: Callable[[Any], None] | None = None,
+        on_status: Callable[[str], None] | None = None,
+        on_done: Callable[[Any], None],
+        on_failed: Callable[[Exception], None],
+    ) -> None:
         super().__init__(parent)
         self._on_progress, self._on_status = on_progress, on_status
         self._on_done, self._on_failed = on_done, on_failed

@@ -133,8 +133,9 @@ class Launcher(QObject):
         theme = effective_theme(self.settings.theme)
         self.window = MainWindow(runtime, self.history, code_style=code_style(theme), dark=theme == "dark")
         self.window.settings_requested.connect(self.open_settings)
-        self.window.model_chosen.connect(lambda spec: self.apply_settings(dataclasses.replace(self.settings,
-                                                                                               model=spec)))
+        self.window.model_chosen.connect(
+            lambda spec: self.apply_settings(dataclasses.replace(self.settings, model=spec))
+        )
         self.window.datastore_chosen.connect(self.use_datastore)
         if previous is not None:  # a reload: same place, same conversation
             self.window.restoreGeometry(previous.saveGeometry())
@@ -145,8 +146,11 @@ class Launcher(QObject):
             self.window.measure_baseline()
         server_problem = self._apply_server()
         backend_notice = runtime.engine.backend.notice  # llama.cpp's kernels off, or the model on torch
-        notices = [n for n in self.notices + runtime.notices + notes + ([server_problem] if server_problem else [])
-                   if n != backend_notice]
+        notices = [
+            n
+            for n in self.notices + runtime.notices + notes + ([server_problem] if server_problem else [])
+            if n != backend_notice
+        ]
         self.notices = []  # the settings file's notices are shown once
         if notices:
             self.window.statusBar().showMessage(" · ".join(notices), 20000)
@@ -179,17 +183,21 @@ class Launcher(QObject):
             return
         from draftscope.paths import settings_file
 
-        box = QMessageBox(QMessageBox.Icon.Critical, "Draftscope",
-                          f"{self.settings.model} could not be loaded:\n\n{message}\n\nChoose another model, or "
-                          "retry (for the default model's first download: the network; or the disk space). The "
-                          f"model is kept in the settings file, {self.settings_file or settings_file()}.")
+        box = QMessageBox(
+            QMessageBox.Icon.Critical,
+            "Draftscope",
+            f"{self.settings.model} could not be loaded:\n\n{message}\n\nChoose another model, or "
+            "retry (for the default model's first download: the network; or the disk space). The "
+            f"model is kept in the settings file, {self.settings_file or settings_file()}.",
+        )
         box.setObjectName("loadErrorDialog")
         choose = box.addButton("Choose another model…", QMessageBox.ButtonRole.ActionRole)
         choose.setObjectName("chooseAnotherModel")
         retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Quit", QMessageBox.ButtonRole.RejectRole)
-        box.buttonClicked.connect(lambda b: self._retry() if b is retry else self.choose_model() if b is choose
-                                  else QApplication.quit())
+        box.buttonClicked.connect(
+            lambda b: self._retry() if b is retry else self.choose_model() if b is choose else QApplication.quit()
+        )
         self.error_box = box
         box.open()
 
@@ -198,17 +206,22 @@ class Launcher(QObject):
         they were; the message (over the window: it waits for an answer) offers Retry, Choose another
         model and Keep the current one."""
         kept = self.running_settings.model
-        box = QMessageBox(QMessageBox.Icon.Critical, "Draftscope",
-                          f"{self.settings.model} could not be loaded:\n\n{message}\n\n{kept} is still running, and "
-                          "the settings file still names it.", parent=self.window)
+        box = QMessageBox(
+            QMessageBox.Icon.Critical,
+            "Draftscope",
+            f"{self.settings.model} could not be loaded:\n\n{message}\n\n{kept} is still running, and "
+            "the settings file still names it.",
+            parent=self.window,
+        )
         box.setObjectName("switchErrorDialog")
         choose = box.addButton("Choose another model…", QMessageBox.ButtonRole.ActionRole)
         choose.setObjectName("chooseAnotherModel")
         retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
         keep = box.addButton(f"Keep {Path(kept).name}", QMessageBox.ButtonRole.RejectRole)
         keep.setObjectName("keepCurrentModel")
-        box.buttonClicked.connect(lambda b: self._retry() if b is retry else self.open_settings() if b is choose
-                                  else self._keep_current())
+        box.buttonClicked.connect(
+            lambda b: self._retry() if b is retry else self.open_settings() if b is choose else self._keep_current()
+        )
         self.error_box = box
         box.open()
 
@@ -263,8 +276,12 @@ class Launcher(QObject):
             if self.window is not None:
                 self.window.statusBar().showMessage("Settings can be changed once the answer is done", 5000)
             return
-        self.settings_dialog = SettingsDialog(self.settings, self.window, learned=self.window.runtime.learned_text(),
-                                              recurrent=head_description(self.settings.model))
+        self.settings_dialog = SettingsDialog(
+            self.settings,
+            self.window,
+            learned=self.window.runtime.learned_text(),
+            recurrent=head_description(self.settings.model),
+        )
         self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
         tab = self.settings_dialog.server
         tab.show_requests(self.server.requests)
@@ -297,14 +314,16 @@ class Launcher(QObject):
         try:
             save_settings(new, self.settings_file)
         except OSError as exc:
-            QMessageBox.warning(self.window, "Draftscope", f"The settings could not be saved: {exc}\n\n"
-                                "They apply to this session only.")
+            QMessageBox.warning(
+                self.window, "Draftscope", f"The settings could not be saved: {exc}\n\nThey apply to this session only."
+            )
         runtime = self.window.runtime
         try:
             runtime.apply(new)
         except Exception as exc:  # a datastore that cannot be opened: say so, keep the old drafters
-            runtime.apply(dataclasses.replace(new, datastore=runtime.settings.datastore,
-                                              drafters=runtime.settings.drafters))
+            runtime.apply(
+                dataclasses.replace(new, datastore=runtime.settings.datastore, drafters=runtime.settings.drafters)
+            )
             QMessageBox.warning(self.window, "Draftscope", f"The datastore could not be opened: {exc}")
             return change & ~Change.DRAFTERS
         return change
@@ -376,8 +395,10 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
 def _display_problem() -> str | None:
     """Why no window can open here (no display, missing X11 libraries: said rather than Qt's abort)."""
     if not _has_display():
-        return ("draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the "
-                "terminal chat, or set QT_QPA_PLATFORM.")
+        return (
+            "draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the "
+            "terminal chat, or set QT_QPA_PLATFORM."
+        )
     from draftscope.gui.platform_check import xcb_problem
 
     return xcb_problem()
@@ -416,6 +437,7 @@ def _starting_settings(app, model: str | None, *, ask: bool):
 def _quit_after(launcher: Launcher, quit_after_ms: int, screenshot: str | None) -> None:
     """The smoke test: quit ``quit_after_ms`` after the window shows (saving ``screenshot``), or
     exit 1 when the model fails to load."""
+
     def shown(window):
         print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
         QTimer.singleShot(quit_after_ms, lambda: _quit_with_screenshot(window, quit_after_ms, screenshot))
@@ -435,9 +457,13 @@ def _quit_with_screenshot(window, quit_after_ms: int, screenshot: str | None) ->
     saved = True
     if screenshot:  # from the screen (under xcb the X server's frame buffer), not a re-render
         saved = window.screen().grabWindow(window.winId()).save(screenshot, "PNG")
-        print(f"draftscope: screenshot saved to {screenshot}" if saved else
-              f"draftscope: the screenshot could not be saved to {screenshot}",
-              file=sys.stdout if saved else sys.stderr, flush=True)
+        print(
+            f"draftscope: screenshot saved to {screenshot}"
+            if saved
+            else f"draftscope: the screenshot could not be saved to {screenshot}",
+            file=sys.stdout if saved else sys.stderr,
+            flush=True,
+        )
     window.close()
     if saved:
         QApplication.quit()
@@ -456,8 +482,7 @@ def _drafter_notes(runtime) -> list[str]:
     settings = runtime.settings
     runtime.settings = dataclasses.replace(settings, drafters=dict(settings.drafters, retrieval=False))
     try:
-        return [f"Retrieval drafts are off: the datastore could not be opened: {first}",
-                *runtime.drafter_setup.notes]
+        return [f"Retrieval drafts are off: the datastore could not be opened: {first}", *runtime.drafter_setup.notes]
     except Exception as exc:  # noqa: BLE001 - not the datastore: answer plainly, saying why
         runtime.settings = dataclasses.replace(settings, drafters={name: False for name in settings.drafters})
         return [f"Drafting is off: the drafters could not be set up: {exc}"]

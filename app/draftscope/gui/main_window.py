@@ -10,26 +10,32 @@ import time
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget,
+    QApplication,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
 )
 
-from draftscope.engine.events import step_from_dict
-from draftscope.engine.sampling import fresh_seed
-from draftscope.gui.chat.render import provenance_legend
-from draftscope.gui.chat.view import ChatTranscript
-from draftscope.gui.chat.versions import page_to
-from draftscope.gui.chat.composer import Composer
-from draftscope.gui.chat.conversation_list import ConversationList
-from draftscope.gui.dialogs.help import add_help_menu
-from draftscope.gui.panels.docks import build_docks
-from draftscope.gui.chat.reading import ReadingIndicator
-from draftscope.gui.session_qt import SessionSignals
-from draftscope.gui.status_bar import StatusLine
-from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
-from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.core.session import ChatSession, sampling_from
 from draftscope.core.words import speedup_stale
 from draftscope.documents.extract import Attachment
+from draftscope.engine.events import step_from_dict
+from draftscope.engine.sampling import fresh_seed
+from draftscope.gui.chat.composer import Composer
+from draftscope.gui.chat.conversation_list import ConversationList
+from draftscope.gui.chat.reading import ReadingIndicator
+from draftscope.gui.chat.render import provenance_legend
+from draftscope.gui.chat.versions import page_to
+from draftscope.gui.chat.view import ChatTranscript
+from draftscope.gui.dialogs.help import add_help_menu
+from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
+from draftscope.gui.model_switcher import ModelSwitcher
+from draftscope.gui.panels.docks import build_docks
+from draftscope.gui.session_qt import SessionSignals
+from draftscope.gui.status_bar import StatusLine
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
 # figure is older than this, after an answer (never during one).
@@ -153,36 +159,50 @@ class MainWindow(QMainWindow):
 
         file_menu = self.menuBar().addMenu("&File")
         action(file_menu, "&New conversation", self.new_conversation, "Ctrl+N", "newConversationAction")
-        self.export_action = action(file_menu, "&Export conversation as Markdown…",
-                                    current(self.conversations.ask_export), "Ctrl+Shift+E", "exportAction")
+        self.export_action = action(
+            file_menu,
+            "&Export conversation as Markdown…",
+            current(self.conversations.ask_export),
+            "Ctrl+Shift+E",
+            "exportAction",
+        )
         action(file_menu, "Export &all conversations…", self.conversations.ask_export_all, None, "exportAllAction")
         action(file_menu, "&Import conversations…", self.conversations.ask_import, None, "importAction")
-        self.wizard_action = action(file_menu, "&Build a datastore…", self.open_datastore_wizard, "Ctrl+Shift+B",
-                                    "datastoreWizardAction")
-        self.forget_action = action(file_menu, "&Forget the learned answers…", self.forget_learned, None,
-                                    "forgetLearnedAction")
-        self.train_action = action(file_menu, "&Train the recurrent drafter…", self.open_train_dialog, None,
-                                   "trainHeadAction")
+        self.wizard_action = action(
+            file_menu, "&Build a datastore…", self.open_datastore_wizard, "Ctrl+Shift+B", "datastoreWizardAction"
+        )
+        self.forget_action = action(
+            file_menu, "&Forget the learned answers…", self.forget_learned, None, "forgetLearnedAction"
+        )
+        self.train_action = action(
+            file_menu, "&Train the recurrent drafter…", self.open_train_dialog, None, "trainHeadAction"
+        )
         file_menu.addSeparator()
-        self.settings_action = action(file_menu, "&Settings…", lambda: self.settings_requested.emit(),
-                                      "Ctrl+,", "settingsAction")  # Qt's Preferences key is empty outside macOS
+        self.settings_action = action(
+            file_menu, "&Settings…", lambda: self.settings_requested.emit(), "Ctrl+,", "settingsAction"
+        )  # Qt's Preferences key is empty outside macOS
         file_menu.addSeparator()
         action(file_menu, "&Quit", QApplication.quit, QKeySequence.StandardKey.Quit, "quitAction")
 
         chat_menu = self.menuBar().addMenu("&Chat")
-        self.regenerate_action = action(chat_menu, "&Regenerate answer", lambda: self.regenerate(), "Ctrl+R",
-                                        "regenerateAction")
+        self.regenerate_action = action(
+            chat_menu, "&Regenerate answer", lambda: self.regenerate(), "Ctrl+R", "regenerateAction"
+        )
         self.edit_action = action(chat_menu, "&Edit last message", self.edit_last, "Ctrl+E", "editAction")
         self.stop_action = action(chat_menu, "&Stop", self.stop, "Ctrl+.", "stopAction")
-        self.race_action = action(chat_menu, "R&ace plain vs speculative…", self.open_race, "Ctrl+Shift+R",
-                                  "raceAction")
-        self.baseline_action = action(chat_menu, "&Measure plain decoding speed", self.measure_baseline, None,
-                                      "measureBaselineAction")
+        self.race_action = action(
+            chat_menu, "R&ace plain vs speculative…", self.open_race, "Ctrl+Shift+R", "raceAction"
+        )
+        self.baseline_action = action(
+            chat_menu, "&Measure plain decoding speed", self.measure_baseline, None, "measureBaselineAction"
+        )
         chat_menu.addSeparator()
-        self.rename_action = action(chat_menu, "Re&name conversation…", current(self.conversations.ask_rename),
-                                    "F2", "renameAction")
-        self.delete_action = action(chat_menu, "&Delete conversation…", current(self.conversations.ask_delete),
-                                    None, "deleteAction")
+        self.rename_action = action(
+            chat_menu, "Re&name conversation…", current(self.conversations.ask_rename), "F2", "renameAction"
+        )
+        self.delete_action = action(
+            chat_menu, "&Delete conversation…", current(self.conversations.ask_delete), None, "deleteAction"
+        )
         self.view_menu = self.menuBar().addMenu("&View")
         self.provenance_action = QAction("&Colour drafted tokens", self, objectName="provenanceAction", checkable=True)
         self.provenance_action.setShortcut(QKeySequence("Ctrl+D"))
@@ -214,8 +234,13 @@ class MainWindow(QMainWindow):
         has_messages = self.conversation_id is not None and not streaming
         self.composer.set_state(streaming=streaming, has_messages=has_messages)
         self.stop_action.setEnabled(streaming)
-        for act in (self.regenerate_action, self.edit_action, self.rename_action, self.delete_action,
-                    self.export_action):
+        for act in (
+            self.regenerate_action,
+            self.edit_action,
+            self.rename_action,
+            self.delete_action,
+            self.export_action,
+        ):
             act.setEnabled(has_messages)
 
     # ------------------------------------------------------------------ conversations
@@ -279,8 +304,11 @@ class MainWindow(QMainWindow):
         self._generate(new_seed=True)
 
     def edit_last(self) -> None:
-        users = [m for m in self.history.messages(self.conversation_id)
-                 if m.role == "user"] if self.conversation_id is not None else []
+        users = (
+            [m for m in self.history.messages(self.conversation_id) if m.role == "user"]
+            if self.conversation_id is not None
+            else []
+        )
         if users:
             self.edit(users[-1].id)
 
@@ -290,19 +318,25 @@ class MainWindow(QMainWindow):
             return
         message = next((m for m in self.history.messages(self.conversation_id) if m.id == message_id), None)
         if message is not None and message.role == "user":
-            self.composer.begin_edit(message_id, message.content, [Attachment(f["name"], f["text"], f["kind"])
-                                                                   for f in message.files])
+            self.composer.begin_edit(
+                message_id, message.content, [Attachment(f["name"], f["text"], f["kind"]) for f in message.files]
+            )
 
     def _on_action(self, verb: str, message_id: int) -> None:
-        act = {"regenerate": self.regenerate, "edit": self.edit, "inspect": self.inspect,
-               "version": lambda i: page_to(self, i)}.get(verb)
+        act = {
+            "regenerate": self.regenerate,
+            "edit": self.edit,
+            "inspect": self.inspect,
+            "version": lambda i: page_to(self, i),
+        }.get(verb)
         if act is not None:  # an answer's own Markdown may hold links of any verb: only ours act
             act(message_id)
 
     def _generate(self, *, new_seed: bool = False) -> None:
         """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate)."""
-        request = self.session.request(sampling=sampling_from(self.session.settings, seed=fresh_seed())
-                                       if new_seed else None)
+        request = self.session.request(
+            sampling=sampling_from(self.session.settings, seed=fresh_seed()) if new_seed else None
+        )
         self.chat_view.begin_stream()
         self._update_actions()
         self.request_generation.emit(request)
@@ -324,8 +358,10 @@ class MainWindow(QMainWindow):
             self.inspection.finish_live(message_id)
         self._end_stream()
         measured = self.engine.baseline_measured_at
-        if measured is not None and (time.monotonic() - measured > BASELINE_MAX_AGE_S
-                                     or speedup_stale(final.stats.speedup_estimate, final.stats.tau)):
+        if measured is not None and (
+            time.monotonic() - measured > BASELINE_MAX_AGE_S
+            or speedup_stale(final.stats.speedup_estimate, final.stats.tau)
+        ):
             self.measure_baseline()
 
     def _on_failed(self, message: str) -> None:
@@ -424,8 +460,11 @@ class MainWindow(QMainWindow):
             return
         if confirm:
             answer = QMessageBox.question(
-                self, "Draftscope", f"Forget the {self.learner.store.stats().answers:,} answers this model has "
-                "learned from? Drafts then come from the datastore and the conversation only.")
+                self,
+                "Draftscope",
+                f"Forget the {self.learner.store.stats().answers:,} answers this model has "
+                "learned from? Drafts then come from the datastore and the conversation only.",
+            )
             if answer != QMessageBox.StandardButton.Yes:
                 return
         self.learner.clear()
@@ -443,10 +482,15 @@ class MainWindow(QMainWindow):
         from draftscope.gui.wizard.wizard import DatastoreWizard
 
         tokenizer = self.engine.tokenizer
-        self.datastore_wizard = DatastoreWizard(self.settings.model, tokenizer_loader=lambda _spec: tokenizer,
-                                                model=getattr(self.engine, "model", None), parent=self)
+        self.datastore_wizard = DatastoreWizard(
+            self.settings.model,
+            tokenizer_loader=lambda _spec: tokenizer,
+            model=getattr(self.engine, "model", None),
+            parent=self,
+        )
         self.datastore_wizard.datastore_built.connect(
-            lambda path, use_now: self.datastore_chosen.emit(path) if use_now else None)
+            lambda path, use_now: self.datastore_chosen.emit(path) if use_now else None
+        )
         self.datastore_wizard.open()
 
     def open_train_dialog(self, *, options_overrides: dict | None = None) -> None:
@@ -464,9 +508,17 @@ class MainWindow(QMainWindow):
         self.drafters_changed()
         notes = list(self.runtime.drafter_setup.notes)
         on = self.settings.drafters.get("recurrent", True)
-        self.status.say(" · ".join(notes + [
-            "The recurrent drafter drafts from the next answer on" if on else
-            "A recurrent head was trained; Settings ▸ Drafting switches the recurrent drafter on"]), 15000)
+        self.status.say(
+            " · ".join(
+                notes
+                + [
+                    "The recurrent drafter drafts from the next answer on"
+                    if on
+                    else "A recurrent head was trained; Settings ▸ Drafting switches the recurrent drafter on"
+                ]
+            ),
+            15000,
+        )
 
     def open_race(self) -> None:
         """The prompt in the input (or the last question) answered plain and speculatively."""

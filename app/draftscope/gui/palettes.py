@@ -89,10 +89,20 @@ def qt_colours(theme: str) -> dict[str, str]:
 # Colours drawn by hand (charts, the tree, rendered text), per theme.
 # Where each token of an answer came from (the chat's "colour drafted tokens" view, the panels).
 PROVENANCE_COLOURS = {
-    "light": {"retrieval": "#cfe3ff", "context": "#d3f5d3", "model": "#ead9ff", "recurrent": "#ffe2c4",
-              "learned": "#fff3b0"},
-    "dark": {"retrieval": "#1f3a5f", "context": "#1f4a2a", "model": "#3d2a5c", "recurrent": "#5a3a1a",
-             "learned": "#4d4418"},
+    "light": {
+        "retrieval": "#cfe3ff",
+        "context": "#d3f5d3",
+        "model": "#ead9ff",
+        "recurrent": "#ffe2c4",
+        "learned": "#fff3b0",
+    },
+    "dark": {
+        "retrieval": "#1f3a5f",
+        "context": "#1f4a2a",
+        "model": "#3d2a5c",
+        "recurrent": "#5a3a1a",
+        "learned": "#4d4418",
+    },
 }
 # The speed-up chart's series: apart from each other and readable on either background.
 CHART_COLOURS = {

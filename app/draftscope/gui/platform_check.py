@@ -107,13 +107,19 @@ def missing_xcb_libraries(environ=None) -> list[str]:
 
 def message_for(missing: list[str]) -> str:
     """What to tell the user about the missing libraries, with the packages to install."""
-    named = [f"{lib} (Debian/Ubuntu package {DEBIAN_PACKAGES[lib]})" if lib in DEBIAN_PACKAGES else lib
-             for lib in missing]
+    named = [
+        f"{lib} (Debian/Ubuntu package {DEBIAN_PACKAGES[lib]})" if lib in DEBIAN_PACKAGES else lib for lib in missing
+    ]
     packages = list(dict.fromkeys(DEBIAN_PACKAGES[lib] for lib in missing if lib in DEBIAN_PACKAGES))
-    install = (f"install them with `sudo apt-get install {' '.join(packages)}`" if packages
-               else "install the packages that provide them")
-    return (f"draftscope: Qt cannot open a window on this X display: missing {', '.join(named)}; {install} "
-            "or run `bash scripts/setup.sh` (from a source checkout). `draftscope chat` works in the terminal.")
+    install = (
+        f"install them with `sudo apt-get install {' '.join(packages)}`"
+        if packages
+        else "install the packages that provide them"
+    )
+    return (
+        f"draftscope: Qt cannot open a window on this X display: missing {', '.join(named)}; {install} "
+        "or run `bash scripts/setup.sh` (from a source checkout). `draftscope chat` works in the terminal."
+    )
 
 
 def xcb_problem(environ=None) -> str | None:

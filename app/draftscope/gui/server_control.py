@@ -35,18 +35,29 @@ class LocalServer(QObject):
         in use) comes back as text and leaves it stopped."""
         from draftscope.server import ServerConfig, ServerThread, create_app
 
-        key = (id(window), id(window.runtime), settings.server_enabled, settings.server_port, settings.server_api_key,
-               settings.server_keep_history, settings.server_parallel)
+        key = (
+            id(window),
+            id(window.runtime),
+            settings.server_enabled,
+            settings.server_port,
+            settings.server_api_key,
+            settings.server_keep_history,
+            settings.server_parallel,
+        )
         if key == self._key and (self.thread is not None) == settings.server_enabled:
             return None
         self.stop()
         self._key = key
         if not settings.server_enabled:
             return None
-        config = ServerConfig(api_key=settings.server_api_key or None, keep_history=settings.server_keep_history,
-                              parallel=settings.server_parallel)
-        app = create_app(window.runtime, history=window.history, config=config, on_stored=self.stored.emit,
-                         on_request=self._log)
+        config = ServerConfig(
+            api_key=settings.server_api_key or None,
+            keep_history=settings.server_keep_history,
+            parallel=settings.server_parallel,
+        )
+        app = create_app(
+            window.runtime, history=window.history, config=config, on_stored=self.stored.emit, on_request=self._log
+        )
         try:
             self.thread = ServerThread(app, "127.0.0.1", settings.server_port).start()
         except OSError as exc:

@@ -26,18 +26,22 @@ class SessionSignals(QObject):
     learned = Signal(object)  # LearnedStats: the model's learned answers were re-indexed
     notice = Signal(str)  # something the user should know (a datastore changed on disk)
 
-    def __init__(self, session, runtime=None, parent: QObject | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, session, runtime=None, parent: QObject | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """``clock``: seconds, for the batching (a test's own clock)."""
         super().__init__(parent)
         self._pending: list = []
         self._clock = clock
         self._last: float | None = None  # when steps were last handed on (None: not yet in this answer)
         # psygnal holds bound methods weakly: this object, not the session, decides how long it lives
-        self._links = [(session.events.answer_started, self._on_started), (session.events.step, self._on_step),
-                       (session.events.reading, self._on_reading),
-                       (session.events.answer_ended, self._on_ended),
-                       (session.events.answer_failed, self._on_failed)]
+        self._links = [
+            (session.events.answer_started, self._on_started),
+            (session.events.step, self._on_step),
+            (session.events.reading, self._on_reading),
+            (session.events.answer_ended, self._on_ended),
+            (session.events.answer_failed, self._on_failed),
+        ]
         if runtime is not None:
             self._links += [(runtime.events.learned, self._on_learned), (runtime.events.notice, self._on_notice)]
         for signal, slot in self._links:

@@ -25,17 +25,24 @@ class StatusLine:
         self.model.setToolTip(f"The model: {engine.name}")
         backend = engine.backend
         self.device = ElidedLabel(backend.brief(), objectName="statusDevice", shortest=KEPT)
-        self.device.setToolTip(f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, "
-                               f"in {engine.precision}" + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
-                               + ". Settings ▸ Model ▸ Backend and Precision change it.")
+        self.device.setToolTip(
+            f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, "
+            f"in {engine.precision}"
+            + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
+            + ". Settings ▸ Model ▸ Backend and Precision change it."
+        )
         self.datastore = ElidedLabel(objectName="statusDatastore", shortest=GIVES_WAY)
         self.drafters = ElidedLabel(objectName="statusDrafters", shortest=GIVES_WAY)
         self.rate = QLabel("– tokens/s", objectName="statusTokensPerSecond")
-        self.rate.setToolTip("This answer's decode rate (tokens/s after its first token, as plain decoding's "
-                             "figure beside it is measured) and τ, the tokens each step wrote")
+        self.rate.setToolTip(
+            "This answer's decode rate (tokens/s after its first token, as plain decoding's "
+            "figure beside it is measured) and τ, the tokens each step wrote"
+        )
         self.baseline = QLabel(objectName="statusBaseline")
-        self.baseline.setToolTip("Plain decoding speed of this model on this device (measured in the "
-                                 "background once the window opens, and again when older than 10 minutes)")
+        self.baseline.setToolTip(
+            "Plain decoding speed of this model on this device (measured in the "
+            "background once the window opens, and again when older than 10 minutes)"
+        )
         self.learned = ElidedLabel(objectName="statusLearned", shortest=GIVES_WAY)
         for label in (self.model, self.device, self.datastore, self.drafters, self.learned, self.baseline):
             bar.addWidget(label)
@@ -51,20 +58,26 @@ class StatusLine:
     def show_datastore(self, label: str) -> None:
         # the file's name (a full path crowds out the rest), the path on hover
         self.datastore.setText(f"datastore: {Path(label).name if label != 'none' else label}")
-        self.datastore.setToolTip(label if label != "none" else "No datastore: drafts come from the "
-                                  "conversation (and the draft model, if one is set)")
+        self.datastore.setToolTip(
+            label
+            if label != "none"
+            else "No datastore: drafts come from the conversation (and the draft model, if one is set)"
+        )
 
     def show_drafters(self, names: list[str]) -> None:
         self.drafters.setText(f"drafts: {', '.join(names) or 'none'}")
-        self.drafters.setToolTip(f"Drafts for the next answer come from: {', '.join(names) or 'nothing (plain decoding)'}"
-                                 " (Settings ▸ Drafting)")
+        self.drafters.setToolTip(
+            f"Drafts for the next answer come from: {', '.join(names) or 'nothing (plain decoding)'}"
+            " (Settings ▸ Drafting)"
+        )
 
     def show_rate(self, tokens_per_second: float, tau: float) -> None:
         self.rate.setText(f"{tokens_per_second:.1f} tokens/s · τ {tau:.2f}")
 
     def show_baseline(self, rate: float | None, *, measuring: bool = False) -> None:
-        self.baseline.setText("plain: measuring …" if measuring else
-                              f"plain: {rate:.1f} tokens/s" if rate else "plain: not measured")
+        self.baseline.setText(
+            "plain: measuring …" if measuring else f"plain: {rate:.1f} tokens/s" if rate else "plain: not measured"
+        )
 
     def show_measuring(self, stage) -> None:
         """How far the plain-speed measurement is (it runs in the background, behind the window)."""
@@ -74,9 +87,11 @@ class StatusLine:
     def show_learned(self, brief: str, full: str = "") -> None:
         self.learned.setVisible(bool(brief))
         self.learned.setText(brief)
-        self.learned.setToolTip(f"{(full or brief)[:1].upper()}{(full or brief)[1:]}. Drafts also come from this "
-                                "model's own past answers, which grow as you chat (indexed in the background). "
-                                "Settings ▸ Drafting turns it off; File ▸ Forget the learned answers clears them.")
+        self.learned.setToolTip(
+            f"{(full or brief)[:1].upper()}{(full or brief)[1:]}. Drafts also come from this "
+            "model's own past answers, which grow as you chat (indexed in the background). "
+            "Settings ▸ Drafting turns it off; File ▸ Forget the learned answers clears them."
+        )
 
     def show_server(self, url: str | None, sharing=None) -> None:
         """``sharing``: the model's stepper when it holds several answers (stepping together), whose answers per
@@ -91,9 +106,15 @@ class StatusLine:
         else:
             self._timer.start()
         if url is not None:
-            self.server.setToolTip(f"OpenAI-compatible server: base URL {url}"
-                                   + ("; answers at once share forwards: the figure is how many a forward "
-                                      "held on average since the model was loaded" if sharing is not None else ""))
+            self.server.setToolTip(
+                f"OpenAI-compatible server: base URL {url}"
+                + (
+                    "; answers at once share forwards: the figure is how many a forward "
+                    "held on average since the model was loaded"
+                    if sharing is not None
+                    else ""
+                )
+            )
             self.refresh_server()
 
     def refresh_server(self) -> None:

@@ -81,8 +81,9 @@ def resources_dir() -> Path:
         seen.append(path)
         if _is_resources(path):
             return path
-    raise FileNotFoundError("Draftscope's resources (icons, style sheets) were not found in: "
-                            + ", ".join(str(p) for p in seen))
+    raise FileNotFoundError(
+        "Draftscope's resources (icons, style sheets) were not found in: " + ", ".join(str(p) for p in seen)
+    )
 
 
 def style_sheet(theme: str) -> str:
@@ -150,7 +151,7 @@ def _system_is_dark(app: QApplication) -> bool:
 
 
 def effective_theme(theme: str, app: QApplication | None = None) -> str:
-    """"light" or "dark": ``theme`` itself, or for "system" what the desktop uses."""
+    """ "light" or "dark": ``theme`` itself, or for "system" what the desktop uses."""
     if theme in ("light", "dark"):
         return theme
     if theme != "system":
@@ -166,12 +167,26 @@ def _palette(theme: str) -> QPalette:
     c = qt_colours(theme)
     pal = QPalette()
     roles = {
-        R.Window: c["window"], R.WindowText: c["text"], R.Base: c["base"], R.AlternateBase: c["alt"],
-        R.Text: c["text"], R.Button: c["button"], R.ButtonText: c["text"], R.BrightText: c["bright"],
-        R.Highlight: c["accent"], R.HighlightedText: c["accent_text"], R.Link: c["link"],
-        R.LinkVisited: c["visited"], R.ToolTipBase: c["tip"], R.ToolTipText: c["tip_text"],
-        R.PlaceholderText: c["placeholder"], R.Light: c["light"], R.Midlight: c["midlight"], R.Mid: c["mid"],
-        R.Dark: c["dark"], R.Shadow: c["shadow"],
+        R.Window: c["window"],
+        R.WindowText: c["text"],
+        R.Base: c["base"],
+        R.AlternateBase: c["alt"],
+        R.Text: c["text"],
+        R.Button: c["button"],
+        R.ButtonText: c["text"],
+        R.BrightText: c["bright"],
+        R.Highlight: c["accent"],
+        R.HighlightedText: c["accent_text"],
+        R.Link: c["link"],
+        R.LinkVisited: c["visited"],
+        R.ToolTipBase: c["tip"],
+        R.ToolTipText: c["tip_text"],
+        R.PlaceholderText: c["placeholder"],
+        R.Light: c["light"],
+        R.Midlight: c["midlight"],
+        R.Mid: c["mid"],
+        R.Dark: c["dark"],
+        R.Shadow: c["shadow"],
     }
     if hasattr(R, "Accent"):  # Qt >= 6.6
         roles[R.Accent] = c["accent"]

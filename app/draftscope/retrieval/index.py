@@ -172,7 +172,9 @@ class Reader:
     ) -> list[DraftTree]:
         """``search`` for many contexts at once, in parallel on all cores."""
         args = _search_args(max_nodes, max_depth, max_matches, min_suffix, max_suffix)
-        arrays = [as_token_array(c, self._vocab_size, f"context {i}", check_range=False) for i, c in enumerate(contexts)]
+        arrays = [
+            as_token_array(c, self._vocab_size, f"context {i}", check_range=False) for i, c in enumerate(contexts)
+        ]
         return [_tree(raw) for raw in self._inner.search_batch(arrays, *args)]
 
     def document(self, i: int) -> np.ndarray:

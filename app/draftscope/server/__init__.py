@@ -44,8 +44,11 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.listen(128)  # listening at once: a bound socket that is not can be bound again by another
     except OSError as exc:
         sock.close()
-        why = ("the port is in use (another server? choose another with --port)" if exc.errno == errno.EADDRINUSE
-               else exc.strerror or str(exc))
+        why = (
+            "the port is in use (another server? choose another with --port)"
+            if exc.errno == errno.EADDRINUSE
+            else exc.strerror or str(exc)
+        )
         raise OSError(f"cannot listen on {host}:{port}: {why}") from None
     return sock
 
@@ -71,8 +74,10 @@ class ServerThread:
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise OSError(f"the server could not listen on {self.host}:{self.port}"
-                              + (f": {self.error}" if self.error else " (is the port in use?)"))
+                raise OSError(
+                    f"the server could not listen on {self.host}:{self.port}"
+                    + (f": {self.error}" if self.error else " (is the port in use?)")
+                )
             time.sleep(0.02)
         if self.port == 0:  # an ephemeral port: read back the one the socket got
             self.port = self._server.servers[0].sockets[0].getsockname()[1]

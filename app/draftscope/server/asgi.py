@@ -27,11 +27,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+import draftscope.server.protocol as p
+from draftscope.core.session import ChatSession, sampling_from
 from draftscope.engine.engine import GenerationRequest, PromptTooLongError
 from draftscope.engine.events import FinalEvent
-import draftscope.server.protocol as p
 from draftscope.server.request_log import RequestLog
-from draftscope.core.session import ChatSession, sampling_from
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _END = object()
@@ -40,8 +40,10 @@ _END = object()
 def check_bind(host: str, api_key: str | None) -> None:
     """Serving beyond this machine needs an API key."""
     if host not in LOOPBACK and not api_key:
-        raise ValueError(f"serving on {host} makes the model reachable from other machines: give an API key "
-                         "(--api-key, or the DRAFTSCOPE_API_KEY environment variable)")
+        raise ValueError(
+            f"serving on {host} makes the model reachable from other machines: give an API key "
+            "(--api-key, or the DRAFTSCOPE_API_KEY environment variable)"
+        )
 
 
 @dataclass
@@ -72,9 +74,13 @@ class Answerer:
     def admit(self) -> None:
         answering = self.config.parallel
         if self.in_flight >= answering + self.config.queue_limit:
-            raise p.ApiError(429, f"the server is busy: {self.in_flight - answering} requests are waiting (limit "
-                                  f"{self.config.queue_limit}); try again shortly", type="rate_limit_error",
-                             code="queue_full")
+            raise p.ApiError(
+                429,
+                f"the server is busy: {self.in_flight - answering} requests are waiting (limit "
+                f"{self.config.queue_limit}); try again shortly",
+                type="rate_limit_error",
+                code="queue_full",
+            )
 
     def session(self, shown: list[dict]) -> ChatSession:
         """A request's conversation: kept in the app's history as one of its own ("API · …") once
@@ -182,16 +188,20 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def _too_large(size: str, limit: int) -> p.ApiError:
-    return p.ApiError(413, f"the request body is {size}; this server takes at most {limit:,} bytes "
-                           "(draftscope serve --max-body-mb)", code="request_too_large")
+    return p.ApiError(
+        413,
+        f"the request body is {size}; this server takes at most {limit:,} bytes (draftscope serve --max-body-mb)",
+        code="request_too_large",
+    )
 
 
 def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_stored=None,
-               on_request=None) -> Starlette:
+def create_app(
+    runtime, *, history=None, config: ServerConfig | None = None, on_stored=None, on_request=None
+) -> Starlette:
     """A server over ``runtime`` (draftscope.core.runtime): its settings give what a request leaves out
     (sampling, max tokens), read at each request (the app's live settings);
     ``on_stored(conversation_id)`` hears of each answer kept in ``history``; ``on_request(line)``
@@ -199,8 +209,12 @@ def create_app(runtime, *, history=None, config: ServerConfig | None = None, on_
     runtime learns (the server beside the window)."""
     answerer = Answerer(runtime, history=history, config=config, on_stored=on_stored)
     api = Api(runtime, answerer)
-    app = Starlette(routes=api.routes(), exception_handlers={HTTPException: _http_error}, lifespan=api.lifespan,
-                    middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None)
+    app = Starlette(
+        routes=api.routes(),
+        exception_handlers={HTTPException: _http_error},
+        lifespan=api.lifespan,
+        middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None,
+    )
     app.state.answerer = answerer
     return app
 
@@ -222,9 +236,11 @@ class Api:
         self.model_id = self.engine.name
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/models", self.models, methods=["GET"]),
-                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-                Route("/v1/completions", self.completions, methods=["POST"])]
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
@@ -237,8 +253,12 @@ class Api:
         header = request.headers.get("authorization", "")
         given = header[7:] if header.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(given.encode(), self.config.api_key.encode()):
-            raise p.ApiError(401, "invalid or missing API key (send 'Authorization: Bearer <key>')",
-                             type="invalid_request_error", code="invalid_api_key")
+            raise p.ApiError(
+                401,
+                "invalid or missing API key (send 'Authorization: Bearer <key>')",
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )
 
     async def body_of(self, request: Request):
         raw = await read_body(request, self.config.max_body_bytes)
@@ -252,8 +272,14 @@ class Api:
             self.authorise(request)
         except p.ApiError as exc:
             return _error(exc)
-        return JSONResponse({"object": "list", "data": [{"id": self.model_id, "object": "model",
-                                                         "created": int(time.time()), "owned_by": "draftscope"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model_id, "object": "model", "created": int(time.time()), "owned_by": "draftscope"}
+                ],
+            }
+        )
 
     async def chat_completions(self, request: Request):
         return await _responding(self._chat(request))
@@ -272,11 +298,13 @@ class Api:
 
     def _chat_prompt(self, shown: list[dict]) -> list[int]:
         try:
-            return self.engine.encode_chat([{"role": m["role"], "content": m.get("model", m["content"])}
-                                            for m in shown])
+            return self.engine.encode_chat(
+                [{"role": m["role"], "content": m.get("model", m["content"])} for m in shown]
+            )
         except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
-            raise p.ApiError(400, f"the messages cannot be rendered with the model's chat template: {exc}",
-                             param="messages") from exc
+            raise p.ApiError(
+                400, f"the messages cannot be rendered with the model's chat template: {exc}", param="messages"
+            ) from exc
 
     async def _completion(self, request: Request):
         self.authorise(request)
@@ -285,11 +313,25 @@ class Api:
         shown = [{"role": "user", "content": req.prompt}]
         return await self.answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage, chat=False)
 
-    async def answer(self, request: Request, sampling: p.Sampling, prompt_ids: list[int], shown: list[dict],
-                     stream: bool, usage_chunk: bool, chat: bool):
+    async def answer(
+        self,
+        request: Request,
+        sampling: p.Sampling,
+        prompt_ids: list[int],
+        shown: list[dict],
+        stream: bool,
+        usage_chunk: bool,
+        chat: bool,
+    ):
         """The answer as one response or as a stream of events; None when the client went away."""
-        reply = _Reply(rid=p.new_id("chatcmpl" if chat else "cmpl"), created=int(time.time()), model_id=self.model_id,
-                       chat=chat, prompt_tokens=len(prompt_ids), usage_chunk=usage_chunk)
+        reply = _Reply(
+            rid=p.new_id("chatcmpl" if chat else "cmpl"),
+            created=int(time.time()),
+            model_id=self.model_id,
+            chat=chat,
+            prompt_tokens=len(prompt_ids),
+            usage_chunk=usage_chunk,
+        )
         session = self.answerer.session(shown)
         gen = self._generation(session, sampling, prompt_ids)
         events = self.answerer.events(session, gen)  # admitted to a slot (or refused) at its first event
@@ -299,10 +341,16 @@ class Api:
 
     def _generation(self, session: ChatSession, sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
         """The engine's request: what the client left out of sampling taken from the live settings."""
-        params = sampling_from(self.runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p,
-                               seed=sampling.seed)
-        gen = session.request(prompt_ids=prompt_ids, max_new_tokens=sampling.max_tokens, sampling=params,
-                              stop=sampling.stop, budget=self.config.budget)
+        params = sampling_from(
+            self.runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed
+        )
+        gen = session.request(
+            prompt_ids=prompt_ids,
+            max_new_tokens=sampling.max_tokens,
+            sampling=params,
+            stop=sampling.stop,
+            budget=self.config.budget,
+        )
         gen.keep_cache = sampling.cache_prompt
         return gen
 
@@ -340,8 +388,9 @@ class _Reply:
 
     def step(self, text: str, extension: dict) -> str:
         if self.chat:
-            return _sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": text},
-                                     extension=extension))
+            return _sse(
+                p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": text}, extension=extension)
+            )
         return _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
 
     def closing(self, final: FinalEvent, rest: str) -> list[str]:
@@ -350,15 +399,35 @@ class _Reply:
         ext = {"stats": p.stats_extension(final)}
         reason = p.finish_reason(final.finish_reason)
         if self.chat:
-            out = [_sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": rest} if rest else {},
-                                     finish=reason, extension=ext))]
+            out = [
+                _sse(
+                    p.chat_chunk(
+                        self.rid,
+                        self.model_id,
+                        self.created,
+                        delta={"content": rest} if rest else {},
+                        finish=reason,
+                        extension=ext,
+                    )
+                )
+            ]
         else:
-            out = [_sse(p.completion_chunk(self.rid, self.model_id, self.created, text=rest, finish=reason,
-                                           extension=ext))]
+            out = [
+                _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext))
+            ]
         if self.usage_chunk:
-            out.append(_sse({"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                             "created": self.created, "model": self.model_id, "choices": [],
-                             "usage": p.usage(self.prompt_tokens, final.stats)}))
+            out.append(
+                _sse(
+                    {
+                        "id": self.rid,
+                        "object": "chat.completion.chunk" if self.chat else "text_completion",
+                        "created": self.created,
+                        "model": self.model_id,
+                        "choices": [],
+                        "usage": p.usage(self.prompt_tokens, final.stats),
+                    }
+                )
+            )
         return out
 
 
@@ -390,8 +459,11 @@ async def _streamed(request: Request, reply: _Reply, events, stop_strings: list[
     except Exception as exc:  # noqa: BLE001
         await events.aclose()
         raise _engine_error(exc) from exc
-    return StreamingResponse(_chunks(request, reply, first, events, stop_strings), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        _chunks(request, reply, first, events, stop_strings),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 async def _chunks(request: Request, reply: _Reply, first, events, stop_strings: list[str]):

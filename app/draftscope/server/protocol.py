@@ -5,24 +5,31 @@ chunks, with Draftscope's drafts in an extension field ``draftscope``."""
 from __future__ import annotations
 
 import math
-
 import time
 import uuid
 from dataclasses import dataclass, field
+
+from draftscope.rules import SERVER_RANGES, problem
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
 # a request body beyond this is refused (413) before it is read (draftscope serve --max-body-mb): room for
 # the largest file a message may carry (documents.extract.MAX_FILE_BYTES), base64 and all
 MAX_BODY_BYTES = 48 << 20
-from draftscope.rules import SERVER_RANGES, problem
 
 
 class ApiError(Exception):
     """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -94,26 +101,45 @@ def _ranged(body: dict, name: str):
 
 
 # Fields that change what an answer is, which Draftscope does not do: refused rather than ignored.
-UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "logit_bias", "top_logprobs", "audio",
-               "modalities", "prediction")
+UNSUPPORTED = (
+    "tools",
+    "functions",
+    "tool_choice",
+    "function_call",
+    "logit_bias",
+    "top_logprobs",
+    "audio",
+    "modalities",
+    "prediction",
+)
 
 
 def _refuse_unsupported(body: dict) -> None:
     for name in UNSUPPORTED:
         if body.get(name) not in (None, [], {}):
-            raise ApiError(400, f"'{name}' is not supported by Draftscope's server", param=name,
-                           code="unsupported_parameter")
+            raise ApiError(
+                400, f"'{name}' is not supported by Draftscope's server", param=name, code="unsupported_parameter"
+            )
     if body.get("logprobs") not in (None, False, 0):
-        raise ApiError(400, "'logprobs' is not supported by Draftscope's server", param="logprobs",
-                       code="unsupported_parameter")
+        raise ApiError(
+            400, "'logprobs' is not supported by Draftscope's server", param="logprobs", code="unsupported_parameter"
+        )
     fmt = body.get("response_format")
     if fmt not in (None, {"type": "text"}):
-        raise ApiError(400, "'response_format' other than text is not supported by Draftscope's server",
-                       param="response_format", code="unsupported_parameter")
+        raise ApiError(
+            400,
+            "'response_format' other than text is not supported by Draftscope's server",
+            param="response_format",
+            code="unsupported_parameter",
+        )
     for name in ("frequency_penalty", "presence_penalty"):
         if body.get(name) not in (None, 0, 0.0):
-            raise ApiError(400, f"'{name}' is not supported (Settings ▸ Generation ▸ Repetition penalty is)",
-                           param=name, code="unsupported_parameter")
+            raise ApiError(
+                400,
+                f"'{name}' is not supported (Settings ▸ Generation ▸ Repetition penalty is)",
+                param=name,
+                code="unsupported_parameter",
+            )
 
 
 def _sampling(body: dict) -> Sampling:
@@ -140,9 +166,14 @@ def _sampling(body: dict) -> Sampling:
     cache_prompt = body.get("cache_prompt", True)
     if not isinstance(cache_prompt, bool):
         raise _bad("cache_prompt", "'cache_prompt' must be true or false")
-    return Sampling(temperature=_ranged(body, "temperature"), top_p=_ranged(body, "top_p"),
-                    seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True), max_tokens=max_tokens, stop=stops,
-                    cache_prompt=cache_prompt)
+    return Sampling(
+        temperature=_ranged(body, "temperature"),
+        top_p=_ranged(body, "top_p"),
+        seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True),
+        max_tokens=max_tokens,
+        stop=stops,
+        cache_prompt=cache_prompt,
+    )
 
 
 def _stream_flags(body: dict) -> tuple[bool, bool]:
@@ -190,8 +221,12 @@ def _content(message: dict, i: int) -> tuple[str, list[FilePart]]:
         elif kind == "file":
             files.append(_file_part(part.get("file"), where))
         elif isinstance(kind, str) and kind != "text":
-            raise ApiError(400, f"content parts of type '{_short_text(kind)}' are not supported (text and file are)",
-                           param=f"{where}.type", code="unsupported_content_type")
+            raise ApiError(
+                400,
+                f"content parts of type '{_short_text(kind)}' are not supported (text and file are)",
+                param=f"{where}.type",
+                code="unsupported_content_type",
+            )
         else:
             raise _bad(where, "each content part must be an object with a 'type': text (with 'text') or file")
     return "".join(texts), files
@@ -206,8 +241,12 @@ def _file_part(file, where: str) -> FilePart:
     if not isinstance(file, dict):
         raise _bad(f"{where}.file", "a file part needs a 'file' object with 'filename' and 'file_data'")
     if file.get("file_id") is not None:
-        raise ApiError(400, "'file_id' is not supported: send the file itself as 'file_data' (a data: URL)",
-                       param=f"{where}.file.file_id", code="unsupported_parameter")
+        raise ApiError(
+            400,
+            "'file_id' is not supported: send the file itself as 'file_data' (a data: URL)",
+            param=f"{where}.file.file_id",
+            code="unsupported_parameter",
+        )
     name, data = file.get("filename"), file.get("file_data")
     if not isinstance(name, str) or not name.strip():
         raise _bad(f"{where}.file.filename", "a file part needs its 'filename' (a non-empty string)")
@@ -280,60 +319,105 @@ def finish_reason(final_reason: str) -> str:
 
 def step_extension(ev) -> dict:
     """Which of a step's tokens were drafted, and by which drafter (None: the target's own)."""
-    return {"step": ev.step, "proposed": ev.proposed, "accepted": ev.accepted,
-            "tokens": [{"id": t, "text": p, "drafted_by": None if src == "target" else src}
-                       for t, p, src in zip(ev.token_ids, ev.pieces, ev.provenance)]}
+    return {
+        "step": ev.step,
+        "proposed": ev.proposed,
+        "accepted": ev.accepted,
+        "tokens": [
+            {"id": t, "text": p, "drafted_by": None if src == "target" else src}
+            for t, p, src in zip(ev.token_ids, ev.pieces, ev.provenance)
+        ],
+    }
 
 
 def stats_extension(final) -> dict:
     s = final.stats
-    return {"tokens": s.tokens, "steps": s.steps, "tau": round(s.tau, 4),
-            "tokens_per_second": round(s.tokens_per_second, 3),
-            "time_to_first_token_ms": round(s.time_to_first_token_ms, 3),
-            "speedup_estimate": None if s.speedup_estimate is None else round(s.speedup_estimate, 4),
-            "drafters": s.drafters, "accepted_by_source": s.accepted_by_source,
-            "seed": s.seed,  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
-            # answers its steps shared a forward with, itself included (null: it had the model to itself)
-            "answers_per_forward": None if s.answers_per_forward is None else round(s.answers_per_forward, 3),
-            "prompt_tokens_read": None if s.prompt_kept is None else s.prompt_tokens - s.prompt_kept}
+    return {
+        "tokens": s.tokens,
+        "steps": s.steps,
+        "tau": round(s.tau, 4),
+        "tokens_per_second": round(s.tokens_per_second, 3),
+        "time_to_first_token_ms": round(s.time_to_first_token_ms, 3),
+        "speedup_estimate": None if s.speedup_estimate is None else round(s.speedup_estimate, 4),
+        "drafters": s.drafters,
+        "accepted_by_source": s.accepted_by_source,
+        "seed": s.seed,  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
+        # answers its steps shared a forward with, itself included (null: it had the model to itself)
+        "answers_per_forward": None if s.answers_per_forward is None else round(s.answers_per_forward, 3),
+        "prompt_tokens_read": None if s.prompt_kept is None else s.prompt_tokens - s.prompt_kept,
+    }
 
 
 def usage(prompt_tokens: int, stats) -> dict:
     """OpenAI's usage, with the prompt tokens found in the cache of the turns before (not read again)."""
-    out = {"prompt_tokens": prompt_tokens, "completion_tokens": stats.tokens,
-           "total_tokens": prompt_tokens + stats.tokens}
+    out = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": stats.tokens,
+        "total_tokens": prompt_tokens + stats.tokens,
+    }
     if stats.prompt_kept is not None:
         out["prompt_tokens_details"] = {"cached_tokens": stats.prompt_kept}
     return out
 
 
 def chat_response(rid: str, model: str, final, prompt_tokens: int) -> dict:
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": final.text},
-                         "finish_reason": finish_reason(final.finish_reason), "logprobs": None}],
-            "usage": usage(prompt_tokens, final.stats), "draftscope": stats_extension(final)}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": final.text},
+                "finish_reason": finish_reason(final.finish_reason),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage(prompt_tokens, final.stats),
+        "draftscope": stats_extension(final),
+    }
 
 
 def completion_response(rid: str, model: str, final, prompt_tokens: int) -> dict:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": final.text, "finish_reason": finish_reason(final.finish_reason),
-                         "logprobs": None}],
-            "usage": usage(prompt_tokens, final.stats), "draftscope": stats_extension(final)}
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "text": final.text, "finish_reason": finish_reason(final.finish_reason), "logprobs": None}
+        ],
+        "usage": usage(prompt_tokens, final.stats),
+        "draftscope": stats_extension(final),
+    }
 
 
-def chat_chunk(rid: str, model: str, created: int, *, delta: dict, finish: str | None = None,
-               extension: dict | None = None) -> dict:
-    chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+def chat_chunk(
+    rid: str, model: str, created: int, *, delta: dict, finish: str | None = None, extension: dict | None = None
+) -> dict:
+    chunk = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
     if extension is not None:
         chunk["draftscope"] = extension
     return chunk
 
 
-def completion_chunk(rid: str, model: str, created: int, *, text: str, finish: str | None = None,
-                     extension: dict | None = None) -> dict:
-    chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
-             "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}]}
+def completion_chunk(
+    rid: str, model: str, created: int, *, text: str, finish: str | None = None, extension: dict | None = None
+) -> dict:
+    chunk = {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+    }
     if extension is not None:
         chunk["draftscope"] = extension
     return chunk
@@ -353,11 +437,11 @@ class StopHoldback:
         self.text += piece
         cut = min((i for i in (self.text.find(s) for s in self.stops) if i >= 0), default=-1)
         safe = cut if cut >= 0 else max(self.sent, len(self.text) - self.hold)
-        out, self.sent = self.text[self.sent:safe], max(self.sent, safe)
+        out, self.sent = self.text[self.sent : safe], max(self.sent, safe)
         return out
 
     def finish(self, final_text: str) -> str:
         """What is left to send of the answer's final text (already cut at a stop sequence)."""
-        rest = final_text[self.sent:] if final_text.startswith(self.text[: self.sent]) else ""
+        rest = final_text[self.sent :] if final_text.startswith(self.text[: self.sent]) else ""
         self.sent = len(final_text)
         return rest

@@ -15,8 +15,9 @@ from datetime import datetime
 TOKENS_KEY = "completion_tokens"  # request.state.completion_tokens, set by the answer handler
 
 
-def log_line(*, at: float, client: str, method: str, path: str, status: int | None, tokens: int | None,
-             seconds: float) -> str:
+def log_line(
+    *, at: float, client: str, method: str, path: str, status: int | None, tokens: int | None, seconds: float
+) -> str:
     """``2026-11-26 09:40:01 127.0.0.1:51234 POST /v1/chat/completions 200 · 40 tokens · 1.23 s``."""
     when = datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
     parts = [f"{when} {client} {method} {path} {status if status is not None else 'no response (client left)'}"]
@@ -46,9 +47,17 @@ class RequestLog:
             host, port = scope.get("client") or ("?", 0)
             tokens = getattr(scope.get("state", {}), "get", lambda *_: None)(TOKENS_KEY)
             try:
-                self.on_line(log_line(at=started_at, client=f"{host}:{port}", method=scope["method"],
-                                      path=scope["path"], status=status[0] if status else None, tokens=tokens,
-                                      seconds=time.perf_counter() - started))
+                self.on_line(
+                    log_line(
+                        at=started_at,
+                        client=f"{host}:{port}",
+                        method=scope["method"],
+                        path=scope["path"],
+                        status=status[0] if status else None,
+                        tokens=tokens,
+                        seconds=time.perf_counter() - started,
+                    )
+                )
             except Exception:  # noqa: BLE001 - a log that fails never fails the request
                 pass
 

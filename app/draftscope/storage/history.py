@@ -161,7 +161,9 @@ class HistoryStore:
 
     def create_conversation(self, title: str = "New conversation") -> int:
         now = time.time()
-        return self._write("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now)).lastrowid
+        return self._write(
+            "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now)
+        ).lastrowid
 
     def rename(self, conversation_id: int, title: str) -> None:
         self._write("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id))
@@ -183,8 +185,10 @@ class HistoryStore:
         if folder is None:
             self._write("DELETE FROM conversation_documents WHERE conversation_id = ?", (conversation_id,))
         else:
-            self._write("INSERT OR REPLACE INTO conversation_documents (conversation_id, folder) VALUES (?, ?)",
-                        (conversation_id, folder))
+            self._write(
+                "INSERT OR REPLACE INTO conversation_documents (conversation_id, folder) VALUES (?, ?)",
+                (conversation_id, folder),
+            )
 
     def documents(self, conversation_id: int) -> str | None:
         rows = self._read("SELECT folder FROM conversation_documents WHERE conversation_id = ?", (conversation_id,))
@@ -192,9 +196,17 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ messages
 
-    def add_message(self, conversation_id: int, role: str, content: str, *, stats: dict | None = None,
-                    drafters: dict | None = None, steps: list | bytes | None = None,
-                    files: list[dict] | None = None) -> int:
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        *,
+        stats: dict | None = None,
+        drafters: dict | None = None,
+        steps: list | bytes | None = None,
+        files: list[dict] | None = None,
+    ) -> int:
         """``steps``: the answer's StepEvents (or their dicts), or :func:`encode_steps` of them (made
         off the UI thread: encoding a long answer's trees takes tens of ms). ``files``: a user
         message's attachments as the model read them (SentFile dicts), kept with it. The message
@@ -205,12 +217,16 @@ class HistoryStore:
             self._db.execute("BEGIN")
             try:
                 branch = self._branch(conversation_id)
-                cur = self._insert_message(conversation_id, {
-                    "role": role, "content": content, "created": now, "stats": stats, "drafters": drafters},
-                    branch[-1][0]["id"] if branch else None)
+                cur = self._insert_message(
+                    conversation_id,
+                    {"role": role, "content": content, "created": now, "stats": stats, "drafters": drafters},
+                    branch[-1][0]["id"] if branch else None,
+                )
                 if steps:
                     blob = steps if isinstance(steps, bytes) else encode_steps(steps)
-                    self._db.execute("INSERT INTO message_steps (message_id, data) VALUES (?, ?)", (cur.lastrowid, blob))
+                    self._db.execute(
+                        "INSERT INTO message_steps (message_id, data) VALUES (?, ?)", (cur.lastrowid, blob)
+                    )
                 self._insert_files(cur.lastrowid, files)
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
                 self._db.execute("COMMIT")
@@ -227,8 +243,10 @@ class HistoryStore:
             self._db.execute("BEGIN")
             try:
                 for c in conversations:
-                    cur = self._db.execute("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
-                                           (c.title, c.created, c.updated))
+                    cur = self._db.execute(
+                        "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                        (c.title, c.created, c.updated),
+                    )
                     ids.append(cur.lastrowid)
                     parent = None
                     for m in c.messages:
@@ -242,28 +260,48 @@ class HistoryStore:
 
     def _insert_message(self, conversation_id: int, m: dict, parent: int | None) -> sqlite3.Cursor:
         """A message following ``parent``, the current one among its versions (lock held, in a transaction)."""
-        self._db.execute("UPDATE messages SET current_version = 0 WHERE conversation_id = ? AND parent_id IS ?",
-                         (conversation_id, parent))
+        self._db.execute(
+            "UPDATE messages SET current_version = 0 WHERE conversation_id = ? AND parent_id IS ?",
+            (conversation_id, parent),
+        )
         return self._db.execute(
             "INSERT INTO messages (conversation_id, role, content, created, stats, drafters, parent_id,"
             " current_version) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-            (conversation_id, m["role"], m["content"], m["created"], _json(m.get("stats")), _json(m.get("drafters")),
-             parent))
+            (
+                conversation_id,
+                m["role"],
+                m["content"],
+                m["created"],
+                _json(m.get("stats")),
+                _json(m.get("drafters")),
+                parent,
+            ),
+        )
 
     def _insert_files(self, message_id: int, files) -> None:
         for position, f in enumerate(files or ()):
             self._db.execute(
                 "INSERT INTO message_files (message_id, position, name, kind, text, tokens, passages) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (message_id, position, f["name"], f.get("kind", "text"), f["text"], int(f.get("tokens", 0)),
-                 json.dumps(list(f["passages"])) if f.get("passages") else None))
+                (
+                    message_id,
+                    position,
+                    f["name"],
+                    f.get("kind", "text"),
+                    f["text"],
+                    int(f.get("tokens", 0)),
+                    json.dumps(list(f["passages"])) if f.get("passages") else None,
+                ),
+            )
 
     def delete_messages_from(self, message_id: int) -> None:
         """Remove a message and everything that followed it, in every branch (edit-and-resend)."""
         self._write(
             """WITH RECURSIVE later(id) AS (SELECT ? UNION ALL
                    SELECT m.id FROM messages m JOIN later ON m.parent_id = later.id)
-               DELETE FROM messages WHERE id IN (SELECT id FROM later)""", (message_id,))
+               DELETE FROM messages WHERE id IN (SELECT id FROM later)""",
+            (message_id,),
+        )
 
     def show_version(self, message_id: int) -> None:
         """Make a version the current one of its answer: its branch is the conversation from now on."""
@@ -272,7 +310,9 @@ class HistoryStore:
             try:
                 self._db.execute(
                     """UPDATE messages SET current_version = (id = ?) WHERE (conversation_id, parent_id) IS
-                       (SELECT conversation_id, parent_id FROM messages WHERE id = ?)""", (message_id, message_id))
+                       (SELECT conversation_id, parent_id FROM messages WHERE id = ?)""",
+                    (message_id, message_id),
+                )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -304,10 +344,23 @@ class HistoryStore:
         out = []
         for r, siblings in branch:
             versions = tuple(s["id"] for s in siblings) if len(siblings) > 1 else ()
-            same_as = next((k + 1 for k, s in enumerate(siblings)
-                            if s["id"] < r["id"] and s["content"] == r["content"]), 0)
-            out.append(Message(r["id"], r["conversation_id"], r["role"], r["content"], r["created"], _load(r["stats"]),
-                               _load(r["drafters"]), tuple(files.get(r["id"], ())), versions, same_as))
+            same_as = next(
+                (k + 1 for k, s in enumerate(siblings) if s["id"] < r["id"] and s["content"] == r["content"]), 0
+            )
+            out.append(
+                Message(
+                    r["id"],
+                    r["conversation_id"],
+                    r["role"],
+                    r["content"],
+                    r["created"],
+                    _load(r["stats"]),
+                    _load(r["drafters"]),
+                    tuple(files.get(r["id"], ())),
+                    versions,
+                    same_as,
+                )
+            )
         return out
 
     def _branch(self, conversation_id: int) -> list[tuple[sqlite3.Row, list[sqlite3.Row]]]:
@@ -328,12 +381,20 @@ class HistoryStore:
         """Each message's attachments (message id -> SentFile dicts, in the order attached)."""
         rows = self._read(
             """SELECT f.* FROM message_files f JOIN messages m ON m.id = f.message_id
-               WHERE m.conversation_id = ? ORDER BY f.message_id, f.position""", (conversation_id,))
+               WHERE m.conversation_id = ? ORDER BY f.message_id, f.position""",
+            (conversation_id,),
+        )
         out: dict[int, list[dict]] = {}
         for r in rows:
             out.setdefault(r["message_id"], []).append(
-                {"name": r["name"], "kind": r["kind"], "text": r["text"], "tokens": r["tokens"],
-                 "passages": json.loads(r["passages"]) if r["passages"] else []})
+                {
+                    "name": r["name"],
+                    "kind": r["kind"],
+                    "text": r["text"],
+                    "tokens": r["tokens"],
+                    "passages": json.loads(r["passages"]) if r["passages"] else [],
+                }
+            )
         return out
 
     def search(self, text: str) -> list[Conversation]:
@@ -354,15 +415,19 @@ class HistoryStore:
         lines = [f"# {conv.title}", ""]
         for m in self.messages(conversation_id):
             lines += [f"## {m.role.capitalize()}", ""]
-            lines += [f"*Attached: {f['name']}" + (f" ({len(f['passages'])} passages)*" if f.get("passages") else "*")
-                      for f in m.files] + ([""] if m.files else [])
+            lines += [
+                f"*Attached: {f['name']}" + (f" ({len(f['passages'])} passages)*" if f.get("passages") else "*")
+                for f in m.files
+            ] + ([""] if m.files else [])
             lines += [m.content.rstrip(), ""]
             if m.stats:
                 s = m.stats
-                parts = [f"{s['tokens']} tokens" if "tokens" in s else None,
-                         f"tau {s['tau']:.2f}" if s.get("tau") else None,
-                         f"{s['tokens_per_second']:.1f} tokens/s" if s.get("tokens_per_second") else None,
-                         f"{s['speedup_estimate']:.2f}x" if s.get("speedup_estimate") else None]
+                parts = [
+                    f"{s['tokens']} tokens" if "tokens" in s else None,
+                    f"tau {s['tau']:.2f}" if s.get("tau") else None,
+                    f"{s['tokens_per_second']:.1f} tokens/s" if s.get("tokens_per_second") else None,
+                    f"{s['speedup_estimate']:.2f}x" if s.get("speedup_estimate") else None,
+                ]
                 lines += ["*" + " · ".join(p for p in parts if p) + "*", ""]
         return "\n".join(lines).rstrip() + "\n"
 

@@ -14,7 +14,15 @@ import enum
 from dataclasses import MISSING, dataclass, field, fields
 
 from draftscope.rules import (
-    BACKENDS, DRAFTER_NAMES, DRAFTERS_ON, DTYPES, NO_SEED, RANGES, SEED_RANGE, context_problem, problem,
+    BACKENDS,
+    DRAFTER_NAMES,
+    DRAFTERS_ON,
+    DTYPES,
+    NO_SEED,
+    RANGES,
+    SEED_RANGE,
+    context_problem,
+    problem,
 )
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
 
@@ -133,8 +141,11 @@ def _sampling_problems(s: Settings) -> list[str]:
         out.append(why)
     if len(s.prompt_presets) > MAX_PRESETS:
         out.append(f"prompt_presets must be at most {MAX_PRESETS} presets")
-    out += [f"prompt_presets refused: {why}" for name, text in s.prompt_presets.items()
-            if (why := preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)) is not None]
+    out += [
+        f"prompt_presets refused: {why}"
+        for name, text in s.prompt_presets.items()
+        if (why := preset_problem(name, text, max_text=MAX_SYSTEM_PROMPT)) is not None
+    ]
     return out
 
 
@@ -151,16 +162,20 @@ def _text_problems(s: Settings) -> list[str]:
         parse_workers(s.workers)
     except ValueError as exc:
         out.append(f"workers must be host:port addresses: {exc}")
-    if len(s.recent_models) > MAX_RECENT or not all(isinstance(m, str) and 0 < len(m) <= MAX_TEXT
-                                                    for m in s.recent_models):
+    if len(s.recent_models) > MAX_RECENT or not all(
+        isinstance(m, str) and 0 < len(m) <= MAX_TEXT for m in s.recent_models
+    ):
         out.append(f"recent_models must be at most {MAX_RECENT} model names")
     return out
 
 
 def _choice_problems(s: Settings) -> list[str]:
     choices = {"dtype": DTYPES, "backend": BACKENDS, "theme": THEMES}
-    return [f"{name} must be one of {', '.join(allowed)}" for name, allowed in choices.items()
-            if getattr(s, name) not in allowed]
+    return [
+        f"{name} must be one of {', '.join(allowed)}"
+        for name, allowed in choices.items()
+        if getattr(s, name) not in allowed
+    ]
 
 
 def _number_problems(s: Settings) -> list[str]:

@@ -61,8 +61,10 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
 
 def settings_document(settings: Settings) -> dict:
     """What the file holds: the version, then each section's settings under its name."""
-    return {"version": SETTINGS_VERSION,
-            **{section.key: {name: getattr(settings, name) for name in section.names} for section in Section}}
+    return {
+        "version": SETTINGS_VERSION,
+        **{section.key: {name: getattr(settings, name) for name in section.names} for section in Section},
+    }
 
 
 def settings_from_values(data: dict) -> tuple[Settings, list[str]]:
@@ -115,10 +117,13 @@ def _switches(value: dict, default: dict, notices: list[str]) -> dict[str, bool]
     """The drafters' switches: each one not true or false falls back to its default."""
     for k, v in value.items():
         if k in default and not isinstance(v, bool):
-            notices.append(f"setting 'drafters.{k}' had an invalid value {v!r} (true or false); "
-                           f"using the default ({'on' if default[k] else 'off'})")
+            notices.append(
+                f"setting 'drafters.{k}' had an invalid value {v!r} (true or false); "
+                f"using the default ({'on' if default[k] else 'off'})"
+            )
     return {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
-        k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)}
+        k: v for k, v in default.items() if k not in value or not isinstance(value[k], bool)
+    }
 
 
 def _presets(value: dict, notices: list[str]) -> dict[str, str]:

@@ -50,8 +50,17 @@ def export_json(store, ids: list[int] | None = None) -> dict:
     chosen = [c for c in store.conversations() if ids is None or c.id in ids]
     out = []
     for c in chosen:
-        messages = [{"role": m.role, "content": m.content, "created": m.created, "stats": m.stats,
-                     "drafters": m.drafters, "files": list(m.files)} for m in store.messages(c.id)]
+        messages = [
+            {
+                "role": m.role,
+                "content": m.content,
+                "created": m.created,
+                "stats": m.stats,
+                "drafters": m.drafters,
+                "files": list(m.files),
+            }
+            for m in store.messages(c.id)
+        ]
         out.append({"title": c.title, "created": c.created, "updated": c.updated, "messages": messages})
     return {"format": FORMAT, "version": VERSION, "conversations": out}
 
@@ -66,8 +75,11 @@ def write_export(store, path: str | Path, ids: list[int] | None = None) -> int:
     """Write the conversations to ``path``: Markdown for .md, else the app's JSON. Returns how many."""
     path = Path(path)
     count = len([c for c in store.conversations() if ids is None or c.id in ids])
-    text = export_markdown(store, ids) if path.suffix.lower() in (".md", ".markdown") else \
-        json.dumps(export_json(store, ids), ensure_ascii=False, indent=1)
+    text = (
+        export_markdown(store, ids)
+        if path.suffix.lower() in (".md", ".markdown")
+        else json.dumps(export_json(store, ids), ensure_ascii=False, indent=1)
+    )
     tmp = path.with_name(path.name + ".part")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
@@ -107,11 +119,14 @@ def parse_export(data, name: str) -> tuple[str, list[Imported]]:
     if isinstance(data, dict) and data.get("format") == FORMAT:
         if not isinstance(data.get("version"), int) or data["version"] > VERSION:
             raise ImportError_(f"{name} was written by a newer Draftscope (format version {data.get('version')!r})")
-        return "Draftscope", [_ours(c, f"{name}: conversation {i + 1}") for i, c in
-                              enumerate(_list(data.get("conversations"), f"{name}: 'conversations'"))]
+        return "Draftscope", [
+            _ours(c, f"{name}: conversation {i + 1}")
+            for i, c in enumerate(_list(data.get("conversations"), f"{name}: 'conversations'"))
+        ]
     if isinstance(data, list) and all(isinstance(c, dict) and "mapping" in c for c in data):
-        return "ChatGPT", [c for c in (_chatgpt(c, f"{name}: conversation {i + 1}") for i, c in enumerate(data))
-                           if c.messages]
+        return "ChatGPT", [
+            c for c in (_chatgpt(c, f"{name}: conversation {i + 1}") for i, c in enumerate(data)) if c.messages
+        ]
     raise ImportError_(f"{name} is neither a Draftscope export nor ChatGPT's conversations.json: nothing was imported")
 
 
@@ -133,21 +148,33 @@ def _ours(c, where: str) -> Imported:
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise ImportError_(f"{where}, message {j + 1}: needs a role ({', '.join(ROLES)}) and text content")
         files = _list(m.get("files") or [], f"{where}, message {j + 1}: 'files'")
-        if not all(isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str)
-                   for f in files):
+        if not all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str) for f in files
+        ):
             raise ImportError_(f"{where}, message {j + 1}: each file needs a name and its text")
-        messages.append({"role": m["role"], "content": m["content"], "created": _number(m.get("created"), 0.0),
-                         "stats": m.get("stats") if isinstance(m.get("stats"), dict) else None,
-                         "drafters": m.get("drafters") if isinstance(m.get("drafters"), dict) else None,
-                         "files": [_file(f) for f in files]})
+        messages.append(
+            {
+                "role": m["role"],
+                "content": m["content"],
+                "created": _number(m.get("created"), 0.0),
+                "stats": m.get("stats") if isinstance(m.get("stats"), dict) else None,
+                "drafters": m.get("drafters") if isinstance(m.get("drafters"), dict) else None,
+                "files": [_file(f) for f in files],
+            }
+        )
     created = _number(c.get("created"), 0.0)
     return Imported(c["title"], created, _number(c.get("updated"), created), messages)
 
 
 def _file(f: dict) -> dict:
     passages = f.get("passages") if isinstance(f.get("passages"), list) else []
-    return {"name": f["name"], "text": f["text"], "kind": f.get("kind") if isinstance(f.get("kind"), str) else "text",
-            "tokens": int(_number(f.get("tokens"), 0)), "passages": [str(p) for p in passages]}
+    return {
+        "name": f["name"],
+        "text": f["text"],
+        "kind": f.get("kind") if isinstance(f.get("kind"), str) else "text",
+        "tokens": int(_number(f.get("tokens"), 0)),
+        "passages": [str(p) for p in passages],
+    }
 
 
 def _chatgpt(c: dict, where: str) -> Imported:
@@ -182,5 +209,11 @@ def _chatgpt_message(node) -> dict | None:
     text = "\n".join(p for p in parts if isinstance(p, str)).strip() if isinstance(parts, list) else ""
     if role not in ("user", "assistant") or not text:
         return None  # system prompts, tool calls, images: not a turn of the conversation's text
-    return {"role": role, "content": text, "created": _number(message.get("create_time"), 0.0),
-            "stats": None, "drafters": None, "files": []}
+    return {
+        "role": role,
+        "content": text,
+        "created": _number(message.get("create_time"), 0.0),
+        "stats": None,
+        "drafters": None,
+        "files": [],
+    }

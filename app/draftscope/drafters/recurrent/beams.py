@@ -28,8 +28,9 @@ def end_rows(head, eos_ids) -> torch.Tensor | None:
 
 
 @torch.inference_mode()
-def beam_search(head, hidden: torch.Tensor, embed, root: int, *, width: int, length: int,
-                eos_mask: torch.Tensor | None = None) -> tuple[list[list[list[int]]], list[list[float]]]:
+def beam_search(
+    head, hidden: torch.Tensor, embed, root: int, *, width: int, length: int, eos_mask: torch.Tensor | None = None
+) -> tuple[list[list[list[int]]], list[list[float]]]:
     """Beams at each depth: (token ids per depth [depth][beam] -> path, log-probabilities).
 
     ``hidden`` [H]: the target's last hidden state before ``root``; ``embed``: the target's
@@ -70,7 +71,9 @@ def beams_to_tree(paths_by_depth: list[list[list[int]]], scores_by_depth: list[l
     probable nodes kept (path probability falls with depth, so what is kept stays connected)."""
     nodes: dict[tuple, int] = {}
     tokens, parents, depth, support = [], [], [], []
-    candidates = [(s, d, b) for d, level in enumerate(scores_by_depth) for b, s in enumerate(level) if s > float("-inf")]
+    candidates = [
+        (s, d, b) for d, level in enumerate(scores_by_depth) for b, s in enumerate(level) if s > float("-inf")
+    ]
     keep = sorted(candidates, key=lambda c: (-c[0], c[1]))[: max(0, budget)]
     chosen = {(d, b) for _, d, b in keep}
     for d, level in enumerate(paths_by_depth):
@@ -84,5 +87,10 @@ def beams_to_tree(paths_by_depth: list[list[list[int]]], scores_by_depth: list[l
             depth.append(d + 1)
             support.append(float(np.exp(scores_by_depth[d][b])))
     k = len(tokens)
-    return DraftTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int32), np.array(depth, dtype=np.int32),
-                     np.array(support, dtype=np.float32), np.full(k, DraftSource.RECURRENT, dtype=np.int8))
+    return DraftTree(
+        np.array(tokens, dtype=np.int64),
+        np.array(parents, dtype=np.int32),
+        np.array(depth, dtype=np.int32),
+        np.array(support, dtype=np.float32),
+        np.full(k, DraftSource.RECURRENT, dtype=np.int8),
+    )

@@ -47,8 +47,10 @@ def target_identity(model, name: str = "") -> dict:
 
 def _describe(identity: dict) -> str:
     name = identity.get("name") or identity.get("architecture") or "a model"
-    return f"{name} ({identity.get('architecture')}, hidden {identity.get('hidden')}, {identity.get('layers')} layers, " \
-           f"vocabulary {identity.get('vocab'):,})"
+    return (
+        f"{name} ({identity.get('architecture')}, hidden {identity.get('hidden')}, {identity.get('layers')} layers, "
+        f"vocabulary {identity.get('vocab'):,})"
+    )
 
 
 def check_identity(head_target: dict, model_identity: dict) -> None:
@@ -56,8 +58,10 @@ def check_identity(head_target: dict, model_identity: dict) -> None:
     if any(head_target.get(k) != model_identity.get(k) for k in keys):
         same_shape = all(head_target.get(k) == model_identity.get(k) for k in keys[:-1])
         why = " (same sizes, different weights)" if same_shape else ""
-        raise HeadError(f"this recurrent head was trained for {_describe(head_target)}, not for "
-                        f"{_describe(model_identity)}{why}: train one for this model (draftscope drafter train)")
+        raise HeadError(
+            f"this recurrent head was trained for {_describe(head_target)}, not for "
+            f"{_describe(model_identity)}{why}: train one for this model (draftscope drafter train)"
+        )
 
 
 def json_path(path: str | os.PathLike[str]) -> Path:
@@ -78,8 +82,18 @@ def save_head(head: RecurrentHead, path: str | os.PathLike[str], *, target: dict
     tensors["vocab_ids"] = head.vocab_ids.detach().cpu().contiguous()
     tmp_w, tmp_m = weights.with_name(weights.name + ".tmp"), meta.with_name(meta.name + ".tmp")
     save_file(tensors, str(tmp_w), metadata={"format": FORMAT, "version": str(VERSION)})
-    tmp_m.write_text(json.dumps({"format": FORMAT, "version": VERSION, "config": head.cfg.to_dict(), "target": target,
-                                 "training": training or {}}, indent=2))
+    tmp_m.write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "config": head.cfg.to_dict(),
+                "target": target,
+                "training": training or {},
+            },
+            indent=2,
+        )
+    )
     os.replace(tmp_w, weights)
     os.replace(tmp_m, meta)
     return weights

@@ -64,8 +64,14 @@ class RecurrentHead(nn.Module):
         from draftscope.drafters.recurrent.target import as_target
 
         target = as_target(model)
-        cfg = HeadConfig(hidden=target.hidden, embed=target.embed_width, state=state or target.hidden, layers=layers,
-                         draft_vocab=int(vocab_ids.numel()), target_vocab=target.vocab)
+        cfg = HeadConfig(
+            hidden=target.hidden,
+            embed=target.embed_width,
+            state=state or target.hidden,
+            layers=layers,
+            draft_vocab=int(vocab_ids.numel()),
+            target_vocab=target.vocab,
+        )
         head = cls(cfg)
         with torch.no_grad():
             head.vocab_ids.copy_(vocab_ids.long())
@@ -88,8 +94,11 @@ class RecurrentHead(nn.Module):
     def full_distribution(self, draft_probs: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary probabilities [..., R] as a distribution over the target's vocabulary."""
         full = draft_probs.new_zeros(*draft_probs.shape[:-1], self.cfg.target_vocab)
-        return full.index_copy_(-1, self.vocab_ids, draft_probs) if draft_probs.dim() == 1 else \
-            full.scatter_(-1, self.vocab_ids.expand_as(draft_probs), draft_probs)
+        return (
+            full.index_copy_(-1, self.vocab_ids, draft_probs)
+            if draft_probs.dim() == 1
+            else full.scatter_(-1, self.vocab_ids.expand_as(draft_probs), draft_probs)
+        )
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())

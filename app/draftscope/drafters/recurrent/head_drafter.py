@@ -22,13 +22,15 @@ DEFAULT_LENGTH = 4
 WIDTHS = (1, 2, 4, 8)  # beam widths tried when tuning for a device
 NEARLY_FREE = 1.25  # a wider beam is taken while a depth costs at most this much more than one beam
 
+
 class RecurrentDrafter(Drafter):
     name = "recurrent"
     source = DraftSource.RECURRENT
     wants_hidden = True  # the engine passes the target's hidden state after each step
 
-    def __init__(self, head, embed, *, width: int = DEFAULT_WIDTH, length: int = DEFAULT_LENGTH,
-                 eos_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self, head, embed, *, width: int = DEFAULT_WIDTH, length: int = DEFAULT_LENGTH, eos_ids: Sequence[int] = ()
+    ) -> None:
         if width < 1 or length < 1:
             raise ValueError(f"beam width and length must be >= 1, got {width} and {length}")
         self.head = head
@@ -53,8 +55,9 @@ class RecurrentDrafter(Drafter):
             return DraftTree.empty()
         length = min(self.length, budget)
         width = min(self.width, budget)
-        paths, scores = beam_search(self.head, self.hidden, self.embed, int(context_ids[-1]), width=width,
-                                    length=length, eos_mask=self.eos_mask)
+        paths, scores = beam_search(
+            self.head, self.hidden, self.embed, int(context_ids[-1]), width=width, length=length, eos_mask=self.eos_mask
+        )
         return beams_to_tree(paths, scores, budget)
 
 
@@ -135,8 +138,14 @@ class RecurrentSetup:
         target = as_target(model)
         head, meta = load_head(path, target, model_name=model_name)
         trained = ((meta.get("training") or {}).get("options") or {}).get("length")
-        return cls(head.to(target.device), target.embed, tuple(int(e) for e in eos_ids), Path(path), meta,
-                   length=int(trained) if trained else DEFAULT_LENGTH)
+        return cls(
+            head.to(target.device),
+            target.embed,
+            tuple(int(e) for e in eos_ids),
+            Path(path),
+            meta,
+            length=int(trained) if trained else DEFAULT_LENGTH,
+        )
 
 
 def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
@@ -158,7 +167,9 @@ def target_for(engine):
 
     backend = engine.backend
     if not backend.gives_hidden:
-        raise HeadError(f"the head reads the model's hidden state: the {backend.kind} backend {backend.no_hidden_reason}")
+        raise HeadError(
+            f"the head reads the model's hidden state: the {backend.kind} backend {backend.no_hidden_reason}"
+        )
     if backend.model is not None:
         return TorchTarget(backend.model)
     return GgufTarget(backend, getattr(engine, "slots", None))

@@ -44,7 +44,9 @@ class TorchTarget:
         their start, and with ``greedy`` the model's most likely next token after each position."""
         self.model.eval()
         with torch.no_grad():
-            out = self.model(input_ids=ids.to(self.device), output_hidden_states=True, logits_to_keep=0 if greedy else 1)
+            out = self.model(
+                input_ids=ids.to(self.device), output_hidden_states=True, logits_to_keep=0 if greedy else 1
+            )
             return out.hidden_states[-1].float(), out.logits.argmax(-1) if greedy else None
 
 
@@ -101,7 +103,9 @@ class GgufTarget:
             read = [self.backend.read_rows(0, row, greedy=greedy) for row in rows]
         else:  # a slot of the model's own, read on its stepper's thread between the answers' rounds
             with self.pool.lease() as slot:
-                read = [self.pool.call(lambda row=row: self.backend.read_rows(slot, row, greedy=greedy)) for row in rows]
+                read = [
+                    self.pool.call(lambda row=row: self.backend.read_rows(slot, row, greedy=greedy)) for row in rows
+                ]
         hidden = torch.stack([h for h, _ in read])
         return hidden, torch.stack([g for _, g in read]) if greedy else None
 
@@ -109,4 +113,3 @@ class GgufTarget:
 def as_target(model_or_target):
     """A target view of a transformers model (or the target itself)."""
     return model_or_target if hasattr(model_or_target, "outputs") else TorchTarget(model_or_target)
-

@@ -144,8 +144,9 @@ def _answer_texts(path: Path, tokenizer) -> Iterator[str]:
             yield answer.prompt + "\n\n" + answer.answer
 
 
-def read_sequences(specs: list[str], tokenizer, count: int, seq_len: int,
-                   cancel: CancelToken | None = None) -> np.ndarray:
+def read_sequences(
+    specs: list[str], tokenizer, count: int, seq_len: int, cancel: CancelToken | None = None
+) -> np.ndarray:
     """Up to ``count`` sequences of ``seq_len`` tokens: documents tokenised and packed end to end
     (an end-of-text token between them), in the order the sources give them."""
     from draftscope.datastore.pipeline import batch_encoder
@@ -214,18 +215,19 @@ def head_losses(head: RecurrentHead, hidden: torch.Tensor, teacher: torch.Tensor
     losses, logits_by_depth = [], []
     state = None
     for k in range(1, length + 1):
-        e = emb[:, k:k + n]
+        e = emb[:, k : k + n]
         state = head.first_state(e) if state is None else head.next_state(state, e)
         logits = head.logits(state, h)
-        target = teacher[:, k:k + n].softmax(-1)
+        target = teacher[:, k : k + n].softmax(-1)
         losses.append(-(target * F.log_softmax(logits, dim=-1)).sum(-1).mean())
         logits_by_depth.append(logits)
     return losses, logits_by_depth
 
 
 @torch.no_grad()
-def validate(head: RecurrentHead, target, sequences: np.ndarray, length: int, lm_rows: torch.Tensor,
-             device, batch: int = 8) -> dict:
+def validate(
+    head: RecurrentHead, target, sequences: np.ndarray, length: int, lm_rows: torch.Tensor, device, batch: int = 8
+) -> dict:
     """Figures on held-out sequences: per depth, how often the head's first choice is the target's
     own greedy next token (over the full vocabulary) and how often it is among the head's first
     four; the expected tokens per step of a greedy chain (1 + leading matches, teacher-forced: the
@@ -234,14 +236,14 @@ def validate(head: RecurrentHead, target, sequences: np.ndarray, length: int, lm
     top4 = np.zeros(length)
     lead_total, positions, loss_total, batches = 0.0, 0, 0.0, 0
     for start in range(0, len(sequences), batch):
-        ids = torch.from_numpy(sequences[start:start + batch]).to(device)
+        ids = torch.from_numpy(sequences[start : start + batch]).to(device)
         hidden, teacher, emb, greedy = target_outputs(target, ids, lm_rows, full_logits=True)
         losses, logits_by_depth = head_losses(head, hidden, teacher, emb, length)
         n = ids.shape[1] - length
         leading = torch.ones(ids.shape[0], n, dtype=torch.bool, device=device)
         lead = torch.zeros(ids.shape[0], n, device=device)
         for k, logits in enumerate(logits_by_depth, start=1):
-            want = greedy[:, k:k + n]
+            want = greedy[:, k : k + n]
             best = head.vocab_ids[logits.topk(4, dim=-1).indices]
             hit1 = best[..., 0] == want
             top1[k - 1] += float(hit1.sum())
@@ -276,9 +278,18 @@ def checkpoint_path(out: str | os.PathLike[str]) -> Path:
 # ------------------------------------------------------------------ the run
 
 
-def train_head(model, tokenizer, options: TrainOptions, out: str | os.PathLike[str], *, model_name: str = "",
-               resume: bool = False, progress: Callable[[TrainProgress], None] | None = None,
-               cancel: CancelToken | None = None, log: Callable[[str], None] = lambda s: None) -> TrainReport:
+def train_head(
+    model,
+    tokenizer,
+    options: TrainOptions,
+    out: str | os.PathLike[str],
+    *,
+    model_name: str = "",
+    resume: bool = False,
+    progress: Callable[[TrainProgress], None] | None = None,
+    cancel: CancelToken | None = None,
+    log: Callable[[str], None] = lambda s: None,
+) -> TrainReport:
     """Train a head for ``model`` (a transformers model, or a target view: recurrent.target, e.g. a
     GGUF on llama.cpp) and write it to ``out`` (.safetensors + .json).
 
@@ -306,10 +317,23 @@ class _Run:
     """One training run: the data, the head and its optimiser, and where the run is (step, time
     spent, validation curve), which a checkpoint keeps."""
 
-    def __init__(self, target, options: TrainOptions, ckpt: Path, report: Callable[[TrainProgress], None],
-                 cancel: CancelToken, log: Callable[[str], None]) -> None:
-        self.target, self.options, self.ckpt, self.report, self.cancel, self.log = (target, options, ckpt, report,
-                                                                                    cancel, log)
+    def __init__(
+        self,
+        target,
+        options: TrainOptions,
+        ckpt: Path,
+        report: Callable[[TrainProgress], None],
+        cancel: CancelToken,
+        log: Callable[[str], None],
+    ) -> None:
+        self.target, self.options, self.ckpt, self.report, self.cancel, self.log = (
+            target,
+            options,
+            ckpt,
+            report,
+            cancel,
+            log,
+        )
         self.device = target.device
         self.steps = options.steps
         self.per_step = options.batch * options.seq_len  # training positions a step sees
@@ -323,20 +347,25 @@ class _Run:
         options = self.options
         self.report(TrainProgress("reading", 0, self.steps, 0, 0.0, None, None))
         self.log(f"reading {', '.join(options.data)} ...")
-        sequences = read_sequences(options.data, tokenizer, self.steps * options.batch + options.val_sequences,
-                                   options.seq_len, self.cancel)
+        sequences = read_sequences(
+            options.data, tokenizer, self.steps * options.batch + options.val_sequences, options.seq_len, self.cancel
+        )
         if self.cancel.cancelled:
             raise TrainCancelled(self.ckpt)
         order = np.random.default_rng(options.seed).permutation(len(sequences))
         n_val = min(options.val_sequences, max(1, len(sequences) // 10))
         val, train = sequences[order[:n_val]], sequences[order[n_val:]]
         if len(train) == 0:
-            raise TrainError(f"the training data gives only {len(sequences)} sequence(s) of {options.seq_len} tokens: "
-                             "all of them are held out for validation (give more data or a shorter --seq-len)")
+            raise TrainError(
+                f"the training data gives only {len(sequences)} sequence(s) of {options.seq_len} tokens: "
+                "all of them are held out for validation (give more data or a shorter --seq-len)"
+            )
         eos = tuple(sorted({int(t) for t in [tokenizer.eos_token_id] if t is not None}))
         vocab_ids = draft_vocabulary(train, options.draft_vocab, self.target.vocab, eos)
-        self.log(f"{len(train)} training sequences of {options.seq_len} tokens, {n_val} held out; "
-                 f"draft vocabulary: {len(vocab_ids):,} tokens")
+        self.log(
+            f"{len(train)} training sequences of {options.seq_len} tokens, {n_val} held out; "
+            f"draft vocabulary: {len(vocab_ids):,} tokens"
+        )
         return _TrainingData(train, val, vocab_ids)
 
     def start(self, data: _TrainingData, resume: bool) -> None:
@@ -376,8 +405,11 @@ class _Run:
                 self.validate(rate, eta)
             if self.step % self.options.checkpoint_every == 0 and self.step < steps:
                 self.save_checkpoint()
-            self.report(TrainProgress("training", self.step, steps, self.step * self.per_step, rate, eta, self.loss,
-                                      self.latest))
+            self.report(
+                TrainProgress(
+                    "training", self.step, steps, self.step * self.per_step, rate, eta, self.loss, self.latest
+                )
+            )
 
     def train_step(self) -> float:
         """One optimiser step on batch ``self.step`` at the schedule's learning rate; its loss."""
@@ -401,12 +433,21 @@ class _Run:
         figures = validate(self.head, self.target, self.data.val, self.options.length, self.lm_rows, self.device)
         self.latest = {"tokens": tokens, "step": self.step, **figures}
         self.curve.append(self.latest)
-        self.log(f"step {self.step}/{self.steps}: validation τ {figures['tau_chain']:.2f} (greedy chain), top-1 by "
-                 f"depth {', '.join(f'{x:.2f}' for x in figures['top1_by_depth'])}")
+        self.log(
+            f"step {self.step}/{self.steps}: validation τ {figures['tau_chain']:.2f} (greedy chain), top-1 by "
+            f"depth {', '.join(f'{x:.2f}' for x in figures['top1_by_depth'])}"
+        )
 
     def save_checkpoint(self) -> None:
-        _save_checkpoint(self.ckpt, self.options, self.head, self.optimizer, self.step,
-                         self.seconds + time.perf_counter() - self.run_started, self.curve)
+        _save_checkpoint(
+            self.ckpt,
+            self.options,
+            self.head,
+            self.optimizer,
+            self.step,
+            self.seconds + time.perf_counter() - self.run_started,
+            self.curve,
+        )
 
     def finish(self, out: Path, model_name: str) -> TrainReport:
         """The head written with the record of its training; the checkpoint removed."""
@@ -416,8 +457,9 @@ class _Run:
         self.ckpt.unlink(missing_ok=True)
         rate = tokens / seconds if seconds else 0.0
         self.report(TrainProgress("done", self.steps, self.steps, tokens, rate, 0.0, self.loss, self.latest))
-        return TrainReport(out, self.steps, tokens, seconds, rate, self.latest or {}, self.curve,
-                           self.head.parameter_count())
+        return TrainReport(
+            out, self.steps, tokens, seconds, rate, self.latest or {}, self.curve, self.head.parameter_count()
+        )
 
     def record(self, tokens: int) -> dict:
         """What the head's JSON says of its training."""
@@ -449,8 +491,17 @@ def _batch(train: np.ndarray, step: int, size: int, seed: int) -> np.ndarray:
 
 def _save_checkpoint(path: Path, options: TrainOptions, head, optimizer, step: int, seconds: float, curve) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"options": options.fingerprint(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
-                "step": step, "seconds": seconds, "curve": curve}, tmp)
+    torch.save(
+        {
+            "options": options.fingerprint(),
+            "head": head.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": step,
+            "seconds": seconds,
+            "curve": curve,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 
@@ -458,8 +509,12 @@ def _load_checkpoint(path: Path, options: TrainOptions) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint gets the same advice
-        raise TrainError(f"{path}: the checkpoint cannot be read ({type(exc).__name__}); delete it to start over") from None
+        raise TrainError(
+            f"{path}: the checkpoint cannot be read ({type(exc).__name__}); delete it to start over"
+        ) from None
     if not isinstance(state, dict) or state.get("options") != options.fingerprint():
-        raise TrainError(f"{path} is a checkpoint of a run with other options (data, sizes or seed): resume with the "
-                         "same options, or start over without --resume")
+        raise TrainError(
+            f"{path} is a checkpoint of a run with other options (data, sizes or seed): resume with the "
+            "same options, or start over without --resume"
+        )
     return state

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from draftscope.engine.backends.llama import llama_verdict
 from draftscope.engine.backends.base import Backend, Verified, chain_tree
+from draftscope.engine.backends.llama import llama_verdict
 from draftscope.rules import BACKENDS
 
-__all__ = ["BACKENDS", "Backend", "BackendChoice", "Verified", "answers_held", "backend_for_gguf", "chain_tree", "choose_backend",
-           "llama_cpp_available", "open_backend", "torch_backend_for"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendChoice",
+    "Verified",
+    "answers_held",
+    "backend_for_gguf",
+    "chain_tree",
+    "choose_backend",
+    "llama_cpp_available",
+    "open_backend",
+    "torch_backend_for",
+]
 
 
 def llama_cpp_available() -> bool:
@@ -29,8 +40,15 @@ class BackendChoice(NamedTuple):
     repacked: bool = True  # llama.cpp may repack the weights for this CPU's fastest kernels
 
 
-def choose_backend(source, requested: str = "auto", device: str | None = None, *, check: bool = True,
-                   progress=None, threads: int | None = None) -> BackendChoice:
+def choose_backend(
+    source,
+    requested: str = "auto",
+    device: str | None = None,
+    *,
+    check: bool = True,
+    progress=None,
+    threads: int | None = None,
+) -> BackendChoice:
     """Which backend a resolved ModelSource opens on, and why. Refused with the reason in words when
     the request cannot be met (llama.cpp needs a GGUF file, the llama-cpp-python package, and a
     llama.cpp that runs on this CPU: see llama_verdict, whose self-test runs with ``threads``;
@@ -40,13 +58,16 @@ def choose_backend(source, requested: str = "auto", device: str | None = None, *
     gguf = source.kind == "gguf"
     if requested == "llama.cpp":
         if not gguf:
-            raise ValueError(f"{source.display_name} is not a GGUF file: llama.cpp runs GGUF models; use the torch backend")
+            raise ValueError(
+                f"{source.display_name} is not a GGUF file: llama.cpp runs GGUF models; use the torch backend"
+            )
         if not llama_cpp_available():
             raise ValueError("the llama.cpp backend needs llama-cpp-python (scripts/setup.sh installs it)")
         found = llama_verdict.verdict(check=check, progress=progress, threads=threads)
         if found is not None and not found.runs:
-            raise ValueError(f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or "
-                             f"{llama_verdict.FIX}")
+            raise ValueError(
+                f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or {llama_verdict.FIX}"
+            )
         return _on_llama("as asked (Settings ▸ Model, or --backend)", found)
     if requested == "torch":
         return BackendChoice("torch", "as asked (Settings ▸ Model, or --backend)")
@@ -78,7 +99,9 @@ def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
     from types import SimpleNamespace
 
     try:
-        return choose_backend(SimpleNamespace(kind="gguf", display_name="the model"), requested, device, check=False).kind
+        return choose_backend(
+            SimpleNamespace(kind="gguf", display_name="the model"), requested, device, check=False
+        ).kind
     except ValueError:
         return "torch"
 
@@ -92,15 +115,18 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
 
     spec = LoadSpec.of(spec, **options)
     source = spec.source
-    kind, why, notice, repacked = choose_backend(source, spec.backend, spec.device, progress=progress,
-                                                 threads=spec.threads)
+    kind, why, notice, repacked = choose_backend(
+        source, spec.backend, spec.device, progress=progress, threads=spec.threads
+    )
     if progress is not None:
         from draftscope.engine.stages import LOADING_WEIGHTS, Stage
 
         progress(Stage(LOADING_WEIGHTS))
     if spec.workers and kind != "llama.cpp":
-        raise ValueError(f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
-                         f"({why}): use a GGUF model on the llama.cpp backend, or no workers")
+        raise ValueError(
+            f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
+            f"({why}): use a GGUF model on the llama.cpp backend, or no workers"
+        )
     if kind == "llama.cpp":
         opened = _open_on_llama(spec, repacked)
     else:
@@ -121,16 +147,23 @@ def _open_on_llama(spec, repacked) -> Backend:
     source = spec.source
     # a file llama.cpp would crash on is refused here, in words; loaded as the model will be
     gguf_check.check(source.gguf_path, repacked=repacked)
-    common = dict(name=source.display_name, context=spec.context or DEFAULT_CONTEXT, threads=spec.threads,
-                  slots=spec.slots, repacked=repacked)
+    common = dict(
+        name=source.display_name,
+        context=spec.context or DEFAULT_CONTEXT,
+        threads=spec.threads,
+        slots=spec.slots,
+        repacked=repacked,
+    )
     if not spec.workers:
         return LlamaCppBackend(source.gguf_path, load_tokenizer(source), **common)
     from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
     from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
 
     if not rpc_supported():
-        raise WorkerError("this llama.cpp was built without RPC, so the model cannot use workers "
-                          "(bash scripts/setup.sh builds it with GGML_RPC=ON)")
+        raise WorkerError(
+            "this llama.cpp was built without RPC, so the model cannot use workers "
+            "(bash scripts/setup.sh builds it with GGML_RPC=ON)"
+        )
     return IsolatedLlamaBackend(source.gguf_path, load_tokenizer(source), workers=list(spec.workers), **common)
 
 
@@ -138,9 +171,16 @@ def _open_on_torch(spec, progress) -> Backend:
     from draftscope.engine.backends.pytorch.loader import load_model
 
     loaded = load_model(spec.source, device=spec.device, dtype=spec.dtype)
-    return torch_backend_for(loaded.model, loaded.tokenizer, name=loaded.name, device=loaded.device,
-                             precision_reason=loaded.dtype_reason, progress=progress, slots=spec.slots,
-                             context=spec.context)
+    return torch_backend_for(
+        loaded.model,
+        loaded.tokenizer,
+        name=loaded.name,
+        device=loaded.device,
+        precision_reason=loaded.dtype_reason,
+        progress=progress,
+        slots=spec.slots,
+        context=spec.context,
+    )
 
 
 def answers_held(kind: str, device, wanted: int) -> int:
@@ -153,8 +193,9 @@ def answers_held(kind: str, device, wanted: int) -> int:
     return wanted
 
 
-def torch_backend_for(model, tokenizer, *, cache: str = "auto", progress=None, slots: int = 1, attention: str | None = None,
-                      **kwargs) -> Backend:
+def torch_backend_for(
+    model, tokenizer, *, cache: str = "auto", progress=None, slots: int = 1, attention: str | None = None, **kwargs
+) -> Backend:
     """A loaded torch model as a backend. ``cache``: "static" (preallocated; on CUDA each tree
     size's step is captured as a CUDA graph at once, here, at load, telling ``progress(text)``),
     "dynamic", or "auto": static on CUDA, dynamic elsewhere (where a step's launches cost little next

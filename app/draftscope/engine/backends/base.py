@@ -114,7 +114,7 @@ class Backend(ABC):
         self.last_kept = 0
         return 0
 
-    def ensure_open(self) -> None:
+    def ensure_open(self) -> None:  # noqa: B027 - a hook: only a backend in a child process reopens
         """Open the model again if what ran it ended (a child process that lost a worker)."""
 
     def describe(self) -> str:
@@ -126,12 +126,17 @@ class Backend(ABC):
         words = self.describe().split(" · ")
         return " · ".join(words[:3] if self.kind == "torch" else words[:2])  # torch: its device matters most
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: a backend with native memory frees it
         """Give back native memory now rather than at garbage collection."""
 
 
 def chain_tree(tokens) -> DraftTree:
     """A draft chain (each node the child of the one before): what cost measurements verify."""
     n = len(tokens)
-    return DraftTree(np.asarray(tokens, dtype=np.int64), np.arange(-1, n - 1, dtype=np.int32),
-                     np.arange(1, n + 1, dtype=np.int32), np.ones(n, np.float32), np.ones(n, np.int8))
+    return DraftTree(
+        np.asarray(tokens, dtype=np.int64),
+        np.arange(-1, n - 1, dtype=np.int32),
+        np.arange(1, n + 1, dtype=np.int32),
+        np.ones(n, np.float32),
+        np.ones(n, np.int8),
+    )

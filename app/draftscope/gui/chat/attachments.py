@@ -5,8 +5,17 @@ chat or the message box, and the text a sent file gave the model, shown when its
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QToolButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from draftscope.documents.extract import Attachment, AttachmentError, read_file
 
@@ -117,8 +126,11 @@ def sent_file_dialog(parent: QWidget, f: dict) -> QDialog:
     dialog = QDialog(parent, objectName="attachmentText")
     dialog.setWindowTitle(f["name"])
     dialog.resize(720, 520)
-    how = ("the whole file" if not f.get("passages") else
-           f"{len(f['passages'])} passages chosen for the question: {', '.join(f['passages'])}")
+    how = (
+        "the whole file"
+        if not f.get("passages")
+        else f"{len(f['passages'])} passages chosen for the question: {', '.join(f['passages'])}"
+    )
     note = QLabel(f"What the model read of {f['name']} ({f.get('tokens', 0):,} tokens): {how}.")
     note.setWordWrap(True)
     text = QPlainTextEdit(f["text"], readOnly=True)

@@ -10,8 +10,10 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, 
 
 from draftscope.gui.chat.attachments import AttachmentChips, FileDrops, read_files
 
-ATTACH_FILTER = ("Documents (*.txt *.md *.markdown *.rst *.html *.htm *.pdf *.docx *.csv *.json *.py *.c *.h *.cpp "
-                 "*.rs *.js *.ts *.java *.go *.sh *.toml *.yaml *.yml *.xml *.log);;All files (*)")
+ATTACH_FILTER = (
+    "Documents (*.txt *.md *.markdown *.rst *.html *.htm *.pdf *.docx *.csv *.json *.py *.c *.h *.cpp "
+    "*.rs *.js *.ts *.java *.go *.sh *.toml *.yaml *.yml *.xml *.log);;All files (*)"
+)
 
 
 class _EnterSends(QObject):
@@ -43,8 +45,10 @@ class Composer(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.editing_message_id: int | None = None  # sending replaces this message and what followed
-        self.edit_banner = QLabel("Editing a message: Enter sends it in place of the old one and what followed, "
-                                  "Esc cancels.", objectName="editBanner")
+        self.edit_banner = QLabel(
+            "Editing a message: Enter sends it in place of the old one and what followed, Esc cancels.",
+            objectName="editBanner",
+        )
         self.edit_banner.hide()
         self.chat_input = QPlainTextEdit(objectName="chatInput")
         self.chat_input.setPlaceholderText("Message (Enter sends, Shift+Enter breaks the line)")
@@ -55,8 +59,10 @@ class Composer(QWidget):
         self.drops = FileDrops(self.attach_paths, self)
         self.drops.install(self.chat_input)
         self.attach_button = QPushButton("Attach…", objectName="attachButton")
-        self.attach_button.setToolTip("Give the model files to read with your message (text, code, HTML, PDF, "
-                                      "DOCX); you can also drop files on the chat")
+        self.attach_button.setToolTip(
+            "Give the model files to read with your message (text, code, HTML, PDF, "
+            "DOCX); you can also drop files on the chat"
+        )
         self.attach_button.clicked.connect(self.choose_files)
         self.regenerate_button = QPushButton("Regenerate", objectName="regenerateButton")
         self.regenerate_button.setToolTip("Answer the last message again (Ctrl+R)")

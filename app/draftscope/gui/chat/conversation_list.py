@@ -10,8 +10,16 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
-    QFileDialog, QInputDialog, QLineEdit, QListWidget, QListWidgetItem, QMenu, QMessageBox, QPushButton,
-    QVBoxLayout, QWidget,
+    QFileDialog,
+    QInputDialog,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 
@@ -124,9 +132,11 @@ class ConversationList(QWidget):
 
     def ask_delete(self, conversation_id: int) -> None:
         conv = self.history.conversation(conversation_id)
-        answer = QMessageBox.question(self, "Delete conversation",
-                                      f"Delete \u201c{conv.title if conv else ''}\u201d and all its messages? "
-                                      "This cannot be undone.")
+        answer = QMessageBox.question(
+            self,
+            "Delete conversation",
+            f"Delete \u201c{conv.title if conv else ''}\u201d and all its messages? This cannot be undone.",
+        )
         if answer == QMessageBox.StandardButton.Yes:
             self.delete(conversation_id)
 
@@ -139,9 +149,9 @@ class ConversationList(QWidget):
 
     def ask_export(self, conversation_id: int) -> None:
         conv = self.history.conversation(conversation_id)
-        path, _ = QFileDialog.getSaveFileName(self, "Export conversation",
-                                              export_file_name(conv.title if conv else "conversation"),
-                                              "Markdown (*.md)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export conversation", export_file_name(conv.title if conv else "conversation"), "Markdown (*.md)"
+        )
         if path:
             self.export(conversation_id, Path(path))
 
@@ -155,8 +165,12 @@ class ConversationList(QWidget):
 
     def ask_export_all(self) -> None:
         """Every conversation to one file: the app's JSON (to import again) or Markdown (to read)."""
-        path, _ = QFileDialog.getSaveFileName(self, "Export all conversations", "draftscope-conversations.json",
-                                              "Draftscope conversations (*.json);;Markdown (*.md)")
+        path, _ = QFileDialog.getSaveFileName(
+            self,
+            "Export all conversations",
+            "draftscope-conversations.json",
+            "Draftscope conversations (*.json);;Markdown (*.md)",
+        )
         if path:
             self.export_all(Path(path))
 
@@ -171,8 +185,7 @@ class ConversationList(QWidget):
         self.said.emit(f"Exported {count} conversation{'s' * (count != 1)} to {path}")
 
     def ask_import(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "",
-                                              "Conversations (*.json);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self, "Import conversations", "", "Conversations (*.json);;All files (*)")
         if path:
             self.import_from(Path(path))
 

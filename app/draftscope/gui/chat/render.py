@@ -21,8 +21,8 @@ from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 
-from draftscope.rules import DRAFTER_NAMES
 from draftscope.gui.palettes import CODE_BACKGROUND, CODE_LABEL, PROVENANCE_COLOURS
+from draftscope.rules import DRAFTER_NAMES
 
 COPY_SCHEME = "copy"  # copy:<block index>
 CHROME = "chrome"  # class of the app's own words in rendered messages (a code block's label and Copy link)
@@ -87,8 +87,9 @@ class ChatRenderer:
             f'<pre style="margin:0; font-family:monospace;">{body}</pre></td></tr></table>\n'
         )
 
-    def markdown_with_provenance(self, steps, blocks: list[str], *, key: str, text_colour: str,
-                                 suffix: str = "") -> str:
+    def markdown_with_provenance(
+        self, steps, blocks: list[str], *, key: str, text_colour: str, suffix: str = ""
+    ) -> str:
         """An answer rendered as Markdown (headings, lists, highlighted code) with each token's
         text coloured by its drafter and linked to its step (``step:KEY/INDEX``). ``steps`` are
         StepEvents or their stored dicts; ``suffix`` is shown after the text, unmarked (the
@@ -111,10 +112,14 @@ def _lexer_for(language: str, code: str):
         return TextLexer(stripnl=False)
 
 
-PROVENANCE_LABELS = {"retrieval": "drafted from the datastore", "context": "drafted from the conversation",
-                     "model": "drafted by the draft model", "recurrent": "drafted by the recurrent drafter",
-                     "learned": "drafted from the model's past answers",
-                     "target": "written by the target model"}
+PROVENANCE_LABELS = {
+    "retrieval": "drafted from the datastore",
+    "context": "drafted from the conversation",
+    "model": "drafted by the draft model",
+    "recurrent": "drafted by the recurrent drafter",
+    "learned": "drafted from the model's past answers",
+    "target": "written by the target model",
+}
 
 
 def provenance_legend(*, dark: bool = False) -> str:
@@ -164,8 +169,10 @@ class _Marker(HTMLParser):
         if tag == "span" and (self.chrome or (CHROME in (attrs.get("class") or "").split())):
             self.chrome += 1
         if tag == "pre":  # a fence's opening line (``` and its language) shows no text of its own
-            fence = min((i for i in (self.source.find(m, self.at, self.at + SEARCH_AHEAD) for m in ("```", "~~~"))
-                         if i >= 0), default=-1)
+            fence = min(
+                (i for i in (self.source.find(m, self.at, self.at + SEARCH_AHEAD) for m in ("```", "~~~")) if i >= 0),
+                default=-1,
+            )
             if fence >= 0:
                 end = self.source.find("\n", fence)
                 self.at = end + 1 if end >= 0 else len(self.source)
@@ -216,5 +223,7 @@ class _Marker(HTMLParser):
         # a link takes the colour of the text it sits in (highlighted code), else the text's
         foreground = next((c for _tag, c in reversed(self.colours) if c), self.text_colour)
         style = f"color:{foreground};text-decoration:none;" + (f"background-color:{colour};" if colour else "")
-        self.out.append(f'<a href="{STEP_SCHEME}:{self.key}/{index}" title="{html.escape(tip, quote=True)}" '
-                        f'style="{style}">{text}</a>')
+        self.out.append(
+            f'<a href="{STEP_SCHEME}:{self.key}/{index}" title="{html.escape(tip, quote=True)}" '
+            f'style="{style}">{text}</a>'
+        )

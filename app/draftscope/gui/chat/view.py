@@ -15,16 +15,17 @@ from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 
-from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 from draftscope.core.words import answer_stats
+from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 
 FILE_SCHEME = "attachment"  # attachment:<message id>/<its position among the message's files>
 STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
 CURSOR = "▌"  # marks the end of the answer being written
 
 
-def message_html(role: str, body: str, actions: list[str], stats: dict | None, files: str = "",
-                 versions: str = "") -> str:
+def message_html(
+    role: str, body: str, actions: list[str], stats: dict | None, files: str = "", versions: str = ""
+) -> str:
     who = "You" if role == "user" else "Assistant"
     links = " &nbsp; ".join(actions)
     out = f'<p style="margin-top:14px;"><b>{who}</b> &nbsp; <small>{links}</small></p>{files}{body}{versions}'
@@ -45,13 +46,17 @@ def versions_html(m) -> str:
         if not 0 <= target < len(m.versions):
             return f'<span style="color:gray; font-size:x-large;">&nbsp;{arrow}&nbsp;</span>'
         title = f"version {target + 1}"
-        return (f'<a href="{ACTION_SCHEME}:version/{m.versions[target]}" title="{title}" '
-                f'style="font-size:x-large;"><b>&nbsp;{arrow}&nbsp;</b></a>')
+        return (
+            f'<a href="{ACTION_SCHEME}:version/{m.versions[target]}" title="{title}" '
+            f'style="font-size:x-large;"><b>&nbsp;{arrow}&nbsp;</b></a>'
+        )
 
     out = f"<p>{page(-1, '‹')} {at + 1} / {len(m.versions)} {page(1, '›')}"
     if m.same_as:
-        out += (f' &nbsp; <small style="color:gray;">same text as version {m.same_as} — at temperature 0 the model '
-                "writes the same answer; raise the temperature in Settings for a different one</small>")
+        out += (
+            f' &nbsp; <small style="color:gray;">same text as version {m.same_as} — at temperature 0 the model '
+            "writes the same answer; raise the temperature in Settings for a different one</small>"
+        )
     return out + "</p>"
 
 
@@ -192,10 +197,10 @@ class ChatTranscript(QTextBrowser):
             self._drop_stream_region()
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
             ids = [_key(m) for m in messages]
-            if ids[:len(self._shown)] != self._shown or not self._shown:
+            if ids[: len(self._shown)] != self._shown or not self._shown:
                 self.setHtml("".join(self._message_block(m) for m in messages))
             else:
-                self._append_html("".join(self._message_block(m) for m in messages[len(self._shown):]))
+                self._append_html("".join(self._message_block(m) for m in messages[len(self._shown) :]))
             self._shown = ids
             if self.streaming:
                 self._stream_start = self._append_html("")
@@ -211,8 +216,9 @@ class ChatTranscript(QTextBrowser):
         started = time.perf_counter()
         blocks: list[str] = []
         if self.show_provenance:
-            body = self.renderer.markdown_with_provenance(self.current_steps, blocks, key="live",
-                                                          text_colour=self._text_colour(), suffix=CURSOR)
+            body = self.renderer.markdown_with_provenance(
+                self.current_steps, blocks, key="live", text_colour=self._text_colour(), suffix=CURSOR
+            )
         else:
             body = self.renderer.markdown(self.streaming_text + CURSOR, blocks, key="stream")
         self.code_blocks["live" if self.show_provenance else "stream"] = blocks
@@ -245,7 +251,8 @@ class ChatTranscript(QTextBrowser):
             blocks: list[str] = []
             if steps:
                 self._html_cache[key] = self.renderer.markdown_with_provenance(
-                    steps, blocks, key=str(m.id), text_colour=self._text_colour())
+                    steps, blocks, key=str(m.id), text_colour=self._text_colour()
+                )
             else:
                 self._html_cache[key] = self.renderer.markdown(m.content, blocks, key=str(m.id))
             self.code_blocks[str(m.id)] = blocks

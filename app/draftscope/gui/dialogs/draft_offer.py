@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from PySide6.QtWidgets import QButtonGroup, QCheckBox, QVBoxLayout, QWidget
 
-from draftscope.models import catalog
 from draftscope.core.words import memory_text, size_text
 from draftscope.gui.form_widgets import indented, note
+from draftscope.models import catalog
 from draftscope.storage.settings import Settings
 
 
@@ -34,8 +34,9 @@ class DraftOffer(QWidget):
         layout.addWidget(indented(self.note))
         self.hide()
 
-    def follow(self, choice: QButtonGroup, chosen: Callable[[], catalog.CatalogModel | None], dtype: str,
-               backend: str) -> None:
+    def follow(
+        self, choice: QButtonGroup, chosen: Callable[[], catalog.CatalogModel | None], dtype: str, backend: str
+    ) -> None:
         """Offer the draft model of whichever model ``choice`` has checked (``chosen()`` names it)."""
         choice.buttonToggled.connect(lambda *_: self.show_for(chosen(), dtype, backend))
 
@@ -53,7 +54,8 @@ class DraftOffer(QWidget):
             f"A draft model is a smaller model with the same tokenizer: it guesses the next few tokens and "
             f"{target.title} checks them all in one step, so answers come faster where the guesses hold, with the "
             f"same text. It needs about {memory_text(d.memory_needed(dtype, backend))} more memory. Without it, "
-            "drafts come from the datastore and the conversation; you can add it later in Settings ▸ Model.")
+            "drafts come from the datastore and the conversation; you can add it later in Settings ▸ Model."
+        )
 
     def wanted(self) -> catalog.CatalogModel | None:
         return self.draft if self.draft is not None and self.check.isChecked() else None

@@ -16,22 +16,41 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
-    QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QStackedWidget, QVBoxLayout, QWidget,
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
-from draftscope.models import assets, catalog
+from draftscope.core.settings_checks import read_model
+from draftscope.core.words import describe_error, setting_name
+from draftscope.core.words import eta_text as _eta
 from draftscope.datastore.default import build_default_datastore, default_datastore_path
 from draftscope.datastore.progress import Progress
-from draftscope.models.resolve import ModelNotFoundError
-from draftscope.core.settings_checks import read_model
-from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS, JobRunner, TransferRate
-from draftscope.gui.form_widgets import (note as _note, progress_row as _progress_row, show_error,
-                                         wrapping_label as _wrapping_label)
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.gui.dialogs.model_page import ModelPage
+from draftscope.gui.form_widgets import (
+    note as _note,
+)
+from draftscope.gui.form_widgets import (
+    progress_row as _progress_row,
+)
+from draftscope.gui.form_widgets import (
+    show_error,
+)
+from draftscope.gui.form_widgets import (
+    wrapping_label as _wrapping_label,
+)
+from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
+from draftscope.gui.jobs import JobRunner, TransferRate
+from draftscope.models import assets, catalog
+from draftscope.models.resolve import ModelNotFoundError
 from draftscope.retrieval import BuildCancelled
 from draftscope.storage import Settings, save_settings, settings_path
-from draftscope.core.words import describe_error, eta_text as _eta, setting_name
 
 
 def needs_first_run(path: Path | str | None = None) -> bool:
@@ -42,9 +61,15 @@ def needs_first_run(path: Path | str | None = None) -> bool:
 class FirstRunDialog(QDialog):
     """Two pages: choose a model (page 0), the default chat datastore (page 1)."""
 
-    def __init__(self, settings: Settings | None = None, *, fetch_model=catalog.fetch_model,
-                 build_datastore=build_default_datastore, settings_file: Path | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        fetch_model=catalog.fetch_model,
+        build_datastore=build_default_datastore,
+        settings_file: Path | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.settings = settings or Settings()
         self._build = build_datastore
@@ -53,8 +78,13 @@ class FirstRunDialog(QDialog):
         self.download = ModelDownload(self, fetch_model=fetch_model, resume_with="Continue")
         self.download.ended.connect(self._download_ended)
         self.download.status_grew.connect(self._fit_height)  # a second line: grow rather than squeeze the page
-        self.build_job = JobRunner(self, on_progress=self._show_build_progress, on_status=self._show_build_status,
-                                   on_done=self._on_built, on_failed=self._on_build_failed)
+        self.build_job = JobRunner(
+            self,
+            on_progress=self._show_build_progress,
+            on_status=self._show_build_status,
+            on_done=self._on_built,
+            on_failed=self._on_build_failed,
+        )
         self._build_rate = TransferRate()  # the ShareGPT download, the build's first phase
         self._datastore_built = False
         self._datastore_folder: Path | None = None
@@ -74,7 +104,7 @@ class FirstRunDialog(QDialog):
     # --- building the dialog -------------------------------------------------------------------
 
     def _build_heading(self) -> None:
-        """"Step 1 of 2" over the page's title, in a larger bold font."""
+        """ "Step 1 of 2" over the page's title, in a larger bold font."""
         self.step_label = QLabel(objectName="setupStep")
         self.title = QLabel(objectName="setupTitle")
         font = QFont(self.title.font())
@@ -130,9 +160,11 @@ class FirstRunDialog(QDialog):
     def _model_page(self) -> QWidget:
         self.model_page = ModelPage(self.settings, self.download)
         # the page's choices as the dialog's own, for scripts/screenshots.py and the tests
-        self.catalog_radios, self.local_radio, self.local_path = (self.model_page.catalog_radios,
-                                                                   self.model_page.local_radio,
-                                                                   self.model_page.local_path)
+        self.catalog_radios, self.local_radio, self.local_path = (
+            self.model_page.catalog_radios,
+            self.model_page.local_radio,
+            self.model_page.local_path,
+        )
         self._dtype, self._backend = self.model_page.dtype, self.model_page.backend
         return self.model_page
 
@@ -166,8 +198,10 @@ class FirstRunDialog(QDialog):
             return self._invalid(f"{path} does not exist. Choose a model folder (with config.json) or a .gguf file.")
         # tokenizer files alone satisfy resolve_model, but a model folder cannot load without config.json
         if path.is_dir() and not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
-            return self._invalid(f"{path} has no config.json, so it is not a Hugging Face model folder. Choose a "
-                                 "folder with config.json and the weights, or a .gguf file.")
+            return self._invalid(
+                f"{path} has no config.json, so it is not a Hugging Face model folder. Choose a "
+                "folder with config.json and the weights, or a .gguf file."
+            )
         return str(path.resolve()) if self._readable(str(path)) else None
 
     def _check_hub(self) -> str | None:
@@ -203,8 +237,10 @@ class FirstRunDialog(QDialog):
             self.download.show_status(f"{model.title} is ready.")
             self._on_continue()  # the draft model next, if wanted; else on to the datastore
         elif outcome == "failed":
-            self._show_error(f"The model could not be downloaded.\n{self.download.why_failed()}",
-                             retry=lambda: self._start_fetch(model))
+            self._show_error(
+                f"The model could not be downloaded.\n{self.download.why_failed()}",
+                retry=lambda: self._start_fetch(model),
+            )
 
     def _model_chosen(self, spec: str) -> None:
         self.settings.model = spec
@@ -220,9 +256,13 @@ class FirstRunDialog(QDialog):
             "Draftscope answers faster by guessing a few words ahead and letting the model check them all in one step. "
             "Good guesses come from retrieval: continuations looked up in a datastore of earlier text. A datastore "
             "built from real chats (ShareGPT) helps most in everyday conversation; for a code model, the Python "
-            "standard library's sources are added.", objectName="datastoreIntro")
-        later = _note("Without one, drafts come only from the conversation itself. You can build datastores from your "
-                      "own files later (draftscope datastore build).")
+            "standard library's sources are added.",
+            objectName="datastoreIntro",
+        )
+        later = _note(
+            "Without one, drafts come only from the conversation itself. You can build datastores from your "
+            "own files later (draftscope datastore build)."
+        )
         self.build_button = QPushButton(objectName="buildDatastoreButton")
         self.build_button.clicked.connect(self._start_build)
         self.datastore_note = _note("")
@@ -248,12 +288,16 @@ class FirstRunDialog(QDialog):
 
     def _update_datastore_page(self) -> None:
         model = catalog.find(self.settings.model)
-        self.build_button.setText("Build the default datastore (~27 MB download, "
-                                  f"{'a few minutes' if model is not None and model.code else 'about a minute'})")
+        self.build_button.setText(
+            "Build the default datastore (~27 MB download, "
+            f"{'a few minutes' if model is not None and model.code else 'about a minute'})"
+        )
         existing = default_datastore_path(self.settings.model)
         if model is None:
-            note = ("The default datastore is built here for catalogue models only. Build one for the model you chose "
-                    "later with draftscope datastore build-default --model ….")
+            note = (
+                "The default datastore is built here for catalogue models only. Build one for the model you chose "
+                "later with draftscope datastore build-default --model …."
+            )
         elif existing.is_file() and not self._datastore_built:
             note = f"A default datastore for {model.title} already exists ({existing}); Draftscope will use it."
         else:
@@ -352,8 +396,9 @@ class FirstRunDialog(QDialog):
             self.datastore_status.setText("Build cancelled; nothing was written.")
             return
         self.datastore_status.clear()
-        self._show_error(f"The datastore could not be built.\n{describe_error(exc, self._datastore_folder)}",
-                         retry=self._start_build)
+        self._show_error(
+            f"The datastore could not be built.\n{describe_error(exc, self._datastore_folder)}", retry=self._start_build
+        )
 
     # --- state and looks -----------------------------------------------------------------------
 
@@ -386,8 +431,9 @@ class FirstRunDialog(QDialog):
         self.finish_button.setVisible(page == 1)
         self.finish_button.setEnabled(not busy and self._datastore_built)
         if page == 1:
-            self.build_button.setEnabled(not busy and catalog.find(self.settings.model) is not None
-                                         and not self._datastore_built)
+            self.build_button.setEnabled(
+                not busy and catalog.find(self.settings.model) is not None and not self._datastore_built
+            )
         default = self.continue_button if page == 0 else (self.finish_button if self._datastore_built else None)
         for b in (self.continue_button, self.finish_button):
             b.setDefault(b is default)

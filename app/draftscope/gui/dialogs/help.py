@@ -63,11 +63,13 @@ def about_box(window) -> QMessageBox:
     except metadata.PackageNotFoundError:
         version = "(not installed)"
     engine = window.engine
-    text = (f"<h3>Draftscope {html.escape(version)}</h3><p>A chat app that answers fast through speculative "
-            "decoding, and shows how: drafts from your datastore, the conversation, the model's own answers and "
-            "small drafters, verified by the model in one forward, so the answer is what plain decoding gives.</p>"
-            f"<p>Model: {html.escape(engine.name)}<br>Runs on: {html.escape(engine.backend.describe())}</p>"
-            "<p>Apache-2.0</p>")
+    text = (
+        f"<h3>Draftscope {html.escape(version)}</h3><p>A chat app that answers fast through speculative "
+        "decoding, and shows how: drafts from your datastore, the conversation, the model's own answers and "
+        "small drafters, verified by the model in one forward, so the answer is what plain decoding gives.</p>"
+        f"<p>Model: {html.escape(engine.name)}<br>Runs on: {html.escape(engine.backend.describe())}</p>"
+        "<p>Apache-2.0</p>"
+    )
     box = QMessageBox(QMessageBox.Icon.Information, "About Draftscope", text, QMessageBox.StandardButton.Ok, window)
     box.setObjectName("aboutBox")
     return box

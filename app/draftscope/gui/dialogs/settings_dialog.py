@@ -15,23 +15,43 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QLabel, QLineEdit, QPushButton, QSizePolicy, QTabWidget,
-    QVBoxLayout, QWidget,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSizePolicy,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
-from draftscope.models import catalog
-from draftscope.models.resolve import DEFAULT_MODEL
-from draftscope.gui.form_widgets import align_label_columns, form_layout, hint, row, show_error
-from draftscope.gui.dialogs.model_download import DownloadBox
-from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
-from draftscope.models.local import find_local_models
 from draftscope.core.settings_checks import (
-    EMPTY_MODEL, OTHER, auto_precision_text, available_devices, browse_start, catalog_entry, catalog_item_text,
-    catalog_setting, datastore_problem, download_problem, draft_candidates, draft_hint, dropped_draft_note,
+    EMPTY_MODEL,
+    OTHER,
+    auto_precision_text,
+    available_devices,
+    browse_start,
+    catalog_entry,
+    catalog_item_text,
+    catalog_setting,
+    datastore_problem,
+    download_problem,
+    draft_candidates,
+    draft_hint,
+    dropped_draft_note,
     model_problem,
 )
-from draftscope.storage.settings import DTYPES, Settings
 from draftscope.core.words import run_precision, sentence, size_text
+from draftscope.gui.dialogs.model_download import DownloadBox
+from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
+from draftscope.gui.form_widgets import align_label_columns, form_layout, hint, row, show_error
+from draftscope.models import catalog
+from draftscope.models.local import find_local_models
+from draftscope.models.resolve import DEFAULT_MODEL
+from draftscope.storage.settings import DTYPES, Settings
 
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
@@ -46,9 +66,16 @@ class SettingsDialog(QDialog):
     download (tests); ``learned`` and ``recurrent`` say in words what the model has learned from its
     answers and its recurrent head ("" when it has none)."""
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None, *,
-                 devices: Sequence[str] | None = None, fetch_model=catalog.fetch_model, learned: str = "",
-                 recurrent: str = "") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        parent: QWidget | None = None,
+        *,
+        devices: Sequence[str] | None = None,
+        fetch_model=catalog.fetch_model,
+        learned: str = "",
+        recurrent: str = "",
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings")
@@ -61,8 +88,9 @@ class SettingsDialog(QDialog):
 
         self.tabs = QTabWidget(objectName="settingsTabs")
         self.tabs.addTab(self._model_tab(), "Model")
-        self.drafting = DraftingTab(learned=learned, recurrent=recurrent,
-                                    model_spec=lambda: self._model_spec() or DEFAULT_MODEL)
+        self.drafting = DraftingTab(
+            learned=learned, recurrent=recurrent, model_spec=lambda: self._model_spec() or DEFAULT_MODEL
+        )
         self.generation, self.appearance, self.server = GenerationTab(), AppearanceTab(), ServerTab()
         self.tabs.addTab(self.drafting, "Drafting")
         self.tabs.addTab(self.generation, "Generation")
@@ -77,8 +105,10 @@ class SettingsDialog(QDialog):
         self.error_label.hide()
 
         self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-            | QDialogButtonBox.StandardButton.RestoreDefaults)
+            QDialogButtonBox.StandardButton.Ok
+            | QDialogButtonBox.StandardButton.Cancel
+            | QDialogButtonBox.StandardButton.RestoreDefaults
+        )
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setObjectName("okButton")
         self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setObjectName("cancelButton")
         self.restore_button = self.buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
@@ -104,8 +134,9 @@ class SettingsDialog(QDialog):
             self.model_combo.addItem(model.title, model.name)
         # GGUF models LM Studio and Ollama already keep on this computer: their file is the setting
         for local in find_local_models():
-            self.model_combo.addItem(f"{local.name} · {local.app} · {size_text(local.size)} · on this computer",
-                                     str(local.path))
+            self.model_combo.addItem(
+                f"{local.name} · {local.app} · {size_text(local.size)} · on this computer", str(local.path)
+            )
             self.model_combo.setItemData(self.model_combo.count() - 1, str(local.path), Qt.ItemDataRole.ToolTipRole)
         self.model_combo.addItem(_OTHER_TEXT, OTHER)
         self.model_combo.currentIndexChanged.connect(self._on_model_changed)
@@ -125,7 +156,9 @@ class SettingsDialog(QDialog):
         self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
         form.addRow("Draft model:", self.draft_model_combo)
         self.draft_model_edit = QLineEdit(objectName="draftModelEdit")
-        self.draft_model_edit.setPlaceholderText("a smaller model with the same tokenizer: folder, .gguf file or hub id")
+        self.draft_model_edit.setPlaceholderText(
+            "a smaller model with the same tokenizer: folder, .gguf file or hub id"
+        )
         self.draft_model_edit.textChanged.connect(lambda text: self._typed(self.draft_model_combo, text))
         self.draft_model_edit.textChanged.connect(self._update_model_drafter)
         self.draft_other_row = self._other_row(self.draft_model_edit, "Draft model", "draftModel")
@@ -134,8 +167,13 @@ class SettingsDialog(QDialog):
         form.addRow("", self.draft_box)
         self.draft_hint = hint("", wrap=True, objectName="draftModelHint")
         form.addRow("", self.draft_hint)
-        form.addRow("", hint("Changing the model, device, precision, workers, context length or draft model reloads "
-                             "the model.", wrap=True))
+        form.addRow(
+            "",
+            hint(
+                "Changing the model, device, precision, workers, context length or draft model reloads the model.",
+                wrap=True,
+            ),
+        )
         filler = QWidget()  # spare height goes below the last row, not between wrapped hints
         filler.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
         form.addRow(filler)
@@ -153,22 +191,40 @@ class SettingsDialog(QDialog):
             self.dtype_combo.addItem(name, name)
         self.dtype_combo.currentIndexChanged.connect(self._on_precision_changed)
         form.addRow("Precision:", row(self.dtype_combo, stretch_first=False))
-        form.addRow("", hint("Auto: bfloat16 where the hardware computes it natively, else float32 (bfloat16 "
-                             "halves the memory; emulated, it is many times slower).", wrap=True))
+        form.addRow(
+            "",
+            hint(
+                "Auto: bfloat16 where the hardware computes it natively, else float32 (bfloat16 "
+                "halves the memory; emulated, it is many times slower).",
+                wrap=True,
+            ),
+        )
         self.backend_combo = QComboBox(objectName="backendCombo")
         for name, text in BACKEND_CHOICES:
             self.backend_combo.addItem(text, name)
         self.backend_combo.currentIndexChanged.connect(self._on_precision_changed)  # the memory estimates follow
         form.addRow("Backend:", row(self.backend_combo, stretch_first=False))
-        form.addRow("", hint("Auto: llama.cpp for a GGUF model on the CPU: it computes with the file's own "
-                             "quantised weights, in a fraction of the memory; torch for Hugging Face folders, "
-                             "CUDA, and the recurrent drafter. Precision applies to torch.", wrap=True))
+        form.addRow(
+            "",
+            hint(
+                "Auto: llama.cpp for a GGUF model on the CPU: it computes with the file's own "
+                "quantised weights, in a fraction of the memory; torch for Hugging Face folders, "
+                "CUDA, and the recurrent drafter. Precision applies to torch.",
+                wrap=True,
+            ),
+        )
         self.workers_edit = QLineEdit(objectName="workersEdit")
         self.workers_edit.setPlaceholderText("none: the whole model on this computer")
         form.addRow("Workers:", self.workers_edit)
-        form.addRow("", hint("llama.cpp RPC workers (host:port, comma-separated) that each hold an equal share of a "
-                             "GGUF model's layers: run `draftscope worker --host 0.0.0.0` on each. RPC is "
-                             "unauthenticated: workers on a trusted network only.", wrap=True))
+        form.addRow(
+            "",
+            hint(
+                "llama.cpp RPC workers (host:port, comma-separated) that each hold an equal share of a "
+                "GGUF model's layers: run `draftscope worker --host 0.0.0.0` on each. RPC is "
+                "unauthenticated: workers on a trusted network only.",
+                wrap=True,
+            ),
+        )
         self.context = ContextLength()
         form.addRow("Context length:", self.context)
 
@@ -215,15 +271,25 @@ class SettingsDialog(QDialog):
     def result_settings(self) -> Settings:
         """A new Settings holding what the form shows."""
         return Settings(
-            model=self._model_spec(), draft_model=self._draft_spec(), device=self.device_combo.currentData(),
-            dtype=self.dtype_combo.currentData(), backend=self.backend_combo.currentData(),
-            workers=self.workers_edit.text().strip(), **self.drafting.values(), **self.generation.values(self._original), **self.appearance.values(),
-            **self.server.values(), **self.context.values())
+            model=self._model_spec(),
+            draft_model=self._draft_spec(),
+            device=self.device_combo.currentData(),
+            dtype=self.dtype_combo.currentData(),
+            backend=self.backend_combo.currentData(),
+            workers=self.workers_edit.text().strip(),
+            **self.drafting.values(),
+            **self.generation.values(self._original),
+            **self.appearance.values(),
+            **self.server.values(),
+            **self.context.values(),
+        )
 
     def _select_spec(self, combo: QComboBox, edit: QLineEdit, spec: str) -> None:
         """Select the catalogue entry ``spec`` names, else Other with ``spec`` in the line edit."""
         entry = catalog_entry(spec)
-        index = combo.findData(entry.name) if entry is not None else combo.findData(spec.strip()) if spec.strip() else -1
+        index = (
+            combo.findData(entry.name) if entry is not None else combo.findData(spec.strip()) if spec.strip() else -1
+        )
         if index >= 0:
             combo.setCurrentIndex(index)
             edit.clear()
@@ -396,22 +462,35 @@ class SettingsDialog(QDialog):
     def problems(self) -> list[tuple[str, QWidget]]:
         """(message, widget to focus) for every invalid field of the form."""
         s = self.result_settings()
-        widgets = {"model": self.model_edit, "draft_model": self.draft_model_edit, "device": self.device_combo,
-                   "dtype": self.dtype_combo, "backend": self.backend_combo, "workers": self.workers_edit,
-                   **self.drafting.fields,
-                   **self.generation.fields, **self.appearance.fields, **self.server.fields, **self.context.fields}
+        widgets = {
+            "model": self.model_edit,
+            "draft_model": self.draft_model_edit,
+            "device": self.device_combo,
+            "dtype": self.dtype_combo,
+            "backend": self.backend_combo,
+            "workers": self.workers_edit,
+            **self.drafting.fields,
+            **self.generation.fields,
+            **self.appearance.fields,
+            **self.server.fields,
+            **self.context.fields,
+        }
         out = [(p, widgets.get(p.split()[0], self.tabs)) for p in s.problems()]
         if not s.model:
             out.append((EMPTY_MODEL, self.model_edit))
-        chosen = (("Model", self.chosen_model(), self.model_box, self._original.model),
-                  ("Draft model", self.chosen_draft_model(), self.draft_box, self._original.draft_model))
+        chosen = (
+            ("Model", self.chosen_model(), self.model_box, self._original.model),
+            ("Draft model", self.chosen_draft_model(), self.draft_box, self._original.draft_model),
+        )
         for label, model, box, before in chosen:
             downloading = box.download.running
             problem = download_problem(label, model, before, downloading=downloading)
             if problem:
                 out.append((problem, box.download.cancel_button if downloading else box.download_button))
-        for label, combo, edit in (("Model", self.model_combo, self.model_edit),
-                                   ("Draft model", self.draft_model_combo, self.draft_model_edit)):
+        for label, combo, edit in (
+            ("Model", self.model_combo, self.model_edit),
+            ("Draft model", self.draft_model_combo, self.draft_model_edit),
+        ):
             problem = model_problem(label, edit.text()) if combo.currentData() == OTHER else None
             if problem:
                 out.append((problem, edit))
@@ -451,8 +530,9 @@ class SettingsDialog(QDialog):
 
     def _download_ended(self, box: DownloadBox, outcome: str) -> None:
         if outcome == "failed":
-            box.download.show_status(f"The model could not be downloaded. {box.download.why_failed()} Press "
-                                     "Download to retry.", error=True)
+            box.download.show_status(
+                f"The model could not be downloaded. {box.download.why_failed()} Press Download to retry.", error=True
+            )
         self._refresh_items()
         self._update_model_state()
 
@@ -476,7 +556,8 @@ class SettingsDialog(QDialog):
             edit.setText(folder)
 
     def _browse_gguf(self, edit: QLineEdit, title: str) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, title, browse_start(edit.text()),
-                                              "GGUF models (*.gguf);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, title, browse_start(edit.text()), "GGUF models (*.gguf);;All files (*)"
+        )
         if path:
             edit.setText(path)

@@ -9,14 +9,22 @@ from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QLineEdit, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
 )
 
-from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
-from draftscope.datastore.default import default_datastore_path
-from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
-from draftscope.gui.dialogs.prompt_presets import PresetPicker
 from draftscope.core.settings_checks import browse_start, build_default_command
+from draftscope.datastore.default import default_datastore_path
+from draftscope.gui.dialogs.prompt_presets import PresetPicker
+from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
+from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
 from draftscope.storage.settings import MAX_PARALLEL, MAX_THREADS, Settings
 from draftscope.sysinfo import usable_cores
 
@@ -41,9 +49,12 @@ class ContextLength(QWidget):
         self.spin.setSpecialValueText("model default")
         self.spin.setSingleStep(1024)
         self.spin.setSuffix(" tokens")
-        why = hint("The conversation, attached files and the answer must all fit in it; a longer context "
-                   f"takes more memory (its cache grows with it). Model default: {LLAMA_CONTEXT:,} on llama.cpp, "
-                   "the model's own on torch; never more than the model was trained on.", wrap=True)
+        why = hint(
+            "The conversation, attached files and the answer must all fit in it; a longer context "
+            f"takes more memory (its cache grows with it). Model default: {LLAMA_CONTEXT:,} on llama.cpp, "
+            "the model's own on torch; never more than the model was trained on.",
+            wrap=True,
+        )
         column = QVBoxLayout(self)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(row(self.spin, stretch_first=False))
@@ -77,26 +88,37 @@ class DraftingTab(QWidget):
         form.addRow("", self.datastore_hint)
 
         self.retrieval = QCheckBox("Retrieval (suffix search in the datastore)", objectName="drafterRetrieval")
-        self.learned = QCheckBox("Learned (this model's own past answers; learns as you chat)",
-                                 objectName="drafterLearned")
-        self.learned.setToolTip("Each answer is added to a datastore of the model's own answers, indexed in the "
-                                "background; drafts that sound like the model get accepted more. Off: nothing is "
-                                "recorded and nothing drafted from it.")
+        self.learned = QCheckBox(
+            "Learned (this model's own past answers; learns as you chat)", objectName="drafterLearned"
+        )
+        self.learned.setToolTip(
+            "Each answer is added to a datastore of the model's own answers, indexed in the "
+            "background; drafts that sound like the model get accepted more. Off: nothing is "
+            "recorded and nothing drafted from it."
+        )
         self.context = QCheckBox("Context (repeats from this conversation)", objectName="drafterContext")
         self.model = QCheckBox("Draft model", objectName="drafterModel")
-        self.recurrent = QCheckBox("Recurrent (a head trained on this model's own predictions)",
-                                   objectName="drafterRecurrent")
+        self.recurrent = QCheckBox(
+            "Recurrent (a head trained on this model's own predictions)", objectName="drafterRecurrent"
+        )
         self.recurrent.setEnabled(bool(recurrent))
-        self.recurrent.setToolTip("A small network drafts a few tokens ahead from the model's hidden state"
-                                  if recurrent else "Train one: File ▸ Train the recurrent drafter…")
+        self.recurrent.setToolTip(
+            "A small network drafts a few tokens ahead from the model's hidden state"
+            if recurrent
+            else "Train one: File ▸ Train the recurrent drafter…"
+        )
         drafters = QWidget()
         column = QVBoxLayout(drafters)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.retrieval)
         column.addWidget(self.learned)
         if learned:
-            column.addWidget(hint(learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears them)",
-                                  objectName="learnedHint"))
+            column.addWidget(
+                hint(
+                    learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears them)",
+                    objectName="learnedHint",
+                )
+            )
         for box in (self.context, self.model, self.recurrent):
             column.addWidget(box)
         if recurrent:
@@ -115,8 +137,12 @@ class DraftingTab(QWidget):
         self.recurrent.setChecked(bool(self._recurrent) and s.drafters.get("recurrent", True))
 
     def values(self) -> dict:
-        switches = {"retrieval": self.retrieval.isChecked(), "learned": self.learned.isChecked(),
-                    "context": self.context.isChecked(), "model": self.model.isChecked()}
+        switches = {
+            "retrieval": self.retrieval.isChecked(),
+            "learned": self.learned.isChecked(),
+            "context": self.context.isChecked(),
+            "model": self.model.isChecked(),
+        }
         if self._recurrent:
             switches["recurrent"] = self.recurrent.isChecked()
         return {"datastore": self.datastore_edit.text().strip(), "drafters": {**self._drafters, **switches}}
@@ -144,8 +170,9 @@ class DraftingTab(QWidget):
 
     def _browse(self) -> None:
         start = self.datastore_edit.text() or str(default_datastore_path(self._model_spec()).parent)
-        path, _ = QFileDialog.getOpenFileName(self, "Datastore", browse_start(start),
-                                              "Draftscope index (*.idx);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Datastore", browse_start(start), "Draftscope index (*.idx);;All files (*)"
+        )
         if path:
             self.datastore_edit.setText(path)
 
@@ -157,8 +184,9 @@ class GenerationTab(QWidget):
         super().__init__()
         form = form_layout(self)
         self.temperature = double_spin("temperatureSpin", RANGES["temperature"].low, RANGES["temperature"].high, 0.05)
-        form.addRow("Temperature:", row(self.temperature, hint("0 = greedy: always the most likely token"),
-                                        stretch_first=False))
+        form.addRow(
+            "Temperature:", row(self.temperature, hint("0 = greedy: always the most likely token"), stretch_first=False)
+        )
         self.top_p = double_spin("topPSpin", 0.01, RANGES["top_p"].high, 0.05)  # 0.01: the open end's first step
         form.addRow("Top-p:", row(self.top_p, hint("1 = off"), stretch_first=False))
         self.top_k = int_spin("topKSpin", RANGES["top_k"].low, RANGES["top_k"].high)
@@ -171,14 +199,32 @@ class GenerationTab(QWidget):
         form.addRow("Repetition penalty:", row(self.repetition_penalty, hint("1 = off"), stretch_first=False))
         self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
         self.seed.setSpecialValueText("random")
-        form.addRow("Seed:", row(self.seed, hint("sampled answers: the same seed writes the same answer, with or "
-                                                 "without drafts; each answer shows its seed; Regenerate draws a "
-                                                 "new one", wrap=True), stretch_first=False))
+        form.addRow(
+            "Seed:",
+            row(
+                self.seed,
+                hint(
+                    "sampled answers: the same seed writes the same answer, with or "
+                    "without drafts; each answer shows its seed; Regenerate draws a "
+                    "new one",
+                    wrap=True,
+                ),
+                stretch_first=False,
+            ),
+        )
         self.threads = int_spin("threadsSpin", 0, MAX_THREADS)
         self.threads.setSpecialValueText(f"all cores ({usable_cores()})")
-        form.addRow("Threads:", row(self.threads, hint("CPU threads the model computes on; fewer leave room for other "
-                                                       "work (the model is loaded again)", wrap=True),
-                                    stretch_first=False))
+        form.addRow(
+            "Threads:",
+            row(
+                self.threads,
+                hint(
+                    "CPU threads the model computes on; fewer leave room for other work (the model is loaded again)",
+                    wrap=True,
+                ),
+                stretch_first=False,
+            ),
+        )
         self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
         self.system_prompt.setPlaceholderText("none: the model's own default")
         self.system_prompt.setMinimumHeight(100)
@@ -186,9 +232,17 @@ class GenerationTab(QWidget):
         form.addRow("Preset:", self.presets.chooser)
         form.addRow("System prompt:", self.system_prompt)
         form.addRow("", self.presets.saver)
-        self.fields = {"prompt_presets": self.presets.name_edit, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                       "max_new_tokens": self.max_new_tokens, "repetition_penalty": self.repetition_penalty,
-                       "seed": self.seed, "system_prompt": self.system_prompt, "threads": self.threads}
+        self.fields = {
+            "prompt_presets": self.presets.name_edit,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.max_new_tokens,
+            "repetition_penalty": self.repetition_penalty,
+            "seed": self.seed,
+            "system_prompt": self.system_prompt,
+            "threads": self.threads,
+        }
 
     def show_settings(self, s: Settings) -> None:
         self.temperature.setValue(s.temperature)
@@ -203,12 +257,17 @@ class GenerationTab(QWidget):
 
     def values(self, original: Settings) -> dict:
         """The fields; a float the spin box rounds keeps ``original``'s exact value while untouched."""
-        return {"temperature": _kept_float(self.temperature, original.temperature),
-                "top_p": _kept_float(self.top_p, original.top_p), "top_k": self.top_k.value(),
-                "max_new_tokens": self.max_new_tokens.value(),
-                "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
-                "seed": self.seed.value(), "system_prompt": self.system_prompt.toPlainText(),
-                "threads": self.threads.value(), "prompt_presets": dict(self.presets.user)}
+        return {
+            "temperature": _kept_float(self.temperature, original.temperature),
+            "top_p": _kept_float(self.top_p, original.top_p),
+            "top_k": self.top_k.value(),
+            "max_new_tokens": self.max_new_tokens.value(),
+            "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
+            "seed": self.seed.value(),
+            "system_prompt": self.system_prompt.toPlainText(),
+            "threads": self.threads.value(),
+            "prompt_presets": dict(self.presets.user),
+        }
 
 
 class AppearanceTab(QWidget):
@@ -253,10 +312,17 @@ class ServerTab(QWidget):
         form.addRow("API key:", self.key)
         self.parallel = int_spin("serverParallelSpin", 1, MAX_PARALLEL)
         form.addRow("Answers at once:", row(self.parallel, stretch_first=False))
-        form.addRow("", hint("Served requests decoded together (llama.cpp shares each forward among them); your "
-                             "own chat never waits for them. Each holds a cache of the model's context.", wrap=True))
-        self.keep_history = QCheckBox("Keep served answers in the history (inspect their drafts in the panels)",
-                                      objectName="serverKeepHistory")
+        form.addRow(
+            "",
+            hint(
+                "Served requests decoded together (llama.cpp shares each forward among them); your "
+                "own chat never waits for them. Each holds a cache of the model's context.",
+                wrap=True,
+            ),
+        )
+        self.keep_history = QCheckBox(
+            "Keep served answers in the history (inspect their drafts in the panels)", objectName="serverKeepHistory"
+        )
         form.addRow(self.keep_history)
         self.requests = QPlainTextEdit(objectName="serverRequestLog", readOnly=True)
         self.requests.setPlaceholderText("Requests appear here as the server answers them")
@@ -281,6 +347,10 @@ class ServerTab(QWidget):
         self.parallel.setValue(s.server_parallel)
 
     def values(self) -> dict:
-        return {"server_enabled": self.enabled.isChecked(), "server_port": self.port.value(),
-                "server_api_key": self.key.text().strip(), "server_keep_history": self.keep_history.isChecked(),
-                "server_parallel": self.parallel.value()}
+        return {
+            "server_enabled": self.enabled.isChecked(),
+            "server_port": self.port.value(),
+            "server_api_key": self.key.text().strip(),
+            "server_keep_history": self.keep_history.isChecked(),
+            "server_parallel": self.parallel.value(),
+        }

@@ -16,24 +16,39 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit, QProgressBar,
-    QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 
-from draftscope.models import assets
+from draftscope.core.words import describe_error
+from draftscope.core.words import eta_text as _eta
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import answers_path_for
-from draftscope.gui.jobs import JobRunner
-from draftscope.core.words import eta_text as _eta
-from draftscope.gui.form_widgets import note as _note
-from draftscope.gui.form_widgets import progress_row as _progress_row
-from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
-from draftscope.core.words import describe_error
 from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
 from draftscope.drafters.recurrent.train import (
-    TrainCancelled, TrainError, TrainOptions, TrainProgress, TrainReport, checkpoint_path, train_head,
+    TrainCancelled,
+    TrainError,
+    TrainOptions,
+    TrainProgress,
+    TrainReport,
+    checkpoint_path,
+    train_head,
 )
+from draftscope.gui.form_widgets import note as _note
+from draftscope.gui.form_widgets import progress_row as _progress_row
 from draftscope.gui.form_widgets import show_error
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
+from draftscope.gui.jobs import JobRunner
+from draftscope.models import assets
 
 DEFAULT_TOKENS = 200_000
 # (combo text, kind): the ShareGPT corpus, or a file the user picks
@@ -85,15 +100,28 @@ class TrainHeadDialog(QDialog):
 
     head_trained = Signal(str)
 
-    def __init__(self, engine, model_spec: str, *, out: Path | None = None, options_overrides: dict | None = None,
-                 trainer: Callable = train_head, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        engine,
+        model_spec: str,
+        *,
+        out: Path | None = None,
+        options_overrides: dict | None = None,
+        trainer: Callable = train_head,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.engine, self.model_spec = engine, model_spec
         self.out = Path(out) if out is not None else default_head_path(model_spec)
         self._overrides = dict(options_overrides or {})
         self._trainer = trainer
-        self.job = JobRunner(self, on_progress=self._show_progress, on_status=self._show_status,
-                             on_done=self._on_trained, on_failed=self._on_failed)
+        self.job = JobRunner(
+            self,
+            on_progress=self._show_progress,
+            on_status=self._show_status,
+            on_done=self._on_trained,
+            on_failed=self._on_failed,
+        )
         self._close_when_done = False
         self._report: TrainReport | None = None
         training = head_training(model_spec) or {}
@@ -120,7 +148,8 @@ class TrainHeadDialog(QDialog):
         intro = _wrapping_label(
             f"A small head learns to predict what {self.engine.name} writes a few tokens ahead, from the model's own "
             "hidden states, so more of its drafts are accepted. It is trained on the model's own predictions over "
-            "the data below, with the loaded model; chatting waits until training is done.")
+            "the data below, with the loaded model; chatting waits until training is done."
+        )
         self.existing = _note("")
         self.existing.setObjectName("trainExisting")
         return intro
@@ -246,8 +275,11 @@ class TrainHeadDialog(QDialog):
     def _browse(self) -> None:
         kind = self.data_combo.currentData()
         start = self.path_edit.text().strip() or (str(datastores_dir()) if kind == "answers" else str(Path.home()))
-        filters = ("Distilled answers (*.answers.jsonl);;JSONL (*.jsonl);;All files (*)" if kind == "answers"
-                   else "Chat logs (*.json *.jsonl);;All files (*)")
+        filters = (
+            "Distilled answers (*.answers.jsonl);;JSONL (*.jsonl);;All files (*)"
+            if kind == "answers"
+            else "Chat logs (*.json *.jsonl);;All files (*)"
+        )
         path, _ = QFileDialog.getOpenFileName(self, "Training data", start, filters)
         if path:
             self.path_edit.setText(path)
@@ -262,8 +294,11 @@ class TrainHeadDialog(QDialog):
 
     def _show_idle(self) -> None:
         described = head_description(self.model_spec)
-        self.existing.setText(f"This model has a head ({described}); training again replaces it." if described
-                              else "This model has no recurrent head yet.")
+        self.existing.setText(
+            f"This model has a head ({described}); training again replaces it."
+            if described
+            else "This model has no recurrent head yet."
+        )
         self.choices.setEnabled(True)
         self.start_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
@@ -324,8 +359,17 @@ class TrainHeadDialog(QDialog):
 
             def train(resume: bool) -> TrainReport:
                 status("Reading and tokenising the training data …")
-                return trainer(model, tokenizer, options, out, model_name=name, resume=resume, progress=report,
-                               cancel=cancel, log=lambda line: status(line[:1].upper() + line[1:]))
+                return trainer(
+                    model,
+                    tokenizer,
+                    options,
+                    out,
+                    model_name=name,
+                    resume=resume,
+                    progress=report,
+                    cancel=cancel,
+                    log=lambda line: status(line[:1].upper() + line[1:]),
+                )
 
             if not ckpt.exists():
                 return train(False)
@@ -390,10 +434,14 @@ class TrainHeadDialog(QDialog):
         took = f"{report.seconds / 60:.1f} minutes" if report.seconds >= 60 else f"{report.seconds:.0f} seconds"
         lines = [f"Trained on {report.tokens:,} tokens in {took} ({report.tokens_per_second:,.0f} tokens/s)."]
         if v:
-            lines.append(f"Validation: τ {v['tau_chain']:.2f} (tokens per step of a greedy chain of drafts); "
-                         f"top-1 by depth {', '.join(f'{x:.2f}' for x in v['top1_by_depth'])}.")
-        lines.append(f"Saved as {report.out}. The recurrent drafter drafts with it from the next answer on "
-                     "(Settings ▸ Drafting switches it off and on).")
+            lines.append(
+                f"Validation: τ {v['tau_chain']:.2f} (tokens per step of a greedy chain of drafts); "
+                f"top-1 by depth {', '.join(f'{x:.2f}' for x in v['top1_by_depth'])}."
+            )
+        lines.append(
+            f"Saved as {report.out}. The recurrent drafter drafts with it from the next answer on "
+            "(Settings ▸ Drafting switches it off and on)."
+        )
         self.status.setText("Done.")
         self.summary.setText("\n".join(lines))
         self.summary.show()
@@ -407,10 +455,15 @@ class TrainHeadDialog(QDialog):
             return
         if cancelled:
             kept = self.has_checkpoint()
-            self.status.setText("Training cancelled. " + (
-                "The checkpoint is kept: Resume continues from it (with the same data and tokens), now or after "
-                "reopening this window."
-                if kept else "Nothing was trained yet."))
+            self.status.setText(
+                "Training cancelled. "
+                + (
+                    "The checkpoint is kept: Resume continues from it (with the same data and tokens), now or after "
+                    "reopening this window."
+                    if kept
+                    else "Nothing was trained yet."
+                )
+            )
         else:
             self.status.setText("")
             if isinstance(exc, TrainError):
@@ -459,12 +512,16 @@ def open_for_window(window, options_overrides: dict | None = None) -> None:
         return
     backend = window.engine.backend
     if not backend.gives_hidden:  # say so rather than fail inside the dialog
-        QMessageBox.information(window, "Train the recurrent drafter",
-                                f"The recurrent drafter trains on and reads the model's hidden state: the "
-                                f"{backend.kind} backend {backend.no_hidden_reason}.")
+        QMessageBox.information(
+            window,
+            "Train the recurrent drafter",
+            f"The recurrent drafter trains on and reads the model's hidden state: the "
+            f"{backend.kind} backend {backend.no_hidden_reason}.",
+        )
         return
-    window.train_dialog = TrainHeadDialog(window.engine, window.settings.model, options_overrides=options_overrides,
-                                          parent=window)
+    window.train_dialog = TrainHeadDialog(
+        window.engine, window.settings.model, options_overrides=options_overrides, parent=window
+    )
     window.train_dialog.setWindowModality(Qt.WindowModality.WindowModal)
     window.train_dialog.head_trained.connect(window.use_trained_head)
     window.train_dialog.open()

@@ -28,8 +28,9 @@ def build_docks(window, engine) -> None:
     window.speedup_panel = SpeedupPanel()
     window.inspection = InspectionController(window.drafts_panel, window.trie_view, window.speedup_panel, window)
     window.inspection.step_selected.connect(window.chat_view.highlight_step)
-    window.chat_view.selection = lambda: (None if window.inspection.selected is None
-                                          else (window.inspection.answer, window.inspection.selected))
+    window.chat_view.selection = lambda: (
+        None if window.inspection.selected is None else (window.inspection.answer, window.inspection.selected)
+    )
     # the right-hand docks run the window's full height, beside the accepted-drafts table rather than
     # above it: with the speedup charts' minimum below it, the tree kept ~40 px at the default size
     window.setCorner(Qt.Corner.BottomRightCorner, Qt.DockWidgetArea.RightDockWidgetArea)
@@ -40,17 +41,20 @@ def build_docks(window, engine) -> None:
         ("draftsDock", "Accepted drafts", window.drafts_panel, Qt.DockWidgetArea.BottomDockWidgetArea),
     ):
         window.docks[name] = _dock(window, name, title, widget, area)
-    window.show_panels_action = QAction("Show all inspection &panels", window, objectName="showPanelsAction",
-                                        shortcut=QKeySequence("Ctrl+I"))
+    window.show_panels_action = QAction(
+        "Show all inspection &panels", window, objectName="showPanelsAction", shortcut=QKeySequence("Ctrl+I")
+    )
     window.show_panels_action.triggered.connect(window.show_panels)
     window.view_menu.addAction(window.show_panels_action)
     window.view_menu.addSeparator()
     window.documents_panel = DocumentsPanel(window.session, window.history)
     window.documents_panel.said.connect(lambda text: window.status.say(text, 8000))
-    window.documents_dock = _dock(window, "documentsDock", "Documents", window.documents_panel,
-                                  Qt.DockWidgetArea.LeftDockWidgetArea)
-    window.answer_selected.connect(lambda message_id, steps: window.inspection.show_answer(
-        message_id, steps, window._baseline_of(message_id)))
+    window.documents_dock = _dock(
+        window, "documentsDock", "Documents", window.documents_panel, Qt.DockWidgetArea.LeftDockWidgetArea
+    )
+    window.answer_selected.connect(
+        lambda message_id, steps: window.inspection.show_answer(message_id, steps, window._baseline_of(message_id))
+    )
 
 
 def _dock(window, name: str, title: str, widget, area) -> QDockWidget:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QFileDialog, QLabel, QProgressBar, QPushButton, QHBoxLayout, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from draftscope.gui.jobs import JobRunner
 
@@ -25,8 +25,12 @@ class DocumentsPanel(QWidget):
         self.session, self.history = session, history
         self.index = None  # the folder's FolderIndex
         self.folder: str | None = None
-        self.label = QLabel("No documents for this conversation. Add a folder: each message then sends the "
-                            "passages of its files that best answer it.", objectName="documentsLabel", wordWrap=True)
+        self.label = QLabel(
+            "No documents for this conversation. Add a folder: each message then sends the "
+            "passages of its files that best answer it.",
+            objectName="documentsLabel",
+            wordWrap=True,
+        )
         self.status = QLabel("", objectName="documentsStatus", wordWrap=True)
         self.bar = QProgressBar(objectName="documentsProgress", visible=False)
         self.add_button = QPushButton("Add folder…", objectName="addDocumentsButton")
@@ -99,8 +103,11 @@ class DocumentsPanel(QWidget):
         if index is None or self.jobs.running:
             return
         self.bar.setVisible(not quiet)
-        self.jobs.start(lambda report, status, cancel: index.refresh(
-            lambda done, total, name: report((done, total, name)), stop=lambda: cancel.cancelled))
+        self.jobs.start(
+            lambda report, status, cancel: index.refresh(
+                lambda done, total, name: report((done, total, name)), stop=lambda: cancel.cancelled
+            )
+        )
 
     def _on_progress(self, value) -> None:
         done, total, name = value

@@ -28,8 +28,16 @@ def step_row(ev) -> tuple:
     accepted = ev.accepted
     sources = list(dict.fromkeys(s for s in ev.provenance[:accepted] if s != "target"))
     text = "".join(ev.pieces[:accepted])
-    return (ev.step, ev.proposed, accepted, visible_text(text), ", ".join(sources) or "—",
-            round(ev.draft_ms, 1), round(ev.verify_ms, 1), sources[0] if len(sources) == 1 else None)
+    return (
+        ev.step,
+        ev.proposed,
+        accepted,
+        visible_text(text),
+        ", ".join(sources) or "—",
+        round(ev.draft_ms, 1),
+        round(ev.verify_ms, 1),
+        sources[0] if len(sources) == 1 else None,
+    )
 
 
 class StepTableModel(QStandardItemModel):
@@ -52,7 +60,7 @@ class StepTableModel(QStandardItemModel):
         for ev in events:
             row = step_row(ev)
             items = []
-            for col, value in enumerate(row[:len(COLUMNS)]):
+            for col, value in enumerate(row[: len(COLUMNS)]):
                 item = QStandardItem()
                 item.setData(f"{value:.1f}" if isinstance(value, float) else value, Qt.ItemDataRole.DisplayRole)
                 if col in NUMERIC:
@@ -83,8 +91,9 @@ class DraftsPanel(QWidget):
         self.events: list = []
         self.following = True  # keep the newest row in view while streaming until the user picks one
         self._quiet = False  # selection changes made by select_step do not emit
-        self.summary = QLabel("No answer selected: send a message, or “Inspect drafts” under an answer.",
-                              objectName="draftsSummary")
+        self.summary = QLabel(
+            "No answer selected: send a message, or “Inspect drafts” under an answer.", objectName="draftsSummary"
+        )
         self.summary.setWordWrap(True)
         self.model = StepTableModel(self)
         self.table = QTableView(objectName="draftsTable")
@@ -139,8 +148,9 @@ class DraftsPanel(QWidget):
                 return
             self.following = False
             row = self.model.index(index, 0)
-            selection.setCurrentIndex(row, QItemSelectionModel.SelectionFlag.ClearAndSelect
-                                      | QItemSelectionModel.SelectionFlag.Rows)
+            selection.setCurrentIndex(
+                row, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+            )
             self.table.scrollTo(row)
         finally:
             self._quiet = False
@@ -164,8 +174,10 @@ class DraftsPanel(QWidget):
         last = self.events[-1]
         drafted = sum(ev.accepted for ev in self.events)
         share = drafted / last.tokens_total if last.tokens_total else 0.0
-        self.summary.setText(f"{len(self.events):,} steps · {last.tokens_total:,} tokens · {drafted:,} drafted tokens "
-                             f"accepted ({share:.0%}) · τ {last.tau:.2f} tokens per step")
+        self.summary.setText(
+            f"{len(self.events):,} steps · {last.tokens_total:,} tokens · {drafted:,} drafted tokens "
+            f"accepted ({share:.0%}) · τ {last.tau:.2f} tokens per step"
+        )
 
     def _update_palette(self) -> None:
         dark = self.palette().color(QPalette.ColorRole.Window).lightness() < 128

@@ -101,8 +101,10 @@ class SpeedupPanel(QWidget):
         font.setPointSizeF(font.pointSizeF() * 2.6)
         font.setBold(True)
         self.speedup_label.setFont(font)
-        self.speedup_label.setToolTip(f"Speedup: {MEANING}.\nPlain decoding is measured again from time to time, "
-                                      "because the machine's load and clocks drift.")
+        self.speedup_label.setToolTip(
+            f"Speedup: {MEANING}.\nPlain decoding is measured again from time to time, "
+            "because the machine's load and clocks drift."
+        )
         self.caption = QLabel(objectName="speedupCaption", toolTip=f"The {MEANING}")
         self.caption.setWordWrap(True)
         self.caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -118,8 +120,12 @@ class SpeedupPanel(QWidget):
         self.x_axis = _value_axis("")
         self.x_axis.setLabelsVisible(False)  # the τ chart below labels the shared time axis
         self.rate_axis = _value_axis("tokens/s")
-        self._attach(self.chart, self.x_axis, self.rate_axis,
-                     (self.rate_series, self.baseline_series, self.marker_line, self.marker_series))
+        self._attach(
+            self.chart,
+            self.x_axis,
+            self.rate_axis,
+            (self.rate_series, self.baseline_series, self.marker_line, self.marker_series),
+        )
 
     def _build_tau_chart(self) -> None:
         """The bottom chart: τ of each step and so far; its x axis labels the time both charts share."""
@@ -133,8 +139,12 @@ class SpeedupPanel(QWidget):
         # no axis title: in a short chart Qt Charts gives the title the room and draws the labels as "..."
         self.tau_x_axis = _value_axis("")
         self.tau_axis = _value_axis("τ")
-        self._attach(self.tau_chart, self.tau_x_axis, self.tau_axis,
-                     (self.tau_series, self.tau_mean_series, self.tau_marker_line))
+        self._attach(
+            self.tau_chart,
+            self.tau_x_axis,
+            self.tau_axis,
+            (self.tau_series, self.tau_mean_series, self.tau_marker_line),
+        )
 
     def _build_views(self) -> None:
         """The two charts' views, and the legend they share (a label that wraps in a narrow dock)."""
@@ -176,11 +186,23 @@ class SpeedupPanel(QWidget):
         self._rate_pts, self._tau_pts, self._tau_mean_pts = [], [], []
         self.elapsed_s = self.max_rate = self.max_tau = 0.0
         self.baseline = self._rate_baseline = baseline_tps or None
-        for series in (self.rate_series, self.tau_series, self.tau_mean_series, self.marker_series,
-                       self.marker_line, self.tau_marker_line):
+        for series in (
+            self.rate_series,
+            self.tau_series,
+            self.tau_mean_series,
+            self.marker_series,
+            self.marker_line,
+            self.tau_marker_line,
+        ):
             series.clear()
-        self._set_axes({self.x_axis: 1.0, self.tau_x_axis: 1.0, self.tau_axis: 4.0,
-                        self.rate_axis: nice_ceiling(1.2 * self.baseline) if self.baseline else 10.0})
+        self._set_axes(
+            {
+                self.x_axis: 1.0,
+                self.tau_x_axis: 1.0,
+                self.tau_axis: 4.0,
+                self.rate_axis: nice_ceiling(1.2 * self.baseline) if self.baseline else 10.0,
+            }
+        )
         self._update_baseline_line()
         self._update_label()
 
@@ -314,8 +336,11 @@ class SpeedupPanel(QWidget):
         """Grow (never shrink, within an answer) to round ends, so the axes do not jitter every step."""
         rate_top = max(self.max_rate, self.baseline or 0.0) * 1.1  # headroom: the line never touches the top
         tops = {}
-        for axes, value in (((self.x_axis, self.tau_x_axis), self.elapsed_s), ((self.rate_axis,), rate_top),
-                            ((self.tau_axis,), self.max_tau + 0.5)):
+        for axes, value in (
+            ((self.x_axis, self.tau_x_axis), self.elapsed_s),
+            ((self.rate_axis,), rate_top),
+            ((self.tau_axis,), self.max_tau + 0.5),
+        ):
             if value > axes[0].max():
                 tops.update((axis, nice_ceiling(value)) for axis in axes)
         if tops:
@@ -337,8 +362,12 @@ class SpeedupPanel(QWidget):
         most_x = max(2, min(8, int((tau_size.width() - 70) / 55))) if tau_size.width() > 70 else 6
         most_rate = max(2, min(6, int((rate_size.height() - 20) / 28))) if rate_size.height() > 20 else 5
         most_tau = max(1, min(5, int((tau_size.height() - 50) / 24))) if tau_size.height() > 50 else 3
-        for axis, most, least in ((self.x_axis, most_x, 0.0), (self.tau_x_axis, most_x, 0.0),
-                                  (self.rate_axis, most_rate, 0.0), (self.tau_axis, most_tau, 1.0)):  # τ: whole tokens
+        for axis, most, least in (
+            (self.x_axis, most_x, 0.0),
+            (self.tau_x_axis, most_x, 0.0),
+            (self.rate_axis, most_rate, 0.0),
+            (self.tau_axis, most_tau, 1.0),
+        ):  # τ: whole tokens
             top = tops.get(axis, axis.max())
             spacing = max(least, tick_interval(top, most))
             if spacing >= axis.tickInterval():  # coarser first, then the wider range
@@ -369,8 +398,9 @@ class SpeedupPanel(QWidget):
         right = min(n[1] for n in natural)
         for chart, (nat_left, nat_right) in zip(charts, natural):
             # bounded: a chart view never lets its minimum size shrink again, so a wild value would stick
-            margins = QMargins(min(MAX_ALIGN_PX, round(left - nat_left)), 0,
-                               min(MAX_ALIGN_PX, round(nat_right - right)), 0)
+            margins = QMargins(
+                min(MAX_ALIGN_PX, round(left - nat_left)), 0, min(MAX_ALIGN_PX, round(nat_right - right)), 0
+            )
             if margins != chart.margins():
                 chart.setMargins(margins)
 
@@ -424,11 +454,20 @@ class SpeedupPanel(QWidget):
         self.marker_series.setBorderColor(window)
         for line in (self.marker_line, self.tau_marker_line):
             line.setPen(QPen(colours["marker"], 1))
-        entries = [("━━", "rate", self.rate_series), ("╍╍", "baseline", self.baseline_series),
-                   ("●", "tau", self.tau_series), ("━", "tau_mean", self.tau_mean_series)]
-        self.legend.setText(" &nbsp; ".join(
-            f'<span style="white-space:nowrap"><b style="color:{colours[key].name()}">{glyph}</b>&nbsp;{series.name()}'
-            "</span>" for glyph, key, series in entries) + " &nbsp; <i>across: seconds into the answer</i>")
+        entries = [
+            ("━━", "rate", self.rate_series),
+            ("╍╍", "baseline", self.baseline_series),
+            ("●", "tau", self.tau_series),
+            ("━", "tau_mean", self.tau_mean_series),
+        ]
+        self.legend.setText(
+            " &nbsp; ".join(
+                f'<span style="white-space:nowrap"><b style="color:{colours[key].name()}">{glyph}</b>&nbsp;{series.name()}'
+                "</span>"
+                for glyph, key, series in entries
+            )
+            + " &nbsp; <i>across: seconds into the answer</i>"
+        )
 
     def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name): a theme switch recolours the charts
         if event.type() == event.Type.PaletteChange:

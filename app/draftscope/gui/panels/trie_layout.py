@@ -147,5 +147,7 @@ def layout_nodes(texts: NodeTexts, shape: TreeShape, fonts: NodeFonts) -> dict:
     column_x = [0.0]
     for d in range(1, max(widths) + 1):
         column_x.append(column_x[-1] + widths[d - 1] + H_GAP)
-    return {key: QRectF(column_x[shape.depth[key]], row[key] * row_h, widths[shape.depth[key]], node_h)
-            for key in texts.labels}
+    return {
+        key: QRectF(column_x[shape.depth[key]], row[key] * row_h, widths[shape.depth[key]], node_h)
+        for key in texts.labels
+    }

@@ -14,21 +14,50 @@ picks one here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import (QAction, QBrush, QColor, QFont, QKeySequence, QPainter, QPainterPath,
-                           QPalette, QPen, QTransform)
-from PySide6.QtWidgets import (QGraphicsPathItem, QGraphicsScene, QGraphicsSimpleTextItem, QGraphicsView, QHBoxLayout,
-                               QLabel, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtGui import (
+    QAction,
+    QBrush,
+    QColor,
+    QFont,
+    QKeySequence,
+    QPainter,
+    QPainterPath,
+    QPalette,
+    QPen,
+    QTransform,
+)
+from PySide6.QtWidgets import (
+    QGraphicsPathItem,
+    QGraphicsScene,
+    QGraphicsSimpleTextItem,
+    QGraphicsView,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from draftscope.engine.events import StepEvent, step_from_dict
 from draftscope.gui.chat.render import PROVENANCE_LABELS
 from draftscope.gui.form_widgets import ElidedLabel
 from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS
 from draftscope.gui.panels.trie_layout import (
-    H_GAP, ROOT, TARGET, NodeFonts, NodeTexts, TreeShape, format_support, layout_nodes, node_fonts, node_texts,
+    H_GAP,
+    ROOT,
+    TARGET,
+    NodeFonts,
+    NodeTexts,
+    TreeShape,
+    format_support,
+    layout_nodes,
+    node_fonts,
+    node_texts,
     tree_shape,
 )
 
@@ -48,8 +77,19 @@ class NodeItem(QGraphicsPathItem):
     ``boundingRect``: painting then never calls into Python, so it never waits for the GIL
     while the decoding thread holds it (a Python paint per node stalled the UI by 100s of ms)."""
 
-    def __init__(self, key, rect: QRectF, label: str, note: str, *, brush: QBrush, pen: QPen, text: QColor,
-                 font: QFont, note_font: QFont) -> None:
+    def __init__(
+        self,
+        key,
+        rect: QRectF,
+        label: str,
+        note: str,
+        *,
+        brush: QBrush,
+        pen: QPen,
+        text: QColor,
+        font: QFont,
+        note_font: QFont,
+    ) -> None:
         outline = QPainterPath()
         outline.addRoundedRect(rect, 5, 5)
         super().__init__(outline)
@@ -146,8 +186,13 @@ class TrieView(QWidget):
         self.zoom_out_button = QPushButton("−", objectName="zoomOutButton", toolTip="Zoom out (Ctrl+-)")
         self.zoom_in_button = QPushButton("+", objectName="zoomInButton", toolTip="Zoom in (Ctrl+=)")
         self.fit_button = QPushButton("Fit", objectName="fitButton", toolTip="Fit the tree in the view")
-        self.follow_button = QPushButton("Live", objectName="followLiveButton", checkable=True, checked=True,
-                                         toolTip="Show each new step as it is decoded")
+        self.follow_button = QPushButton(
+            "Live",
+            objectName="followLiveButton",
+            checkable=True,
+            checked=True,
+            toolTip="Show each new step as it is decoded",
+        )
         for button in (self.prev_button, self.next_button, self.zoom_out_button, self.zoom_in_button):
             button.setFixedWidth(button.fontMetrics().horizontalAdvance("◀") * 3 + 12)
         self.legend = QLabel(objectName="trieLegend")
@@ -159,8 +204,10 @@ class TrieView(QWidget):
         self.zoom_out_button.clicked.connect(lambda: self.view.zoom(1 / ZOOM_STEP))
         self.fit_button.clicked.connect(self.view.fit)
         self.follow_button.clicked.connect(self._on_follow_clicked)  # clicked: only the user's presses
-        for keys, slot in ((("Ctrl+=", "Ctrl++", QKeySequence.StandardKey.ZoomIn), lambda: self.view.zoom(ZOOM_STEP)),
-                           (("Ctrl+-", QKeySequence.StandardKey.ZoomOut), lambda: self.view.zoom(1 / ZOOM_STEP))):
+        for keys, slot in (
+            (("Ctrl+=", "Ctrl++", QKeySequence.StandardKey.ZoomIn), lambda: self.view.zoom(ZOOM_STEP)),
+            (("Ctrl+-", QKeySequence.StandardKey.ZoomOut), lambda: self.view.zoom(1 / ZOOM_STEP)),
+        ):
             action = QAction(self)
             action.setShortcuts([QKeySequence(k) for k in keys])
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)  # the chat has its own
@@ -320,18 +367,31 @@ class TrieView(QWidget):
         theme = "dark" if self._dark() else "light"
         plain_border = QColor(palette.color(QPalette.ColorRole.Text))
         plain_border.setAlphaF(0.45)
-        return _TreeColours(text=palette.color(QPalette.ColorRole.Text), base=palette.color(QPalette.ColorRole.Base),
-                            button=palette.color(QPalette.ColorRole.Button),
-                            accent=palette.color(QPalette.ColorRole.Highlight), plain_border=plain_border,
-                            stop=QColor(STOP_COLOURS[theme]), fills=PROVENANCE_COLOURS[theme])
+        return _TreeColours(
+            text=palette.color(QPalette.ColorRole.Text),
+            base=palette.color(QPalette.ColorRole.Base),
+            button=palette.color(QPalette.ColorRole.Button),
+            accent=palette.color(QPalette.ColorRole.Highlight),
+            plain_border=plain_border,
+            stop=QColor(STOP_COLOURS[theme]),
+            fills=PROVENANCE_COLOURS[theme],
+        )
 
     def _add_nodes(self, ev: StepEvent, shape: TreeShape, texts: NodeTexts, rects: dict, looks: _NodeLooks) -> None:
         fonts, on_path = looks.fonts, looks.on_path
         for key in texts.labels:
             brush, pen = _node_style(key, ev, shape.stop, looks)
-            item = NodeItem(key, rects[key], texts.labels[key], texts.notes[key], brush=brush, pen=pen,
-                            text=looks.colours.text, font=fonts.bold if key in on_path else fonts.plain,
-                            note_font=fonts.note)
+            item = NodeItem(
+                key,
+                rects[key],
+                texts.labels[key],
+                texts.notes[key],
+                brush=brush,
+                pen=pen,
+                text=looks.colours.text,
+                font=fonts.bold if key in on_path else fonts.plain,
+                note_font=fonts.note,
+            )
             item.setToolTip(self._tooltip(key, ev, texts.texts, shape.depth, shape.stop, shape.accepted))
             if key not in on_path:
                 item.setOpacity(DIMMED)
@@ -370,14 +430,15 @@ class TrieView(QWidget):
                 drafted = "instead of the drafted tokens"
             else:
                 drafted = "after the whole drafted branch" if accepted else "(nothing was drafted)"
-            return (f"Written by the target model {drafted}\ntoken {token} · {texts[key]!r}\n"
-                    f"depth {depth[key]}")
+            return f"Written by the target model {drafted}\ntoken {token} · {texts[key]!r}\ndepth {depth[key]}"
         tree = ev.tree
         source = tree.source[key]
         status = "accepted" if key in accepted else "rejected"
-        lines = [f"token {tree.tokens[key]} · {texts[key]!r}",
-                 f"support {format_support(tree.support[key])} · {PROVENANCE_LABELS.get(source, source)}",
-                 f"depth {depth[key]} · {status}"]
+        lines = [
+            f"token {tree.tokens[key]} · {texts[key]!r}",
+            f"support {format_support(tree.support[key])} · {PROVENANCE_LABELS.get(source, source)}",
+            f"depth {depth[key]} · {status}",
+        ]
         if key == stop:
             lines.append("Verification stopped here")
         return "\n".join(lines)
@@ -385,12 +446,15 @@ class TrieView(QWidget):
     def _update_legend(self) -> None:
         theme = "dark" if self._dark() else "light"
         accent = self.palette().color(QPalette.ColorRole.Highlight).name()
-        swatches = " ".join(f'<span style="background-color:{colour};">&nbsp;{name}&nbsp;</span>'
-                            for name, colour in PROVENANCE_COLOURS[theme].items())
+        swatches = " ".join(
+            f'<span style="background-color:{colour};">&nbsp;{name}&nbsp;</span>'
+            for name, colour in PROVENANCE_COLOURS[theme].items()
+        )
         self.legend.setText(
             f'<small><b style="color:{accent};">━━</b> accepted path · '
             f'<b style="color:{STOP_COLOURS[theme]};">■</b> verification stopped here · '
-            f'<b style="color:{accent};">┅┅</b> written by the target · faint: rejected · {swatches}</small>')
+            f'<b style="color:{accent};">┅┅</b> written by the target · faint: rejected · {swatches}</small>'
+        )
 
     # ------------------------------------------------------------------ Qt events
 

@@ -73,13 +73,24 @@ class ModelOnce(LoadedOnce):
     answers) and kept for the next builds."""
 
     def __init__(self, model=None, *, loader: Callable[[str], Any] = load_torch_model, model_spec: str = "") -> None:
-        super().__init__(loader, model_spec,
-                         f"Loading {model_display_name(model_spec)} with torch to write its answers …", value=model)
+        super().__init__(
+            loader,
+            model_spec,
+            f"Loading {model_display_name(model_spec)} with torch to write its answers …",
+            value=model,
+        )
         self.loaded_here = model is None  # loaded a second time for the answers: it says so, and what it costs
 
 
-def build_job(sources: Iterable[Source], options: BuildOptions, out: Path, tokenizers: TokenizerOnce, *,
-              model_spec: str, builder: Callable = build_datastore) -> Job:
+def build_job(
+    sources: Iterable[Source],
+    options: BuildOptions,
+    out: Path,
+    tokenizers: TokenizerOnce,
+    *,
+    model_spec: str,
+    builder: Callable = build_datastore,
+) -> Job:
     """A build of ``sources`` into ``out`` with ``builder`` (:func:`build_datastore`'s signature),
     which writes nothing when cancelled."""
     sources = [Source(s.kind, s.path, s.options) for s in sources]  # fresh read counters for each build
@@ -92,8 +103,16 @@ def build_job(sources: Iterable[Source], options: BuildOptions, out: Path, token
     return job
 
 
-def distill_job(models: ModelOnce, out: Path, tokenizers: TokenizerOnce, *, model_spec: str, count: int,
-                prompts_spec: str | None = None, distiller: Callable = distill) -> Job:
+def distill_job(
+    models: ModelOnce,
+    out: Path,
+    tokenizers: TokenizerOnce,
+    *,
+    model_spec: str,
+    count: int,
+    prompts_spec: str | None = None,
+    distiller: Callable = distill,
+) -> Job:
     """The model ``models`` gives answers the first ``count`` prompts of ``prompts_spec`` (a ``chat:FILE`` spec;
     None: ShareGPT, fetched the first time), then the answers are indexed into ``out`` by
     ``distiller`` (:func:`distill`'s signature), which keeps the answers when cancelled."""

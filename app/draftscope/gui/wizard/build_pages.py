@@ -15,24 +15,38 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
-    QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout,
-    QWidget, QWizard, QWizardPage,
+    QCheckBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+    QWizard,
+    QWizardPage,
 )
 
+from draftscope.core.words import eta_text as _eta
 from draftscope.datastore.distill import DistillProgress
 from draftscope.datastore.pipeline import BuildOptions
 from draftscope.datastore.preview import (
-    distill_name, duration_words, model_display_name, output_file_name, short_location, size_words, suggested_name,
+    distill_name,
+    duration_words,
+    model_display_name,
+    output_file_name,
+    short_location,
+    size_words,
+    suggested_name,
 )
 from draftscope.datastore.progress import Progress
-from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
-from draftscope.core.words import eta_text as _eta
 from draftscope.gui.form_widgets import note as _note
 from draftscope.gui.form_widgets import progress_row as _progress_row
-from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 from draftscope.gui.form_widgets import show_error
-
-
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
+from draftscope.gui.jobs import PROGRESS_STEPS as _STEPS
 
 
 class OptionsPage(QWizardPage):
@@ -51,8 +65,10 @@ class OptionsPage(QWizardPage):
         self.tokenizer_field.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.assistant_check = QCheckBox("Assistant turns only", objectName="assistantOnlyCheck")
         self.assistant_check.setChecked(True)
-        self.assistant_note = _note("Keep only what the assistant said: the text the model itself writes "
-                                    "(recommended). Off: whole conversations.")
+        self.assistant_note = _note(
+            "Keep only what the assistant said: the text the model itself writes "
+            "(recommended). Off: whole conversations."
+        )
         self.dedupe_check = QCheckBox("Skip duplicate documents", objectName="dedupeCheck")
         self.max_tokens = QSpinBox(objectName="maxTokensSpin")
         self.max_tokens.setRange(0, 2_000_000_000)
@@ -61,8 +77,10 @@ class OptionsPage(QWizardPage):
         self.max_tokens.setSuffix(" tokens")
         self.max_tokens.setGroupSeparatorShown(True)
         self.max_tokens.setMinimumWidth(200)
-        size_note = _note("Stop reading once the datastore holds this many tokens (0: no limit). "
-                          "An index takes about 8 bytes per token.")
+        size_note = _note(
+            "Stop reading once the datastore holds this many tokens (0: no limit). "
+            "An index takes about 8 bytes per token."
+        )
         self.name_edit = QLineEdit(objectName="outputName")
         self.name_edit.textEdited.connect(self._on_name_edited)
         self.name_edit.textChanged.connect(self._check_output)
@@ -129,8 +147,11 @@ class OptionsPage(QWizardPage):
         exists = ""
         if path is None:
             self.path_label.setText("")
-            exists = ("Give the datastore a name (letters, digits, spaces, - and _; no slashes)."
-                      if self.name_edit.text().strip() else "Give the datastore a name.")
+            exists = (
+                "Give the datastore a name (letters, digits, spaces, - and _; no slashes)."
+                if self.name_edit.text().strip()
+                else "Give the datastore a name."
+            )
         else:
             self.path_label.setText(f"Saved as {path}")
             if path.is_dir():
@@ -158,10 +179,13 @@ class OptionsPage(QWizardPage):
 
 
 class BuildPage(QWizardPage):
-    CANCEL_NOTE = ("Cancel stops the build without writing anything: an older datastore of the same name stays as "
-                   "it was.")
-    DISTILL_CANCEL_NOTE = ("Cancel stops the build without writing the datastore; the answers so far are kept and "
-                           "building again continues from them.")
+    CANCEL_NOTE = (
+        "Cancel stops the build without writing anything: an older datastore of the same name stays as it was."
+    )
+    DISTILL_CANCEL_NOTE = (
+        "Cancel stops the build without writing the datastore; the answers so far are kept and "
+        "building again continues from them."
+    )
 
     def __init__(self, wizard: QWizard) -> None:  # the DatastoreWizard (gui/wizard/wizard.py)
         super().__init__()
@@ -190,8 +214,13 @@ class BuildPage(QWizardPage):
         form = QFormLayout(self.stats)
         form.setContentsMargins(0, 0, 0, 0)
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        for text, label in (("Phase:", self.phase_label), ("Read:", self.read_label), ("Tokens:", self.tokens_label),
-                            ("Speed:", self.rate_label), ("Time left:", self.eta_label)):
+        for text, label in (
+            ("Phase:", self.phase_label),
+            ("Read:", self.read_label),
+            ("Tokens:", self.tokens_label),
+            ("Speed:", self.rate_label),
+            ("Time left:", self.eta_label),
+        ):
             form.addRow(text, label)
         self._stats_form = form
 
@@ -387,9 +416,11 @@ class SummaryPage(QWizardPage):
         notes = []
         distilled = self._wiz.distill_report()
         if distilled is not None:
-            notes.append(f"{distilled.answers:,} answers of the model ({distilled.generated:,} written now"
-                         + (f" at {distilled.tokens_per_second:,.1f} tokens/s" if distilled.generated else "")
-                         + f"), kept in {distilled.answers_path.name}.")
+            notes.append(
+                f"{distilled.answers:,} answers of the model ({distilled.generated:,} written now"
+                + (f" at {distilled.tokens_per_second:,.1f} tokens/s" if distilled.generated else "")
+                + f"), kept in {distilled.answers_path.name}."
+            )
         if report.stopped_at_max_tokens:
             notes.append("Reading stopped at the size limit.")
         if self._wiz.finished_despite_cancel:

@@ -14,18 +14,37 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QCheckBox, QFileDialog, QHBoxLayout, QInputDialog, QLabel, QLineEdit, QListWidget, QListWidgetItem,
-    QPlainTextEdit, QPushButton, QSpinBox, QSplitter, QStyle, QVBoxLayout, QWidget, QWizard, QWizardPage,
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+    QWizard,
+    QWizardPage,
 )
 
 from draftscope.datastore.preview import (
-    DISTILL_PROMPTS, KIND_LABELS, SourcePreview, parse_source, preview_source, source_name,
+    DISTILL_PROMPTS,
+    KIND_LABELS,
+    SourcePreview,
+    parse_source,
+    preview_source,
+    source_name,
 )
 from draftscope.datastore.sources import DatastoreError, Source
 from draftscope.gui.form_widgets import note as _note
-from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 from draftscope.gui.form_widgets import show_error
-
+from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
 
 
 @dataclass
@@ -47,8 +66,10 @@ class SourcesPage(QWizardPage):
         self.entries: list[_Entry] = []
         self.setObjectName("sourcesPage")
         self.setTitle("What should the datastore hold?")
-        self.setSubTitle("Drafts come from text like what you will ask about: add chat logs, code or documents. "
-                         "Each source is checked as it is added.")
+        self.setSubTitle(
+            "Drafts come from text like what you will ask about: add chat logs, code or documents. "
+            "Each source is checked as it is added."
+        )
 
         splitter = self._build_files_box()
         error_row = self._build_error_row()
@@ -130,7 +151,7 @@ class SourcesPage(QWizardPage):
         return error_row
 
     def _distill_box(self) -> QWidget:
-        """"Learn the model's own style": its answers to ShareGPT prompts instead of files (shown
+        """ "Learn the model's own style": its answers to ShareGPT prompts instead of files (shown
         only when the wizard has the loaded model to answer with)."""
         self.distill_check = QCheckBox("Learn the model's own style: its answers to", objectName="distillCheck")
         self.distill_check.toggled.connect(self._on_distill_toggled)
@@ -140,11 +161,17 @@ class SourcesPage(QWizardPage):
         self.distill_count.setSuffix(" ShareGPT prompts")
         self.distill_count.setGroupSeparatorShown(True)
         self.distill_count.setEnabled(False)
-        note = _note("Instead of files: the model answers these questions and the datastore holds its answers, so "
-                     "drafts sound like the model and more of them are accepted. The model writes every answer, which "
-                     "takes a while; a cancelled build keeps the answers and the next one continues from them."
-                     + (" The model runs on llama.cpp here, which cannot batch answers: the build loads it a second "
-                        "time, with torch, for this (more memory while it runs)." if self._wiz.loads_a_model() else ""))
+        note = _note(
+            "Instead of files: the model answers these questions and the datastore holds its answers, so "
+            "drafts sound like the model and more of them are accepted. The model writes every answer, which "
+            "takes a while; a cancelled build keeps the answers and the next one continues from them."
+            + (
+                " The model runs on llama.cpp here, which cannot batch answers: the build loads it a second "
+                "time, with torch, for this (more memory while it runs)."
+                if self._wiz.loads_a_model()
+                else ""
+            )
+        )
         note.setObjectName("distillNote")
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
@@ -226,8 +253,11 @@ class SourcesPage(QWizardPage):
         entry.item.setText("  ·  ".join(parts[:2]) + ("  " + "  ".join(parts[2:]) if parts[2:] else ""))
         entry.item.setToolTip(entry.error or str(src.path))
         style = self.style()
-        icon = QStyle.StandardPixmap.SP_MessageBoxWarning if entry.error else (
-            QStyle.StandardPixmap.SP_DirIcon if src.path.is_dir() else QStyle.StandardPixmap.SP_FileIcon)
+        icon = (
+            QStyle.StandardPixmap.SP_MessageBoxWarning
+            if entry.error
+            else (QStyle.StandardPixmap.SP_DirIcon if src.path.is_dir() else QStyle.StandardPixmap.SP_FileIcon)
+        )
         entry.item.setIcon(style.standardIcon(icon))
 
     def _show_preview(self, row: int) -> None:
@@ -236,8 +266,10 @@ class SourcesPage(QWizardPage):
             return
         entry = self.entries[row]
         if entry.error:
-            self.preview.setPlainText(f"Cannot be used:\n{entry.error}" + (
-                f"\n\n{entry.preview.text}" if entry.preview.text and entry.build_error else ""))
+            self.preview.setPlainText(
+                f"Cannot be used:\n{entry.error}"
+                + (f"\n\n{entry.preview.text}" if entry.preview.text and entry.build_error else "")
+            )
         else:
             self.preview.setPlainText(entry.preview.text)
 
@@ -271,8 +303,9 @@ class SourcesPage(QWizardPage):
     # --- file dialogs ----------------------------------------------------------------------------
 
     def _ask_chat(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Add chat logs", str(Path.home()),
-                                                "Chat logs (*.json *.jsonl);;All files (*)")
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Add chat logs", str(Path.home()), "Chat logs (*.json *.jsonl);;All files (*)"
+        )
         for path in paths:
             self.add(f"chat:{path}")
 
@@ -282,20 +315,29 @@ class SourcesPage(QWizardPage):
             self.add(f"code:{path}")
 
     def _ask_text(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Add text files", str(Path.home()),
-                                                "Text and code (*.txt *.md *.markdown *.rst *.text *.py *.c *.h *.cpp *.rs "
-                                                "*.js *.ts *.java *.go *.sh *.html *.json *.toml *.yaml *.yml);;"
-                                                "All files (*)")
+        paths, _ = QFileDialog.getOpenFileNames(
+            self,
+            "Add text files",
+            str(Path.home()),
+            "Text and code (*.txt *.md *.markdown *.rst *.text *.py *.c *.h *.cpp *.rs "
+            "*.js *.ts *.java *.go *.sh *.html *.json *.toml *.yaml *.yml);;"
+            "All files (*)",
+        )
         for path in paths:
             self.add(f"text:{path}")
 
     def _ask_jsonl(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Add a JSONL file", str(Path.home()),
-                                              "JSON Lines (*.jsonl *.ndjson);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Add a JSONL file", str(Path.home()), "JSON Lines (*.jsonl *.ndjson);;All files (*)"
+        )
         if not path:
             return
-        name, ok = QInputDialog.getText(self, "Field holding the text",
-                                        "Which field of each record holds the text? (a dotted path such as "
-                                        "data.body is fine)", QLineEdit.EchoMode.Normal, "text")
+        name, ok = QInputDialog.getText(
+            self,
+            "Field holding the text",
+            "Which field of each record holds the text? (a dotted path such as data.body is fine)",
+            QLineEdit.EchoMode.Normal,
+            "text",
+        )
         if ok and name.strip():
             self.add(f"jsonl:{path}", name.strip())

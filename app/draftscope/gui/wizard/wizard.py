@@ -31,19 +31,25 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QWidget, QWizard
 
+from draftscope.core.words import describe_error
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import DistillProgress, DistillReport, distill
 from draftscope.datastore.pipeline import BuildReport, build_datastore
 from draftscope.datastore.progress import Progress
 from draftscope.datastore.sources import Source
-from draftscope.gui.wizard.build_jobs import (ModelOnce, TokenizerOnce, build_job, distill_job, load_torch_model,
-                                              source_at_fault)
-from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer, resolve_model
+from draftscope.gui.jobs import JobRunner
+from draftscope.gui.wizard.build_jobs import (
+    ModelOnce,
+    TokenizerOnce,
+    build_job,
+    distill_job,
+    load_torch_model,
+    source_at_fault,
+)
 from draftscope.gui.wizard.build_pages import BuildPage, OptionsPage, SummaryPage
 from draftscope.gui.wizard.sources_page import SourcesPage
-from draftscope.gui.jobs import JobRunner
+from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError, load_tokenizer, resolve_model
 from draftscope.retrieval import BuildCancelled
-from draftscope.core.words import describe_error
 
 __all__ = ["BuildPage", "DatastoreWizard", "OptionsPage", "SourcesPage", "SummaryPage"]
 
@@ -65,26 +71,43 @@ class DatastoreWizard(QWizard):
 
     SOURCES, OPTIONS, BUILD, SUMMARY = range(4)
 
-    def __init__(self, model_spec: str = DEFAULT_MODEL, *, sources: Iterable[str | Source] = (),
-                 tokenizer_loader: Callable = lambda spec: load_tokenizer(resolve_model(spec)), builder: Callable = build_datastore,
-                 out_dir: Path | None = None, model=None, model_loader: Callable | None = load_torch_model,
-                 distiller: Callable = distill, distill_prompts: str | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        model_spec: str = DEFAULT_MODEL,
+        *,
+        sources: Iterable[str | Source] = (),
+        tokenizer_loader: Callable = lambda spec: load_tokenizer(resolve_model(spec)),
+        builder: Callable = build_datastore,
+        out_dir: Path | None = None,
+        model=None,
+        model_loader: Callable | None = load_torch_model,
+        distiller: Callable = distill,
+        distill_prompts: str | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.model_spec = model_spec
         self._tokenizers = TokenizerOnce(tokenizer_loader, model_spec)  # loaded by the first build, kept
         self._builder = builder
         # the model that answers: the window's torch model, or one loaded with torch when a build needs it
-        self._models = (ModelOnce(model, loader=model_loader, model_spec=model_spec)
-                        if model is not None or model_loader is not None else None)
+        self._models = (
+            ModelOnce(model, loader=model_loader, model_spec=model_spec)
+            if model is not None or model_loader is not None
+            else None
+        )
         self._distiller, self._distill_prompts = distiller, distill_prompts
         self._distill_report: DistillReport | None = None
         self._out_dir = Path(out_dir) if out_dir is not None else None
         self._report: BuildReport | None = None
         self._result: Path | None = None
         self.finished_despite_cancel = False
-        self.job = JobRunner(self, on_progress=self._show_progress, on_status=self._show_status,
-                             on_done=self._on_built, on_failed=self._on_failed)
+        self.job = JobRunner(
+            self,
+            on_progress=self._show_progress,
+            on_status=self._show_status,
+            on_done=self._on_built,
+            on_failed=self._on_failed,
+        )
 
         self.setObjectName("datastoreWizard")
         self.setWindowTitle("New datastore")
@@ -156,12 +179,24 @@ class DatastoreWizard(QWizard):
         if out is None:
             return
         if self.distilling():
-            job = distill_job(self._models, out, self._tokenizers, model_spec=self.model_spec,
-                              count=self.sources_page.distill_count.value(), prompts_spec=self._distill_prompts,
-                              distiller=self._distiller)
+            job = distill_job(
+                self._models,
+                out,
+                self._tokenizers,
+                model_spec=self.model_spec,
+                count=self.sources_page.distill_count.value(),
+                prompts_spec=self._distill_prompts,
+                distiller=self._distiller,
+            )
         else:
-            job = build_job(self.sources(), self.options_page.build_options(), out, self._tokenizers,
-                            model_spec=self.model_spec, builder=self._builder)
+            job = build_job(
+                self.sources(),
+                self.options_page.build_options(),
+                out,
+                self._tokenizers,
+                model_spec=self.model_spec,
+                builder=self._builder,
+            )
         if not self.job.start(job):
             return  # the wizard is closing
         self.finished_despite_cancel = False
@@ -196,13 +231,19 @@ class DatastoreWizard(QWizard):
         page = self.build_page
         cancelled = self.job.cancelled or isinstance(exc, BuildCancelled)
         if cancelled and self.distilling():
-            page.show_idle("Build cancelled; the datastore was not written. The answers so far are kept: build again "
-                           "to continue from them, or go back to change something.", error="")
+            page.show_idle(
+                "Build cancelled; the datastore was not written. The answers so far are kept: build again "
+                "to continue from them, or go back to change something.",
+                error="",
+            )
             return
         if cancelled:
-            page.show_idle("Build cancelled; nothing was written"
-                           + (" and the existing datastore is as it was." if (self.output_path() or Path()).is_file()
-                              else ".") + " Go back to change something, or build again.", error="")
+            page.show_idle(
+                "Build cancelled; nothing was written"
+                + (" and the existing datastore is as it was." if (self.output_path() or Path()).is_file() else ".")
+                + " Go back to change something, or build again.",
+                error="",
+            )
             return
         at_fault = source_at_fault(exc, self.sources())
         if at_fault is not None:
@@ -211,8 +252,11 @@ class DatastoreWizard(QWizard):
             self.sources_page.mark_bad(source.spec, text)
             return
         folder = self.output_path().parent if self.output_path() else None
-        what = ("The tokenizer could not be loaded." if isinstance(exc, ModelNotFoundError)
-                else "The datastore could not be built.")
+        what = (
+            "The tokenizer could not be loaded."
+            if isinstance(exc, ModelNotFoundError)
+            else "The datastore could not be built."
+        )
         page.show_idle("", error=f"{what}\n{describe_error(exc, folder)}", again="Retry")
 
     def _back_to_sources(self) -> None:
@@ -241,4 +285,3 @@ class DatastoreWizard(QWizard):
     def done(self, result: int) -> None:
         super().done(result)
         self.job.close()  # ends the build's thread; nothing reaches the pages after this
-

@@ -17,7 +17,6 @@ from pathlib import Path
 from draftscope import paths
 from draftscope.models.resolve import ModelNotFoundError
 
-
 CHILD_COMMAND: list[str] | None = None  # the checking child (None: this module, run by this Python)
 
 
@@ -39,15 +38,21 @@ def check(path: Path, *, timeout: float = 600.0, repacked: bool = True) -> None:
         return
     try:
         command = CHILD_COMMAND or [sys.executable, "-m", "draftscope.engine.backends.llama.gguf_check"]
-        child = subprocess.run([*command, str(path), *([] if repacked else ["--plain-layout"])],
-                               capture_output=True, text=True, timeout=timeout)
+        child = subprocess.run(
+            [*command, str(path), *([] if repacked else ["--plain-layout"])],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise GGUFError(f"llama.cpp did not finish loading {path.name} within {timeout:.0f} s") from None
     if child.returncode != 0:
         said = (child.stdout.strip().splitlines() or [""])[-1]
         if child.returncode < 0:
-            raise GGUFError(f"llama.cpp crashed reading {path.name} (signal {-child.returncode}): "
-                            "the file is damaged or of a kind this llama.cpp does not support")
+            raise GGUFError(
+                f"llama.cpp crashed reading {path.name} (signal {-child.returncode}): "
+                "the file is damaged or of a kind this llama.cpp does not support"
+            )
         raise GGUFError(said or f"llama.cpp could not load {path.name} (damaged file or unsupported architecture)")
     passed.add(key)
     _remember(passed)
@@ -70,8 +75,10 @@ def read_header(path: Path) -> dict:
         if "reshape" in str(exc) or "mmap length is greater than file size" in str(exc):
             # a tensor's data runs past the end of the file: numpy's words ("cannot reshape array of
             # size 28214336 into shape (49152,612)") say nothing to whoever has to fix it
-            raise GGUFError(f"{path.name} is cut short: its tensors need more than the file's {size:,} bytes (an "
-                            "interrupted download or copy?); download or copy it again") from None
+            raise GGUFError(
+                f"{path.name} is cut short: its tensors need more than the file's {size:,} bytes (an "
+                "interrupted download or copy?); download or copy it again"
+            ) from None
         raise GGUFError(f"{path.name} is damaged: {type(exc).__name__}: {exc}") from exc
     field = reader.fields.get("general.architecture")
     if field is None:
@@ -104,8 +111,10 @@ def _check_memory(path: Path) -> None:
     available = _available_memory()
     need = path.stat().st_size
     if available is not None and need > available:
-        raise GGUFError(f"{path.name} needs about {need / 1e9:.1f} GB of memory and this machine has "
-                        f"{available / 1e9:.1f} GB free: close other programs or pick a smaller model")
+        raise GGUFError(
+            f"{path.name} needs about {need / 1e9:.1f} GB of memory and this machine has "
+            f"{available / 1e9:.1f} GB free: close other programs or pick a smaller model"
+        )
 
 
 def _available_memory() -> int | None:
@@ -155,7 +164,9 @@ def _probe(path: str, repacked: bool = True) -> int:
     params.use_extra_bufts = repacked
     model = L.llama_model_load_from_file(path.encode(), params)
     if not model:
-        print(f"llama.cpp could not load {Path(path).name}: {last_error() or 'damaged file or unsupported architecture'}")
+        print(
+            f"llama.cpp could not load {Path(path).name}: {last_error() or 'damaged file or unsupported architecture'}"
+        )
         return 1
     L.llama_model_free(model)
     print("ok")

@@ -24,10 +24,26 @@ def rope_layout(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray | Quantised], hidden: int, layers: int, ffn: int, heads: int,
-                     kv_heads: int, context: int, tokens: list[str], merges: list[str], control: set[int],
-                     eos: int, bos: int, rms_eps: float = 1e-6, rope_theta: float = 10000.0,
-                     chat_template: str | None = None, name: str = "tiny") -> Path:
+def write_llama_gguf(
+    path: Path,
+    *,
+    weights: dict[str, np.ndarray | Quantised],
+    hidden: int,
+    layers: int,
+    ffn: int,
+    heads: int,
+    kv_heads: int,
+    context: int,
+    tokens: list[str],
+    merges: list[str],
+    control: set[int],
+    eos: int,
+    bos: int,
+    rms_eps: float = 1e-6,
+    rope_theta: float = 10000.0,
+    chat_template: str | None = None,
+    name: str = "tiny",
+) -> Path:
     """``weights``: Hugging Face llama names (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight,
     ..., lm_head.weight) as float32 arrays or Quantised blocks; ``tokens``/``merges``: a byte-level BPE ("gpt2")."""
     import gguf
@@ -49,7 +65,9 @@ def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray | Quantised], 
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if i in control else gguf.TokenType.NORMAL for i in range(len(tokens))])
+    writer.add_token_types(
+        [gguf.TokenType.CONTROL if i in control else gguf.TokenType.NORMAL for i in range(len(tokens))]
+    )
     writer.add_token_merges(merges)
     writer.add_eos_token_id(eos)
     writer.add_bos_token_id(bos)
@@ -60,7 +78,9 @@ def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray | Quantised], 
     def put(key: str, hf_name: str, heads_for_rope: int | None = None) -> None:
         w = weights[hf_name]
         if isinstance(w, Quantised):  # random blocks: no row order to keep
-            writer.add_tensor(key, np.ascontiguousarray(w.data, dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType(w.qtype))
+            writer.add_tensor(
+                key, np.ascontiguousarray(w.data, dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType(w.qtype)
+            )
             return
         w = np.ascontiguousarray(w, dtype=np.float32)
         writer.add_tensor(key, rope_layout(w, heads_for_rope) if heads_for_rope else w)
@@ -89,7 +109,9 @@ def write_llama_gguf(path: Path, *, weights: dict[str, np.ndarray | Quantised], 
 def byte_vocab() -> list[str]:
     """The 256 byte tokens of a byte-level BPE in GPT-2's printable spelling, one merge (two
     spaces: llama.cpp wants merges) and two controls."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -100,7 +122,9 @@ def byte_vocab() -> list[str]:
     return [chars[b] for b in range(256)] + ["ĠĠ", "<s>", "</s>"]
 
 
-def random_llama(path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2, seed: int = 0) -> Path:
+def random_llama(
+    path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2, seed: int = 0
+) -> Path:
     """A random tiny llama over a byte vocabulary (for checking that llama.cpp runs, not what it says)."""
     rng = np.random.default_rng(seed)
     tokens = byte_vocab()
@@ -109,20 +133,41 @@ def random_llama(path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
 
-    weights = {"model.embed_tokens.weight": mat(vocab, hidden), "model.norm.weight": np.ones(hidden, np.float32),
-               "lm_head.weight": mat(vocab, hidden)}
+    weights = {
+        "model.embed_tokens.weight": mat(vocab, hidden),
+        "model.norm.weight": np.ones(hidden, np.float32),
+        "lm_head.weight": mat(vocab, hidden),
+    }
     for i in range(layers):
         hf = f"model.layers.{i}."
-        weights.update({hf + "input_layernorm.weight": np.ones(hidden, np.float32),
-                        hf + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
-                        hf + "self_attn.q_proj.weight": mat(hidden, hidden),
-                        hf + "self_attn.k_proj.weight": mat(kv_heads * head_dim, hidden),
-                        hf + "self_attn.v_proj.weight": mat(kv_heads * head_dim, hidden),
-                        hf + "self_attn.o_proj.weight": mat(hidden, hidden),
-                        hf + "mlp.gate_proj.weight": mat(ffn, hidden), hf + "mlp.up_proj.weight": mat(ffn, hidden),
-                        hf + "mlp.down_proj.weight": mat(hidden, ffn)})
-    return write_llama_gguf(path, weights=weights, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
-                            context=256, tokens=tokens, merges=["Ġ Ġ"], control={257, 258}, eos=258, bos=257)
+        weights.update(
+            {
+                hf + "input_layernorm.weight": np.ones(hidden, np.float32),
+                hf + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+                hf + "self_attn.q_proj.weight": mat(hidden, hidden),
+                hf + "self_attn.k_proj.weight": mat(kv_heads * head_dim, hidden),
+                hf + "self_attn.v_proj.weight": mat(kv_heads * head_dim, hidden),
+                hf + "self_attn.o_proj.weight": mat(hidden, hidden),
+                hf + "mlp.gate_proj.weight": mat(ffn, hidden),
+                hf + "mlp.up_proj.weight": mat(ffn, hidden),
+                hf + "mlp.down_proj.weight": mat(hidden, ffn),
+            }
+        )
+    return write_llama_gguf(
+        path,
+        weights=weights,
+        hidden=hidden,
+        layers=layers,
+        ffn=ffn,
+        heads=heads,
+        kv_heads=kv_heads,
+        context=256,
+        tokens=tokens,
+        merges=["Ġ Ġ"],
+        control={257, 258},
+        eos=258,
+        bos=257,
+    )
 
 
 # The types the catalogue's files (Q4_K_M: Q4_K with Q6_K for some weights, Q4_1) and users'
@@ -164,12 +209,20 @@ def random_quantised_llama(path: Path, *, layers: int = 2, seed: int = 0) -> Pat
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
 
-    weights = {"model.embed_tokens.weight": quantise(mat(vocab, hidden), "Q8_0", rng),
-               "model.norm.weight": np.ones(hidden, np.float32),
-               "lm_head.weight": quantise(mat(vocab, hidden), "Q8_0", rng)}
-    products = [("self_attn.q_proj", hidden, hidden), ("self_attn.k_proj", kv, hidden), ("self_attn.v_proj", kv, hidden),
-                ("self_attn.o_proj", hidden, hidden), ("mlp.gate_proj", ffn, hidden), ("mlp.up_proj", ffn, hidden),
-                ("mlp.down_proj", hidden, ffn)]
+    weights = {
+        "model.embed_tokens.weight": quantise(mat(vocab, hidden), "Q8_0", rng),
+        "model.norm.weight": np.ones(hidden, np.float32),
+        "lm_head.weight": quantise(mat(vocab, hidden), "Q8_0", rng),
+    }
+    products = [
+        ("self_attn.q_proj", hidden, hidden),
+        ("self_attn.k_proj", kv, hidden),
+        ("self_attn.v_proj", kv, hidden),
+        ("self_attn.o_proj", hidden, hidden),
+        ("mlp.gate_proj", ffn, hidden),
+        ("mlp.up_proj", ffn, hidden),
+        ("mlp.down_proj", hidden, ffn),
+    ]
     for i in range(layers):
         hf = f"model.layers.{i}."
         weights[hf + "input_layernorm.weight"] = np.ones(hidden, np.float32)
@@ -177,6 +230,19 @@ def random_quantised_llama(path: Path, *, layers: int = 2, seed: int = 0) -> Pat
         for j, (name, rows, cols) in enumerate(products):
             qtype = SELFTEST_TYPES[(i + j) % len(SELFTEST_TYPES)]
             weights[f"{hf}{name}.weight"] = quantise(mat(rows, cols), qtype, rng)
-    return write_llama_gguf(path, weights=weights, hidden=hidden, layers=layers, ffn=ffn, heads=heads, kv_heads=kv_heads,
-                            context=256, tokens=tokens, merges=["Ġ Ġ"], control={257, 258}, eos=258, bos=257,
-                            name="draftscope self-test")
+    return write_llama_gguf(
+        path,
+        weights=weights,
+        hidden=hidden,
+        layers=layers,
+        ffn=ffn,
+        heads=heads,
+        kv_heads=kv_heads,
+        context=256,
+        tokens=tokens,
+        merges=["Ġ Ġ"],
+        control={257, 258},
+        eos=258,
+        bos=257,
+        name="draftscope self-test",
+    )

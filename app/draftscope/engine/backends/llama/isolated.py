@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from draftscope.rules import LLAMA_CONTEXT
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError
 from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH
+from draftscope.rules import LLAMA_CONTEXT
 
 LOAD_TIMEOUT_S = 600.0  # opening the model: workers receive their layers over the network
 CALL_TIMEOUT_S = 120.0  # one call (a prefill chunk of 512 tokens included)
@@ -36,19 +36,39 @@ class IsolatedLlamaBackend(Backend):
     reads_in_chunks = True
     kind = "llama.cpp"
     gives_hidden = False
-    no_hidden_reason = ("runs a model shared with RPC workers in a child process, which does not pass its hidden "
-                        "state back; on this computer alone (no workers) it does")
+    no_hidden_reason = (
+        "runs a model shared with RPC workers in a child process, which does not pass its hidden "
+        "state back; on this computer alone (no workers) it does"
+    )
 
-    def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = LLAMA_CONTEXT,
-                 threads: int | None = None, slots: int = 1, workers: list[str] | None = None, repacked: bool = True,
-                 call_timeout_s: float = CALL_TIMEOUT_S, load_timeout_s: float = LOAD_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        tokenizer,
+        *,
+        name: str | None = None,
+        context: int = LLAMA_CONTEXT,
+        threads: int | None = None,
+        slots: int = 1,
+        workers: list[str] | None = None,
+        repacked: bool = True,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        load_timeout_s: float = LOAD_TIMEOUT_S,
+    ) -> None:
         self.path = Path(path)
         self.tokenizer = tokenizer
         self.name = name or self.path.stem
         self.workers = list(workers or [])
         self.call_timeout_s, self.load_timeout_s = call_timeout_s, load_timeout_s
-        self._args = dict(path=str(self.path), name=self.name, context=context, threads=threads, slots=slots,
-                          workers=self.workers, repacked=repacked)
+        self._args = dict(
+            path=str(self.path),
+            name=self.name,
+            context=context,
+            threads=threads,
+            slots=slots,
+            workers=self.workers,
+            repacked=repacked,
+        )
         self._lock = threading.RLock()
         self._proc = self._conn = self._shm = None
         self.dead: str | None = None  # why the child ended, until the model is opened again
@@ -63,8 +83,9 @@ class IsolatedLlamaBackend(Backend):
         self._conn, child_end = ctx.Pipe()
         fd, self._log = tempfile.mkstemp(prefix="draftscope-llama-", suffix=".log")
         os.close(fd)
-        self._proc = ctx.Process(target=_child_main, args=(child_end, self._args, self._log), daemon=True,
-                                 name=f"llama.cpp {self.name}")
+        self._proc = ctx.Process(
+            target=_child_main, args=(child_end, self._args, self._log), daemon=True, name=f"llama.cpp {self.name}"
+        )
         self._proc.start()
         child_end.close()
         info = self._call("open", timeout=self.load_timeout_s)
@@ -125,8 +146,7 @@ class IsolatedLlamaBackend(Backend):
     def _unpack(self, value):
         if isinstance(value, tuple) and value and value[0] == "logits":
             _, first, rows = value
-            view = np.ndarray((rows, self.vocab), dtype=np.float32, buffer=self._shm.buf,
-                              offset=first * self.vocab * 4)
+            view = np.ndarray((rows, self.vocab), dtype=np.float32, buffer=self._shm.buf, offset=first * self.vocab * 4)
             return Verified(torch.from_numpy(view.copy()))
         if isinstance(value, dict):
             return {k: self._unpack(v) for k, v in value.items()}
@@ -250,14 +270,31 @@ def _child_main(conn, args: dict, log: str) -> None:
             break
         try:
             if name == "open":
-                backend = LlamaCppBackend(args["path"], None, name=args["name"], context=args["context"],
-                                          threads=args["threads"], slots=args["slots"], workers=args["workers"],
-                                          repacked=args["repacked"])
-                value = dict(vocab=backend.vocab, max_context=backend.max_context, eos_ids=sorted(backend.eos_ids),
-                             precision=backend.precision, precision_reason=backend.precision_reason,
-                             description=backend.description, split=backend.split, threads=backend.threads,
-                             slots=backend.slots, leaves=backend.leaves, batch_capacity=backend.batch_capacity,
-                             device=backend.device, describe=backend.describe())
+                backend = LlamaCppBackend(
+                    args["path"],
+                    None,
+                    name=args["name"],
+                    context=args["context"],
+                    threads=args["threads"],
+                    slots=args["slots"],
+                    workers=args["workers"],
+                    repacked=args["repacked"],
+                )
+                value = dict(
+                    vocab=backend.vocab,
+                    max_context=backend.max_context,
+                    eos_ids=sorted(backend.eos_ids),
+                    precision=backend.precision,
+                    precision_reason=backend.precision_reason,
+                    description=backend.description,
+                    split=backend.split,
+                    threads=backend.threads,
+                    slots=backend.slots,
+                    leaves=backend.leaves,
+                    batch_capacity=backend.batch_capacity,
+                    device=backend.device,
+                    describe=backend.describe(),
+                )
             elif name == "attach":
                 # the parent's (spawn shares its resource tracker: the parent's unlink is the one)
                 shm = shared_memory.SharedMemory(name=call_args[0])

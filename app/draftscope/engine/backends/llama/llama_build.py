@@ -28,15 +28,26 @@ ENV = "DRAFTSCOPE_LLAMA_KERNELS"
 VARIANTS = ("native", "no-amx", "avx2")
 # (llama.cpp's cmake option, the /proc/cpuinfo flags it needs)
 FEATURES = (
-    ("GGML_SSE42", ("sse4_2",)), ("GGML_F16C", ("f16c",)), ("GGML_FMA", ("fma",)), ("GGML_BMI2", ("bmi2",)),
-    ("GGML_AVX", ("avx",)), ("GGML_AVX2", ("avx2",)), ("GGML_AVX_VNNI", ("avx_vnni",)),
+    ("GGML_SSE42", ("sse4_2",)),
+    ("GGML_F16C", ("f16c",)),
+    ("GGML_FMA", ("fma",)),
+    ("GGML_BMI2", ("bmi2",)),
+    ("GGML_AVX", ("avx",)),
+    ("GGML_AVX2", ("avx2",)),
+    ("GGML_AVX_VNNI", ("avx_vnni",)),
     ("GGML_AVX512", ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")),
-    ("GGML_AVX512_VBMI", ("avx512vbmi",)), ("GGML_AVX512_VNNI", ("avx512_vnni",)),
+    ("GGML_AVX512_VBMI", ("avx512vbmi",)),
+    ("GGML_AVX512_VNNI", ("avx512_vnni",)),
     ("GGML_AVX512_BF16", ("avx512_bf16",)),
-    ("GGML_AMX_TILE", ("amx_tile",)), ("GGML_AMX_INT8", ("amx_int8",)), ("GGML_AMX_BF16", ("amx_bf16",)),
+    ("GGML_AMX_TILE", ("amx_tile",)),
+    ("GGML_AMX_INT8", ("amx_int8",)),
+    ("GGML_AMX_BF16", ("amx_bf16",)),
 )
-WHAT_IS_OFF = {"native": "nothing turned off", "no-amx": "the AMX kernels turned off",
-               "avx2": "the AVX512 and AMX kernels turned off"}
+WHAT_IS_OFF = {
+    "native": "nothing turned off",
+    "no-amx": "the AMX kernels turned off",
+    "avx2": "the AVX512 and AMX kernels turned off",
+}
 
 
 def say(text: str) -> None:
@@ -88,22 +99,40 @@ def wheel_dir(cache: Path, variant: str, flags: set[str], args: str) -> Path:
 
 
 def pip_wheel_command(target: Path) -> list[str]:
-    return [sys.executable, "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps", "--no-binary", "llama-cpp-python",
-            "-w", str(target), f"llama-cpp-python=={VERSION}"]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-cache-dir",
+        "--no-deps",
+        "--no-binary",
+        "llama-cpp-python",
+        "-w",
+        str(target),
+        f"llama-cpp-python=={VERSION}",
+    ]
 
 
 def pip_install(wheel: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheel)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"llama-cpp-python=={VERSION}"], check=True)  # its dependencies
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(wheel)], check=True
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"llama-cpp-python=={VERSION}"], check=True
+    )  # its dependencies
 
 
 def installed_build() -> list[str] | None:
     """The installed llama.cpp's kernels (None: not installed, another version, or without RPC).
     Asked in a child: this process must not hold a library that set-up is about to replace."""
-    probe = ("import sys, llama_cpp\n"
-             f"if llama_cpp.__version__ != {VERSION!r} or not llama_cpp.llama_supports_rpc(): sys.exit(1)\n"
-             "from draftscope.engine.backends.llama.selftest import kernels\n"
-             "print(','.join(kernels()))")
+    probe = (
+        "import sys, llama_cpp\n"
+        f"if llama_cpp.__version__ != {VERSION!r} or not llama_cpp.llama_supports_rpc(): sys.exit(1)\n"
+        "from draftscope.engine.backends.llama.selftest import kernels\n"
+        "print(','.join(kernels()))"
+    )
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     return child.stdout.strip().split(",") if child.returncode == 0 else None
 
@@ -134,11 +163,18 @@ class LlamaSetup:
     """One set-up run. Every outside action is a parameter, so the tests drive the whole ladder
     with stand-ins (a build command that writes a wheel, a self-test child that dies)."""
 
-    def __init__(self, *, cache: Path, flags: set[str] | None = None, forced: str | None = None,
-                 build_command: Callable[[Path], list[str]] = pip_wheel_command,
-                 install: Callable[[Path], None] = pip_install,
-                 installed: Callable[[], list[str] | None] = installed_build,
-                 selftest: Callable[[], object] | None = None, base: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        cache: Path,
+        flags: set[str] | None = None,
+        forced: str | None = None,
+        build_command: Callable[[Path], list[str]] = pip_wheel_command,
+        install: Callable[[Path], None] = pip_install,
+        installed: Callable[[], list[str] | None] = installed_build,
+        selftest: Callable[[], object] | None = None,
+        base: str | None = None,
+    ) -> None:
         if forced is not None and forced not in VARIANTS:
             raise ValueError(f"{ENV}={forced!r}: choose one of {', '.join(VARIANTS)}")
         self.cache, self.forced = cache, forced
@@ -176,9 +212,11 @@ class LlamaSetup:
             if result.ok:
                 say(f"{result.message}; build: {variant} ({WHAT_IS_OFF[variant]})")
                 return True
-            rest = steps[at + 1:]
-            say(f"llama.cpp built {variant} fails its self-test: {result.message}"
-                + (f"; next: {rest[0]} ({WHAT_IS_OFF[rest[0]]})" if rest else ""))
+            rest = steps[at + 1 :]
+            say(
+                f"llama.cpp built {variant} fails its self-test: {result.message}"
+                + (f"; next: {rest[0]} ({WHAT_IS_OFF[rest[0]]})" if rest else "")
+            )
         return False
 
     def _after(self, result, steps: list[str]) -> tuple[list[str], set[str]]:
@@ -196,8 +234,10 @@ class LlamaSetup:
         if found:
             say(f"using the cached llama-cpp-python {VERSION} build {variant} ({target})")
             return found[-1]
-        say(f"building llama-cpp-python {VERSION} from source, build {variant} ({WHAT_IS_OFF[variant]}; "
-            f"about 10 minutes on 2 cores; kept in {target})")
+        say(
+            f"building llama-cpp-python {VERSION} from source, build {variant} ({WHAT_IS_OFF[variant]}; "
+            f"about 10 minutes on 2 cores; kept in {target})"
+        )
         target.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(self.build_command(target), env={**os.environ, "CMAKE_ARGS": args})
         found = sorted(target.glob("llama_cpp_python-*.whl"))

@@ -56,8 +56,6 @@ def last_error() -> str:
     return _errors[-1].split(": ", 1)[-1] if _errors else ""
 
 
-
-
 def weight_buffers() -> list[str]:
     """The buffer types the weights of the models loaded so far went to, as llama.cpp's load log names
     them ("CPU", "CPU_REPACK", "AMX", "CUDA0", "RPC[...]"): which kernels their products run on."""

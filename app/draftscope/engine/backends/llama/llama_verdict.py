@@ -72,14 +72,28 @@ def judge(command: list[str] | None = None, *, threads: int | None = None) -> tu
     if first.ok:
         return Verdict(True, True), True
     if not _lasting(first, check):
-        return Verdict(False, False, f"GGUF models run on torch for now because {first.message} (checked again at "
-                                     "the next start)", first.message), False
+        return Verdict(
+            False,
+            False,
+            f"GGUF models run on torch for now because {first.message} (checked again at the next start)",
+            first.message,
+        ), False
     plain = check(repacked=False)
     if plain.ok:
-        return Verdict(True, False, f"llama.cpp runs without its repacked kernels here, which is slower: {first.message}. "
-                                    f"To get them back, {FIX}", first.message), True
-    return Verdict(False, False, f"GGUF models run on torch (de-quantised: slower, and more memory) because "
-                                 f"{first.message}. To run them on llama.cpp, {FIX}", first.message), True
+        return Verdict(
+            True,
+            False,
+            f"llama.cpp runs without its repacked kernels here, which is slower: {first.message}. "
+            f"To get them back, {FIX}",
+            first.message,
+        ), True
+    return Verdict(
+        False,
+        False,
+        f"GGUF models run on torch (de-quantised: slower, and more memory) because "
+        f"{first.message}. To run them on llama.cpp, {FIX}",
+        first.message,
+    ), True
 
 
 def _lasting(failed, again) -> bool:

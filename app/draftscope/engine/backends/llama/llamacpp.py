@@ -32,9 +32,9 @@ from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
-from draftscope.rules import LLAMA_CONTEXT
-from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 from draftscope.engine.backends.llama.llama_lib import lib as _lib
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.rules import LLAMA_CONTEXT
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
@@ -57,6 +57,7 @@ def _serialised(method):
         if threading.current_thread().name.startswith("llama.cpp"):
             return method(self, *args, **kwargs)
         return _NATIVE.submit(method, self, *args, **kwargs).result()
+
     return call
 
 
@@ -71,9 +72,19 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
     gives_hidden = True  # final hidden states in the same decode as the logits (embeddings, pooling none)
     reads_in_chunks = True
 
-    def __init__(self, path: str | Path, tokenizer, *, name: str | None = None, context: int = DEFAULT_CONTEXT,
-                 threads: int | None = None, gpu_layers: int = 0, slots: int = 1,
-                 workers: list[str] | None = None, repacked: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        tokenizer,
+        *,
+        name: str | None = None,
+        context: int = DEFAULT_CONTEXT,
+        threads: int | None = None,
+        gpu_layers: int = 0,
+        slots: int = 1,
+        workers: list[str] | None = None,
+        repacked: bool = True,
+    ) -> None:
         """``repacked``: let llama.cpp copy the weights at load into the layouts of this CPU's fastest
         kernels (AMX tiles, interleaved AVX rows); off where those kernels crash (llama_verdict)."""
         if not 1 <= slots <= MAX_SEQUENCES:
@@ -93,7 +104,9 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             self._offload_to_workers(mparams, workers)
         self._model = L.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
-            raise LlamaCppError(f"llama.cpp could not load {self.path.name}: {last_error() or 'damaged file or unsupported model'}")
+            raise LlamaCppError(
+                f"llama.cpp could not load {self.path.name}: {last_error() or 'damaged file or unsupported model'}"
+            )
         self._vocab = L.llama_model_get_vocab(self._model)
         self.vocab = int(L.llama_vocab_n_tokens(self._vocab))
         self.hidden_size = int(L.llama_model_n_embd(self._model))
@@ -141,8 +154,10 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         if not self._ctx:
             L.llama_model_free(self._model)
             self._model = None
-            raise LlamaCppError(f"llama.cpp could not make a context of {self.max_context:,} tokens for {self.path.name} "
-                                "(not enough memory?)")
+            raise LlamaCppError(
+                f"llama.cpp could not make a context of {self.max_context:,} tokens for {self.path.name} "
+                "(not enough memory?)"
+            )
 
     def _offload_to_workers(self, mparams, workers: list[str]) -> None:
         """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
@@ -171,8 +186,9 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
                 memory = memory_per_machine(self.path, self.split, self.slots * (self.max_context + MAX_TREE + 1))
             except Exception:  # noqa: BLE001 - an estimate only; the split itself is still shown
                 memory = {}
-            where = " · layers " + ", ".join(f"{n} on {m}" + (f" (~{_size(memory[m])})" if m in memory else "")
-                                             for m, n in self.split.items())
+            where = " · layers " + ", ".join(
+                f"{n} on {m}" + (f" (~{_size(memory[m])})" if m in memory else "") for m, n in self.split.items()
+            )
         kernels = "" if self.repacked else " · without repacked kernels"
         return f"llama.cpp · {self.precision} · {self.threads} threads{kernels}{where}"
 
@@ -243,8 +259,10 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             if isinstance(item, Prefill):
                 if item.want_hidden:  # its last token's row: the hidden state asked for
                     outputs[slot] = (len(entries) + len(item.tokens) - 1, 1)
-                entries += [(tok, base + k, (self._seq(slot),), item.want_hidden and k == len(item.tokens) - 1)
-                            for k, tok in enumerate(item.tokens)]
+                entries += [
+                    (tok, base + k, (self._seq(slot),), item.want_hidden and k == len(item.tokens) - 1)
+                    for k, tok in enumerate(item.tokens)
+                ]
                 continue
             outputs[slot] = (len(entries), len(item.tree) + 1)
             entries += self._tree_entries(slot, item, base)
@@ -288,11 +306,15 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         mine = [tuple(self._seq(slot, leaf) for leaf in node) for node in seqs]
         self._last_seqs[slot] = mine
         self.held.verifying(slot, item.root, tree.tokens)
-        return [(item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True),
-                *((int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(len(tree)))]
+        return [
+            (item.root, base, tuple(self._seq(slot, leaf) for leaf in leaves), True),
+            *((int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(len(tree))),
+        ]
 
     @_serialised
-    def read_rows(self, slot: int, tokens: list[int], *, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def read_rows(
+        self, slot: int, tokens: list[int], *, greedy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The final hidden state of every token of ``tokens`` [T, hidden], read from the start in
         ``slot`` (its answer is forgotten, before and after), and with ``greedy`` the most likely next
         token after each [T]: what training a recurrent head reads of the model."""
@@ -321,13 +343,23 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
     def _last_tokens_apart(self, work: dict, failed: dict) -> dict:
         """Prompt chunks that want their last token's hidden state are read without it first, but for
         that token: with hidden states on llama.cpp computes every token's logits, a chunk's worth."""
-        ahead = {slot: Prefill(item.tokens[:-1], item.start) for slot, item in work.items()
-                 if isinstance(item, Prefill) and item.want_hidden and len(item.tokens) > 1}
+        ahead = {
+            slot: Prefill(item.tokens[:-1], item.start)
+            for slot, item in work.items()
+            if isinstance(item, Prefill) and item.want_hidden and len(item.tokens) > 1
+        }
         if not ahead:
             return work
         failed.update({slot: e for slot, e in self.decode_many(ahead).items() if isinstance(e, Exception)})
-        return {slot: (Prefill(item.tokens[-1:], item.start + len(item.tokens) - 1, want_hidden=True)
-                       if slot in ahead else item) for slot, item in work.items() if slot not in failed}
+        return {
+            slot: (
+                Prefill(item.tokens[-1:], item.start + len(item.tokens) - 1, want_hidden=True)
+                if slot in ahead
+                else item
+            )
+            for slot, item in work.items()
+            if slot not in failed
+        }
 
     def _rows(self, getter, first: int, rows: int, width: int) -> torch.Tensor:
         """Rows of the last decode's logits or hidden states (``getter``), copied out of llama.cpp's
@@ -346,12 +378,16 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
                 return f"a prefill chunk of {len(item.tokens)} tokens; at most {self.prefill_batch} a forward"
             return None
         if item.past is not None and item.past != self._past[slot]:
-            return (f"this answer's cache was lost (it held {item.past} positions, the model now {self._past[slot]}): "
-                    "the model was opened again")
+            return (
+                f"this answer's cache was lost (it held {item.past} positions, the model now {self._past[slot]}): "
+                "the model was opened again"
+            )
         leaves = len(item.tree.leaves()) if len(item.tree) else 1
         if leaves > self.leaves:
-            return (f"a draft tree of {leaves} leaves; llama.cpp verifies at most {self.leaves} per answer with "
-                    f"{self.slots} answers at once")
+            return (
+                f"a draft tree of {leaves} leaves; llama.cpp verifies at most {self.leaves} per answer with "
+                f"{self.slots} answers at once"
+            )
         if len(item.tree) > self.max_tree:
             return f"a draft tree of {len(item.tree)} nodes; at most {self.max_tree}"
         return None

@@ -55,8 +55,11 @@ def _ggml():
     lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     lib.ggml_backend_dev_memory.restype = None
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                            ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     return lib
 
 
@@ -89,8 +92,9 @@ def connect_workers(workers: list[str]) -> list[WorkerDevice]:
     the process when a worker cannot be reached or speaks another protocol version."""
     lib = _ggml()
     reg = _rpc_reg(lib)
-    add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(lib.ggml_backend_reg_get_proc_address(
-        reg, b"ggml_backend_rpc_add_server"))
+    add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(
+        lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+    )
     out = []
     for endpoint in workers:
         worker_reg = add(endpoint.encode())
@@ -111,9 +115,9 @@ def serve_worker(host: str, port: int, threads: int) -> None:
     llama()  # initialises llama.cpp's backends (the CPU device)
     lib = _ggml()
     reg = _rpc_reg(lib)
-    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
-                             ctypes.POINTER(ctypes.c_void_p))(lib.ggml_backend_reg_get_proc_address(
-                                 reg, b"ggml_backend_rpc_start_server"))
+    start = ctypes.CFUNCTYPE(
+        None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
+    )(lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_start_server"))
     cpu = lib.ggml_backend_dev_by_type(CPU_DEVICE)
     if not cpu:
         raise WorkerError("llama.cpp found no CPU device to serve")
@@ -175,6 +179,8 @@ def memory_per_machine(path, split: dict[str, int], positions: int) -> dict[str,
     kv_per_layer = positions * kv_heads * (key + value) * 2
     out, first = {}, 0
     for machine, count in split.items():
-        out[machine] = sum(per_layer[first : first + count]) + count * kv_per_layer + (rest if machine == THIS_COMPUTER else 0)
+        out[machine] = (
+            sum(per_layer[first : first + count]) + count * kv_per_layer + (rest if machine == THIS_COMPUTER else 0)
+        )
         first += count
     return out

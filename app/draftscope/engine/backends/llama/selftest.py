@@ -62,8 +62,13 @@ class SelfTest:
         return None
 
 
-def run(*, repacked: bool = True, timeout: float = CHILD_TIMEOUT_S, command: list[str] | None = None,
-        threads: int | None = None) -> SelfTest:
+def run(
+    *,
+    repacked: bool = True,
+    timeout: float = CHILD_TIMEOUT_S,
+    command: list[str] | None = None,
+    threads: int | None = None,
+) -> SelfTest:
     """Run the check in a child process and say how it went. ``threads``: llama.cpp's (None: its
     default for this machine). ``command``: the child to run instead of this module's (tests stand
     in a child that dies)."""
@@ -75,10 +80,17 @@ def run(*, repacked: bool = True, timeout: float = CHILD_TIMEOUT_S, command: lis
     try:
         child = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:  # what it said before it hung, "ok" included, is no verdict
-        said, _ok, _error = _read(exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes)
-                                  else exc.stdout or "")
-        return SelfTest(False, repacked, f"llama.cpp did not finish its self-test within {timeout:.0f} s "
-                        f"({STAGES.get(said['stage'], said['stage'])})", timed_out=True, **said)
+        said, _ok, _error = _read(
+            exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        )
+        return SelfTest(
+            False,
+            repacked,
+            f"llama.cpp did not finish its self-test within {timeout:.0f} s "
+            f"({STAGES.get(said['stage'], said['stage'])})",
+            timed_out=True,
+            **said,
+        )
     said, ok, error = _read(child.stdout)
     if child.returncode == 0 and ok:
         return SelfTest(True, repacked, f"llama.cpp runs on this CPU ({_kernel_words(said)})", **said)
@@ -86,8 +98,12 @@ def run(*, repacked: bool = True, timeout: float = CHILD_TIMEOUT_S, command: lis
         name = _signal_name(-child.returncode)
         return SelfTest(False, repacked, _death_words(name, -child.returncode, said), signal=name, **said)
     error = error or _last_line(child.stderr) or f"exit status {child.returncode}"
-    return SelfTest(False, repacked, f"llama.cpp failed its self-test while {STAGES.get(said['stage'], said['stage'])}: "
-                    f"{error}", **said)
+    return SelfTest(
+        False,
+        repacked,
+        f"llama.cpp failed its self-test while {STAGES.get(said['stage'], said['stage'])}: {error}",
+        **said,
+    )
 
 
 def _read(stdout: str) -> tuple[dict, bool, str | None]:
@@ -147,12 +163,14 @@ def kernels() -> list[str]:
     import llama_cpp
 
     info = llama_cpp.llama_print_system_info().decode(errors="replace")
-    return [part.split("=")[0].strip() for part in info.replace("CPU :", "|").split("|")
-            if part.strip().endswith("= 1")]
+    return [
+        part.split("=")[0].strip() for part in info.replace("CPU :", "|").split("|") if part.strip().endswith("= 1")
+    ]
 
 
 def _child(repacked: bool, threads: int | None) -> int:
     """In the child: each stage said (and flushed) before it runs, so a death names where it came."""
+
     def say(line: str) -> None:
         print(line, flush=True)
 
@@ -172,8 +190,13 @@ def _child(repacked: bool, threads: int | None) -> int:
             say("stage: prompt")
             backend.start(PROMPT)
             say("stage: tree")  # two branches under the root, one of depth 3: every node its own mask row
-            tree = DraftTree(np.array([32, 119, 111, 97, 114, 108], np.int64), np.array([-1, 0, 1, -1, 3, 4], np.int32),
-                             np.array([1, 2, 3, 1, 2, 3], np.int32), np.ones(6, np.float32), np.ones(6, np.int8))
+            tree = DraftTree(
+                np.array([32, 119, 111, 97, 114, 108], np.int64),
+                np.array([-1, 0, 1, -1, 3, 4], np.int32),
+                np.array([1, 2, 3, 1, 2, 3], np.int32),
+                np.ones(6, np.float32),
+                np.ones(6, np.int8),
+            )
             rows = backend.verify(PROMPT[-1], tree).logits
             if rows.shape[0] != 7 or not bool(rows.isfinite().all()):
                 say("error: llama.cpp ran but gave unusable logits")

@@ -53,8 +53,12 @@ def step_kernels(device_type: str, *, tree: bool, kernels: list[SDPBackend] | No
     return sdpa_kernel(chosen) if chosen else contextlib.nullcontext()
 
 
-NAMES = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "mem-efficient",
-         SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cuDNN"}
+NAMES = {
+    SDPBackend.FLASH_ATTENTION: "flash",
+    SDPBackend.EFFICIENT_ATTENTION: "mem-efficient",
+    SDPBackend.MATH: "math",
+    SDPBackend.CUDNN_ATTENTION: "cuDNN",
+}
 
 
 def kernel_names(device_type: str) -> str:

@@ -60,9 +60,16 @@ class TreeMask:
             return (kv_idx < past) | (inside & own[q_idx.clamp(0, steps - 1), offset.clamp(0, steps - 1)])
 
         self.mask_mod = mask_mod
-        self.block_mask = BlockMask.from_kv_blocks(self.partial_count, self.partial, self.full_count, self.full,
-                                                   BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(q, span),
-                                                   compute_q_blocks=False)
+        self.block_mask = BlockMask.from_kv_blocks(
+            self.partial_count,
+            self.partial,
+            self.full_count,
+            self.full,
+            BLOCK_SIZE=BLOCK,
+            mask_mod=mask_mod,
+            seq_lengths=(q, span),
+            compute_q_blocks=False,
+        )
 
     def fill(self, past: int | torch.Tensor, own: torch.Tensor) -> None:
         """The step at cache length ``past`` (an int, or a device tensor) whose own slots see each
@@ -91,16 +98,18 @@ class TreeMask:
         return visited_full | (visited_partial & self.mask_mod(0, 0, q_idx, kv_idx))
 
 
-def tree_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                   **kwargs):
+def tree_attention(
+    module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs
+):
     """transformers' attention interface: FlexAttention under a :class:`TreeMask`'s BlockMask with
     query heads padded per key/value head, else SDPA. ``query`` [B, Hq, q, D], ``key``/``value``
     [B, Hkv, keys, D]; returns ([B, q, Hq, D], None)."""
     if not isinstance(attention_mask, BlockMask):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     out = padded_flex(query, key, value, attention_mask, scaling)
     return out.transpose(1, 2).contiguous(), None
 

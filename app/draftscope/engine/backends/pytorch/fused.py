@@ -23,8 +23,13 @@ class FusedGateUpMLP(nn.Module):
         super().__init__()
         gate, up = mlp.gate_proj, mlp.up_proj
         self.intermediate = gate.out_features
-        self.gate_up_proj = nn.Linear(gate.in_features, gate.out_features + up.out_features, bias=False,
-                                      device=gate.weight.device, dtype=gate.weight.dtype)
+        self.gate_up_proj = nn.Linear(
+            gate.in_features,
+            gate.out_features + up.out_features,
+            bias=False,
+            device=gate.weight.device,
+            dtype=gate.weight.dtype,
+        )
         with torch.no_grad():
             self.gate_up_proj.weight.copy_(torch.cat([gate.weight, up.weight]))
         self.down_proj, self.act_fn = mlp.down_proj, mlp.act_fn
@@ -43,13 +48,15 @@ class FusedProjections(nn.Module):
         first = parts[0]
         self.sizes = [p.out_features for p in parts]
         biased = any(p.bias is not None for p in parts)
-        self.fused = nn.Linear(first.in_features, sum(self.sizes), bias=biased, device=first.weight.device,
-                               dtype=first.weight.dtype)
+        self.fused = nn.Linear(
+            first.in_features, sum(self.sizes), bias=biased, device=first.weight.device, dtype=first.weight.dtype
+        )
         with torch.no_grad():
             self.fused.weight.copy_(torch.cat([p.weight for p in parts]))
             if biased:
-                self.fused.bias.copy_(torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features)
-                                                 for p in parts]))
+                self.fused.bias.copy_(
+                    torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features) for p in parts])
+                )
         # the input being projected and its parts, until every part is taken: then nothing is kept, so
         # every forward starts from the same state (torch.compile's guards see no change between steps)
         self._input: torch.Tensor | None = None
@@ -95,8 +102,13 @@ def fuse_qkv(attention: nn.Module) -> bool:
 
 def _fusable(mlp: nn.Module) -> bool:
     parts = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
-    return (all(isinstance(p, nn.Linear) for p in parts) and hasattr(mlp, "act_fn")
-            and parts[0].bias is None and parts[1].bias is None and parts[0].in_features == parts[1].in_features)
+    return (
+        all(isinstance(p, nn.Linear) for p in parts)
+        and hasattr(mlp, "act_fn")
+        and parts[0].bias is None
+        and parts[1].bias is None
+        and parts[0].in_features == parts[1].in_features
+    )
 
 
 def fuse_mlps(model) -> int:
@@ -115,5 +127,8 @@ def fuse_mlps(model) -> int:
 
 def fuse_attention(model) -> int:
     """Fuse every decoder layer's q, k and v projections in place; returns how many layers were fused."""
-    return sum(fuse_qkv(layer.self_attn) for layer in getattr(model.get_decoder(), "layers", [])
-               if getattr(layer, "self_attn", None) is not None)
+    return sum(
+        fuse_qkv(layer.self_attn)
+        for layer in getattr(model.get_decoder(), "layers", [])
+        if getattr(layer, "self_attn", None) is not None
+    )

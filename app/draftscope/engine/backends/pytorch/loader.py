@@ -9,8 +9,8 @@ import torch
 
 from draftscope import paths
 from draftscope.engine.backends.pytorch import precision
-from draftscope.engine.backends.pytorch.precision import pick_device
 from draftscope.engine.backends.pytorch.cpu_linear import use_fast_layout
+from draftscope.engine.backends.pytorch.precision import pick_device
 from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_digest, load_tokenizer
 
 

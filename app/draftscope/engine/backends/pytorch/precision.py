@@ -45,8 +45,9 @@ def cpu_bf16_features() -> tuple[bool | None, str]:
         return False, "no AVX512-BF16 or AMX"
     if sys.platform == "darwin" and platform.machine() == "arm64":
         try:
-            out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True,
-                                 timeout=2).stdout.strip()
+            out = subprocess.run(
+                ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True, timeout=2
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None, "sysctl unavailable"
         return (out == "1"), ("ARM BF16" if out == "1" else "no ARM BF16")

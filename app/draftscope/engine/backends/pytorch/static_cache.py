@@ -49,7 +49,7 @@ def span_for(spans: tuple[int, ...], end: int) -> int:
 class _SlotLayer(StaticLayer):
     """One layer's keys and values, written at the owner's current slots."""
 
-    def __init__(self, max_len: int, owner: "StaticTreeCache") -> None:
+    def __init__(self, max_len: int, owner: StaticTreeCache) -> None:
         super().__init__(max_cache_len=max_len)
         self.owner = owner
 
@@ -119,7 +119,6 @@ def additive_mask(allowed_own: torch.Tensor, past: int, max_len: int, dtype) -> 
     mask = torch.zeros(q, max_len, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
-
 
 
 def fill_additive_mask(mask: torch.Tensor, past: torch.Tensor, own: torch.Tensor, keys: torch.Tensor) -> None:

@@ -29,7 +29,6 @@ import torch
 from draftscope.engine.backends.pytorch.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
 from draftscope.engine.backends.pytorch.static_cache import BUCKETS, fill_additive_mask
 
-
 CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
 # The check's tree: two siblings under the root, two under the first, one deeper (parents first, so
 # every prefix of it is a tree); a bucket of size p checks its first min(p - 1, 6) nodes, padded.
@@ -60,8 +59,9 @@ def _model_step(model, cache, ids, positions, mask):
     """One step's forward: the decoder, then the head on its last hidden states (both are wanted;
     ``output_hidden_states`` would collect every layer's through hooks that torch.compile cannot
     trace)."""
-    hidden = model.get_decoder()(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
-                         use_cache=True).last_hidden_state
+    hidden = model.get_decoder()(
+        input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache, use_cache=True
+    ).last_hidden_state
     return model.get_output_embeddings()(hidden), hidden
 
 
@@ -70,7 +70,9 @@ class StepGraphs:
     ``compiled``: each step's forward through torch.compile (inductor, fullgraph, static shapes: one
     fused graph per bucket; on a CPU inductor's C++ backend) inside the capture."""
 
-    def __init__(self, backend, *, replay: str = "cuda", kernels=None, compiled: bool = False, flex: bool = False) -> None:
+    def __init__(
+        self, backend, *, replay: str = "cuda", kernels=None, compiled: bool = False, flex: bool = False
+    ) -> None:
         self.backend = backend
         self.mode = replay
         self.kernels = kernels
@@ -129,11 +131,18 @@ class StepGraphs:
             mask = TreeMask(q, span, device)
         else:
             mask = torch.zeros(1, 1, q, span, dtype=backend.dtype, device=device)
-        b = _Bucket(span, torch.zeros(1, q, dtype=torch.long, device=device),
-                    torch.zeros(1, q, dtype=torch.long, device=device), torch.arange(q, device=device), mask, None,
-                    past=torch.zeros((), dtype=torch.long, device=device),
-                    own=torch.ones(q, q, dtype=torch.bool, device=device).tril(),
-                    steps=torch.arange(q, device=device), keys=torch.arange(span, device=device))
+        b = _Bucket(
+            span,
+            torch.zeros(1, q, dtype=torch.long, device=device),
+            torch.zeros(1, q, dtype=torch.long, device=device),
+            torch.arange(q, device=device),
+            mask,
+            None,
+            past=torch.zeros((), dtype=torch.long, device=device),
+            own=torch.ones(q, q, dtype=torch.bool, device=device).tril(),
+            steps=torch.arange(q, device=device),
+            keys=torch.arange(span, device=device),
+        )
         if self.mode == "eager":
             b.replay = lambda: self._forward(b)
         else:
@@ -167,8 +176,9 @@ class StepGraphs:
         return logits[0], hidden[0], best[0]
 
 
-def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, compiled: bool = False,
-            attention: str = "sdpa") -> tuple[StepGraphs | None, str]:
+def capture(
+    backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, compiled: bool = False, attention: str = "sdpa"
+) -> tuple[StepGraphs | None, str]:
     """(graphs, a note in words) for ``backend`` (a StaticTorchBackend), or (None, why not): a graph
     for each tree size in ``buckets`` over each of the backend's spans. ``attention``: "sdpa" (the
     device's graph kernels, cuDNN on CUDA, or its fallback where those fail or their logits disagree
@@ -190,8 +200,9 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, co
     original = backend.model.config._attn_implementation
     failures: list[str] = []
     if attention != "auto":
-        graphs, what = _first_that_runs(backend, flex + sdpa if attention == "flex" else sdpa, replay, buckets,
-                                        progress, failures)
+        graphs, what = _first_that_runs(
+            backend, flex + sdpa if attention == "flex" else sdpa, replay, buckets, progress, failures
+        )
         timing = ""
     else:
         graphs, what = _first_that_runs(backend, flex, replay, buckets, progress, failures)
@@ -212,8 +223,10 @@ def capture(backend, *, replay: str = "cuda", buckets=BUCKETS, progress=None, co
     kind = "CUDA graphs" if replay == "cuda" else "replayed buffers"
     kind += " of compiled steps" if graphs.compiled else ""
     tried = f"; {'; '.join(failures)}" if failures else ""
-    return graphs, (f"{kind} on {what}{timing}: {len(graphs.buckets)} graphs (tree sizes x spans of keys) "
-                    f"captured in {time.perf_counter() - started:.1f} s{tried}")
+    return graphs, (
+        f"{kind} on {what}{timing}: {len(graphs.buckets)} graphs (tree sizes x spans of keys) "
+        f"captured in {time.perf_counter() - started:.1f} s{tried}"
+    )
 
 
 def _first_that_runs(backend, attempts, replay, buckets, progress, failures) -> tuple[StepGraphs | None, str]:
@@ -283,8 +296,13 @@ def check_tree(padded: int):
     for _token, parent in nodes:
         depth.append(1 if parent < 0 else depth[parent] + 1)
     n = len(nodes)
-    return DraftTree(np.array([t for t, _ in nodes], np.int64), np.array([p for _, p in nodes], np.int32),
-                     np.array(depth, np.int32), np.ones(n, np.float32), np.ones(n, np.int8))
+    return DraftTree(
+        np.array([t for t, _ in nodes], np.int64),
+        np.array([p for _, p in nodes], np.int32),
+        np.array(depth, np.int32),
+        np.ones(n, np.float32),
+        np.ones(n, np.int8),
+    )
 
 
 @torch.inference_mode()
@@ -318,5 +336,7 @@ def _check_at(backend, graphs: StepGraphs, prompt: list[int]) -> None:
         eager = backend._eager_step(past, *inputs, span=span, rows=len(tree) + 1).logits.float()
         scale = float(eager.abs().max()) or 1.0
         if not torch.allclose(replayed, eager, atol=CHECK_TOLERANCE * scale, rtol=0):
-            raise RuntimeError(f"a replayed step ({padded} nodes over {span} keys) differs from the math kernel's "
-                               f"by {float((replayed - eager).abs().max()):.3g}")
+            raise RuntimeError(
+                f"a replayed step ({padded} nodes over {span} keys) differs from the math kernel's "
+                f"by {float((replayed - eager).abs().max()):.3g}"
+            )

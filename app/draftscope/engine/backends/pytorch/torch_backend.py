@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
+from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
 
 
@@ -26,8 +26,16 @@ class TorchBackend(KeepsPrefixes, Backend):
     kind = "torch"
     gives_hidden = True
 
-    def __init__(self, model, tokenizer, *, name: str = "model", device=None, precision_reason: str = "",
-                 context: int | None = None) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        name: str = "model",
+        device=None,
+        precision_reason: str = "",
+        context: int | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
@@ -83,8 +91,13 @@ class TorchBackend(KeepsPrefixes, Backend):
         pre = torch.tensor([prompt[kept:-1]], device=self.device)
         with step_kernels(self.kernel_device, tree=False):
             # positions follow the cache's length (kept): transformers counts them from it
-            out = self.model(input_ids=pre, past_key_values=self._cache, use_cache=True, logits_to_keep=1,  # logits unused
-                             output_hidden_states=want_hidden)
+            out = self.model(
+                input_ids=pre,
+                past_key_values=self._cache,
+                use_cache=True,
+                logits_to_keep=1,  # logits unused
+                output_hidden_states=want_hidden,
+            )
         self.held.read(0, kept, prompt[kept:-1])
         return out.hidden_states[-1][0, -1] if want_hidden else None
 
@@ -93,8 +106,14 @@ class TorchBackend(KeepsPrefixes, Backend):
         self.held.verifying(0, root, tree.tokens)
         input_ids, positions, mask = tree_inputs(root, tree, self._past, self.device, self.dtype)
         with step_kernels(self.kernel_device, tree=mask is not None):
-            out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask,
-                             past_key_values=self._cache, use_cache=True, output_hidden_states=want_hidden)
+            out = self.model(
+                input_ids=input_ids,
+                position_ids=positions,
+                attention_mask=mask,
+                past_key_values=self._cache,
+                use_cache=True,
+                output_hidden_states=want_hidden,
+            )
         return Verified(out.logits[0, :, : self.vocab], out.hidden_states[-1][0] if want_hidden else None)
 
     def commit(self, path: list[int]) -> None:

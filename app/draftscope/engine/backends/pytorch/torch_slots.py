@@ -20,12 +20,12 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
 from draftscope.engine.backends.held import HeldTokens
-from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
-from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
 
 # Positions each slot's cache holds: every forward reads each row's buffer up to the batch's span.
 SLOT_CONTEXT = 8192
@@ -200,9 +200,15 @@ class TorchSlotsBackend(TorchBackend):
         # a forward of prompt chunks alone needs no logits (a 512-token chunk's would be 512 x vocab)
         keep = 1 if all(isinstance(item, Prefill) for item in work.values()) else 0
         with step_kernels(self.kernel_device, tree=True):
-            out = self.model(input_ids=torch.from_numpy(ids).to(device), position_ids=torch.from_numpy(positions).to(device),
-                             attention_mask=mask, past_key_values=rows_cache, use_cache=True,
-                             output_hidden_states=wants_hidden, logits_to_keep=keep)
+            out = self.model(
+                input_ids=torch.from_numpy(ids).to(device),
+                position_ids=torch.from_numpy(positions).to(device),
+                attention_mask=mask,
+                past_key_values=rows_cache,
+                use_cache=True,
+                output_hidden_states=wants_hidden,
+                logits_to_keep=keep,
+            )
         results = {}
         for b, (slot, item) in enumerate(work.items()):
             if isinstance(item, Prefill):
@@ -244,8 +250,9 @@ class TorchSlotsBackend(TorchBackend):
             room = len(item.tokens)
         else:
             if item.past is not None and item.past != self._pasts[slot]:
-                return (f"this answer's cache was lost (it held {item.past} positions, the model now "
-                        f"{self._pasts[slot]})")
+                return (
+                    f"this answer's cache was lost (it held {item.past} positions, the model now {self._pasts[slot]})"
+                )
             if len(item.tree) > MAX_TREE:
                 return f"a draft tree of {len(item.tree)} nodes; at most {MAX_TREE} with several answers at once"
             room = len(item.tree) + 1

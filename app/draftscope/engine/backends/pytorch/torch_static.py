@@ -9,11 +9,19 @@ import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.base import Verified
+from draftscope.engine.backends.pytorch.attention import step_kernels
+from draftscope.engine.backends.pytorch.static_cache import (
+    BUCKETS,
+    FIRST_SPAN,
+    StaticTreeCache,
+    additive_mask,
+    bucket_for,
+    span_for,
+    spans_for,
+    step_layout,
+)
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
-from draftscope.engine.backends.pytorch.static_cache import (BUCKETS, FIRST_SPAN, StaticTreeCache, additive_mask, bucket_for, span_for,
-                                            spans_for, step_layout)
 
 TREE_ROOM = max(BUCKETS) + 1  # slots past the context's end a padded step may write
 # Every step reads the whole buffer (masked): a model's full 32k context would make each step read
@@ -30,8 +38,18 @@ def _has_triton() -> bool:
 
 
 class StaticTorchBackend(TorchBackend):
-    def __init__(self, model, tokenizer, *, graphs: str | None = None, first_span: int = FIRST_SPAN, progress=None,
-                 compiled: bool | None = None, attention: str | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        graphs: str | None = None,
+        first_span: int = FIRST_SPAN,
+        progress=None,
+        compiled: bool | None = None,
+        attention: str | None = None,
+        **kwargs,
+    ) -> None:
         """``graphs``: "cuda" (capture each bucket's step as a CUDA graph), "off", or "eager" (the
         graphs' buffers replayed without a graph: for tests on a CPU); None: "cuda" on CUDA, else off.
         ``first_span``: the shortest span of keys a step reads (static_cache.spans_for).
@@ -64,8 +82,9 @@ class StaticTorchBackend(TorchBackend):
                 compiled = graphs == "cuda" and _has_triton()
             if attention is None:
                 attention = "auto" if graphs == "cuda" else "sdpa"
-            self.graphs, self.graphs_note = capture(self, replay=graphs, progress=progress, compiled=compiled,
-                                                    attention=attention)
+            self.graphs, self.graphs_note = capture(
+                self, replay=graphs, progress=progress, compiled=compiled, attention=attention
+            )
 
     def describe(self) -> str:
         return f"{super().describe()} · static cache, {self.graphs_note}"
@@ -90,10 +109,15 @@ class StaticTorchBackend(TorchBackend):
             cache.view = n  # the prompt sees itself only, causally: flash attention, no mask
         try:
             with step_kernels(self.kernel_device, tree=mask is not None):
-                out = self.model(input_ids=torch.tensor([prompt[kept:-1]], device=self.device),
-                                 position_ids=torch.arange(kept, n, device=self.device)[None], attention_mask=mask,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1,
-                                 output_hidden_states=want_hidden)
+                out = self.model(
+                    input_ids=torch.tensor([prompt[kept:-1]], device=self.device),
+                    position_ids=torch.arange(kept, n, device=self.device)[None],
+                    attention_mask=mask,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    output_hidden_states=want_hidden,
+                )
         finally:
             cache.view = None
         self._past = cache.past = n
@@ -118,12 +142,16 @@ class StaticTorchBackend(TorchBackend):
         span = span_for(self.spans, past + padded + 1)
         if self.graphs is not None and self.graphs.has(padded, span):
             logits, hidden, best = self.graphs.run(padded, span, past, *inputs)
-            return Verified(logits[: n + 1, : self.vocab].clone(), hidden[: n + 1].clone() if want_hidden else None,
-                            best[: n + 1].clone())
+            return Verified(
+                logits[: n + 1, : self.vocab].clone(),
+                hidden[: n + 1].clone() if want_hidden else None,
+                best[: n + 1].clone(),
+            )
         return self._eager_step(past, *inputs, span=span, want_hidden=want_hidden, rows=n + 1)
 
-    def _eager_step(self, past: int, ids, positions, allowed, *, span: int, want_hidden: bool = False,
-                    rows: int) -> Verified:
+    def _eager_step(
+        self, past: int, ids, positions, allowed, *, span: int, want_hidden: bool = False, rows: int
+    ) -> Verified:
         cache = self._cache
         q = ids.shape[1]
         cache.slots = torch.arange(past, past + q, device=self.device)
@@ -131,9 +159,14 @@ class StaticTorchBackend(TorchBackend):
         cache.view = span
         try:
             with step_kernels(self.kernel_device, tree=True):
-                out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
-                                 attention_mask=mask, past_key_values=cache, use_cache=True,
-                                 output_hidden_states=want_hidden)
+                out = self.model(
+                    input_ids=ids.to(self.device),
+                    position_ids=positions.to(self.device),
+                    attention_mask=mask,
+                    past_key_values=cache,
+                    use_cache=True,
+                    output_hidden_states=want_hidden,
+                )
         finally:
             cache.view = None
         hidden = out.hidden_states[-1][0, :rows] if want_hidden else None

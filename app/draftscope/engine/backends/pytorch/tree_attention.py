@@ -9,7 +9,9 @@ import torch
 from draftscope.draft_tree import DraftTree
 
 
-def tree_inputs(root: int, tree: DraftTree, past_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def tree_inputs(
+    root: int, tree: DraftTree, past_len: int, device, dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(input_ids [1, n+1], position_ids [1, n+1], additive 4D mask [1, 1, n+1, past+n+1]).
     With an empty tree the mask is None: one token attends to everything, the model's own path."""
     n = len(tree)
