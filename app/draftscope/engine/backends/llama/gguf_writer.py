@@ -62,6 +62,21 @@ def write_llama_gguf(
     writer.add_vocab_size(len(tokens))
     quantised = any(isinstance(w, Quantised) for w in weights.values())
     writer.add_file_type(gguf.LlamaFileType.GUESSED if quantised else gguf.LlamaFileType.ALL_F32)
+    _add_bpe_tokenizer(writer, tokens, merges, control, eos=eos, bos=bos, chat_template=chat_template)
+    _add_llama_tensors(writer, weights, layers=layers, heads=heads, kv_heads=kv_heads)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_bpe_tokenizer(
+    writer, tokens: list[str], merges: list[str], control: set[int], *, eos: int, bos: int, chat_template: str | None
+) -> None:
+    """The byte-level BPE ("gpt2") vocabulary, its special ids and the optional chat template."""
+    import gguf
+
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -75,6 +90,28 @@ def write_llama_gguf(
     if chat_template:
         writer.add_chat_template(chat_template)
 
+
+# Per layer: llama.cpp's tensor name, Hugging Face's name, and which head count reorders its rows for rope
+# ("heads" for queries, "kv_heads" for keys, None for no reordering).
+_LAYER_TENSORS = (
+    ("attn_norm", "input_layernorm", None),
+    ("attn_q", "self_attn.q_proj", "heads"),
+    ("attn_k", "self_attn.k_proj", "kv_heads"),
+    ("attn_v", "self_attn.v_proj", None),
+    ("attn_output", "self_attn.o_proj", None),
+    ("ffn_norm", "post_attention_layernorm", None),
+    ("ffn_gate", "mlp.gate_proj", None),
+    ("ffn_up", "mlp.up_proj", None),
+    ("ffn_down", "mlp.down_proj", None),
+)
+
+
+def _add_llama_tensors(
+    writer, weights: dict[str, np.ndarray | Quantised], *, layers: int, heads: int, kv_heads: int
+) -> None:
+    """Every weight under llama.cpp's name, in llama.cpp's order; queries and keys reordered for its rope."""
+    import gguf
+
     def put(key: str, hf_name: str, heads_for_rope: int | None = None) -> None:
         w = weights[hf_name]
         if isinstance(w, Quantised):  # random blocks: no row order to keep
@@ -85,25 +122,13 @@ def write_llama_gguf(
         w = np.ascontiguousarray(w, dtype=np.float32)
         writer.add_tensor(key, rope_layout(w, heads_for_rope) if heads_for_rope else w)
 
+    head_counts = {"heads": heads, "kv_heads": kv_heads, None: None}
     put("token_embd.weight", "model.embed_tokens.weight")
     put("output_norm.weight", "model.norm.weight")
     put("output.weight", "lm_head.weight")
     for i in range(layers):
-        hf = f"model.layers.{i}."
-        put(f"blk.{i}.attn_norm.weight", hf + "input_layernorm.weight")
-        put(f"blk.{i}.attn_q.weight", hf + "self_attn.q_proj.weight", heads)
-        put(f"blk.{i}.attn_k.weight", hf + "self_attn.k_proj.weight", kv_heads)
-        put(f"blk.{i}.attn_v.weight", hf + "self_attn.v_proj.weight")
-        put(f"blk.{i}.attn_output.weight", hf + "self_attn.o_proj.weight")
-        put(f"blk.{i}.ffn_norm.weight", hf + "post_attention_layernorm.weight")
-        put(f"blk.{i}.ffn_gate.weight", hf + "mlp.gate_proj.weight")
-        put(f"blk.{i}.ffn_up.weight", hf + "mlp.up_proj.weight")
-        put(f"blk.{i}.ffn_down.weight", hf + "mlp.down_proj.weight")
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+        for gguf_name, hf_name, rope_heads in _LAYER_TENSORS:
+            put(f"blk.{i}.{gguf_name}.weight", f"model.layers.{i}.{hf_name}.weight", head_counts[rope_heads])
 
 
 def byte_vocab() -> list[str]:
