@@ -34,16 +34,10 @@ class LocalServer(QObject):
         """Run (or stop) the server as ``settings`` say, for ``window``'s engine; a problem (the port
         in use) comes back as text and leaves it stopped."""
         from draftscope.server import ServerConfig, ServerThread, create_app
+        from draftscope.storage.settings import Section
 
-        key = (
-            id(window),
-            id(window.runtime),
-            settings.server_enabled,
-            settings.server_port,
-            settings.server_api_key,
-            settings.server_keep_history,
-            settings.server_parallel,
-        )
+        # the same window, runtime and server settings: the server that runs is the one asked for
+        key = (id(window), id(window.runtime), *(getattr(settings, name) for name in Section.SERVER.names))
         if key == self._key and (self.thread is not None) == settings.server_enabled:
             return None
         self.stop()
