@@ -356,17 +356,7 @@ def distill(
         raise DatastoreError(f"no prompt fits the model's context with {max_new_tokens} new tokens")
     run = _GenerationRun(started, total, total - len(todo), progress)
     run.report("generating")
-    for batch in _batches(todo, batch_size):
-        if cancel.cancelled:
-            break
-        results = generate_batch(
-            model, tokenizer, [ids for _, ids in batch], max_new_tokens=max_new_tokens, cancel=cancel
-        )
-        if cancel.cancelled:
-            break  # generation was cut short: these answers are not whole
-        new = [
-            Answer(prompt_id(prompt), prompt, g.text, g.tokens, g.finished) for (prompt, _), g in zip(batch, results)
-        ]
+    for new in _answer_batches(model, tokenizer, todo, batch_size, max_new_tokens, cancel):
         _append_answers(answers_path, new, model_name)
         done.update((a.id, a) for a in new)
         run.add(new)
@@ -391,6 +381,24 @@ def distill(
     _record_in_manifest(report, model_name, max_new_tokens, batch_size)
     run.report("done")
     return report
+
+
+def _answer_batches(
+    model, tokenizer, todo: list, batch_size: int, max_new_tokens: int, cancel: CancelToken
+) -> Iterator[list[Answer]]:
+    """The answers to ``todo``, one whole batch at a time; stops at a cancel, dropping the batch it cut short."""
+    for batch in _batches(todo, batch_size):
+        if cancel.cancelled:
+            break
+        results = generate_batch(
+            model, tokenizer, [ids for _, ids in batch], max_new_tokens=max_new_tokens, cancel=cancel
+        )
+        if cancel.cancelled:
+            break  # generation was cut short: these answers are not whole
+        new = [
+            Answer(prompt_id(prompt), prompt, g.text, g.tokens, g.finished) for (prompt, _), g in zip(batch, results)
+        ]
+        yield new
 
 
 def _unique_by_id(prompts: Iterable[str]) -> list[str]:
