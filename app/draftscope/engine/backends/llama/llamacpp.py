@@ -95,6 +95,21 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self.tokenizer = tokenizer
         self.name = name or self.path.stem
         self.device = "cpu" if gpu_layers == 0 else "gpu"
+        self._load_model(gpu_layers, workers, repacked)
+        self._read_model_sizes(context)
+        self.threads = threads or default_threads()
+        cells = self._size_slots_and_batches(slots)
+        self._open_context(cells)
+        self._memory = L.llama_get_memory(self._ctx)
+        self._batch = L.llama_batch_init(self.batch_capacity, 0, self.leaves)
+        self._describe_model()
+        self._collect_end_tokens(tokenizer)
+        self._past = [0] * slots  # positions each slot's cache holds
+        self.held = HeldTokens(slots)  # the tokens at those positions: a new prompt keeps what it shares
+        self._last_seqs: list[list[tuple[int, ...]] | None] = [None] * slots
+
+    def _load_model(self, gpu_layers: int, workers: list[str] | None, repacked: bool) -> None:
+        L = self._L
         mparams = L.llama_model_default_params()
         mparams.n_gpu_layers = gpu_layers
         mparams.use_extra_bufts = repacked
@@ -107,13 +122,18 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             raise LlamaCppError(
                 f"llama.cpp could not load {self.path.name}: {last_error() or 'damaged file or unsupported model'}"
             )
+
+    def _read_model_sizes(self, context: int) -> None:
+        L = self._L
         self._vocab = L.llama_model_get_vocab(self._model)
         self.vocab = int(L.llama_vocab_n_tokens(self._vocab))
         self.hidden_size = int(L.llama_model_n_embd(self._model))
         trained = int(L.llama_model_n_ctx_train(self._model))
         trained = trained if trained > 0 else context  # a file may leave it out (0) or hold nonsense
         self.max_context = min(context, trained)
-        self.threads = threads or default_threads()
+
+    def _size_slots_and_batches(self, slots: int) -> int:
+        """Sets the slot, tree and batch sizes; returns the context's cells."""
         self.slots = slots
         self.leaves = min(MAX_LEAVES, MAX_SEQUENCES // slots)  # sequence ids (tree leaves) per slot
         # Room for every slot's whole tree past the last position its answer may reach: tree
@@ -123,21 +143,20 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self.batch_capacity = min(cells, max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL))
         self.prefill_batch = min(PREFILL_BATCH, self.batch_capacity)
         self.max_tree = MAX_TREE if slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
-        self._open_context(cells)
-        self._memory = L.llama_get_memory(self._ctx)
-        self._batch = L.llama_batch_init(self.batch_capacity, 0, self.leaves)
+        return cells
+
+    def _describe_model(self) -> None:
         buf = ctypes.create_string_buffer(128)
-        L.llama_model_desc(self._model, buf, len(buf))
+        self._L.llama_model_desc(self._model, buf, len(buf))
         self.description = buf.value.decode(errors="replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
         self.precision = _quantisation(self.path, self.description)
         self.precision_reason = "as stored in the GGUF file (llama.cpp computes with it directly)"
-        self.eos_ids = {t for t in range(self.vocab) if L.llama_vocab_is_eog(self._vocab, t)}
+
+    def _collect_end_tokens(self, tokenizer) -> None:
+        self.eos_ids = {t for t in range(self.vocab) if self._L.llama_vocab_is_eog(self._vocab, t)}
         eos = getattr(tokenizer, "eos_token_id", None)
         if isinstance(eos, int):
             self.eos_ids.add(eos)
-        self._past = [0] * slots  # positions each slot's cache holds
-        self.held = HeldTokens(slots)  # the tokens at those positions: a new prompt keeps what it shares
-        self._last_seqs: list[list[tuple[int, ...]] | None] = [None] * slots
 
     def _open_context(self, cells: int) -> None:
         L = self._L
