@@ -89,6 +89,32 @@ def preview_source(
     summary = f"{where}{size_words(size)}"
 
     skips = SkipLog()
+    try:
+        first = _read_first_records(source, files, skips, _ReadBounds(items, max_bytes, max_skips, seconds))
+    except DatastoreError as exc:  # e.g. pyarrow missing for a table
+        return SourcePreview(without_spec(source, str(exc)), "", summary)
+    if not first.found:
+        return SourcePreview(_no_records(source, skips, first.exhausted), "", summary, len(files))
+    return SourcePreview(None, _records_text(source, files, summary, first, skips), summary, len(files))
+
+
+@dataclass(frozen=True)
+class _ReadBounds:
+    """When a preview stops reading: after this many records, bytes, skipped records or seconds."""
+
+    items: int
+    max_bytes: int
+    max_skips: int
+    seconds: float
+
+
+@dataclass
+class _FirstRecords:
+    found: list[Document | Conversation]
+    exhausted: bool  # the source ended before a bound was reached
+
+
+def _read_first_records(source: Source, files: list[Path], skips: SkipLog, bounds: _ReadBounds) -> _FirstRecords:
     found: list[Document | Conversation] = []
     started = time.monotonic()
     reader = source.iter_items(files, skips)
@@ -97,36 +123,36 @@ def preview_source(
         for item in reader:
             found.append(item)
             if (
-                len(found) >= items
-                or source.bytes_done[0] > max_bytes
-                or skips.count >= max_skips
-                or time.monotonic() - started > seconds
+                len(found) >= bounds.items
+                or source.bytes_done[0] > bounds.max_bytes
+                or skips.count >= bounds.max_skips
+                or time.monotonic() - started > bounds.seconds
             ):
                 exhausted = False
                 break
-    except DatastoreError as exc:  # e.g. pyarrow missing for a table
-        return SourcePreview(without_spec(source, str(exc)), "", summary)
     finally:
         reader.close()
-    if not found:
-        return SourcePreview(_no_records(source, skips, exhausted), "", summary, len(files))
+    return _FirstRecords(found, exhausted)
 
+
+def _records_text(source: Source, files: list[Path], summary: str, first: _FirstRecords, skips: SkipLog) -> str:
+    """The preview shown: a heading, each record found, and an example of what was skipped."""
     noun = "conversations" if source.kind == "chat" else "documents"
     head = f"{KIND_LABELS[source.kind]} · {source.path}"
     if source.kind in ("jsonl", "table"):
         head += f" · field “{source.options.text_field}”"
-    lines = [head, f"{summary}. The first {len(found)} {noun}{'' if exhausted else ' (of more)'}:", ""]
-    for item in found:
+    lines = [head, f"{summary}. The first {len(first.found)} {noun}{'' if first.exhausted else ' (of more)'}:", ""]
+    for item in first.found:
         lines.append(f"── {short_location(item.location, files)}")
         lines.append(_conversation_text(item) if isinstance(item, Conversation) else _clip(item.text, 400, 8))
         lines.append("")
     if skips.count:
-        first = skips.examples[0]
+        example = skips.examples[0]
         lines.append(
             f"{skips.count} record{'s' if skips.count != 1 else ''} skipped so far, e.g. "
-            f"{short_location(first['location'], files)}: {first['reason']}"
+            f"{short_location(example['location'], files)}: {example['reason']}"
         )
-    return SourcePreview(None, "\n".join(lines).rstrip(), summary, len(files))
+    return "\n".join(lines).rstrip()
 
 
 def _list_files(source: Source) -> tuple[list[Path], bool]:
