@@ -2,11 +2,11 @@
 message, while a field is invalid (out of range, a model path or datastore that does not exist,
 a file that is not a Draftscope index, a newly chosen catalogue model not downloaded yet).
 
-The Model tab, built here, offers the model catalogue (size, memory needed, downloaded or not; a
-download runs here with progress and cancel: ``DownloadBox``), the precision (auto says what it
-picks here and why) and only the draft models that share the chosen model's tokenizer, saying why
-the others are not offered. The other tabs: ``settings_tabs``; the rules, without Qt:
-``draftscope.core.settings_checks``."""
+The Model tab offers the model catalogue (size, memory needed, downloaded or not; a download runs
+in the dialog with progress and cancel: ``DownloadBox``), the precision (auto says what it picks
+here and why) and only the draft models that share the chosen model's tokenizer, saying why the
+others are not offered. Its widgets and downloads: ``settings_model_tab``; the other tabs:
+``settings_tabs``; the rules, without Qt: ``draftscope.core.settings_checks``."""
 
 from __future__ import annotations
 
@@ -18,11 +18,8 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QLabel,
     QLineEdit,
-    QPushButton,
-    QSizePolicy,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -33,7 +30,6 @@ from draftscope.core.settings_checks import (
     OTHER,
     auto_precision_text,
     available_devices,
-    browse_start,
     catalog_entry,
     catalog_item_text,
     catalog_setting,
@@ -44,23 +40,18 @@ from draftscope.core.settings_checks import (
     dropped_draft_note,
     model_problem,
 )
-from draftscope.core.words import run_precision, sentence, size_text
-from draftscope.gui.dialogs.model_download import DownloadBox
+from draftscope.core.words import run_precision, sentence
+from draftscope.gui.dialogs.settings_model_tab import OTHER_TEXT, ModelTabParts
 from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
-from draftscope.gui.form_widgets import align_label_columns, form_layout, hint, row, show_error
+from draftscope.gui.form_widgets import align_label_columns, hint, row, show_error
 from draftscope.models import catalog
-from draftscope.models.local import find_local_models
 from draftscope.models.resolve import DEFAULT_MODEL
 from draftscope.storage.settings import DTYPES, Settings
 
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
-# Changing one of these starts, restarts or stops the local server (the launcher's apply_settings).
 
-_OTHER_TEXT = "Other: folder, .gguf file or hub id"
-
-
-class SettingsDialog(QDialog):
+class SettingsDialog(ModelTabParts, QDialog):
     """``SettingsDialog(settings)``; after ``exec()`` returns Accepted, ``result_settings()`` is the
     edited copy. ``devices`` overrides the detected device list, ``fetch_model`` the catalogue
     download (tests); ``learned`` and ``recurrent`` say in words what the model has learned from its
@@ -124,61 +115,7 @@ class SettingsDialog(QDialog):
         self._show(self._original)
         self.resize(max(640, self.sizeHint().width()), self.sizeHint().height())
 
-    # --- the Model tab --------------------------------------------------------------------------
-
-    def _model_tab(self) -> QWidget:
-        tab = QWidget()
-        form = form_layout(tab)
-        self.model_combo = QComboBox(objectName="modelCombo")
-        for model in catalog.CATALOG:
-            self.model_combo.addItem(model.title, model.name)
-        # GGUF models LM Studio and Ollama already keep on this computer: their file is the setting
-        for local in find_local_models():
-            self.model_combo.addItem(
-                f"{local.name} · {local.app} · {size_text(local.size)} · on this computer", str(local.path)
-            )
-            self.model_combo.setItemData(self.model_combo.count() - 1, str(local.path), Qt.ItemDataRole.ToolTipRole)
-        self.model_combo.addItem(_OTHER_TEXT, OTHER)
-        self.model_combo.currentIndexChanged.connect(self._on_model_changed)
-        form.addRow("Model:", self.model_combo)
-        self.model_edit = QLineEdit(objectName="modelEdit")
-        self.model_edit.setPlaceholderText("a model folder, a .gguf file or a hub id (org/name)")
-        self.model_edit.textChanged.connect(lambda text: self._typed(self.model_combo, text))
-        self.model_edit.editingFinished.connect(lambda: self.drafting.update_default_datastore())
-        self.model_other_row = self._other_row(self.model_edit, "Model", "model")
-        form.addRow("", self.model_other_row)
-        self.model_box = self._download_box("model")
-        form.addRow("", self.model_box)
-
-        self._running_rows(form)
-
-        self.draft_model_combo = QComboBox(objectName="draftModelCombo")
-        self.draft_model_combo.currentIndexChanged.connect(self._on_draft_changed)
-        form.addRow("Draft model:", self.draft_model_combo)
-        self.draft_model_edit = QLineEdit(objectName="draftModelEdit")
-        self.draft_model_edit.setPlaceholderText(
-            "a smaller model with the same tokenizer: folder, .gguf file or hub id"
-        )
-        self.draft_model_edit.textChanged.connect(lambda text: self._typed(self.draft_model_combo, text))
-        self.draft_model_edit.textChanged.connect(self._update_model_drafter)
-        self.draft_other_row = self._other_row(self.draft_model_edit, "Draft model", "draftModel")
-        form.addRow("", self.draft_other_row)
-        self.draft_box = self._download_box("draftModel")
-        form.addRow("", self.draft_box)
-        self.draft_hint = hint("", wrap=True, objectName="draftModelHint")
-        form.addRow("", self.draft_hint)
-        form.addRow(
-            "",
-            hint(
-                "Changing the model, device, precision, workers, context length or draft model reloads the model.",
-                wrap=True,
-            ),
-        )
-        filler = QWidget()  # spare height goes below the last row, not between wrapped hints
-        filler.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
-        form.addRow(filler)
-        self._model_form = form
-        return tab
+    # --- the Model tab: where the model runs (the rest: ModelTabParts) ----------------------------
 
     def _running_rows(self, form) -> None:
         """Where and how the model runs: device, precision, backend, workers and context length."""
@@ -227,25 +164,6 @@ class SettingsDialog(QDialog):
         )
         self.context = ContextLength()
         form.addRow("Context length:", self.context)
-
-    def _other_row(self, edit: QLineEdit, what: str, prefix: str) -> QWidget:
-        """The line edit for a model outside the catalogue, with Folder… and GGUF… pickers."""
-        upper = prefix[:1].upper() + prefix[1:]
-        folder = QPushButton("Folder…", objectName=f"browse{upper}FolderButton")
-        folder.setToolTip("Choose a Hugging Face model folder")
-        folder.clicked.connect(lambda: self._browse_folder(edit, f"{what} folder"))
-        gguf = QPushButton("GGUF…", objectName=f"browse{upper}GgufButton")
-        gguf.setToolTip("Choose a single .gguf model file")
-        gguf.clicked.connect(lambda: self._browse_gguf(edit, f"GGUF {what.lower()}"))
-        return row(edit, folder, gguf)
-
-    def _download_box(self, prefix: str) -> DownloadBox:
-        box = DownloadBox(prefix, self._fetch_model)
-        box.download_button.clicked.connect(lambda: self._start_download(box))
-        box.download.ended.connect(lambda outcome: self._download_ended(box, outcome))
-        return box
-
-    # --- settings <-> widgets ---------------------------------------------------------------
 
     def _show(self, s: Settings) -> None:
         if self._downloading():  # Restore defaults during a download: it goes on
@@ -414,7 +332,7 @@ class SettingsDialog(QDialog):
         offered = draft_candidates(target)
         for m in offered:
             combo.addItem(self._item_text(m), m.name)
-        combo.addItem(_OTHER_TEXT, OTHER)
+        combo.addItem(OTHER_TEXT, OTHER)
         entry = catalog_entry(spec)
         if entry is not None and target is not None and entry not in offered:
             self._draft_note = dropped_draft_note(entry, target)
@@ -513,29 +431,6 @@ class SettingsDialog(QDialog):
                 self.tabs.setCurrentIndex(i)
         widget.setFocus()
 
-    # --- downloading a catalogue model: one at a time -------------------------------------------
-
-    def _downloading(self) -> bool:
-        return self.model_box.download.running or self.draft_box.download.running
-
-    def _start_download(self, box: DownloadBox) -> None:
-        offered = box is self.draft_box and self.chosen_draft_model() is None
-        if box.model is None or self._downloading() or not box.download.start(box.model):
-            return
-        if offered:  # the offered draft model: downloading it is choosing it, and drafting with it
-            self.draft_model_combo.setCurrentIndex(self.draft_model_combo.findData(box.model.name))
-            self.drafting.model.setChecked(True)
-        self.error_label.hide()
-        self._update_model_state()
-
-    def _download_ended(self, box: DownloadBox, outcome: str) -> None:
-        if outcome == "failed":
-            box.download.show_status(
-                f"The model could not be downloaded. {box.download.why_failed()} Press Download to retry.", error=True
-            )
-        self._refresh_items()
-        self._update_model_state()
-
     # --- closing -----------------------------------------------------------------------------
 
     def reject(self) -> None:
@@ -547,17 +442,3 @@ class SettingsDialog(QDialog):
         super().done(result)
         for box in (self.model_box, self.draft_box):
             box.download.close()
-
-    # --- file pickers -----------------------------------------------------------------------
-
-    def _browse_folder(self, edit: QLineEdit, title: str) -> None:
-        folder = QFileDialog.getExistingDirectory(self, title, browse_start(edit.text()))
-        if folder:
-            edit.setText(folder)
-
-    def _browse_gguf(self, edit: QLineEdit, title: str) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, title, browse_start(edit.text()), "GGUF models (*.gguf);;All files (*)"
-        )
-        if path:
-            edit.setText(path)
