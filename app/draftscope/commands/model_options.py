@@ -12,6 +12,14 @@ from draftscope.rules import BACKENDS, NO_SEED
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    _add_model_choice(p)
+    _add_drafting_arguments(p)
+    _add_sampling_arguments(p)
+    _add_running_arguments(p)
+
+
+def _add_model_choice(p: argparse.ArgumentParser) -> None:
+    """Which model answers, and the datastore its retrieval drafts come from."""
     p.add_argument(
         "--model",
         default="default",
@@ -21,6 +29,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--datastore", default=None, help="index for retrieval drafts (default: the default chat datastore if built)"
     )
+
+
+def _add_drafting_arguments(p: argparse.ArgumentParser) -> None:
+    """Which drafters run, their draft model and head, and how many draft tokens a step verifies."""
     p.add_argument(
         "--drafters",
         default="auto",
@@ -46,6 +58,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         help="draft tokens verified per step, the most the model checks in one forward (default: "
         "adaptive, from the measured cost of a forward and how often drafts are accepted)",
     )
+
+
+def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
+    """How the answer is sampled, how long it may be, and the system prompt before it."""
     p.add_argument(
         "--temperature",
         type=argtypes.sampling("temperature"),
@@ -84,6 +100,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         help="the answer's length limit in tokens (default: 512)",
     )
     p.add_argument("--system", default=None, help="system prompt")
+
+
+def _add_running_arguments(p: argparse.ArgumentParser) -> None:
+    """Where and how the model runs (device, precision, backend, workers, threads, context), and what it reports."""
     p.add_argument(
         "--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)"
     )
