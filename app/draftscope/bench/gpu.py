@@ -79,8 +79,14 @@ def _sections(text: str) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from draftscope.bench.spec import DEFAULT_QUESTIONS
+    _add_model_arguments(p)
+    _add_measure_arguments(p)
+    _add_backend_arguments(p)
+    _add_output_arguments(p)
 
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """What runs: the device, a shape or a real model, and its precision."""
     p.add_argument(
         "--device", type=argtypes.device, default=None, help="cuda, mps or cpu (default: the best available)"
     )
@@ -98,6 +104,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="default: bf16 on CUDA, fp32 elsewhere for a shape; the app's choice for --model",
     )
+
+
+def _add_measure_arguments(p: argparse.ArgumentParser) -> None:
+    """How much is measured: answer lengths, cache lengths, bandwidth and repetitions."""
     p.add_argument(
         "--tokens",
         type=argtypes.positive_int,
@@ -119,6 +129,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "of cards by name; none for a CPU)",
     )
     p.add_argument("--reps", type=argtypes.positive_int, default=5, help="timed repetitions of each figure")
+
+
+def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """The torch backend's cache, attention and compilation, to compare their costs."""
     p.add_argument(
         "--cache",
         choices=("auto", "static", "dynamic"),
@@ -140,6 +154,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the graphed steps through torch.compile: on, off, or auto (on where CUDA and Triton are, as "
         "the app runs); the capture's progress is printed with its times",
     )
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """Where figures go, which sections run, and the spec-bench section's inputs."""
+    from draftscope.bench.spec import DEFAULT_QUESTIONS
+
     p.add_argument("--json", dest="json_out", default=None, help="also write every figure as JSON lines here")
     p.add_argument("--sections", type=_sections, default=list(SECTIONS), help=f"a subset of {','.join(SECTIONS)}")
     p.add_argument(

@@ -92,6 +92,13 @@ def _clock(seconds: float) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_drafting_arguments(p)
+    _add_test_arguments(p)
+    _add_running_arguments(p)
+
+
+def _add_drafting_arguments(p: argparse.ArgumentParser) -> None:
+    """The model audited, its drafters, and the sampling settings the audit runs under."""
     p.add_argument("--model", default="default")
     p.add_argument(
         "--draft-model",
@@ -115,6 +122,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=argtypes.count, default=0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
+
+
+def _add_test_arguments(p: argparse.ArgumentParser) -> None:
+    """The prompts, the size of each test (seeds, runs, PIT tokens), the draft budget and the biased control."""
     p.add_argument("--prompts", type=argtypes.positive_int, default=4, help="sample prompts (built in, or --questions)")
     p.add_argument("--questions", default=None, help="Spec-Bench JSONL to take prompts from")
     p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=64, help="answers' length (identity tests)")
@@ -139,6 +150,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run the sampling tests with broken noise only (to measure the audit's power)",
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def _add_running_arguments(p: argparse.ArgumentParser) -> None:
+    """What runs the model, and where the results go."""
     p.add_argument("--device", type=argtypes.device, default=None)
     p.add_argument(
         "--dtype", type=argtypes.dtype, default=None, help="float32, bfloat16 or float16 (default: per device)"

@@ -76,6 +76,14 @@ REFERENCES = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_question_arguments(p)
+    _add_method_arguments(p)
+    _add_learning_arguments(p)
+    _add_output_arguments(p)
+
+
+def _add_question_arguments(p: argparse.ArgumentParser) -> None:
+    """Which questions are asked, and how long each answer may be."""
     p.add_argument(
         "--questions",
         default=os.environ.get("DRAFTSCOPE_SPEC_BENCH", str(DEFAULT_QUESTIONS)),
@@ -87,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--categories", default="", help="comma-separated subset of categories")
     p.add_argument("--max-new-tokens", type=argtypes.positive_int, default=128)
+
+
+def _add_method_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, its drafters and the methods compared, and what runs them."""
     p.add_argument("--model", default="default")
     p.add_argument("--datastore", default=None, help="index for retrieval (default: the default chat datastore)")
     p.add_argument("--draft-model", default=None, help="a small model for hf-assisted and our model drafter")
@@ -117,6 +129,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="what runs the model (auto: llama.cpp for a GGUF on the CPU); the baseline is that "
         "backend's own plain loop: HF generate (hf) or llama-cpp-python's Llama (llama)",
     )
+
+
+def _add_learning_arguments(p: argparse.ArgumentParser) -> None:
+    """Second turns, and answers learned before the run (with their learning curve)."""
     p.add_argument(
         "--second-turns",
         action="store_true",
@@ -138,6 +154,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ShareGPT prompts after N answers of --learn-from were learned",
     )
     p.add_argument("--held-out", type=argtypes.positive_int, default=12, help="prompts per point of the learning curve")
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """Repeated runs for steadier times, and where the results are written."""
     p.add_argument(
         "--repeats",
         type=argtypes.positive_int,
