@@ -24,6 +24,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -229,7 +230,17 @@ def tally(results: list[dict]) -> dict[str, collections.Counter]:
     return table
 
 
-def main(argv=None) -> int:
+class FuzzRun(NamedTuple):
+    """What one fuzzing run tried and found."""
+
+    layouts: int  # seed indexes, one per storage layout
+    results: list[dict]
+    problems: list[dict]
+    arguments: list[dict]  # the outcomes of each bad argument set
+    seconds: float
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--files", type=int, default=2000, help="damaged files to try")
     p.add_argument("--seed", type=int, default=0)
@@ -237,13 +248,11 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=250, help="files per child process")
     p.add_argument("--json", dest="json_out", default=None, help="also write the figures to this JSON file")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.child is not None:
-        child([line for line in sys.stdin.read().splitlines() if line], int(args.child))
-        return 0
-    if args.files < 1:
-        p.error("--files must be at least 1")
+    return p
 
+
+def _fuzz(args: argparse.Namespace) -> FuzzRun:
+    """Damaged files through the children, then bad arguments on a good index (the rng in that order)."""
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="draftscope-fuzz-") as tmp:
@@ -257,15 +266,21 @@ def main(argv=None) -> int:
             files.append(str(path))
         results, problems = run_children(files, timeout=args.timeout, batch=args.batch, seed=args.seed)
         arguments = [o for o in probe_arguments(str(seeds[0]), rng)]
-    seconds = time.perf_counter() - t0
+    return FuzzRun(len(seeds), results, problems, arguments, time.perf_counter() - t0)
 
-    table = tally(results)
-    for tries in arguments:
+
+def _table(run: FuzzRun) -> dict[str, collections.Counter]:
+    table = tally(run.results)
+    for tries in run.arguments:
         for op, outcome in tries.items():
             table.setdefault(op, collections.Counter())[outcome] += 1
+    return table
+
+
+def _print_report(args: argparse.Namespace, run: FuzzRun, table: dict[str, collections.Counter]) -> None:
     print(
-        f"{args.files:,} damaged index files ({len(seeds)} layouts) and {len(arguments)} bad argument sets, "
-        f"in child processes, {seconds:.0f}s"
+        f"{args.files:,} damaged index files ({run.layouts} layouts) and {len(run.arguments)} bad argument sets, "
+        f"in child processes, {run.seconds:.0f}s"
     )
     print("| interface | tried | answered | clear errors (by type) |")
     print("|---|---:|---:|---|")
@@ -273,27 +288,40 @@ def main(argv=None) -> int:
         tried = sum(counts.values())
         errors = ", ".join(f"{n:,} {k.split(':', 1)[1]}" for k, n in sorted(counts.items()) if k.startswith("error:"))
         print(f"| {op} | {tried:,} | {counts['ok']:,} | {errors or '—'} |")
-    crashes = sum(1 for pr in problems if pr["kind"] != "hang")
-    hangs = sum(1 for pr in problems if pr["kind"] == "hang")
+    crashes = sum(1 for pr in run.problems if pr["kind"] != "hang")
+    hangs = sum(1 for pr in run.problems if pr["kind"] == "hang")
     print(
         f"crashes {crashes}, hangs {hangs} (of {args.files:,} files; a crash is a child killed by a signal or "
         f"exiting abnormally, a hang {args.timeout:.0f}s without an answer)"
     )
-    for pr in problems:
+    for pr in run.problems:
         print(f"PROBLEM {pr['kind']}: {pr['file']}: {pr['detail']}")
+
+
+def _write_json(path: str, files: int, run: FuzzRun, table: dict[str, collections.Counter]) -> None:
+    figures = {
+        "files": files,
+        "seconds": run.seconds,
+        "problems": run.problems,
+        "table": {k: dict(v) for k, v in table.items()},
+    }
+    Path(path).write_text(json.dumps(figures, indent=2))
+
+
+def main(argv=None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.child is not None:
+        child([line for line in sys.stdin.read().splitlines() if line], int(args.child))
+        return 0
+    if args.files < 1:
+        p.error("--files must be at least 1")
+    run = _fuzz(args)
+    table = _table(run)
+    _print_report(args, run, table)
     if args.json_out:
-        Path(args.json_out).write_text(
-            json.dumps(
-                {
-                    "files": args.files,
-                    "seconds": seconds,
-                    "problems": problems,
-                    "table": {k: dict(v) for k, v in table.items()},
-                },
-                indent=2,
-            )
-        )
-    return 1 if problems else 0
+        _write_json(args.json_out, args.files, run, table)
+    return 1 if run.problems else 0
 
 
 if __name__ == "__main__":
