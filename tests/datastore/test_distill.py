@@ -11,14 +11,13 @@ import torch
 from engine_fixtures import tiny_llama
 
 from draftscope.cli import main
+from draftscope.datastore.answer_generation import encode_prompt, stop_token_ids
 from draftscope.datastore.distill import (
     DistillProgress,
     answers_path_for,
     distill,
-    encode_prompt,
     prompt_id,
     read_prompts,
-    stop_token_ids,
 )
 from draftscope.datastore.manifest import read_manifest
 from draftscope.datastore.progress import CancelToken
