@@ -203,6 +203,30 @@ def run_round(
     }
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serve_command(
+    model: str, port: int, parallel: int, *, drafting: bool, workers: str | None, backend: str
+) -> list[str]:
+    """``draftscope serve`` as the bench runs it: no history, a queue that holds every client."""
+    import sys
+
+    command = [sys.executable, "-m", "draftscope", "serve", "--model", model, "--port", str(port)]
+    command += ["--parallel", str(parallel), "--queue-limit", "64", "--no-history"]
+    command += ["--drafters", "auto" if drafting else "none"]
+    if workers:
+        command += ["--rpc", workers]
+    if backend != "auto":
+        command += ["--backend", backend]
+    return command
+
+
 class OurServer:
     """``draftscope serve`` in a process of its own, as a user runs it (the clients here must not
     share its interpreter: they would take turns with its answers for the GIL)."""
@@ -217,40 +241,24 @@ class OurServer:
         backend: str = "auto",
         timeout: float = 600.0,
     ) -> None:
-        import socket
         import subprocess
-        import sys
-        import urllib.request
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        command = [
-            sys.executable,
-            "-m",
-            "draftscope",
-            "serve",
-            "--model",
-            model,
-            "--port",
-            str(port),
-            "--parallel",
-            str(parallel),
-            "--queue-limit",
-            "64",
-            "--no-history",
-            "--drafters",
-            "auto" if drafting else "none",
-        ]
-        if workers:
-            command += ["--rpc", workers]
-        if backend != "auto":
-            command += ["--backend", backend]
         import tempfile
 
+        port = _free_port()
+        command = _serve_command(model, port, parallel, drafting=drafting, workers=workers, backend=backend)
         self.log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the server
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
         self.url = f"http://127.0.0.1:{port}/v1"
+        self._wait_until_up(timeout)
+        self.banner = (
+            f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
+            f"{f' --backend {backend}' if backend != 'auto' else ''}"
+        )
+
+    def _wait_until_up(self, timeout: float) -> None:
+        """Until the server lists its models; an error with its log if it exits, or if it never answers."""
+        import urllib.request
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -259,16 +267,11 @@ class OurServer:
             try:
                 with urllib.request.urlopen(self.url + "/models", timeout=2) as r:
                     if r.status == 200:
-                        break
+                        return
             except OSError:
                 time.sleep(0.3)
-        else:
-            self.stop()
-            raise RuntimeError("draftscope serve did not come up")
-        self.banner = (
-            f"draftscope serve --parallel {parallel} --drafters {'auto' if drafting else 'none'}"
-            f"{f' --backend {backend}' if backend != 'auto' else ''}"
-        )
+        self.stop()
+        raise RuntimeError("draftscope serve did not come up")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
