@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QLabel,
@@ -36,6 +35,7 @@ from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.gui.panels.docks import build_docks
 from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.status_bar import StatusLine
+from draftscope.gui.window_menus import build_menus
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
 # figure is older than this, after an answer (never during one).
@@ -81,7 +81,7 @@ class MainWindow(QMainWindow):
         self.model_switcher.other_requested.connect(self.settings_requested)
         self._lay_out()
 
-        self._build_menus()
+        build_menus(self)  # File, Chat and View
         add_help_menu(self)  # shortcuts (read off the actions) and About
         self.conversations.menu_actions = [self.rename_action, self.export_action, None, self.delete_action]
         build_docks(self, engine)  # the inspection panels and the documents
@@ -142,74 +142,6 @@ class MainWindow(QMainWindow):
         composer.chips.count_tokens = self.session.count_tokens  # chips say their size in the model's tokens
         composer.drops.install(self.chat_view)  # files dropped on the chat attach too
         return composer
-
-    def _build_menus(self) -> None:
-        def action(menu, text, slot, shortcut=None, name=None) -> QAction:
-            act = QAction(text, self)
-            if shortcut:
-                act.setShortcut(QKeySequence(shortcut))
-            if name:
-                act.setObjectName(name)
-            act.triggered.connect(slot)
-            menu.addAction(act)
-            return act
-
-        def current(method):  # an action on the conversation shown
-            return lambda: self.conversation_id is not None and not self.streaming and method(self.conversation_id)
-
-        file_menu = self.menuBar().addMenu("&File")
-        action(file_menu, "&New conversation", self.new_conversation, "Ctrl+N", "newConversationAction")
-        self.export_action = action(
-            file_menu,
-            "&Export conversation as Markdown…",
-            current(self.conversations.ask_export),
-            "Ctrl+Shift+E",
-            "exportAction",
-        )
-        action(file_menu, "Export &all conversations…", self.conversations.ask_export_all, None, "exportAllAction")
-        action(file_menu, "&Import conversations…", self.conversations.ask_import, None, "importAction")
-        self.wizard_action = action(
-            file_menu, "&Build a datastore…", self.open_datastore_wizard, "Ctrl+Shift+B", "datastoreWizardAction"
-        )
-        self.forget_action = action(
-            file_menu, "&Forget the learned answers…", self.forget_learned, None, "forgetLearnedAction"
-        )
-        self.train_action = action(
-            file_menu, "&Train the recurrent drafter…", self.open_train_dialog, None, "trainHeadAction"
-        )
-        file_menu.addSeparator()
-        self.settings_action = action(
-            file_menu, "&Settings…", lambda: self.settings_requested.emit(), "Ctrl+,", "settingsAction"
-        )  # Qt's Preferences key is empty outside macOS
-        file_menu.addSeparator()
-        action(file_menu, "&Quit", QApplication.quit, QKeySequence.StandardKey.Quit, "quitAction")
-
-        chat_menu = self.menuBar().addMenu("&Chat")
-        self.regenerate_action = action(
-            chat_menu, "&Regenerate answer", lambda: self.regenerate(), "Ctrl+R", "regenerateAction"
-        )
-        self.edit_action = action(chat_menu, "&Edit last message", self.edit_last, "Ctrl+E", "editAction")
-        self.stop_action = action(chat_menu, "&Stop", self.stop, "Ctrl+.", "stopAction")
-        self.race_action = action(
-            chat_menu, "R&ace plain vs speculative…", self.open_race, "Ctrl+Shift+R", "raceAction"
-        )
-        self.baseline_action = action(
-            chat_menu, "&Measure plain decoding speed", self.measure_baseline, None, "measureBaselineAction"
-        )
-        chat_menu.addSeparator()
-        self.rename_action = action(
-            chat_menu, "Re&name conversation…", current(self.conversations.ask_rename), "F2", "renameAction"
-        )
-        self.delete_action = action(
-            chat_menu, "&Delete conversation…", current(self.conversations.ask_delete), None, "deleteAction"
-        )
-        self.view_menu = self.menuBar().addMenu("&View")
-        self.provenance_action = QAction("&Colour drafted tokens", self, objectName="provenanceAction", checkable=True)
-        self.provenance_action.setShortcut(QKeySequence("Ctrl+D"))
-        self.provenance_action.setToolTip("Colour each token of the answers by where it came from; hover for its step")
-        self.provenance_action.toggled.connect(self.set_show_provenance)
-        self.view_menu.addAction(self.provenance_action)
-        self.view_menu.addSeparator()
 
     # ------------------------------------------------------------------ state
 
