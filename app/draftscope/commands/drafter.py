@@ -69,24 +69,12 @@ def _eta(seconds: float | None) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from draftscope.datastore.progress import CancelToken
     from draftscope.drafters.recurrent.files import HeadError, default_head_path
     from draftscope.drafters.recurrent.head_drafter import target_for
-    from draftscope.drafters.recurrent.train import TrainCancelled, TrainError, TrainOptions, train_head
+    from draftscope.drafters.recurrent.train import TrainError
     from draftscope.engine.engine import Engine
-    from draftscope.models import assets
 
-    data = args.data or [f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"]
-    options = TrainOptions(
-        data=data,
-        tokens=args.tokens,
-        seq_len=args.seq_len,
-        batch=args.batch,
-        length=args.length,
-        draft_vocab=args.draft_vocab,
-        lr=args.lr,
-        seed=args.seed,
-    )
+    options = _train_options(args)
     try:
         options.validate()
     except TrainError as exc:
@@ -101,23 +89,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
     print(f"{engine.name} on {engine.backend.describe()}", file=sys.stderr)
+    return _train_and_report(args, engine, target, options, out)
+
+
+def _train_options(args: argparse.Namespace):
+    """The command's training options; without --data, the ShareGPT chats (fetched once)."""
+    from draftscope.drafters.recurrent.train import TrainOptions
+    from draftscope.models import assets
+
+    data = args.data or [f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"]
+    return TrainOptions(
+        data=data,
+        tokens=args.tokens,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        length=args.length,
+        draft_vocab=args.draft_vocab,
+        lr=args.lr,
+        seed=args.seed,
+    )
+
+
+def _train_and_report(args: argparse.Namespace, engine, target, options, out: str) -> int:
+    """Trains the head (Ctrl-C cancels it, keeping what can be resumed), then closes the engine."""
+    from draftscope.datastore.progress import CancelToken
+    from draftscope.drafters.recurrent.train import TrainCancelled, TrainError, train_head
+
     cancel = CancelToken()
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.cancel())
-
-    def show(p) -> None:
-        if p.phase in ("training", "validating"):
-            val = f" · val τ {p.validation['tau_chain']:.2f}" if p.validation else ""
-            loss = f" · loss {p.loss:.3f}" if p.loss is not None else ""
-            print(
-                f"\r{p.phase:10} step {p.step}/{p.steps} · {p.tokens:,} tokens · {p.tokens_per_second:,.0f} tokens/s · "
-                f"ETA {_eta(p.eta_seconds)}{loss}{val}   ",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-
     try:
         report = train_head(
             target,
@@ -126,7 +127,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             out,
             model_name=engine.name,
             resume=args.resume,
-            progress=show,
+            progress=_show_training,
             cancel=cancel,
             log=lambda s: print(f"\n{s}", file=sys.stderr),
         )
@@ -140,6 +141,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
         engine.backend.close()
+    _print_trained(report)
+    return 0
+
+
+def _show_training(p) -> None:
+    if p.phase in ("training", "validating"):
+        val = f" · val τ {p.validation['tau_chain']:.2f}" if p.validation else ""
+        loss = f" · loss {p.loss:.3f}" if p.loss is not None else ""
+        print(
+            f"\r{p.phase:10} step {p.step}/{p.steps} · {p.tokens:,} tokens · {p.tokens_per_second:,.0f} tokens/s · "
+            f"ETA {_eta(p.eta_seconds)}{loss}{val}   ",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _print_trained(report) -> None:
     v = report.validation
     print(
         f"\nwrote {report.out} ({report.head_parameters / 1e6:.1f}M parameters): {report.tokens:,} tokens in "
@@ -147,7 +166,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"(greedy chain), top-1 by depth {', '.join(f'{x:.2f}' for x in v['top1_by_depth'])}",
         file=sys.stderr,
     )
-    return 0
 
 
 def cmd_info(args: argparse.Namespace) -> int:
