@@ -27,7 +27,8 @@ from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer
 
 need_llama_cpp()
-from draftscope.engine.backends.llama.llamacpp import MAX_LEAVES, LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llama.llama_batching import MAX_LEAVES  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
 from draftscope.engine.backends.work import PREFILL_BATCH  # noqa: E402
 
 SAMPLINGS = [

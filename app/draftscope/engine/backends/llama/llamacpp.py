@@ -21,8 +21,6 @@ check that the two agree.
 from __future__ import annotations
 
 import ctypes
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,40 +29,19 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
+from draftscope.engine.backends.llama.llama_batching import (
+    MAX_SEQUENCES,
+    batch_sizes,
+    leaf_sequences,
+    work_problem,
+)
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.engine.backends.llama.llama_lib import lib as _lib
-from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.engine.backends.llama.llama_thread import default_threads, serialised
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, Prefill, Verify
 from draftscope.rules import LLAMA_CONTEXT
 
-MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
-MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
 DEFAULT_CONTEXT = LLAMA_CONTEXT
-
-
-_NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
-
-
-def _serialised(method):
-    """Every llama.cpp computation of the process runs on one thread at a time: the model's stepper
-    (a thread named "llama.cpp ...") calls straight through; any other thread hops onto one shared
-    thread. llama.cpp's OpenMP threads belong to the thread that calls it: decoding from a second
-    thread once the first had decoded cost 86 ms a token instead of 58 (Qwen2.5-1.5B, 2 cores; two
-    thread teams taking turns on the cores)."""
-    import functools
-
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        if threading.current_thread().name.startswith("llama.cpp"):
-            return method(self, *args, **kwargs)
-        return _NATIVE.submit(method, self, *args, **kwargs).result()
-
-    return call
-
-
-def default_threads() -> int:
-    from draftscope.sysinfo import usable_cores
-
-    return usable_cores()
 
 
 class LlamaCppBackend(KeepsPrefixes, Backend):
@@ -135,15 +112,10 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
     def _size_slots_and_batches(self, slots: int) -> int:
         """Sets the slot, tree and batch sizes; returns the context's cells."""
         self.slots = slots
-        self.leaves = min(MAX_LEAVES, MAX_SEQUENCES // slots)  # sequence ids (tree leaves) per slot
-        # Room for every slot's whole tree past the last position its answer may reach: tree
-        # siblings take cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
-        cells = slots * (self.max_context + MAX_TREE + 1)
-        # llama.cpp takes at most n_ctx tokens a decode (and aborts on more): a short context's batches are shorter
-        self.batch_capacity = min(cells, max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL))
-        self.prefill_batch = min(PREFILL_BATCH, self.batch_capacity)
-        self.max_tree = MAX_TREE if slots > 1 else self.batch_capacity - 1  # shared forwards keep room for each
-        return cells
+        self._sizes = batch_sizes(slots, self.max_context)
+        self.leaves, self.batch_capacity = self._sizes.leaves, self._sizes.batch_capacity
+        self.prefill_batch, self.max_tree = self._sizes.prefill_batch, self._sizes.max_tree
+        return self._sizes.cells
 
     def _describe_model(self) -> None:
         buf = ctypes.create_string_buffer(128)
@@ -249,7 +221,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
     def _seq(self, slot: int, leaf: int = 0) -> int:
         return slot * self.leaves + leaf
 
-    @_serialised
+    @serialised
     def clear_slot(self, slot: int) -> None:
         """Forget the slot's answer: every cell tagged with one of its sequences is freed."""
         for leaf in range(self.leaves):
@@ -258,7 +230,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self._last_seqs[slot] = None
         self.held.clear(slot)
 
-    @_serialised
+    @serialised
     def decode_many(self, work: dict) -> dict:
         """One ``llama_decode`` for several slots' Prefill and Verify items; a Verified for each
         Verify (the Prefill items' positions join their slot's cache). An item that cannot be
@@ -266,7 +238,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         L = self._L
         entries, outputs, failed = [], {}, {}
         for slot, item in work.items():
-            problem = self._problem(slot, item)
+            problem = work_problem(slot, item, self._past[slot], self.slots, self._sizes)
             if problem is not None:
                 failed[slot] = ValueError(problem)
         work = {slot: item for slot, item in work.items() if slot not in failed}
@@ -316,7 +288,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         """The batch entries of a slot's root and tree: every leaf's sequence first gets the committed
         prefix, and each node goes in the sequences of the leaves below it."""
         L, tree = self._L, item.tree
-        seqs = _leaf_sequences(tree)
+        seqs = leaf_sequences(tree)
         leaves = sorted({s for node in seqs for s in node}) or [0]
         for leaf in leaves:
             if leaf != 0:
@@ -330,7 +302,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             *((int(tree.tokens[i]), base + int(tree.depth[i]), mine[i], True) for i in range(len(tree))),
         ]
 
-    @_serialised
+    @serialised
     def read_rows(
         self, slot: int, tokens: list[int], *, greedy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -389,29 +361,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         ctypes.memmove(out.data_ptr(), source, rows * width * 4)
         return out
 
-    def _problem(self, slot: int, item) -> str | None:
-        if isinstance(item, Prefill):
-            if item.start != self._past[slot]:
-                return f"slot {slot} holds {self._past[slot]} positions; a prefill from {item.start} does not follow"
-            if len(item.tokens) > self.prefill_batch:
-                return f"a prefill chunk of {len(item.tokens)} tokens; at most {self.prefill_batch} a forward"
-            return None
-        if item.past is not None and item.past != self._past[slot]:
-            return (
-                f"this answer's cache was lost (it held {item.past} positions, the model now {self._past[slot]}): "
-                "the model was opened again"
-            )
-        leaves = len(item.tree.leaves()) if len(item.tree) else 1
-        if leaves > self.leaves:
-            return (
-                f"a draft tree of {leaves} leaves; llama.cpp verifies at most {self.leaves} per answer with "
-                f"{self.slots} answers at once"
-            )
-        if len(item.tree) > self.max_tree:
-            return f"a draft tree of {len(item.tree)} nodes; at most {self.max_tree}"
-        return None
-
-    @_serialised
+    @serialised
     def commit_slot(self, slot: int, path: list[int]) -> None:
         """Keep the slot's verified root and ``path``: every other branch of its tree goes (other
         slots are untouched), and the kept branch becomes the slot's first sequence again."""
@@ -431,7 +381,7 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
             L.llama_memory_seq_cp(self._memory, keep, base, -1, -1)
             L.llama_memory_seq_rm(self._memory, keep, -1, -1)
 
-    @_serialised
+    @serialised
     def truncate_slot(self, slot: int, length: int) -> None:
         L = self._L
         base = self._seq(slot)
@@ -501,19 +451,6 @@ def _size(n: int) -> str:
 def _spread(total: int, parts: int) -> list[int]:
     """``total`` split into ``parts`` whole numbers as equal as can be."""
     return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
-
-
-def _leaf_sequences(tree: DraftTree) -> list[tuple[int, ...]]:
-    """For each node, the sequence ids of the leaves below it (leaf k in node order gets id k);
-    a node's first id is the one llama.cpp masks it by, any of its leaves will do."""
-    n = len(tree)
-    below: list[list[int]] = [[] for _ in range(n)]
-    for k, leaf in enumerate(tree.leaves()):
-        node = int(leaf)
-        while node != -1:
-            below[node].append(k)
-            node = int(tree.parents[node])
-    return [tuple(s) for s in below]
 
 
 def _quantisation(path: Path, description: str) -> str:
