@@ -86,8 +86,9 @@ def test_tiny_shape_prints_every_section_and_keeps_fp32_identity(tmp_path, capsy
     curve_rows = [r for r in curve_rows if "ms" in r]
     assert len(curve_rows) == 2 * 9 and all(r["ms"] > 0 for r in curve_rows)
     for r in curve_rows:  # the bytes a step reads over its time, and that over the bound given
-        assert r["gb_per_s"] == pytest.approx(r["bytes_read"] / (r["ms"] / 1000) / 1e9, rel=0.01)
-        assert r["bound_share"] == pytest.approx(r["gb_per_s"] / 50, rel=0.01)
+        # the file keeps GB/s to 2 decimals: a slow machine's 0.06 GB/s is 0.0624 before rounding
+        assert r["gb_per_s"] == pytest.approx(r["bytes_read"] / (r["ms"] / 1000) / 1e9, rel=0.01, abs=0.006)
+        assert r["bound_share"] == pytest.approx(r["gb_per_s"] / 50, rel=0.01, abs=0.0002)
     assert all(r["ratio"] == 1.0 for r in curve_rows if r["nodes"] == 0)
     assert {r["nodes"] for r in curve_rows} == {0, 1, 2, 4, 8, 16, 32, 64}
     steps = next(r for r in rows if r["section"] == "worst step" and r["part"] == "steps")
