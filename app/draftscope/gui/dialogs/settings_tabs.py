@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
+    QFormLayout,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
@@ -29,11 +30,22 @@ from draftscope.storage.settings import MAX_PARALLEL, MAX_THREADS, Settings
 from draftscope.sysinfo import usable_cores
 
 THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
+SEED_HINT = (
+    "sampled answers: the same seed writes the same answer, with or "
+    "without drafts; each answer shows its seed; Regenerate draws a "
+    "new one"
+)
+THREADS_HINT = "CPU threads the model computes on; fewer leave room for other work (the model is loaded again)"
 
 
 def _kept_float(spin: QDoubleSpinBox, original: float) -> float:
     # The spin box rounds to its decimals; an untouched field keeps its exact stored value.
     return original if round(original, spin.decimals()) == spin.value() else spin.value()
+
+
+def _hinted(field: QWidget, text: str, *, wrap: bool = False) -> QWidget:
+    """A field with its hint beside it, both at their own width."""
+    return row(field, hint(text, wrap=wrap), stretch_first=False)
 
 
 def _server_url(port: int) -> str:
@@ -183,55 +195,9 @@ class GenerationTab(QWidget):
     def __init__(self) -> None:
         super().__init__()
         form = form_layout(self)
-        self.temperature = double_spin("temperatureSpin", RANGES["temperature"].low, RANGES["temperature"].high, 0.05)
-        form.addRow(
-            "Temperature:", row(self.temperature, hint("0 = greedy: always the most likely token"), stretch_first=False)
-        )
-        self.top_p = double_spin("topPSpin", 0.01, RANGES["top_p"].high, 0.05)  # 0.01: the open end's first step
-        form.addRow("Top-p:", row(self.top_p, hint("1 = off"), stretch_first=False))
-        self.top_k = int_spin("topKSpin", RANGES["top_k"].low, RANGES["top_k"].high)
-        self.top_k.setSpecialValueText("off")
-        form.addRow("Top-k:", row(self.top_k, hint("0 = off"), stretch_first=False))
-        self.max_new_tokens = int_spin("maxNewTokensSpin", RANGES["max_new_tokens"].low, RANGES["max_new_tokens"].high)
-        self.max_new_tokens.setSingleStep(64)
-        form.addRow("Max new tokens:", row(self.max_new_tokens, stretch_first=False))
-        self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, RANGES["repetition_penalty"].high, 0.05)
-        form.addRow("Repetition penalty:", row(self.repetition_penalty, hint("1 = off"), stretch_first=False))
-        self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
-        self.seed.setSpecialValueText("random")
-        form.addRow(
-            "Seed:",
-            row(
-                self.seed,
-                hint(
-                    "sampled answers: the same seed writes the same answer, with or "
-                    "without drafts; each answer shows its seed; Regenerate draws a "
-                    "new one",
-                    wrap=True,
-                ),
-                stretch_first=False,
-            ),
-        )
-        self.threads = int_spin("threadsSpin", 0, MAX_THREADS)
-        self.threads.setSpecialValueText(f"all cores ({usable_cores()})")
-        form.addRow(
-            "Threads:",
-            row(
-                self.threads,
-                hint(
-                    "CPU threads the model computes on; fewer leave room for other work (the model is loaded again)",
-                    wrap=True,
-                ),
-                stretch_first=False,
-            ),
-        )
-        self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
-        self.system_prompt.setPlaceholderText("none: the model's own default")
-        self.system_prompt.setMinimumHeight(100)
-        self.presets = PresetPicker(self.system_prompt)
-        form.addRow("Preset:", self.presets.chooser)
-        form.addRow("System prompt:", self.system_prompt)
-        form.addRow("", self.presets.saver)
+        for label, field in self._number_rows():
+            form.addRow(label, field)
+        self._add_prompt_rows(form)
         self.fields = {
             "prompt_presets": self.presets.name_edit,
             "temperature": self.temperature,
@@ -243,6 +209,39 @@ class GenerationTab(QWidget):
             "system_prompt": self.system_prompt,
             "threads": self.threads,
         }
+
+    def _number_rows(self) -> tuple[tuple[str, QWidget], ...]:
+        """(label, field) for sampling, the answer's length, the seed and the threads, each with its hint."""
+        self.temperature = double_spin("temperatureSpin", RANGES["temperature"].low, RANGES["temperature"].high, 0.05)
+        self.top_p = double_spin("topPSpin", 0.01, RANGES["top_p"].high, 0.05)  # 0.01: the open end's first step
+        self.top_k = int_spin("topKSpin", RANGES["top_k"].low, RANGES["top_k"].high)
+        self.top_k.setSpecialValueText("off")
+        self.max_new_tokens = int_spin("maxNewTokensSpin", RANGES["max_new_tokens"].low, RANGES["max_new_tokens"].high)
+        self.max_new_tokens.setSingleStep(64)
+        self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, RANGES["repetition_penalty"].high, 0.05)
+        self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
+        self.seed.setSpecialValueText("random")
+        self.threads = int_spin("threadsSpin", 0, MAX_THREADS)
+        self.threads.setSpecialValueText(f"all cores ({usable_cores()})")
+        return (
+            ("Temperature:", _hinted(self.temperature, "0 = greedy: always the most likely token")),
+            ("Top-p:", _hinted(self.top_p, "1 = off")),
+            ("Top-k:", _hinted(self.top_k, "0 = off")),
+            ("Max new tokens:", row(self.max_new_tokens, stretch_first=False)),
+            ("Repetition penalty:", _hinted(self.repetition_penalty, "1 = off")),
+            ("Seed:", _hinted(self.seed, SEED_HINT, wrap=True)),
+            ("Threads:", _hinted(self.threads, THREADS_HINT, wrap=True)),
+        )
+
+    def _add_prompt_rows(self, form: QFormLayout) -> None:
+        """The system prompt, under the preset picker and over the preset saver."""
+        self.system_prompt = QPlainTextEdit(objectName="systemPromptEdit")
+        self.system_prompt.setPlaceholderText("none: the model's own default")
+        self.system_prompt.setMinimumHeight(100)
+        self.presets = PresetPicker(self.system_prompt)
+        form.addRow("Preset:", self.presets.chooser)
+        form.addRow("System prompt:", self.system_prompt)
+        form.addRow("", self.presets.saver)
 
     def show_settings(self, s: Settings) -> None:
         self.temperature.setValue(s.temperature)
