@@ -6,7 +6,8 @@ share forwards (the engine's slots); further requests wait in arrival order, at 
 away cancels its answer within one decoding step (the engine checks between steps). Streamed chunks
 carry, in the extension field ``draftscope``, the step's tokens and which drafter drafted each;
 the last chunk carries the answer's statistics (τ, speedup). Answers go to the app's history as
-conversations of their own when the server is given a history store.
+conversations of their own when the server is given a history store. Sending an answer, whole or
+streamed: ``replies``.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import draftscope.server.protocol as p
 from draftscope.core.session import ChatSession, sampling_from
-from draftscope.engine.engine import GenerationRequest, PromptTooLongError
+from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
+from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -160,14 +162,6 @@ def _error(exc: p.ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
-def _engine_error(exc: Exception) -> p.ApiError:
-    if isinstance(exc, PromptTooLongError):
-        return p.ApiError(400, str(exc), param="messages", code="context_length_exceeded")
-    if isinstance(exc, ValueError):
-        return p.ApiError(400, str(exc))
-    return p.ApiError(500, f"{type(exc).__name__}: {exc}", type="server_error")
-
-
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 before any of it is read when its Content-Length is over
     ``limit``, or as soon as a body sent without one (chunked) passes it: a multi-GB POST from any
@@ -193,10 +187,6 @@ def _too_large(size: str, limit: int) -> p.ApiError:
         f"the request body is {size}; this server takes at most {limit:,} bytes (draftscope serve --max-body-mb)",
         code="request_too_large",
     )
-
-
-def _sse(obj) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 def create_app(
@@ -324,7 +314,7 @@ class Api:
         chat: bool,
     ):
         """The answer as one response or as a stream of events; None when the client went away."""
-        reply = _Reply(
+        reply = Reply(
             rid=p.new_id("chatcmpl" if chat else "cmpl"),
             created=int(time.time()),
             model_id=self.model_id,
@@ -336,8 +326,8 @@ class Api:
         gen = self._generation(session, sampling, prompt_ids)
         events = self.answerer.events(session, gen)  # admitted to a slot (or refused) at its first event
         if not stream:
-            return await _whole(request, reply, events)
-        return await _streamed(request, reply, events, gen.stop_strings)
+            return await whole_reply(request, reply, events)
+        return await streamed_reply(request, reply, events, gen.stop_strings)
 
     def _generation(self, session: ChatSession, sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
         """The engine's request: what the client left out of sampling taken from the live settings."""
@@ -362,152 +352,3 @@ async def _responding(handling):
     except p.ApiError as exc:
         return _error(exc)
     return response if response is not None else JSONResponse({}, status_code=499)
-
-
-@dataclass
-class _Reply:
-    """One answer as the client sees it: its id, when it began and the model, in the shape of a chat
-    or of a plain completion."""
-
-    rid: str
-    created: int
-    model_id: str
-    chat: bool
-    prompt_tokens: int
-    usage_chunk: bool  # a last chunk with the usage (stream_options.include_usage)
-
-    def whole(self, final: FinalEvent) -> dict:
-        make = p.chat_response if self.chat else p.completion_response
-        return make(self.rid, self.model_id, final, self.prompt_tokens)
-
-    def opening(self) -> list[str]:
-        """A chat stream starts by naming the speaker."""
-        if not self.chat:
-            return []
-        return [_sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""}))]
-
-    def step(self, text: str, extension: dict) -> str:
-        if self.chat:
-            return _sse(
-                p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": text}, extension=extension)
-            )
-        return _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
-
-    def closing(self, final: FinalEvent, rest: str) -> list[str]:
-        """The held-back text with the finish reason and the answer's statistics, then the usage
-        when it was asked for."""
-        ext = {"stats": p.stats_extension(final)}
-        reason = p.finish_reason(final.finish_reason)
-        if self.chat:
-            out = [
-                _sse(
-                    p.chat_chunk(
-                        self.rid,
-                        self.model_id,
-                        self.created,
-                        delta={"content": rest} if rest else {},
-                        finish=reason,
-                        extension=ext,
-                    )
-                )
-            ]
-        else:
-            out = [
-                _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext))
-            ]
-        if self.usage_chunk:
-            out.append(
-                _sse(
-                    {
-                        "id": self.rid,
-                        "object": "chat.completion.chunk" if self.chat else "text_completion",
-                        "created": self.created,
-                        "model": self.model_id,
-                        "choices": [],
-                        "usage": p.usage(self.prompt_tokens, final.stats),
-                    }
-                )
-            )
-        return out
-
-
-async def _whole(request: Request, reply: _Reply, events):
-    """The answer in one response, once it is over."""
-    try:
-        final = await _unless_gone(request, _last(events))
-    except p.ApiError:
-        raise
-    except _Gone:
-        return None
-    except Exception as exc:  # noqa: BLE001
-        raise _engine_error(exc) from exc
-    request.state.completion_tokens = final.stats.tokens
-    if final.finish_reason == "error":
-        raise p.ApiError(500, final.error or "generation failed", type="server_error")
-    return JSONResponse(reply.whole(final))
-
-
-async def _streamed(request: Request, reply: _Reply, events, stop_strings: list[str]):
-    """The answer as server-sent events. The first event is awaited here, so a queue-full or a bad
-    prompt is an HTTP error (and a client that leaves while its request waits its turn is noticed)."""
-    try:
-        first = await _unless_gone(request, events.__anext__())
-    except p.ApiError:
-        raise
-    except _Gone:
-        return None
-    except Exception as exc:  # noqa: BLE001
-        await events.aclose()
-        raise _engine_error(exc) from exc
-    return StreamingResponse(
-        _chunks(request, reply, first, events, stop_strings),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-async def _chunks(request: Request, reply: _Reply, first, events, stop_strings: list[str]):
-    """Each step's text (less what may still turn out to be a stop sequence), then the closing
-    chunks, then [DONE]; an answer that fails ends with the error's body instead of the closing."""
-    hold = p.StopHoldback(stop_strings)
-    try:
-        for chunk in reply.opening():
-            yield chunk
-        ev = first
-        while not isinstance(ev, FinalEvent):
-            yield reply.step(hold.push("".join(ev.pieces)), p.step_extension(ev))
-            ev = await events.__anext__()
-        request.state.completion_tokens = ev.stats.tokens
-        if ev.finish_reason == "error":
-            yield _sse(p.ApiError(500, ev.error or "generation failed", type="server_error").body())
-        else:
-            for chunk in reply.closing(ev, hold.finish(ev.text)):
-                yield chunk
-        yield "data: [DONE]\n\n"
-    finally:
-        await events.aclose()
-
-
-class _Gone(Exception):
-    """The client disconnected before the answer could be sent."""
-
-
-async def _unless_gone(request: Request, awaitable):
-    """Await ``awaitable`` (a step of the answer's event stream), checking every 100 ms that the
-    client is still there; when it is not, cancel it (which cancels the answer) and raise _Gone."""
-    task = asyncio.ensure_future(awaitable)
-    while not task.done():
-        await asyncio.wait({task}, timeout=0.1)
-        if not task.done() and await request.is_disconnected():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            raise _Gone
-    return task.result()
-
-
-async def _last(events):
-    last = None
-    async for ev in events:
-        last = ev
-    return last

@@ -1,0 +1,179 @@
+"""How the server sends an answer: in one response once it is over, or as server-sent events step
+by step (a chat's or a plain completion's chunks, the stop sequences held back, the statistics and
+the usage at the end), noticing a client that went away. Split from ``asgi`` so that module keeps
+the app, its routes and the answerer (slots, queue, history)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+import draftscope.server.protocol as p
+from draftscope.engine.engine import PromptTooLongError
+from draftscope.engine.events import FinalEvent
+
+
+def _engine_error(exc: Exception) -> p.ApiError:
+    if isinstance(exc, PromptTooLongError):
+        return p.ApiError(400, str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, ValueError):
+        return p.ApiError(400, str(exc))
+    return p.ApiError(500, f"{type(exc).__name__}: {exc}", type="server_error")
+
+
+def _sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+@dataclass
+class Reply:
+    """One answer as the client sees it: its id, when it began and the model, in the shape of a chat
+    or of a plain completion."""
+
+    rid: str
+    created: int
+    model_id: str
+    chat: bool
+    prompt_tokens: int
+    usage_chunk: bool  # a last chunk with the usage (stream_options.include_usage)
+
+    def whole(self, final: FinalEvent) -> dict:
+        make = p.chat_response if self.chat else p.completion_response
+        return make(self.rid, self.model_id, final, self.prompt_tokens)
+
+    def opening(self) -> list[str]:
+        """A chat stream starts by naming the speaker."""
+        if not self.chat:
+            return []
+        return [_sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""}))]
+
+    def step(self, text: str, extension: dict) -> str:
+        if self.chat:
+            return _sse(
+                p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": text}, extension=extension)
+            )
+        return _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
+
+    def closing(self, final: FinalEvent, rest: str) -> list[str]:
+        """The held-back text with the finish reason and the answer's statistics, then the usage
+        when it was asked for."""
+        ext = {"stats": p.stats_extension(final)}
+        reason = p.finish_reason(final.finish_reason)
+        if self.chat:
+            out = [
+                _sse(
+                    p.chat_chunk(
+                        self.rid,
+                        self.model_id,
+                        self.created,
+                        delta={"content": rest} if rest else {},
+                        finish=reason,
+                        extension=ext,
+                    )
+                )
+            ]
+        else:
+            out = [
+                _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext))
+            ]
+        if self.usage_chunk:
+            out.append(
+                _sse(
+                    {
+                        "id": self.rid,
+                        "object": "chat.completion.chunk" if self.chat else "text_completion",
+                        "created": self.created,
+                        "model": self.model_id,
+                        "choices": [],
+                        "usage": p.usage(self.prompt_tokens, final.stats),
+                    }
+                )
+            )
+        return out
+
+
+async def whole_reply(request: Request, reply: Reply, events):
+    """The answer in one response, once it is over."""
+    try:
+        final = await _unless_gone(request, _last(events))
+    except p.ApiError:
+        raise
+    except _Gone:
+        return None
+    except Exception as exc:  # noqa: BLE001
+        raise _engine_error(exc) from exc
+    request.state.completion_tokens = final.stats.tokens
+    if final.finish_reason == "error":
+        raise p.ApiError(500, final.error or "generation failed", type="server_error")
+    return JSONResponse(reply.whole(final))
+
+
+async def streamed_reply(request: Request, reply: Reply, events, stop_strings: list[str]):
+    """The answer as server-sent events. The first event is awaited here, so a queue-full or a bad
+    prompt is an HTTP error (and a client that leaves while its request waits its turn is noticed)."""
+    try:
+        first = await _unless_gone(request, events.__anext__())
+    except p.ApiError:
+        raise
+    except _Gone:
+        return None
+    except Exception as exc:  # noqa: BLE001
+        await events.aclose()
+        raise _engine_error(exc) from exc
+    return StreamingResponse(
+        _chunks(request, reply, first, events, stop_strings),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _chunks(request: Request, reply: Reply, first, events, stop_strings: list[str]):
+    """Each step's text (less what may still turn out to be a stop sequence), then the closing
+    chunks, then [DONE]; an answer that fails ends with the error's body instead of the closing."""
+    hold = p.StopHoldback(stop_strings)
+    try:
+        for chunk in reply.opening():
+            yield chunk
+        ev = first
+        while not isinstance(ev, FinalEvent):
+            yield reply.step(hold.push("".join(ev.pieces)), p.step_extension(ev))
+            ev = await events.__anext__()
+        request.state.completion_tokens = ev.stats.tokens
+        if ev.finish_reason == "error":
+            yield _sse(p.ApiError(500, ev.error or "generation failed", type="server_error").body())
+        else:
+            for chunk in reply.closing(ev, hold.finish(ev.text)):
+                yield chunk
+        yield "data: [DONE]\n\n"
+    finally:
+        await events.aclose()
+
+
+class _Gone(Exception):
+    """The client disconnected before the answer could be sent."""
+
+
+async def _unless_gone(request: Request, awaitable):
+    """Await ``awaitable`` (a step of the answer's event stream), checking every 100 ms that the
+    client is still there; when it is not, cancel it (which cancels the answer) and raise _Gone."""
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        await asyncio.wait({task}, timeout=0.1)
+        if not task.done() and await request.is_disconnected():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise _Gone
+    return task.result()
+
+
+async def _last(events):
+    last = None
+    async for ev in events:
+        last = ev
+    return last
