@@ -59,7 +59,15 @@ class OptionsPage(QWizardPage):
         self.setSubTitle("The datastore is tokenised with the current model's tokenizer: it helps that model only.")
         self.setButtonText(QWizard.WizardButton.NextButton, "Build")
         self.setButtonText(QWizard.WizardButton.CommitButton, "Build")
+        self._build_source_fields()
+        self._build_output_fields()
+        form = self._build_form()
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addStretch(1)
 
+    def _build_source_fields(self) -> None:
+        """What is read: the tokenizer (read-only), chat logs' assistant turns, duplicates, the size limit."""
         self.tokenizer_field = QLineEdit(objectName="tokenizerName")
         self.tokenizer_field.setReadOnly(True)
         self.tokenizer_field.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -77,10 +85,13 @@ class OptionsPage(QWizardPage):
         self.max_tokens.setSuffix(" tokens")
         self.max_tokens.setGroupSeparatorShown(True)
         self.max_tokens.setMinimumWidth(200)
-        size_note = _note(
+        self.size_note = _note(
             "Stop reading once the datastore holds this many tokens (0: no limit). "
             "An index takes about 8 bytes per token."
         )
+
+    def _build_output_fields(self) -> None:
+        """Where it goes: the name, the file it makes, and "Replace it" when that file exists."""
         self.name_edit = QLineEdit(objectName="outputName")
         self.name_edit.textEdited.connect(self._on_name_edited)
         self.name_edit.textChanged.connect(self._check_output)
@@ -92,6 +103,7 @@ class OptionsPage(QWizardPage):
         self.replace_check = QCheckBox("Replace it", objectName="replaceCheck")
         self.replace_check.toggled.connect(lambda _: self.completeChanged.emit())
 
+    def _build_form(self) -> QFormLayout:
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -100,20 +112,23 @@ class OptionsPage(QWizardPage):
         form.addRow("", self.assistant_note)
         form.addRow("Duplicates:", self.dedupe_check)
         form.addRow("Size limit:", _left(self.max_tokens))
-        form.addRow("", size_note)
+        form.addRow("", self.size_note)
         form.addRow(_spacer(8))
         form.addRow("Name:", self.name_edit)
         form.addRow("", self.path_label)
+        self.exists_box = self._build_exists_box()
+        form.addRow("", self.exists_box)
+        return form
+
+    def _build_exists_box(self) -> QWidget:
+        """The "a file of that name exists" note with its "Replace it" box, top-aligned beside it."""
         exists_row = QHBoxLayout()
         exists_row.setContentsMargins(0, 0, 0, 0)
         exists_row.addWidget(self.exists_label, 1)
         exists_row.addWidget(self.replace_check, 0, Qt.AlignmentFlag.AlignTop)
-        self.exists_box = QWidget()
-        self.exists_box.setLayout(exists_row)
-        form.addRow("", self.exists_box)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addStretch(1)
+        box = QWidget()
+        box.setLayout(exists_row)
+        return box
 
     def initializePage(self) -> None:  # noqa: N802
         spec = self._wiz.model_spec
