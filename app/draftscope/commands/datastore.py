@@ -1,4 +1,4 @@
-"""``draftscope datastore build | info | build-default | distill``."""
+"""``draftscope datastore build | info | build-default | distill``. What they print: ``datastore_reports``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ import signal
 import sys
 from pathlib import Path
 
+from draftscope.commands.datastore_reports import (
+    build_summary,
+    distill_summary,
+    format_build_summary,
+    format_distill_summary,
+    manifest_lines,
+)
 from draftscope.core import argtypes
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED = 0, 1, 2, 130
@@ -189,8 +196,8 @@ def _run_build(make_report, quiet: bool, as_json: bool) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     bar.close()
-    summary = _summary(report)
-    print(json.dumps(summary, indent=2) if as_json else _format_summary(summary))
+    summary = build_summary(report)
+    print(json.dumps(summary, indent=2) if as_json else format_build_summary(summary))
     return EXIT_OK
 
 
@@ -315,8 +322,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
         print(f"draftscope: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILED
     bar.close()
-    summary = _distill_summary(report, args)
-    print(json.dumps(summary, indent=2) if args.json else _format_distill_summary(summary))
+    summary = distill_summary(report, args)
+    print(json.dumps(summary, indent=2) if args.json else format_distill_summary(summary))
     return EXIT_OK
 
 
@@ -342,85 +349,6 @@ class _sigint_cancels:  # noqa: N801 (used as a context manager)
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 400 else text[:400] + " …"
-
-
-def _distill_summary(report, args: argparse.Namespace) -> dict:
-    return {
-        "distill": {
-            "answers": report.answers,
-            "generated": report.generated,
-            "answer_tokens": report.tokens,
-            "generated_tokens": report.generated_tokens,
-            "generate_seconds": round(report.generate_seconds, 2),
-            "tokens_per_second": round(report.tokens_per_second, 1),
-            "prompts_too_long": report.skipped_too_long,
-            "answers_file": str(report.answers_path),
-            "batch_size": args.batch_size,
-            "max_new_tokens": args.max_new_tokens,
-        },
-        "datastore": _summary(report.build),
-    }
-
-
-def _format_distill_summary(s: dict) -> str:
-    d = s["distill"]
-    earlier = d["answers"] - d["generated"]
-    lines = [
-        f"answers     {d['answers']:,} ({d['generated']:,} generated now"
-        + (f", {earlier:,} from an earlier run" if earlier else "")
-        + f"), {d['answer_tokens']:,} tokens",
-        f"generation  {d['generated_tokens']:,} tokens in {d['generate_seconds']:.1f} s, {d['tokens_per_second']:,.1f} "
-        f"tokens/s (batch {d['batch_size']}, at most {d['max_new_tokens']} new tokens)",
-        f"kept in     {d['answers_file']}",
-    ]
-    if d["prompts_too_long"]:
-        lines.append(f"skipped     {d['prompts_too_long']:,} prompts too long for the model's context")
-    return "\n".join(lines) + "\n" + _format_summary(s["datastore"])
-
-
-def _summary(report) -> dict:
-    return {
-        "path": str(report.path),
-        "manifest": str(report.manifest_path),
-        "documents": report.documents,
-        "tokens": report.tokens,
-        "file_bytes": report.index.get("file_bytes"),
-        "duplicates_skipped": report.duplicates,
-        "records_skipped": report.skipped.count,
-        "skipped_by_reason": dict(report.skipped.by_reason),
-        "skipped_examples": report.skipped.examples[:5],
-        "sources": [vars(s) for s in report.sources],
-        "seconds": {k: round(v, 2) for k, v in report.timings.items()},
-        "tokens_per_second": round(report.tokens / report.timings["total"]) if report.timings["total"] else None,
-        "peak_rss_mb": round(report.peak_rss_mb, 1),
-        "stopped_at_max_tokens": report.stopped_at_max_tokens,
-    }
-
-
-def _format_summary(s: dict) -> str:
-    t = s["seconds"]
-    lines = [
-        f"datastore   {s['path']}",
-        f"holds       {s['documents']:,} documents, {s['tokens']:,} tokens, {s['file_bytes'] / 2**20:,.1f} MiB",
-        f"time        {t['total']:.1f} s total: read {t['read']:.1f} s, tokenise {t['tokenise']:.1f} s, "
-        f"index {t['index']:.1f} s ({s['tokens_per_second']:,} tokens/s)",
-        f"memory      peak {s['peak_rss_mb']:,.0f} MiB resident",
-    ]
-    for src in s["sources"]:
-        lines.append(
-            f"source      {src['spec']}: {src['files']:,} files, {src['items']:,} records, "
-            f"{src['documents']:,} documents, {src['tokens']:,} tokens, {src['skipped']:,} skipped"
-        )
-    if s["duplicates_skipped"]:
-        lines.append(f"duplicates  {s['duplicates_skipped']:,} documents skipped")
-    if s["records_skipped"]:
-        reasons = ", ".join(f"{n:,} {r}" for r, n in s["skipped_by_reason"].items())
-        lines.append(f"skipped     {s['records_skipped']:,} records ({reasons}); e.g.")
-        lines += [f"              {e['location']}: {e['reason']}" for e in s["skipped_examples"]]
-    if s["stopped_at_max_tokens"]:
-        lines.append("note        stopped at --max-tokens")
-    lines.append(f"manifest    {s['manifest']}")
-    return "\n".join(lines)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -468,7 +396,7 @@ def cmd_info(args: argparse.Namespace) -> int:
                 "the build that wrote this index did not finish writing it. Rebuild to refresh it."
             )
         try:
-            lines += _manifest_lines(manifest)
+            lines += manifest_lines(manifest)
         except (TypeError, KeyError, AttributeError, ValueError) as exc:
             lines.append(
                 f"manifest    {manifest_path(args.path).name} has fields of unexpected types "
@@ -476,31 +404,3 @@ def cmd_info(args: argparse.Namespace) -> int:
             )
     print("\n".join(lines))
     return EXIT_OK
-
-
-def _manifest_lines(manifest: dict) -> list[str]:
-    tpl = manifest.get("chat_template") or {}
-    tot = manifest.get("totals") or {}
-    t = manifest.get("timings_seconds") or {}
-    lines = [
-        f"built       {manifest.get('created')} by draftscope {manifest.get('draftscope_version')} "
-        f"for model {manifest.get('model') or '?'}",
-        f"chat        template {'applied' if tpl.get('applied') else 'not applied'}, mode {tpl.get('mode')}",
-        f"options     {json.dumps(manifest.get('options'))}",
-    ]
-    for src in manifest.get("sources") or []:
-        lines.append(
-            f"source      {src['spec']}: {src['items']:,} records, {src['documents']:,} documents, "
-            f"{src['tokens']:,} tokens, {src['skipped']:,} skipped"
-        )
-    lines.append(
-        f"skipped     {tot.get('records_skipped', 0):,} records, {tot.get('duplicates_skipped', 0):,} duplicates"
-    )
-    for reason, n in ((manifest.get("skipped") or {}).get("by_reason") or {}).items():
-        lines.append(f"              {n:,} {reason}")
-    if t:
-        lines.append(
-            f"time        {t.get('total', 0):.1f} s (read {t.get('read', 0):.1f}, tokenise "
-            f"{t.get('tokenise', 0):.1f}, index {t.get('index', 0):.1f}); peak {manifest.get('peak_rss_mb')} MiB"
-        )
-    return lines
