@@ -180,6 +180,17 @@ class TrieView(QWidget):
         self.view = TreeGraphicsView(self.scene, self)
         self.view.setObjectName("trieGraphicsView")
 
+        self._build_buttons()
+        self.legend = QLabel(objectName="trieLegend")
+        self.legend.setWordWrap(True)
+        self._connect_buttons()
+        self._add_zoom_shortcuts()
+        self._lay_out()
+        self._update_legend()
+        self._update_controls()
+
+    def _build_buttons(self) -> None:
+        """Previous and next step, the step's label, zoom out and in, fit, and following live."""
         self.prev_button = QPushButton("◀", objectName="prevStepButton", toolTip="Previous step")
         self.next_button = QPushButton("▶", objectName="nextStepButton", toolTip="Next step")
         self.step_label = ElidedLabel(objectName="stepLabel", shortest=0)  # gives way to the buttons in a narrow dock
@@ -195,15 +206,16 @@ class TrieView(QWidget):
         )
         for button in (self.prev_button, self.next_button, self.zoom_out_button, self.zoom_in_button):
             button.setFixedWidth(button.fontMetrics().horizontalAdvance("◀") * 3 + 12)
-        self.legend = QLabel(objectName="trieLegend")
-        self.legend.setWordWrap(True)
 
+    def _connect_buttons(self) -> None:
         self.prev_button.clicked.connect(lambda: self._user_step(-1))
         self.next_button.clicked.connect(lambda: self._user_step(+1))
         self.zoom_in_button.clicked.connect(lambda: self.view.zoom(ZOOM_STEP))
         self.zoom_out_button.clicked.connect(lambda: self.view.zoom(1 / ZOOM_STEP))
         self.fit_button.clicked.connect(self.view.fit)
         self.follow_button.clicked.connect(self._on_follow_clicked)  # clicked: only the user's presses
+
+    def _add_zoom_shortcuts(self) -> None:
         for keys, slot in (
             (("Ctrl+=", "Ctrl++", QKeySequence.StandardKey.ZoomIn), lambda: self.view.zoom(ZOOM_STEP)),
             (("Ctrl+-", QKeySequence.StandardKey.ZoomOut), lambda: self.view.zoom(1 / ZOOM_STEP)),
@@ -214,6 +226,8 @@ class TrieView(QWidget):
             action.triggered.connect(slot)
             self.addAction(action)
 
+    def _lay_out(self) -> None:
+        """The buttons over the tree, the legend under it."""
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.prev_button)
@@ -226,8 +240,6 @@ class TrieView(QWidget):
         layout.addLayout(bar)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.legend)
-        self._update_legend()
-        self._update_controls()
 
     # ------------------------------------------------------------------ feeding
 
