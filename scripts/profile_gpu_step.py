@@ -17,7 +17,7 @@ def profile_steps(backend, ids, trees: dict, device, rows: int) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from draftscope.bench.gpu import timed
+    from draftscope.bench.gpu_report import timed
 
     past = backend.cached
     for name, tree in trees.items():

@@ -11,7 +11,7 @@ import pytest
 import torch
 from engine_fixtures import tiny_llama
 
-from draftscope.bench.gpu import SECTIONS
+from draftscope.bench.gpu_report import SECTIONS
 from draftscope.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")

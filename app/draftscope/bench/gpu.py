@@ -24,39 +24,25 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
-from draftscope.bench.gpu_models import (
-    SHAPES,
-    SHARPEN,
-    IdsOnly,
-    WideOracle,
-    card_bandwidth,
-    shape_model,
-    step_bytes,
-    wide_tree,
+from draftscope.bench.gpu_decoding import oracle_limit, plain_vs_hf
+from draftscope.bench.gpu_models import SHAPES, SHARPEN, IdsOnly, shape_model
+from draftscope.bench.gpu_report import (
+    SECTIONS,
+    WARMUP,
+    Report,
+    device_name,
+    timed,  # noqa: F401 - docs/gpu-runs/2026-11-26-h200/prof.py imports it here
 )
+from draftscope.bench.gpu_step_costs import COMMIT, verify_curve, worst_step
 from draftscope.core import argtypes
 
-SECTIONS = {
-    "verify": "verify cost curve",
-    "worst": "worst step",
-    "plain": "plain decoding vs HF generate",
-    "oracle": "oracle limit",
-    "spec-bench": "spec-bench",
-}
-CHAINS = (0, 1, 2, 4, 8, 16, 32, 64)
-WARMUP = 2  # untimed runs before each timed series
-WORST_WARMUP = 3  # the first tree steps of section 2, reported on their own
-COMMIT = [0, 1, 2]  # nodes kept per worst-step step: a branch's first three, as an answer accepts them
 PROMPT_LEN = 128  # random-id prompt of a shape model (sections 3 and 4)
 QUESTION = "Explain how a hash table works, with a short example in Python."  # a real model's prompt
-ORACLE_DEPTHS = (3, 7, 15)
-WIDE = "wide 64 (8 x 8)"  # the oracle configuration whose steps verify 64 nodes
 # the app's drafting (auto) against HF's plain and prompt-lookup loops, with our plain loop and the oracle's limit
 SPEC_METHODS = "hf,hf-pld,plain,auto,oracle"
 
@@ -179,82 +165,6 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-class Report:
-    """Prints the figures and, with --json, writes each as one JSON line naming its section."""
-
-    def __init__(self, path: str | None) -> None:
-        self.file = open(path, "w", encoding="utf-8") if path else None
-
-    def heading(self, key: str) -> None:
-        number = list(SECTIONS).index(key) + 1
-        print(f"\n== {number}. {SECTIONS[key]} ==", flush=True)
-
-    def line(self, text: str) -> None:
-        print(text, flush=True)
-
-    def figures(self, key: str, text: str | None = None, **data) -> None:
-        if text:
-            self.line(text)
-        if self.file:
-            self.file.write(json.dumps({"section": SECTIONS.get(key, key), **data}) + "\n")
-            self.file.flush()
-
-    def close(self) -> None:
-        if self.file:
-            self.file.close()
-
-
-# ----------------------------------------------------------------------------- timing
-
-
-def sync(device) -> None:
-    """Kernels run asynchronously on a GPU: wait for them before reading the clock."""
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn, device, reps: int, warm: int = WARMUP) -> float:
-    """Median milliseconds of ``fn`` over ``reps`` runs after ``warm`` untimed ones."""
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
-
-
-def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | None = None):
-    """(token ids, seconds, steps, mean nodes verified a step, median ms of a step after the first) of
-    one answer through Engine.generate, the app's own loop (the first step holds the prompt's reading)."""
-    from draftscope.engine.engine import GenerationRequest
-
-    sync(engine.device)
-    t0 = time.perf_counter()
-    events = list(
-        engine.generate(
-            GenerationRequest(
-                keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens, drafters=list(drafters), budget=budget
-            )
-        )
-    )
-    sync(engine.device)
-    seconds, final = time.perf_counter() - t0, events[-1]
-    if final.finish_reason == "error":
-        raise RuntimeError(final.error)
-    steps = [ev for ev in events[:-1] if hasattr(ev, "proposed")]
-    nodes = sum(ev.proposed for ev in steps) / len(steps) if steps else 0.0
-    step_ms = statistics.median(ev.total_ms for ev in steps[1:]) if len(steps) > 1 else float("nan")
-    return final.token_ids, seconds, final.stats.steps, nodes, step_ms
-
-
 # ----------------------------------------------------------------------------- the model
 
 
@@ -320,16 +230,6 @@ def _capture_options(args) -> dict:
     return options
 
 
-def device_name(device) -> str:
-    import torch
-
-    from draftscope.bench.spec import _cpu_name
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{_cpu_name()} ({os.cpu_count()} cores)" if device.type == "cpu" else device.type
-
-
 def header(engine, args, report: Report) -> None:
     import torch
     import transformers
@@ -362,259 +262,7 @@ def header(engine, args, report: Report) -> None:
     )
 
 
-# ----------------------------------------------------------------------------- sections
-
-
-def bandwidth_bound(engine, args, report: Report) -> float | None:
-    """The device's memory bandwidth in GB/s (``--bandwidth``, else the card table), said once."""
-    if args.bandwidth:
-        bound, where = args.bandwidth, "--bandwidth"
-    elif engine.device.type == "cuda":
-        name = device_name(engine.device)
-        bound, where = card_bandwidth(name), f"the spec table ({name})"
-    else:
-        bound, where = None, None
-    said = f"{bound:,.0f} GB/s from {where}" if bound else "none known for this device (--bandwidth GB/S gives one)"
-    report.figures("verify", f"bandwidth bound: {said}", bandwidth_gb_s=bound, source=where)
-    return bound
-
-
-def verify_curve(engine, args, report: Report) -> None:
-    from draftscope.engine.backends import chain_tree
-
-    key, backend, rng = "verify", engine.backend, np.random.default_rng(0)
-    report.heading(key)
-    bound = bandwidth_bound(engine, args, report)
-    for context in args.contexts:
-        ids = rng.integers(0, engine.vocab, context).tolist()
-        backend.start(ids)
-        past = backend.cached
-        trees = {f"chain {n}": chain_tree(rng.integers(0, engine.vocab, n)) for n in CHAINS}
-        trees["wide 64 (8 x chain of 8)"] = wide_tree(rng, engine.vocab)
-        report.line(
-            f"context {context}: ms per verify (then truncated back), ratio to the plain step, the bytes it "
-            "must read (weights + KV cache) over its time, and that as a share of the device's bandwidth; "
-            "each tree at one cache length throughout (steady state: section 2 has new lengths)"
-        )
-        plain = None
-        for name, tree in trees.items():
-            ms = timed(
-                lambda tree=tree: (backend.verify(ids[-1], tree), backend.truncate(past)),  # noqa: B023 - timed now
-                engine.device,
-                args.reps,
-            )
-            plain = plain or ms
-            read = step_bytes(backend.model, past + 1 + len(tree), queries=1 + len(tree)) if backend.model else None
-            gb_s = sum(read.values()) / (ms / 1000) / 1e9 if read else None
-            share = gb_s / bound if gb_s and bound else None
-            report.figures(
-                key,
-                f"  {name:<26} {ms:9.2f} ms  {ms / plain:6.2f}x"
-                + (f"  {gb_s:8.1f} GB/s" if gb_s else "")
-                + (f"  {share:6.1%} of the bound" if share else ""),
-                context=context,
-                tree=name,
-                nodes=len(tree),
-                ms=round(ms, 3),
-                ratio=round(ms / plain, 3),
-                statistic="median",
-                reps=args.reps,
-                warmups=WARMUP,
-                bytes_read=sum(read.values()) if read else None,
-                gb_per_s=round(gb_s, 2) if gb_s else None,
-                bound_share=round(share, 4) if share else None,
-            )
-
-
-def worst_step(engine, args, report: Report) -> None:
-    key, backend, rng = "worst", engine.backend, np.random.default_rng(2)
-    report.heading(key)
-    start = max(args.contexts) + 1  # past every length section 1 verified a 64-node tree at
-    ids = rng.integers(0, engine.vocab, start).tolist()
-    backend.start(ids)
-    tree, root, times = wide_tree(rng, engine.vocab), ids[-1], []
-    first = backend.cached
-    for _ in range(args.tokens):
-        sync(engine.device)
-        t0 = time.perf_counter()
-        backend.verify(root, tree)
-        backend.commit(COMMIT)
-        sync(engine.device)
-        times.append((time.perf_counter() - t0) * 1000)
-        root = int(tree.tokens[COMMIT[-1]])
-    warm, rest = times[:WORST_WARMUP], np.array(times[WORST_WARMUP:] or times)
-    median, p99, worst = float(np.median(rest)), float(np.percentile(rest, 99)), float(rest.max())
-    report.line(
-        f"{len(times)} steps of verify + commit of a 64-node tree, {1 + len(COMMIT)} tokens kept a step: "
-        f"cache {first} to {backend.cached}, every length new"
-    )
-    report.figures(
-        key,
-        f"  first {len(warm)} steps (warm-up): {', '.join(f'{t:.2f}' for t in warm)} ms",
-        part="warm-up",
-        ms=[round(t, 3) for t in warm],
-    )
-    report.figures(
-        key,
-        f"  the other {len(rest)}: median {median:.2f} ms, p99 {p99:.2f} ms, "
-        f"max {worst:.2f} ms, max/median {worst / median:.2f}",
-        part="steps",
-        steps=len(rest),
-        median_ms=round(median, 3),
-        p99_ms=round(p99, 3),
-        max_ms=round(worst, 3),
-        max_over_median=round(worst / median, 3),
-        first_cache=first,
-        last_cache=backend.cached,
-    )
-
-
-def hf_generate(engine, prompt: list[int], tokens: int):
-    """(token ids, seconds) of Hugging Face's own greedy loop on the same model and prompt."""
-    import torch
-
-    eos = sorted(engine.eos_ids)
-    ids = torch.tensor([prompt], device=engine.device)
-    sync(engine.device)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = engine.model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            eos_token_id=eos or None,
-            pad_token_id=eos[0] if eos else 0,
-        )
-    sync(engine.device)
-    return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
-
-
-def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
-    key = "plain"
-    report.heading(key)
-    hf_s, ours_s, hf_ids, ours_ids = [], [], None, None
-    graphs = getattr(engine.backend, "graphs", None)
-    replays = steps = 0
-    for rep in range(1 + args.reps):  # alternated, so drift hits both alike; round 0 warms up
-        hf_ids, secs = hf_generate(engine, prompt, args.tokens)
-        if rep:
-            hf_s.append(secs)
-        before = graphs.replays if graphs is not None else 0
-        ours_ids, secs, answer_steps, *_ = answer(engine, prompt, args.tokens)
-        replays += (graphs.replays if graphs is not None else 0) - before
-        steps += answer_steps
-        if rep:
-            ours_s.append(secs)
-    hf_tps, ours_tps = len(hf_ids) / statistics.median(hf_s), len(ours_ids) / statistics.median(ours_s)
-    same = hf_ids == ours_ids
-    report.line(
-        f"prompt {len(prompt)} tokens, greedy, up to {args.tokens} new tokens; median of {args.reps} "
-        "alternated runs after 1 warm-up each, prefill included"
-    )
-    report.figures(
-        key,
-        f"  HF generate        {hf_tps:9.1f} tokens/s ({len(hf_ids)} tokens)",
-        method="hf",
-        tokens_per_s=round(hf_tps, 2),
-        tokens=len(hf_ids),
-    )
-    report.figures(
-        key,
-        f"  engine plain loop  {ours_tps:9.1f} tokens/s ({len(ours_ids)} tokens)",
-        method="engine plain",
-        tokens_per_s=round(ours_tps, 2),
-        tokens=len(ours_ids),
-    )
-    expected = (
-        "expected in fp32" if engine.precision == "float32" else f"{engine.precision} rounding may flip near-ties"
-    )
-    report.figures(
-        key,
-        f"  engine / HF: {ours_tps / hf_tps:.2f}x; token-identical: {same} ({expected})",
-        ratio=round(ours_tps / hf_tps, 3),
-        identical=same,
-    )
-    report.figures(
-        key, f"  steps replayed from captured graphs: {replays} of {steps}", graph_replays=replays, steps=steps
-    )
-    return ours_ids
-
-
-def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, report: Report) -> None:
-    from draftscope.drafters.oracle import OracleDrafter
-
-    key = "oracle"
-    report.heading(key)
-    if plain is None:
-        plain = answer(engine, prompt, args.tokens)[0]
-    configs = {f"depth {d}": (d, d) for d in ORACLE_DEPTHS} | {"adaptive": (16, None), WIDE: (8, 64)}  # (depth, budget)
-    secs: dict[str, list[float]] = {name: [] for name in ["plain", *configs]}
-    out: dict[str, tuple[list[int], int, float]] = {}
-    wide_ms: list[float] = []
-    for rep in range(1 + args.reps):  # each round: plain, then every configuration; round 0 warms up
-        ids, s, steps, nodes, _ = answer(engine, prompt, args.tokens)
-        secs["plain"].append(s)
-        out["plain"] = (ids, steps, nodes)
-        for name, (depth, budget) in configs.items():
-            drafter = (
-                WideOracle(plain, len(prompt), engine.vocab)
-                if name == WIDE
-                else OracleDrafter(plain, len(prompt), max_depth=depth)
-            )
-            ids, s, steps, nodes, step_ms = answer(engine, prompt, args.tokens, [drafter], budget)
-            secs[name].append(s)
-            out[name] = (ids, steps, nodes)
-            if name == WIDE and rep:
-                wide_ms.append(step_ms)
-    report.line(
-        f"oracle drafts = the plain answer ({len(plain)} tokens), a chain ({WIDE}: its first branch, 7 "
-        f"random ones beside it); median of {args.reps} rounds after 1 warm-up, each round plain then "
-        "every configuration"
-    )
-    plain_tps = len(out["plain"][0]) / statistics.median(secs["plain"][1:])
-    report.figures(
-        key, f"  plain              {plain_tps:9.1f} tokens/s", config="plain", tokens_per_s=round(plain_tps, 2)
-    )
-    for name in configs:
-        ids, steps, nodes = out[name]
-        tps = len(ids) / statistics.median(secs[name][1:])
-        tau, same = len(ids) / max(steps, 1), ids == plain
-        report.figures(
-            key,
-            f"  {name:<18} {tps:9.1f} tokens/s  {tps / plain_tps:5.2f}x plain  "
-            f"tau {tau:5.2f}  {nodes:4.1f} nodes a step  token-identical: {same}",
-            config=name,
-            tokens_per_s=round(tps, 2),
-            speedup=round(tps / plain_tps, 3),
-            tau=round(tau, 3),
-            nodes_per_step=round(nodes, 2),
-            identical=same,
-        )
-    outside_the_forward(engine, prompt, plain, statistics.median(wide_ms), args, report)
-
-
-def outside_the_forward(engine, prompt, plain, step: float, args, report: Report) -> None:
-    """The share of a 64-node step spent outside the forward: the wide oracle's median step (the
-    engine's own step time, the prompt's step left out) against a 64-node verify alone at the
-    answer's middle length."""
-    backend, rng = engine.backend, np.random.default_rng(4)
-    backend.start(prompt + plain[: len(plain) // 2])
-    past, tree = backend.cached, wide_tree(rng, engine.vocab)
-    forward = timed(lambda: (backend.verify(prompt[-1], tree), backend.truncate(past)), engine.device, args.reps)
-    share = max(0.0, 1 - forward / step)
-    report.figures(
-        "oracle",
-        f"  {WIDE}: {step:.2f} ms a step, its 64-node forward alone {forward:.2f} ms: "
-        f"{share:.0%} of a step outside the forward (drafting, tree, walk, events)",
-        config="outside the forward",
-        step_ms=round(step, 3),
-        forward_ms=round(forward, 3),
-        outside_share=round(share, 3),
-    )
+# ----------------------------------------------------------------------------- section 5
 
 
 def spec_bench(args, report: Report) -> int:
