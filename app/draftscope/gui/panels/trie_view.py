@@ -15,8 +15,6 @@ picks one here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import (
@@ -51,7 +49,6 @@ from draftscope.gui.panels.trie_layout import (
     H_GAP,
     ROOT,
     TARGET,
-    NodeFonts,
     NodeTexts,
     TreeShape,
     format_support,
@@ -60,6 +57,7 @@ from draftscope.gui.panels.trie_layout import (
     node_texts,
     tree_shape,
 )
+from draftscope.gui.panels.trie_style import NodeLooks, TreeColours, node_style
 
 MIN_SCALE = 0.5  # zooming out further shows nothing legible, not even the tree's shape
 FIT_MIN_SCALE = 0.8  # below this the node text is hard to read: "fit" stops here and the view scrolls
@@ -362,7 +360,7 @@ class TrieView(QWidget):
         on_path = set(shape.accepted) | {ROOT, TARGET}
         colours = self._colours()
         self.scene.setBackgroundBrush(colours.base)
-        self._add_nodes(ev, shape, texts, rects, _NodeLooks(fonts, colours, on_path))
+        self._add_nodes(ev, shape, texts, rects, NodeLooks(fonts, colours, on_path))
         self._add_edges(shape.children, rects, colours, on_path)
 
         bounds = self.scene.itemsBoundingRect().adjusted(-12, -12, 12, 12)
@@ -373,13 +371,13 @@ class TrieView(QWidget):
         if self.view.auto_fit:
             self.view.fit()
 
-    def _colours(self) -> _TreeColours:
+    def _colours(self) -> TreeColours:
         """The palette's colours, plus the chat's provenance colours for sources."""
         palette = self.palette()
         theme = "dark" if self._dark() else "light"
         plain_border = QColor(palette.color(QPalette.ColorRole.Text))
         plain_border.setAlphaF(0.45)
-        return _TreeColours(
+        return TreeColours(
             text=palette.color(QPalette.ColorRole.Text),
             base=palette.color(QPalette.ColorRole.Base),
             button=palette.color(QPalette.ColorRole.Button),
@@ -389,10 +387,10 @@ class TrieView(QWidget):
             fills=PROVENANCE_COLOURS[theme],
         )
 
-    def _add_nodes(self, ev: StepEvent, shape: TreeShape, texts: NodeTexts, rects: dict, looks: _NodeLooks) -> None:
+    def _add_nodes(self, ev: StepEvent, shape: TreeShape, texts: NodeTexts, rects: dict, looks: NodeLooks) -> None:
         fonts, on_path = looks.fonts, looks.on_path
         for key in texts.labels:
-            brush, pen = _node_style(key, ev, shape.stop, looks)
+            brush, pen = node_style(key, ev, shape.stop, looks)
             item = NodeItem(
                 key,
                 rects[key],
@@ -410,7 +408,7 @@ class TrieView(QWidget):
             self.scene.addItem(item)
             self._nodes[key] = item
 
-    def _add_edges(self, children: dict, rects: dict, colours: _TreeColours, on_path: set) -> None:
+    def _add_edges(self, children: dict, rects: dict, colours: TreeColours, on_path: set) -> None:
         for parent, kids in children.items():
             start = rects[parent]
             for kid in kids:
@@ -481,45 +479,6 @@ class TrieView(QWidget):
             if self.isVisible():
                 self._sync()
         super().changeEvent(event)
-
-
-@dataclass
-class _TreeColours:
-    text: QColor
-    base: QColor
-    button: QColor  # the root's fill
-    accent: QColor  # the accepted path and the target's node
-    plain_border: QColor  # rejected nodes and edges
-    stop: QColor  # the node where verification stopped
-    fills: dict  # source -> fill colour name
-
-
-@dataclass
-class _NodeLooks:
-    fonts: NodeFonts
-    colours: _TreeColours
-    on_path: set  # keys drawn strong: the accepted path, ROOT and TARGET
-
-
-class _NodeStyle(NamedTuple):
-    brush: QBrush
-    pen: QPen
-
-
-def _node_style(key, ev: StepEvent, stop: int, looks: _NodeLooks) -> _NodeStyle:
-    """A node's fill and outline: the root's and the target's own, else its source's fill, strong on
-    the accepted path; the node where verification stopped outlined in the stop colour."""
-    colours = looks.colours
-    if key == ROOT:
-        brush, pen = QBrush(colours.button), QPen(colours.accent, 2.5)
-    elif key == TARGET:
-        brush, pen = QBrush(colours.base), QPen(colours.accent, 2.5, Qt.PenStyle.DashLine)
-    else:
-        brush = QBrush(QColor(colours.fills.get(ev.tree.source[key], colours.base.name())))
-        pen = QPen(colours.accent, 2.5) if key in looks.on_path else QPen(colours.plain_border, 1.0)
-    if key == stop:
-        pen = QPen(colours.stop, 3.5)
-    return _NodeStyle(brush, pen)
 
 
 def _as_event(event) -> StepEvent:
