@@ -107,14 +107,14 @@ def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, chat_en
     for k in range(3):  # a conversation taller than the view
         with qtbot.waitSignal(w.worker.finished, timeout=60_000):
             send(qtbot, w, f"Question {k}: tell me something")
-        qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
+        qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=30_000)
     bar = w.chat_view.verticalScrollBar()
-    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=5000)
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=30_000)
     bar.setValue(0)  # the user reads the beginning
     with qtbot.waitSignal(w.worker.finished, timeout=60_000):
         send(qtbot, w, "One more question")
-    qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
-    qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0, timeout=5000)
+    qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=30_000)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0, timeout=30_000)
 
     long = make_window(qtbot, chat_engine, tmp_path / "long.sqlite3", max_new_tokens=2000)
     long.resize(900, 500)
