@@ -28,67 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
+from draftscope.bench.lossless_report import Check, Progress, print_verdict
+from draftscope.bench.lossless_sampler import first_tokens_check, mid_answer, pit_checks
 from draftscope.bench.lossless_setup import Audit, load_audit
-from draftscope.bench.lossless_stats import (
-    chi_square_test,
-    hf_processors,
-    ks_uniform,
-    logit_rows,
-    noise_keyed_by_step,
-    one_token_logits,
-    pairs_test,
-    reference_rows,
-    reused_noise,
-)
+from draftscope.bench.lossless_stats import logit_rows, noise_keyed_by_step, one_token_logits, reused_noise
 from draftscope.core import argtypes
-
-P_LIMIT = 0.001  # a test fails below this p-value
-
-
-@dataclass
-class Check:
-    kind: str  # "greedy", "identity", "first-tokens", "pit-uniform", "pit-pairs"
-    config: str  # drafters
-    temperature: float
-    passed: bool
-    detail: str
-    p: float | None = None
-    biased: bool = False
-    extra: dict = field(default_factory=dict)
-
-
-class Progress:
-    """Units of work done, with a time-left estimate, on stderr."""
-
-    def __init__(self, total: int, quiet: bool = False) -> None:
-        self.total, self.done, self.start, self.quiet = max(total, 1), 0, time.perf_counter(), quiet
-
-    def step(self, units: int, what: str) -> None:
-        self.done += units
-        if self.quiet:
-            return
-        spent = time.perf_counter() - self.start
-        left = spent / self.done * (self.total - self.done) if self.done else 0
-        print(
-            f"\r[{self.done / self.total:4.0%}] {what[:60]:60s} {_clock(spent)} spent, ~{_clock(left)} left",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def line(self, text: str) -> None:
-        if not self.quiet:
-            print("\r" + " " * 110 + "\r" + text, file=sys.stderr, flush=True)
-
-
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -186,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         for biased in variants:
             checks += sampling_checks(audit.engine, audit.prompts, audit.makers, params, args, progress, biased=biased)
     progress.line("")
-    ok = _print_verdict(checks, args)
+    ok = print_verdict(checks, args)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps([asdict(c) for c in checks], indent=2))
     return 0 if ok else 1
@@ -210,36 +157,6 @@ def _work_units(args, temps: list[float], variants: list[bool], audit: Audit) ->
     work = (len(configs) + 2) * len(prompts) * (0 in temps)  # HF references, plain, each config
     work += sampled * len(variants) * (len(configs) + 1) * len(prompts) * args.seeds
     return work + sampled * len(variants) * (args.runs // 10 + args.pit_tokens // 10)
-
-
-def _print_verdict(checks: list[Check], args) -> bool:
-    """The report and the verdict printed; True when every test of the engine's verifier holds."""
-    print(format_report(checks))
-    real = [c for c in checks if not c.biased]
-    ok = all(c.passed for c in real)
-    if args.biased or args.only_biased:
-        caught = [c for c in checks if c.biased and not c.passed]
-        print(
-            f"power: the broken noise was rejected by {len(caught)} of {sum(c.biased for c in checks)} tests "
-            f"(at {args.runs} runs per first-tokens test, {args.pit_tokens} tokens per PIT test)"
-        )
-    rounding = any(c.kind in ("greedy", "identity") and c.extra.get("agreement", 1) < 1 for c in real)
-    held = (
-        "every test holds: speculation changed nothing but the speed"
-        if not rounding
-        else "every test holds: sampling is exact, and every divergence lies within the dtype's rounding"
-    )
-    if not real:
-        held = "no test of the engine's own verifier was run (--only-biased)"
-    print(
-        "verdict: "
-        + (
-            held
-            if ok
-            else "FAILED: " + "; ".join(f"{c.kind} [{c.config}, T={c.temperature:g}]" for c in real if not c.passed)
-        )
-    )
-    return ok
 
 
 # ----------------------------------------------------------------------------- greedy
@@ -430,139 +347,3 @@ def sampling_checks(engine, prompts, makers, params, args, progress, *, biased: 
         checks.append(first_tokens_check(engine, mid_answer(engine, prompts[0]), params, args, progress, biased))
         checks += pit_checks(engine, prompts, params, args, progress, biased)
     return checks
-
-
-def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
-    """The prompt plus the start of the target's greedy answer: drafters have text to continue
-    there, so the first-tokens test sees drafts accepted (at an answer's very start few are)."""
-    from draftscope.engine.engine import GenerationRequest
-
-    events = list(
-        engine.generate(GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=tokens), _ignore_eos=True)
-    )
-    return prompt + events[-1].token_ids
-
-
-def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
-    """Joint of the first two tokens: exact cells for the likeliest first tokens, the rest pooled."""
-    import numpy as np
-    import torch
-
-    from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.sampling import SamplingParams
-
-    procs = hf_processors(params)
-    with torch.inference_mode():
-        ids = torch.tensor([prompt])
-        first = procs(ids, one_token_logits(engine, prompt)[None]).softmax(-1)[0]
-        top_first = torch.argsort(first, descending=True)[:8].tolist()
-        top_first = [a for a in top_first if float(first[a]) * args.runs >= 5] or top_first[:1]
-        seqs = torch.tensor([prompt + [a] for a in top_first])
-        second_logits = torch.stack([one_token_logits(engine, prompt + [a]) for a in top_first])
-        second = procs(seqs, second_logits).softmax(-1)
-    cells: dict[tuple, int] = {}
-    expected: list[float] = []
-    for i, a in enumerate(top_first):
-        row = second[i]
-        likely = [b for b in torch.argsort(row, descending=True)[:8].tolist() if float(first[a] * row[b]) > 0]
-        for b in likely:
-            cells[(a, b)] = len(expected)
-            expected.append(float(first[a] * row[b]))
-        cells[(a, None)] = len(expected)
-        expected.append(float(first[a]) * (1 - float(row[likely].sum())))
-    cells[(None, None)] = len(expected)
-    expected.append(max(0.0, 1 - float(first[top_first].sum())))
-    counts = np.zeros(len(expected))
-    for r in range(args.runs):
-        p = SamplingParams(
-            params.temperature, params.top_k, params.top_p, params.repetition_penalty, seed=args.seed * 1_000_003 + r
-        )
-        # EOS counts as a token here (the exact joint does not stop at it either).
-        events = list(
-            engine.generate(
-                GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=2, sampling=p), _ignore_eos=True
-            )
-        )
-        a, b = events[-1].token_ids[:2]
-        key = (a, b) if (a, b) in cells else (a, None) if (a, None) in cells else (None, None)
-        counts[cells[key]] += 1
-        if r % 10 == 9:
-            progress.step(1, f"T={params.temperature:g} {'biased ' if biased else ''}sampler: first tokens")
-    stat, df, p_value = chi_square_test(counts, np.array(expected) * args.runs)
-    detail = f"chi2 {stat:.1f}, df {df}, p {p_value:.3g}; {args.runs} seeded runs"
-    check = Check("first-tokens", "plain", params.temperature, p_value >= P_LIMIT, detail, p_value, biased)
-    progress.line(f"{'[biased] ' if biased else ''}first tokens [T={params.temperature:g}]: {detail}")
-    return check
-
-
-def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
-    import numpy as np
-
-    from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.sampling import SamplingParams
-
-    rng = np.random.default_rng(args.seed + 17)
-    sequences = []
-    total, run_no = 0, 0
-    while total < args.pit_tokens:
-        prompt = prompts[run_no % len(prompts)]
-        p = SamplingParams(
-            params.temperature,
-            params.top_k,
-            params.top_p,
-            params.repetition_penalty,
-            seed=args.seed * 7_919 + 100_000 + run_no,
-        )
-        events = list(
-            engine.generate(
-                GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)
-            )
-        )
-        run_no += 1
-        answer = events[-1].token_ids
-        if not answer:
-            continue
-        rows = reference_rows(engine, prompt, answer, params).double().numpy()
-        tok = np.array(answer)
-        mass = rows[np.arange(len(tok)), tok]
-        # Tokens ordered by probability (ties by id): a bias towards likely tokens (e.g. drafts
-        # accepted too easily) moves u towards 0 instead of scattering it over [0, 1].
-        ids = np.arange(rows.shape[1])
-        below = np.array([row[(row > m) | ((row == m) & (ids < t))].sum() for row, m, t in zip(rows, mass, tok)])
-        u = np.clip(below + rng.random(len(tok)) * mass, 0.0, 1.0)
-        sequences.append(u)
-        total += len(answer)
-        progress.step(len(answer) // 10, f"T={params.temperature:g} {'biased ' if biased else ''}sampler: PIT")
-    allu = np.concatenate(sequences)
-    d, p_ks = ks_uniform(allu)
-    stat, df, p_pairs = pairs_test(sequences)
-    tag = f"{len(allu)} tokens in {run_no} answers"
-    uniform = Check(
-        "pit-uniform", "plain", params.temperature, p_ks >= P_LIMIT, f"KS D {d:.4f}, p {p_ks:.3g}; {tag}", p_ks, biased
-    )
-    pairs = Check(
-        "pit-pairs",
-        "plain",
-        params.temperature,
-        p_pairs >= P_LIMIT,
-        f"lag-1 chi2 {stat:.1f}, df {df}, p {p_pairs:.3g}",
-        p_pairs,
-        biased,
-    )
-    progress.line(f"{'[biased] ' if biased else ''}PIT [T={params.temperature:g}]: {uniform.detail}; {pairs.detail}")
-    return [uniform, pairs]
-
-
-def format_report(checks: list[Check]) -> str:
-    lines = ["| test | drafters | T | verifier | result | detail |", "|---|---|---|---|---|---|"]
-    for c in checks:
-        verdict = (
-            ("holds" if c.passed else "REJECTED")
-            if not c.biased
-            else ("rejected (as it should)" if not c.passed else "not caught")
-        )
-        lines.append(
-            f"| {c.kind} | {c.config} | {c.temperature:g} | {'biased' if c.biased else 'ours'} | {verdict} | "
-            f"{c.detail} |"
-        )
-    return "\n".join(lines)
