@@ -1,4 +1,4 @@
-"""Type stubs of the Rust extension (retriever_rs, built by maturin). tests/test_retriever_stubs.py
+"""Type stubs of the Rust extension (retriever_rs, built by maturin). tests/retrieval/test_retriever_stubs.py
 checks them against the built module: every class, method and parameter name here exists there
 and the other way round."""
 

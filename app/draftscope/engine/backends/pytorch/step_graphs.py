@@ -11,7 +11,7 @@ through the model without a graph: the plumbing, testable on a CPU.
 The check at capture runs a branching tree (siblings under the root and under a node) padded to
 each bucket's size, so a kernel that reads the tree mask as plain causal, or lets real nodes see
 the padding, is caught. Its tolerance, 3% of the largest logit, sits 1.7x below the smallest error
-it must catch (5%, tests/test_static_cache.py) and 1.6x above the largest drift measured between
+it must catch (5%, tests/engine/test_static_cache.py) and 1.6x above the largest drift measured between
 two right bf16 kernels (1.8%: SmolLM2-135M's real weights, SDPA flash against math on the CPU;
 scripts/measure_capture_tolerance.py, docs/benchmarks.md); at 2% that drift came within 10% of it.
 Each graph gives the last hidden state too (the recurrent drafter's input), so those steps replay
