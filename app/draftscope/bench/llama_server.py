@@ -15,6 +15,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 VERSION = "0.3.36"  # the llama-cpp-python whose sources build_llama_tools.sh builds from
 # method -> llama-server's speculation flags ("draft" also gets --model-draft)
@@ -101,6 +102,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class ServerAnswer(NamedTuple):
+    """One answer from llama-server: its tokens, the seconds the request took and the server's own
+    timings (``predicted_ms``, ``prompt_ms``, ...)."""
+
+    tokens: list[int]
+    seconds: float
+    timings: dict
+
+
 class LlamaServer:
     """One ``llama-server`` process for one method, started on first use."""
 
@@ -167,7 +177,7 @@ class LlamaServer:
         self.stop()
         raise RuntimeError(f"llama-server ({self.method}) did not come up within {self.timeout:.0f} s")
 
-    def answer(self, ids: list[int]) -> tuple[list[int], float, dict]:
+    def answer(self, ids: list[int]) -> ServerAnswer:
         """(tokens, seconds, llama-server's timings) for a greedy answer to the token ids ``ids``."""
         if self.proc is None:
             self.start()
@@ -190,7 +200,7 @@ class LlamaServer:
             reply = json.loads(r.read())
         seconds = time.perf_counter() - t0
         # the tokens end with the end token where the answer ended there, as ours do
-        return [int(t) for t in reply.get("tokens") or []], seconds, reply.get("timings") or {}
+        return ServerAnswer([int(t) for t in reply.get("tokens") or []], seconds, reply.get("timings") or {})
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -224,7 +234,7 @@ class LlamaServerPeers:
             for m in methods
         }
 
-    def answer(self, method: str, ids: list[int]) -> tuple[list[int], float, dict]:
+    def answer(self, method: str, ids: list[int]) -> ServerAnswer:
         """(tokens, seconds, llama-server's timings) of ``method``'s server."""
         return self.servers[method].answer(ids)
 

@@ -160,8 +160,8 @@ def _time_llama_server(
     peer.start()
     try:
         for ids in prompt_ids:
-            out, secs, _ = peer.answer(list(ids))
-            results.setdefault("llama-server split", []).append(Timed(len(out), secs))
+            reply = peer.answer(list(ids))
+            results.setdefault("llama-server split", []).append(Timed(len(reply.tokens), reply.seconds))
     finally:
         peer.stop()
 

@@ -123,7 +123,7 @@ class Runners:
     def answer(self, m: str, ids, base: str, base_ids, question=None) -> Run:
         """Method ``m``'s answer; ``base_ids`` is the baseline's (the oracle drafts it)."""
         if m in SERVER_METHODS:
-            return server_run(*self.peers.answer(m, ids))
+            return server_run(self.peers.answer(m, ids))
         if m == base or m in ("hf", "llama"):
             return self.plain(ids)
         if m == "llama-pld":
@@ -187,13 +187,13 @@ class LlamaReference:
         return self._native(self._run, self._pld, ids)
 
 
-def server_run(tokens: list[int], seconds: float, timings: dict) -> Run:
+def server_run(answer) -> Run:
     """A llama-server answer as a Run. Its first token is known when its prompt reading ends:
     ``predicted_ms`` is the time after that (the server samples the first token from the prompt's
     last logits and counts it among ``predicted_n``)."""
-    predicted = timings.get("predicted_ms")
-    first_s = max(0.0, seconds - predicted / 1000) if isinstance(predicted, (int, float)) else None
-    return Run(tokens, seconds, first_s)
+    predicted = answer.timings.get("predicted_ms")
+    first_s = max(0.0, answer.seconds - predicted / 1000) if isinstance(predicted, (int, float)) else None
+    return Run(answer.tokens, answer.seconds, first_s)
 
 
 def server_peers(methods: list[str], engine, args):
