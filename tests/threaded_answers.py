@@ -68,3 +68,34 @@ def forwards_seen(monkeypatch, backend_class) -> list[int]:
 
     monkeypatch.setattr(backend_class, "decode_many", counting)
     return sizes
+
+
+def fail_one_step_and_cancel(monkeypatch, backend_class, cancel: threading.Event) -> None:
+    """``backend_class``'s 8th forward sets ``cancel``; its 12th fails one answer's step inside the
+    shared forward (the others' results come back)."""
+    decode = backend_class.decode_many
+    forwards = []
+
+    def failing(self, work):
+        forwards.append(len(work))
+        if len(forwards) == 12:
+            victim = max(work)
+            out = decode(self, {s: w for s, w in work.items() if s != victim})
+            return {**out, victim: ValueError("this answer's step failed")}
+        if len(forwards) == 8:
+            cancel.set()
+        return decode(self, work)
+
+    monkeypatch.setattr(backend_class, "decode_many", failing)
+
+
+def ending_requests(prompts, stop_text: str, cancel: threading.Event) -> list[GenerationRequest]:
+    """Drafted, sampled requests of 40 tokens: the second stops at ``stop_text``, the third is
+    cancelled by ``cancel``."""
+    requests = [
+        GenerationRequest(prompt_ids=ids, max_new_tokens=40, sampling=params, drafters=[ContextDrafter()], budget=6)
+        for ids, params in zip(prompts, SAMPLED)
+    ]
+    requests[1].stop_strings = [stop_text]
+    requests[2].cancel = cancel
+    return requests

@@ -18,7 +18,17 @@ need_llama_cpp()
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
-from threaded_answers import GREEDY, PROMPTS, SAMPLED, answer, forwards_seen, ids_of, side_by_side  # noqa: E402
+from threaded_answers import (
+    GREEDY,
+    PROMPTS,
+    SAMPLED,
+    answer,
+    ending_requests,
+    fail_one_step_and_cancel,
+    forwards_seen,
+    ids_of,
+    side_by_side,
+)  # noqa: E402
 
 from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
 from draftscope.drafters import (
@@ -350,40 +360,8 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
     plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
     stop_text = tokenizer.decode(plain[1][5:7])  # answer 1 stops at a string it writes early
     cancel = threading.Event()
-    decode = LlamaCppBackend.decode_many
-    forwards = []
-
-    def failing_for_slot_of_answer_3(self, work):
-        forwards.append(len(work))
-        if len(forwards) == 12:  # one answer's step fails inside a shared forward
-            victim = max(work)
-            out = decode(self, {s: w for s, w in work.items() if s != victim})
-            return {**out, victim: ValueError("this answer's step failed")}
-        if len(forwards) == 8:
-            cancel.set()
-        return decode(self, work)
-
-    monkeypatch.setattr(LlamaCppBackend, "decode_many", failing_for_slot_of_answer_3)
-    requests = [
-        GenerationRequest(
-            prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i], drafters=[ContextDrafter()], budget=6
-        )
-        for i in range(4)
-    ]
-    requests[1].stop_strings = [stop_text]
-    requests[2].cancel = cancel
-    finals = [None] * 4
-    barrier = threading.Barrier(4)
-
-    def run(i):
-        barrier.wait()
-        finals[i] = list(shared.generate(requests[i]))[-1]
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    fail_one_step_and_cancel(monkeypatch, LlamaCppBackend, cancel)
+    finals = side_by_side(shared, prompts, SAMPLED, requests=ending_requests(prompts, stop_text, cancel))
     reasons = sorted(f.finish_reason for f in finals)
     assert "cancel" in [finals[2].finish_reason] and finals[1].finish_reason in ("stop", "error"), reasons
     failed = [i for i, f in enumerate(finals) if f.finish_reason == "error"]

@@ -12,16 +12,25 @@ import numpy as np
 import pytest
 import torch
 from engine_fixtures import tiny_llama
-from threaded_answers import GREEDY, PROMPTS, SAMPLED, answer, forwards_seen, ids_of, side_by_side
+from threaded_answers import (
+    GREEDY,
+    PROMPTS,
+    SAMPLED,
+    answer,
+    ending_requests,
+    fail_one_step_and_cancel,
+    forwards_seen,
+    ids_of,
+    side_by_side,
+)
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.drafters import ContextDrafter
 from draftscope.engine.backends import torch_backend_for
 from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.engine.backends.work import Prefill, Verify
-from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.engine import Engine
 
 
 @pytest.fixture(scope="module")
@@ -187,29 +196,8 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
     solo = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
     stop_text = tokenizer.decode(solo[1][5:7])
     cancel = threading.Event()
-    decode = TorchSlotsBackend.decode_many
-    forwards = []
-
-    def failing_once(self, work):
-        forwards.append(len(work))
-        if len(forwards) == 12:  # one answer's step fails inside a shared forward
-            victim = max(work)
-            out = decode(self, {s: w for s, w in work.items() if s != victim})
-            return {**out, victim: ValueError("this answer's step failed")}
-        if len(forwards) == 8:
-            cancel.set()
-        return decode(self, work)
-
-    monkeypatch.setattr(TorchSlotsBackend, "decode_many", failing_once)
-    requests = [
-        GenerationRequest(
-            prompt_ids=prompts[i], max_new_tokens=40, sampling=SAMPLED[i], drafters=[ContextDrafter()], budget=6
-        )
-        for i in range(4)
-    ]
-    requests[1].stop_strings = [stop_text]
-    requests[2].cancel = cancel
-    finals = side_by_side(shared, prompts, SAMPLED, requests=requests)
+    fail_one_step_and_cancel(monkeypatch, TorchSlotsBackend, cancel)
+    finals = side_by_side(shared, prompts, SAMPLED, requests=ending_requests(prompts, stop_text, cancel))
     assert finals[2].finish_reason == "cancel" and finals[1].finish_reason in ("stop", "error")
     failed = [i for i, f in enumerate(finals) if f.finish_reason == "error"]
     assert len(failed) == 1 and "this answer's step failed" in finals[failed[0]].error
