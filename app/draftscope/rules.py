@@ -50,6 +50,24 @@ MODEL_CONTEXT = 0
 CONTEXT_RANGE = Range(256, 1 << 20)
 
 
+# GPU layers: how many of a GGUF model's layers llama.cpp puts on the card (engine/backends/llama/gpu_offload.py).
+# GPU_LAYERS_AUTO (-1): as many as fit in the card's free memory (the default); 0: none, the CPU only;
+# a count above the model's layers puts all of them there, its output head too (GPU_LAYERS_ALL).
+GPU_LAYERS_AUTO = -1
+GPU_LAYERS_ALL = 999
+GPU_LAYERS_RANGE = Range(GPU_LAYERS_AUTO, GPU_LAYERS_ALL)
+
+
+def gpu_layers_problem(value: int) -> str | None:
+    """Why ``value`` cannot be the GPU-layers setting (None when it can)."""
+    if isinstance(value, int) and not isinstance(value, bool) and GPU_LAYERS_RANGE.holds(value):
+        return None
+    return (
+        f"gpu_layers must be {GPU_LAYERS_AUTO} (as many as fit on the card), 0 (none) or a count of layers up to "
+        f"{GPU_LAYERS_ALL} (all), got {value!r}"
+    )
+
+
 def context_problem(value: int) -> str | None:
     """Why ``value`` cannot be the context length (None when it can)."""
     if value == MODEL_CONTEXT or CONTEXT_RANGE.holds(value):

@@ -248,6 +248,7 @@ def load_spec(settings: Settings, *, slots: int):
         workers=parse_workers(settings.workers),
         threads=settings.threads or None,
         context=settings.context_length or None,
+        gpu_layers=settings.gpu_layers,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from draftscope.models.resolve import ModelSource, resolve_model
+from draftscope.rules import GPU_LAYERS_AUTO
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class LoadSpec:
     context: int | None = None  # tokens read at once (None: the backend's default)
     slots: int = 1  # answers held at once, stepping in shared forwards
     workers: tuple[str, ...] = ()  # llama.cpp RPC workers (host:port) that take a share of the layers
+    gpu_layers: int = GPU_LAYERS_AUTO  # llama.cpp's layers on the card (rules.GPU_LAYERS_*): auto, as many as fit
 
     @classmethod
     def of(cls, model: str | ModelSource | LoadSpec, **options) -> LoadSpec:

@@ -18,10 +18,12 @@ from draftscope.rules import (
     DRAFTER_NAMES,
     DRAFTERS_ON,
     DTYPES,
+    GPU_LAYERS_AUTO,
     NO_SEED,
     RANGES,
     SEED_RANGE,
     context_problem,
+    gpu_layers_problem,
     problem,
 )
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
@@ -82,6 +84,7 @@ class Settings:
     workers: str = setting(Section.MODEL, "")  # llama.cpp RPC workers sharing the layers: "host:port, ..."
     threads: int = setting(Section.MODEL, 0)  # CPU threads the model computes on; 0: this computer's cores
     context_length: int = setting(Section.MODEL, 0)  # tokens read at once (rules.context_problem); 0: default
+    gpu_layers: int = setting(Section.MODEL, GPU_LAYERS_AUTO)  # llama.cpp's layers on the card; -1: as many as fit
     datastore: str = setting(Section.DRAFTING, "")  # empty: the default chat datastore when it exists
     drafters: dict[str, bool] = setting(Section.DRAFTING, factory=_default_switches)
     temperature: float = setting(Section.SAMPLING, 0.0)
@@ -182,6 +185,8 @@ def _number_problems(s: Settings) -> list[str]:
     out = []
     if not 0 <= s.threads <= MAX_THREADS:
         out.append(f"threads must be between 0 (as many as this computer's cores) and {MAX_THREADS}")
+    if (why := gpu_layers_problem(s.gpu_layers)) is not None:
+        out.append(why)
     if not 6 <= s.font_size <= 48:
         out.append("font_size must be between 6 and 48")
     if not 1 <= s.server_port <= 65535:
