@@ -5,7 +5,7 @@ Plain Python (no torch, no Qt): settings, the command line, the server and the e
 
 from __future__ import annotations
 
-BACKENDS = ("auto", "torch", "llama.cpp")  # what runs the model (auto: llama.cpp for a GGUF on the CPU)
+BACKENDS = ("auto", "torch", "llama.cpp")  # what runs the model (auto: llama.cpp for a GGUF it can run)
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # the precision a torch model runs in
 DRAFTER_NAMES = ("retrieval", "learned", "context", "model", "recurrent")  # the drafters a user switches
 DRAFTERS_ON = ("retrieval", "learned", "context", "recurrent")  # what the app drafts with out of the box

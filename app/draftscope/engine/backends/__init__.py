@@ -1,6 +1,7 @@
 """What runs the target model: the one place that turns (model, backend, device, precision) into
-an opened backend. GGUF files on a CPU open on llama.cpp, which computes with the file's own
-quantised weights; Hugging Face folders, hub ids and CUDA devices open on torch."""
+an opened backend. GGUF files open on llama.cpp, which computes with the file's own quantised
+weights, on the CPU and on a card llama.cpp has a backend for (its layers there: gpu_offload.py);
+Hugging Face folders, hub ids, and cards only torch drives open on torch."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class BackendChoice(NamedTuple):
     why: str  # in words, for the model's description
     notice: str | None = None  # what the user should be told (kernels turned off, llama.cpp left for torch)
     repacked: bool = True  # llama.cpp may repack the weights for this CPU's fastest kernels
+    on_card: bool = False  # llama.cpp puts layers on a graphics card (gpu_offload.py)
 
 
 def choose_backend(
@@ -63,35 +65,62 @@ def choose_backend(
             )
         if not llama_cpp_available():
             raise ValueError("the llama.cpp backend needs llama-cpp-python (scripts/setup.sh installs it)")
+        card = _card_for(device)
+        if device == "cuda" and card is None:
+            raise ValueError(f"llama.cpp here has no CUDA backend, so it cannot run on cuda: {NO_CUDA_FIX}")
         found = llama_verdict.verdict(check=check, progress=progress, threads=threads)
         if found is not None and not found.runs:
             raise ValueError(
                 f"llama.cpp does not run on this CPU: {found.cause}. Choose the torch backend, or {llama_verdict.FIX}"
             )
-        return _on_llama("as asked (Settings ▸ Model, or --backend)", found)
+        return _on_llama("as asked (Settings ▸ Model, or --backend)", found, card is not None)
     if requested == "torch":
         return BackendChoice("torch", "as asked (Settings ▸ Model, or --backend)")
     if not gguf:
         return BackendChoice("torch", "a Hugging Face model runs on torch")
-    if device in (None, "auto"):
+    return _choose_for_gguf(device, check, progress, threads)
+
+
+NO_CUDA_FIX = "bash scripts/build_llama_cuda.sh builds it for this card (then set LLAMA_CPP_LIB_PATH), or choose torch"
+
+
+def _card_for(device: str | None):
+    """The card llama.cpp would put layers on for ``device`` (None: none, or the CPU was asked for)."""
+    if device not in (None, "auto", "cuda") or not llama_cpp_available():
+        return None
+    from draftscope.engine.backends.llama.gpu_offload import cards
+
+    found = cards()
+    return found[0] if found else None
+
+
+def _choose_for_gguf(device, check, progress, threads) -> BackendChoice:
+    """auto for a GGUF: llama.cpp on a card it has a backend for, on torch for a card only torch
+    drives (de-quantised), and on llama.cpp on the CPU."""
+    card = _card_for(device)
+    if card is None and device in (None, "auto"):
         from draftscope.engine.backends.pytorch.precision import pick_device
 
-        device = pick_device().type  # a GPU when there is one: torch runs it
-    if device != "cpu":
-        return BackendChoice("torch", f"the {device} device runs on torch")
+        device = pick_device().type  # a GPU llama.cpp has no backend for: torch runs it
+    if card is None and device != "cpu":
+        lacking = f" (llama.cpp here has no CUDA backend: {NO_CUDA_FIX})" if device == "cuda" else ""
+        return BackendChoice("torch", f"the {device} device runs on torch{lacking}")
     if not llama_cpp_available():
         return BackendChoice("torch", "llama-cpp-python is not installed: the GGUF is de-quantised for torch")
     found = llama_verdict.verdict(check=check, progress=progress, threads=threads)
     if found is not None and not found.runs:
         return BackendChoice("torch", f"llama.cpp does not run on this CPU ({found.cause})", found.notice)
+    if card is not None:
+        why = f"a GGUF file with the {card.description} at hand: llama.cpp runs its quantised weights on the card"
+        return _on_llama(why, found, True)
     return _on_llama("a GGUF file on the CPU: llama.cpp computes with its quantised weights directly", found)
 
 
-def _on_llama(why: str, found) -> BackendChoice:
+def _on_llama(why: str, found, on_card: bool = False) -> BackendChoice:
     """llama.cpp, as the verdict allows (None: no verdict yet, nothing turned off)."""
     if found is None:
-        return BackendChoice("llama.cpp", why)
-    return BackendChoice("llama.cpp", why, found.notice, found.repacked)
+        return BackendChoice("llama.cpp", why, on_card=on_card)
+    return BackendChoice("llama.cpp", why, found.notice, found.repacked, on_card)
 
 
 def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
@@ -115,7 +144,7 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
 
     spec = LoadSpec.of(spec, **options)
     source = spec.source
-    kind, why, notice, repacked = choose_backend(
+    kind, why, notice, repacked, on_card = choose_backend(
         source, spec.backend, spec.device, progress=progress, threads=spec.threads
     )
     if progress is not None:
@@ -128,17 +157,18 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
             f"({why}): use a GGUF model on the llama.cpp backend, or no workers"
         )
     if kind == "llama.cpp":
-        opened = _open_on_llama(spec, repacked)
+        opened = _open_on_llama(spec, repacked, on_card)
     else:
         opened = _open_on_torch(spec, progress)
         if source.kind == "gguf":
             opened.precision_reason += f"; torch backend: {why}"
     opened.source = source
-    opened.notice = notice  # the window, the terminal and the server say it, once per load
+    # the window, the terminal and the server say it, once per load
+    opened.notice = " ".join(filter(None, (notice, getattr(opened, "offload_notice", None)))) or None
     return opened
 
 
-def _open_on_llama(spec, repacked) -> Backend:
+def _open_on_llama(spec, repacked, on_card: bool = False) -> Backend:
     """The GGUF in a llama.cpp context (in a child process when RPC workers share its layers)."""
     from draftscope.engine.backends.llama import gguf_check
     from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
@@ -155,6 +185,10 @@ def _open_on_llama(spec, repacked) -> Backend:
         repacked=repacked,
     )
     if not spec.workers:
+        if on_card and spec.gpu_layers != 0:
+            from draftscope.engine.backends.llama.gpu_offload import open_on_card
+
+            return open_on_card(source.gguf_path, load_tokenizer(source), spec.gpu_layers, **common)
         return LlamaCppBackend(source.gguf_path, load_tokenizer(source), **common)
     from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
     from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported

@@ -65,3 +65,43 @@ def weight_buffers() -> list[str]:
         if name and name not in names:
             names.append(name)
     return names
+
+
+_ggml_lib = None
+
+
+def ggml():
+    """libggml of the installed llama-cpp-python (where the backend registry and its devices live),
+    its functions typed once."""
+    global _ggml_lib
+    if _ggml_lib is None:
+        from pathlib import Path
+
+        import llama_cpp
+
+        folder = Path(llama_cpp.__file__).parent / "lib"
+        _ggml_lib = _typed(ctypes.CDLL(str(next(folder.glob("libggml.so*"), folder / "libggml.so"))))
+    return _ggml_lib
+
+
+_P, _SIZE, _TEXT, _INT = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_int
+_SIGNATURES = {  # name: (result, arguments)
+    "ggml_backend_reg_by_name": (_P, [_TEXT]),
+    "ggml_backend_reg_get_proc_address": (_P, [_P, _TEXT]),
+    "ggml_backend_reg_dev_count": (_SIZE, [_P]),
+    "ggml_backend_reg_dev_get": (_P, [_P, _SIZE]),
+    "ggml_backend_dev_by_type": (_P, [_INT]),
+    "ggml_backend_dev_count": (_SIZE, []),
+    "ggml_backend_dev_get": (_P, [_SIZE]),
+    "ggml_backend_dev_type": (_INT, [_P]),
+    "ggml_backend_dev_name": (_TEXT, [_P]),
+    "ggml_backend_dev_description": (_TEXT, [_P]),
+    "ggml_backend_dev_memory": (None, [_P, ctypes.POINTER(_SIZE), ctypes.POINTER(_SIZE)]),
+}
+
+
+def _typed(library):
+    for name, (result, arguments) in _SIGNATURES.items():
+        function = getattr(library, name)
+        function.restype, function.argtypes = result, arguments
+    return library

@@ -72,6 +72,8 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self.tokenizer = tokenizer
         self.name = name or self.path.stem
         self.device = "cpu" if gpu_layers == 0 else "gpu"
+        self.offload = None  # where the layers on a card went (gpu_offload.open_on_card sets it)
+        self.offload_notice: str | None = None
         self._load_model(gpu_layers, workers, repacked)
         self._read_model_sizes(context)
         self.threads = threads or default_threads()
@@ -181,7 +183,12 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
                 f"{n} on {m}" + (f" (~{_size(memory[m])})" if m in memory else "") for m, n in self.split.items()
             )
         kernels = "" if self.repacked else " · without repacked kernels"
-        return f"llama.cpp · {self.precision} · {self.threads} threads{kernels}{where}"
+        card = f" · {self.offload.words()}" if self.offload else ""
+        return f"llama.cpp · {self.precision}{card} · {self.threads} threads{kernels}{where}"
+
+    def brief(self) -> str:
+        card = f" · {self.offload.brief()}" if self.offload else ""
+        return f"llama.cpp · {self.precision}{card}"
 
     @property
     def cached(self) -> int:

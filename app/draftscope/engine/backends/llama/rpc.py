@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftscope.engine.backends.llama.llama_lib import ggml
+
 CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
 _ENDPOINT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):(\d{1,5})$")
 
@@ -36,31 +38,6 @@ def parse_workers(text: str | None) -> list[str]:
     if len(workers) > 16:  # GGML_RPC_MAX_SERVERS
         raise WorkerError(f"{len(workers)} workers: llama.cpp takes at most 16")
     return workers
-
-
-def _ggml():
-    """libggml of the installed llama-cpp-python (where the backend registry lives)."""
-    import llama_cpp
-
-    folder = Path(llama_cpp.__file__).parent / "lib"
-    lib = ctypes.CDLL(str(next(folder.glob("libggml.so*"), folder / "libggml.so")))
-    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
-    lib.ggml_backend_dev_memory.restype = None
-    lib.ggml_backend_dev_memory.argtypes = [
-        ctypes.c_void_p,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_size_t),
-    ]
-    return lib
 
 
 def _rpc_reg(lib):
@@ -90,7 +67,7 @@ class WorkerDevice:
 def connect_workers(workers: list[str]) -> list[WorkerDevice]:
     """Each worker's devices (connecting to it). Runs in the child process only: llama.cpp aborts
     the process when a worker cannot be reached or speaks another protocol version."""
-    lib = _ggml()
+    lib = ggml()
     reg = _rpc_reg(lib)
     add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(
         lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
@@ -113,7 +90,7 @@ def serve_worker(host: str, port: int, threads: int) -> None:
     from draftscope.engine.backends.llama.llama_lib import lib as llama
 
     llama()  # initialises llama.cpp's backends (the CPU device)
-    lib = _ggml()
+    lib = ggml()
     reg = _rpc_reg(lib)
     start = ctypes.CFUNCTYPE(
         None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
@@ -149,38 +126,8 @@ THIS_COMPUTER = "this computer"
 
 
 def memory_per_machine(path, split: dict[str, int], positions: int) -> dict[str, int]:
-    """Bytes each machine of ``split`` (layers per machine, this computer's first: it holds the
-    first layers, the workers the next ones in order) holds for the model: its layers' weights as
-    the GGUF stores them and their KV cache (f16, ``positions`` cells), and on this computer the
-    tensors outside the layers too (embeddings, output). An estimate: llama.cpp adds compute buffers."""
-    import re
+    """Bytes each machine of ``split`` holds for the model (this computer's first: it holds the first
+    layers and the tensors outside them): gguf_memory.memory_per_machine."""
+    from draftscope.engine.backends.llama.gguf_memory import memory_per_machine as per_machine
 
-    from gguf import GGUFReader
-
-    reader = GGUFReader(str(path))
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-
-    def number(key: str, default: int | None = None) -> int | None:
-        field = reader.fields.get(f"{arch}.{key}")
-        return int(field.parts[-1][0]) if field is not None else default
-
-    layers = sum(split.values())
-    per_layer, rest = [0] * layers, 0
-    for tensor in reader.tensors:
-        found = re.match(r"blk\.(\d+)\.", tensor.name)
-        if found and int(found.group(1)) < layers:
-            per_layer[int(found.group(1))] += int(tensor.n_bytes)
-        else:
-            rest += int(tensor.n_bytes)
-    heads = number("attention.head_count", 1)
-    kv_heads = number("attention.head_count_kv", heads)
-    key = number("attention.key_length", number("embedding_length", 0) // heads)
-    value = number("attention.value_length", key)
-    kv_per_layer = positions * kv_heads * (key + value) * 2
-    out, first = {}, 0
-    for machine, count in split.items():
-        out[machine] = (
-            sum(per_layer[first : first + count]) + count * kv_per_layer + (rest if machine == THIS_COMPUTER else 0)
-        )
-        first += count
-    return out
+    return per_machine(path, split, positions, THIS_COMPUTER)
