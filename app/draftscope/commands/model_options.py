@@ -117,8 +117,17 @@ def _add_running_arguments(p: argparse.ArgumentParser) -> None:
         "--backend",
         choices=BACKENDS,
         default="auto",
-        help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation) or torch "
-        "(Hugging Face folders, CUDA); auto: llama.cpp for a GGUF on the CPU",
+        help="what runs the model: llama.cpp (GGUF files, computed in their own quantisation, on the CPU "
+        "and on cards its build has a backend for) or torch (Hugging Face folders, any CUDA card); auto: "
+        "llama.cpp for a GGUF it can run",
+    )
+    p.add_argument(
+        "--gpu-layers",
+        type=argtypes.gpu_layers,
+        default="auto",
+        metavar="N|auto|all",
+        help="a GGUF's layers llama.cpp puts on the graphics card (default: auto, as many as fit in its "
+        "free memory; 0: none, the CPU only; all: every layer); needs llama.cpp built with CUDA",
     )
     p.add_argument(
         "--rpc",
@@ -185,6 +194,7 @@ def settings_from_args(args: argparse.Namespace):
         workers=args.rpc or "",
         threads=args.threads,
         context_length=args.context,
+        gpu_layers=args.gpu_layers,
     )
     problems = settings.problems()
     if problems:

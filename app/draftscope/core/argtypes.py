@@ -44,6 +44,21 @@ def context(text: str) -> int:
     return value
 
 
+def gpu_layers(text: str) -> int:
+    """llama.cpp's layers on the card: auto (as many as fit), all, or a count (0: none)."""
+    from draftscope.rules import GPU_LAYERS_ALL, GPU_LAYERS_AUTO, gpu_layers_problem
+
+    named = {"auto": GPU_LAYERS_AUTO, "all": GPU_LAYERS_ALL}
+    value = named.get(text.strip().lower())
+    if value is None:
+        value = int(text) if re.fullmatch(r"\s*\d+\s*", text) else -2
+        if value < 0 or gpu_layers_problem(value) is not None:
+            raise argparse.ArgumentTypeError(
+                f"must be auto (as many as fit), all, or a count of layers from 0 to {GPU_LAYERS_ALL}, got {text!r}"
+            )
+    return value
+
+
 def sampling(name: str):
     """A sampling parameter within the app's range (rules.RANGES), named as the settings name it."""
     from draftscope.rules import RANGES
