@@ -271,3 +271,30 @@ def test_the_ladder_follows_the_cpu():
     assert llama_build.variant_of(["AVX2", "AVX512"], AMX_CPU) == "no-amx"
     assert llama_build.variant_of(["AVX2"], AMX_CPU) == "avx2"
     assert llama_build.variant_of(["AVX2", "AVX512", "AMX_INT8"], AMX_CPU) == "native"
+
+
+def stand_in_tools(folder, monkeypatch, compute_cap: str | None):
+    """``nvcc`` and (with ``compute_cap``) an ``nvidia-smi`` that reports it, first on PATH."""
+    folder.mkdir(exist_ok=True)
+    (folder / "nvcc").write_text("#!/bin/sh\nexit 0\n")
+    if compute_cap is not None:
+        (folder / "nvidia-smi").write_text(f"#!/bin/sh\necho {compute_cap}\n")
+    for tool in folder.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    monkeypatch.delenv("CMAKE_ARGS", raising=False)
+
+
+def test_with_a_cuda_toolkit_set_up_builds_for_this_card_s_architecture_only(tmp_path, monkeypatch):
+    """Every architecture takes half an hour on a build machine; the card's own, minutes (issue 53)."""
+    stand_in_tools(tmp_path / "hopper", monkeypatch, "9.0")
+    assert llama_build.base_args() == "-DGGML_RPC=on -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90"
+    monkeypatch.setenv("CMAKE_ARGS", "-DCMAKE_CUDA_ARCHITECTURES=86")  # the user's choice stands
+    assert llama_build.base_args().count("CMAKE_CUDA_ARCHITECTURES") == 1
+
+
+def test_with_no_card_to_ask_the_cuda_build_keeps_llama_cpp_s_default_architectures(tmp_path, monkeypatch):
+    stand_in_tools(tmp_path / "no-card", monkeypatch, None)
+    assert llama_build.base_args() == "-DGGML_RPC=on -DGGML_CUDA=on"
+    stand_in_tools(tmp_path / "odd", monkeypatch, "No devices were found")
+    assert llama_build.base_args() == "-DGGML_RPC=on -DGGML_CUDA=on"
