@@ -316,8 +316,10 @@ def test_changed_fields():
         "workers",
         "threads",
         "context_length",
+        "gpu_layers",
     }  # these reopen the model
     assert change_between(base, replace(base, dtype="bfloat16")) == Change.MODEL
+    assert change_between(base, replace(base, gpu_layers=0)) == Change.MODEL  # llama.cpp places layers at load
     assert change_between(base, replace(base, temperature=0.5, system_prompt="x")) == Change.NONE
     assert change_between(base, replace(base, server_port=9000, datastore="x.idx")) == Change.SERVER | Change.DRAFTERS
 

@@ -41,6 +41,8 @@ from draftscope.core.settings_checks import (
     model_problem,
 )
 from draftscope.core.words import run_precision, sentence
+from draftscope.engine.backends.llama import gpu_offload
+from draftscope.gui.dialogs.gpu_layers_row import GpuLayers
 from draftscope.gui.dialogs.settings_model_tab import OTHER_TEXT, ModelTabParts
 from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
 from draftscope.gui.form_widgets import align_label_columns, hint, row, show_error
@@ -150,6 +152,7 @@ class SettingsDialog(ModelTabParts, QDialog):
                 wrap=True,
             ),
         )
+        self._gpu_layers_row(form)
         self.workers_edit = QLineEdit(objectName="workersEdit")
         self.workers_edit.setPlaceholderText("none: the whole model on this computer")
         form.addRow("Workers:", self.workers_edit)
@@ -162,8 +165,21 @@ class SettingsDialog(ModelTabParts, QDialog):
                 wrap=True,
             ),
         )
+        self.workers_edit.textChanged.connect(self._offer_gpu_layers)
         self.context = ContextLength()
         form.addRow("Context length:", self.context)
+
+    def _gpu_layers_row(self, form) -> None:
+        """llama.cpp's layers on a graphics card; the cards are looked for once (it loads llama.cpp)."""
+        self.gpu_layers = GpuLayers(gpu_offload.cards())
+        form.addRow("GPU layers:", self.gpu_layers)
+        for combo in (self.backend_combo, self.device_combo):
+            combo.currentIndexChanged.connect(self._offer_gpu_layers)
+
+    def _offer_gpu_layers(self, *_args) -> None:
+        """The GPU-layers row is enabled only where the chosen backend, device and workers use it."""
+        backend, device = self.backend_combo.currentData() or "auto", self.device_combo.currentData() or "auto"
+        self.gpu_layers.offer(backend, device, self.workers_edit.text())
 
     def _show(self, s: Settings) -> None:
         if self._downloading():  # Restore defaults during a download: it goes on
@@ -179,9 +195,10 @@ class SettingsDialog(ModelTabParts, QDialog):
             self._fill_drafts(s.draft_model)
         finally:
             self._filling = False
-        for tab in (self.context, self.drafting, self.generation, self.appearance, self.server):
+        for tab in (self.context, self.gpu_layers, self.drafting, self.generation, self.appearance, self.server):
             tab.show_settings(s)
         self._on_precision_changed()
+        self._offer_gpu_layers()
         self._update_model_state()
         self.drafting.update_default_datastore()
         self.error_label.hide()
@@ -200,6 +217,7 @@ class SettingsDialog(ModelTabParts, QDialog):
             **self.appearance.values(),
             **self.server.values(),
             **self.context.values(),
+            **self.gpu_layers.values(),
         )
 
     def _select_spec(self, combo: QComboBox, edit: QLineEdit, spec: str) -> None:
@@ -392,6 +410,7 @@ class SettingsDialog(ModelTabParts, QDialog):
             **self.appearance.fields,
             **self.server.fields,
             **self.context.fields,
+            **self.gpu_layers.fields,
         }
         out = [(p, widgets.get(p.split()[0], self.tabs)) for p in s.problems()]
         if not s.model:

@@ -3,7 +3,7 @@ model and the draft model (the catalogue combos, the Other rows with their Folde
 pickers), the download boxes that fetch a catalogue model with progress and cancel, one at a time.
 Split from ``settings_dialog`` so that module keeps what the dialog does with them (settings <->
 widgets, the precision, the draft models offered, validation); where the model runs (device,
-precision, backend, workers, context length) is built there too, beside ``BACKEND_CHOICES``."""
+precision, backend, GPU layers, workers, context length) is built there too, beside ``BACKEND_CHOICES``."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ class ModelTabParts:
         form.addRow(
             "",
             hint(
-                "Changing the model, device, precision, workers, context length or draft model reloads the model.",
+                "Changing the model, device, precision, backend, GPU layers, workers, context length or draft model "
+                "reloads the model.",
                 wrap=True,
             ),
         )
