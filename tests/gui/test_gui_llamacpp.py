@@ -73,6 +73,28 @@ def test_the_window_answers_on_llama_cpp_and_says_so(qtbot, engine, tmp_path):
     )
 
 
+def test_the_status_bar_names_the_layers_on_the_card_and_their_memory(qtbot, engine, monkeypatch):
+    from PySide6.QtWidgets import QMainWindow
+
+    from draftscope.engine.backends.llama.gpu_offload import Card, Offload
+    from draftscope.gui.status_bar import StatusLine
+
+    card = Card("CUDA0", "NVIDIA GeForce RTX 4070", 11_000_000_000, 12_000_000_000)
+    offload = Offload(card, layers=29, of=28, bytes_used=1_200_000_000, why="all fit in the card's free 11.0 GB")
+    monkeypatch.setattr(engine.backend, "offload", offload)
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    StatusLine(window.statusBar(), engine)
+    window.resize(1200, 600)
+    window.show()
+    device = window.findChild(QLabel, "statusDevice")
+    assert device.text() == "llama.cpp · F32 · CUDA0 29/29 layers, 1.2 GB"
+    assert device.shown_text() == device.text()  # not elided in a usual window
+    tip = device.toolTip()
+    assert "all of its layers on the NVIDIA GeForce RTX 4070 (1.2 GB of 12.0 GB; all fit" in tip
+    assert "Settings ▸ Model ▸ Backend, Precision and GPU layers change it" in tip
+
+
 def plain_prompt_ids(engine, messages) -> list[int]:
     """The prompt's token ids as the engine builds them from chat messages."""
     return engine.encode_chat(messages)

@@ -14,6 +14,19 @@ KEPT = 280  # pixels the model's name and how it runs keep before anything else 
 GIVES_WAY = 24  # pixels the least important names (datastore, drafters, learned answers) shrink to
 
 
+def _device_tip(engine) -> str:
+    """What runs where, in full: the backend's describe() (its layers on a card and the memory they
+    took, where it has some), the device and the precision, and the settings that change them."""
+    backend = engine.backend
+    on_card = getattr(backend, "offload", None) is not None
+    settings = "Backend, Precision and GPU layers" if on_card else "Backend and Precision"
+    return (
+        f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, in {engine.precision}"
+        + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
+        + f". Settings ▸ Model ▸ {settings} change it."
+    )
+
+
 class StatusLine:
     """The labels of a QStatusBar, each set in words by one method."""
 
@@ -25,12 +38,7 @@ class StatusLine:
         self.model.setToolTip(f"The model: {engine.name}")
         backend = engine.backend
         self.device = ElidedLabel(backend.brief(), objectName="statusDevice", shortest=KEPT)
-        self.device.setToolTip(
-            f"{backend.describe()}: {backend.kind} runs the model on {engine.device}, "
-            f"in {engine.precision}"
-            + (f": {engine.dtype_reason}" if engine.dtype_reason else "")
-            + ". Settings ▸ Model ▸ Backend and Precision change it."
-        )
+        self.device.setToolTip(_device_tip(engine))
         self.datastore = ElidedLabel(objectName="statusDatastore", shortest=GIVES_WAY)
         self.drafters = ElidedLabel(objectName="statusDrafters", shortest=GIVES_WAY)
         self.rate = QLabel("– tokens/s", objectName="statusTokensPerSecond")
