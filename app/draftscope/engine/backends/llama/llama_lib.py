@@ -71,15 +71,16 @@ _ggml_lib = None
 
 
 def ggml():
-    """libggml of the installed llama-cpp-python (where the backend registry and its devices live),
-    its functions typed once."""
+    """libggml beside the libllama llama-cpp-python loaded (where the backend registry and its devices
+    live), its functions typed once."""
     global _ggml_lib
     if _ggml_lib is None:
         from pathlib import Path
 
         import llama_cpp
 
-        folder = Path(llama_cpp.__file__).parent / "lib"
+        # where llama_cpp loaded libllama from (LLAMA_CPP_LIB_PATH: a build of one's own, e.g. CUDA)
+        folder = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(llama_cpp.__file__).parent / "lib")
         _ggml_lib = _typed(ctypes.CDLL(str(next(folder.glob("libggml.so*"), folder / "libggml.so"))))
     return _ggml_lib
 
