@@ -146,9 +146,9 @@ class SettingsDialog(ModelTabParts, QDialog):
         form.addRow(
             "",
             hint(
-                "Auto: llama.cpp for a GGUF model on the CPU: it computes with the file's own "
-                "quantised weights, in a fraction of the memory; torch for Hugging Face folders, "
-                "CUDA, and the recurrent drafter. Precision applies to torch.",
+                "Auto: llama.cpp for a GGUF model, on the CPU and on a card its build has a backend for: it "
+                "computes with the file's own quantised weights, in a fraction of the memory; torch for Hugging "
+                "Face folders, other cards, and the recurrent drafter. Precision applies to torch.",
                 wrap=True,
             ),
         )
