@@ -163,11 +163,11 @@ def test_contexts_past_the_models_length_are_refused_in_words(model_dir, capsys)
     [
         (
             ["--shape", "huge"],
-            "invalid choice: 'huge' (choose from 'tiny', 'qwen2.5-0.5b', 'qwen2.5-1.5b', 'qwen2.5-7b')",
+            "invalid choice: 'huge' (choose from 'tiny', 'smollm2-135m', 'qwen2.5-0.5b', 'qwen2.5-1.5b', 'qwen2.5-7b')",
         ),
         (
             ["--sections", "verify,nope"],
-            "unknown section(s) 'nope' (choose from verify, worst, plain, oracle, spec-bench)",
+            "unknown section(s) 'nope' (choose from verify, worst, plain, peer, oracle, spec-bench)",
         ),
         (["--sections", ","], "unknown section(s) (none given)"),
         (["--contexts", "256,x"], "not a whole number: 'x'"),

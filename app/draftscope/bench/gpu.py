@@ -1,4 +1,4 @@
-"""``draftscope bench gpu``: what the torch backend's steps cost on this device, in five sections.
+"""``draftscope bench gpu``: what the backend's steps cost on this device, in six sections.
 
 1. verify cost curve: one verify of [root] + a chain of 0-64 nodes, and of a 64-node wide tree,
    over caches of each ``--contexts`` length, as ms and as a ratio to the plain (0-node) step;
@@ -6,9 +6,16 @@
    conversation), committing 3 nodes + the root a step: median, 99th percentile and max;
 3. plain decoding vs HF generate: Hugging Face's eager ``generate`` against the engine's plain
    loop (``Engine.generate`` with no drafters), greedy, alternated;
-4. oracle limit: the engine with an oracle drafter replaying the plain answer (every draft right)
+4. peer (llama.cpp only): llama.cpp's own llama-bench and llama-server on the same GGUF and layers,
+   beside our plain loop (gpu_peer.py);
+5. oracle limit: the engine with an oracle drafter replaying the plain answer (every draft right)
    at fixed depths and with the adaptive budget: the most drafting can buy here;
-5. spec-bench: ``draftscope bench spec`` on the Spec-Bench questions (only with ``--model``).
+6. spec-bench: ``draftscope bench spec`` on the Spec-Bench questions (only with ``--model``).
+
+``--backend llama.cpp --model FILE.gguf`` runs a GGUF as the app opens it on llama.cpp, its layers
+on the card by ``--gpu-layers`` (gpu_llama.py): every section but HF generate, which needs torch.
+With ``--shape`` instead, a GGUF of the shape with random weights is written in the block types of
+the real files of that size (gpu_shape_gguf.py), for a machine no model file reaches.
 
 ``--shape`` builds a Qwen2.5-shaped model from its published config with random weights (no
 download; the GPU machines have no network), sharpened so that greedy answers are not near-ties
@@ -29,8 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
+from draftscope.bench import gpu_llama
 from draftscope.bench.gpu_decoding import oracle_limit, plain_vs_hf
+from draftscope.bench.gpu_llama import BACKENDS
 from draftscope.bench.gpu_models import SHAPES, SHARPEN, IdsOnly, shape_model
+from draftscope.bench.gpu_peer import find_llama_bench, peer_section
 from draftscope.bench.gpu_report import (
     SECTIONS,
     WARMUP,
@@ -41,7 +51,7 @@ from draftscope.bench.gpu_report import (
 from draftscope.bench.gpu_step_costs import COMMIT, verify_curve, worst_step
 from draftscope.core import argtypes
 
-PROMPT_LEN = 128  # random-id prompt of a shape model (sections 3 and 4)
+PROMPT_LEN = 128  # random-id prompt of a shape model (sections 3-5)
 QUESTION = "Explain how a hash table works, with a short example in Python."  # a real model's prompt
 # the app's drafting (auto) against HF's plain and prompt-lookup loops, with our plain loop and the oracle's limit
 SPEC_METHODS = "hf,hf-pld,plain,auto,oracle"
@@ -81,9 +91,12 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--shape",
         choices=tuple(SHAPES),
         default="qwen2.5-1.5b",
-        help="a Qwen2.5-shaped model with random weights (default: %(default)s)",
+        help="a Qwen2.5- or SmolLM2-shaped model with random weights (default: %(default)s); on llama.cpp a "
+        "GGUF of it in the real files' block types, written once",
     )
-    what.add_argument("--model", default=None, help="a real model instead: catalogue name, folder or .gguf (on torch)")
+    what.add_argument(
+        "--model", default=None, help="a real model instead: catalogue name, folder or .gguf (on --backend)"
+    )
     p.add_argument(
         "--dtype",
         type=argtypes.dtype,
@@ -118,7 +131,8 @@ def _add_measure_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
-    """The torch backend's cache, attention and compilation, to compare their costs."""
+    """Which backend runs, and the torch backend's cache, attention and compilation, to compare their costs."""
+    _add_llama_arguments(p)
     p.add_argument(
         "--cache",
         choices=("auto", "static", "dynamic"),
@@ -139,6 +153,31 @@ def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="the graphed steps through torch.compile: on, off, or auto (on where CUDA and Triton are, as "
         "the app runs); the capture's progress is printed with its times",
+    )
+
+
+def _add_llama_arguments(p: argparse.ArgumentParser) -> None:
+    """llama.cpp instead of torch: a GGUF, its layers on the card, and the peer it is measured against."""
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="torch",
+        help="torch (default), or llama.cpp: a GGUF --model as the app opens it, or a --shape written as a "
+        "GGUF with random weights; its layers on the card by --gpu-layers",
+    )
+    p.add_argument(
+        "--gpu-layers",
+        type=argtypes.gpu_layers,
+        default="auto",
+        metavar="N|auto|all",
+        help="llama.cpp's layers on the card (default: auto, as many as fit; 0: none; all)",
+    )
+    p.add_argument(
+        "--llama-bench",
+        default=None,
+        metavar="PATH",
+        help="llama.cpp's llama-bench for the peer section (default: beside LLAMA_CPP_LIB_PATH's libraries, "
+        "else beside llama-server); llama-server is the one beside it",
     )
 
 
@@ -168,8 +207,11 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- the model
 
 
-def open_engine(args):
-    """(engine, prompt for sections 3-4): the real model as the app loads it, or a shape model."""
+def open_engine(args, longest: int):
+    """(engine, prompt for sections 3-5): the real model as the app loads it (a GGUF on llama.cpp with
+    room for ``longest`` cached tokens), or a shape model."""
+    if args.backend == "llama.cpp":
+        return gpu_llama.open_llama_engine(args, longest, QUESTION, PROMPT_LEN)
     import torch
 
     from draftscope.engine.backends import torch_backend_for
@@ -234,6 +276,10 @@ def header(engine, args, report: Report) -> None:
     import torch
     import transformers
 
+    if args.backend == "llama.cpp":
+        gpu_llama.header(engine, args, report, device_name(engine.device))
+        _times_line(args, report)
+        return
     what = f"model {args.model}" if args.model else f"shape {args.shape}"
     report.figures(
         "header",
@@ -257,6 +303,10 @@ def header(engine, args, report: Report) -> None:
             f"(embeddings x{SHARPEN:g}, the head a shuffled copy: greedy answers walk a fixed permutation "
             "of the vocabulary; prompts are seeded random token ids: no tokenizer is needed)"
         )
+    _times_line(args, report)
+
+
+def _times_line(args, report: Report) -> None:
     report.line(
         f"times: median of {args.reps} reps after {WARMUP} warm-ups, the device synchronised before each clock reading"
     )
@@ -293,7 +343,7 @@ def spec_bench(args, report: Report) -> int:
             "--questions",
             args.questions,
             "--backend",
-            "torch",
+            args.backend,
             "--methods",
             args.spec_methods,
             "--max-new-tokens",
@@ -315,8 +365,9 @@ def spec_bench(args, report: Report) -> int:
 
 
 def engine_sections(args, report: Report) -> None:
-    engine, prompt = open_engine(args)
     longest = max(args.contexts) + 1 + args.tokens * (1 + len(COMMIT)) + 65
+    # llama.cpp holds what it is opened for: the answers of sections 3-5 too (prompts of <= PROMPT_LEN tokens)
+    engine, prompt = open_engine(args, max(longest, PROMPT_LEN + args.tokens + 65))
     if longest > engine.max_context:
         raise ValueError(
             f"--contexts and --tokens reach {longest:,} cached tokens; {engine.name} holds {engine.max_context:,}"
@@ -329,12 +380,26 @@ def engine_sections(args, report: Report) -> None:
         worst_step(engine, args, report)
     if "plain" in args.sections:
         plain = plain_vs_hf(engine, prompt, args, report)
+    if "peer" in args.sections:
+        peer_section(engine, prompt, args, report)
     if "oracle" in args.sections:
         oracle_limit(engine, prompt, plain, args, report)
     engine.backend.close()
 
 
+def refuse_early(args) -> None:
+    """What cannot run, said before a model opens: llama.cpp with torch's options, or a --llama-bench
+    that is not there."""
+    if args.backend == "llama.cpp":
+        problem = gpu_llama.llama_problems(args)
+        if problem:
+            raise ValueError(problem)
+        if "peer" in args.sections:
+            find_llama_bench(args.llama_bench)  # a path given that names no file is an error
+
+
 def run(args: argparse.Namespace) -> int:
+    refuse_early(args)
     report = Report(args.json_out)
     try:
         if set(args.sections) - {"spec-bench"}:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,55 +43,89 @@ def hf_generate(engine, prompt: list[int], tokens: int):
     return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
 
 
-def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
-    key = "plain"
-    report.heading(key)
+class PlainRuns(NamedTuple):
+    """The plain section's alternated answers: HF generate's (none on llama.cpp) and the engine's."""
+
+    ours_ids: list[int]
+    ours_s: list[float]
+    hf_ids: list[int] | None
+    hf_s: list[float]
+    replays: int  # steps replayed from captured graphs
+    steps: int
+
+
+def _plain_runs(engine, prompt: list[int], args) -> PlainRuns:
+    """1 + --reps rounds of HF generate then the engine's plain loop, alternated so that drift hits both
+    alike; round 0 warms up. HF needs the torch model: none on llama.cpp."""
     hf_s, ours_s, hf_ids, ours_ids = [], [], None, None
     graphs = getattr(engine.backend, "graphs", None)
     replays = steps = 0
-    for rep in range(1 + args.reps):  # alternated, so drift hits both alike; round 0 warms up
-        hf_ids, secs = hf_generate(engine, prompt, args.tokens)
-        if rep:
-            hf_s.append(secs)
+    for rep in range(1 + args.reps):
+        if engine.model is not None:
+            hf_ids, secs = hf_generate(engine, prompt, args.tokens)
+            if rep:
+                hf_s.append(secs)
         before = graphs.replays if graphs is not None else 0
-        ours_ids, secs, answer_steps, *_ = answer(engine, prompt, args.tokens)
+        ours = answer(engine, prompt, args.tokens)
+        ours_ids = ours.tokens
         replays += (graphs.replays if graphs is not None else 0) - before
-        steps += answer_steps
+        steps += ours.steps
         if rep:
-            ours_s.append(secs)
-    hf_tps, ours_tps = len(hf_ids) / statistics.median(hf_s), len(ours_ids) / statistics.median(ours_s)
-    same = hf_ids == ours_ids
+            ours_s.append(ours.seconds)
+    return PlainRuns(ours_ids, ours_s, hf_ids, hf_s, replays, steps)
+
+
+def plain_vs_hf(engine, prompt: list[int], args, report: Report) -> list[int]:
+    key = "plain"
+    report.heading(key)
+    runs = _plain_runs(engine, prompt, args)
+    ours_tps = len(runs.ours_ids) / statistics.median(runs.ours_s)
     report.line(
         f"prompt {len(prompt)} tokens, greedy, up to {args.tokens} new tokens; median of {args.reps} "
         "alternated runs after 1 warm-up each, prefill included"
     )
+    if runs.hf_ids is None:
+        why = f"HF generate runs a torch model; {engine.backend.kind} has none (the peer section has llama.cpp's own)"
+        report.figures(key, f"  HF generate        skipped: {why}", method="hf", skipped=why)
+    else:
+        hf_tps = len(runs.hf_ids) / statistics.median(runs.hf_s)
+        report.figures(
+            key,
+            f"  HF generate        {hf_tps:9.1f} tokens/s ({len(runs.hf_ids)} tokens)",
+            method="hf",
+            tokens_per_s=round(hf_tps, 2),
+            tokens=len(runs.hf_ids),
+        )
     report.figures(
         key,
-        f"  HF generate        {hf_tps:9.1f} tokens/s ({len(hf_ids)} tokens)",
-        method="hf",
-        tokens_per_s=round(hf_tps, 2),
-        tokens=len(hf_ids),
-    )
-    report.figures(
-        key,
-        f"  engine plain loop  {ours_tps:9.1f} tokens/s ({len(ours_ids)} tokens)",
+        f"  engine plain loop  {ours_tps:9.1f} tokens/s ({len(runs.ours_ids)} tokens)",
         method="engine plain",
         tokens_per_s=round(ours_tps, 2),
-        tokens=len(ours_ids),
+        tokens=len(runs.ours_ids),
     )
+    if runs.hf_ids is not None:
+        _against_hf(engine, runs, ours_tps / hf_tps, report)
+    return runs.ours_ids
+
+
+def _against_hf(engine, runs: PlainRuns, ratio: float, report: Report) -> None:
+    """The engine's plain loop over HF generate, whether their answers are the same, and the graphs' share."""
+    same = runs.hf_ids == runs.ours_ids
     expected = (
         "expected in fp32" if engine.precision == "float32" else f"{engine.precision} rounding may flip near-ties"
     )
     report.figures(
-        key,
-        f"  engine / HF: {ours_tps / hf_tps:.2f}x; token-identical: {same} ({expected})",
-        ratio=round(ours_tps / hf_tps, 3),
+        "plain",
+        f"  engine / HF: {ratio:.2f}x; token-identical: {same} ({expected})",
+        ratio=round(ratio, 3),
         identical=same,
     )
     report.figures(
-        key, f"  steps replayed from captured graphs: {replays} of {steps}", graph_replays=replays, steps=steps
+        "plain",
+        f"  steps replayed from captured graphs: {runs.replays} of {runs.steps}",
+        graph_replays=runs.replays,
+        steps=runs.steps,
     )
-    return ours_ids
 
 
 def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, report: Report) -> None:
@@ -105,7 +140,7 @@ def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, repor
     out: dict[str, tuple[list[int], int, float]] = {}
     wide_ms: list[float] = []
     for rep in range(1 + args.reps):  # each round: plain, then every configuration; round 0 warms up
-        ids, s, steps, nodes, _ = answer(engine, prompt, args.tokens)
+        ids, s, steps, nodes, *_ = answer(engine, prompt, args.tokens)
         secs["plain"].append(s)
         out["plain"] = (ids, steps, nodes)
         for name, (depth, budget) in configs.items():
@@ -114,7 +149,7 @@ def oracle_limit(engine, prompt: list[int], plain: list[int] | None, args, repor
                 if name == WIDE
                 else OracleDrafter(plain, len(prompt), max_depth=depth)
             )
-            ids, s, steps, nodes, step_ms = answer(engine, prompt, args.tokens, [drafter], budget)
+            ids, s, steps, nodes, step_ms, _ = answer(engine, prompt, args.tokens, [drafter], budget)
             secs[name].append(s)
             out[name] = (ids, steps, nodes)
             if name == WIDE and rep:

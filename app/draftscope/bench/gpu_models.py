@@ -1,4 +1,4 @@
-"""The models and drafts of ``draftscope bench gpu``: Qwen2.5-shaped models with random weights
+"""The models and drafts of ``draftscope bench gpu``: Qwen2.5- and SmolLM2-shaped models with random weights
 (no download: the GPU machines have no network), a stand-in tokenizer for them, the 64-node wide
 tree and the oracle that drafts in it."""
 
@@ -19,6 +19,17 @@ SHAPES = {
         num_attention_heads=4,
         num_key_value_heads=2,
         vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    # SmolLM2-135M's published config (a llama; built here as a Qwen2 of its shape, its q/k/v biases
+    # the only difference in cost)
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
         tie_word_embeddings=True,
     ),
     "qwen2.5-0.5b": dict(

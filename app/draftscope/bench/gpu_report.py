@@ -10,11 +10,13 @@ import json
 import os
 import statistics
 import time
+from typing import NamedTuple
 
 SECTIONS = {
     "verify": "verify cost curve",
     "worst": "worst step",
     "plain": "plain decoding vs HF generate",
+    "peer": "llama.cpp's own programs",
     "oracle": "oracle limit",
     "spec-bench": "spec-bench",
 }
@@ -49,10 +51,19 @@ class Report:
 # ----------------------------------------------------------------------------- timing
 
 
+def device_type(device) -> str:
+    """The kind of ``device``: a torch device's type ("cuda", "mps", "cpu"), or llama.cpp's device in
+    words ("cpu", "cuda", "gpu", "cpu + workers")."""
+    return getattr(device, "type", None) or str(device)
+
+
 def sync(device) -> None:
-    """Kernels run asynchronously on a GPU: wait for them before reading the clock."""
+    """Kernels run asynchronously on a GPU: wait for them before reading the clock. llama.cpp's
+    decode returns once its logits are read back: a device in words needs no wait."""
     import torch
 
+    if not hasattr(device, "type"):
+        return
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -73,9 +84,19 @@ def timed(fn, device, reps: int, warm: int = WARMUP) -> float:
     return statistics.median(times)
 
 
-def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | None = None):
-    """(token ids, seconds, steps, mean nodes verified a step, median ms of a step after the first) of
-    one answer through Engine.generate, the app's own loop (the first step holds the prompt's reading)."""
+class Answer(NamedTuple):
+    """One answer through Engine.generate, the app's own loop."""
+
+    tokens: list[int]
+    seconds: float  # the whole answer, the prompt's reading included
+    steps: int
+    nodes: float  # mean nodes verified a step
+    step_ms: float  # median ms of a step after the first (the first holds the prompt's reading)
+    writing_tps: float | None  # tokens/s after the first step (the engine's own figure)
+
+
+def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | None = None) -> Answer:
+    """One answer to ``prompt`` through Engine.generate, timed with the device synchronised."""
     from draftscope.engine.engine import GenerationRequest
 
     sync(engine.device)
@@ -94,14 +115,23 @@ def answer(engine, prompt: list[int], tokens: int, drafters=(), budget: int | No
     steps = [ev for ev in events[:-1] if hasattr(ev, "proposed")]
     nodes = sum(ev.proposed for ev in steps) / len(steps) if steps else 0.0
     step_ms = statistics.median(ev.total_ms for ev in steps[1:]) if len(steps) > 1 else float("nan")
-    return final.token_ids, seconds, final.stats.steps, nodes, step_ms
+    return Answer(final.token_ids, seconds, final.stats.steps, nodes, step_ms, final.stats.decode_tokens_per_second)
 
 
 def device_name(device) -> str:
+    """The card's or the CPU's name; a llama.cpp backend's card as llama.cpp names it."""
     import torch
 
     from draftscope.bench.spec import _cpu_name
 
-    if device.type == "cuda":
+    kind = device_type(device)
+    if kind == "cpu":
+        return f"{_cpu_name()} ({os.cpu_count()} cores)"
+    if not hasattr(device, "type"):  # llama.cpp's card: its own name for it, torch may see none
+        from draftscope.engine.backends.llama.gpu_offload import cards
+
+        found = cards()
+        return found[0].description if found else kind
+    if kind == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{_cpu_name()} ({os.cpu_count()} cores)" if device.type == "cpu" else device.type
+    return kind

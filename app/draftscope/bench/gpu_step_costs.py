@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from draftscope.bench.gpu_models import card_bandwidth, step_bytes, wide_tree
-from draftscope.bench.gpu_report import WARMUP, Report, device_name, sync, timed
+from draftscope.bench.gpu_report import WARMUP, Report, device_name, device_type, sync, timed
 
 CHAINS = (0, 1, 2, 4, 8, 16, 32, 64)
 WORST_WARMUP = 3  # the first tree steps of section 2, reported on their own
@@ -22,7 +22,7 @@ def bandwidth_bound(engine, args, report: Report) -> float | None:
     """The device's memory bandwidth in GB/s (``--bandwidth``, else the card table), said once."""
     if args.bandwidth:
         bound, where = args.bandwidth, "--bandwidth"
-    elif engine.device.type == "cuda":
+    elif device_type(engine.device) in ("cuda", "gpu"):
         name = device_name(engine.device)
         bound, where = card_bandwidth(name), f"the spec table ({name})"
     else:
@@ -30,6 +30,19 @@ def bandwidth_bound(engine, args, report: Report) -> float | None:
     said = f"{bound:,.0f} GB/s from {where}" if bound else "none known for this device (--bandwidth GB/S gives one)"
     report.figures("verify", f"bandwidth bound: {said}", bandwidth_gb_s=bound, source=where)
     return bound
+
+
+def bytes_read(backend, context: int, queries: int) -> dict[str, int] | None:
+    """What a step over ``context`` cached positions must read of the device's memory: a torch
+    model's weights and KV cache, or for llama.cpp those of the layers on the device it computes on
+    (gpu_llama.step_bytes); None where neither is known."""
+    if backend.model is not None:
+        return step_bytes(backend.model, context, queries=queries)
+    if backend.kind == "llama.cpp":
+        from draftscope.bench.gpu_llama import step_bytes as gguf_step_bytes
+
+        return gguf_step_bytes(backend, context)
+    return None
 
 
 def verify_curve(engine, args, report: Report) -> None:
@@ -57,7 +70,7 @@ def verify_curve(engine, args, report: Report) -> None:
                 args.reps,
             )
             plain = plain or ms
-            read = step_bytes(backend.model, past + 1 + len(tree), queries=1 + len(tree)) if backend.model else None
+            read = bytes_read(backend, past + 1 + len(tree), queries=1 + len(tree))
             gb_s = sum(read.values()) / (ms / 1000) / 1e9 if read else None
             share = gb_s / bound if gb_s and bound else None
             report.figures(

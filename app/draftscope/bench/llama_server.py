@@ -126,16 +126,18 @@ class LlamaServer:
         draft_model: Path | None = None,
         timeout: float = 120.0,
         parallel: int = 1,
+        gpu_layers: int | None = None,
     ) -> None:
+        """``gpu_layers``: llama-server's -ngl (its layers on the card; None: its own default)."""
         if method == "llama-server-draft" and draft_model is None:
             raise ValueError("llama-server-draft needs --draft-model (a GGUF)")
         self.method, self.max_new_tokens, self.timeout = method, max_new_tokens, timeout
         self.port = _free_port()
-        flags = list(SPEC_TYPES[method]) + (
-            ["--model-draft", str(draft_model), "--threads-draft", str(threads)]
-            if method == "llama-server-draft"
-            else []
-        )
+        flags = list(SPEC_TYPES[method])
+        if method == "llama-server-draft":
+            flags += ["--model-draft", str(draft_model), "--threads-draft", str(threads)]
+        if gpu_layers is not None:
+            flags += ["-ngl", str(gpu_layers)]
         self.command = [
             binary,
             "-m",
@@ -220,6 +222,8 @@ class LlamaServerPeers:
         if binary is None:
             raise FileNotFoundError(why)
         backend = engine.backend
+        offload = getattr(backend, "offload", None)  # the same layers on the card as ours (gpu_offload.Offload)
+        layers = offload.layers if offload is not None else None
         atexit.register(self.close)  # a run that fails midway leaves no server behind
         self.servers = {
             m: LlamaServer(
@@ -230,6 +234,7 @@ class LlamaServerPeers:
                 context=backend.max_context,
                 max_new_tokens=max_new_tokens,
                 draft_model=draft_model,
+                gpu_layers=layers,
             )
             for m in methods
         }

@@ -2,6 +2,8 @@
 # Device call 1: the torch measurements of issue 53 item 1 on cores 0-7, while llama.cpp's CUDA build
 # (scripts/build_llama_cuda.sh, sm_90 only) runs on cores 8-15; its libraries and programs come back
 # packed in parts of 15 MB for the next call to carry. Results: results.tar.gz.
+# Call 2 (run2.sh, item 3: our trees verified by llama.cpp on the card) follows at once on this machine, warm,
+# and uses the build where it is (/tmp/llama/bin); the parts are for a fresh machine. Untested on a card.
 cd "$(dirname "$0")/../../.."  # the repo root
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 python3 -c "import zipfile, glob; z = zipfile.ZipFile(glob.glob('.whl/draftscope-*.whl')[0]); [z.extract(n, '/tmp/ext') for n in z.namelist() if '_retriever' in n and n.endswith('.so')]" && cp /tmp/ext/draftscope/_retriever*.so app/draftscope/
