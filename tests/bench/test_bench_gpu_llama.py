@@ -233,3 +233,24 @@ def test_gpu_measures_llama_parts_run_bench_gpu_on_llama_cpp_with_every_layer_on
     for name, text in (("llama-qwen", qwen), ("llama-smol", smol)):
         assert f"--sections verify,plain,peer --json {out}/{name}.jsonl --llama-bench /l/llama-bench" in text
         assert "rc 0 after" in text
+
+
+def test_every_section_computes_on_the_engine_s_one_thread(gguf, monkeypatch, capsys):
+    """llama.cpp's OpenMP threads belong to the thread that calls it: once a second thread had decoded,
+    the engine's later steps ran 40-70% slower, and the bench's first llama.cpp figures put our plain loop
+    at 0.61x llama-bench for it (docs/benchmarks.md, issue 53 item 3). The sections that time the backend
+    directly run on the engine's thread, as the app's own measurements do."""
+    import threading
+
+    import llama_cpp
+
+    real, callers = llama_cpp.llama_decode, set()
+
+    def traced(ctx, batch):
+        callers.add(threading.current_thread().name)
+        return real(ctx, batch)
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", traced)
+    code = bench_gpu(gguf, "--sections", "verify,worst,plain,oracle")
+    assert code == 0, capsys.readouterr().out
+    assert len(callers) == 1 and next(iter(callers)).startswith("llama.cpp stepper"), callers
