@@ -134,6 +134,19 @@ def test_without_a_card_a_gguf_stays_on_llama_cpp_on_the_cpu(gguf, no_card):
     assert (choice.kind, choice.on_card) == ("llama.cpp", False)
 
 
+def test_layers_asked_for_without_a_card_are_said_to_run_on_the_cpu(gguf, no_card):
+    """--gpu-layers all on a computer whose llama.cpp sees no card: the model runs, and the user is told."""
+    asked = open_backend(str(gguf), gpu_layers=GPU_LAYERS_ALL)
+    quiet = open_backend(str(gguf), gpu_layers=GPU_LAYERS_AUTO)  # auto asks for nothing in particular
+    try:
+        assert asked.offload is None
+        assert "found no graphics card" in asked.notice and "build_llama_cuda.sh" in asked.notice
+        assert quiet.notice is None
+    finally:
+        asked.close()
+        quiet.close()
+
+
 # ---------------------------------------------------------------- loading
 
 

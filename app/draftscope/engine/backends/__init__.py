@@ -189,7 +189,13 @@ def _open_on_llama(spec, repacked, on_card: bool = False) -> Backend:
             from draftscope.engine.backends.llama.gpu_offload import open_on_card
 
             return open_on_card(source.gguf_path, load_tokenizer(source), spec.gpu_layers, **common)
-        return LlamaCppBackend(source.gguf_path, load_tokenizer(source), **common)
+        opened = LlamaCppBackend(source.gguf_path, load_tokenizer(source), **common)
+        if spec.gpu_layers > 0 and spec.device in (None, "auto", "cuda"):  # a count asked for, and no card
+            opened.offload_notice = (
+                f"GPU layers is set to {spec.gpu_layers}, but llama.cpp found no graphics card it can use here: "
+                f"the model runs on the CPU ({NO_CUDA_FIX.split(', or')[0]})."
+            )
+        return opened
     from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
     from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
 
