@@ -2,6 +2,8 @@
 # Device call 1: the torch measurements of issue 53 item 1 on cores 0-7, while llama.cpp's CUDA build
 # (scripts/build_llama_cuda.sh, sm_90 only) runs on cores 8-15; its libraries and programs come back
 # packed in parts of 15 MB for the next call to carry. Results: results.tar.gz.
+# First, here: bash docs/gpu-runs/next/prepare.sh (the project's wheel and its dependencies' in .whl/, llama.cpp's
+# sources in .dev/: 12 MiB); the call carries them: carry [".whl", ".dev"].
 # Call 2 (run2.sh, item 3: our trees verified by llama.cpp on the card) follows at once on this machine, warm,
 # and uses the build where it is (/tmp/llama/bin); the parts are for a fresh machine. Untested on a card.
 cd "$(dirname "$0")/../../.."  # the repo root

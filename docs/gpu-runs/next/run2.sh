@@ -14,12 +14,9 @@
 # (bench gpu --backend llama.cpp --shape: costs, not acceptance). QWEN_GGUF, SMOL_GGUF, S7_GGUF name real files
 # where some are there.
 #
-# Prepared here in .dev/ (about 2 MB; listed in .git/info/exclude, so the call names it in carry, with .whl on a
-# fresh machine): llama-cpp-python's Python files without its CPU libraries (LLAMA_CPP_LIB_PATH points them at
-# the CUDA build), and the pure wheels the device lacks:
-#   mkdir -p .dev/py .dev/whl && cp -r "$(python3 -c 'import llama_cpp, os; print(os.path.dirname(llama_cpp.__file__))')" .dev/py/
-#   rm -rf .dev/py/llama_cpp/lib .dev/py/llama_cpp/__pycache__
-#   python3 -m pip download --no-deps --only-binary=:all: -d .dev/whl gguf==0.19.0 diskcache==5.6.3
+# Prepared here by docs/gpu-runs/next/prepare.sh (.whl/ and .dev/, both in .gitignore, so the call names them in
+# carry): llama-cpp-python's Python files without its CPU libraries (LLAMA_CPP_LIB_PATH points them at the CUDA
+# build) and the gguf and diskcache wheels the device lacks.
 # Results: $OUT/llama-results.tar.gz (each part's .txt and .jsonl). About 3-4 minutes on an H100 or H200.
 cd "$(dirname "$0")/../../.."  # the repo root
 if [ ! -x /tmp/llama/bin/llama-bench ]; then
