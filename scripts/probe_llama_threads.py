@@ -1,7 +1,7 @@
 """What a second thread calling llama.cpp costs the first (issue 53's bench gpu finding): one-token
 decodes timed on a thread after another thread (here the main one) has decoded, against the same on
 threads alone. llama.cpp's OpenMP threads belong to the thread that calls it, so the app keeps every
-computation on the engine's one thread (llama_thread.serialised, gpu_report.on_model_thread).
+computation on the engine's one thread (llama_thread.serialised hops other threads' calls there).
 
     python scripts/probe_llama_threads.py MODEL.gguf [--threads 2]
 """

@@ -46,7 +46,6 @@ from draftscope.bench.gpu_report import (
     WARMUP,
     Report,
     device_name,
-    on_model_thread,
     timed,  # noqa: F401 - docs/gpu-runs/2026-11-26-h200/prof.py imports it here
 )
 from draftscope.bench.gpu_step_costs import COMMIT, verify_curve, worst_step
@@ -376,9 +375,9 @@ def engine_sections(args, report: Report) -> None:
     header(engine, args, report)
     plain = None
     if "verify" in args.sections:
-        on_model_thread(engine, lambda: verify_curve(engine, args, report))
+        verify_curve(engine, args, report)
     if "worst" in args.sections:
-        on_model_thread(engine, lambda: worst_step(engine, args, report))
+        worst_step(engine, args, report)
     if "plain" in args.sections:
         plain = plain_vs_hf(engine, prompt, args, report)
     if "peer" in args.sections:

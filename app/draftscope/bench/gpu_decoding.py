@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from draftscope.bench.gpu_models import WideOracle, wide_tree
-from draftscope.bench.gpu_report import Report, answer, on_model_thread, sync, timed
+from draftscope.bench.gpu_report import Report, answer, sync, timed
 
 ORACLE_DEPTHS = (3, 7, 15)
 WIDE = "wide 64 (8 x 8)"  # the oracle configuration whose steps verify 64 nodes
@@ -185,14 +185,10 @@ def outside_the_forward(engine, prompt, plain, step: float, args, report: Report
     """The share of a 64-node step spent outside the forward: the wide oracle's median step (the
     engine's own step time, the prompt's step left out) against a 64-node verify alone at the
     answer's middle length."""
-    backend, tree = engine.backend, wide_tree(np.random.default_rng(4), engine.vocab)
-
-    def forward_alone() -> float:
-        backend.start(prompt + plain[: len(plain) // 2])
-        past = backend.cached
-        return timed(lambda: (backend.verify(prompt[-1], tree), backend.truncate(past)), engine.device, args.reps)
-
-    forward = on_model_thread(engine, forward_alone)
+    backend, rng = engine.backend, np.random.default_rng(4)
+    backend.start(prompt + plain[: len(plain) // 2])
+    past, tree = backend.cached, wide_tree(rng, engine.vocab)
+    forward = timed(lambda: (backend.verify(prompt[-1], tree), backend.truncate(past)), engine.device, args.reps)
     share = max(0.0, 1 - forward / step)
     report.figures(
         "oracle",

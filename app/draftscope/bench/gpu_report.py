@@ -70,13 +70,6 @@ def sync(device) -> None:
         torch.mps.synchronize()
 
 
-def on_model_thread(engine, fn):
-    """``fn()`` on the thread the engine drives its model from, no answer running: the backend's own
-    calls made there, as the app makes them. llama.cpp's OpenMP threads belong to the thread that
-    calls it; from a second thread every later step of the engine ran 40-70% slower (llama_thread.py)."""
-    return engine.slots.call(fn, exclusive=True)
-
-
 def timed(fn, device, reps: int, warm: int = WARMUP) -> float:
     """Median milliseconds of ``fn`` over ``reps`` runs after ``warm`` untimed ones."""
     for _ in range(warm):

@@ -103,14 +103,10 @@ def logit_rows(engine, prompt: list[int], continuation: list[int]):
 
     from draftscope.engine.backends.base import chain_tree
 
-    def read():
-        with torch.inference_mode():
-            engine.backend.truncate(0)  # read afresh: a kept cache was computed in other batch shapes
-            engine.backend.start(prompt)
-            return engine.backend.verify(prompt[-1], chain_tree(continuation)).logits.float().cpu()
-
-    # on the engine's thread: a second thread decoding with llama.cpp slows its every later step
-    return engine.slots.call(read, exclusive=True)
+    with torch.inference_mode():
+        engine.backend.truncate(0)  # read afresh: a kept cache was computed in other batch shapes
+        engine.backend.start(prompt)
+        return engine.backend.verify(prompt[-1], chain_tree(continuation)).logits.float().cpu()
 
 
 def one_token_logits(engine, prefix: list[int]):

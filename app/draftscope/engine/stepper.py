@@ -47,6 +47,7 @@ class Stepper:
 
     def __init__(self, backend) -> None:
         self.backend = backend
+        backend.home = self  # a call on the backend from another thread runs here (llama_thread.serialised)
         self.size = int(backend.slots)
         self._cond = threading.Condition()
         self._waiting: deque = deque()  # answers not yet in a slot, in the order they came

@@ -16,15 +16,20 @@ _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
 
 def serialised(method):
     """Every llama.cpp computation of the process runs on one thread at a time: the model's stepper
-    (a thread named "llama.cpp ...") calls straight through; any other thread hops onto one shared
-    thread. llama.cpp's OpenMP threads belong to the thread that calls it: decoding from a second
-    thread once the first had decoded cost 86 ms a token instead of 58 (Qwen2.5-1.5B, 2 cores; two
-    thread teams taking turns on the cores)."""
+    (a thread named "llama.cpp ...") calls straight through; any other thread hops onto the stepper of
+    the engine driving the backend (its ``home``), or onto one shared thread where none does.
+    llama.cpp's OpenMP threads belong to the thread that calls it: decoding from a second thread once
+    the first had decoded cost 86 ms a token instead of 58 (Qwen2.5-1.5B, 2 cores; two thread teams
+    taking turns on the cores), and a bench timing the backend from its main thread made the engine's
+    later steps 40-70% slower (scripts/probe_llama_threads.py)."""
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         if threading.current_thread().name.startswith("llama.cpp"):
             return method(self, *args, **kwargs)
+        home = getattr(self, "home", None)  # the stepper of the engine that drives this backend
+        if home is not None:  # its thread, not a second one: a second team slowed its later steps 40-70%
+            return home.call(lambda: method(self, *args, **kwargs))
         return _NATIVE.submit(method, self, *args, **kwargs).result()
 
     return call
