@@ -11,7 +11,10 @@ version they followed, so paging back to a version shows its branch again. ``mes
 current branch only, from the first message: what the model reads, exports and the view show.
 
 Every write is its own transaction, so a crash mid-answer loses at most that answer (the answer
-is written when it finishes). One store may be used from several threads (a lock serialises).
+is written when it finishes). A regenerate hides the old version in this store only, and the new
+version is written and made current in one transaction: until then the file still shows the old
+answer and what followed it, so a crash or kill mid-regenerate reopens on them. One store may be
+used from several threads (a lock serialises).
 """
 
 from __future__ import annotations
@@ -116,6 +119,7 @@ class HistoryStore:
         self.path = Path(path) if path else history_path()
         _private_file(self.path)
         self._lock = threading.Lock()
+        self._hidden: set[int] = set()  # versions a regenerate under way hides (this store only, never the file)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -126,7 +130,16 @@ class HistoryStore:
             raise RuntimeError(f"{self.path} was written by a newer Draftscope (schema {version})")
         self._db.executescript(_SCHEMA)
         self._migrate_versions()
+        self._show_a_version_of_each_answer()
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _show_a_version_of_each_answer(self) -> None:
+        """An answer none of whose versions is current (a regenerate killed mid-answer by a
+        Draftscope before this one left the file so) shows its newest again, and what followed it."""
+        self._db.execute(
+            """UPDATE messages SET current_version = 1 WHERE id IN (SELECT MAX(id) FROM messages
+               GROUP BY conversation_id, parent_id HAVING MAX(current_version) = 0)"""
+        )
 
     def _migrate_versions(self) -> None:
         """A file from before versions (schema < 4): each message follows the one before it in its
@@ -233,12 +246,13 @@ class HistoryStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            self._hidden.discard(cur.lastrowid)  # a deleted hidden message's id, reused by SQLite
         return cur.lastrowid
 
     def add_conversations(self, conversations) -> list[int]:
         """Conversations read from a file (storage.transfer.Imported), written in one transaction:
         all of them, or none. Returns their ids."""
-        ids = []
+        ids, added = [], []
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -252,10 +266,12 @@ class HistoryStore:
                     for m in c.messages:
                         parent = self._insert_message(cur.lastrowid, m, parent).lastrowid
                         self._insert_files(parent, m.get("files"))
+                        added.append(parent)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            self._hidden.difference_update(added)  # deleted hidden messages' ids, reused by SQLite
         return ids
 
     def _insert_message(self, conversation_id: int, m: dict, parent: int | None) -> sqlite3.Cursor:
@@ -317,11 +333,15 @@ class HistoryStore:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            self._hidden.discard(message_id)
 
     def hide_version(self, message_id: int) -> None:
-        """No version of this answer current (regenerate: the branch ends at the question until the
-        new version is added; :meth:`show_version` puts the old one back if none is)."""
-        self._write("UPDATE messages SET current_version = 0 WHERE id = ?", (message_id,))
+        """Regenerate: this store's branch ends at the question until the new version is added
+        (:meth:`add_message` writes it and makes it current in one transaction; :meth:`show_version`
+        puts the old one back if none is). Nothing is written: the file keeps the old version
+        current, so a crash or kill before the new one is written loses only the new one."""
+        with self._lock:
+            self._hidden.add(message_id)
 
     def steps(self, message_id: int) -> list[dict]:
         """The decoding steps stored with an answer ([] when none were kept)."""
@@ -370,7 +390,7 @@ class HistoryStore:
             children.setdefault(r["parent_id"], []).append(r)
         branch, parent = [], None
         while (siblings := children.get(parent)) is not None:
-            shown = next((s for s in siblings if s["current_version"]), None)
+            shown = next((s for s in siblings if s["current_version"] and s["id"] not in self._hidden), None)
             if shown is None:  # a regenerate under way: the branch ends at the question
                 break
             branch.append((shown, siblings))
