@@ -257,6 +257,22 @@ def test_a_forced_build_replaces_an_installed_fallback_and_keeps_a_matching_one(
     assert plain.ensure() and none == []
 
 
+def test_a_forced_build_that_fails_leaves_the_build_below_it_that_runs(tmp_path, capsys):
+    """DRAFTSCOPE_LLAMA_KERNELS=native after a fallback to no-amx, on a CPU whose AMX still faults:
+    set-up tried native alone, then said "no llama.cpp build runs on this CPU" and uninstalled
+    llama.cpp, though the no-amx build it replaced ran."""
+    no_amx = llama_build.cmake_args("no-amx", AMX_CPU, "-DGGML_RPC=on")
+    setup, builds, state = stand_in_setup(
+        tmp_path, installed=no_amx, installed_kernels=("AVX2", "AVX512"), forced="native"
+    )
+    assert setup.ensure(), "a build that runs here was left uninstalled"
+    said = capsys.readouterr().out
+    assert variants(builds) == ["native", "no-amx"]  # native tried as asked, then the step below it
+    assert "llama.cpp built native fails its self-test" in said and "SIGSEGV" in said
+    assert "build: no-amx (the AMX kernels turned off), not native as DRAFTSCOPE_LLAMA_KERNELS asks" in said
+    assert "-DGGML_AMX_INT8=OFF" in state.read_text()  # what is installed now is the build that runs
+
+
 def test_set_up_says_so_when_no_build_runs(tmp_path, capsys):
     setup, builds, state = stand_in_setup(tmp_path)
     setup.selftest = lambda: selftest.run(command=dying_child(tmp_path))

@@ -9,9 +9,11 @@ The builds, tried in this order when one dies:
   no-amx   this CPU's features named one by one, AMX left out (virtual machines that list AMX
            but fault on it)
   avx2     AVX2, FMA, F16C and BMI2 only: no AVX512, no AMX
-DRAFTSCOPE_LLAMA_KERNELS=native|no-amx|avx2 forces one (where detection is not enough); CMAKE_ARGS
-is added to every build. DRAFTSCOPE_REQUIRE_LLAMA_CPP=1 (CI) makes a llama.cpp that runs nowhere
-an error; otherwise it is uninstalled and GGUF models run on torch."""
+DRAFTSCOPE_LLAMA_KERNELS=native|no-amx|avx2 starts the ladder at one (where detection is not
+enough): that build is installed even where another already runs, and only if it fails its
+self-test are the builds below it tried. CMAKE_ARGS is added to every build.
+DRAFTSCOPE_REQUIRE_LLAMA_CPP=1 (CI) makes a llama.cpp that runs nowhere an error; otherwise it is
+uninstalled and GGUF models run on torch."""
 
 from __future__ import annotations
 
@@ -211,7 +213,7 @@ class LlamaSetup:
 
     def ensure(self) -> bool:
         """Leave a llama.cpp that passes its self-test installed; False when no build does."""
-        steps = [self.forced] if self.forced else ladder(self.flags)
+        steps = self._steps()
         kernels = self.installed()
         fresh = set()  # variants whose cached wheel must be rebuilt here (a wheel from another CPU)
         if kernels is not None and matches(steps[0], kernels, self.flags, forced=bool(self.forced)):
@@ -232,7 +234,7 @@ class LlamaSetup:
             self.install(wheel)
             result = self.selftest()
             if result.ok:
-                say(f"{result.message}; build: {variant} ({WHAT_IS_OFF[variant]})")
+                say(f"{result.message}; build: {variant} ({WHAT_IS_OFF[variant]}){self._instead(variant)}")
                 return True
             rest = steps[at + 1 :]
             say(
@@ -240,6 +242,20 @@ class LlamaSetup:
                 + (f"; next: {rest[0]} ({WHAT_IS_OFF[rest[0]]})" if rest else "")
             )
         return False
+
+    def _steps(self) -> list[str]:
+        """The builds to try, in order: the ladder, or the forced build and then the ladder's steps
+        below it, so a forced build that fails its self-test (``native`` tried again after a fallback,
+        on a CPU where it still faults) leaves the build that runs, never no llama.cpp at all."""
+        if not self.forced:
+            return ladder(self.flags)
+        below = [s for s in ladder(self.flags) if VARIANTS.index(s) > VARIANTS.index(self.forced)]
+        return [self.forced, *below]
+
+    def _instead(self, variant: str) -> str:
+        if not self.forced or variant == self.forced:
+            return ""
+        return f", not {self.forced} as {ENV} asks: that build fails its self-test here"
 
     def _after(self, result, steps: list[str]) -> tuple[list[str], set[str]]:
         """The builds left to try after the installed one failed: past the ones with the kernels that
@@ -300,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("DRAFTSCOPE_REQUIRE_LLAMA_CPP", "0") != "0":  # CI (.ci/run): its tests must run
         say("no llama.cpp build runs on this CPU and DRAFTSCOPE_REQUIRE_LLAMA_CPP asks for one: stopping")
         return 1
-    say("no llama.cpp build runs on this CPU: uninstalling it; GGUF models will run on torch")
+    which = f"no llama.cpp build from {setup.forced} down" if setup.forced else "no llama.cpp build"
+    say(f"{which} runs on this CPU: uninstalling it; GGUF models will run on torch")
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "llama-cpp-python"], check=False)
     return 0
 
