@@ -16,7 +16,8 @@ TRAINING_TEXT = [
 ] * 20
 
 
-def make_tokenizer_folder(folder: Path) -> Path:
+def make_tokenizer_folder(folder: Path, *, extra_text: tuple[str, ...] = ()) -> Path:
+    """``extra_text``: more training text (repeated as the rest is), for a test that needs its tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -28,7 +29,7 @@ def make_tokenizer_folder(folder: Path) -> Path:
         special_tokens=["<unk>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(TRAINING_TEXT, trainer)
+    tok.train_from_iterator(TRAINING_TEXT + list(extra_text) * 20, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", eos_token="<|im_end|>", bos_token="<|im_start|>"
     )

@@ -306,11 +306,15 @@ class Answer:
                     emitted, stop, self.finish = emitted[: k + 1], True, "eos"
                     break
         self.pieces = []
+        step_start = len(self.detok.text)
         for tok in emitted:
+            searched_from = max(0, len(self.detok.text) - self.max_stop + 1)  # a stop may begin in earlier text
             self.pieces.append(self.detok.push(tok))
             tally.generated.append(tok)
-            if self.max_stop and any(s in self.detok.text[-(self.max_stop + 16) :] for s in self.request.stop_strings):
+            stop_at = self._stop_at(searched_from) if self.max_stop else None
+            if stop_at is not None:
                 stop, self.finish = True, "stop"
+                self.pieces = cut_pieces(self.pieces, stop_at - step_start)
                 break
         emitted, provenance = emitted[: len(self.pieces)], provenance[: len(self.pieces)]
         tally.by_source.update(src for src in provenance if src != "target")
@@ -319,6 +323,12 @@ class Answer:
         self.root = self.ids[-1]
         self.path_said = path[: len(emitted)]  # nodes whose tokens were emitted (EOS may cut the path)
         return emitted, provenance, stop
+
+    def _stop_at(self, start: int) -> int | None:
+        """Where the first stop string in the text begins, searched from ``start`` (all the new text:
+        one token may carry a whole line of indentation); None when none is there."""
+        found = [at for at in (self.detok.text.find(s, start) for s in self.request.stop_strings) if at >= 0]
+        return min(found, default=None)
 
     def _step_event(
         self, step: _Step, path: list[int], emitted: list[int], provenance: list[str], verify_s: float
@@ -422,6 +432,13 @@ class Answer:
 
 
 # ---------------------------------------------------------------------------- trees cut to fit
+
+
+def cut_pieces(pieces: list[str], room: int) -> list[str]:
+    """The step's pieces cut after ``room`` characters (the text before a stop string): the stream
+    never says the stop or anything after it."""
+    ends = np.cumsum([0] + [len(p) for p in pieces])
+    return [p[: max(0, room - int(at))] for p, at in zip(pieces, ends)]
 
 
 def drop_foreign_tokens(tree: DraftTree, vocab: int) -> DraftTree:
