@@ -359,6 +359,65 @@ def test_local_paths_are_checked(qtbot, dirs, tmp_path):
     assert "datastore build-default --model" in find(dialog, QLabel, "datastoreNote").text()
 
 
+@pytest.fixture(scope="module")
+def tiny_gguf_bytes(tokenizer, tokenizer_dir, tmp_path_factory) -> bytes:
+    """A real tiny GGUF model (the random llama and its tokenizer), as bytes to place anywhere."""
+    from engine_fixtures import tiny_llama
+    from gguf_fixtures import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf"
+    return write_tiny_gguf(path, tiny_llama(len(tokenizer), seed=3), tokenizer_dir).read_bytes()
+
+
+def continue_with(qtbot, dialog) -> str:
+    """Continue pressed on the model page: the error shown ("" when the choice was taken)."""
+    click(qtbot, dialog, "continueButton")
+    return error_text(dialog)
+
+
+def test_an_lm_studio_pick_is_read_before_it_is_taken(qtbot, dirs, tmp_path, monkeypatch, tiny_gguf_bytes):
+    """Issue 49, item 13: a model picked from LM Studio's list is read as a typed .gguf is, so a copy
+    cut short is refused in words here, not found broken at load."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("DRAFTSCOPE_MODELS_HOME", str(home))
+    studio = home / ".lmstudio" / "models" / "someone" / "Tiny-GGUF" / "tiny-Q8_0.gguf"
+    studio.parent.mkdir(parents=True)
+    studio.write_bytes(tiny_gguf_bytes[: len(tiny_gguf_bytes) // 2])  # a download LM Studio did not finish
+    dialog = make_dialog(qtbot, fetch_model=lambda *a, **k: pytest.fail("no fetch for a model on this computer"))
+    [pick] = [r for r in dialog.findChildren(QRadioButton) if r.text().startswith("tiny-Q8_0 · LM Studio")]
+    pick.setChecked(True)
+    assert "tiny-Q8_0.gguf is cut short" in continue_with(qtbot, dialog)
+    assert dialog.pages.currentIndex() == 0 and dialog.settings.model != str(studio)
+
+    studio.write_bytes(tiny_gguf_bytes)  # the download finished: the same pick is taken
+    assert continue_with(qtbot, dialog) == ""
+    assert dialog.pages.currentIndex() == 1 and dialog.settings.model == str(studio)
+
+
+def test_a_typed_folder_holding_a_gguf_beside_tokenizer_files_is_read(qtbot, dirs, tmp_path, tiny_gguf_bytes):
+    """A folder holding one .gguf and tokenizer files (no config.json: not a Hugging Face model) was
+    taken unread as a Hugging Face folder, which could not load; its GGUF is the model, read as a
+    typed .gguf is."""
+    from draftscope.models.resolve import resolve_model
+
+    folder = tmp_path / "Tiny-GGUF"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_text("{}")
+    (folder / "tiny-Q8_0.gguf").write_bytes(tiny_gguf_bytes[: len(tiny_gguf_bytes) // 2])
+    dialog = make_dialog(qtbot, fetch_model=lambda *a, **k: pytest.fail("no fetch for a local model"))
+    find(dialog, QRadioButton, "localModelRadio").setChecked(True)
+    find(dialog, QLineEdit, "localModelPath").setText(str(folder))
+    assert "tiny-Q8_0.gguf is cut short" in continue_with(qtbot, dialog)
+    assert dialog.pages.currentIndex() == 0
+
+    (folder / "tiny-Q8_0.gguf").write_bytes(tiny_gguf_bytes)
+    assert continue_with(qtbot, dialog) == ""
+    assert dialog.pages.currentIndex() == 1 and dialog.settings.model == str(folder.resolve())
+    source = resolve_model(dialog.settings.model)  # what the app then loads: the folder's GGUF
+    assert source.kind == "gguf" and source.gguf_path == (folder / "tiny-Q8_0.gguf").resolve()
+
+
 def test_a_hub_id_is_taken_as_typed(qtbot, dirs):
     dialog = make_dialog(qtbot)
     qtbot.keyClicks(find(dialog, QLineEdit, "hubModelId"), "HuggingFaceTB/SmolLM2-360M-Instruct")

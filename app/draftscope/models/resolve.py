@@ -62,9 +62,9 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
 
         return ModelSource("gguf", str(path.resolve()), name_for(path) or path.stem)
     if path.is_dir():
-        if not any(
-            (path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "config.json")
-        ):
+        # without config.json a folder cannot load as a Hugging Face model: a GGUF in it is the model,
+        # tokenizer files beside it or not (else it would be taken unread, and fail at load)
+        if not (path / "config.json").exists():
             from draftscope.models.local import is_chat_model_file
 
             ggufs = [g for g in sorted(path.glob("*.gguf")) if is_chat_model_file(g)]
@@ -73,7 +73,8 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
             if ggufs:
                 names = ", ".join(g.name for g in ggufs[:4]) + (", ..." if len(ggufs) > 4 else "")
                 raise ModelNotFoundError(f"{spec} holds {len(ggufs)} GGUF models ({names}): choose one of the files")
-            raise ModelNotFoundError(f"{spec} has no tokenizer or config files: not a Hugging Face model folder")
+            if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+                raise ModelNotFoundError(f"{spec} has no tokenizer or config files: not a Hugging Face model folder")
         return ModelSource("folder", str(path.resolve()), path.name)
     if not _HUB_ID.fullmatch(spec) or spec.lower().endswith(".gguf"):
         raise ModelNotFoundError(f"model not found: {spec} (no such file or folder)")
