@@ -133,6 +133,13 @@ class Engine:
             engine.measure(baseline=baseline, progress=progress)
         return engine
 
+    def close(self) -> None:
+        """Free the model now, not at garbage collection: its thread ended (an answer still running
+        ends with an error), then its native memory given back (llama.cpp's context and weights, a
+        torch cache). The engine answers no more."""
+        if self.slots.close():  # never under a forward still running on the thread
+            self.backend.close()
+
     # ------------------------------------------------------------------ measuring
 
     def measure(self, *, baseline: bool = True, progress=None) -> None:

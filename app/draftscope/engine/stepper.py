@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections import deque
 
 import torch
@@ -24,6 +25,13 @@ from draftscope.engine.backends.work import ForwardStats, Verify, tokens_of
 IDLE_S = 5.0  # the thread ends after this long with nothing to do
 MAX_LEAD = 2  # steps an answer runs ahead of its reader: a paused reader pauses its answer (and a cancel
 # set after an event takes effect within the steps already said), while a reader that keeps up never waits
+
+
+CLOSED = "the model was closed (another was loaded in its place, or the app is quitting)"
+
+
+class ModelClosedError(RuntimeError):
+    """An answer or call asked of a model whose engine was closed."""
 
 
 class _Call:
@@ -47,7 +55,9 @@ class Stepper:
 
     def __init__(self, backend) -> None:
         self.backend = backend
-        backend.home = self  # a call on the backend from another thread runs here (llama_thread.serialised)
+        # a call on the backend from another thread runs here (llama_thread.serialised); a weak
+        # reference, so the engine's model is freed at its last reference, not by a full collection
+        backend.home = weakref.ref(self)
         self.size = int(backend.slots)
         self._cond = threading.Condition()
         self._waiting: deque = deque()  # answers not yet in a slot, in the order they came
@@ -64,6 +74,7 @@ class Stepper:
         self.last = ForwardStats()
         self.forwards = 0  # forwards run, and the answers they held, since the counts were reset
         self.answers_in_forwards = 0
+        self._closed = False  # close() was called: no answer or call runs any more
 
     # ------------------------------------------------------------------ what callers see
 
@@ -84,8 +95,11 @@ class Stepper:
 
     def submit(self, answer) -> None:
         with self._cond:
-            self._waiting.append(answer)
-            self._wake()
+            if not self._closed:
+                self._waiting.append(answer)
+                self._wake()
+                return
+        answer.fail(ModelClosedError(CLOSED))
 
     def taken(self, answer) -> None:
         """The answer's reader took an event: an answer held back for it may step again."""
@@ -106,6 +120,8 @@ class Stepper:
             return fn()
         job = _Call(fn, exclusive)
         with self._cond:
+            if self._closed:
+                raise ModelClosedError(CLOSED)
             self._calls.append(job)
             self._wake()
         job.done.wait()
@@ -131,6 +147,34 @@ class Stepper:
                 self._leased.discard(slot)
                 self._give_back(slot)
 
+    def close(self, timeout: float = 60.0) -> bool:
+        """No more answers or calls: those waiting or running end with an error, and the thread ends
+        (joined, up to ``timeout`` seconds). True once no forward can run any more, so the backend's
+        memory may be freed."""
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            if thread is None:
+                self._end_all()
+            else:
+                self._poke()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            return not thread.is_alive()
+        return thread is None
+
+    def _end_all(self) -> None:
+        """Called holding the lock, once closed: every answer and call left ends with an error."""
+        answers = [*self._running.values(), *self._waiting]
+        self._running.clear()
+        self._waiting.clear()
+        for answer in answers:
+            answer.fail(ModelClosedError(CLOSED))
+        while self._calls:
+            job = self._calls.popleft()
+            job.error = ModelClosedError(CLOSED)
+            job.done.set()
+
     # ------------------------------------------------------------------ the thread
 
     def _on_thread(self) -> bool:
@@ -151,6 +195,11 @@ class Stepper:
     def _drive(self) -> None:
         with torch.inference_mode():
             while True:
+                with self._cond:
+                    if self._closed:
+                        self._end_all()
+                        self._thread = None
+                        return
                 if self._round():
                     continue
                 with self._cond:

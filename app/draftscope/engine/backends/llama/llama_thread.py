@@ -27,7 +27,8 @@ def serialised(method):
     def call(self, *args, **kwargs):
         if threading.current_thread().name.startswith("llama.cpp"):
             return method(self, *args, **kwargs)
-        home = getattr(self, "home", None)  # the stepper of the engine that drives this backend
+        home = getattr(self, "home", None)  # a weak reference to the stepper of the engine that drives it
+        home = home() if home is not None else None
         if home is not None:  # its thread, not a second one: a second team slowed its later steps 40-70%
             return home.call(lambda: method(self, *args, **kwargs))
         return _NATIVE.submit(method, self, *args, **kwargs).result()
