@@ -440,16 +440,29 @@ class HistoryStore:
                 for f in m.files
             ] + ([""] if m.files else [])
             lines += [m.content.rstrip(), ""]
-            if m.stats:
-                s = m.stats
-                parts = [
-                    f"{s['tokens']} tokens" if "tokens" in s else None,
-                    f"tau {s['tau']:.2f}" if s.get("tau") else None,
-                    f"{s['tokens_per_second']:.1f} tokens/s" if s.get("tokens_per_second") else None,
-                    f"{s['speedup_estimate']:.2f}x" if s.get("speedup_estimate") else None,
-                ]
-                lines += ["*" + " · ".join(p for p in parts if p) + "*", ""]
+            if isinstance(m.stats, dict) and (figures := _figures_line(m.stats)):
+                lines += [f"*{figures}*", ""]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _figures_line(stats: dict) -> str:
+    """An answer's figures for Markdown; one missing or not a number it can show (an imported
+    file's) is left out, never an error."""
+    forms = (
+        ("tokens", "{:.0f} tokens"),
+        ("tau", "tau {:.2f}"),
+        ("tokens_per_second", "{:.1f} tokens/s"),
+        ("speedup_estimate", "{:.2f}x"),
+    )
+    shown = [(form, v) for key, form in forms if (v := _finite(stats.get(key))) is not None and (v or key == "tokens")]
+    return " · ".join(form.format(v) for form, v in shown)
+
+
+def _finite(value) -> float | None:
+    """``value`` as a float when it is a finite number, else None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not -1e300 < value < 1e300:
+        return None  # compared before converting: an int past a float's range would raise
+    return float(value)
 
 
 def encode_steps(steps) -> bytes:

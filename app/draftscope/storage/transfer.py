@@ -1,8 +1,9 @@
 """Conversations in and out: the app's own JSON (messages, the files as the model read them, each
 answer's statistics and seed) and Markdown out; the app's JSON and ChatGPT's ``conversations.json``
-export in. A file is read and checked whole before anything is written, and written in one
-transaction: a damaged, truncated or foreign file imports nothing. A conversation already in the
-history (the same messages) is not imported twice."""
+export in. A file is read and checked whole before anything is written (every value by type and range, in
+storage/import_check.py), and written in one transaction: a damaged, truncated or foreign file
+imports nothing and says what is wrong. A conversation already in the history (the same messages)
+is not imported twice."""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftscope.storage.import_check import ImportError_, figures, moment, plain, sent_file, shown, text
+
 FORMAT = "draftscope-conversations"
 VERSION = 1
 ROLES = ("system", "user", "assistant")
-
-
-class ImportError_(ValueError):
-    """Why a file cannot be imported, in words for the user (nothing was imported)."""
 
 
 @dataclass
@@ -92,13 +91,11 @@ def write_export(store, path: str | Path, ids: list[int] | None = None) -> int:
 def import_file(store, path: str | Path) -> ImportReport:
     """Import ``path`` (the app's JSON or ChatGPT's export) into ``store``, all or nothing."""
     path = Path(path)
+    data = _read_json(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except OSError as exc:
-        raise ImportError_(f"{path.name} could not be read: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImportError_(f"{path.name} is not a complete JSON file ({exc}): nothing was imported") from exc
-    source, conversations = parse_export(data, path.name)
+        source, conversations = parse_export(data, path.name)
+    except ImportError_ as exc:
+        raise ImportError_(f"{exc}: nothing was imported") from exc
     known = {fingerprint([(m.role, m.content) for m in store.messages(c.id)]) for c in store.conversations()}
     fresh = []
     for conv in conversations:
@@ -110,6 +107,21 @@ def import_file(store, path: str | Path) -> ImportReport:
     return ImportReport(len(fresh), len(conversations) - len(fresh), source)
 
 
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except OSError as exc:
+        raise ImportError_(f"{path.name} could not be read: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportError_(f"{path.name} is not a complete JSON file ({exc}): nothing was imported") from exc
+    except RecursionError as exc:
+        raise ImportError_(
+            f"{path.name} is nested too deeply to be a conversations file: nothing was imported"
+        ) from exc
+    except ValueError as exc:  # a number too long to read (Python's limit on integer digits)
+        raise ImportError_(f"{path.name} holds a value that cannot be read ({exc}): nothing was imported") from exc
+
+
 def fingerprint(pairs) -> str:
     return hashlib.sha256(json.dumps(list(pairs), ensure_ascii=False).encode()).hexdigest()
 
@@ -118,7 +130,9 @@ def parse_export(data, name: str) -> tuple[str, list[Imported]]:
     """(which app wrote it, its conversations), or ImportError_ naming what is wrong."""
     if isinstance(data, dict) and data.get("format") == FORMAT:
         if not isinstance(data.get("version"), int) or data["version"] > VERSION:
-            raise ImportError_(f"{name} was written by a newer Draftscope (format version {data.get('version')!r})")
+            raise ImportError_(
+                f"{name} was written by a newer Draftscope (format version {shown(data.get('version'))})"
+            )
         return "Draftscope", [
             _ours(c, f"{name}: conversation {i + 1}")
             for i, c in enumerate(_list(data.get("conversations"), f"{name}: 'conversations'"))
@@ -127,7 +141,7 @@ def parse_export(data, name: str) -> tuple[str, list[Imported]]:
         return "ChatGPT", [
             c for c in (_chatgpt(c, f"{name}: conversation {i + 1}") for i, c in enumerate(data)) if c.messages
         ]
-    raise ImportError_(f"{name} is neither a Draftscope export nor ChatGPT's conversations.json: nothing was imported")
+    raise ImportError_(f"{name} is neither a Draftscope export nor ChatGPT's conversations.json")
 
 
 def _list(value, where: str) -> list:
@@ -136,44 +150,33 @@ def _list(value, where: str) -> list:
     return value
 
 
-def _number(value, default: float) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
 def _ours(c, where: str) -> Imported:
     if not isinstance(c, dict) or not isinstance(c.get("title"), str):
         raise ImportError_(f"{where} has no title")
-    messages = []
-    for j, m in enumerate(_list(c.get("messages"), f"{where}: 'messages'")):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise ImportError_(f"{where}, message {j + 1}: needs a role ({', '.join(ROLES)}) and text content")
-        files = _list(m.get("files") or [], f"{where}, message {j + 1}: 'files'")
-        if not all(
-            isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str) for f in files
-        ):
-            raise ImportError_(f"{where}, message {j + 1}: each file needs a name and its text")
-        messages.append(
-            {
-                "role": m["role"],
-                "content": m["content"],
-                "created": _number(m.get("created"), 0.0),
-                "stats": m.get("stats") if isinstance(m.get("stats"), dict) else None,
-                "drafters": m.get("drafters") if isinstance(m.get("drafters"), dict) else None,
-                "files": [_file(f) for f in files],
-            }
-        )
-    created = _number(c.get("created"), 0.0)
-    return Imported(c["title"], created, _number(c.get("updated"), created), messages)
+    messages = [
+        _our_message(m, f"{where}, message {j + 1}")
+        for j, m in enumerate(_list(c.get("messages"), f"{where}: 'messages'"))
+    ]
+    created = moment(c.get("created"), f"{where}: 'created'", 0.0)
+    return Imported(
+        text(c["title"], f"{where}: 'title'"),
+        created,
+        moment(c.get("updated"), f"{where}: 'updated'", created),
+        messages,
+    )
 
 
-def _file(f: dict) -> dict:
-    passages = f.get("passages") if isinstance(f.get("passages"), list) else []
+def _our_message(m, where: str) -> dict:
+    if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+        raise ImportError_(f"{where}: needs a role ({', '.join(ROLES)}) and text content")
+    files = _list(m.get("files") or [], f"{where}: 'files'")
     return {
-        "name": f["name"],
-        "text": f["text"],
-        "kind": f.get("kind") if isinstance(f.get("kind"), str) else "text",
-        "tokens": int(_number(f.get("tokens"), 0)),
-        "passages": [str(p) for p in passages],
+        "role": m["role"],
+        "content": text(m["content"], f"{where}: 'content'"),
+        "created": moment(m.get("created"), f"{where}: 'created'", 0.0),
+        "stats": figures(m.get("stats"), f"{where}: 'stats'"),
+        "drafters": plain(m.get("drafters"), f"{where}: 'drafters'"),
+        "files": [sent_file(f, f"{where}, file {k + 1}") for k, f in enumerate(files)],
     }
 
 
@@ -186,12 +189,14 @@ def _chatgpt(c: dict, where: str) -> Imported:
     chain, seen = [], set()
     while isinstance(node, str) and node in mapping and node not in seen:
         seen.add(node)
-        chain.append(mapping[node])
+        chain.append(node)
         node = mapping[node].get("parent") if isinstance(mapping[node], dict) else None
-    messages = [m for m in (_chatgpt_message(n) for n in reversed(chain)) if m is not None]
-    created = _number(c.get("create_time"), 0.0)
+    turns = (_chatgpt_message(mapping[key], f"{where}, node {shown(key)}") for key in reversed(chain))
+    messages = [m for m in turns if m is not None]
+    created = moment(c.get("create_time"), f"{where}: 'create_time'", 0.0)
     title = c.get("title") if isinstance(c.get("title"), str) and c.get("title") else "ChatGPT conversation"
-    return Imported(title, created, _number(c.get("update_time"), created), messages)
+    updated = moment(c.get("update_time"), f"{where}: 'update_time'", created)
+    return Imported(text(title, f"{where}: 'title'"), created, updated, messages)
 
 
 def _last_leaf(mapping: dict) -> str | None:
@@ -199,20 +204,23 @@ def _last_leaf(mapping: dict) -> str | None:
     return leaves[-1] if leaves else None
 
 
-def _chatgpt_message(node) -> dict | None:
+def _chatgpt_message(node, where: str) -> dict | None:
+    """A node's text turn (None for what is not one: system prompts, tool calls, images)."""
     message = node.get("message") if isinstance(node, dict) else None
     if not isinstance(message, dict):
         return None
-    role = (message.get("author") or {}).get("role")
-    content = message.get("content") or {}
+    author, content = message.get("author"), message.get("content")
+    if author is not None and not isinstance(author, dict):
+        raise ImportError_(f"{where}: 'author' must be an object with a role, got {shown(author)}")
+    role = author.get("role") if author else None
     parts = content.get("parts") if isinstance(content, dict) else None
-    text = "\n".join(p for p in parts if isinstance(p, str)).strip() if isinstance(parts, list) else ""
-    if role not in ("user", "assistant") or not text:
-        return None  # system prompts, tool calls, images: not a turn of the conversation's text
+    words = "\n".join(p for p in parts if isinstance(p, str)).strip() if isinstance(parts, list) else ""
+    if role not in ("user", "assistant") or not words:
+        return None
     return {
         "role": role,
-        "content": text,
-        "created": _number(message.get("create_time"), 0.0),
+        "content": text(words, f"{where}: its text"),
+        "created": moment(message.get("create_time"), f"{where}: 'create_time'", 0.0),
         "stats": None,
         "drafters": None,
         "files": [],

@@ -1,0 +1,139 @@
+"""The one place a conversation file's values are checked, by type and range, before anything is
+written (storage/transfer.py reads the formats and calls these for every value it keeps).
+
+Text must be text SQLite can store (no unpaired surrogates); times and counts must be numbers in
+range; an answer's figures must be numbers the app can show, and one that is not is left out, as
+if missing (a hand-written file's "tau": "fast" draws no τ, never an error); anything else kept
+(drafter settings, figures this version does not know) must be plain JSON at most
+:data:`MAX_DEPTH` deep. A missing or null optional value takes its default; any other value that
+fails raises :class:`ImportError_` naming where it is and what is wrong, so a damaged file
+imports nothing and says why.
+"""
+
+from __future__ import annotations
+
+import reprlib
+
+MAX_TIME = 253_402_300_799  # seconds since 1970 to the end of the year 9999: no calendar shows later
+MAX_COUNT = 10**12  # tokens of one attachment: far past any file a model reads
+MAX_FIGURE = 1e15  # an answer's figure (tokens, τ, tokens/s, ms): far past any real one
+MAX_SEED = 2**64 - 1
+MAX_DEPTH = 16  # nesting of the JSON kept as it is (drafter settings, unknown figures)
+FIGURES = (  # the figures session.answer_record stores and the views show
+    "tokens",
+    "steps",
+    "tau",
+    "tokens_per_second",
+    "time_to_first_token_ms",
+    "elapsed_s",
+    "speedup_estimate",
+    "prompt_tokens",
+    "prompt_kept",
+    "baseline_tokens_per_second",
+)
+
+_short = reprlib.Repr()
+_short.maxlevel, _short.maxstring, _short.maxother, _short.maxlist, _short.maxdict = 2, 40, 40, 4, 4
+
+
+class ImportError_(ValueError):
+    """Why a file cannot be imported, in words for the user (nothing was imported)."""
+
+
+def shown(value) -> str:
+    """A value as an error message quotes it: short, whatever its size or depth."""
+    return _short.repr(value)
+
+
+def _number_in(value, low: float, high: float) -> bool:
+    # compared as they are: an int too large for a float, NaN and infinity all fall outside
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def text(value, where: str) -> str:
+    """``value`` when it is text that can be stored; else ImportError_."""
+    if not isinstance(value, str):
+        raise ImportError_(f"{where} must be text, got {shown(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ImportError_(f"{where} holds a broken character (an unpaired surrogate at {exc.start})") from exc
+    return value
+
+
+def moment(value, where: str, default: float) -> float:
+    """A time in seconds since 1970 (``default`` when missing)."""
+    if value is None:
+        return default
+    if not _number_in(value, 0, MAX_TIME):
+        raise ImportError_(f"{where} must be a time in seconds since 1970 (up to the year 9999), got {shown(value)}")
+    return float(value)
+
+
+def count(value, where: str) -> int:
+    """A count of tokens, 0 to :data:`MAX_COUNT` (0 when missing)."""
+    if value is None:
+        return 0
+    if not _number_in(value, 0, MAX_COUNT):
+        raise ImportError_(f"{where} must be a count between 0 and {MAX_COUNT:,}, got {shown(value)}")
+    return int(value)
+
+
+def plain(value, where: str) -> dict | None:
+    """A JSON object kept as it is (None when missing): at most :data:`MAX_DEPTH` deep."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ImportError_(f"{where} must be an object, got {shown(value)}")
+    _shallow(value, where)
+    return value
+
+
+def _shallow(value, where: str) -> None:
+    """ImportError_ for JSON nested deeper than MAX_DEPTH (walked without recursion: any depth)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ImportError_(f"{where} is nested more than {MAX_DEPTH} levels deep")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def figures(value, where: str) -> dict | None:
+    """An answer's figures (None when missing): each known one a number in range, a seed a whole
+    number, the finish reason text; one that is not is left out. The rest kept as plain JSON."""
+    stats = plain(value, where)
+    if stats is None:
+        return None
+    kept = {}
+    for key, v in stats.items():
+        if key in FIGURES:
+            usable = v is None or _number_in(v, 0, MAX_FIGURE)
+        elif key == "seed":
+            usable = v is None or (isinstance(v, int) and _number_in(v, 0, MAX_SEED))
+        elif key == "finish_reason":
+            usable = v is None or isinstance(v, str)
+        else:
+            usable = True
+        if usable:
+            kept[key] = v
+    return kept
+
+
+def sent_file(value, where: str) -> dict:
+    """An attachment as the model read it: its name and text, and optionally its kind, size in
+    tokens and the passages it was cut to."""
+    if not isinstance(value, dict):
+        raise ImportError_(f"{where} must be an object with a name and its text, got {shown(value)}")
+    passages = value.get("passages")
+    if passages is not None and not isinstance(passages, list):
+        raise ImportError_(f"{where}: 'passages' must be a list of text, got {shown(passages)}")
+    kind = value.get("kind")
+    return {
+        "name": text(value.get("name"), f"{where}: 'name'"),
+        "text": text(value.get("text"), f"{where}: 'text'"),
+        "kind": "text" if kind is None else text(kind, f"{where}: 'kind'"),
+        "tokens": count(value.get("tokens"), f"{where}: 'tokens'"),
+        "passages": [text(p, f"{where}: passage {k + 1}") for k, p in enumerate(passages or ())],
+    }
