@@ -67,7 +67,7 @@ def open_documents(runtime, folder: str | None):
     the watcher, or None without a folder. ValueError: not a folder."""
     if not folder:
         return None
-    from draftscope.documents.folder import Watcher, open_folder
+    from draftscope.documents.folder import Watcher, open_folder, said_skipped
 
     def progress(done: int, total: int, name: str) -> None:
         if name:
@@ -77,11 +77,12 @@ def open_documents(runtime, folder: str | None):
     print(
         f"\r{folder}: {report.files:,} documents indexed"
         + (f"; {len(report.problems)} could not be read (first: {report.problems[0]})" if report.problems else "")
+        + (f"; {said_skipped(report)}" if report.skipped else "")
         + " " * 30,
         file=sys.stderr,
     )
     runtime.documents = index
-    return Watcher(index)
+    return Watcher(index, on_error=lambda said: print(f"draftscope: {said}", file=sys.stderr, flush=True))
 
 
 def read_attachments(paths) -> list:

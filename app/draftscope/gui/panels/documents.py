@@ -117,12 +117,15 @@ class DocumentsPanel(QWidget):
         self.status.setText(f"Indexing {done:,} of {total:,} files" + (f" · {name}" if name else ""))
 
     def _on_indexed(self, report) -> None:
+        from draftscope.documents.folder import said_skipped
+
         self.bar.setVisible(False)
         if self.index is None:
             return
         self.session.documents = self.index
         problems = f"; {len(report.problems)} could not be read ({report.problems[0]})" if report.problems else ""
-        self.status.setText(f"{report.files:,} files searchable{problems}")
+        skipped = f"; {said_skipped(report)}" if report.skipped else ""
+        self.status.setText(f"{report.files:,} files searchable{problems}{skipped}")
         if report.read or report.forgotten:
             self.said.emit(f"Documents: {report.read:,} files read, {report.forgotten:,} forgotten")
         self.recheck.start()
