@@ -10,6 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 PASSAGE_WORDS = 160  # a passage's length, about; paragraphs are kept whole where they fit
+# a text counts at least a word per this many characters: prose (about 6 with its space) is
+# measured by its words, and a run without spaces (minified JSON) is cut into passages too, of
+# about a prose passage's tokens (dense text runs 2-4 characters a token)
+CHARS_PER_WORD = 6
+_RUN = re.compile(r"\S+")
 _WORD = re.compile(r"\w{2,}", re.UNICODE)
 # words that match everywhere and rank nothing (FTS5 has no stop list of its own)
 _STOP = frozenset(
@@ -33,16 +38,23 @@ class Passage:
         return f"{self.source}, lines {self.first_line}-{self.last_line}"
 
 
+def words_in(text: str) -> int:
+    """A text's length in passage words: its words, or a word per ``CHARS_PER_WORD`` characters
+    where that is more (a run with no space, such as minified JSON, is long for its one word)."""
+    return max(len(text.split()), len(text) // CHARS_PER_WORD)
+
+
 def split_passages(source: str, text: str, words: int = PASSAGE_WORDS) -> list[Passage]:
     """Consecutive passages of about ``words`` words, cut between paragraphs where one ends near
-    the mark, else between lines, and a line longer than a passage between its words."""
+    the mark, else between lines, a line longer than a passage between its words, and a run with
+    no space longer than a passage between its characters."""
     out: list[Passage] = []
     pieces = list(_pieces(text.split("\n"), words))
     start, count = 0, 0
     for i, (_, piece, ends_paragraph) in enumerate(pieces):
-        count += len(piece.split())
+        count += words_in(piece)
         if count >= words and (
-            ends_paragraph or count >= 2 * words or i + 1 == len(pieces) or len(pieces[i + 1][1].split()) >= words
+            ends_paragraph or count >= 2 * words or i + 1 == len(pieces) or words_in(pieces[i + 1][1]) >= words
         ):
             out.append(_passage(source, pieces[start : i + 1]))
             start, count = i + 1, 0
@@ -52,24 +64,38 @@ def split_passages(source: str, text: str, words: int = PASSAGE_WORDS) -> list[P
 
 
 def _pieces(lines: list[str], words: int):
-    """(line number, text, whether a paragraph ends there): each line, a long one cut into runs of
-    ``words`` words."""
+    """(line number, text, whether a passage may end there: a paragraph ends, or a run with no
+    space was cut): each line, a long one cut into pieces of at most ``words`` passage words; the
+    pieces of a line put together are the line."""
     for i, line in enumerate(lines):
         ends = i + 1 == len(lines) or not lines[i + 1].strip() or not line.strip()
-        tokens = line.split(" ")
-        if len(line.split()) <= words:
-            yield i, line, ends
-            continue
-        for k in range(0, len(tokens), words):
-            yield i, " ".join(tokens[k : k + words]), ends and k + words >= len(tokens)
+        cuts = _cuts(line, words, words * CHARS_PER_WORD)
+        for k, (start, end) in enumerate(zip([0, *cuts], [*cuts, len(line)])):
+            # a run cut by characters ends its passage there, so a passage of it is one piece long
+            inside_run = k < len(cuts) and not line[end - 1].isspace() and not line[end].isspace()
+            yield i, line[start:end], (ends and k == len(cuts)) or inside_run
+
+
+def _cuts(line: str, words: int, limit: int) -> list[int]:
+    """Where a line is cut so that no piece holds more than ``words`` words or ``limit``
+    characters: before a word, and inside a word only when the word alone is over the limit."""
+    cuts, start, count = [], 0, 0
+    for word in _RUN.finditer(line):
+        if count and (count >= words or word.end() - start > limit):
+            cuts.append(word.start())
+            start, count = word.start(), 0
+        while word.end() - start > limit:  # no space to cut at: cut by characters
+            start += limit
+            cuts.append(start)
+        count += 1
+    return cuts
 
 
 def _passage(source: str, pieces: list) -> Passage:
-    parts: list[str] = []
-    for n, (line, piece, _) in enumerate(pieces):
-        same_line = n > 0 and pieces[n - 1][0] == line
-        parts.append((" " if same_line else "\n" if n else "") + piece)
-    return Passage(source, pieces[0][0] + 1, pieces[-1][0] + 1, "".join(parts).strip("\n"))
+    # pieces of one line join as they were cut; lines join with a line break
+    parts = [("\n" if n and pieces[n - 1][0] != line else "") + piece for n, (line, piece, _) in enumerate(pieces)]
+    # a cut between words leaves their space at the passage's end: not part of its text
+    return Passage(source, pieces[0][0] + 1, pieces[-1][0] + 1, "".join(parts).lstrip("\n").rstrip())
 
 
 def query_terms(question: str) -> list[str]:

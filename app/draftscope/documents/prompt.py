@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from draftscope.documents.extract import Attachment
-from draftscope.documents.passages import PASSAGE_WORDS, Passage, best_passages, split_passages
+from draftscope.documents.passages import PASSAGE_WORDS, Passage, best_passages, split_passages, words_in
 
 HEADING_TOKENS = 16  # a file's tags around its text
+SAMPLE_CHARS = 4000  # the start of a file measured for its tokens a word: enough to be typical, cheap to count
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,10 @@ def _reserve(rest: Sequence[Attachment]) -> int:
 
 
 def _passages_of(f: Attachment, question: str, budget: int, count_tokens) -> SentFile:
-    # passages small enough that about four fit the budget, in this text's tokens a word
-    sample = " ".join(f.text.split()[:400])
-    per_word = max(1.0, count_tokens(sample) / max(1, len(sample.split())))
+    # passages small enough that about four fit the budget, in this text's tokens a passage word
+    # (counted as split_passages counts them, so a file written on one line is measured too)
+    sample = f.text[:SAMPLE_CHARS]
+    per_word = max(1.0, count_tokens(sample) / max(1, words_in(sample)))
     words = max(20, min(PASSAGE_WORDS, int(budget / per_word / 4)))
     chosen: list[Passage] = (
         best_passages(split_passages(f.name, f.text, words), question, budget, count_tokens) if budget > 0 else []
