@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 from draftscope import paths
+from draftscope.storage.import_check import shown
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
 from draftscope.storage.settings import MAX_SYSTEM_PROMPT, Section, Settings
 
@@ -30,9 +32,9 @@ def settings_path() -> Path:
 def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
     """(settings, notices for the user). Never raises for a bad file."""
     path = path or settings_path()
-    if not path.exists():
-        return Settings(), []
     try:
+        if not path.exists():
+            return Settings(), []
         data = _read_object(path)
     except RecursionError:
         return Settings(), [_set_aside(path, "the settings file could not be read (nested too deeply)")]
@@ -42,7 +44,7 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
     if version == FLAT_VERSION:
         return settings_from_values(data)
     if version != SETTINGS_VERSION:
-        why = f"the settings file has version {version!r}, this Draftscope writes version {SETTINGS_VERSION}"
+        why = f"the settings file has version {shown(version)}, this Draftscope writes version {SETTINGS_VERSION}"
         return Settings(), [_set_aside(path, why)]
     return settings_from_values(_flatten(data))
 
@@ -76,7 +78,7 @@ def settings_from_values(data: dict) -> tuple[Settings, list[str]]:
             continue
         value, default = data[f.name], getattr(defaults, f.name)
         if not _same_kind(value, default):
-            notices.append(f"setting {f.name!r} had an invalid value {value!r}; using the default")
+            notices.append(f"setting {f.name!r} had an invalid value {shown(value)}; using the default")
             continue
         if f.name == "drafters":
             value = _switches(value, default, notices)
@@ -118,7 +120,7 @@ def _switches(value: dict, default: dict, notices: list[str]) -> dict[str, bool]
     for k, v in value.items():
         if k in default and not isinstance(v, bool):
             notices.append(
-                f"setting 'drafters.{k}' had an invalid value {v!r} (true or false); "
+                f"setting 'drafters.{k}' had an invalid value {shown(v)} (true or false); "
                 f"using the default ({'on' if default[k] else 'off'})"
             )
     return {k: v for k, v in value.items() if k in default and isinstance(v, bool)} | {
@@ -134,18 +136,37 @@ def _presets(value: dict, notices: list[str]) -> dict[str, str]:
         if why is None and len(kept) < MAX_PRESETS:
             kept[name] = text
         else:
-            notices.append(f"system-prompt preset {name!r} was left out ({why or f'more than {MAX_PRESETS}'})")
+            notices.append(f"system-prompt preset {shown(name)} was left out ({why or f'more than {MAX_PRESETS}'})")
     return kept
 
 
 def _same_kind(value, default) -> bool:
+    """Whether ``value`` can be the setting whose default is ``default``: its type, a whole number
+    a float can hold for a decimal setting, and text (also in a list) that can be written back."""
     if isinstance(default, bool):
         return isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, float):  # a 401-digit integer is a number no float holds
+        return isinstance(value, float) or (
+            isinstance(value, int) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
+        )
     if isinstance(default, int):
         return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, str):
+        return _is_text(value)
+    if isinstance(default, list):
+        return isinstance(value, list) and all(_is_text(v) for v in value if isinstance(v, str))
     return isinstance(value, type(default))
+
+
+def _is_text(value) -> bool:
+    """A str with no unpaired surrogate (one can name no file and cannot be saved as UTF-8)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _set_aside(path: Path, why: str) -> str:
