@@ -112,6 +112,17 @@ class Runtime:
             self.learner.wait_idle(timeout)
             self.learner.close()
 
+    def unload(self, timeout: float = 0.0) -> None:
+        """Close, then free the models now, for a runtime a reload replaced: the engine's thread
+        ended and its memory given back, the draft model's too (a llama.cpp context of its own).
+        The runtime answers no more."""
+        from draftscope.engine.backends.base import Backend
+
+        self.close(timeout)
+        self.engine.close()
+        if isinstance(self.draft_model, Backend):
+            self.draft_model.close()
+
     # ------------------------------------------------------------------ settings changes
 
     def change_for(self, new: Settings) -> Change:

@@ -1,21 +1,21 @@
 """Starting the desktop app: settings, history, the model loaded off the UI thread behind a busy
 indicator, then the main window. ``draftscope`` with no arguments runs :func:`main`.
 
-The first launch (no settings file) shows the first-run dialog. The runtime then loads on a thread
-of its own behind the loading dialog (gui/loading.py: each stage by name); only the verify costs are
-measured at load, the plain-speed baseline after the window opens. Settings changed in the dialog
-apply at once (theme, font, sampling, system prompt), from the next answer (datastore, drafters) or
-by a reload (the model section, storage/settings.py: the model, device, precision...). A reload is a
-transaction: its settings are saved only once the new model has opened; a failed one leaves the
-running model, the window and the settings file as they were and offers Retry, another model, or
-keeping the current one. Each new loader ends the last one's thread first (Qt aborts when a running
-QThread is dropped).
+The first launch (no settings file) shows the first-run dialog. The runtime then loads on a thread of its own
+behind the loading dialog (gui/loading.py: each stage by name); only the verify costs are measured at load, the
+plain-speed baseline after the window opens. Settings changed in the dialog apply at once (theme, font,
+sampling, system prompt), from the next answer (datastore, drafters) or by a reload (the model section,
+storage/settings.py: the model, device, precision...). A reload is a transaction: its settings are saved only
+once the new model has opened; a failed one leaves the running model, the window and the settings file as they
+were and offers Retry, another model, or keeping the current one; one that opened frees the window and model it
+replaced (_let_go). Each new loader ends the last one's thread first (Qt aborts when a running QThread is dropped).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import os
 import sys
 from pathlib import Path
@@ -140,7 +140,7 @@ class Launcher(QObject):
         if previous is not None:  # a reload: same place, same conversation
             self.window.restoreGeometry(previous.saveGeometry())
             self.window.show_conversation(previous.conversation_id)
-            previous.close()  # ends its worker; the old engine is freed with the last reference
+            _let_go(previous, runtime)
         self.window.show()
         if runtime.engine.baseline_measured_at is None:  # measured now, behind the open window
             self.window.measure_baseline()
@@ -361,6 +361,18 @@ class Launcher(QObject):
         """Load the model again with the current settings (off the UI thread), then swap windows."""
         self._new_loader()
         self._retry()
+
+
+def _let_go(previous, runtime) -> None:
+    """The window a reload replaced closed and deleted (Qt's connections to its lambdas kept it alive for good),
+    its model freed now, what they leave unfrozen (the loader froze all) and collected once the window is gone."""
+    old = previous.runtime
+    previous.close()
+    if old.engine is not runtime.engine:  # a factory may hand the same engine back (tests)
+        old.unload()
+    gc.unfreeze()
+    previous.destroyed.connect(lambda: QTimer.singleShot(0, freeze_loaded_objects))
+    previous.deleteLater()
 
 
 def _has_display() -> bool:
