@@ -2,7 +2,9 @@
 
 One model, ``parallel`` answers at once: each runs on a worker thread of its own, and their steps
 share forwards (the engine's slots); further requests wait in arrival order, at most
-``queue_limit`` of them, and one more gets 429. A client that goes
+``queue_limit`` of them, and one more gets 429 before its body is read: a request holds its place
+from then until its answer is over, its body's reading and parsing included (``intake``). Every
+error is a JSON body in OpenAI's shape, an unexpected one a 500 in that shape. A client that goes
 away cancels its answer within one decoding step (the engine checks between steps). Streamed chunks
 carry, in the extension field ``draftscope``, the step's tokens and which drafter drafted each;
 the last chunk carries the answer's statistics (τ, speedup). Answers go to the app's history as
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ import draftscope.server.protocol as p
 from draftscope.core.session import ChatSession, sampling_from
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
+from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
 
@@ -48,6 +50,15 @@ def check_bind(host: str, api_key: str | None) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A request's body as the answer needs it, made on the parsing pool."""
+
+    request: p.ChatRequest | p.CompletionRequest
+    shown: list[dict]  # the messages, with their files read
+    prompt_ids: list[int]
+
+
 @dataclass
 class ServerConfig:
     api_key: str | None = None
@@ -58,22 +69,42 @@ class ServerConfig:
     max_body_bytes: int = p.MAX_BODY_BYTES  # larger request bodies get 413, before they are read
 
 
+class Ticket:
+    """A request's place within the queue limit: taken before its body is read, given back when its
+    answer is over or when it ends without one (refused, or its client gone)."""
+
+    def __init__(self, answerer: Answerer) -> None:
+        self.answerer = answerer
+        self.answering = False  # handed to an answer, which gives the place back when it ends
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:  # once: an answer's end and its handler's may both say so
+            self.held = False
+            self.answerer.in_flight -= 1
+
+
 class Answerer:
-    """Runs up to ``parallel`` answers at once on worker threads and streams their events to the
-    event loop."""
+    """Admits requests within the queue limit, parses their bodies on a small pool of workers, and
+    runs up to ``parallel`` answers at once on worker threads, streaming their events to the event
+    loop."""
 
     def __init__(self, runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> None:
         self.runtime = runtime
         self.history, self.on_stored = history, on_stored
         self.config = config or ServerConfig()
         self.executor = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="draftscope-answer")
-        self.in_flight = 0  # touched on the event loop only
+        # its size is the bound on bodies parsed and files read at once (intake.PARSING_AT_ONCE)
+        self.parsing = ThreadPoolExecutor(max_workers=PARSING_AT_ONCE, thread_name_prefix="draftscope-parse")
+        self.in_flight = 0  # requests admitted and not over, body reading included; on the event loop only
         self.served = 0
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.parsing.shutdown(wait=False, cancel_futures=True)
 
-    def admit(self) -> None:
+    def admit(self) -> Ticket:
+        """A place for a request, before any of its body is read; 429 when the queue is full."""
         answering = self.config.parallel
         if self.in_flight >= answering + self.config.queue_limit:
             raise p.ApiError(
@@ -83,6 +114,12 @@ class Answerer:
                 type="rate_limit_error",
                 code="queue_full",
             )
+        self.in_flight += 1
+        return Ticket(self)
+
+    async def parsed(self, work, *args):
+        """``work(*args)`` on the parsing pool: off the event loop, at most PARSING_AT_ONCE at once."""
+        return await asyncio.wrap_future(self.parsing.submit(work, *args))
 
     def session(self, shown: list[dict]) -> ChatSession:
         """A request's conversation: kept in the app's history as one of its own ("API · …") once
@@ -119,10 +156,9 @@ class Answerer:
             out.append({**m, "sent": sent, "model": render(m["content"], sent)})
         return out
 
-    async def events(self, session: ChatSession, request: GenerationRequest):
+    async def events(self, session: ChatSession, request: GenerationRequest, ticket: Ticket):
         """The answer's StepEvents then its FinalEvent, as they come; closing this generator (a
-        client that went away) cancels the answer."""
-        self.admit()
+        client that went away) cancels the answer. The answer gives the ticket back when it ends."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()
@@ -142,9 +178,9 @@ class Answerer:
             finally:
                 put(_END)
 
-        self.in_flight += 1
         future = loop.run_in_executor(self.executor, work)
-        future.add_done_callback(lambda _: self._done())
+        ticket.answering = True  # from here the answer's end gives the place back
+        future.add_done_callback(lambda _: self._done(ticket))
         try:
             while (item := await queue.get()) is not _END:
                 if isinstance(item, Exception):
@@ -153,40 +189,13 @@ class Answerer:
         finally:
             cancel.set()  # a no-op when the answer is over
 
-    def _done(self) -> None:
-        self.in_flight -= 1
+    def _done(self, ticket: Ticket) -> None:
+        ticket.release()
         self.served += 1
 
 
 def _error(exc: p.ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 before any of it is read when its Content-Length is over
-    ``limit``, or as soon as a body sent without one (chunked) passes it: a multi-GB POST from any
-    local process cannot grow the server."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.strip().isdigit():
-            raise p.ApiError(400, f"the Content-Length header is not a number: {declared[:40]!r}")
-        if int(declared) > limit:
-            raise _too_large(f"{int(declared):,} bytes", limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large("over that", limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(size: str, limit: int) -> p.ApiError:
-    return p.ApiError(
-        413,
-        f"the request body is {size}; this server takes at most {limit:,} bytes (draftscope serve --max-body-mb)",
-        code="request_too_large",
-    )
 
 
 def create_app(
@@ -201,7 +210,7 @@ def create_app(
     api = Api(runtime, answerer)
     app = Starlette(
         routes=api.routes(),
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: _http_error, Exception: _unexpected_error},
         lifespan=api.lifespan,
         middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None,
     )
@@ -213,6 +222,13 @@ async def _http_error(request: Request, exc: HTTPException):
     kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
     message = f"{request.method} {request.url.path}: {exc.detail}"
     return JSONResponse(p.ApiError(exc.status_code, message, type=kind).body(), status_code=exc.status_code)
+
+
+async def _unexpected_error(request: Request, exc: Exception):
+    """What no handler expected (a defect): a 500 in OpenAI's shape rather than Starlette's plain
+    text; Starlette then raises it again, so the server's log shows its traceback."""
+    message = f"the server failed on {request.method} {request.url.path}: {type(exc).__name__}: {exc}"[:1000]
+    return JSONResponse(p.ApiError(500, message, type="server_error").body(), status_code=500)
 
 
 class Api:
@@ -250,13 +266,6 @@ class Api:
                 code="invalid_api_key",
             )
 
-    async def body_of(self, request: Request):
-        raw = await read_body(request, self.config.max_body_bytes)
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise p.ApiError(400, f"the request body is not valid JSON: {exc}") from exc
-
     async def models(self, request: Request):
         try:
             self.authorise(request)
@@ -272,19 +281,31 @@ class Api:
         )
 
     async def chat_completions(self, request: Request):
-        return await _responding(self._chat(request))
+        return await _responding(self._admitted(request, self._prepare_chat, chat=True))
 
     async def completions(self, request: Request):
-        return await _responding(self._completion(request))
+        return await _responding(self._admitted(request, self._prepare_completion, chat=False))
 
-    async def _chat(self, request: Request):
+    async def _admitted(self, request: Request, prepare, *, chat: bool):
+        """A request answered within the queue limit: its place taken before its body is read, the
+        body parsed by ``prepare`` on the parsing pool, then answered."""
         self.authorise(request)
-        req = p.parse_chat(await self.body_of(request))
+        ticket = self.answerer.admit()
+        try:
+            raw = await read_body(request, self.config.max_body_bytes)
+            ready = await self.answerer.parsed(prepare, raw)
+            return await self.answer(request, ready, ticket, chat=chat)
+        finally:
+            if not ticket.answering:  # refused, or gone, before its answer began
+                ticket.release()
+
+    def _prepare_chat(self, raw: bytes) -> Prepared:
+        """On the parsing pool: the body checked, its files read, its prompt tokenized."""
+        req = p.parse_chat(parse_json(raw))
         shown = req.messages
-        if any(m["files"] for m in shown) or self.runtime.documents is not None:  # off the event loop: slow
-            shown = await asyncio.to_thread(self.answerer.read_files, shown)
-        prompt_ids = self._chat_prompt(shown)
-        return await self.answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage, chat=True)
+        if any(m["files"] for m in shown) or self.runtime.documents is not None:
+            shown = self.answerer.read_files(shown)
+        return Prepared(req, shown, self._chat_prompt(shown))
 
     def _chat_prompt(self, shown: list[dict]) -> list[int]:
         try:
@@ -296,36 +317,26 @@ class Api:
                 400, f"the messages cannot be rendered with the model's chat template: {exc}", param="messages"
             ) from exc
 
-    async def _completion(self, request: Request):
-        self.authorise(request)
-        req = p.parse_completion(await self.body_of(request))
+    def _prepare_completion(self, raw: bytes) -> Prepared:
+        req = p.parse_completion(parse_json(raw))
         prompt_ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
-        shown = [{"role": "user", "content": req.prompt}]
-        return await self.answer(request, req.sampling, prompt_ids, shown, req.stream, req.include_usage, chat=False)
+        return Prepared(req, [{"role": "user", "content": req.prompt}], prompt_ids)
 
-    async def answer(
-        self,
-        request: Request,
-        sampling: p.Sampling,
-        prompt_ids: list[int],
-        shown: list[dict],
-        stream: bool,
-        usage_chunk: bool,
-        chat: bool,
-    ):
+    async def answer(self, request: Request, ready: Prepared, ticket: Ticket, *, chat: bool):
         """The answer as one response or as a stream of events; None when the client went away."""
+        req = ready.request
         reply = Reply(
             rid=p.new_id("chatcmpl" if chat else "cmpl"),
             created=int(time.time()),
             model_id=self.model_id,
             chat=chat,
-            prompt_tokens=len(prompt_ids),
-            usage_chunk=usage_chunk,
+            prompt_tokens=len(ready.prompt_ids),
+            usage_chunk=req.include_usage,
         )
-        session = self.answerer.session(shown)
-        gen = self._generation(session, sampling, prompt_ids)
-        events = self.answerer.events(session, gen)  # admitted to a slot (or refused) at its first event
-        if not stream:
+        session = self.answerer.session(ready.shown)
+        gen = self._generation(session, req.sampling, ready.prompt_ids)
+        events = self.answerer.events(session, gen, ticket)  # its answer queued at its first event
+        if not req.stream:
             return await whole_reply(request, reply, events)
         return await streamed_reply(request, reply, events, gen.stop_strings)
 

@@ -5,6 +5,7 @@ chunks, with Draftscope's drafts in an extension field ``draftscope``."""
 from __future__ import annotations
 
 import math
+import reprlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = Fals
         return None
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise _bad(name, f"'{name}' must be {'an integer' if integer else 'a number'}, got {value!r}")
+        raise _bad(name, f"'{name}' must be {'an integer' if integer else 'a number'}, got {_quoted(value)}")
     # NaN fails every comparison: "between -inf and inf" would say nothing. (An int is finite, and
     # isfinite would overflow on one of hundreds of digits.)
     if isinstance(value, float) and not math.isfinite(value):
@@ -89,6 +90,12 @@ def _short(value) -> str:
     """A value as an error quotes it: an integer of hundreds of digits by its length."""
     text = repr(value)
     return text if len(text) <= 40 else f"a number of {len(text)} digits"
+
+
+def _quoted(value) -> str:
+    """Any JSON value as an error quotes it, a few of its items and characters at most: quoted
+    whole, a list of a million items would make an error of megabytes."""
+    return _short(value) if isinstance(value, int) else reprlib.repr(value)
 
 
 def _ranged(body: dict, name: str):
@@ -284,7 +291,7 @@ def parse_chat(body) -> ChatRequest:
             raise _bad(f"messages[{i}]", "each message must be an object")
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:  # a list or an object is no role (nor hashable)
-            raise _bad(f"messages[{i}].role", f"unsupported role {role!r} (one of {', '.join(sorted(ROLES))})")
+            raise _bad(f"messages[{i}].role", f"unsupported role {_quoted(role)} (one of {', '.join(sorted(ROLES))})")
         text, files = _content(m, i)
         if files and role != "user":
             raise _bad(f"messages[{i}].content", "files can be sent in user messages only")

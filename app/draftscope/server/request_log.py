@@ -70,5 +70,9 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, logging_send)
+        except Exception:
+            if not status:  # Starlette's error handler, outside this middleware, answers it with a 500
+                status.append(500)
+            raise
         finally:
             finish()  # a client that left mid-answer is logged too
