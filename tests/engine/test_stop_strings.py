@@ -111,3 +111,29 @@ def test_a_stop_string_beginning_before_the_long_token_is_cut_there_too(indent_t
     # the character before the newline may have gone out in its own step, before the stop could be
     # known (the server holds such a tail back); nothing of the newline's token did
     assert "".join(piece for step in steps for piece in step.pieces) in (plain.text[: cut - 1], plain.text[:cut])
+
+
+@pytest.mark.parametrize("params", SAMPLINGS, ids=["greedy", "sampled"])
+def test_a_stop_inside_a_long_token_ends_the_answer_on_llama_cpp(indent_tokenizer, params, tmp_path):
+    """The same model and tokenizer in a GGUF, answered by llama.cpp: with the stop, its own plain
+    answer cut at the stop."""
+    from gguf_fixtures import write_tiny_gguf
+    from llama_helpers import need_llama_cpp
+
+    need_llama_cpp()
+    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+
+    folder, tokenizer = indent_tokenizer
+    torch_engine, prompt, _ = engine_saying_indentation(tokenizer, params)
+    path = write_tiny_gguf(tmp_path / "indent-F32.gguf", torch_engine.model, folder)
+    engine = Engine(backend=LlamaCppBackend(path, tokenizer, context=256, threads=1))
+    try:
+        plain = answer(engine, prompt, params)[1]
+        assert says_indentation_first(plain, tokenizer, indentation_token(tokenizer)), plain.text
+        cut = plain.text.find("\n")
+        steps, final = answer(engine, prompt, params, stop=["\n"])
+        assert final.finish_reason == "stop", f"the answer ran past the stop: {final.text!r}"
+        assert final.text == plain.text[:cut]
+        assert "".join(piece for step in steps for piece in step.pieces) == plain.text[:cut]
+    finally:
+        engine.close()

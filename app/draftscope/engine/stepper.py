@@ -7,7 +7,8 @@ leave between rounds; an answer's events go to its own queue (engine/answer.py),
 Whatever else uses the loaded model (measurements, a recurrent head's training reading rows through
 llama.cpp) runs on the same thread, between rounds: ``call`` (``exclusive``: once no answer runs),
 ``lease`` (a slot of its own while it reads). The thread ends after a while with nothing to do, so a
-model that is dropped is not kept alive by it, and starts again with the next answer."""
+model that is dropped is not kept alive by it, and starts again with the next answer; ``close`` ends it
+at once, for good (a model a reload replaced: its memory is then freed)."""
 
 from __future__ import annotations
 
