@@ -58,3 +58,26 @@ def test_doctor_names_the_model_its_backend_and_a_problem(here, capsys, tmp_path
     save_settings(Settings(model=str(tmp_path / "gone.gguf")))
     said = doctor(capsys)
     assert "problem" in said and "gone.gguf" in said and "no such file" in said
+
+
+def test_doctor_check_runs_the_self_test_with_the_settings_threads(here, capsys, monkeypatch):
+    """Issue 49, item 13: the self-test ran on every core whatever Settings ▸ Threads said; `doctor
+    --check` must check with the threads the app will compute on."""
+    import sys
+
+    from draftscope.engine.backends.llama import selftest
+
+    argv = here / "argv"
+    child = here / "says-its-argv.py"
+    child.write_text(
+        f"import sys\nopen({str(argv)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\nprint('stage: step')\nprint('ok')\n"
+    )
+    monkeypatch.setattr(selftest, "CHILD_COMMAND", [sys.executable, str(child)])
+    save_settings(Settings(threads=1))
+    assert "self-test: runs on this CPU" in doctor(capsys, "--check")
+    assert argv.read_text().split() == ["--threads", "1"]
+
+    argv.unlink()
+    save_settings(Settings(threads=0))  # 0: as many as the cores, llama.cpp's own default, as a load has it
+    doctor(capsys, "--check")
+    assert argv.read_text().split() == []
