@@ -19,6 +19,7 @@ from engine_fixtures import tiny_llama
 from runtime_helpers import runtime_for
 
 import draftscope.documents.extract as extract
+import draftscope.server.intake as intake
 import draftscope.server.protocol as protocol
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.engine import Engine
@@ -187,6 +188,21 @@ def test_a_full_queue_refuses_with_429_before_the_body_is_read(served):
     finally:
         first.close()
     wait_until(lambda: answerer.in_flight == 0, "the first request gave its place back")
+    assert posted(server, body).status_code == 200
+
+
+def test_a_body_that_stalls_is_refused_in_time_and_gives_its_place_back(served, monkeypatch):
+    """A request holds its queue place while its body comes: a client that sent its headers and
+    stopped held it for good, and with the queue full every other client got 429 until it left."""
+    monkeypatch.setattr(intake, "BODY_SECONDS", 1.0)
+    server = served(queue_limit=0)
+    answerer = server.app.state.answerer
+    body = json.dumps(HI).encode()
+    with raw_request(server, len(body), body[:10]) as stalled:  # never sends the rest
+        refused = reply_of(stalled)
+    assert refused.startswith("HTTP/1.1 408"), refused[:200]
+    assert '"code":"request_timeout"' in refused.replace(" ", "")
+    wait_until(lambda: answerer.in_flight == 0, "the stalled request gave its place back")
     assert posted(server, body).status_code == 200
 
 

@@ -8,6 +8,7 @@ requests at once cost at most the queue limit's bodies and a few parses."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from starlette.requests import Request
@@ -22,18 +23,34 @@ MAX_DEPTH = 64
 # decoded JSON and its files in memory, and a PDF may take seconds. More wait their turn, within
 # the queue limit.
 PARSING_AT_ONCE = 4
+# Seconds a body may take to arrive once its headers have: a request holds its place in the queue
+# while its body comes, so a client that stalls mid-body must not hold it for good. A local client
+# sends the 32 MB a body may have in well under a second; a minute leaves room for a slow link.
+BODY_SECONDS = 60.0
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 before any of it is read when its Content-Length is over
     ``limit``, or as soon as a body sent without one (chunked) passes it: a multi-GB POST from any
-    local process cannot grow the server."""
+    local process cannot grow the server. A body that has not all come within
+    :data:`BODY_SECONDS` is refused with 408, and its place in the queue given back."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
             raise p.ApiError(400, f"the Content-Length header is not a number: {declared[:40]!r}")
         if int(declared) > limit:
             raise _too_large(f"{int(declared):,} bytes", limit)
+    try:
+        return await asyncio.wait_for(_collect(request, limit), BODY_SECONDS)
+    except asyncio.TimeoutError:
+        raise p.ApiError(
+            408,
+            f"the request body did not arrive within {BODY_SECONDS:g} s of its headers",
+            code="request_timeout",
+        ) from None
+
+
+async def _collect(request: Request, limit: int) -> bytes:
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
