@@ -135,3 +135,5 @@ def test_an_imported_answer_with_odd_figures_shows_those_it_has(tmp_path):
     answer = target.messages(conv.id)[-1]
     assert answer_stats(answer.stats) == "2 tokens · 1.30x plain"
     assert answer_stats({}) == ""
+    # a history written before imports were checked may hold figures no float holds
+    assert answer_stats({"tokens": 10**400, "tau": float("nan"), "speedup_estimate": 1.3}) == "1.30x plain"

@@ -4,6 +4,7 @@ sizes, memory, download status, errors from fetches and builds, catalogue notes.
 from __future__ import annotations
 
 import errno
+import math
 import re
 from pathlib import Path
 
@@ -45,7 +46,15 @@ def answer_stats(stats: dict, *, tau: str = "τ") -> str:
 
 
 def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A stored figure as a finite float; None for anything else (text, a bool, NaN, or an integer
+    too large for a float, which a history written before imports were checked may hold)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 STALE_MARGIN = 1.1  # a speedup this far past τ says the plain figure is out of date
