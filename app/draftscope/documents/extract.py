@@ -1,22 +1,44 @@
 """A file as text the model can read: plain text and Markdown, any source file (its encoding
-detected), HTML (its visible text), PDF (its text layer, by pypdf) and DOCX (its paragraphs, by
-python-docx). What cannot be read so — a binary file, a PDF with no text layer, an empty file, one
-too large — raises :class:`AttachmentError` naming the file and why; nothing is half-read."""
+detected), HTML (its visible text), PDF (its text layer, by pypdf) and DOCX (its paragraphs and
+tables, by python-docx). What cannot be read so — a binary file, a PDF with no text layer, an
+empty file — raises :class:`AttachmentError` naming the file and why; nothing is half-read.
+
+One reader for the window, the terminal, the server and documents folders, and every file is read
+as hostile input, within :mod:`draftscope.documents.limits`: a file past 32 MB is refused before
+it is read; a DOCX's zip directory is checked (parts, unpacked sizes, packing ratio) before it is
+unpacked (:mod:`draftscope.documents.package`); PDF, DOCX and HTML are parsed in a child process
+that is killed past the time limit, capped in memory, and ended by the caller's ``cancel`` (a
+``threading.Event``; :mod:`draftscope.documents.isolate`). Plain text is decoded here, bounded by
+its size. ``read_file`` and ``read_bytes`` return an :class:`Attachment` or raise
+:class:`AttachmentError` (:class:`ReadCancelled` when cancelled), never another exception."""
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 
-MAX_FILE_BYTES = 32 << 20  # a file past this is refused before it is read
+from draftscope.documents.isolate import Cancel, parse_in_child
+from draftscope.documents.limits import (
+    LIMITS,
+    MAX_FILE_BYTES,
+    AttachmentError,
+    ReadCancelled,
+    ReadLimits,
+)
+from draftscope.documents.package import check_package
+
+__all__ = [
+    "MAX_FILE_BYTES",
+    "Attachment",
+    "AttachmentError",
+    "ReadCancelled",
+    "ReadLimits",
+    "kind_of",
+    "read_bytes",
+    "read_file",
+]
 _SNIFF = 8192  # bytes looked at to tell text from binary
-
-
-class AttachmentError(ValueError):
-    """Why a file cannot be given to the model, in words for the user (it names the file)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +54,7 @@ class Attachment:
         return len(self.text)
 
 
-def read_file(path: str | os.PathLike[str]) -> Attachment:
+def read_file(path: str | os.PathLike[str], *, cancel: Cancel | None = None, limits: ReadLimits = LIMITS) -> Attachment:
     """A file on disk, read to text (see the module's words for what is refused)."""
     path = Path(path)
     name = path.name
@@ -40,30 +62,35 @@ def read_file(path: str | os.PathLike[str]) -> Attachment:
         size = path.stat().st_size
         if not path.is_file():
             raise AttachmentError(f"{name} is not a file")
-        if size > MAX_FILE_BYTES:
-            raise AttachmentError(
-                f"{name} is {size / 2**20:.0f} MB: files up to {MAX_FILE_BYTES >> 20} MB can be attached"
-            )
-        data = path.read_bytes()
+        _check_size(name, size, limits)
+        with path.open("rb") as f:  # at most one byte past the limit, should it have grown since
+            data = f.read(limits.file_bytes + 1)
+        _check_size(name, len(data), limits)
     except AttachmentError:
         raise
     except OSError as exc:
         raise AttachmentError(f"{name} could not be read: {exc.strerror or exc}") from exc
-    return read_bytes(name, data)
+    return read_bytes(name, data, cancel=cancel, limits=limits)
 
 
-def read_bytes(name: str, data: bytes, mime: str | None = None) -> Attachment:
+def _check_size(name: str, size: int, limits: ReadLimits) -> None:
+    if size > limits.file_bytes:
+        raise AttachmentError(
+            f"{name} is {size / 2**20:.0f} MB: files up to {limits.file_bytes >> 20} MB can be attached"
+        )
+
+
+def read_bytes(
+    name: str, data: bytes, mime: str | None = None, *, cancel: Cancel | None = None, limits: ReadLimits = LIMITS
+) -> Attachment:
     """A file's bytes (a drop, an upload), read to text by its kind: the name's suffix or ``mime``,
     else what the bytes look like."""
-    if len(data) > MAX_FILE_BYTES:
-        raise AttachmentError(
-            f"{name} is {len(data) / 2**20:.0f} MB: files up to {MAX_FILE_BYTES >> 20} MB can be attached"
-        )
+    _check_size(name, len(data), limits)
     if not data.strip():
         raise AttachmentError(f"{name} is empty")
     kind = kind_of(name, data, mime)
-    reader = {"pdf": _pdf_text, "docx": _docx_text, "html": _html_text}.get(kind, _plain_text)
-    text = _tidy(reader(name, data))
+    reader = {"pdf": _pdf_text, "docx": _docx_text, "html": _html_text}.get(kind)
+    text = _tidy(reader(name, data, limits, cancel) if reader else _plain_text(name, data))
     if not text.strip():
         raise AttachmentError(
             f"{name} holds no text" + (" (a scanned PDF has no text layer to read)" if kind == "pdf" else "")
@@ -101,9 +128,14 @@ def _plain_text(name: str, data: bytes) -> str:
         pass
     from charset_normalizer import from_bytes
 
-    matches = from_bytes(data)
-    best = matches.best()
-    if best is None or _binaryish(str(best)):
+    try:
+        matches = from_bytes(data)
+        best = matches.best()
+        if best is not None and _binaryish(str(best)):
+            best = None
+    except (LookupError, UnicodeError, ValueError):  # a code page guessed that cannot decode the bytes after all
+        best = None
+    if best is None:
         raise AttachmentError(f"{name} is a binary file, not text (attach text, source code, HTML, PDF or DOCX)")
     # a short text often fits several code pages equally well: Windows-1252, the most common for
     # files that are not UTF-8, wins such a tie
@@ -118,93 +150,18 @@ def _binaryish(text: str) -> bool:
     return controls > len(sample) * 0.05
 
 
-class _VisibleText(HTMLParser):
-    """An HTML page's text as a reader sees it: no scripts or styles, blocks on lines of their own."""
-
-    SKIP = {"script", "style", "noscript", "template", "head"}
-    BLOCKS = {
-        "p",
-        "div",
-        "br",
-        "li",
-        "tr",
-        "h1",
-        "h2",
-        "h3",
-        "h4",
-        "h5",
-        "h6",
-        "pre",
-        "section",
-        "article",
-        "blockquote",
-        "table",
-        "ul",
-        "ol",
-        "dt",
-        "dd",
-        "hr",
-        "title",
-    }
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skipping = 0
-        self.title = ""
-
-    def handle_starttag(self, tag, attrs) -> None:
-        if tag in self.SKIP:
-            self.skipping += 1
-        elif tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag) -> None:
-        if tag in self.SKIP:
-            self.skipping = max(0, self.skipping - 1)
-        elif tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_data(self, data) -> None:
-        if not self.skipping:
-            self.parts.append(data)
+def _html_text(name: str, data: bytes, limits: ReadLimits, cancel: Cancel | None) -> str:
+    page = _plain_text(name, data)  # decoded here (bounded by size), parsed in the child (not bounded)
+    return parse_in_child(name, "html", page.encode("utf-8", "replace"), limits, cancel)
 
 
-def _html_text(name: str, data: bytes) -> str:
-    parser = _VisibleText()
-    parser.feed(_plain_text(name, data))
-    parser.close()
-    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
-    return "\n".join(line for line in lines if line)
+def _docx_text(name: str, data: bytes, limits: ReadLimits, cancel: Cancel | None) -> str:
+    check_package(name, data, limits)  # a bomb is refused from the zip's directory, before any unpacking
+    return parse_in_child(name, "docx", data, limits, cancel)
 
 
-def _pdf_text(name: str, data: bytes) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise AttachmentError(f"{name} is a password-protected PDF")
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except AttachmentError:
-        raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
-        raise AttachmentError(f"{name} is not a PDF that can be read: {exc}") from exc
-    return "\n\n".join(p.strip() for p in pages if p.strip())
-
-
-def _docx_text(name: str, data: bytes) -> str:
-    import docx
-
-    try:
-        document = docx.Document(io.BytesIO(data))
-    except Exception as exc:  # noqa: BLE001 - a damaged package raises zipfile's, lxml's or python-docx's errors
-        raise AttachmentError(f"{name} is not a Word document that can be read: {exc}") from exc
-    paragraphs = [p.text for p in document.paragraphs]
-    for table in document.tables:
-        paragraphs += [" | ".join(cell.text for cell in row.cells) for row in table.rows]
-    return "\n".join(paragraphs)
+def _pdf_text(name: str, data: bytes, limits: ReadLimits, cancel: Cancel | None) -> str:
+    return parse_in_child(name, "pdf", data, limits, cancel)
 
 
 def _tidy(text: str) -> str:
