@@ -139,6 +139,7 @@ def files_shots() -> None:
     window.resize(1300, 860)
     window.show()
     window.composer.attach_paths([str(attached)])
+    wait_until(lambda: bool(window.composer.chips.files), 60_000)  # read on a worker
     window.chat_input.setPlainText("Add type hints to rgb_to_hsv and give back the whole function, code only.")
     settle()
     save(window, "attach-before-sending.png")

@@ -1,11 +1,14 @@
 """Files attached in the window (offscreen Qt, real widgets, a tiny real model): by the Attach
 button and by a real drop event on the chat, each a chip with its size in tokens; a chip removed
 before sending is not sent; the sent message shows its file, also after the app restarts, and its
-link opens the text the model read; a file that cannot be read is said and nothing else is lost."""
+link opens the text the model read; a file that cannot be read is said and nothing else is lost;
+a slow file is read on a worker while the window responds, and Cancel stops it; hostile Word
+files attach or say why."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -14,7 +17,15 @@ pytest.importorskip("PySide6")
 
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QPlainTextEdit, QPushButton, QToolButton  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QApplication,
+    QFileDialog,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QWidget,
+)
 from runtime_helpers import runtime_for  # noqa: E402
 
 from draftscope.gui.main_window import MainWindow  # noqa: E402
@@ -52,6 +63,7 @@ def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(
     qtbot.mouseClick(w.findChild(QPushButton, "attachButton"), Qt.MouseButton.LeftButton)
     drop_files(w.chat_view.viewport(), [todo])
     chips = w.composer.chips
+    qtbot.waitUntil(lambda: len(chips.files) == 3, timeout=30_000)  # read on a worker, in the order given
     assert [f.name for f in chips.files] == ["notes.md", "extra.txt", "todo.txt"]
     assert len(chips.chips()) == 3 and chips.isVisible()
     size = len(chat_engine.tokenizer(notes.read_text().strip(), add_special_tokens=False)["input_ids"])
@@ -91,6 +103,52 @@ def test_a_file_that_cannot_be_read_is_said_and_the_message_is_kept(qtbot, chat_
     assert w.error_box.objectName() == "attachErrorDialog" and "blob.bin is a binary file" in w.error_box.text()
     assert box.toPlainText() == "half-written question", "the drop did not paste a path into the message"
     assert [f.name for f in w.composer.chips.files] == ["ok.txt"], "the readable file is attached"
+
+
+def test_a_slow_file_is_read_on_a_worker_while_the_window_responds_and_cancel_stops_it(qtbot, chat_engine, tmp_path):
+    """A small PDF whose pages take its parser seconds each: the drop returns at once, a row says
+    it is being read, the event loop keeps running (a timer ticks, typing reaches the box), Send
+    waits for the file rather than going without it, and Cancel ends the read: no chip, no error."""
+    from hostile_files import looping_pdf
+    from PySide6.QtCore import QTimer
+
+    (tmp_path / "drawing.pdf").write_bytes(looping_pdf(pages=200))  # most of an hour, were it read whole
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
+    box = w.findChild(QPlainTextEdit, "chatInput")
+    started = time.monotonic()
+    drop_files(box.viewport(), [tmp_path / "drawing.pdf"])
+    assert time.monotonic() - started < 2, "the drop returned without reading the file"
+    row = w.findChild(QWidget, "attachmentReading")
+    assert row.isVisible() and "Reading drawing.pdf" in row.findChild(QLabel, "attachmentReadingLabel").text()
+    ticks = []
+    timer = QTimer(w, interval=20)
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start()
+    qtbot.waitUntil(lambda: len(ticks) >= 10, timeout=5000)  # the UI thread is free while the file is read
+    qtbot.keyClicks(box, "what is drawn?")
+    assert box.toPlainText() == "what is drawn?" and w.composer.reader.reading
+    qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
+    assert box.toPlainText() == "what is drawn?" and not w.history.conversations(), "Send waits for the file"
+    assert "Send once it is attached" in row.findChild(QLabel, "attachmentReadingLabel").text()
+    qtbot.mouseClick(w.findChild(QPushButton, "cancelAttachButton"), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not w.composer.reader.reading and not row.isVisible(), timeout=5000)
+    assert not w.composer.chips.files and w.error_box is None, "cancelled: nothing attached, nothing to say"
+    assert len(ticks) >= 10 and box.toPlainText() == "what is drawn?"
+
+
+def test_a_word_table_python_docx_cannot_lay_out_attaches_and_a_bomb_says_why(qtbot, chat_engine, tmp_path):
+    """Issue 60: a Word table that made python-docx raise outside the reader's errors used to make
+    the attach silently do nothing; a DOCX bomb is refused with its name and the limit."""
+    from hostile_files import first_row_merged_down, with_member, word_document
+
+    (tmp_path / "minutes.docx").write_bytes(first_row_merged_down(word_document()))
+    (tmp_path / "bomb.docx").write_bytes(with_member(word_document(), "word/document.xml", padding=100 << 20))
+    w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
+    drop_files(w.chat_view.viewport(), [tmp_path / "minutes.docx", tmp_path / "bomb.docx"])
+    qtbot.waitUntil(lambda: w.error_box is not None and w.error_box.isVisible(), timeout=30_000)
+    assert "bomb.docx would unpack its part word/document.xml to 100 MB" in w.error_box.text()
+    assert [f.name for f in w.composer.chips.files] == ["minutes.docx"]
+    assert "owner | Dana" in w.composer.chips.files[0].text
 
 
 def test_conversations_are_exported_and_imported_from_the_file_menu(qtbot, chat_engine, tmp_path, monkeypatch):

@@ -475,6 +475,7 @@ class MainWindow(QMainWindow):
 
     def _end_threads(self) -> None:
         self.documents_panel.close_jobs()
+        self.composer.reader.close()  # a file being read: its reader is ended
         self.worker_thread.shutdown()
         self.answer_signals.disconnect_all()
         self.runtime.close()

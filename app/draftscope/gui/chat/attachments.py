@@ -1,8 +1,14 @@
-"""Files on their way to the model, in the window: chips above the message box (each file's name,
-its size in tokens, a button that removes it) until the message is sent, files dropped onto the
-chat or the message box, and the text a sent file gave the model, shown when its link is clicked."""
+"""Files on their way to the model, in the window: files dropped onto the chat or the message box
+or chosen with Attach…, read on a worker thread while a row says so and offers Cancel (the window
+stays responsive, whatever the file), chips above the message box (each file's name, its size in
+tokens, a button that removes it) until the message is sent, and the text a sent file gave the
+model, shown when its link is clicked."""
 
 from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import NamedTuple
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
@@ -12,12 +18,15 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
+    QPushButton,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from draftscope.documents.extract import Attachment, AttachmentError, read_file
+from draftscope.datastore.progress import CancelToken
+from draftscope.documents.extract import Attachment, AttachmentError, ReadCancelled, read_file
+from draftscope.gui.jobs import JobRunner
 
 
 class AttachmentChips(QWidget):
@@ -110,15 +119,107 @@ class FileDrops(QObject):
         return False
 
 
-def read_files(paths: list[str]) -> tuple[list[Attachment], list[str]]:
-    """The files that could be read, and why each other could not."""
-    read, problems = [], []
-    for path in paths:
+class ReadOutcome(NamedTuple):
+    """The files of one batch that could be read, and why each other could not."""
+
+    read: list[Attachment]
+    problems: list[str]
+
+
+def read_files(paths: list[str], status=None, cancel: CancelToken | None = None) -> ReadOutcome:
+    """Read ``paths`` one after the other (on a worker thread: a file may take up to the reader's
+    time limit), saying which through ``status``; a cancel ends the file being read at once."""
+    stop = threading.Event()
+    if cancel is not None:
+        cancel.on_cancel(stop.set)
+    outcome = ReadOutcome([], [])
+    for number, path in enumerate(paths, 1):
+        if stop.is_set():
+            break
+        name = Path(path).name
+        if status is not None:
+            status(f"Reading {name} …" + (f" ({number} of {len(paths)})" if len(paths) > 1 else ""))
         try:
-            read.append(read_file(path))
+            outcome.read.append(read_file(path, cancel=stop))
+        except ReadCancelled:
+            break
         except AttachmentError as exc:
-            problems.append(str(exc))
-    return read, problems
+            outcome.problems.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - the reader promises AttachmentError; a bug still names the file
+            outcome.problems.append(f"{name} could not be read: {exc!r}")
+    return outcome
+
+
+_SEND_WAITS = " — Send once it is attached"
+
+
+class AttachmentReader(QWidget):
+    """Files on their way to becoming chips: read on a worker thread, never the UI thread (a PDF
+    may take the reader's whole time limit), while a row says which file is being read and offers
+    Cancel. Files dropped meanwhile wait their turn. ``read`` gives each file read, ``failed`` the
+    reasons of those that could not be; a cancelled batch gives neither."""
+
+    read = Signal(object)  # an Attachment
+    failed = Signal(str)  # why files could not be read, each named
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent, objectName="attachmentReading")
+        self.label = QLabel(objectName="attachmentReadingLabel")
+        self.cancel_button = QPushButton("Cancel", objectName="cancelAttachButton")
+        self.cancel_button.setToolTip("Stop reading the files: none of them is attached")
+        self.cancel_button.clicked.connect(self.cancel)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.cancel_button)
+        self._waiting: list[str] = []
+        self._runner = JobRunner(self, on_status=self.label.setText, on_done=self._done, on_failed=self._crashed)
+        self.hide()
+
+    @property
+    def reading(self) -> bool:
+        return self._runner.running or bool(self._waiting)
+
+    def read_paths(self, paths: list[str]) -> None:
+        self._waiting += paths
+        self._next()
+
+    def cancel(self) -> None:
+        """Stop the file being read (its reader is ended) and forget those waiting."""
+        self._waiting = []
+        if self._runner.cancel():
+            self.label.setText("Cancelling …")
+            self.cancel_button.setEnabled(False)
+
+    def say_send_waits(self) -> None:
+        """Send was pressed while a file is read: the message waits for it (the row says so)."""
+        reading = self.label.text().split(_SEND_WAITS)[0]
+        self.label.setText(reading + _SEND_WAITS)
+
+    def close(self) -> None:
+        """The window is closing: the reading stops and its thread ends."""
+        self._waiting = []
+        self._runner.close()
+
+    def _next(self) -> None:
+        if not self._runner.running and self._waiting:
+            batch, self._waiting = self._waiting, []
+            self.label.setText(f"Reading {Path(batch[0]).name} …")
+            self.cancel_button.setEnabled(True)
+            self._runner.start(lambda report, status, cancel: read_files(batch, status, cancel))
+        self.setVisible(self._runner.running)
+
+    def _done(self, outcome: ReadOutcome) -> None:
+        if not self._runner.cancelled:
+            for attachment in outcome.read:
+                self.read.emit(attachment)
+            if outcome.problems:
+                self.failed.emit("\n".join(outcome.problems))
+        self._next()
+
+    def _crashed(self, exc: Exception) -> None:
+        self.failed.emit(f"The files could not be read: {exc}")
+        self._next()
 
 
 def sent_file_dialog(parent: QWidget, f: dict) -> QDialog:

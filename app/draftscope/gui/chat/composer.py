@@ -8,7 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
-from draftscope.gui.chat.attachments import AttachmentChips, FileDrops, read_files
+from draftscope.gui.chat.attachments import AttachmentChips, AttachmentReader, FileDrops
 
 ATTACH_FILTER = (
     "Documents (*.txt *.md *.markdown *.rst *.html *.htm *.pdf *.docx *.csv *.json *.py *.c *.h *.cpp "
@@ -53,9 +53,12 @@ class Composer(QWidget):
         self.chat_input = QPlainTextEdit(objectName="chatInput")
         self.chat_input.setPlaceholderText("Message (Enter sends, Shift+Enter breaks the line)")
         self.chat_input.setMaximumHeight(110)
-        self._enter = _EnterSends(self.send_requested.emit, self._escape)
+        self._enter = _EnterSends(self._send, self._escape)
         self.chat_input.installEventFilter(self._enter)
         self.chips = AttachmentChips(self)
+        self.reader = AttachmentReader(self)  # files being read, on a worker: a row with Cancel
+        self.reader.read.connect(self.chips.add)
+        self.reader.failed.connect(self.attach_failed)
         self.drops = FileDrops(self.attach_paths, self)
         self.drops.install(self.chat_input)
         self.attach_button = QPushButton("Attach…", objectName="attachButton")
@@ -71,7 +74,7 @@ class Composer(QWidget):
         self.edit_button.setToolTip("Edit your last message and send it again (Ctrl+E)")
         self.edit_button.clicked.connect(self.edit_last_requested)
         self.send_button = QPushButton("Send", objectName="sendButton")
-        self.send_button.clicked.connect(self.send_requested)
+        self.send_button.clicked.connect(self._send)
         self.stop_button = QPushButton("Stop", objectName="stopButton")
         self.stop_button.clicked.connect(self.stop_requested)
         self.stop_button.setEnabled(False)
@@ -86,6 +89,7 @@ class Composer(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.edit_banner)
         layout.addWidget(self.chips)
+        layout.addWidget(self.reader)
         layout.addWidget(self.chat_input)
         layout.addLayout(buttons)
 
@@ -107,12 +111,15 @@ class Composer(QWidget):
             self.attach_paths(paths)
 
     def attach_paths(self, paths: list[str]) -> None:
-        """Read the files and show them as chips; those that cannot be read are said, the rest kept."""
-        read, problems = read_files(paths)
-        for f in read:
-            self.chips.add(f)
-        if problems:
-            self.attach_failed.emit("\n".join(problems))
+        """Read the files on a worker and show them as chips as they are read; those that cannot be
+        read are said, the rest kept."""
+        self.reader.read_paths(paths)
+
+    def _send(self) -> None:
+        if self.reader.reading:  # the message would go without the file the user just attached
+            self.reader.say_send_waits()
+            return
+        self.send_requested.emit()
 
     def begin_edit(self, message_id: int, text: str, files=()) -> None:
         """Put a message and its files back in the box to replace it when sent."""
