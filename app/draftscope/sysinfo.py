@@ -28,7 +28,21 @@ def freeze_loaded_objects() -> None:
     import gc
 
     gc.collect()
+    give_back_free_memory()
     gc.freeze()
+
+
+def give_back_free_memory() -> None:
+    """The C heap's free pages given back to the system (glibc's malloc_trim): freed memory otherwise
+    stays in the process's resident size, ~35 MB more after each model reload (issue 60)."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+            pass
 
 
 def usable_cores() -> int:
