@@ -136,6 +136,29 @@ def test_a_slow_file_is_read_on_a_worker_while_the_window_responds_and_cancel_st
     assert len(ticks) >= 10 and box.toPlainText() == "what is drawn?"
 
 
+def test_send_pressed_before_the_worker_names_the_file_still_says_it_waits(qtbot, tmp_path):
+    """Send pressed at once after a drop: the worker's word naming the file came after it and wiped
+    "Send once it is attached", so the user saw no reason why nothing was sent."""
+    from hostile_files import looping_pdf
+
+    from draftscope.gui.chat.attachments import AttachmentReader
+
+    for name in ("a.pdf", "b.pdf"):
+        (tmp_path / name).write_bytes(looping_pdf(pages=200))
+    reader = AttachmentReader()
+    qtbot.addWidget(reader)
+    reader.read_paths([str(tmp_path / "a.pdf"), str(tmp_path / "b.pdf")])
+    reader.say_send_waits()  # before the event loop delivers the worker's "(1 of 2)"
+    qtbot.waitUntil(lambda: "(1 of 2)" in reader.label.text(), timeout=5000)
+    assert reader.label.text().endswith("Send once it is attached"), reader.label.text()
+    reader.cancel()
+    qtbot.waitUntil(lambda: not reader.reading, timeout=5000)
+    reader.read_paths([str(tmp_path / "a.pdf")])  # a later reading: nothing was waiting to be sent
+    assert "Send once" not in reader.label.text()
+    reader.cancel()
+    qtbot.waitUntil(lambda: not reader.reading, timeout=5000)
+
+
 def test_a_word_table_python_docx_cannot_lay_out_attaches_and_a_bomb_says_why(qtbot, chat_engine, tmp_path):
     """Issue 60: a Word table that made python-docx raise outside the reader's errors used to make
     the attach silently do nothing; a DOCX bomb is refused with its name and the limit."""

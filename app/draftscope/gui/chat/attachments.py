@@ -173,7 +173,8 @@ class AttachmentReader(QWidget):
         row.addWidget(self.label, 1)
         row.addWidget(self.cancel_button)
         self._waiting: list[str] = []
-        self._runner = JobRunner(self, on_status=self.label.setText, on_done=self._done, on_failed=self._crashed)
+        self._send_waits = False  # Send was pressed while reading: the row says so until the reading ends
+        self._runner = JobRunner(self, on_status=self._say, on_done=self._done, on_failed=self._crashed)
         self.hide()
 
     @property
@@ -192,9 +193,13 @@ class AttachmentReader(QWidget):
             self.cancel_button.setEnabled(False)
 
     def say_send_waits(self) -> None:
-        """Send was pressed while a file is read: the message waits for it (the row says so)."""
-        reading = self.label.text().split(_SEND_WAITS)[0]
-        self.label.setText(reading + _SEND_WAITS)
+        """Send was pressed while a file is read: the message waits for it (the row says so, and
+        keeps saying so when the worker names the next file)."""
+        self._send_waits = True
+        self._say(self.label.text())
+
+    def _say(self, status: str) -> None:
+        self.label.setText(status.split(_SEND_WAITS)[0] + (_SEND_WAITS if self._send_waits else ""))
 
     def close(self) -> None:
         """The window is closing: the reading stops and its thread ends."""
@@ -204,10 +209,12 @@ class AttachmentReader(QWidget):
     def _next(self) -> None:
         if not self._runner.running and self._waiting:
             batch, self._waiting = self._waiting, []
-            self.label.setText(f"Reading {Path(batch[0]).name} …")
+            self._say(f"Reading {Path(batch[0]).name} …")
             self.cancel_button.setEnabled(True)
             self._runner.start(lambda report, status, cancel: read_files(batch, status, cancel))
         self.setVisible(self._runner.running)
+        if not self._runner.running:
+            self._send_waits = False
 
     def _done(self, outcome: ReadOutcome) -> None:
         if not self._runner.cancelled:
