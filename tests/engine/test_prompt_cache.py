@@ -279,6 +279,29 @@ def test_llama_cpp_reads_only_what_is_new_and_answers_as_reading_everything(gguf
         engine.backend.close()
 
 
+def test_a_request_for_no_tokens_reads_its_prompt_for_the_next_on_llama_cpp(gguf, tokenizer, monkeypatch):
+    """A read ahead (issue 61: the API's max_tokens 0) writes nothing and leaves the prompt in the
+    cache: the request that follows is fed only its last token, and answers as a cold read."""
+    from llama_helpers import assert_plain_or_near_tie
+
+    from draftscope.engine.backends import open_backend
+
+    engine = Engine(backend=open_backend(str(gguf), backend="llama.cpp"))
+    engine.eos_ids = set()
+    fed = Prefilled(monkeypatch)
+    try:
+        prompt = words(tokenizer, "system: be brief. user: one two three four five one two three four")
+        warmed = ask(engine, prompt, drafted=False, tokens=0)
+        assert warmed.token_ids == [] and warmed.finish_reason == "length"
+        fed.tokens = 0
+        answer = ask(engine, prompt, drafted=False, tokens=6)
+        assert (answer.stats.prompt_kept, fed.tokens) == (len(prompt) - 1, 0)
+        cold = ask(engine, prompt, drafted=False, tokens=6, keep=False)
+        assert_plain_or_near_tie(engine, prompt, cold.token_ids, answer.token_ids, SamplingParams())
+    finally:
+        engine.backend.close()
+
+
 def test_a_model_in_a_child_process_keeps_its_cache_too(gguf, tokenizer):
     """The RPC workers' backend (llama.cpp in a child process) keeps the conversation as well."""
     from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend

@@ -78,7 +78,7 @@ def parsed_or_refused(parse, body) -> None:
     sampling = request.sampling
     for value in (sampling.temperature, sampling.top_p):
         assert value is None or math.isfinite(value)
-    assert sampling.max_tokens is None or 0 < sampling.max_tokens <= 1 << 20
+    assert sampling.max_tokens is None or 0 <= sampling.max_tokens <= 1 << 20  # 0: read the prompt only
 
 
 @fuzz(400)

@@ -286,7 +286,7 @@ class ChatSession:
             source = {"messages": list(messages) if messages is not None else self.messages()}
         return GenerationRequest(
             **source,
-            max_new_tokens=max_new_tokens or s.max_new_tokens,
+            max_new_tokens=s.max_new_tokens if max_new_tokens is None else max_new_tokens,
             sampling=sampling or sampling_from(s),
             drafters=self.make_drafters() if drafters is None else list(drafters),
             budget=budget,

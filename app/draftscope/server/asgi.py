@@ -121,10 +121,10 @@ class Answerer:
         """``work(*args)`` on the parsing pool: off the event loop, at most PARSING_AT_ONCE at once."""
         return await asyncio.wrap_future(self.parsing.submit(work, *args))
 
-    def session(self, shown: list[dict]) -> ChatSession:
+    def session(self, shown: list[dict], *, answers: bool = True) -> ChatSession:
         """A request's conversation: kept in the app's history as one of its own ("API · …") once
-        it is answered, when the server keeps history."""
-        keep = self.history is not None and self.config.keep_history
+        it is answered, when the server keeps history (not a read ahead: ``answers`` false, nothing written)."""
+        keep = answers and self.history is not None and self.config.keep_history
         session = ChatSession(self.runtime, history=self.history if keep else None, defer=True, title_prefix="API · ")
         for m in shown:
             if m["role"] in ("user", "assistant"):
@@ -333,7 +333,7 @@ class Api:
             prompt_tokens=len(ready.prompt_ids),
             usage_chunk=req.include_usage,
         )
-        session = self.answerer.session(ready.shown)
+        session = self.answerer.session(ready.shown, answers=req.sampling.max_tokens != 0)
         gen = self._generation(session, req.sampling, ready.prompt_ids)
         events = self.answerer.events(session, gen, ticket)  # its answer queued at its first event
         if not req.stream:

@@ -164,9 +164,7 @@ def _sampling(body: dict) -> Sampling:
         raise _bad("stop", f"'stop' takes at most {MAX_STOP} sequences, got {len(stops)}")
     if any(s == "" for s in stops):
         raise _bad("stop", "'stop' sequences must not be empty")
-    max_tokens = _number(body, "max_completion_tokens", 1, MAX_TOKENS_LIMIT, integer=True)
-    if max_tokens is None:
-        max_tokens = _number(body, "max_tokens", 1, MAX_TOKENS_LIMIT, integer=True)
+    max_tokens = _max_tokens(body)
     n = _number(body, "n", 1, 128, integer=True)
     if n not in (None, 1):
         raise _bad("n", "only n=1 is served: one model, one answer at a time")
@@ -181,6 +179,19 @@ def _sampling(body: dict) -> Sampling:
         stop=stops,
         cache_prompt=cache_prompt,
     )
+
+
+def _max_tokens(body: dict) -> int | None:
+    """The answer's length limit: ``max_completion_tokens``, ``max_tokens`` or llama-server's
+    ``n_predict``. 0 reads the prompt into the cache and writes nothing (llama-server's pre-encode):
+    a client warms a conversation while its user types, and the next request reads only what is new."""
+    if body.get("n_predict") == -1:  # llama-server's "no limit": the settings' length, as if left out
+        body = {k: v for k, v in body.items() if k != "n_predict"}
+    for name in ("max_completion_tokens", "max_tokens", "n_predict"):
+        value = _number(body, name, 0, MAX_TOKENS_LIMIT, integer=True)
+        if value is not None:
+            return value
+    return None
 
 
 def _stream_flags(body: dict) -> tuple[bool, bool]:
