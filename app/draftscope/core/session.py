@@ -25,6 +25,7 @@ from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
 from draftscope.rules import seed_from_setting
+from draftscope.storage.import_check import ANSWER_FIGURES
 
 TITLE_CHARS = 48
 DOCUMENT_TOKENS = 1500  # at most this much of the prompt for a documents folder's passages
@@ -61,21 +62,7 @@ def sampling_from(
 def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -> tuple[dict, dict]:
     """(stats, drafters) as the history keeps them for an answer."""
     s = final.stats
-    stats = {
-        k: getattr(s, k)
-        for k in (
-            "tokens",
-            "steps",
-            "tau",
-            "tokens_per_second",
-            "time_to_first_token_ms",
-            "elapsed_s",
-            "speedup_estimate",
-            "seed",
-            "prompt_tokens",
-            "prompt_kept",
-        )
-    }
+    stats = {k: getattr(s, k) for k in (*ANSWER_FIGURES, "seed")}
     stats["finish_reason"] = final.finish_reason
     stats["baseline_tokens_per_second"] = baseline_tokens_per_second
     return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}

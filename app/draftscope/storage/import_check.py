@@ -19,7 +19,7 @@ MAX_COUNT = 10**12  # tokens of one attachment: far past any file a model reads
 MAX_FIGURE = 1e15  # an answer's figure (tokens, τ, tokens/s, ms): far past any real one
 MAX_SEED = 2**64 - 1
 MAX_DEPTH = 16  # nesting of the JSON kept as it is (drafter settings, unknown figures)
-FIGURES = (  # the figures session.answer_record stores and the views show
+ANSWER_FIGURES = (  # an answer's figures as session.answer_record takes them from its MessageStats
     "tokens",
     "steps",
     "tau",
@@ -29,8 +29,8 @@ FIGURES = (  # the figures session.answer_record stores and the views show
     "speedup_estimate",
     "prompt_tokens",
     "prompt_kept",
-    "baseline_tokens_per_second",
 )
+FIGURES = (*ANSWER_FIGURES, "baseline_tokens_per_second")  # what the history stores and the views show
 
 _short = reprlib.Repr()
 _short.maxlevel, _short.maxstring, _short.maxother, _short.maxlist, _short.maxdict = 2, 40, 40, 4, 4
