@@ -18,7 +18,7 @@ maturin build --release --auditwheel skip --out .whl 2>&1 | tail -n 2  # no patc
 say "its dependencies' wheels (pure, or abi3, for whatever Python the card's machine has)"
 pure="--no-deps --only-binary=:all: --implementation py --python-version 3.10 --platform any"
 python3 -m pip download -q $pure -d .whl psygnal platformdirs starlette anyio sniffio python-multipart \
-    markdown-it-py mdurl pygments charset-normalizer pypdf
+    markdown-it-py mdurl pygments charset-normalizer pypdf python-docx uvicorn
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl psutil  # abi3 (cp36) for Linux x86-64
 python3 -m pip download -q $pure -d .dev/whl gguf==0.19.0 diskcache==5.6.3
 if ls .whl/*.whl | grep -v -e 'py3-none-any' -e 'abi3' >/dev/null; then say "a wheel for one Python only"; exit 1; fi
