@@ -20,10 +20,15 @@ if [ -z "$src" ]; then
 fi
 arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')"
 [ -n "$arch" ] || { say "nvidia-smi names no card"; exit 1; }
-say "building for sm_$arch from $src into $dest ($(nproc) cores)"
+# The CPU kernels: this CPU's features named one by one, AMX left out (the card's machine lists AMX and
+# llama.cpp's -march=native build died of SIGSEGV loading a model there, 2026-11-28: docs/gpu-runs/2026-11-28-h200).
+cpu="$(PYTHONPATH="$(dirname "$0")/../app${PYTHONPATH:+:$PYTHONPATH}" python3 -c \
+    'from draftscope.engine.backends.llama.llama_build import cmake_args, cpu_flags; print(cmake_args("no-amx", cpu_flags(), ""))')" \
+    || { say "could not name this CPU's kernels"; exit 1; }
+say "building for sm_$arch from $src into $dest ($(nproc) cores; CPU kernels:$cpu)"
 started=$SECONDS
 cmake -S "$src" -B "$dest" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-    -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DBUILD_SHARED_LIBS=ON $cpu -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON > "$dest.cmake.log" 2>&1 \
     || { tail -n 30 "$dest.cmake.log"; exit 1; }
 cmake --build "$dest" --target llama llama-server llama-bench -j "$(nproc)"

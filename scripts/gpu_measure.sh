@@ -6,7 +6,7 @@
 #
 # Parts (the torch ones on Qwen2.5-shaped models with random weights: costs, not acceptance):
 #   env        the card, driver, torch and transformers
-#   s15        1.5B shape, graphs on SDPA (cuDNN): tree/plain at 256, 2,000, 8,000 cached tokens, the worst
+#   s15        1.5B shape, graphs on SDPA (cuDNN): tree/plain at 256, 2,000, 7,000 cached tokens, the worst
 #              step, the plain loop against HF generate, the oracle with the adaptive budget
 #   s15-flex   1.5B shape, graphs on FlexAttention: the same cost curve
 #   s7         7B shape, both attentions captured and the faster kept: cost curve, plain loop, oracle
@@ -18,7 +18,7 @@
 # scripts/build_llama_cuda.sh; without them llama.cpp has no CUDA and the parts say so), every layer there:
 #   llama-qwen Qwen2.5-Coder-1.5B (QWEN_GGUF; without it, a GGUF of the 1.5B shape with random weights in
 #              Q4_K_M's block types, written there: the real file is 1.1 GB, a transfer 64 MiB): tree/plain
-#              at 256, 2,000, 8,000 cached tokens with the bandwidth share, the plain loop, and the peers on
+#              at 256, 2,000, 7,000 cached tokens with the bandwidth share, the plain loop, and the peers on
 #              the same GGUF and layers: llama-bench's tg and llama-server's answers beside ours
 #              (LLAMA_BENCH, default the llama-bench beside LLAMA_CPP_LIB_PATH's libraries, and its llama-server)
 #   llama-smol the same for SmolLM2-135M (SMOL_GGUF, else its shape in Q4_1) at 256, 2,000, 7,000 (it holds 8,192)
@@ -49,7 +49,7 @@ cd "$root"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 B="$PY -m draftscope bench gpu --device cuda"
-CONTEXTS=256,2000,8000
+CONTEXTS=${CONTEXTS:-256,2000,7000}  # 7,000 + a tree and the tokens written fit the shapes' 8,192
 
 limit() { local var="LIMIT_${1//-/_}"; echo "${!var:-$2}"; }
 

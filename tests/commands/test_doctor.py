@@ -81,3 +81,15 @@ def test_doctor_check_runs_the_self_test_with_the_settings_threads(here, capsys,
     save_settings(Settings(threads=0))  # 0: as many as the cores, llama.cpp's own default, as a load has it
     doctor(capsys, "--check")
     assert argv.read_text().split() == []
+
+
+def test_doctor_names_the_gpu_backend_of_the_libraries_llama_cpp_loads(here, capsys, monkeypatch):
+    """On the card the CUDA build sits beside a CPU wheel, named by LLAMA_CPP_LIB_PATH: the doctor
+    said "GPU backends: none (a CPU build)" there, looking only inside the wheel."""
+    assert "GPU backends: none (a CPU build)" in doctor(capsys)
+    build = here / "llama-cuda" / "bin"
+    build.mkdir(parents=True)
+    for name in ("libllama.so", "libggml-base.so", "libggml-cpu.so", "libggml-cuda.so"):
+        (build / name).write_bytes(b"")
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(build))
+    assert "GPU backends: cuda" in doctor(capsys)

@@ -154,10 +154,12 @@ def _llama_cpp() -> dict:
 
 def _gpu_backends(llama_cpp) -> list[str]:
     """The GPU backends this build has (libggml-cuda.so, ...): llama_supports_gpu_offload also says
-    yes for a CPU build with RPC, so the library files are what tells."""
+    yes for a CPU build with RPC, so the library files are what tells: those llama-cpp-python loads,
+    LLAMA_CPP_LIB_PATH's where it is set (a CUDA build beside a wheel without one, as on the card)."""
+    import os
     from pathlib import Path
 
-    folder = Path(llama_cpp.__file__).parent / "lib"
+    folder = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(llama_cpp.__file__).parent / "lib")
     found = {p.name.split(".")[0].removeprefix("libggml-") for p in folder.glob("libggml-*")}
     return sorted(found & {"cuda", "hip", "vulkan", "metal", "sycl", "opencl", "musa", "cann"})
 

@@ -1,10 +1,10 @@
 #!/bin/bash
-# Before the device calls (here, on the CPU machine: the GPU machine has no network): everything run1.sh and
-# run2.sh carry, in .whl/ and .dev/ (both in .gitignore, so the `run` call names them: carry [".whl", ".dev"]).
+# Before the device calls (here, on the CPU machine: the GPU machine has no network): everything run.sh
+# carries, in .whl/ and .dev/ (both in .gitignore, so the `run` call names them: carry [".whl", ".dev"]).
 #   .whl/  the project as its abi3 wheel (its Rust retriever; Python >= 3.10) and the wheels of the project's
 #          own dependencies a machine with torch and transformers may lack (pure ones, or abi3)
-#   .dev/  llama.cpp's sources from llama-cpp-python 0.3.36's sdist (run1.sh builds them for the card),
-#          llama-cpp-python's Python files without its CPU libraries and the gguf and diskcache wheels (run2.sh)
+#   .dev/  llama.cpp's sources from llama-cpp-python 0.3.36's sdist (run.sh builds them for the card),
+#          llama-cpp-python's Python files without its CPU libraries and the gguf and diskcache wheels
 # A call carries 64 MiB at most: the script stops if the two folders together are larger.
 #
 #   bash docs/gpu-runs/next/prepare.sh

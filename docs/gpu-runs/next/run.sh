@@ -4,8 +4,10 @@
 # moment the build is done, the torch part in flight is stopped (the card measures one thing at a time) and
 # llama.cpp's parts run (the issue's order: llama.cpp first), then the torch parts left while time lasts.
 # The build runs in a session of its own, so a build still running when the call ends lives on: a second
-# call within the warm 30 s (DEADLINE_S small, PARTS="llama-qwen llama-smol") finds it in /tmp/llama.
-# nvidia-smi logs the card's memory and use every second (smi.csv): the GPU-layers estimate against it.
+# call within the warm 30 s (BUILD=0, DEADLINE_S small, TORCH_PARTS / LLAMA_PARTS named) finds it in /tmp/llama.
+# The build comes back in $OUT/llama-bin.part-* (carry them as .dev/llama-bin.part-* to skip the 393 s build on a
+# fresh machine: they are unpacked into /tmp/llama/bin). nvidia-smi logs the card's memory and use every second
+# (smi.csv): the GPU-layers estimate against it.
 # First, here: bash docs/gpu-runs/next/prepare.sh; the call carries [".whl", ".dev"]. Results: $OUT/results.tar.gz.
 cd "$(dirname "$0")/../../.."  # the repo root
 DEADLINE=${DEADLINE_S:-555}  # no part starts, or runs, past this many seconds of the call
@@ -21,7 +23,10 @@ export PYTHONUNBUFFERED=1 DRAFTSCOPE_CACHE_DIR=/tmp/ds/cache DRAFTSCOPE_DATA_DIR
 TORCH_PATH=$PWD/app:/tmp/site-llama:/tmp/site  # gguf and diskcache too; not llama_cpp (no libraries before the build)
 LLAMA_PATH=$PWD/app:$PWD/.dev/py:/tmp/site-llama:/tmp/site
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu,clocks.sm --format=csv -l 1 > $R/smi.csv 2>&1 &
-if [ ! -x /tmp/llama/bin/llama-bench ]; then
+if [ ! -x /tmp/llama/bin/llama-bench ] && ls .dev/llama-bin.part-* > /dev/null 2>&1; then
+    mkdir -p /tmp/llama/bin && cat .dev/llama-bin.part-* | xz -d | tar -xf - -C /tmp/llama/bin && say "the build unpacked"
+fi
+if [ "${BUILD:-1}" = 1 ] && [ ! -x /tmp/llama/bin/llama-bench ]; then
     tar -xJf .dev/llama-src.tar.xz -C /tmp/llama-src
     setsid bash -c "taskset -c 4-15 bash scripts/build_llama_cuda.sh /tmp/llama /tmp/llama-src/llama.cpp > $R/llama-build.log 2>&1; echo \"rc \$?\" >> $R/llama-build.log" &
     say "llama.cpp's CUDA build started on cores 4-15"
@@ -67,4 +72,10 @@ say "done"
 for f in $R/log-*.txt; do [ -f "$f" ] && tail -n 40 "$f"; done
 kill %1 2>/dev/null
 tar -czf $OUT/results.tar.gz -C $R .
+if built && [ "${PACK_BUILD:-1}" = 1 ]; then  # the build back in parts of 15 MB (at most 7 come back), for a fresh machine
+    (cd /tmp/llama/bin && strip --strip-unneeded *.so* llama-server llama-bench 2>/dev/null
+     tar -cf - *.so* llama-server llama-bench | xz -T16 -6 > /tmp/llama-bin.tar.xz)
+    size=$(stat -c %s /tmp/llama-bin.tar.xz); say "the build packed: $((size >> 20)) MiB"
+    [ "$size" -lt 105000000 ] && split -b 15000000 /tmp/llama-bin.tar.xz $OUT/llama-bin.part-
+fi
 ls -la $OUT
