@@ -49,6 +49,9 @@ class GenerationRequest:
     # ReadingEvents while the prompt is read (a long prompt then reads in parts of READ_CHUNK tokens):
     # for a face that shows it (the window); off, the events are StepEvents and a FinalEvent only
     reading_progress: bool = False
+    # a read ahead (max_new_tokens 0, before Send): the lowest priority on the stepper; any other answer
+    # takes its slot within one reading chunk, and what it read stays in the slot's cache
+    background: bool = False
 
 
 TORCH_THREADS = torch.get_num_threads()  # what torch chose for this machine, before anyone changed it
