@@ -114,6 +114,11 @@ class Backend(ABC):
         self.last_kept = 0
         return 0
 
+    def take_restored(self, slot: int) -> tuple[int, float]:
+        """Of the tokens the slot's last prompt set-up kept, how many came back from a cache saved on
+        disk, and the seconds that load took; read once (it resets). (0, 0.0): none came from disk."""
+        return (0, 0.0)
+
     def ensure_open(self) -> None:  # noqa: B027 - a hook: only a backend in a child process reopens
         """Open the model again if what ran it ended (a child process that lost a worker)."""
 
