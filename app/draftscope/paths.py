@@ -61,6 +61,12 @@ def datastores_dir() -> Path:
     return data_dir() / "datastores"
 
 
+def kv_cache_dir() -> Path:
+    """Conversations' KV caches saved on disk (engine/kv_disk.py); created 0700: they reproduce
+    conversations."""
+    return private_folder(data_dir() / "kv-caches")
+
+
 def learned_dir() -> Path:
     """Each model's learned answers."""
     return data_dir() / "learned"
