@@ -127,8 +127,10 @@ class LlamaServer:
         timeout: float = 120.0,
         parallel: int = 1,
         gpu_layers: int | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
-        """``gpu_layers``: llama-server's -ngl (its layers on the card; None: its own default)."""
+        """``gpu_layers``: llama-server's -ngl (its layers on the card; None: its own default); ``extra``:
+        more of its flags (``--slot-save-path DIR``, say)."""
         if method == "llama-server-draft" and draft_model is None:
             raise ValueError("llama-server-draft needs --draft-model (a GGUF)")
         self.method, self.max_new_tokens, self.timeout = method, max_new_tokens, timeout
@@ -156,6 +158,7 @@ class LlamaServer:
             str(parallel),
             "--no-webui",
             *flags,
+            *extra,
         ]
         self.proc: subprocess.Popen | None = None
         self.log = b""

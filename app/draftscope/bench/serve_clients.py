@@ -240,14 +240,18 @@ class OurServer:
         workers: str | None = None,
         backend: str = "auto",
         timeout: float = 600.0,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``env``: variables added to the server's (its own data and settings folders, say)."""
+        import os
         import subprocess
         import tempfile
 
         port = _free_port()
         command = _serve_command(model, port, parallel, drafting=drafting, workers=workers, backend=backend)
         self.log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the server
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        environ = {**os.environ, **(env or {})}
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.log, text=True, env=environ)
         self.url = f"http://127.0.0.1:{port}/v1"
         self._wait_until_up(timeout)
         self.banner = (

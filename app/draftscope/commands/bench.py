@@ -15,6 +15,7 @@ def add_parser(sub) -> None:
         _add_gpu,
         _add_serve,
         _add_turns,
+        _add_ttft,
         _add_project,
         _add_memory,
         _add_rpc,
@@ -88,6 +89,18 @@ def _add_turns(bench_sub) -> None:
         turns,
         "a conversation about a document, turn after turn: first token and "
         "decode rate per turn, ours against llama-server",
+    )
+
+
+def _add_ttft(bench_sub) -> None:
+    from draftscope.bench import ttft
+
+    _add_bench(
+        bench_sub,
+        "ttft",
+        ttft,
+        "the first token after Send, ours against llama-server: a question typed over a document, "
+        "a restart, three conversations on one slot",
     )
 
 
