@@ -34,6 +34,7 @@ THEMES = ("system", "light", "dark")
 MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
 MAX_RECENT = 6  # models the switcher remembers
 MAX_THREADS = 256  # no machine this runs on has more cores; beyond is a typo
+MAX_KV_CACHE_MB = 1 << 20  # 1 TiB of conversations' caches on disk; beyond is a typo
 
 
 class Change(enum.Flag):
@@ -55,6 +56,7 @@ class Section(enum.Enum):
     SERVER = ("server", Change.SERVER)  # the OpenAI-compatible server beside the window
     APPEARANCE = ("appearance", Change.LOOK)
     REMEMBERED = ("remembered", Change.NONE)  # what the app remembers for the user (recent models)
+    READING = ("reading", Change.NONE)  # reading before Send, and the caches kept on disk: read when next used
 
     def __init__(self, key: str, change: Change) -> None:
         self.key, self.change = key, change
@@ -103,6 +105,8 @@ class Settings:
     theme: str = setting(Section.APPEARANCE, "system")
     font_size: int = setting(Section.APPEARANCE, 11)
     recent_models: list[str] = setting(Section.REMEMBERED, factory=list)  # loaded last, newest first
+    read_ahead: bool = setting(Section.READING, True)  # the window reads the prompt while the user types
+    kv_cache_budget_mb: int = setting(Section.READING, 1024)  # conversations' caches on disk; 0: none kept
 
     def problems(self) -> list[str]:
         """Fields whose value is out of range (names and why)."""
@@ -193,4 +197,6 @@ def _number_problems(s: Settings) -> list[str]:
         out.append("server_port must be between 1 and 65535")
     if not 1 <= s.server_parallel <= MAX_PARALLEL:
         out.append(f"server_parallel must be between 1 and {MAX_PARALLEL}")
+    if not 0 <= s.kv_cache_budget_mb <= MAX_KV_CACHE_MB:
+        out.append(f"kv_cache_budget_mb must be between 0 (no caches on disk) and {MAX_KV_CACHE_MB:,}")
     return out
