@@ -97,6 +97,14 @@ class Turn:
         return render(self.content, self.files)
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """A message as Send would send it (:meth:`ChatSession.outgoing`)."""
+
+    sent: list[SentFile]  # its files as the model reads them (whole, or passages), a documents folder's first
+    messages: list[dict]  # the conversation the model would read, the message last
+
+
 class ChatSession:
     """A conversation over a :class:`~draftscope.core.runtime.Runtime` (its engine, settings and drafters)."""
 
@@ -145,10 +153,30 @@ class ChatSession:
 
     def messages(self) -> list[dict]:
         """What the model sees: the system prompt (from the settings) and the turns, their files in them."""
-        out = [{"role": t.role, "content": t.model_text} for t in self.turns()]
+        return self._model_messages(self.turns())
+
+    def _model_messages(self, turns: Sequence[Turn]) -> list[dict]:
+        out = [{"role": t.role, "content": t.model_text} for t in turns]
         if self.settings.system_prompt:
             out.insert(0, {"role": "system", "content": self.settings.system_prompt})
         return out
+
+    def _turns_before(self, replacing: int | None) -> list[Turn]:
+        """The turns a message replacing ``replacing`` (None: a new message) would follow."""
+        return [t for t in self.turns() if replacing is None or t.id is None or t.id < replacing]
+
+    def outgoing(self, text: str, files: Sequence[Attachment], *, replacing: int | None = None) -> Outgoing:
+        """What Send would send, recording nothing: ``files`` as the model would read them with
+        ``text`` (:meth:`attach`), and the conversation the model would then read. Send and the
+        window's read ahead both build their prompt here, so what is read ahead is what Send sends.
+        Raises ValueError (in words) when the files cannot fit."""
+        sent = self.attach(text, files, replacing=replacing)
+        return Outgoing(sent, self.messages_with(text, sent, replacing=replacing))
+
+    def messages_with(self, text: str, sent: Sequence[SentFile], *, replacing: int | None = None) -> list[dict]:
+        """The conversation as the model would read it with ``text`` and its ``sent`` files said next
+        (replacing ``replacing`` and what followed it), recording nothing."""
+        return self._model_messages([*self._turns_before(replacing), Turn("user", text, None, tuple(sent))])
 
     def say(
         self, text: str, *, replacing: int | None = None, role: str = "user", files: Sequence[SentFile] = ()
@@ -178,13 +206,7 @@ class ChatSession:
         documents = (self.documents or self.runtime.documents) if documents else None
         if not files and documents is None:
             return []
-        turns = [
-            {"role": t.role, "content": t.model_text}
-            for t in self.turns()
-            if replacing is None or t.id is None or t.id < replacing
-        ]
-        if self.settings.system_prompt:
-            turns.insert(0, {"role": "system", "content": self.settings.system_prompt})
+        turns = self._model_messages(self._turns_before(replacing))
         used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
         answer_room = max(ANSWER_ROOM_MIN, min(self.settings.max_new_tokens, self.engine.max_context // 4))
         room = self.engine.max_context - used - answer_room

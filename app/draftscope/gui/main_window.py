@@ -214,7 +214,7 @@ class MainWindow(QMainWindow):
         if not (text or files) or self.streaming:
             return
         try:  # how the model reads the files: whole, or the passages for the question
-            sent = self.session.attach(text, files, replacing=self.editing_message_id)
+            sent = self.session.outgoing(text, files, replacing=self.editing_message_id).sent
         except ValueError as exc:  # they cannot fit: the message and its files stay in the box
             self.warn(str(exc), "attachErrorDialog")
             return
