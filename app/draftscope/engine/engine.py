@@ -8,6 +8,7 @@ cache and logit processing. What runs the target (torch or llama.cpp) sits behin
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,8 @@ from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageCloc
 from draftscope.engine.stepper import Stepper
 
 __all__ = ["Engine", "GenerationRequest", "PromptTooLongError", "limit_leaves"]
+
+log = logging.getLogger(__name__)
 
 MIN_HELD_FOR_BASELINE = 64  # a cache holding fewer tokens is measured on the fixed prompt instead
 
@@ -79,12 +82,15 @@ class Engine:
         device=None,
         backend: Backend | None = None,
         threads: int | None = None,
+        kv_store=None,
     ) -> None:
+        """``kv_store`` (engine/kv_disk.py KvDiskStore): conversations' caches kept on disk."""
         if backend is None:
             from draftscope.engine.backends import torch_backend_for
 
             backend = torch_backend_for(model, tokenizer, name=name, device=device)
         self.backend = backend
+        backend.keep_on_disk(kv_store)
         share_cores_with(backend, threads)
         self.tokenizer = backend.tokenizer
         self.name = backend.name
@@ -139,7 +145,13 @@ class Engine:
     def close(self) -> None:
         """Free the model now, not at garbage collection: its thread ended (an answer still running
         ends with an error), then its native memory given back (llama.cpp's context and weights, a
-        torch cache). The engine answers no more."""
+        torch cache). The engine answers no more. Every slot's cache is saved first, where caches
+        are kept on disk (on the model's thread, between rounds)."""
+        if self.backend.kv_cache is not None:
+            try:
+                self.slots.call(self.backend.save_slots)
+            except Exception as exc:  # noqa: BLE001 - closing goes on: unsaved is only slower next time
+                log.warning("the conversations' KV caches were not saved: %s", exc)
         if self.slots.close():  # never under a forward still running on the thread
             self.backend.close()
 

@@ -114,6 +114,42 @@ class Backend(ABC):
         self.last_kept = 0
         return 0
 
+    # ------------------------------------------------------------------ caches kept on disk (engine/kv_disk.py)
+
+    source = None  # the ModelSource it was opened from (open_backend sets it; None: a model built in memory)
+    saves_slots: bool = False  # a slot's cache can be written out and read back (export_slot, import_slot)
+    kv_cache = None  # the DiskCache (engine/kv_restore.py) a slot is saved to before it is cut; None: none
+
+    def cache_identity(self) -> dict:
+        """What a saved cache must have been made under to be loaded here: the model file's
+        fingerprint, the backend, its precision and whatever changes what a cache holds."""
+        raise NotImplementedError(f"{self.kind} does not save its caches")
+
+    def export_slot(self, slot: int) -> bytes | None:
+        """The state of the positions the slot's cache holds (None: it cannot give it now)."""
+        return None
+
+    def import_slot(self, slot: int, tokens: list[int], positions: int, state: bytes) -> bool:
+        """Make the slot hold ``state`` (``positions`` positions holding ``tokens``, as far as known):
+        True, or False with the slot emptied."""
+        return False
+
+    def keep_on_disk(self, store) -> None:
+        """Save slots to ``store`` (a KvDiskStore; None: stop) before they are cut, and restore
+        longer prefixes from it; nothing where the backend cannot save its caches."""
+        if store is None or not self.saves_slots:
+            self.kv_cache = None
+            return
+        from draftscope.engine.kv_restore import DiskCache
+
+        self.kv_cache = DiskCache.for_backend(self, store)
+
+    def save_slots(self) -> int:
+        """Every slot's cache saved to disk (the engine closes): how many were."""
+        if self.kv_cache is None:
+            return 0
+        return sum(self.kv_cache.save(self, slot) for slot in range(self.slots))
+
     def take_restored(self, slot: int) -> tuple[int, float]:
         """Of the tokens the slot's last prompt set-up kept, how many came back from a cache saved on
         disk, and the seconds that load took; read once (it resets). (0, 0.0): none came from disk."""

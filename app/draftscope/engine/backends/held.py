@@ -70,10 +70,14 @@ class HeldTokens:
 
 class KeepsPrefixes:
     """For a backend of answer slots (``held``, ``slot_cached``, ``truncate_slot``): what a slot's
-    cache holds, and cutting it back to what a new prompt shares."""
+    cache holds, and cutting it back to what a new prompt shares. With a cache on disk
+    (``kv_cache``, engine/kv_restore.py) a long tail is saved before it is cut, and a saved cache
+    that shares more of the prompt than the slot is loaded instead."""
 
     held: HeldTokens
     last_kept: int
+    kv_cache = None
+    _restored: dict | None = None  # slot -> (positions restored from disk, seconds) by the last set-up
 
     def held_tokens(self, slot: int) -> list[int]:
         """The token at each position the slot's cache holds (as far as known)."""
@@ -81,7 +85,22 @@ class KeepsPrefixes:
 
     def keep_prefix(self, slot: int, prompt: list[int], *, want_hidden: bool = False) -> int:
         """Cut the slot's cache back to what it shares with ``prompt``; the positions kept."""
-        kept = positions_to_keep(self.held_tokens(slot), prompt, want_hidden=want_hidden)
+        held = self.held_tokens(slot)
+        kept = positions_to_keep(held, prompt, want_hidden=want_hidden)
+        restored = None
+        if self.kv_cache is not None:
+            kept, restored = self.kv_cache.keep(self, slot, prompt, held, kept, want_hidden=want_hidden)
+        if self._restored is None:
+            self._restored = {}
+        self._restored[slot] = restored
         self.truncate_slot(slot, kept)
         self.last_kept = kept
         return kept
+
+    def take_restored(self, slot: int) -> tuple[int, float]:
+        """Of the positions the slot's last set-up kept, those loaded from disk and the load's
+        seconds, once; counted only while the slot still holds them (reading went on after them)."""
+        restored = (self._restored or {}).pop(slot, None)
+        if restored is None or self.slot_cached(slot) < restored[0]:
+            return (0, 0.0)
+        return restored

@@ -35,6 +35,7 @@ CALL_TIMEOUT_S = 120.0  # one call (a prefill chunk of 512 tokens included)
 class IsolatedLlamaBackend(Backend):
     reads_in_chunks = True
     kind = "llama.cpp"
+    saves_slots = False  # its caches are not saved on disk: they live in the child, with the workers
     gives_hidden = False
     no_hidden_reason = (
         "runs a model shared with RPC workers in a child process, which does not pass its hidden "

@@ -29,6 +29,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
+from draftscope.engine.backends.llama import llama_state
 from draftscope.engine.backends.llama.llama_batching import (
     MAX_SEQUENCES,
     batch_sizes,
@@ -398,6 +399,21 @@ class LlamaCppBackend(KeepsPrefixes, Backend):
         self._past[slot] = min(self._past[slot], length)
         self._last_seqs[slot] = None
         self.held.cut(slot, length)
+
+    # ------------------------------------------------------------------ caches on disk (llama_state.py)
+
+    saves_slots = True
+
+    def cache_identity(self) -> dict:
+        return llama_state.llama_identity(self)
+
+    @serialised
+    def export_slot(self, slot: int) -> bytes | None:
+        return llama_state.export_state(self, slot)
+
+    @serialised
+    def import_slot(self, slot: int, tokens: list[int], positions: int, state: bytes) -> bool:
+        return llama_state.import_state(self, slot, tokens, positions, state)
 
     # ------------------------------------------------------------------ tokens (llama.cpp's own)
 

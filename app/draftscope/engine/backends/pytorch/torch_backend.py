@@ -8,6 +8,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
+from draftscope.engine.backends.pytorch import torch_state
 from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
 
@@ -82,7 +83,7 @@ class TorchBackend(KeepsPrefixes, Backend):
     def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
         from transformers import DynamicCache
 
-        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden) if self._cache is not None else 0
+        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)  # a cache on disk may restore one
         if not kept:
             self._cache = DynamicCache()
         self._past = max(len(prompt) - 1, 0)
@@ -126,6 +127,24 @@ class TorchBackend(KeepsPrefixes, Backend):
             crop_cache(self._cache, length)
         self._past = min(self._past, length)
         self.held.cut(0, length)
+
+    # a cache kept on disk (torch_state.py): a DynamicCache's tensors as bytes and back
+    saves_slots = True
+
+    def cache_identity(self) -> dict:
+        return torch_state.torch_identity(self)
+
+    def export_slot(self, slot: int) -> bytes | None:
+        return torch_state.export_cache(self._cache, self._past)
+
+    def import_slot(self, slot: int, tokens: list[int], positions: int, state: bytes) -> bool:
+        self.truncate(0)
+        cache = torch_state.import_cache(state, positions, self.dtype, self.device)
+        if cache is None:
+            return False
+        self._cache, self._past = cache, positions
+        self.held.read(0, 0, tokens)
+        return True
 
     def close(self) -> None:
         self._cache = None

@@ -91,6 +91,7 @@ class TorchSlotsBackend(TorchBackend):
     slot. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
 
     reads_in_chunks = True
+    saves_slots = False  # its rows cache is not saved on disk (yet)
 
     def __init__(self, model, tokenizer, *, slots: int, first_span: int = SLOT_FIRST_SPAN, **kwargs) -> None:
         super().__init__(model, tokenizer, **kwargs)

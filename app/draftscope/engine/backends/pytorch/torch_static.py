@@ -38,6 +38,8 @@ def _has_triton() -> bool:
 
 
 class StaticTorchBackend(TorchBackend):
+    saves_slots = False  # its buffers are copied in place for its graphs: not saved on disk (yet)
+
     def __init__(
         self,
         model,
