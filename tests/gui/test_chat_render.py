@@ -143,3 +143,14 @@ def test_the_window_streams_coloured_markdown(qtbot, tokenizer, tmp_path):
     window.chat_view.add_steps(steps[3:])  # right after: shown once the render's wait is over
     qtbot.waitUntil(lambda: "two <b>x</b>" in window.chat_view.toPlainText(), timeout=5000)
     assert all(f.background().color() == QColor(PROVENANCE_COLOURS["light"]["learned"]) for f in formats(doc, "one"))
+
+
+def test_an_unlabelled_code_block_is_plain_text_not_a_guessed_language(qtbot):
+    """Pygments' guess named a model's Python test lines "transact-sql" and a function "cplint"."""
+    blocks: list[str] = []
+    code = "def is_palindrome(s):\n    return s == s[::-1]\n\nassert is_palindrome('racecar')\n"
+    html = ChatRenderer().markdown(f"```\n{code}```\n", blocks)
+    assert blocks == [code]
+    assert ">text</span>" in html and "cplint" not in html and "transact" not in html
+    labelled = ChatRenderer().markdown(f"```python\n{code}```\n", [])
+    assert ">python</span>" in labelled

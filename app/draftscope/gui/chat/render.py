@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 from markdown_it import MarkdownIt
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from pygments.lexers import TextLexer, get_lexer_by_name, guess_lexer
+from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 
@@ -77,7 +77,7 @@ class ChatRenderer:
         body = highlight(code, lexer, self._formatter).rstrip("\n")
         index = len(self._blocks)
         self._blocks.append(code)
-        label = html.escape(language or getattr(lexer, "name", "text").lower())
+        label = html.escape(language or "text")
         muted = CODE_LABEL["dark" if self.dark else "light"]
         return (
             f'<table width="100%" cellspacing="0" cellpadding="8" bgcolor="{self._code_background}" '
@@ -100,16 +100,14 @@ class ChatRenderer:
 
 
 def _lexer_for(language: str, code: str):
+    """The fence's own language; an unlabelled fence stays plain text. Pygments' guess named a Python
+    function "cplint" and a model's test lines "transact-sql": a wrong label misleads more than none."""
     if language:
         try:
             return get_lexer_by_name(language, stripnl=False)
         except ClassNotFound:
             return TextLexer(stripnl=False)
-    try:  # unlabelled fences: guess, but only trust a confident guess
-        lexer = guess_lexer(code, stripnl=False)
-        return lexer if lexer.analyse_text(code) >= 0.3 else TextLexer(stripnl=False)
-    except ClassNotFound:
-        return TextLexer(stripnl=False)
+    return TextLexer(stripnl=False)
 
 
 PROVENANCE_LABELS = {
