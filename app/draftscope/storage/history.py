@@ -343,6 +343,10 @@ class HistoryStore:
         with self._lock:
             self._hidden.add(message_id)
 
+    def has_steps(self, message_id: int) -> bool:
+        """Whether an answer kept its decoding steps (an imported one has none to inspect)."""
+        return bool(self._read("SELECT 1 FROM message_steps WHERE message_id = ?", (message_id,)))
+
     def steps(self, message_id: int) -> list[dict]:
         """The decoding steps stored with an answer ([] when none were kept)."""
         rows = self._read("SELECT data FROM message_steps WHERE message_id = ?", (message_id,))

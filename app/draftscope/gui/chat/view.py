@@ -256,7 +256,8 @@ class ChatTranscript(QTextBrowser):
             else:
                 self._html_cache[key] = self.renderer.markdown(m.content, blocks, key=str(m.id))
             self.code_blocks[str(m.id)] = blocks
-        verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate", "inspect")
+        verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate")
+        verbs += ("inspect",) if m.role == "assistant" and self.history.has_steps(m.id) else ()
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
         return message_html(m.role, self._html_cache[key], actions, m.stats, files_html(m), versions_html(m))
