@@ -354,9 +354,9 @@ def test_local_paths_are_checked(qtbot, dirs, tmp_path):
     click(qtbot, dialog, "continueButton")
     assert error_text(dialog) == ""
     assert dialog.pages.currentIndex() == 1 and dialog.settings.model == str(model.resolve())
-    # the default datastore is built here for catalogue models; this one's is built on the command line
+    # the default datastore is built here for catalogue models; this one's later, in the window's own wizard
     assert not find(dialog, QPushButton, "buildDatastoreButton").isEnabled()
-    assert "datastore build-default --model" in find(dialog, QLabel, "datastoreNote").text()
+    assert "File ▸ Build a datastore…" in find(dialog, QLabel, "datastoreNote").text()
 
 
 @pytest.fixture(scope="module")

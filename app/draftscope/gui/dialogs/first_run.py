@@ -261,7 +261,7 @@ class FirstRunDialog(QDialog):
         )
         later = _note(
             "Without one, drafts come only from the conversation itself. You can build datastores from your "
-            "own files later (draftscope datastore build)."
+            "own files later: File ▸ Build a datastore…"
         )
         self.build_button = QPushButton(objectName="buildDatastoreButton")
         self.build_button.clicked.connect(self._start_build)
@@ -296,7 +296,7 @@ class FirstRunDialog(QDialog):
         if model is None:
             note = (
                 "The default datastore is built here for catalogue models only. Build one for the model you chose "
-                "later with draftscope datastore build-default --model …."
+                "later from your own files: File ▸ Build a datastore…"
             )
         elif existing.is_file() and not self._datastore_built:
             note = f"A default datastore for {model.title} already exists ({existing}); Draftscope will use it."
