@@ -76,11 +76,23 @@ def speedup_words(speedup: float, tau: float, *, times: str = "x") -> str:
 
 def prompt_read(stats: dict) -> list[str]:
     """The prompt the first token waited for: ["prompt 1,480 tokens, 1,268 from cache"] (the cache
-    of the turns before: only the rest was read); none for answers stored before this was counted."""
+    of the turns before: only the rest was read); when some was there before Send, how: ["prompt
+    3,240 tokens: 3,210 read ahead"], "2,900 restored from disk (0.04 s)", then the rest kept "from
+    cache". None for answers stored before this was counted."""
     total, kept = _number(stats.get("prompt_tokens")), _number(stats.get("prompt_kept"))
     if total is None or kept is None:
         return []
-    return [f"prompt {total:,.0f} tokens" + (f", {kept:,.0f} from cache" if kept else "")]
+    ahead = _number(stats.get("prompt_read_ahead")) or 0
+    restored = _number(stats.get("prompt_restored")) or 0
+    if not ahead and not restored:
+        return [f"prompt {total:,.0f} tokens" + (f", {kept:,.0f} from cache" if kept else "")]
+    parts = [f"{ahead:,.0f} read ahead"] if ahead else []
+    if restored:
+        seconds = _number(stats.get("restore_seconds"))
+        parts.append(f"{restored:,.0f} restored from disk" + (f" ({seconds:.2f} s)" if seconds is not None else ""))
+    if kept - ahead - restored > 0:
+        parts.append(f"{kept - ahead - restored:,.0f} from cache")
+    return [f"prompt {total:,.0f} tokens: " + ", ".join(parts)]
 
 
 # How an answer that did not end by itself says so, first on its figures' line.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.ahead_marks import AheadMark, prompt_figures
 from draftscope.engine.backends.held import KeepsPrefixes, positions_to_keep
 from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, Prefill, Start, Verify
 from draftscope.engine.budget import DraftBudget, FixedBudget, InSlot, measure_verify_costs
@@ -69,6 +70,12 @@ class Answer:
         self.abandoned = False  # its generator was closed or dropped: the stepper frees its slot
         self.finished = False
         self.slot: int | None = None
+        self.asked = time.perf_counter()  # its time to first token counts from here, a wait for a slot included
+        self.phase = "waiting"  # then "prompt", then "steps"
+        self.kept, self.reading_at, self.grows = 0, None, None  # where its prompt's reading starts and is
+        self.restored = (0, 0.0)  # kept tokens its set-up loaded from a cache on disk, and the seconds
+        self.yielding = False  # a background answer asked by the stepper to give its slot to another answer
+        self.ahead: AheadMark | None = None  # what read aheads left in its slot (a foreground answer's)
 
     def lead(self) -> int:
         """Events said that the reader has not taken yet."""
@@ -157,8 +164,22 @@ class Answer:
             self.kept = self.grows = positions_to_keep(
                 backend.held_tokens(slot), self.prompt, want_hidden=self.wants_hidden
             )
+        self._take_restored()
         if self.reading_at is not None or self.grows is not None:
             self._say_reading(self.kept)  # "0 of M" while the first part is read
+
+    def _take_restored(self) -> None:
+        """Add what the slot's last prompt set-up loaded from disk (a one-slot backend loads in its start)."""
+        tokens, seconds = self.backend.take_restored(self.slot)
+        self.restored = (self.restored[0] + tokens, self.restored[1] + seconds)
+
+    def read_to(self) -> int:
+        """The prompt position the slot's cache holds this answer's prompt to: kept, then read."""
+        if self.phase != "prompt":
+            return len(self.prompt) - 1 if self.phase == "steps" else self.kept
+        if self.reading_at is not None:
+            return self.reading_at
+        return self.grows if self.grows is not None else self.kept
 
     def _say_reading(self, at: int) -> None:
         """A ReadingEvent: the prompt read up to position ``at`` (those kept from before not counted)."""
@@ -174,8 +195,8 @@ class Answer:
         chunk), or the answer has ended (``finished``: its final event is out). ``room``: tokens the
         forward has left (None: no limit); ``shared``: what the last forward held (ForwardStats) when
         the model is shared, else None."""
-        if self.request.cancel is not None and self.request.cancel.is_set():
-            self.finish = "cancel"
+        if self.told_to_stop():
+            self.finish = "cancel"  # a read ahead that made way ends as a cancel: what it read stays cached
             self.end()
             return None
         if self.phase == "prompt":
@@ -187,6 +208,10 @@ class Answer:
             return None
         self.pending = self._plan_tree(shared)
         return self.pending
+
+    def told_to_stop(self) -> bool:
+        """Cancelled by its caller, or (a background answer) asked to make way for another."""
+        return self.yielding or (self.request.cancel is not None and self.request.cancel.is_set())
 
     def _plan_prompt(self, room: int | None, shared) -> Start | Prefill | None:
         """The prompt whole (backends that read it in their start) or its next chunk; None once read."""
@@ -236,6 +261,7 @@ class Answer:
                 self.kept = self.backend.last_kept
             else:
                 self.grows = read_to
+            self._take_restored()
             if read_to == len(self.prompt) - 1:
                 self.phase = "steps"
             self._say_reading(read_to)
@@ -413,7 +439,7 @@ class Answer:
             steps=steps,
             tau=done / steps if steps else 0.0,
             tokens_per_second=done / elapsed if elapsed > 0 else 0.0,
-            time_to_first_token_ms=((tally.first_token_at or time.perf_counter()) - self.started) * 1000,
+            time_to_first_token_ms=((tally.first_token_at or time.perf_counter()) - self.asked) * 1000,
             elapsed_s=elapsed,
             speedup_estimate=self.engine.speedup(decode_tps),
             decode_tokens_per_second=decode_tps,
@@ -423,7 +449,17 @@ class Answer:
             answers_per_forward=sum(shared) / len(shared) if shared else None,
             prompt_tokens=len(self.prompt),
             prompt_kept=self.kept,
+            **self._prompt_figures(),
         )
+
+    def _prompt_figures(self) -> dict:
+        """Of the kept prompt: what read aheads read before it was asked, and what came from disk."""
+        figures = prompt_figures(self.ahead, self.kept, self.restored)
+        return {
+            "prompt_read_ahead": figures.read_ahead,
+            "prompt_restored": figures.restored,
+            "restore_seconds": figures.restore_seconds,
+        }
 
     def _say_final(self, event: FinalEvent) -> None:
         self.finished = True

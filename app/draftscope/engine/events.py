@@ -87,6 +87,11 @@ class MessageStats:
     answers_per_forward: float | None = None  # answers its steps' forwards held on average (None: not shared)
     prompt_tokens: int | None = None  # the prompt's tokens (None in answers stored before this was kept)
     prompt_kept: int | None = None  # of those, found in the model's cache from the turns before: not read again
+    # Of the kept ones (0 in answers stored before these were counted): read by a read ahead (a background
+    # answer before Send, since the slot's last answer), and loaded from a cache on disk, in these seconds.
+    prompt_read_ahead: int = 0
+    prompt_restored: int = 0
+    restore_seconds: float = 0.0
 
 
 @dataclass

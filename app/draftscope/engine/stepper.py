@@ -8,7 +8,12 @@ Whatever else uses the loaded model (measurements, a recurrent head's training r
 llama.cpp) runs on the same thread, between rounds: ``call`` (``exclusive``: once no answer runs),
 ``lease`` (a slot of its own while it reads). The thread ends after a while with nothing to do, so a
 model that is dropped is not kept alive by it, and starts again with the next answer; ``close`` ends it
-at once, for good (a model a reload replaced: its memory is then freed)."""
+at once, for good (a model a reload replaced: its memory is then freed).
+
+A background answer (a read ahead: ``GenerationRequest.background``) has the lowest priority: it is
+admitted after every waiting foreground answer, gets no prompt chunk while a foreground answer runs,
+and makes way (ends as a cancel, what it read kept in its slot) when a foreground answer or an
+exclusive call needs its slot, so that one starts at the next round: within one reading chunk."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from collections import deque
 
 import torch
 
+from draftscope.engine.ahead_marks import SlotMarks
 from draftscope.engine.backends.held import common_prefix
 from draftscope.engine.backends.work import ForwardStats, Verify, tokens_of
 
@@ -76,6 +82,7 @@ class Stepper:
         self.forwards = 0  # forwards run, and the answers they held, since the counts were reset
         self.answers_in_forwards = 0
         self._closed = False  # close() was called: no answer or call runs any more
+        self._marks = SlotMarks()  # what read aheads left in each slot, for the next answer's figures
 
     # ------------------------------------------------------------------ what callers see
 
@@ -84,6 +91,12 @@ class Stepper:
         """Slots in use: answering, or lent to a reader."""
         with self._cond:
             return len(self._running) + len(self._leased)
+
+    @property
+    def waiting(self) -> int:
+        """Answers waiting for a slot."""
+        with self._cond:
+            return len(self._waiting)
 
     @property
     def mean_answers(self) -> float:
@@ -141,6 +154,7 @@ class Stepper:
                 self._cond.wait(timeout=0.1)
             slot = self._free.pop(0)
             self._leased.add(slot)
+            self._marks.drop(slot)
         try:
             yield slot
         finally:
@@ -226,6 +240,7 @@ class Stepper:
             self._poked = False
         self._freed = False
         ran = self._run_calls()
+        self._make_way_for_calls()
         self._admit()
         work = self._plan()
         if not work:  # every answer waits for its reader (or none runs): the caller sleeps until woken
@@ -245,9 +260,39 @@ class Stepper:
             job.run()
             ran = True
 
+    def _make_way_for_calls(self) -> None:
+        """An exclusive call waits for no answer to run: background answers make way for it."""
+        with self._cond:
+            if self._calls and self._calls[0].exclusive:
+                for answer in self._running.values():
+                    if answer.request.background:
+                        answer.yielding = True
+
     def _admit(self) -> None:
-        """Waiting answers into free slots, in order (each into the slot whose cache shares most with
-        its prompt); the cancelled and the abandoned leave the queue wherever they are in it."""
+        """Waiting answers into free slots, foreground ones first and each group in order (each into
+        the slot whose cache shares most with its prompt); the cancelled and the abandoned leave the
+        queue wherever they are in it."""
+        self._drop_gone()
+        while True:
+            with self._cond:
+                if not self._waiting or (self._calls and self._calls[0].exclusive):
+                    return
+                answer = self._next_waiting()
+                slot = self._slot_for(answer)
+                if slot is None:
+                    return
+                self._waiting.remove(answer)
+                self._free.remove(slot)
+                self._running[slot] = answer
+                if not answer.request.background:  # it reads in the slot: the read aheads' mark ends with it
+                    answer.ahead = self._marks.take(slot)
+            try:
+                answer.begin(self.backend, slot)
+            except Exception as exc:  # noqa: BLE001 - that answer ends with its error; the others go on
+                answer.fail(exc)
+                self._release(slot)
+
+    def _drop_gone(self) -> None:
         with self._cond:
             gone = [
                 a for a in self._waiting if a.abandoned or (a.request.cancel is not None and a.request.cancel.is_set())
@@ -257,19 +302,38 @@ class Stepper:
         for answer in gone:
             if not answer.abandoned:
                 answer.cancelled_waiting()
-        while True:
-            with self._cond:
-                if not self._waiting or not self._free or (self._calls and self._calls[0].exclusive):
-                    return
-                answer = self._waiting.popleft()
-                slot = self._best_free(answer.prompt)
-                self._free.remove(slot)
-                self._running[slot] = answer
-            try:
-                answer.begin(self.backend, slot)
-            except Exception as exc:  # noqa: BLE001 - that answer ends with its error; the others go on
-                answer.fail(exc)
-                self._release(slot)
+
+    def _next_waiting(self):
+        """Called holding the lock: the first foreground answer waiting, else the first background one."""
+        return next((a for a in self._waiting if not a.request.background), self._waiting[0])
+
+    def _slot_for(self, answer) -> int | None:
+        """Called holding the lock: the slot ``answer`` goes into now, or None (it waits). A foreground
+        answer that finds no free slot, or whose prompt a read ahead's slot serves best, asks that
+        background answer to make way: it ends in this round's plan, and the slot is free at the next."""
+        background = sorted(s for s, a in self._running.items() if a.request.background)
+        if answer.request.background or not background:
+            return self._best_free(answer.prompt) if self._free else None
+        wanted = self._wanted_background(answer.prompt, background)
+        if wanted is None:
+            return self._best_free(answer.prompt)
+        self._running[wanted].yielding = True
+        return None
+
+    def _wanted_background(self, prompt: list[int], background: list[int]) -> int | None:
+        """Called holding the lock: the slot of a background answer a foreground ``prompt`` should take,
+        or None (a free slot serves it as well). With a free slot, a read ahead's slot is taken only
+        when it shares more with the prompt than any free one does, and more than that read ahead
+        kept: the prompt goes on from what it read (the conversation it was reading ahead)."""
+        try:
+            shared = {s: common_prefix(self.backend.held_tokens(s), prompt) for s in [*self._free, *background]}
+        except Exception:  # noqa: BLE001 - a backend that ended (a lost worker): no slot serves it better
+            shared = dict.fromkeys([*self._free, *background], 0)
+        best = max(background, key=lambda s: (shared[s], -s))
+        if not self._free:
+            return best
+        enough = max(max(shared[s] for s in self._free), self._running[best].kept)
+        return best if shared[best] > enough else None
 
     def _best_free(self, prompt: list[int]) -> int:
         """Called holding the lock: the free slot whose cache shares the longest prefix with ``prompt``;
@@ -287,12 +351,13 @@ class Stepper:
         shared = self.last if self.size > 1 else None
         room = self.backend.batch_capacity
         work = {}
+        foreground = any(not a.request.background for a in self._running.values())
         for reading in (False, True):
             for slot, answer in sorted(self._running.items()):
                 if answer.abandoned:
                     self._release(slot)
                     continue
-                if (answer.phase == "prompt") != reading or slot in work or answer.lead() >= MAX_LEAD:
+                if (answer.phase == "prompt") != reading or slot in work or self._held_back(answer, foreground):
                     continue
                 item = self._ask(answer, lambda: answer.plan(room, shared))  # noqa: B023 - called at once, in this iteration
                 if answer.finished:
@@ -301,6 +366,18 @@ class Stepper:
                     work[slot] = item
                     room = None if room is None else room - tokens_of(item)
         return work
+
+    @staticmethod
+    def _held_back(answer, foreground: bool) -> bool:
+        """Whether the answer gets no work this round: its reader is behind (unless it must make way
+        for another answer, which it does at once), or it is a background answer whose prompt waits
+        while a foreground answer runs."""
+        if answer.yielding:
+            return False
+        if answer.lead() >= MAX_LEAD:
+            return True
+        reading_behind = foreground and answer.request.background and answer.phase == "prompt"
+        return reading_behind and not answer.told_to_stop()
 
     def _forward(self, work: dict) -> tuple[dict, float]:
         started = time.perf_counter()
@@ -340,7 +417,9 @@ class Stepper:
 
     def _release(self, slot: int) -> None:
         with self._cond:
-            self._running.pop(slot, None)
+            answer = self._running.pop(slot, None)
+            if answer is not None and answer.request.background and answer.phase != "waiting":
+                self._marks.background_ended(slot, answer.kept, answer.read_to(), answer.restored)
             self._give_back(slot)
         self._freed = True
 

@@ -29,6 +29,9 @@ ANSWER_FIGURES = (  # an answer's figures as session.answer_record takes them fr
     "speedup_estimate",
     "prompt_tokens",
     "prompt_kept",
+    "prompt_read_ahead",
+    "prompt_restored",
+    "restore_seconds",
 )
 FIGURES = (*ANSWER_FIGURES, "baseline_tokens_per_second")  # what the history stores and the views show
 
