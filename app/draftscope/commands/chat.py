@@ -111,7 +111,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
     runtime = runtime_from_args(args)
-    session = ChatSession(runtime)
+    try:
+        return _generate_with(ChatSession(runtime), args, files)
+    finally:
+        runtime.unload()  # the engine closes: the conversation's cache is saved for the next run
+
+
+def _generate_with(session, args: argparse.Namespace, files: list) -> int:
     try:
         _say_with(session, args.prompt, files)
     except ValueError as exc:
@@ -143,6 +149,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     finally:
         if watcher is not None:
             watcher.stop()
+        runtime.unload()  # the engine closes: the conversation's cache is saved for the next run
 
 
 def _attach_command(line: str, pending: list) -> None:

@@ -69,6 +69,7 @@ def gather(settings, notices: list[str]) -> dict:
         "llama_cpp": _llama_cpp(),
         "torch": _torch(),
         "paths": _paths(),
+        "kv_caches": _kv_caches(settings),
         "settings_notices": notices,
     }
 
@@ -198,6 +199,28 @@ def _paths() -> dict:
     }
 
 
+def _kv_caches(settings) -> dict:
+    """Conversations' caches saved on disk (engine/kv_disk.py): how many, their size, where."""
+    from draftscope import paths
+    from draftscope.engine.kv_disk import cache_files, disk_use
+
+    folder = paths.kv_cache_dir()
+    return {
+        "count": len(cache_files(folder)),
+        "bytes": disk_use(folder),
+        "budget_mb": int(getattr(settings, "kv_cache_budget_mb", 1024)),
+        "folder": str(folder),
+    }
+
+
+def _kv_cache_lines(kv: dict) -> list[str]:
+    budget = f"{kv['budget_mb']:,} MB" if kv["budget_mb"] > 0 else "off (budget 0)"
+    return [
+        f"  {kv['count']} saved · {kv['bytes'] / 2**20:,.1f} MB of {budget}",
+        f"  {'folder':<14}{kv['folder']}",
+    ]
+
+
 def render(report: dict) -> str:
     """The report as a page of text, one fact a line."""
     cpu, model, llama, torch_info = report["cpu"], report["model"], report["llama_cpp"], report["torch"]
@@ -216,6 +239,9 @@ def render(report: dict) -> str:
         "",
         "Paths",
         *(f"  {name:<14}{where}" for name, where in report["paths"].items()),
+        "",
+        "Conversations' caches on disk",
+        *_kv_cache_lines(report["kv_caches"]),
     ]
     lines += [f"note: {n}" for n in report["settings_notices"]]
     return "\n".join(lines)

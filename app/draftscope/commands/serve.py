@@ -106,4 +106,5 @@ def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
     finally:
         if watcher is not None:
             watcher.stop()
+        runtime.unload()  # the engine closes: every slot's conversation is saved for the next start
     return 0

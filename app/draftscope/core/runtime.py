@@ -202,6 +202,7 @@ def load_runtime(
         log(f"loading {settings.model} ...")
     spec = load_spec(settings, slots=slots or answer_slots(settings))
     engine = Engine.load(spec, progress=log, baseline=baseline)
+    _keep_caches_on_disk(engine, settings)
     runtime = Runtime(settings, engine, notices=_load_notices(engine, settings, spec))
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
@@ -219,6 +220,24 @@ def load_runtime(
                 raise
             runtime.notices.append(f"Draft model not used: {exc}")
     return runtime
+
+
+def _keep_caches_on_disk(engine, settings: Settings) -> None:
+    """Conversations' caches saved on disk from now on; what the load's measurements left in the
+    slots is no conversation: forgotten first, never saved."""
+    store = kv_store_for(settings)
+    if store is not None and engine.backend.saves_slots:
+        engine.slots.call(lambda: [engine.backend.clear_slot(s) for s in range(engine.backend.slots)])
+    engine.backend.keep_on_disk(store)
+
+
+def kv_store_for(settings: Settings):
+    """Where conversations' caches are saved on disk, within the settings' budget (None: off)."""
+    from draftscope.engine.kv_disk import KvDiskStore
+    from draftscope.paths import kv_cache_dir
+
+    budget_mb = int(getattr(settings, "kv_cache_budget_mb", 1024))
+    return KvDiskStore(kv_cache_dir(), budget_mb << 20) if budget_mb > 0 else None
 
 
 def _load_notices(engine, settings: Settings, spec) -> list[str]:
