@@ -10,10 +10,12 @@ CONTEXT_ONLY = {"retrieval": False, "learned": False, "context": True, "model": 
 
 
 def runtime_for(engine, settings: Settings | None = None, *, drafters=None, **fields) -> Runtime:
-    """A runtime over ``engine``: ``settings`` (default: context drafts only, with ``fields``);
-    ``drafters``, a function making drafters of the test's own (e.g. a slowed one)."""
+    """A runtime over ``engine``: ``settings`` (default: context drafts only, no read ahead in a
+    window, with ``fields``); ``drafters``, a function making drafters of the test's own (e.g. a
+    slowed one). A window's read ahead, between a test's steps, would change what the model is fed
+    next: the tests of it ask for it (``read_ahead=True``)."""
     if settings is None:
-        settings = Settings(**{"drafters": dict(CONTEXT_ONLY), **fields})
+        settings = Settings(**{"drafters": dict(CONTEXT_ONLY), "read_ahead": False, **fields})
     runtime = Runtime(settings, engine)
     if drafters is not None:
         runtime.make_drafters = drafters  # the test's own drafters instead of the settings'

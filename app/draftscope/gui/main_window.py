@@ -25,6 +25,7 @@ from draftscope.engine.events import step_from_dict
 from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.chat.composer import Composer
 from draftscope.gui.chat.conversation_list import ConversationList
+from draftscope.gui.chat.read_ahead import ReadAhead
 from draftscope.gui.chat.reading import ReadingIndicator
 from draftscope.gui.chat.render import provenance_legend
 from draftscope.gui.chat.versions import page_to
@@ -75,6 +76,7 @@ class MainWindow(QMainWindow):
         self.reading = ReadingIndicator(self.chat_view, self.answer_signals)  # a long message's reading
         self.composer = self._build_composer()
         self.chat_input = self.composer.chat_input
+        self.read_ahead = ReadAhead(self.session, self.composer, self.chat_view, self)  # the prompt read before Send
         self.provenance_legend = QLabel(objectName="provenanceLegend", visible=False, wordWrap=True)
         self.model_switcher = ModelSwitcher(runtime.settings.model, runtime.settings.recent_models)
         self.model_switcher.chosen.connect(self.model_chosen)
@@ -188,6 +190,7 @@ class MainWindow(QMainWindow):
         self.conversations.select(conversation_id)
         self.chat_view.refresh()
         self._update_actions()
+        self.read_ahead.schedule()
 
     def new_conversation(self) -> None:
         if not self.streaming:
@@ -269,6 +272,7 @@ class MainWindow(QMainWindow):
         request = self.session.request(
             sampling=sampling_from(self.session.settings, seed=fresh_seed()) if new_seed else None
         )
+        self.read_ahead.cancel()  # never queued behind it: it ends at its next chunk
         self.chat_view.begin_stream()
         self._update_actions()
         self.request_generation.emit(request)
@@ -315,6 +319,7 @@ class MainWindow(QMainWindow):
         self.inspection.flush()
         self.chat_view.end_stream()
         self._update_actions()
+        self.read_ahead.schedule()
 
     # ------------------------------------------------------------------ inspection
 
@@ -474,6 +479,7 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def _end_threads(self) -> None:
+        self.read_ahead.close()
         self.documents_panel.close_jobs()
         self.composer.reader.close()  # a file being read: its reader is ended
         self.worker_thread.shutdown()

@@ -78,11 +78,18 @@ class Composer(QWidget):
         self.stop_button = QPushButton("Stop", objectName="stopButton")
         self.stop_button.clicked.connect(self.stop_requested)
         self.stop_button.setEnabled(False)
+        self.read_ahead_label = QLabel(objectName="readAheadLabel", enabled=False)  # greyed, as a hint
+        self.read_ahead_label.setToolTip(
+            "The model has read this much of the conversation, your files and your message while you "
+            "typed: Send reads only the rest (Settings ▸ Generation ▸ Read ahead)"
+        )
+        self.read_ahead_label.hide()
         buttons = QHBoxLayout()
         buttons.addWidget(self.regenerate_button)
         buttons.addWidget(self.edit_button)
         buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
+        buttons.addWidget(self.read_ahead_label)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         layout = QVBoxLayout(self)
@@ -148,6 +155,12 @@ class Composer(QWidget):
         self.end_edit()
         self.clear()
         return True
+
+    def show_read_ahead(self, read: int | None, total: int = 0) -> None:
+        """How much of the prompt Send would send the model has read already (None: nothing)."""
+        self.read_ahead_label.setVisible(read is not None)
+        if read is not None:
+            self.read_ahead_label.setText(f"{min(read, total):,} of {total:,} tokens read")
 
     def set_state(self, *, streaming: bool, has_messages: bool) -> None:
         self.send_button.setEnabled(not streaming)
