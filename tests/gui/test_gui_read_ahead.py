@@ -240,3 +240,52 @@ def test_after_an_answer_the_conversation_is_read_for_the_next_message(qtbot, en
     assert held == next_prompt[: len(held)], "the conversation so far, answer and all"
     typed_left = engine.tokenizer.decode(next_prompt[len(held) :]).split("<|im_end|>")[0]
     assert typed_left.endswith("And then?") and len(typed_left) <= len("And then?") + 3, typed_left
+
+
+# ---------------------------------------------------------------------- Settings ▸ Generation
+
+
+def open_settings(qtbot, settings):
+    from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(settings, devices=["cpu"])
+    qtbot.addWidget(dialog)
+    dialog.show()
+    return dialog
+
+
+def test_the_settings_turn_reading_ahead_off_and_size_the_caches_on_disk(qtbot, own_data_and_cache):
+    from dataclasses import replace
+
+    from PySide6.QtWidgets import QCheckBox, QSpinBox
+
+    from draftscope.storage import Settings
+
+    kept = replace(Settings(), read_ahead=False, kv_cache_budget_mb=0)
+    dialog = open_settings(qtbot, kept)
+    box, budget = dialog.findChild(QCheckBox, "readAheadCheck"), dialog.findChild(QSpinBox, "kvCacheBudgetSpin")
+    assert not box.isChecked() and budget.value() == 0 and budget.text() == "none"
+    assert dialog.result_settings() == kept, "OK keeps them as they were"
+    box.setChecked(True)
+    budget.setValue(2048)
+    result = dialog.result_settings()
+    assert (result.read_ahead, result.kv_cache_budget_mb) == (True, 2048)
+
+
+def test_the_settings_say_what_the_caches_take_on_disk_and_clear_them(qtbot, own_data_and_cache):
+    from draftscope import paths
+    from draftscope.engine import kv_disk
+    from draftscope.storage import Settings
+
+    folder = paths.kv_cache_dir()
+    for name in ("a", "b"):
+        (folder / f"{name}{kv_disk.SUFFIX}").write_bytes(b"\0" * 3_000_000)
+    (folder / "notes.txt").write_text("not a cache: left alone")
+    dialog = open_settings(qtbot, Settings())
+    use, clear = dialog.findChild(QLabel, "kvCacheUse"), dialog.findChild(QPushButton, "clearKvCachesButton")
+    assert use.text() == "6 MB kept now" and clear.isEnabled()
+
+    qtbot.mouseClick(clear, Qt.MouseButton.LeftButton)
+
+    assert kv_disk.cache_files(folder) == [] and (folder / "notes.txt").exists()
+    assert use.text() == "none kept now" and not clear.isEnabled()

@@ -21,12 +21,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from draftscope import paths
 from draftscope.core.settings_checks import browse_start, build_default_command
+from draftscope.core.words import size_text
 from draftscope.datastore.default import default_datastore_path
+from draftscope.engine import kv_disk
 from draftscope.gui.dialogs.prompt_presets import PresetPicker
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
 from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
-from draftscope.storage.settings import MAX_PARALLEL, MAX_THREADS, Settings
+from draftscope.storage.settings import MAX_KV_CACHE_MB, MAX_PARALLEL, MAX_THREADS, Settings
 from draftscope.sysinfo import usable_cores
 
 THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
@@ -36,6 +39,14 @@ SEED_HINT = (
     "new one"
 )
 THREADS_HINT = "CPU threads the model computes on; fewer leave room for other work (the model is loaded again)"
+READ_AHEAD_TEXT = "Read the conversation, its files and your message while you type"
+READ_AHEAD_HINT = (
+    "Send then reads only what is left, so the answer starts sooner; off saves the work (a laptop on battery)"
+)
+DISK_CACHES_HINT = (
+    "Each conversation's cache is kept on disk, so one you come back to (after another, or a restart) is "
+    "restored instead of read again; beyond this size the least recently used go. None: nothing kept."
+)
 
 
 def _kept_float(spin: QDoubleSpinBox, original: float) -> float:
@@ -189,8 +200,47 @@ class DraftingTab(QWidget):
             self.datastore_edit.setText(path)
 
 
+class DiskCaches(QWidget):
+    """The conversations' caches kept on disk: their size budget, the space they take now, and Clear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget = int_spin("kvCacheBudgetSpin", 0, MAX_KV_CACHE_MB)
+        self.budget.setSuffix(" MB")
+        self.budget.setSingleStep(256)
+        self.budget.setSpecialValueText("none")
+        self.budget.setToolTip(DISK_CACHES_HINT)
+        self.use = hint("", objectName="kvCacheUse")
+        self.clear_button = QPushButton("Clear", objectName="clearKvCachesButton")
+        self.clear_button.setToolTip("Remove every saved cache: conversations are read again when next used")
+        self.clear_button.clicked.connect(self.clear)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(row(self.budget, self.use, self.clear_button, stretch_first=False))
+        self.show_use()
+
+    def show_use(self) -> None:
+        """What the saved caches take on disk now (the folder cannot be read: said so)."""
+        try:
+            used = kv_disk.disk_use(paths.kv_cache_dir())
+        except OSError as exc:
+            self.use.setText(f"not readable: {exc.strerror or exc}")
+            self.clear_button.setEnabled(False)
+            return
+        self.use.setText(f"{size_text(used)} kept now" if used else "none kept now")
+        self.clear_button.setEnabled(used > 0)
+
+    def clear(self) -> None:
+        try:
+            kv_disk.clear_all(paths.kv_cache_dir())
+        except OSError as exc:
+            self.use.setText(f"not cleared: {exc.strerror or exc}")
+            return
+        self.show_use()
+
+
 class GenerationTab(QWidget):
-    """Sampling, the answer's length, the seed and the system prompt."""
+    """Sampling, the answer's length, the seed, the system prompt, and reading before Send."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -198,6 +248,7 @@ class GenerationTab(QWidget):
         for label, field in self._number_rows():
             form.addRow(label, field)
         self._add_prompt_rows(form)
+        self._add_reading_rows(form)
         self.fields = {
             "prompt_presets": self.presets.name_edit,
             "temperature": self.temperature,
@@ -208,6 +259,7 @@ class GenerationTab(QWidget):
             "seed": self.seed,
             "system_prompt": self.system_prompt,
             "threads": self.threads,
+            "kv_cache_budget_mb": self.disk_caches.budget,
         }
 
     def _number_rows(self) -> tuple[tuple[str, QWidget], ...]:
@@ -243,7 +295,17 @@ class GenerationTab(QWidget):
         form.addRow("System prompt:", self.system_prompt)
         form.addRow("", self.presets.saver)
 
+    def _add_reading_rows(self, form: QFormLayout) -> None:
+        """Reading ahead of Send, and the caches kept on disk."""
+        self.read_ahead = QCheckBox(READ_AHEAD_TEXT, objectName="readAheadCheck")
+        self.read_ahead.setToolTip(READ_AHEAD_HINT)
+        self.disk_caches = DiskCaches()
+        form.addRow("Read ahead:", self.read_ahead)
+        form.addRow("Caches on disk:", self.disk_caches)
+
     def show_settings(self, s: Settings) -> None:
+        self.read_ahead.setChecked(s.read_ahead)
+        self.disk_caches.budget.setValue(s.kv_cache_budget_mb)
         self.temperature.setValue(s.temperature)
         self.top_p.setValue(s.top_p)
         self.top_k.setValue(s.top_k)
@@ -266,6 +328,8 @@ class GenerationTab(QWidget):
             "system_prompt": self.system_prompt.toPlainText(),
             "threads": self.threads.value(),
             "prompt_presets": dict(self.presets.user),
+            "read_ahead": self.read_ahead.isChecked(),
+            "kv_cache_budget_mb": self.disk_caches.budget.value(),
         }
 
 
