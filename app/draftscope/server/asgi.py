@@ -353,6 +353,8 @@ class Api:
             budget=self.config.budget,
         )
         gen.keep_cache = sampling.cache_prompt
+        if sampling.max_tokens == 0:  # a read ahead: the lowest priority, yielding to any answer within a chunk
+            gen.background, gen.drafters = True, []
         return gen
 
 
