@@ -289,3 +289,20 @@ def test_the_settings_say_what_the_caches_take_on_disk_and_clear_them(qtbot, own
 
     assert kv_disk.cache_files(folder) == [] and (folder / "notes.txt").exists()
     assert use.text() == "none kept now" and not clear.isEnabled()
+
+
+def test_opening_another_conversation_reads_it_and_no_longer_shows_the_last(qtbot, engine, tmp_path):
+    w = make_window(qtbot, engine, tmp_path)
+    w.chat_input.setPlainText("What is a cache?")
+    send(qtbot, w)
+    first = w.conversation_id
+    w.new_conversation()
+    type_and_pause(qtbot, w, TEXT)
+    assert label(w).isVisible()
+
+    with qtbot.waitSignal(w.read_ahead.done, timeout=60_000):
+        w.conversations.chosen.emit(first)
+        assert not label(w).isVisible(), "the other conversation's figure goes at once"
+    held = engine.backend.held_tokens(0)
+    assert held == prompt_now(w, TEXT)[: len(held)] and w.conversation_id == first
+    assert engine.tokenizer.decode(held).count("What is a cache?") == 1, "the opened conversation, read"

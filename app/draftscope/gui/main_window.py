@@ -190,7 +190,7 @@ class MainWindow(QMainWindow):
         self.conversations.select(conversation_id)
         self.chat_view.refresh()
         self._update_actions()
-        self.read_ahead.schedule()
+        self.read_ahead.schedule(fresh=True)
 
     def new_conversation(self) -> None:
         if not self.streaming:

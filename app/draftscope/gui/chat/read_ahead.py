@@ -80,8 +80,11 @@ class ReadAhead(QObject):
         composer.chat_input.textChanged.connect(self.schedule)
         composer.chips.changed.connect(self.schedule)
 
-    def schedule(self) -> None:
-        """Read once nothing has changed for DEBOUNCE_MS (each change starts the wait again)."""
+    def schedule(self, *, fresh: bool = False) -> None:
+        """Read once nothing has changed for DEBOUNCE_MS (each change starts the wait again).
+        ``fresh``: another conversation: what was read for the last one is no longer shown (or read)."""
+        if fresh:
+            self.cancel()
         self.timer.start()
 
     def wanted(self) -> bool:
