@@ -6,6 +6,7 @@ its own (the app and the tests), :func:`serve` in the foreground (the command)."
 from __future__ import annotations
 
 import errno
+import signal
 import socket
 import threading
 import time
@@ -23,8 +24,19 @@ def _server(app, host: str, port: int):
 
 
 def serve(app, host: str, port: int, sock: socket.socket | None = None) -> None:
-    """Serve until interrupted (Ctrl-C); on ``sock`` when given (see listening_socket)."""
-    _server(app, host, port).run(sockets=[sock] if sock is not None else None)
+    """Serve until interrupted (Ctrl-C, or SIGTERM from a service manager); on ``sock`` when given
+    (see listening_socket). Either way the caller's clean-up runs: uvicorn raises the signal again
+    once it has shut down, and a SIGTERM left to its default handler would end the process there,
+    before the engine saves its conversations' caches."""
+    previous = signal.signal(signal.SIGTERM, _exit_on_term)
+    try:
+        _server(app, host, port).run(sockets=[sock] if sock is not None else None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_term(signum, frame) -> None:
+    raise SystemExit(0)  # a server asked to stop has stopped: not an error
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
