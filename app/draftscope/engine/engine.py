@@ -147,13 +147,19 @@ class Engine:
         ends with an error), then its native memory given back (llama.cpp's context and weights, a
         torch cache). The engine answers no more. Every slot's cache is saved first, where caches
         are kept on disk (on the model's thread, between rounds)."""
-        if self.backend.kv_cache is not None:
-            try:
-                self.slots.call(self.backend.save_slots)
-            except Exception as exc:  # noqa: BLE001 - closing goes on: unsaved is only slower next time
-                log.warning("the conversations' KV caches were not saved: %s", exc)
+        self.save_caches()
         if self.slots.close():  # never under a forward still running on the thread
             self.backend.close()
+
+    def save_caches(self) -> None:
+        """Save every slot's conversation where caches are kept on disk (the app quitting, the engine
+        closing), on the model's thread between rounds; a failure is a log line: unsaved is only slower."""
+        if self.backend.kv_cache is None:
+            return
+        try:
+            self.slots.call(self.backend.save_slots)
+        except Exception as exc:  # noqa: BLE001 - closing goes on: unsaved is only slower next time
+            log.warning("the conversations' KV caches were not saved: %s", exc)
 
     # ------------------------------------------------------------------ measuring
 

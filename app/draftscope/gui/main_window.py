@@ -485,3 +485,4 @@ class MainWindow(QMainWindow):
         self.worker_thread.shutdown()
         self.answer_signals.disconnect_all()
         self.runtime.close()
+        self.runtime.engine.save_caches()  # quitting: the next start restores the conversations
