@@ -89,3 +89,37 @@ def test_a_streamed_read_ahead_ends_at_once_with_its_usage(serve):
     assert said == ""
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
     assert chunks[-1]["usage"]["completion_tokens"] == 0 and chunks[-1]["usage"]["prompt_tokens"] > 0
+
+
+def test_an_answer_does_not_queue_behind_a_read_ahead_in_the_server(serve, monkeypatch):
+    """With one answer at a time, a read ahead still reading must not hold the only answering thread:
+    the answer reaches the stepper, which makes the read ahead give way within a chunk."""
+    import threading
+
+    from draftscope.core.session import ChatSession
+
+    server, _ = serve()
+    holding, release = threading.Event(), threading.Event()
+    original = ChatSession.stream
+
+    def stream(self, request):
+        if request.background:  # a read ahead that is still reading
+            holding.set()
+            release.wait(60)
+        yield from original(self, request)
+
+    monkeypatch.setattr(ChatSession, "stream", stream)
+    ahead = threading.Thread(target=lambda: chat(server, max_tokens=0))
+    ahead.start()
+    try:
+        assert holding.wait(30)
+        reply = httpx.post(
+            server.url + "/chat/completions",
+            json={"model": "tiny", "messages": QUESTION, "max_tokens": 3, "temperature": 0},
+            timeout=20,
+        )
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 3
+        assert ahead.is_alive(), "answered while the read ahead was still reading"
+    finally:
+        release.set()
+        ahead.join(60)

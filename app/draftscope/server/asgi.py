@@ -94,6 +94,9 @@ class Answerer:
         self.history, self.on_stored = history, on_stored
         self.config = config or ServerConfig()
         self.executor = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="draftscope-answer")
+        # read aheads (max_tokens 0) wait on threads of their own: an answer must reach the stepper,
+        # which ends a read ahead in its way within a chunk, not queue here behind it
+        self.reading = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="draftscope-read-ahead")
         # its size is the bound on bodies parsed and files read at once (intake.PARSING_AT_ONCE)
         self.parsing = ThreadPoolExecutor(max_workers=PARSING_AT_ONCE, thread_name_prefix="draftscope-parse")
         self.in_flight = 0  # requests admitted and not over, body reading included; on the event loop only
@@ -101,6 +104,7 @@ class Answerer:
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.reading.shutdown(wait=False, cancel_futures=True)
         self.parsing.shutdown(wait=False, cancel_futures=True)
 
     def admit(self) -> Ticket:
@@ -178,7 +182,7 @@ class Answerer:
             finally:
                 put(_END)
 
-        future = loop.run_in_executor(self.executor, work)
+        future = loop.run_in_executor(self.reading if request.background else self.executor, work)
         ticket.answering = True  # from here the answer's end gives the place back
         future.add_done_callback(lambda _: self._done(ticket))
         try:
