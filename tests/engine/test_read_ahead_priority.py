@@ -24,7 +24,7 @@ from test_stepper import TimedSlots, engine_on
 import draftscope.engine.answer as answer_mod
 import draftscope.engine.backends.held as held_mod
 from draftscope.drafters import ContextDrafter
-from draftscope.engine.answer import READ_CHUNK
+from draftscope.engine.answer import AHEAD_CHUNK, READ_CHUNK
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.engine.backends.work import PREFILL_BATCH, Prefill
@@ -152,9 +152,10 @@ def test_an_answer_during_a_long_read_ahead_starts_within_one_chunk_and_reads_on
         arrival = Arrival(engine, 2, send)
         background = list(engine.generate(read_ahead_request(conversation)))
         answer = arrival.final()
-        read_before = 2 * READ_CHUNK
+        chunk = READ_CHUNK if kind == "dynamic" else AHEAD_CHUNK  # growing Starts, or a read ahead's chunks
+        read_before = 2 * chunk
         assert background[-1].finish_reason == "cancel" and background[-1].token_ids == []
-        assert [e.read for e in background if isinstance(e, ReadingEvent)] == [0, READ_CHUNK, read_before]
+        assert [e.read for e in background if isinstance(e, ReadingEvent)] == [0, chunk, read_before]
         assert answer.finish_reason == "length" and len(answer.token_ids) == 8
         assert (answer.stats.prompt_kept, answer.stats.prompt_read_ahead) == (read_before, read_before)
         assert fed.tokens == len(typed) - 1, "a prompt token was read twice"
@@ -218,7 +219,7 @@ def test_an_exclusive_call_takes_the_model_from_a_read_ahead_at_the_next_round()
     calls[0].join(30)
     assert ran_after == [2], "a forward ran between the call and its turn"
     assert background[-1].finish_reason == "cancel"
-    assert [e.read for e in background if isinstance(e, ReadingEvent)] == [0, READ_CHUNK, 2 * READ_CHUNK]
+    assert [e.read for e in background if isinstance(e, ReadingEvent)] == [0, AHEAD_CHUNK, 2 * AHEAD_CHUNK]
 
 
 def test_time_to_first_token_counts_from_the_request_a_wait_for_the_slot_included():
@@ -414,13 +415,13 @@ def test_llama_cpp_gives_the_model_to_an_answer_within_one_chunk_of_a_read_ahead
     fed = Prefilled(monkeypatch)
     try:
         conversation = words(tokenizer, "system: be brief. user: a file: " + "one two three four five six " * 40)
-        assert len(conversation) > 3 * READ_CHUNK
+        assert len(conversation) > 3 * AHEAD_CHUNK
         send = plain_request(conversation + words(tokenizer, " and red?"), SamplingParams())
         arrival = Arrival(engine, 2, send)
         background = list(engine.generate(read_ahead_request(conversation)))
         answer = arrival.final()
         assert background[-1].finish_reason == "cancel"
-        assert (answer.stats.prompt_kept, answer.stats.prompt_read_ahead) == (2 * READ_CHUNK, 2 * READ_CHUNK)
+        assert (answer.stats.prompt_kept, answer.stats.prompt_read_ahead) == (2 * AHEAD_CHUNK, 2 * AHEAD_CHUNK)
         assert fed.tokens == len(send.prompt_ids) - 1, "a prompt token was read twice"
         whole = list(engine.generate(replace(send, keep_cache=False)))[-1]
         assert_plain_or_near_tie(engine, list(send.prompt_ids), whole.token_ids, answer.token_ids, SamplingParams())

@@ -32,6 +32,10 @@ from draftscope.engine.verify import token_positions, verify_tree
 # Prompt tokens between two ReadingEvents, for a request that asks for them (the window): a long
 # prompt is read in parts of this size, so its reader hears how far the reading is.
 READ_CHUNK = 256
+# A read ahead's chunks (in slots read in Prefill chunks: llama.cpp): an answer that needs its slot waits
+# at most one, so short (~0.4 s of a 1.5B model's reading on 2 cores); it reads while the user types,
+# so its own speed matters less. One-slot torch grows its Starts by READ_CHUNK.
+AHEAD_CHUNK = 64
 
 
 def empty_stats() -> MessageStats:
@@ -226,8 +230,11 @@ class Answer:
         most = min(PREFILL_BATCH, self.backend.prefill_batch, PREFILL_BATCH if room is None else room)
         if self.request.reading_progress:
             most = min(most, READ_CHUNK)
-        if shared is not None and shared.answers > 1:  # others are decoding: short chunks keep their steps short
+        # others are decoding: short chunks keep their steps short
+        if shared is not None and shared.answers > 1:
             most = min(most, SHARED_PREFILL)
+        if self.request.background:
+            most = min(most, AHEAD_CHUNK)
         if most <= 0:
             return None
         chunk = prefix[self.reading_at : self.reading_at + most]
