@@ -170,3 +170,22 @@ def test_help_says_every_default_and_what_the_sampling_options_do(capsys):
         shown = " ".join(capsys.readouterr().out.split())
         for word in words:
             assert word in shown, (argv[0], word)
+
+
+def test_kv_cache_mb_sets_the_room_for_caches_on_disk_and_0_keeps_none(tmp_path, monkeypatch):
+    """serve, chat and generate take their settings from their options, not the settings file: the
+    caches' budget is an option of its own (``--kv-cache-mb``; bench ttft's ours-no-disk is 0)."""
+    import argparse
+
+    from draftscope.commands.model_options import add_model_arguments, settings_from_args
+    from draftscope.core.runtime import kv_store_for
+
+    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    default = settings_from_args(parser.parse_args([]))
+    assert default.kv_cache_budget_mb == 1024 and kv_store_for(default) is not None
+    off = settings_from_args(parser.parse_args(["--kv-cache-mb", "0"]))
+    assert off.kv_cache_budget_mb == 0 and kv_store_for(off) is None
+    with pytest.raises(ValueError, match="kv_cache_budget_mb"):
+        settings_from_args(parser.parse_args(["--kv-cache-mb", str(2 << 20)]))

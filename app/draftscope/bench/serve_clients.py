@@ -212,7 +212,7 @@ def _free_port() -> int:
 
 
 def _serve_command(
-    model: str, port: int, parallel: int, *, drafting: bool, workers: str | None, backend: str
+    model: str, port: int, parallel: int, *, drafting: bool, workers: str | None, backend: str, extra=()
 ) -> list[str]:
     """``draftscope serve`` as the bench runs it: no history, a queue that holds every client."""
     import sys
@@ -224,7 +224,7 @@ def _serve_command(
         command += ["--rpc", workers]
     if backend != "auto":
         command += ["--backend", backend]
-    return command
+    return [*command, *extra]
 
 
 class OurServer:
@@ -241,14 +241,18 @@ class OurServer:
         backend: str = "auto",
         timeout: float = 600.0,
         env: dict[str, str] | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
-        """``env``: variables added to the server's (its own data and settings folders, say)."""
+        """``env``: variables added to the server's (its own data and settings folders, say); ``extra``:
+        more of its options."""
         import os
         import subprocess
         import tempfile
 
         port = _free_port()
-        command = _serve_command(model, port, parallel, drafting=drafting, workers=workers, backend=backend)
+        command = _serve_command(
+            model, port, parallel, drafting=drafting, workers=workers, backend=backend, extra=extra
+        )
         self.log = tempfile.TemporaryFile(mode="w+")  # a pipe nobody reads could fill and stall the server
         environ = {**os.environ, **(env or {})}
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.log, text=True, env=environ)

@@ -13,7 +13,7 @@ client drives it, alternated between servers and repeated:
   turns    three conversations taking turns on a one-slot server: each later turn finds its
            conversation's cache replaced by another's.
 
-``ours-no-disk`` (caches on disk off: kv_cache_budget_mb 0) is the cost of reading again. Figures:
+``ours-no-disk`` (caches on disk off: ``--kv-cache-mb 0``) is the cost of reading again. Figures:
 the median first token after Send per case and server, and ours against the others."""
 
 from __future__ import annotations
@@ -53,8 +53,6 @@ class Server:
     def __init__(self, name: str, model: str, home: Path) -> None:
         self.name, self.model, self.home = name, model, home
         self.client, self.model_name, self._stop, self._port = None, "", None, None
-        if name.startswith("ours"):
-            _our_settings(home, disk=name == "ours")
         self.start()
 
     def start(self) -> None:
@@ -64,7 +62,8 @@ class Server:
             from draftscope.bench.serve_clients import OurServer
 
             env = {"DRAFTSCOPE_DATA_DIR": str(self.home / "data"), "DRAFTSCOPE_CONFIG_DIR": str(self.home / "config")}
-            server = OurServer(self.model, 1, drafting=False, env=env)
+            disk = ("--kv-cache-mb", "0") if self.name == "ours-no-disk" else ()
+            server = OurServer(self.model, 1, drafting=False, env=env, extra=disk)
             url, self.model_name, self._stop = server.url, "default", server.stop
         else:
             peer = _llama_server(self.model, slots_dir=self.home / "slots" if self.name.endswith("slots") else None)
@@ -96,17 +95,6 @@ class Server:
 
     def reads_ahead(self) -> bool:
         return self.name in ("ours", "ours-no-disk", "llama-server+ahead")
-
-
-def _our_settings(home: Path, *, disk: bool) -> None:
-    from dataclasses import replace
-
-    from draftscope.storage import Settings, save_settings
-
-    settings = Settings()
-    if not disk:
-        settings = replace(settings, kv_cache_budget_mb=0)
-    save_settings(settings, home / "config" / "settings.json")
 
 
 def _llama_server(model: str, *, slots_dir: Path | None):

@@ -151,6 +151,14 @@ def _add_running_arguments(p: argparse.ArgumentParser) -> None:
         help="tokens the model reads at once: the conversation, --system and the answer (default: 0, "
         "the model's default; never more than it was trained on); more costs memory",
     )
+    p.add_argument(
+        "--kv-cache-mb",
+        type=argtypes.count,
+        default=1024,
+        metavar="MB",
+        help="room on disk for conversations' caches, kept when a conversation is replaced or the command "
+        "ends and restored instead of read again (default: 1024; 0: none kept)",
+    )
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
@@ -195,6 +203,7 @@ def settings_from_args(args: argparse.Namespace):
         threads=args.threads,
         context_length=args.context,
         gpu_layers=args.gpu_layers,
+        kv_cache_budget_mb=args.kv_cache_mb,
     )
     problems = settings.problems()
     if problems:

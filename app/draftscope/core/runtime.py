@@ -236,7 +236,7 @@ def kv_store_for(settings: Settings):
     from draftscope.engine.kv_disk import KvDiskStore
     from draftscope.paths import kv_cache_dir
 
-    budget_mb = int(getattr(settings, "kv_cache_budget_mb", 1024))
+    budget_mb = settings.kv_cache_budget_mb
     return KvDiskStore(kv_cache_dir(), budget_mb << 20) if budget_mb > 0 else None
 
 
