@@ -125,7 +125,9 @@ def test_every_benchmark_a_user_runs_is_a_bench_subcommand(capsys):
 
     parser = build_parser()
     bench = next(a for a in parser._subparsers._group_actions[0].choices["bench"]._actions if a.dest == "bench_command")
-    assert set(bench.choices) == {"retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc", "project", "turns"}
+    assert set(bench.choices) == {
+        *("retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc", "project", "turns", "ttft")
+    }
     with pytest.raises(SystemExit) as exc:
         main(["bench", "rpc", "--workers", "0"])
     assert exc.value.code == 2 and "--workers" in capsys.readouterr().err

@@ -63,29 +63,18 @@ def monotone(costs: dict[int, float]) -> dict[int, float]:
     return dict(sorted(out.items()))
 
 
-HELD_TO_MEASURE_OVER = 32  # a slot holding fewer tokens is cheaper to read again than to measure over
-
-
 class InSlot:
     """One slot of a backend through the one-answer verbs a measurement uses (start, verify,
-    truncate): an answer measures in its own slot while others answer in theirs. A slot that already
-    holds a prompt (a read ahead, the conversation so far) is measured over what it holds, and cut
-    back to it after each verify: the first answer's measurement must not throw away what was read
-    before it was asked (its costs are then those at the slot's own length, not ``context``'s)."""
+    truncate): an answer measures in its own slot while others answer in theirs."""
 
     def __init__(self, backend, slot: int) -> None:
         self.backend, self.slot = backend, slot
         self.max_context, self.vocab = backend.max_context, backend.vocab
-        self.held = backend.slot_cached(slot)
-        self.offset = 0  # positions the slot holds beyond the measurement's context (below it: < 0)
 
     def start(self, prompt: list[int]) -> None:
         from draftscope.engine.backends.work import Prefill
 
         backend, prefix = self.backend, prompt[:-1]
-        if self.held >= HELD_TO_MEASURE_OVER:
-            self.offset = self.held - len(prefix)
-            return
         if not backend.reads_in_chunks:  # a one-slot backend reads a prompt whole
             backend.start(prompt)
             return
@@ -99,7 +88,7 @@ class InSlot:
         return self._run(Verify(root, tree))
 
     def truncate(self, length: int) -> None:
-        self.backend.truncate_slot(self.slot, length + self.offset)
+        self.backend.truncate_slot(self.slot, length)
 
     def _run(self, item):
         out = self.backend.decode_many({self.slot: item}).get(self.slot)

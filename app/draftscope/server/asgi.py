@@ -357,8 +357,9 @@ class Api:
             budget=self.config.budget,
         )
         gen.keep_cache = sampling.cache_prompt
-        if sampling.max_tokens == 0:  # a read ahead: the lowest priority, yielding to any answer within a chunk
-            gen.background, gen.drafters = True, []
+        # a read ahead: the lowest priority, yielding to any answer within a chunk (with its drafters: the
+        # first answer's measurement of verify costs happens in it, not in the answer that keeps its read)
+        gen.background = sampling.max_tokens == 0
         return gen
 
 
