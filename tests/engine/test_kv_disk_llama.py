@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from engine_fixtures import tiny_llama
+from test_prompt_cache import Prefilled
 
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.kv_disk import KvDiskStore, cache_files
@@ -77,23 +78,6 @@ def first_turn_in_a_child(gguf, folder, prompt, params) -> list[int]:
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=TESTS)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-class Prefilled:
-    """The prompt tokens llama.cpp is given (its Prefill items)."""
-
-    def __init__(self, monkeypatch) -> None:
-        from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
-        from draftscope.engine.backends.work import Prefill
-
-        self.tokens = 0
-        decode = LlamaCppBackend.decode_many
-
-        def counting(backend, work):
-            self.tokens += sum(len(item.tokens) for item in work.values() if isinstance(item, Prefill))
-            return decode(backend, work)
-
-        monkeypatch.setattr(LlamaCppBackend, "decode_many", counting)
 
 
 @pytest.mark.parametrize("params", [SamplingParams(), SAMPLED], ids=["greedy", "seeded"])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from engine_fixtures import IdTokenizer, tiny_llama
+from test_prompt_cache import Fed
 
 import draftscope.engine.kv_restore as kv_restore
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
@@ -43,32 +44,6 @@ def engine_on(model, folder=None) -> Engine:
     engine = Engine(backend=TorchBackend(model, IdTokenizer()), kv_store=store_in(folder) if folder else None)
     engine.eos_ids = set()
     return engine
-
-
-class Fed:
-    """The prompt tokens the model is fed (its embedding's inputs in the forwards of prompt work)."""
-
-    def __init__(self, engine, model) -> None:
-        from draftscope.engine.backends.work import Prefill, Start
-
-        self.tokens, self.reading = 0, False
-        self._hook = model.get_input_embeddings().register_forward_hook(self._count)
-        decode = engine.backend.decode_many
-
-        def counted(work):
-            self.reading = all(isinstance(item, (Prefill, Start)) for item in work.values())
-            try:
-                return decode(work)
-            finally:
-                self.reading = False
-
-        engine.backend.decode_many = counted
-
-    def _count(self, module, inputs, output) -> None:
-        self.tokens += int(inputs[0].numel()) if self.reading else 0
-
-    def close(self) -> None:
-        self._hook.remove()
 
 
 def ask(engine, prompt, params=None, *, keep=True):
