@@ -34,6 +34,7 @@ THEMES = ("system", "light", "dark")
 MAX_PARALLEL = 16  # answers at once: each holds a cache as large as the context
 MAX_RECENT = 6  # models the switcher remembers
 MAX_THREADS = 256  # no machine this runs on has more cores; beyond is a typo
+MAX_WINDOW_STATE = 64 * 1024  # characters of base64 window geometry or layout (Qt's are ~100-2,000)
 MAX_KV_CACHE_MB = 1 << 20  # 1 TiB of conversations' caches on disk; beyond is a typo
 
 
@@ -105,6 +106,10 @@ class Settings:
     theme: str = setting(Section.APPEARANCE, "system")
     font_size: int = setting(Section.APPEARANCE, 11)
     recent_models: list[str] = setting(Section.REMEMBERED, factory=list)  # loaded last, newest first
+    window_geometry: str = setting(Section.REMEMBERED, "")  # Qt's saveGeometry, base64; empty: centred default
+    window_layout: str = setting(Section.REMEMBERED, "")  # Qt's saveState (docks, toolbars), base64
+    colour_drafts: bool = setting(Section.REMEMBERED, False)  # the transcript colours tokens by drafter
+    last_conversation: int = setting(Section.REMEMBERED, 0)  # reopened at start; 0: none
     read_ahead: bool = setting(Section.READING, True)  # the window reads the prompt while the user types
     kv_cache_budget_mb: int = setting(Section.READING, 1024)  # conversations' caches on disk; 0: none kept
 
@@ -173,6 +178,9 @@ def _text_problems(s: Settings) -> list[str]:
         isinstance(m, str) and 0 < len(m) <= MAX_TEXT for m in s.recent_models
     ):
         out.append(f"recent_models must be at most {MAX_RECENT} model names")
+    for name in ("window_geometry", "window_layout"):
+        if len(getattr(s, name)) > MAX_WINDOW_STATE:
+            out.append(f"{name} must be at most {MAX_WINDOW_STATE:,} characters")
     return out
 
 
@@ -197,6 +205,8 @@ def _number_problems(s: Settings) -> list[str]:
         out.append("server_port must be between 1 and 65535")
     if not 1 <= s.server_parallel <= MAX_PARALLEL:
         out.append(f"server_parallel must be between 1 and {MAX_PARALLEL}")
+    if s.last_conversation < 0:
+        out.append("last_conversation must be 0 (none) or a conversation's number")
     if not 0 <= s.kv_cache_budget_mb <= MAX_KV_CACHE_MB:
         out.append(f"kv_cache_budget_mb must be between 0 (no caches on disk) and {MAX_KV_CACHE_MB:,}")
     return out
