@@ -1,13 +1,17 @@
 """What the model reads of a message's attachments: each file whole, with its name, while the files
 fit the room the context leaves (the conversation so far and the answer's length taken out); a file
 that does not fit sends the passages that best answer the message (documents/passages.py), and says
-which. The choice is made once, when the message is sent, and kept with it: the conversation's later
-turns read the same prompt, so the model's cache of it stays good."""
+which. A message that names attached files (by name, or by stem where only one file has it) takes
+passages from those files only: the others are sent whole where they fit, else left out. The
+choice is made once, when the message is sent, and kept with it: the conversation's later turns
+read the same prompt, so the model's cache of it stays good."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from draftscope.documents.extract import Attachment
 from draftscope.documents.passages import PASSAGE_WORDS, Passage, best_passages, split_passages, words_in
@@ -57,21 +61,48 @@ def prepare(
 ) -> list[SentFile]:
     """Each file as the model will read it, within ``room_tokens`` for all of them: the smallest
     whole first while they fit, the rest as their best passages for ``question`` in equal shares of
-    what is left. Raises ValueError when not even a passage of each fits."""
+    what is left. When ``question`` names some of the files, only they are sent as passages (a file
+    it does not name is sent whole or not at all), and they are tried whole first. Raises ValueError
+    when not even a passage of each fits."""
     sizes = {id(f): count_tokens(f.text) + HEADING_TOKENS for f in files}
+    cut = {id(f) for f in files_named(question, files) or files}  # the files that may go as passages
     out: dict[int, SentFile] = {}
     left = room_tokens
-    pending = sorted(files, key=lambda f: sizes[id(f)])
-    while pending and sizes[id(pending[0])] <= left - _reserve(pending[1:]):
+
+    def reserve(rest) -> int:
+        return _reserve([f for f in rest if id(f) in cut])
+
+    pending = sorted(files, key=lambda f: (id(f) not in cut, sizes[id(f)]))
+    while pending and sizes[id(pending[0])] <= left - reserve(pending[1:]):
         f = pending.pop(0)
         out[id(f)] = SentFile(f.name, f.kind, f.text, sizes[id(f)] - HEADING_TOKENS)
         left -= sizes[id(f)]
+    for f in [f for f in pending if id(f) not in cut]:  # a file the question does not name: whole, or left out
+        pending.remove(f)
+        if sizes[id(f)] <= left - reserve(pending):
+            out[id(f)] = SentFile(f.name, f.kind, f.text, sizes[id(f)] - HEADING_TOKENS)
+            left -= sizes[id(f)]
     for i, f in enumerate(pending):
         share = left // (len(pending) - i)
         sent = _passages_of(f, question, share - HEADING_TOKENS, count_tokens)
         out[id(f)] = sent
         left -= sent.tokens + HEADING_TOKENS
-    return [out[id(f)] for f in files]
+    return [out[id(f)] for f in files if id(f) in out]
+
+
+def files_named(question: str, files: Sequence[Attachment]) -> list[Attachment]:
+    """The attached files ``question`` names: by their whole names ("notes.md"), else by their
+    stems ("notes") where no other attached file has the same stem; none: the question names none."""
+    text = question.casefold()
+
+    def said(word: str) -> bool:  # the word alone, not inside another ("notes" is not in "footnotes")
+        return bool(word) and re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text) is not None
+
+    by_name = [f for f in files if said(f.name.casefold())]
+    if by_name:
+        return by_name
+    stems = [PurePath(f.name).stem.casefold() for f in files]
+    return [f for f, stem in zip(files, stems) if stems.count(stem) == 1 and said(stem)]
 
 
 def _reserve(rest: Sequence[Attachment]) -> int:
