@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QVBoxLayou
 from draftscope.core.words import describe_error, part_status, sentence, size_text
 from draftscope.gui.form_widgets import FitsWidth, FittedLabel, hint, progress_row, show_error
 from draftscope.gui.jobs import JobRunner, TransferRate
+from draftscope.gui.model_switcher import model_arrivals
 from draftscope.models import assets, catalog
 
 
@@ -149,6 +150,7 @@ class ModelDownload(QObject):
         self.bar_row.hide()
         if outcome == "done":
             self.show_status(f"{self.model.title} is downloaded.")
+            model_arrivals().arrived.emit()  # the model switcher offers it now
         elif outcome == "cancelled":
             kept = (
                 f" The parts downloaded so far are kept: {self._resume_with} resumes it."
