@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 
 from draftscope.core.words import answer_stats
 from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
+from draftscope.gui.chat.versions import first_version_text, version_note
 
 FILE_SCHEME = "attachment"  # attachment:<message id>/<its position among the message's files>
 STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
@@ -34,9 +35,9 @@ def message_html(
     return out
 
 
-def versions_html(m) -> str:
-    """Under an answer with several versions: "‹ 2 / 3 ›" to page through them, and a plain word
-    when this version repeats an earlier one's text (what temperature 0 does)."""
+def versions_html(m, history=None) -> str:
+    """Under an answer with several versions: "‹ 2 / 3 ›" to page through them, and a plain word on
+    how this version compares with the others (gui/chat/versions.py)."""
     if m.role != "assistant" or len(m.versions) < 2:
         return ""
     at = m.versions.index(m.id)
@@ -52,11 +53,8 @@ def versions_html(m) -> str:
         )
 
     out = f"<p>{page(-1, '‹')} {at + 1} / {len(m.versions)} {page(1, '›')}"
-    if m.same_as:
-        out += (
-            f' &nbsp; <small style="color:gray;">same text as version {m.same_as} — at temperature 0 the model '
-            "writes the same answer; raise the temperature in Settings for a different one</small>"
-        )
+    if note := version_note(m, first_version_text(history, m) if history is not None else None):
+        out += f' &nbsp; <small style="color:gray;">{html.escape(note)}</small>'
     return out + "</p>"
 
 
@@ -260,7 +258,9 @@ class ChatTranscript(QTextBrowser):
         verbs += ("inspect",) if m.role == "assistant" and self.history.has_steps(m.id) else ()
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
-        return message_html(m.role, self._html_cache[key], actions, m.stats, files_html(m), versions_html(m))
+        return message_html(
+            m.role, self._html_cache[key], actions, m.stats, files_html(m), versions_html(m, self.history)
+        )
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end in a new block; returns where it starts."""
