@@ -3,13 +3,13 @@ shows and a screenshot of it from the X server is not blank; and when the xcb pl
 libraries are missing, the app names them and exits 2 instead of Qt's abort."""
 
 import os
-import select
 import shutil
 import subprocess
 import sys
 from collections import Counter
 
 import pytest
+from x_server import app_env, xvfb_display
 
 from draftscope.gui import platform_check
 
@@ -18,48 +18,9 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Qt
 
 @pytest.fixture
 def xvfb():
-    """A virtual X server on a free display (``-displayfd``: Xvfb picks it and writes its number)."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Qt's xcb platform is Linux-only")
-    binary = shutil.which("Xvfb")
-    if binary is None:
-        pytest.skip("Xvfb not on PATH (Debian/Ubuntu package xvfb; `bash scripts/setup.sh test` installs it)")
-    read_fd, write_fd = os.pipe()
-    server = subprocess.Popen(
-        [binary, "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-        pass_fds=(write_fd,),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    os.close(write_fd)
-    try:
-        number = b""
-        while not number.endswith(b"\n"):
-            ready, _, _ = select.select([read_fd], [], [], 20)
-            chunk = os.read(read_fd, 16) if ready else b""
-            if not chunk:
-                server.kill()
-                pytest.fail(f"Xvfb did not start: {server.communicate()[1].decode(errors='replace')[-1000:]}")
-            number += chunk
-        yield f":{int(number)}"
-    finally:
-        os.close(read_fd)
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def _app_env(tmp_path, **extra):
-    return dict(
-        os.environ,
-        DRAFTSCOPE_CONFIG_DIR=str(tmp_path / "config"),
-        DRAFTSCOPE_DATA_DIR=str(tmp_path / "data"),
-        DRAFTSCOPE_CACHE_DIR=str(tmp_path / "cache"),
-        **extra,
-    )
+    """A virtual X server with a 1280x800 screen (x_server.py)."""
+    with xvfb_display("1280x800") as display:
+        yield display
 
 
 def test_the_app_shows_its_window_on_an_x_server(xvfb, tmp_path, tokenizer_dir, tokenizer):
@@ -70,7 +31,7 @@ def test_the_app_shows_its_window_on_an_x_server(xvfb, tmp_path, tokenizer_dir, 
     tiny_llama(len(tokenizer), seed=1).save_pretrained(model_dir)
     shot = tmp_path / "shot.png"
     # xcb explicitly: conftest makes offscreen the default for the test process and its children
-    env = _app_env(tmp_path, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb")
+    env = app_env(tmp_path, DISPLAY=xvfb, QT_QPA_PLATFORM="xcb")
     run = subprocess.run(
         [
             sys.executable,
@@ -149,7 +110,7 @@ def test_missing_libraries_exit_2_with_their_names_not_a_qt_abort(tmp_path):
     ldd = bin_dir / "ldd"
     ldd.write_text(f"#!/bin/sh\nprintf '{FAKE_LDD}'\n")
     ldd.chmod(0o755)
-    env = _app_env(tmp_path, DISPLAY=":99", QT_QPA_PLATFORM="xcb", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = app_env(tmp_path, DISPLAY=":99", QT_QPA_PLATFORM="xcb", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     run = subprocess.run(
         [sys.executable, "-m", "draftscope", "gui"], env=env, capture_output=True, text=True, timeout=120
     )
@@ -230,7 +191,7 @@ def test_a_failed_switch_then_another_then_a_settings_change_leave_the_app_runni
     script = tmp_path / "switches.py"
     script.write_text(SWITCHES)
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = _app_env(
+    env = app_env(
         tmp_path,
         QT_QPA_PLATFORM="xcb",
         DISPLAY=xvfb,

@@ -23,8 +23,9 @@ from pathlib import Path
 from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QProgressDialog
 
+from draftscope.gui import window_memory
 from draftscope.gui.generation_worker import WorkerThread
-from draftscope.gui.loading import LoadingProgress
+from draftscope.gui.loading import LoadingProgress, release, show_over
 from draftscope.sysinfo import freeze_loaded_objects
 
 
@@ -84,6 +85,7 @@ class Launcher(QObject):
         self.server = LocalServer()  # Settings ▸ Server: beside the window, over its model
         self.server.stored.connect(lambda cid: self.window and self.window.served_answer_stored(cid))
         QApplication.instance().aboutToQuit.connect(self.server.stop)
+        QApplication.instance().aboutToQuit.connect(lambda: self.window and self._keep_window(self.window))
         self.changes = self._settings_events()
 
     def _settings_events(self):
@@ -128,6 +130,8 @@ class Launcher(QObject):
         self.loader_thread.shutdown()
         notes = _drafter_notes(runtime)
         self.running_settings = None  # the switch went through: its settings are the ones kept
+        if self.window is not None:  # a reload: the new window takes this one's shape, panels and conversation
+            window_memory.remember(self.window, self.settings)
         self._remember_model()
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
@@ -137,9 +141,10 @@ class Launcher(QObject):
             lambda spec: self.apply_settings(dataclasses.replace(self.settings, model=spec))
         )
         self.window.datastore_chosen.connect(self.use_datastore)
-        if previous is not None:  # a reload: same place, same conversation
-            self.window.restoreGeometry(previous.saveGeometry())
-            self.window.show_conversation(previous.conversation_id)
+        window_memory.restore(self.window, self.settings)  # as the last window left it, or the file says
+        window_memory.WindowKeeper(self.window, self._keep_window)
+        if previous is not None:
+            release(self.progress)  # shown over the window being let go: not deleted with it
             _let_go(previous, runtime)
         self.window.show()
         if runtime.engine.baseline_measured_at is None:  # measured now, behind the open window
@@ -163,16 +168,30 @@ class Launcher(QObject):
 
     def _remember_model(self) -> None:
         """The model just loaded heads the switcher's recent models (kept in the settings file)."""
-        from draftscope.storage import save_settings
         from draftscope.storage.settings import MAX_RECENT
 
         model = self.settings.model
         recent = ([model] + [m for m in self.settings.recent_models if m != model])[:MAX_RECENT]
         self.settings.recent_models = recent  # in place: the runtime holds these settings too
-        try:  # saved once the model has opened: the file never names a model that failed
-            save_settings(self.settings, self.settings_file)
+        self._save_quietly(self.settings)  # once the model has opened: the file never names a model that failed
+
+    def _keep_window(self, window) -> None:
+        """The window's shape (gui/window_memory.py) remembered in the settings and saved, in the
+        running model's settings while another model is tried (the file never names a model that failed)."""
+        if window is not self.window:
+            return  # a window a reload replaced, closing
+        kept = self.running_settings or self.settings
+        for settings in {id(kept): kept, id(self.settings): self.settings}.values():
+            window_memory.remember(window, settings)
+        self._save_quietly(kept)
+
+    def _save_quietly(self, settings) -> None:
+        from draftscope.storage import save_settings
+
+        try:
+            save_settings(settings, self.settings_file)
         except OSError:
-            pass  # remembered for this session; the settings file is said to fail when it is saved
+            pass  # remembered for this session; the settings file is said to fail when settings are saved
 
     def _on_failed(self, message: str) -> None:
         self.loading = False
@@ -263,7 +282,7 @@ class Launcher(QObject):
     def _retry(self) -> None:
         self.loading = True
         self.stages.begin(f"Loading {self.settings.model} …")
-        self.progress.show()
+        show_over(self.progress, self.window)  # a reload's progress over the window, not under it
         QMetaObject.invokeMethod(self.loader, "load", Qt.ConnectionType.QueuedConnection)
 
     # ------------------------------------------------------------------ settings
@@ -399,7 +418,9 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
     # the plain speed is measured once the window is open: the loading screen waits only for what answers need
     launcher = Launcher(functools.partial(load_runtime, baseline=False), HistoryStore(), settings, notices)
     if quit_after_ms is not None:
-        _quit_after(launcher, quit_after_ms, screenshot)
+        from draftscope.gui.smoke_run import quit_after
+
+        quit_after(launcher, quit_after_ms, screenshot)
     launcher.start()
     return app.exec()
 
@@ -444,43 +465,6 @@ def _starting_settings(app, model: str | None, *, ask: bool):
             return None, notices
         settings = dialog.settings
     return settings, notices
-
-
-def _quit_after(launcher: Launcher, quit_after_ms: int, screenshot: str | None) -> None:
-    """The smoke test: quit ``quit_after_ms`` after the window shows (saving ``screenshot``), or
-    exit 1 when the model fails to load."""
-
-    def shown(window):
-        print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
-        QTimer.singleShot(quit_after_ms, lambda: _quit_with_screenshot(window, quit_after_ms, screenshot))
-
-    def failed(message):
-        print(f"draftscope: the model could not be loaded: {message}", file=sys.stderr, flush=True)
-        launcher.loader_thread.shutdown()  # end the thread before Qt tears it down
-        QApplication.exit(1)
-
-    launcher.window_ready.connect(shown)
-    launcher.loader.failed.disconnect(launcher._on_failed)
-    launcher.loader.failed.connect(failed)
-
-
-def _quit_with_screenshot(window, quit_after_ms: int, screenshot: str | None) -> None:
-    print(f"draftscope: still running after {quit_after_ms} ms; quitting", flush=True)
-    saved = True
-    if screenshot:  # from the screen (under xcb the X server's frame buffer), not a re-render
-        saved = window.screen().grabWindow(window.winId()).save(screenshot, "PNG")
-        print(
-            f"draftscope: screenshot saved to {screenshot}"
-            if saved
-            else f"draftscope: the screenshot could not be saved to {screenshot}",
-            file=sys.stdout if saved else sys.stderr,
-            flush=True,
-        )
-    window.close()
-    if saved:
-        QApplication.quit()
-    else:
-        QApplication.exit(1)
 
 
 def _drafter_notes(runtime) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QProgressDialog
+from PySide6.QtWidgets import QProgressDialog, QWidget
 
 from draftscope.engine.stages import Stage, as_stage, time_left
 
@@ -59,3 +59,19 @@ class LoadingProgress:
         if stage.seconds_left is None:  # no estimate: how long it has taken says it is still moving
             line += f" · {time_left(time.monotonic() - self.began)} so far"
         self.dialog.setLabelText(f"{self.heading}\n{line}")
+
+
+def show_over(dialog: QProgressDialog, window: QWidget | None) -> None:
+    """Show the loading dialog, over ``window`` when there is one (a reload's: a dialog of the window,
+    it stays above it and opens on its screen; with none, at start, on its own)."""
+    if dialog.parentWidget() is not window:
+        dialog.setParent(window, dialog.windowFlags())  # still a dialog (setParent alone would embed it)
+    dialog.show()
+    dialog.raise_()
+    dialog.activateWindow()
+
+
+def release(dialog: QProgressDialog) -> None:
+    """The dialog no longer belongs to the window a reload lets go (deleted with it otherwise)."""
+    if dialog.parentWidget() is not None:
+        dialog.setParent(None, dialog.windowFlags())

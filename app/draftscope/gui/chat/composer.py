@@ -48,6 +48,7 @@ class Composer(QWidget):
         self.edit_banner = QLabel(
             "Editing a message: Enter sends it in place of the old one and what followed, Esc cancels.",
             objectName="editBanner",
+            wordWrap=True,  # unwrapped, it widened the window past a laptop's screen
         )
         self.edit_banner.hide()
         self.chat_input = QPlainTextEdit(objectName="chatInput")

@@ -33,6 +33,7 @@ from draftscope.datastore.default import build_default_datastore, default_datast
 from draftscope.datastore.progress import Progress
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.gui.dialogs.model_page import ModelPage
+from draftscope.gui.fit_screen import fit_dialog, grow_to, scrolling
 from draftscope.gui.form_widgets import (
     note as _note,
 )
@@ -100,6 +101,7 @@ class FirstRunDialog(QDialog):
         self._lay_out(error_row, self._build_buttons())
         self._clear_error()
         self._show_page(0)
+        fit_dialog(self)
 
     # --- building the dialog -------------------------------------------------------------------
 
@@ -150,7 +152,7 @@ class FirstRunDialog(QDialog):
         layout.addWidget(self.step_label)
         layout.addWidget(self.title)
         layout.addSpacing(4)
-        layout.addWidget(self.pages, 1)
+        layout.addWidget(scrolling(self.pages, "setupPagesScroll"), 1)  # a short screen scrolls the page
         layout.addLayout(error_row)
         layout.addSpacing(8)
         layout.addLayout(buttons)
@@ -452,9 +454,7 @@ class FirstRunDialog(QDialog):
     def _fit_height(self) -> None:
         """Grow to fit new text (wrapped labels would otherwise be squeezed over each other)."""
         self.layout().activate()
-        needed = self.heightForWidth(self.width())
-        if needed > self.height():
-            self.resize(self.width(), needed)
+        grow_to(self, self.heightForWidth(self.width()))  # no taller than the screen: the page scrolls
 
     def _clear_error(self) -> None:
         self.error_label.clear()

@@ -13,7 +13,7 @@ import html
 import time
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QGridLayout,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.core.session import ChatSession, sampling_from
 from draftscope.engine.sampling import fresh_seed
+from draftscope.gui.fit_screen import fit_dialog
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.session_qt import SessionSignals
 
@@ -82,7 +83,7 @@ class RaceDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("raceDialog")
         self.setWindowTitle("Race: plain decoding vs speculative decoding")
-        self.resize(1000, 600)
+        fit_dialog(self, QSize(1000, 600))
         self.runtime = runtime
         self.session = ChatSession(runtime)  # in memory: a race is not a conversation
         self.lanes: dict[str, Lane] = {}

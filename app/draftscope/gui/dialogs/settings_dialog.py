@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -45,10 +45,11 @@ from draftscope.engine.backends.llama import gpu_offload
 from draftscope.gui.dialogs.gpu_layers_row import GpuLayers
 from draftscope.gui.dialogs.settings_model_tab import OTHER_TEXT, ModelTabParts
 from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
+from draftscope.gui.fit_screen import fit_dialog, scroll_tabs
 from draftscope.gui.form_widgets import align_label_columns, hint, row, show_error
 from draftscope.models import catalog
 from draftscope.models.resolve import DEFAULT_MODEL
-from draftscope.storage.settings import DTYPES, Settings
+from draftscope.storage.settings import DTYPES, Section, Settings
 
 BACKEND_CHOICES = (("auto", "Auto"), ("llama.cpp", "llama.cpp (GGUF files)"), ("torch", "torch (transformers)"))
 
@@ -90,6 +91,7 @@ class SettingsDialog(ModelTabParts, QDialog):
         self.tabs.addTab(self.appearance, "Appearance")
         self.tabs.addTab(self.server, "Server")
         align_label_columns(self.tabs)
+        scroll_tabs(self.tabs)  # a short screen scrolls a page, never OK and Cancel off the screen
 
         self.error_label = QLabel(objectName="settingsError")
         self.error_label.setWordWrap(True)
@@ -115,7 +117,7 @@ class SettingsDialog(ModelTabParts, QDialog):
         layout.addWidget(self.error_label)
         layout.addWidget(self.buttons)
         self._show(self._original)
-        self.resize(max(640, self.sizeHint().width()), self.sizeHint().height())
+        fit_dialog(self, QSize(max(640, self.sizeHint().width()), self.sizeHint().height()))
 
     # --- the Model tab: where the model runs (the rest: ModelTabParts) ----------------------------
 
@@ -204,8 +206,11 @@ class SettingsDialog(ModelTabParts, QDialog):
         self.error_label.hide()
 
     def result_settings(self) -> Settings:
-        """A new Settings holding what the form shows."""
+        """A new Settings holding what the form shows, and what the app remembers (recent models,
+        the window's shape) as it was: the form does not show it."""
+        remembered = {name: copy.deepcopy(getattr(self._original, name)) for name in Section.REMEMBERED.names}
         return Settings(
+            **remembered,
             model=self._model_spec(),
             draft_model=self._draft_spec(),
             device=self.device_combo.currentData(),

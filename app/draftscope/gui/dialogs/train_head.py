@@ -31,6 +31,7 @@ from draftscope.drafters.recurrent.train import (
     train_head,
 )
 from draftscope.gui.dialogs.train_head_form import TrainHeadForm
+from draftscope.gui.fit_screen import grow_to
 from draftscope.gui.jobs import JobRunner
 from draftscope.models import assets
 
@@ -306,8 +307,7 @@ class TrainHeadDialog(TrainHeadForm, QDialog):
         layout = self.layout()
         layout.activate()
         need = layout.totalHeightForWidth(self.width()) if layout.hasHeightForWidth() else self.sizeHint().height()
-        if need > self.height():
-            self.resize(self.width(), need)
+        grow_to(self, need)  # no taller than the screen
 
     # --- closing -------------------------------------------------------------------------------
 

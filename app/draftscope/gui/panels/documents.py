@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from draftscope.gui.jobs import JobRunner
 
@@ -37,13 +37,11 @@ class DocumentsPanel(QWidget):
         self.add_button.clicked.connect(self.choose_folder)
         self.remove_button = QPushButton("Remove", objectName="removeDocumentsButton", enabled=False)
         self.remove_button.clicked.connect(lambda: self.set_folder(None))
-        buttons = QHBoxLayout()
-        for b in (self.add_button, self.remove_button):
-            buttons.addWidget(b)
         layout = QVBoxLayout(self)
-        for part in (self.label, self.bar, self.status):
+        # one under the other: side by side they made the dock, with the inspection panels, wider than a
+        # 1280-pixel screen
+        for part in (self.label, self.bar, self.status, self.add_button, self.remove_button):
             layout.addWidget(part)
-        layout.addLayout(buttons)
         layout.addStretch(1)
         self.jobs = JobRunner(self, on_progress=self._on_progress, on_done=self._on_indexed, on_failed=self._on_failed)
         self.recheck = QTimer(self, interval=RECHECK_MS)

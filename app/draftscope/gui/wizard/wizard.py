@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import QWidget, QWizard
 
 from draftscope.core.words import describe_error
@@ -37,6 +37,7 @@ from draftscope.datastore.distill import DistillProgress, DistillReport, distill
 from draftscope.datastore.pipeline import BuildReport, build_datastore
 from draftscope.datastore.progress import Progress
 from draftscope.datastore.sources import Source
+from draftscope.gui.fit_screen import fit_dialog
 from draftscope.gui.jobs import JobRunner
 from draftscope.gui.wizard.build_jobs import (
     ModelOnce,
@@ -123,7 +124,7 @@ class DatastoreWizard(QWizard):
             self.setPage(pid, page)
         for spec in sources:
             self.sources_page.add(spec)
-        self.resize(780, 600)
+        fit_dialog(self, QSize(780, 600))
 
     # --- public API ------------------------------------------------------------------------------
 
