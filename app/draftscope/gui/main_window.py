@@ -30,6 +30,7 @@ from draftscope.gui.chat.reading import ReadingIndicator
 from draftscope.gui.chat.render import provenance_legend
 from draftscope.gui.chat.versions import page_to
 from draftscope.gui.chat.view import ChatTranscript
+from draftscope.gui.chat.welcome import use_example
 from draftscope.gui.dialogs.help import add_help_menu
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.model_switcher import ModelSwitcher
@@ -263,6 +264,7 @@ class MainWindow(QMainWindow):
             "edit": self.edit,
             "inspect": self.inspect,
             "version": lambda i: page_to(self, i),
+            "example": lambda i: use_example(self, i),  # the welcome page's example prompts
         }.get(verb)
         if act is not None:  # an answer's own Markdown may hold links of any verb: only ours act
             act(message_id)

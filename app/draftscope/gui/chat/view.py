@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 from draftscope.core.words import answer_stats
 from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 from draftscope.gui.chat.versions import first_version_text, version_note
+from draftscope.gui.chat.welcome import welcome_html
 
 FILE_SCHEME = "attachment"  # attachment:<message id>/<its position among the message's files>
 STREAM_RENDER_SHARE_WAIT = 4  # waits this many times a render's duration before the next (a fifth of the time)
@@ -109,6 +110,7 @@ class ChatTranscript(QTextBrowser):
         self.verticalScrollBar().valueChanged.connect(self._on_scrolled)
         self.setOpenLinks(False)  # our links (copy, edit, regenerate) are handled here
         self.anchorClicked.connect(self._on_link)
+        self.render()  # the session's conversation, or the welcome page
 
     # --- what is shown ---------------------------------------------------------------------------
 
@@ -196,7 +198,8 @@ class ChatTranscript(QTextBrowser):
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
             ids = [_key(m) for m in messages]
             if ids[: len(self._shown)] != self._shown or not self._shown:
-                self.setHtml("".join(self._message_block(m) for m in messages))
+                welcome = "" if messages or self.streaming else welcome_html()  # an empty conversation's page
+                self.setHtml("".join(self._message_block(m) for m in messages) + welcome)
             else:
                 self._append_html("".join(self._message_block(m) for m in messages[len(self._shown) :]))
             self._shown = ids
