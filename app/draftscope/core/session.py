@@ -15,10 +15,11 @@ steps and its end, on the thread that runs the answer. Views observe them — th
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from psygnal import Signal, SignalGroup
 
+from draftscope.core import continuation
 from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
 from draftscope.engine.engine import GenerationRequest
@@ -123,6 +124,7 @@ class ChatSession:
         self._replaced: int | None = None  # the version a regenerate hid, shown again if no new one is kept
         self._memory: list[Turn] = []
         self.events = SessionEvents()
+        self.continuing: continuation.Continuation | None = None  # the cut answer the last request writes on
 
     @property
     def engine(self):
@@ -289,6 +291,7 @@ class ChatSession:
         tokens), the settings' limits and sampling unless given, fresh drafters unless given
         (``[]``: plain decoding)."""
         s = self.settings
+        self.continuing = None  # a continue_request's own request says so after this
         if prompt_ids is not None:
             source = {"prompt_ids": list(prompt_ids)}
         else:
@@ -301,12 +304,25 @@ class ChatSession:
             budget=budget,
             cancel=cancel,
             stop_strings=list(stop),
+            stop_loops=self.settings.stop_loops,
         )
 
-    def record(self, final: FinalEvent, steps: list[StepEvent] | bytes | None = None) -> int | None:
+    def continue_request(self, message_id: int) -> GenerationRequest:
+        """The request that writes on the conversation's last answer, cut at the length limit or
+        stopped (core/continuation.py): as the uncut answer would have gone on (its tokens, its
+        seed); kept in the same message. ValueError, in words, when it cannot be continued."""
+        before = self._model_messages([t for t in self.turns() if t.id != message_id])  # what the model read
+        continuing = continuation.prepare(self, message_id, before)
+        request = self.request(prompt_ids=continuing.prompt)
+        if continuing.stats.get("seed") is not None:
+            request.sampling = replace(request.sampling, seed=continuing.stats["seed"])
+        continuing.request, self.continuing = request, continuing
+        return request
+
+    def record(self, final: FinalEvent, steps: list[StepEvent] | bytes | None = None, request=None) -> int | None:
         """Keep a finished answer (a cancelled one, or one cut short by an error, only if it has
         text: the answer so far stays); returns its message id (None when nothing was kept or there
-        is no history store)."""
+        is no history store). The answer to a ``continue_request`` extends its message."""
         if final.finish_reason in ("eos", "length", "stop"):
             self.runtime.learn(final.prompt_tail, final.token_ids)
         if not final.text.strip() and final.finish_reason in ("cancel", "error"):
@@ -323,6 +339,8 @@ class ChatSession:
                 )
             self._memory = []
         stats, drafters = answer_record(final, self.engine.baseline_tokens_per_second)
+        if (going_on := self.continuing) is not None and going_on.request is request:
+            return continuation.extend(self.history, self.engine.tokenizer, going_on, final, steps, (stats, drafters))
         return self.history.add_message(
             self.conversation_id, "assistant", final.text, stats=stats, drafters=drafters, steps=steps
         )
@@ -340,7 +358,7 @@ class ChatSession:
             for ev in self.engine.generate(request):
                 if isinstance(ev, FinalEvent):
                     if keep:
-                        self.last_kept = self.record(ev, steps)
+                        self.last_kept = self.record(ev, steps, request)
                     self._settle_versions()
                     self.events.answer_ended.emit(ev, self.last_kept)
                     yield ev

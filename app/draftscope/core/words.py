@@ -96,7 +96,12 @@ def prompt_read(stats: dict) -> list[str]:
 
 
 # How an answer that did not end by itself says so, first on its figures' line.
-STOPPED_WORDS = {"cancel": "stopped", "length": "cut at the length limit", "error": "ended by an error"}
+STOPPED_WORDS = {
+    "cancel": "stopped",
+    "length": "cut at the length limit",
+    "loop": "stopped: the answer repeated itself",
+    "error": "ended by an error",
+}
 
 
 def setting_name(model: catalog.CatalogModel) -> str:

@@ -24,6 +24,7 @@ from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, Prefi
 from draftscope.engine.budget import DraftBudget, FixedBudget, InSlot, measure_verify_costs
 from draftscope.engine.detokenizer import Detokenizer
 from draftscope.engine.events import SOURCE_NAMES, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
+from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.policy import StepPolicy
 from draftscope.engine.sampling import PositionNoise, fresh_seed, next_tokens
 from draftscope.engine.tree_cuts import cut_pieces, drop_foreign_tokens, first_nodes, limit_leaves, prune_depth
@@ -106,6 +107,7 @@ class Answer:
         self.tally = _Tally()
         self.finish, self.error = "length", None
         self.max_stop = max((len(s) for s in req.stop_strings), default=0)
+        self.loops = LoopGuard() if req.stop_loops else None  # a verbatim repetition ends the answer
         self.root = prompt[-1]
         self.step: _Step | None = None
         self._set_up_reading()
@@ -348,6 +350,9 @@ class Answer:
             if stop_at is not None:
                 stop, self.finish = True, "stop"
                 self.pieces = cut_pieces(self.pieces, stop_at - step_start)
+                break
+            if self.loops is not None and self.loops.repeats(tok):
+                stop, self.finish = True, "loop"
                 break
         emitted, provenance = emitted[: len(self.pieces)], provenance[: len(self.pieces)]
         tally.by_source.update(src for src in provenance if src != "target")

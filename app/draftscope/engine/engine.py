@@ -55,6 +55,10 @@ class GenerationRequest:
     # a read ahead (max_new_tokens 0, before Send): the lowest priority on the stepper; any other answer
     # takes its slot within one reading chunk, and what it read stays in the slot's cache
     background: bool = False
+    # end the answer when its tail repeats one unit verbatim (engine/loop_guard.py): finish "loop", every token
+    # before the stop plain decoding's. Off here (benchmarks and measurements see the bare engine); the
+    # faces ask for it from Settings ▸ Generation (stop_loops)
+    stop_loops: bool = False
 
 
 TORCH_THREADS = torch.get_num_threads()  # what torch chose for this machine, before anyone changed it

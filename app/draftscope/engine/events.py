@@ -108,7 +108,7 @@ class ReadingEvent:
 
 @dataclass
 class FinalEvent:
-    finish_reason: str  # "eos", "length", "stop", "cancel", "error"
+    finish_reason: str  # "eos", "length", "stop", "loop" (it repeated itself verbatim), "cancel", "error"
     text: str
     token_ids: list[int]
     stats: MessageStats

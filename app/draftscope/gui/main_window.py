@@ -24,6 +24,7 @@ from draftscope.documents.extract import Attachment
 from draftscope.engine.events import step_from_dict
 from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.chat.composer import Composer
+from draftscope.gui.chat.continuing import continue_answer
 from draftscope.gui.chat.conversation_list import ConversationList
 from draftscope.gui.chat.read_ahead import ReadAhead
 from draftscope.gui.chat.reading import ReadingIndicator
@@ -264,14 +265,16 @@ class MainWindow(QMainWindow):
             "edit": self.edit,
             "inspect": self.inspect,
             "version": lambda i: page_to(self, i),
+            "continue": lambda i: continue_answer(self, i),  # a cut answer written on (gui/chat/continuing.py)
             "example": lambda i: use_example(self, i),  # the welcome page's example prompts
         }.get(verb)
         if act is not None:  # an answer's own Markdown may hold links of any verb: only ours act
             act(message_id)
 
-    def _generate(self, *, new_seed: bool = False) -> None:
-        """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate)."""
-        request = self.session.request(
+    def _generate(self, *, new_seed: bool = False, request=None) -> None:
+        """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate);
+        ``request``: one made already (Continue's)."""
+        request = request or self.session.request(
             sampling=sampling_from(self.session.settings, seed=fresh_seed()) if new_seed else None
         )
         self.read_ahead.cancel()  # never queued behind it: it ends at its next chunk

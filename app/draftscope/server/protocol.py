@@ -331,7 +331,9 @@ def new_id(prefix: str) -> str:
 
 
 def finish_reason(final_reason: str) -> str:
-    """OpenAI's words for the engine's: an end token or a stop sequence is "stop"."""
+    """OpenAI's words for the engine's: an end token, a stop sequence or a loop stopped (the server's
+    own stop rule, like a stop sequence: "length" would tell a client to ask for more of the loop)
+    is "stop"; the engine's own word is in the stats' ``finish_reason``."""
     return "length" if final_reason == "length" else "stop"
 
 
@@ -360,6 +362,7 @@ def stats_extension(final) -> dict:
         "drafters": s.drafters,
         "accepted_by_source": s.accepted_by_source,
         "seed": s.seed,  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer
+        "finish_reason": final.finish_reason,  # the engine's: "eos", "length", "stop", "loop" (it repeated itself)
         # answers its steps shared a forward with, itself included (null: it had the model to itself)
         "answers_per_forward": None if s.answers_per_forward is None else round(s.answers_per_forward, 3),
         "prompt_tokens_read": None if s.prompt_kept is None else s.prompt_tokens - s.prompt_kept,

@@ -26,6 +26,7 @@ import sqlite3
 import threading
 import time
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,20 +148,26 @@ class HistoryStore:
         columns = {r["name"] for r in self._db.execute("PRAGMA table_info(messages)")}
         if "parent_id" in columns:
             return
-        self._db.execute("BEGIN")
-        try:
+        with self._transaction():
             self._db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
             self._db.execute("ALTER TABLE messages ADD COLUMN current_version INTEGER NOT NULL DEFAULT 1")
             self._db.execute("""UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
                                 WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)""")
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    @contextmanager
+    def _transaction(self):
+        """One transaction (the caller holds the lock): all of its writes, or none of them."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         with self._lock:
@@ -227,8 +234,7 @@ class HistoryStore:
         version of that answer)."""
         now = time.time()
         with self._lock:
-            self._db.execute("BEGIN")
-            try:
+            with self._transaction():
                 branch = self._branch(conversation_id)
                 cur = self._insert_message(
                     conversation_id,
@@ -242,20 +248,33 @@ class HistoryStore:
                     )
                 self._insert_files(cur.lastrowid, files)
                 self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             self._hidden.discard(cur.lastrowid)  # a deleted hidden message's id, reused by SQLite
         return cur.lastrowid
+
+    def extend_answer(self, message_id: int, content: str, *, stats: dict, drafters: dict, steps) -> None:
+        """Continue: an answer written on keeps its message (its place, its versions); its text,
+        figures and steps (StepEvents or their dicts, old ones first) become the longer answer's,
+        in one transaction."""
+        blob = steps if isinstance(steps, bytes) else encode_steps(steps)
+        with self._lock, self._transaction():
+            self._db.execute(
+                "UPDATE messages SET content = ?, stats = ?, drafters = ? WHERE id = ?",
+                (content, _json(stats), _json(drafters), message_id),
+            )
+            self._db.execute(
+                "INSERT OR REPLACE INTO message_steps (message_id, data) VALUES (?, ?)", (message_id, blob)
+            )
+            self._db.execute(
+                "UPDATE conversations SET updated = ? WHERE id = (SELECT conversation_id FROM messages WHERE id = ?)",
+                (time.time(), message_id),
+            )
 
     def add_conversations(self, conversations) -> list[int]:
         """Conversations read from a file (storage.transfer.Imported), written in one transaction:
         all of them, or none. Returns their ids."""
         ids, added = [], []
         with self._lock:
-            self._db.execute("BEGIN")
-            try:
+            with self._transaction():
                 for c in conversations:
                     cur = self._db.execute(
                         "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
@@ -267,10 +286,6 @@ class HistoryStore:
                         parent = self._insert_message(cur.lastrowid, m, parent).lastrowid
                         self._insert_files(parent, m.get("files"))
                         added.append(parent)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             self._hidden.difference_update(added)  # deleted hidden messages' ids, reused by SQLite
         return ids
 
@@ -322,17 +337,11 @@ class HistoryStore:
     def show_version(self, message_id: int) -> None:
         """Make a version the current one of its answer: its branch is the conversation from now on."""
         with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.execute(
-                    """UPDATE messages SET current_version = (id = ?) WHERE (conversation_id, parent_id) IS
-                       (SELECT conversation_id, parent_id FROM messages WHERE id = ?)""",
-                    (message_id, message_id),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            self._db.execute(  # one statement: one transaction
+                """UPDATE messages SET current_version = (id = ?) WHERE (conversation_id, parent_id) IS
+                   (SELECT conversation_id, parent_id FROM messages WHERE id = ?)""",
+                (message_id, message_id),
+            )
             self._hidden.discard(message_id)
 
     def hide_version(self, message_id: int) -> None:

@@ -95,6 +95,7 @@ class Settings:
     top_k: int = setting(Section.SAMPLING, 0)
     max_new_tokens: int = setting(Section.SAMPLING, 512)
     repetition_penalty: float = setting(Section.SAMPLING, 1.0)
+    stop_loops: bool = setting(Section.SAMPLING, True)  # end an answer that repeats itself (engine/loop_guard.py)
     seed: int = setting(Section.SAMPLING, -1)  # -1: a new seed for every answer; else every sampled answer's
     system_prompt: str = setting(Section.SAMPLING, "")
     prompt_presets: dict[str, str] = setting(Section.SAMPLING, factory=dict)  # the user's own (name -> text)

@@ -16,6 +16,7 @@ from PySide6.QtGui import QDesktopServices, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 
 from draftscope.core.words import answer_stats
+from draftscope.gui.chat.continuing import Continuing
 from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 from draftscope.gui.chat.versions import first_version_text, version_note
 from draftscope.gui.chat.welcome import welcome_html
@@ -60,7 +61,7 @@ def versions_html(m, history=None) -> str:
 
 
 def _key(m) -> tuple:
-    return m.id, m.created
+    return m.id, m.created, m.content  # a continued answer is the same message with more text
 
 
 def files_html(m) -> str:
@@ -96,6 +97,8 @@ class ChatTranscript(QTextBrowser):
         self.streaming = False
         self.streaming_text = ""
         self.current_steps: list = []
+        self._continuing = Continuing(session)  # the answer being written on, and the one that offers Continue
+        self._offer: int | None = None
         self._stream_start: int | None = None
         self._stream_render_at, self._stream_render_s = 0.0, 0.0  # when it last rendered, and how long it took
         self._stream_timer = QTimer(self, singleShot=True)
@@ -156,6 +159,7 @@ class ChatTranscript(QTextBrowser):
 
     def begin_stream(self) -> None:
         self.streaming, self.streaming_text, self.current_steps = True, "", []
+        self._continuing.begin()  # a continued answer streams on from its text so far
         self._following = True  # a message was sent: show it and its answer
         self.render()
 
@@ -167,6 +171,7 @@ class ChatTranscript(QTextBrowser):
     def end_stream(self) -> None:
         """The answer ended (kept in the history, or not): show the conversation as stored."""
         self.streaming, self.streaming_text = False, ""
+        self._continuing.end()
         self.render()
 
     # --- rendering -------------------------------------------------------------------------------
@@ -196,7 +201,8 @@ class ChatTranscript(QTextBrowser):
         if not stream_only:
             self._drop_stream_region()
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
-            ids = [_key(m) for m in messages]
+            messages, self._offer = self._continuing.shown(messages, streaming=self.streaming)
+            ids = [(_key(m), m.id == self._offer) for m in messages]  # Continue moves on: render again
             if ids[: len(self._shown)] != self._shown or not self._shown:
                 welcome = "" if messages or self.streaming else welcome_html()  # an empty conversation's page
                 self.setHtml("".join(self._message_block(m) for m in messages) + welcome)
@@ -218,10 +224,15 @@ class ChatTranscript(QTextBrowser):
         blocks: list[str] = []
         if self.show_provenance:
             body = self.renderer.markdown_with_provenance(
-                self.current_steps, blocks, key="live", text_colour=self._text_colour(), suffix=CURSOR
+                self.current_steps,
+                blocks,
+                key="live",
+                text_colour=self._text_colour(),
+                prefix=self._continuing.prefix,
+                suffix=CURSOR,
             )
         else:
-            body = self.renderer.markdown(self.streaming_text + CURSOR, blocks, key="stream")
+            body = self.renderer.markdown(self._continuing.prefix + self.streaming_text + CURSOR, blocks, key="stream")
         self.code_blocks["live" if self.show_provenance else "stream"] = blocks
         cursor = QTextCursor(self.document())
         cursor.setPosition(self._stream_start)
@@ -259,7 +270,9 @@ class ChatTranscript(QTextBrowser):
             self.code_blocks[str(m.id)] = blocks
         verbs = ("copy", "edit") if m.role == "user" else ("copy", "regenerate")
         verbs += ("inspect",) if m.role == "assistant" and self.history.has_steps(m.id) else ()
+        verbs += ("continue",) if m.id == self._offer else ()
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
+        names["continue"] = "Continue"
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
         return message_html(
             m.role, self._html_cache[key], actions, m.stats, files_html(m), versions_html(m, self.history)

@@ -43,6 +43,11 @@ READ_AHEAD_TEXT = "Read the conversation, its files and your message while you t
 READ_AHEAD_HINT = (
     "Send then reads only what is left, so the answer starts sooner; off saves the work (a laptop on battery)"
 )
+STOP_LOOPS_TEXT = "Stop an answer that repeats itself word for word"
+STOP_LOOPS_HINT = (
+    "An answer whose last few hundred tokens say one line or phrase over and over ends there, and says so; "
+    "Continue writes on. The words before the stop are the same either way."
+)
 DISK_CACHES_HINT = (
     "Each conversation's cache is kept on disk, so one you come back to (after another, or a restart) is "
     "restored instead of read again; beyond this size the least recently used go. None: nothing kept."
@@ -247,6 +252,8 @@ class GenerationTab(QWidget):
         form = form_layout(self)
         for label, field in self._number_rows():
             form.addRow(label, field)
+        self.stop_loops = QCheckBox(STOP_LOOPS_TEXT, objectName="stopLoopsCheck", toolTip=STOP_LOOPS_HINT)
+        form.addRow("Loops:", self.stop_loops)
         self._add_prompt_rows(form)
         self._add_reading_rows(form)
         self.fields = {
@@ -257,6 +264,7 @@ class GenerationTab(QWidget):
             "max_new_tokens": self.max_new_tokens,
             "repetition_penalty": self.repetition_penalty,
             "seed": self.seed,
+            "stop_loops": self.stop_loops,
             "system_prompt": self.system_prompt,
             "threads": self.threads,
             "kv_cache_budget_mb": self.disk_caches.budget,
@@ -312,6 +320,7 @@ class GenerationTab(QWidget):
         self.max_new_tokens.setValue(s.max_new_tokens)
         self.repetition_penalty.setValue(s.repetition_penalty)
         self.seed.setValue(s.seed)
+        self.stop_loops.setChecked(s.stop_loops)
         self.threads.setValue(s.threads)
         self.system_prompt.setPlainText(s.system_prompt)
         self.presets.show_presets(s.prompt_presets)
@@ -325,6 +334,7 @@ class GenerationTab(QWidget):
             "max_new_tokens": self.max_new_tokens.value(),
             "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
             "seed": self.seed.value(),
+            "stop_loops": self.stop_loops.isChecked(),
             "system_prompt": self.system_prompt.toPlainText(),
             "threads": self.threads.value(),
             "prompt_presets": dict(self.presets.user),

@@ -1,0 +1,53 @@
+"""Continue in the window: the link under a cut answer, and that answer written on in place.
+
+The transcript offers Continue under the conversation's last answer when it was cut (at the length
+limit, stopped as a loop or by the user) and can go on (core/continuation.py). While it is written
+on, the transcript shows it as the answer being streamed: its text so far, then the new tokens."""
+
+from __future__ import annotations
+
+from draftscope.core.continuation import can_continue
+from draftscope.core.words import sentence
+
+
+class Continuing:
+    """What the transcript knows of Continue: which answer offers it, which one is being written on."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.message_id: int | None = None  # the answer being written on (None: a new answer, or none)
+        self.prefix = ""  # its text before this continuation
+
+    def begin(self) -> None:
+        """An answer starts streaming: a continuation when the session's request is one."""
+        going_on = self.session.continuing
+        self.message_id = going_on.message_id if going_on is not None else None
+        self.prefix = going_on.text if going_on is not None else ""
+
+    def end(self) -> None:
+        self.message_id, self.prefix = None, ""
+
+    def shown(self, messages: list, *, streaming: bool) -> tuple[list, int | None]:
+        """The messages to show (the answer being written on is the streamed one meanwhile), and the
+        id of the answer that offers Continue (None: none does)."""
+        if streaming:
+            return [m for m in messages if m.id != self.message_id], None
+        last = messages[-1] if messages else None
+        if last is None or not can_continue(
+            last, has_steps=self.session.history.has_steps(last.id), max_context=self.session.engine.max_context
+        ):
+            return messages, None
+        return messages, last.id
+
+
+def continue_answer(window, message_id: int) -> None:
+    """The Continue link: write on the answer (the same message), or say why it cannot be."""
+    if window.streaming:
+        return
+    try:
+        request = window.session.continue_request(message_id)
+    except ValueError as exc:  # not the last answer, no room left in the context: said, nothing changes
+        window.warn(sentence(str(exc)), "continueErrorDialog")
+        return
+    window.composer.end_edit()
+    window._generate(request=request)

@@ -1,0 +1,103 @@
+"""Continue (issue 62): an answer cut at the length limit, written on, is the answer an uncut run
+with a larger limit writes, token for token, greedy and sampled (fp32 tiny model), and stays one
+message (its text, steps and figures extended). Continuing differently (a new seed, or the partial
+answer rendered back through the chat template as a finished turn) gives another answer, which the
+check below rejects."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from engine_fixtures import tiny_llama
+from runtime_helpers import runtime_for
+
+from draftscope.core.continuation import answer_tokens
+from draftscope.core.session import ChatSession
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.storage import HistoryStore
+
+QUESTION = "Tell me about the quick brown fox."
+CUT, WHOLE = 12, 24
+
+
+@pytest.fixture(scope="module")
+def engine(tokenizer):
+    engine = Engine(tiny_llama(len(tokenizer), seed=3, layers=1, hidden=32, max_positions=512), tokenizer, name="tiny")
+    engine.eos_ids = set()  # every answer runs to its limit
+    return engine
+
+
+def session_on(engine, tmp_path, temperature: float, name: str = "h.sqlite3") -> ChatSession:
+    runtime = runtime_for(engine, max_new_tokens=CUT, temperature=temperature, seed=-1, stop_loops=False)
+    return ChatSession(runtime, history=HistoryStore(tmp_path / name))
+
+
+def uncut(engine, tmp_path, temperature: float, seed: int | None):
+    """The reference: one plain answer with the larger limit and the cut answer's seed."""
+    session = session_on(engine, tmp_path, temperature, "uncut.sqlite3")
+    session.say(QUESTION)
+    request = session.request(max_new_tokens=WHOLE, drafters=[])
+    request.sampling = replace(request.sampling, seed=seed)
+    return session.run(request)
+
+
+def written_on(engine, prompt: list[int], sampling, tokens_so_far: list[int]) -> list[int]:
+    """What continuing from ``prompt`` writes after ``tokens_so_far`` (for the wrong variants)."""
+    request = GenerationRequest(prompt_ids=prompt, max_new_tokens=WHOLE - CUT, sampling=sampling)
+    *_, final = engine.generate(request)
+    return tokens_so_far + final.token_ids
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_a_continued_answer_is_the_uncut_answer_token_for_token(engine, tmp_path, temperature):
+    session = session_on(engine, tmp_path, temperature)
+    session.say(QUESTION)
+    cut = session.run(session.request())
+    message = session.last_kept
+    assert cut.finish_reason == "length" and len(cut.token_ids) == CUT
+    assert (cut.stats.seed is None) == (temperature == 0)
+
+    continued = session.run(session.continue_request(message))
+
+    reference = uncut(engine, tmp_path, temperature, cut.stats.seed)
+    stored = session.history.messages(session.conversation_id)
+    tokens = answer_tokens(session.history.steps(message))
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].id == message == session.last_kept
+    assert tokens == cut.token_ids + continued.token_ids == reference.token_ids, "the uncut answer, token for token"
+    assert stored[-1].content == reference.text and stored[-1].content.startswith(cut.text)
+    stats = stored[-1].stats
+    assert stats["tokens"] == WHOLE and stats["finish_reason"] == "length" and stats["seed"] == cut.stats.seed
+    numbers = [s["step"] for s in session.history.steps(message)]
+    assert numbers == list(range(1, len(numbers) + 1)), "the new steps are numbered on"
+
+    # Continuing any other way writes another answer, which the comparison above rejects.
+    before = engine.encode_chat([{"role": "user", "content": QUESTION}])
+    sampling = session.continue_request(message).sampling  # what Continue uses (the answer's seed)
+    as_a_turn = engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": cut.text}], tokenize=False
+    )
+    rendered = engine.tokenizer(as_a_turn, add_special_tokens=False)["input_ids"]
+    assert written_on(engine, rendered, sampling, cut.token_ids) != reference.token_ids
+    if temperature:
+        other_seed = replace(sampling, seed=cut.stats.seed + 1)
+        assert written_on(engine, before + cut.token_ids, other_seed, cut.token_ids) != reference.token_ids
+    assert written_on(engine, before + cut.token_ids, sampling, cut.token_ids) == reference.token_ids
+
+
+def test_only_a_cut_last_answer_with_its_tokens_can_be_continued(engine, tmp_path):
+    session = session_on(engine, tmp_path, 0.0)
+    session.say(QUESTION)
+    session.run(session.request())
+    first = session.last_kept
+    session.say("And then?")
+    session.run(session.request())
+    with pytest.raises(ValueError, match="last answer"):
+        session.continue_request(first)
+    history = session.history
+    imported = history.add_message(session.conversation_id, "user", "An imported question")
+    imported = history.add_message(session.conversation_id, "assistant", "no steps", stats={"finish_reason": "length"})
+    with pytest.raises(ValueError, match="cannot be continued"):
+        session.continue_request(imported)
+    next_request = session.request()
+    assert session.continuing is None and next_request.stop_loops is False  # as the settings say
