@@ -12,7 +12,7 @@ import pytest
 from engine_fixtures import tiny_llama
 from runtime_helpers import runtime_for
 
-from draftscope.core.continuation import answer_tokens
+from draftscope.core.continuation import answer_tokens, joined_stats
 from draftscope.core.session import ChatSession
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.storage import HistoryStore
@@ -101,3 +101,16 @@ def test_only_a_cut_last_answer_with_its_tokens_can_be_continued(engine, tmp_pat
         session.continue_request(imported)
     next_request = session.request()
     assert session.continuing is None and next_request.stop_loops is False  # as the settings say
+
+
+def test_the_figures_of_a_continued_answer_cover_both_parts():
+    old = {"tokens": 12, "steps": 6, "elapsed_s": 1.0, "decode_tokens_per_second": 10.0, "speedup_estimate": 1.5}
+    old |= {"time_to_first_token_ms": 50.0, "prompt_tokens": 30, "busy": False, "finish_reason": "length"}
+    new = {"tokens": 12, "steps": 4, "elapsed_s": 2.0, "decode_tokens_per_second": 30.0, "speedup_estimate": 0.5}
+    new |= {"time_to_first_token_ms": 5.0, "prompt_tokens": 42, "busy": True, "finish_reason": "eos"}
+    both = joined_stats(old, new)
+    assert both["tokens"] == 24 and both["steps"] == 10 and both["tau"] == 2.4 and both["tokens_per_second"] == 8.0
+    assert both["decode_tokens_per_second"] == pytest.approx(24 / (12 / 10 + 12 / 30))  # each part at its own rate
+    assert both["speedup_estimate"] == pytest.approx(24 / (12 / 1.5 + 12 / 0.5))
+    assert both["time_to_first_token_ms"] == 50.0 and both["prompt_tokens"] == 30, "the answer's first wait, prompt"
+    assert both["busy"] is True and both["finish_reason"] == "eos"

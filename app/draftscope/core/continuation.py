@@ -44,7 +44,7 @@ def can_continue(message, *, has_steps: bool, max_context: int) -> bool:
     if message.role != "assistant" or stats.get("finish_reason") not in CONTINUABLE or not has_steps:
         return False
     used = [stats.get(k) for k in ("prompt_tokens", "tokens")]
-    if all(isinstance(n, int) and not isinstance(n, bool) for n in used):
+    if all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in used):
         return sum(used) < max_context
     return True  # an answer stored before its prompt was counted: continue_request checks the room
 
@@ -92,16 +92,19 @@ def joined_stats(old: dict, new: dict) -> dict:
     """The figures of the whole answer: counts and time added, rates over both parts, the first
     token's wait and the prompt's figures from the first part, how it ended from the last."""
     out = {**new, **{k: old[k] for k in _FIRST_PART if k in old}}
-    for key in ("tokens", "steps", "elapsed_s"):
-        out[key] = _number(old.get(key)) + _number(new.get(key))
+    for key, kind in (("tokens", int), ("steps", int), ("elapsed_s", float)):
+        out[key] = kind(_number(old.get(key)) + _number(new.get(key)))
     out["tau"] = out["tokens"] / out["steps"] if out["steps"] else 0.0
     out["tokens_per_second"] = out["tokens"] / out["elapsed_s"] if out["elapsed_s"] else 0.0
     for key in _RATES:  # each part's tokens at its own rate
         out[key] = _over_both(old, new, key)
+    for key in old.keys() & new.keys():  # a flag ("the computer was busy") holds if it held in either part
+        if isinstance(old[key], bool) and isinstance(new[key], bool):
+            out[key] = old[key] or new[key]
     return out
 
 
-_RATES = ("speedup_estimate", "decode_tokens_per_second")
+_RATES = ("speedup_estimate", "decode_tokens_per_second", "plain_tokens_per_second")
 
 
 _FIRST_PART = (
