@@ -168,7 +168,7 @@ def test_build_from_chat_logs_and_code(qtbot, dirs, tokenizer, chat_file, code_d
     assert "chats.json record 6: missing field" in examples and "binary file" in examples
     assert files_in(out.parent) == {"mine.idx", "mine.idx.manifest.json"}
     use_now = find(wizard, QCheckBox, "useNowCheck")
-    assert use_now.isChecked()
+    assert use_now.isChecked() and "the models that share its tokenizer (others keep their own)" in use_now.text()
     assert not button(wizard, QWizard.WizardButton.BackButton).isEnabled()  # no second build by accident
 
     with qtbot.waitSignal(wizard.datastore_built, timeout=2000) as signal:

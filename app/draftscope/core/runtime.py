@@ -63,12 +63,13 @@ class Runtime:
         return self.drafter_setup.label
 
     def _build_drafters(self, settings: Settings):
+        from draftscope.core.datastore_choice import datastore_for
         from draftscope.core.drafter_factory import setup_drafters
-        from draftscope.datastore.default import default_datastore_path
 
-        path = Path(settings.datastore) if settings.datastore else default_datastore_path(settings.model)
+        # the chosen datastore where the model shares its tokenizer, else the model's own default
+        path, passed_over = datastore_for(settings.datastore, settings.model, self.engine.tokenizer, self.engine.vocab)
         # the model drafter stops at the draft model's own end tokens, whatever backend runs it
-        return setup_drafters(
+        setup = setup_drafters(
             settings.drafters,
             datastore=path,
             draft_model=self.draft_model,
@@ -78,6 +79,8 @@ class Runtime:
             tokenizer=self.engine.tokenizer,
             notify=self.events.notice.emit,
         )
+        setup.notes[:0] = [passed_over] if passed_over and settings.drafters.get("retrieval") else []
+        return setup
 
     # ------------------------------------------------------------------ learning from answers
 

@@ -359,6 +359,11 @@ class BuildPage(QWizardPage):
         self.rate_label.setText(f"{p.tokens_per_second:,.1f} tokens/s")
 
 
+def use_now_words(model: str) -> str:
+    """The "use it now" choice, saying its scope: the models that read its token ids as text."""
+    return f"Use this datastore now, for {model} and the models that share its tokenizer (others keep their own)"
+
+
 class SummaryPage(QWizardPage):
     def __init__(self, wizard: QWizard) -> None:  # the DatastoreWizard (gui/wizard/wizard.py)
         super().__init__()
@@ -378,7 +383,7 @@ class SummaryPage(QWizardPage):
         self.examples.setWordWrap(True)
         self.note_label = _note("")
         self.note_label.setObjectName("summaryNote")
-        self.use_now_check = QCheckBox("Use this datastore now", objectName="useNowCheck")
+        self.use_now_check = QCheckBox(use_now_words("this model"), objectName="useNowCheck")
         self.use_now_check.setChecked(True)
 
         form = QFormLayout()
@@ -407,7 +412,13 @@ class SummaryPage(QWizardPage):
         report = self._wiz.build_report()
         if report is None:
             return
-        self.setSubTitle(f"{model_display_name(self._wiz.model_spec)} can draft from it as soon as it is in use.")
+        name = model_display_name(self._wiz.model_spec)
+        self.setSubTitle(f"{name} can draft from it as soon as it is in use.")
+        self.use_now_check.setText(use_now_words(name))
+        self.use_now_check.setToolTip(
+            "Its token ids mean the same text only to models with this tokenizer: a model with "
+            "another keeps its own default datastore, and the status bar says so"
+        )
         self.path_value.setText(str(report.path))
         self.documents_value.setText(f"{report.documents:,}")
         self.tokens_value.setText(f"{report.tokens:,}")
