@@ -496,9 +496,9 @@ def test_a_theme_switch_recolours_the_drafter_legend(qtbot, chat_engine, tmp_pat
     assert w.provenance_legend.text() == provenance_legend(dark=True) != provenance_legend(dark=False)
 
 
-def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(qtbot, chat_engine, tmp_path):
-    """At the default width a long model name, datastore and drafter list end in "…" (whole on
-    hover); the plain decoding speed and the live rate are never cut."""
+def test_a_narrow_window_hides_the_least_important_status_items_and_cuts_none(qtbot, chat_engine, tmp_path):
+    """At 900 px the items that fit are shown whole, in the order of what matters (the rate, plain
+    decoding's, the drafters first); the rest are hidden, never cut mid-word."""
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     status = w.status
     status.model.setText("Qwen2.5-Coder-1.5B-Instruct-a-long-name-to-fit")
@@ -506,12 +506,12 @@ def test_a_narrow_window_shortens_names_in_the_status_bar_and_keeps_the_figures(
     status.show_drafters(["retrieval", "learned", "context", "model", "recurrent"])
     status.show_rate(12.3, 2.5)
     w.resize(900, 600)
-    qtbot.waitUntil(
-        lambda: status.model.width() < status.model.fontMetrics().horizontalAdvance(status.model.text()), timeout=5000
-    )
-    assert status.model.shown_text().endswith("…")
+    qtbot.waitUntil(lambda: status.datastore not in status.shown(), timeout=5000)
+    qtbot.wait(50)
+    shown = status.shown()
+    assert shown[:3] == [status.rate, status.baseline, status.drafters], [label.objectName() for label in shown]
     assert "retrieval, learned, context, model, recurrent" in status.drafters.toolTip()
-    for label in (status.baseline, status.rate):
+    for label in shown:
         assert label.width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()
 
 
@@ -533,8 +533,9 @@ def test_ctrl_comma_opens_the_settings(qtbot, chat_engine, tmp_path):
 )
 def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, chat_engine, tmp_path, model):
     """At the window's default size with every panel open and every label at its longest, the
-    catalogue model's name and how it runs are shown whole; the least important names (datastore,
-    drafters, learned answers) give way, their whole text on hover."""
+    catalogue model's name is shown whole, after the figures and the drafters; the least important
+    items (how it runs, the datastore, the learned answers, the server) are hidden, never cut, their
+    whole text on hover."""
     from draftscope.models.catalog import CATALOG
 
     assert model in {m.title for m in CATALOG}
@@ -558,12 +559,11 @@ def test_the_status_bar_keeps_what_runs_at_the_default_size(qtbot, chat_engine, 
     qtbot.wait(50)
     assert (w.width(), w.height()) == (1100, 720), "the default size: the status bar does not widen the window"
     qtbot.wait(50)
-    for label in (status.model, status.device):
-        assert label.shown_text() == label.text(), f"{label.objectName()} cut: {label.shown_text()!r}"
+    assert status.model in status.shown(), "the model's name is shown at the default size"
+    for label in status.shown():  # each whole: those that do not fit are hidden (least important first)
+        assert label.width() >= label.sizeHint().width(), f"{label.objectName()} cut: {label.text()!r}"
     for label in (status.datastore, status.drafters, status.learned):
         assert label.toolTip(), label.objectName()
-    for label in (status.baseline, status.rate):  # figures are never cut
-        assert label.width() >= label.sizeHint().width(), label.objectName()
 
 
 def test_the_chat_keeps_most_of_the_room_when_the_panels_open(qtbot, chat_engine, tmp_path):

@@ -29,6 +29,9 @@ from draftscope.rules import seed_from_setting
 from draftscope.storage.import_check import ANSWER_FIGURES
 
 TITLE_CHARS = 48
+# kept with each answer beside ANSWER_FIGURES: the one tokens/s (the writing rate), plain decoding's at
+# its context, and whether the computer was busy and drafting off (words.answer_stats shows them)
+SPEED_FIGURES = ("decode_tokens_per_second", "plain_tokens_per_second", "busy", "drafting")
 DOCUMENT_TOKENS = 1500  # at most this much of the prompt for a documents folder's passages
 ANSWER_ROOM_MIN = 64  # tokens kept free for the answer at least when attachments fill the context
 
@@ -63,7 +66,7 @@ def sampling_from(
 def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -> tuple[dict, dict]:
     """(stats, drafters) as the history keeps them for an answer."""
     s = final.stats
-    stats = {k: getattr(s, k) for k in (*ANSWER_FIGURES, "seed")}
+    stats = {k: getattr(s, k) for k in (*ANSWER_FIGURES, *SPEED_FIGURES, "seed")}
     stats["finish_reason"] = final.finish_reason
     stats["baseline_tokens_per_second"] = baseline_tokens_per_second
     return stats, {"drafters": s.drafters, "accepted_by_source": s.accepted_by_source}

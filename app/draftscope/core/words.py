@@ -24,20 +24,24 @@ def memory_text(n: int) -> str:
 def answer_stats(stats: dict, *, tau: str = "τ") -> str:
     """An answer's figures as stored with it (``session.answer_record``): "64 tokens · τ 2.10 ·
     18.2 tokens/s · first token 95 ms · 1.41x plain · seed 7" (``tau``: how τ is written; the
-    terminal writes "tau", which any terminal shows and scripts grep for). A figure missing or not a
-    number (an imported file's) is left out, never an error."""
-    figures = (
-        ("tokens", "{:.0f} tokens"),
-        ("tau", tau + " {:.2f}"),
-        ("tokens_per_second", "{:.1f} tokens/s"),
-        ("time_to_first_token_ms", "first token {:.0f} ms"),
-    )
-    parts = [form.format(v) for key, form in figures if (v := _number(stats.get(key))) is not None]
+    terminal writes "tau", which any terminal shows and scripts grep for). The tokens/s is the
+    writing rate (``writing_rate``), the first token's wait apart. A figure missing or not a number
+    (an imported file's) is left out, never an error."""
+    parts = [
+        form.format(v)
+        for key, form in (("tokens", "{:.0f} tokens"), ("tau", tau + " {:.2f}"))
+        if (v := _number(stats.get(key))) is not None
+    ]
+    if (rate := writing_rate(stats)) is not None:
+        parts.append(rate_text(rate))
+    if (first := _number(stats.get("time_to_first_token_ms"))) is not None:
+        parts.append(f"first token {first:.0f} ms")
     parts += prompt_read(stats)
-    tau_value = _number(stats.get("tau"))
-    speedup = _number(stats.get("speedup_estimate"))
+    speedup = speedup_words(
+        _number(stats.get("speedup_estimate")), _number(stats.get("tau")), busy=stats.get("busy") is True
+    )
     if speedup:
-        parts.append(f"{speedup:.2f}x plain" if tau_value is None else speedup_words(speedup, tau_value))
+        parts.append(speedup)
     if stats.get("seed") is not None:  # sampled: this seed (Settings ▸ Generation) writes this answer again
         parts.append(f"seed {stats['seed']}")
     reason = stats.get("finish_reason")
@@ -67,11 +71,48 @@ def speedup_stale(speedup: float | None, tau: float) -> bool:
     return speedup is not None and speedup > tau * STALE_MARGIN
 
 
-def speedup_words(speedup: float, tau: float, *, times: str = "x") -> str:
-    """A speedup as a user may trust it: "1.41x plain", or, when it cannot be right, at most τ and why."""
-    if speedup_stale(speedup, tau):
+NO_DRAFTS = "no drafts used"  # τ 1.00: every token was the model's own, so no speedup to speak of
+BUSY = "the computer was busy"  # plain steps ran far slower than measured: a speedup would mislead
+BUSY_NOW = "the computer is busy: answers are slower"  # the status bar's hint while it lasts
+
+
+def speedup_words(speedup: float | None, tau: float | None, *, busy: bool = False, times: str = "x") -> str | None:
+    """A speedup as a user may trust it: "1.41x plain"; NO_DRAFTS when no draft was accepted (τ 1.00,
+    whatever the timing said), BUSY when the computer was; at most τ and why when it cannot be
+    right. None when there is nothing to say (no figure, τ unknown or above 1)."""
+    if tau is not None and tau <= 1.0 + 1e-9:
+        return NO_DRAFTS
+    if busy:
+        return BUSY
+    if not speedup:
+        return None
+    if tau is not None and speedup_stale(speedup, tau):
         return f"≤{tau:.2f}{times} plain (the plain figure is out of date)"
     return f"{speedup:.2f}{times} plain"
+
+
+def rate_text(tokens_per_second: float | None) -> str:
+    """The one tokens/s as every face writes it: "18.2 tokens/s" ("– tokens/s" before it is known)."""
+    return "– tokens/s" if tokens_per_second is None else f"{tokens_per_second:.1f} tokens/s"
+
+
+def writing_rate(stats: dict) -> float | None:
+    """The one tokens/s of a stored answer: the tokens after the first step over the time after the
+    first token (``decode_tokens_per_second``). For answers stored before it was kept, the same
+    from their totals (the first step taken as one token); None when it cannot be told."""
+    rate = _number(stats.get("decode_tokens_per_second"))
+    if rate is not None or "decode_tokens_per_second" in stats:
+        return rate
+    tokens, elapsed = _number(stats.get("tokens")), _number(stats.get("elapsed_s"))
+    first = _number(stats.get("time_to_first_token_ms"))
+    if tokens is None or elapsed is None or first is None or tokens < 2 or elapsed <= first / 1000:
+        return None
+    return (tokens - 1) / (elapsed - first / 1000)
+
+
+def note_head(note: str) -> str:
+    """A drafting note's short head ("drafting paused" of "drafting paused: …"), for the status bar."""
+    return note.split(": ", 1)[0]
 
 
 def prompt_read(stats: dict) -> list[str]:

@@ -19,6 +19,7 @@ import torch
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.ahead_marks import AheadMark, prompt_figures
+from draftscope.engine.answer_speed import AnswerSpeed
 from draftscope.engine.backends.held import KeepsPrefixes, positions_to_keep
 from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, Prefill, Start, Verify
 from draftscope.engine.budget import DraftBudget, FixedBudget, InSlot, measure_verify_costs
@@ -61,7 +62,6 @@ class _Tally:
     by_source: Counter = field(default_factory=Counter)
     steps: int = 0
     first_token_at: float | None = None
-    first_step_tokens: int = 0
     forward_answers: list[int] = field(default_factory=list)  # answers in each of its forwards (shared models)
 
 
@@ -105,6 +105,7 @@ class Answer:
         self.seen[torch.tensor(prompt)] = True
         self.detok = Detokenizer(self.engine.tokenizer)
         self.tally = _Tally()
+        self.speed = AnswerSpeed(self.engine, len(prompt), [d.name for d in self.drafters])
         self.finish, self.error = "length", None
         self.max_stop = max((len(s) for s in req.stop_strings), default=0)
         self.loops = LoopGuard() if req.stop_loops else None  # a verbatim repetition ends the answer
@@ -316,7 +317,7 @@ class Answer:
             self.drafter.observe(emitted)
             self.drafter.feedback(tree, path)
         self.said += 1
-        self.events.put(self._step_event(step, path, emitted, provenance, verify_s))
+        self.events.put(self._step_event(step, path, emitted, provenance, verify_s, shared))
         if stop:
             self.end()
 
@@ -369,19 +370,23 @@ class Answer:
         return min(found, default=None)
 
     def _step_event(
-        self, step: _Step, path: list[int], emitted: list[int], provenance: list[str], verify_s: float
+        self, step: _Step, path: list[int], emitted: list[int], provenance: list[str], verify_s: float, shared
     ) -> StepEvent:
         tally = self.tally
         tally.steps += 1
         now = time.perf_counter()
         if tally.first_token_at is None:
             tally.first_token_at = now
-        if tally.steps == 1:
-            tally.first_step_tokens = len(tally.generated)
         elapsed = now - self.started
         done = len(tally.generated)
-        decode_tps = (
-            (done - tally.first_step_tokens) / (now - tally.first_token_at) if now > tally.first_token_at else None
+        alone = shared is None or shared.answers <= 1  # a shared forward's time is not a plain step's
+        self.speed.step(
+            now=now,
+            done=done,
+            emitted=len(emitted),
+            plain=alone and len(step.tree) == 0,
+            draft_seconds=step.drafted_at - step.began,
+            budget=self.budget,
         )
         return StepEvent(
             step=tally.steps,
@@ -399,9 +404,8 @@ class Answer:
             steps_total=tally.steps,
             tau=done / tally.steps,
             tokens_per_second=done / elapsed if elapsed > 0 else 0.0,
-            speedup_estimate=self.engine.speedup(decode_tps),
             elapsed_ms=elapsed * 1000,
-            decode_tokens_per_second=decode_tps,
+            **self.speed.figures(now, done),
         )
 
     # ------------------------------------------------------------------ the end
@@ -442,9 +446,8 @@ class Answer:
     def _final_stats(self) -> MessageStats:
         tally, elapsed = self.tally, time.perf_counter() - self.started
         done, steps = len(tally.generated), tally.steps
-        decode_tps = None
-        if tally.first_token_at is not None and steps > 1:
-            decode_tps = (done - tally.first_step_tokens) / (self.started + elapsed - tally.first_token_at)
+        figures = self.speed.figures(self.speed.last_at, done, final=True)  # writing ends at the last token
+        self.speed.learn()  # after the figures: they compare with the curve as it stood around the answer
         shared = tally.forward_answers
         return MessageStats(
             tokens=done,
@@ -453,8 +456,6 @@ class Answer:
             tokens_per_second=done / elapsed if elapsed > 0 else 0.0,
             time_to_first_token_ms=((tally.first_token_at or time.perf_counter()) - self.asked) * 1000,
             elapsed_s=elapsed,
-            speedup_estimate=self.engine.speedup(decode_tps),
-            decode_tokens_per_second=decode_tps,
             drafters=[d.name for d in self.drafters],
             accepted_by_source=dict(tally.by_source),
             seed=self.seed,
@@ -462,6 +463,7 @@ class Answer:
             prompt_tokens=len(self.prompt),
             prompt_kept=self.kept,
             **self._prompt_figures(),
+            **figures,
         )
 
     def _prompt_figures(self) -> dict:

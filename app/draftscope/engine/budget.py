@@ -34,6 +34,9 @@ class DraftBudget(Protocol):
     def update(self, tree: DraftTree, path: list[int], **timings) -> None:
         """Hear which ``path`` through the verified ``tree`` was accepted, and what the step cost."""
 
+    def drafting_note(self) -> str | None:
+        """Why drafting is off now, in words ("drafting paused: …"); None while it runs."""
+
 
 class FixedBudget(DraftBudget):
     """Ask for ``size`` nodes every step and verify all of them (no policy)."""
@@ -50,6 +53,9 @@ class FixedBudget(DraftBudget):
 
     def update(self, tree: DraftTree, path: list[int], **_) -> None:
         pass
+
+    def drafting_note(self) -> str | None:
+        return None  # a fixed size is what was asked for: never off by a decision
 
 
 def monotone(costs: dict[int, float]) -> dict[int, float]:

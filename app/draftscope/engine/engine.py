@@ -20,6 +20,7 @@ from draftscope.engine.answer import Answer, limit_leaves
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
+from draftscope.engine.plain_rate import AnswerPlainSteps, PlainRate
 from draftscope.engine.policy import Calibration
 from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
@@ -110,8 +111,10 @@ class Engine:
         # What the step policy learned of each drafter's acceptance (per source), kept across answers.
         self.calibration = Calibration()
         self.drafter_gates: dict[str, dict] = {}  # which slow drafters earn their time (CompositeDrafter)
-        self.baseline_tokens_per_second: float | None = None
+        self.baseline_tokens_per_second: float | None = None  # the last measurement's plain rate (its context)
         self.baseline_measured_at: float | None = None  # time.monotonic() of the last measurement
+        # plain decoding's step time by context, from every plain step (measurements and answers')
+        self.plain_rate = PlainRate()
 
     @property
     def model(self):
@@ -199,11 +202,25 @@ class Engine:
         self.baseline_measured_at = time.monotonic()
         return self.baseline_tokens_per_second
 
-    def speedup(self, decode_tps: float | None) -> float | None:
-        """Decoding speed as a multiple of the measured plain speed (None until both are known)."""
-        if not decode_tps or not self.baseline_tokens_per_second:
+    def plain_tokens_per_second(self, context: float | None = None, around: AnswerPlainSteps | None = None):
+        """Plain decoding's rate at ``context`` cached tokens (engine/plain_rate.py), levelled by an
+        answer's own plain steps (``around``); the last measurement's figure where the curve knows
+        nothing yet or no context is given. None before any plain step."""
+        if context is not None:
+            curve = around if around is not None else self.plain_rate
+            if rate := curve.tokens_per_second(context):
+                return rate
+        return self.baseline_tokens_per_second
+
+    def speedup(
+        self, decode_tps: float | None, context: float | None = None, around: AnswerPlainSteps | None = None
+    ) -> float | None:
+        """The writing rate as a multiple of plain decoding's at the same context (None until both
+        are known)."""
+        plain = self.plain_tokens_per_second(context, around)
+        if not decode_tps or not plain:
             return None
-        return decode_tps / self.baseline_tokens_per_second
+        return decode_tps / plain
 
     # ------------------------------------------------------------------ prompts
 

@@ -64,11 +64,17 @@ class StepEvent:
     tokens_total: int
     steps_total: int
     tau: float  # tokens per step so far
-    tokens_per_second: float
-    speedup_estimate: float | None  # decode rate so far over the measured plain decode rate
+    tokens_per_second: float  # every token over the time since the answer began, its first token's wait included
+    speedup_estimate: float | None  # the writing rate over plain decoding's at the same context
     # Known to the engine, so views need not re-derive them (None in steps stored before they existed).
     elapsed_ms: float | None = None  # since the answer began (prompt processing included)
-    decode_tokens_per_second: float | None = None  # after the first step (prefill excluded); None at step 1
+    # THE tokens/s every face shows (the writing rate): the tokens after the first step over the time
+    # since the first token; None at step 1 (the first token's wait is shown apart: elapsed_ms, time to
+    # first token)
+    decode_tokens_per_second: float | None = None
+    plain_tokens_per_second: float | None = None  # plain decoding's rate at this answer's context
+    busy: bool = False  # its plain steps ran far slower than plain decoding measured: another program has the CPU
+    drafting: str | None = None  # why drafting is off now ("drafting paused: …"; head, colon, why); None: it runs
 
 
 @dataclass
@@ -76,11 +82,11 @@ class MessageStats:
     tokens: int
     steps: int
     tau: float
-    tokens_per_second: float  # all tokens over the whole time, prompt processing included
+    tokens_per_second: float  # all tokens over the whole time, prompt processing included (not shown as a rate)
     time_to_first_token_ms: float
     elapsed_s: float
-    speedup_estimate: float | None  # decode rate over the measured plain decode rate
-    decode_tokens_per_second: float | None = None  # after the first step (prefill excluded)
+    speedup_estimate: float | None  # the writing rate over plain decoding's at the same context
+    decode_tokens_per_second: float | None = None  # THE tokens/s (the writing rate, as StepEvent's); None: one step
     drafters: list[str] = field(default_factory=list)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     seed: int | None = None  # what decided the answer's tokens at T > 0 (None: greedy); reproduces it
@@ -92,6 +98,9 @@ class MessageStats:
     prompt_read_ahead: int = 0
     prompt_restored: int = 0
     restore_seconds: float = 0.0
+    plain_tokens_per_second: float | None = None  # plain decoding's rate at the answer's context (mean)
+    busy: bool = False  # its plain steps ran far slower than measured (its speedup is not to be trusted)
+    drafting: str | None = None  # why drafting was off for most of its steps (None: it ran)
 
 
 @dataclass
@@ -141,9 +150,12 @@ def step_from_dict(d: dict) -> StepEvent:
         "speedup_estimate": None,
         "elapsed_ms": None,
         "decode_tokens_per_second": None,
+        "plain_tokens_per_second": None,
+        "busy": False,
+        "drafting": None,
     }
     known = {f.name for f in fields(StepEvent)}
-    optional = ("speedup_estimate", "elapsed_ms", "decode_tokens_per_second")
+    optional = ("speedup_estimate", "elapsed_ms", "decode_tokens_per_second", "plain_tokens_per_second", "drafting")
     values = {**defaults, **{k: v for k, v in d.items() if k in known and (v is not None or k in optional)}}
     values = {k: v for k, v in values.items() if k in known}
     values["tree"] = StepTree.from_dict(values["tree"])

@@ -41,6 +41,10 @@ PRIOR_DISCOUNT = (0.6, 0.75, 0.9, 0.97)
 EXPLORE_SHARE = 0.02  # what exploring may cost, as a share of the time of plain steps
 LOOK_SHARE = 0.01  # what drafting that has not paid lately may cost, as a share of the plain steps' time
 MAX_LOOK_INTERVAL = 48  # steps: even the dearest drafter looks this often (a copy-heavy stretch is noticed)
+PAUSED_AFTER = 8  # steps in a row the policy kept plain for cost (exploring aside): drafting is said to be paused
+# Why drafting is off, for the speedup panel and the status bar: a short head, a colon, the why.
+PAUSED_NOTE = "drafting paused: on this machine a draft costs more than it saves; it resumes when drafts would pay"
+COST_REASONS = ("plain: drafts cannot pay", "plain: drafting does not pay lately", "explore")
 
 
 def _bucket(value: float, edges) -> int:
@@ -156,6 +160,7 @@ class StepPolicy(DraftBudget):
         self._look_seconds: float | None = None  # what asking the drafters costs a step (an exponential average)
         self._unverified = 0  # steps whose drafts were all trimmed since one was last verified
         self._my_tokens = 1  # this answer's tokens in its last forward
+        self._kept_plain = 0  # steps in a row kept plain because drafts did not pay (PAUSED_AFTER)
         self.last = Decision(0, 0, 0, 0.0, "tree")
 
     # ------------------------------------------------------------------ costs
@@ -243,6 +248,7 @@ class StepPolicy(DraftBudget):
             self.last = Decision(
                 asked, 0, 0, 0.0, "plain: no drafts" if asked else "plain: drafting does not pay lately"
             )
+            self._count_plain()
             return tree
         p = self.path_probabilities(tree)
         # Children never outrank their parent (p only shrinks down a path); ties go to the shallower.
@@ -268,6 +274,7 @@ class StepPolicy(DraftBudget):
         keep = np.zeros(n, dtype=bool)
         keep[order[:best_k]] = True
         self.last = Decision(asked, n, int(keep.sum()), best_gain - 1.0, reason)
+        self._count_plain()
         return subtree(tree, keep)
 
     # ------------------------------------------------------------------ after verifying
@@ -303,6 +310,18 @@ class StepPolicy(DraftBudget):
                 a = self.smoothing
                 self._draft_tokens += a * (tokens - self._draft_tokens)
                 self._draft_seconds += a * (seconds - self._draft_seconds)
+
+    def _count_plain(self) -> None:
+        """After each trim: how long the policy has kept steps plain because drafts do not pay
+        (drafters that proposed nothing neither count nor break the run: that is not the policy)."""
+        if self.last.reason in COST_REASONS:
+            self._kept_plain += 1
+        elif self.last.reason == "tree":
+            self._kept_plain = 0
+
+    def drafting_note(self) -> str | None:
+        """PAUSED_NOTE while the policy has kept every step plain for cost lately, else None."""
+        return PAUSED_NOTE if self._kept_plain >= PAUSED_AFTER else None
 
     # Interface shared with FixedBudget (the engine calls these)
     def expected_rate(self) -> float:

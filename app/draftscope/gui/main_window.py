@@ -287,7 +287,7 @@ class MainWindow(QMainWindow):
 
     def _on_steps(self, events: list) -> None:
         self.inspection.add_live(events)
-        self.status.show_rate(events[-1].decode_tokens_per_second or events[-1].tokens_per_second, events[-1].tau)
+        self.status.show_step(events[-1])
         self.chat_view.add_steps(events)
 
     def _on_answer_ended(self, final, message_id: int | None = None) -> None:
@@ -302,7 +302,8 @@ class MainWindow(QMainWindow):
         if measured is not None and (
             time.monotonic() - measured > BASELINE_MAX_AGE_S
             or speedup_stale(final.stats.speedup_estimate, final.stats.tau)
-        ):
+            or not self.engine.plain_rate.knows((final.stats.prompt_tokens or 0) + final.stats.tokens)
+        ):  # plain decoding measured again: old, or never at this conversation's length
             self.measure_baseline()
 
     def _on_failed(self, message: str) -> None:

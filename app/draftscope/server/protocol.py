@@ -356,9 +356,14 @@ def stats_extension(final) -> dict:
         "tokens": s.tokens,
         "steps": s.steps,
         "tau": round(s.tau, 4),
-        "tokens_per_second": round(s.tokens_per_second, 3),
+        # the window's one tokens/s: the writing rate after the first token (null: one step), the first apart
+        "tokens_per_second": None if s.decode_tokens_per_second is None else round(s.decode_tokens_per_second, 3),
         "time_to_first_token_ms": round(s.time_to_first_token_ms, 3),
+        # over plain decoding at the same context; with why it may not be a speedup at all
         "speedup_estimate": None if s.speedup_estimate is None else round(s.speedup_estimate, 4),
+        "plain_tokens_per_second": None if s.plain_tokens_per_second is None else round(s.plain_tokens_per_second, 3),
+        "busy": s.busy,
+        "drafting": s.drafting,
         "drafters": s.drafters,
         "accepted_by_source": s.accepted_by_source,
         "seed": s.seed,  # what decided the tokens at T > 0: sending it back as `seed` reproduces the answer

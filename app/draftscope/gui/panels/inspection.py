@@ -85,7 +85,8 @@ class InspectionController(QObject):
         if last is None:
             self.begin_live(baseline_tps)
             return
-        kept = (last.stats or {}).get("baseline_tokens_per_second") or baseline_tps
+        stats = last.stats or {}  # plain decoding at its context where it was kept, else the measured figure
+        kept = stats.get("plain_tokens_per_second") or stats.get("baseline_tokens_per_second") or baseline_tps
         self.show_answer(last.id, [step_from_dict(d) for d in history.steps(last.id)], kept)
 
     def set_baseline(self, baseline_tps: float | None) -> None:

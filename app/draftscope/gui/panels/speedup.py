@@ -21,11 +21,11 @@ from PySide6.QtCore import QMargins, QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from draftscope.core.words import speedup_stale
+from draftscope.core.words import rate_text, speedup_words
 from draftscope.gui.palettes import CHART_COLOURS
 
 UNKNOWN = "—"
-MEANING = "decode rate of this answer vs plain decoding on this device"
+MEANING = "writing rate of this answer vs plain decoding's on this device, at the same context length"
 
 COLOURS = CHART_COLOURS  # series colours per theme (palettes.py)
 
@@ -105,6 +105,7 @@ class SpeedupPanel(QWidget):
             f"Speedup: {MEANING}.\nPlain decoding is measured again from time to time, "
             "because the machine's load and clocks drift."
         )
+        self.speedup_label.setWordWrap(True)  # "no drafts used", "the computer was busy" in a narrow dock
         self.caption = QLabel(objectName="speedupCaption", toolTip=f"The {MEANING}")
         self.caption.setWordWrap(True)
         self.caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -113,7 +114,7 @@ class SpeedupPanel(QWidget):
         """The top chart: this answer's tokens/s against plain decoding's, the selected step marked."""
         self.chart = _chart()
         self.rate_series = QLineSeries(name="tokens/s (this answer)", objectName="speedupRateSeries")
-        self.baseline_series = QLineSeries(name="plain decoding (measured)", objectName="speedupBaselineSeries")
+        self.baseline_series = QLineSeries(name="plain decoding (at this length)", objectName="speedupBaselineSeries")
         self.marker_series = QScatterSeries(objectName="speedupSelectedSeries")  # the selected step's rate
         self.marker_line = QLineSeries(objectName="speedupSelectedLine")
         self.marker_series.setMarkerSize(11)
@@ -232,6 +233,9 @@ class SpeedupPanel(QWidget):
         self.max_rate = max(self.max_rate, max(p.y() for p in rate[first:]))
         self.max_tau = max(self.max_tau, max(p.y() for p in tau[first:]))
         self.events.extend(events)
+        if events[-1].plain_tokens_per_second:  # plain decoding at this answer's context (the engine's)
+            self.baseline = events[-1].plain_tokens_per_second
+            self._update_baseline_line()
         # One replace per series and batch: append() redraws the series once per point added.
         self.rate_series.replace(rate)
         self.tau_series.replace(tau)
@@ -299,6 +303,8 @@ class SpeedupPanel(QWidget):
         return (last.tokens_total - self.events[0].tokens_total) / seconds if seconds > 0 else None
 
     def _speedup(self) -> float | None:
+        if self.events and self.events[-1].plain_tokens_per_second is not None:
+            return self.events[-1].speedup_estimate  # the engine's, against plain decoding at this context
         if not self.baseline or not self.events:
             return None
         last = self.events[-1]
@@ -308,21 +314,21 @@ class SpeedupPanel(QWidget):
         return rate / self.baseline if rate else None
 
     def _update_label(self) -> None:
-        speedup = self._speedup()
-        tau = self.events[-1].tau if self.events else 1.0
-        if speedup is None:
-            self.speedup_label.setText(UNKNOWN)
-        elif speedup_stale(speedup, tau):  # no answer writes faster than τ times plain: the baseline is old
-            self.speedup_label.setText(f"≤{tau:.2f}×")
-        else:
-            self.speedup_label.setText(f"{speedup:.2f}×")
+        """The speedup as words.speedup_words says it ("1.41×"; "no drafts used"; "the computer was
+        busy"), and the caption: the one tokens/s (the first token's time before there is one) vs
+        plain decoding's, τ, and why drafting is off."""
+        last = self.events[-1] if self.events else None
+        words = speedup_words(self._speedup(), last.tau if last else None, busy=bool(last and last.busy), times="×")
+        figure = words is not None and words[:1] in "0123456789≤"  # "1.41× plain" or "≤1.00× plain (…)"
+        self.speedup_label.setText(UNKNOWN if words is None else words.split(" ")[0] if figure else words)
         plain = f"{self.baseline:.1f} tokens/s plain" if self.baseline else "plain decoding not measured yet"
-        if not self.events:
+        if last is None:
             self.caption.setText(f"No steps yet · {plain}")
             return
-        rate = self._decode_rate()
-        rate_text = f"{rate:.1f} tokens/s" if rate else f"{self.events[-1].tokens_per_second:.1f} tokens/s overall"
-        self.caption.setText(f"{rate_text} vs {plain} · τ {self.events[-1].tau:.2f}")
+        rate, first = self._decode_rate(), self.events[0].elapsed_ms
+        head = rate_text(rate) if rate else f"first token after {first:.0f} ms" if first else rate_text(None)
+        note = f" · {last.drafting}" if last.drafting else ""
+        self.caption.setText(f"{head} vs {plain} · τ {last.tau:.2f}{note}")
 
     # ------------------------------------------------------------------ axes and lines
 

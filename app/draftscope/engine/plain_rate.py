@@ -1,0 +1,152 @@
+"""Plain decoding's speed by context length: what a speedup compares with, and how a busy computer
+is noticed.
+
+A plain step (one token, no draft) costs about ``a + b * context`` seconds: the weights are read
+once a step (a) and attention reads every cached position (b), so plain decoding at a 3,600-token
+context writes slower than at 100; an answer there compared with a rate measured on a short prompt
+looked slower than plain (0.64x) for its context's length alone. The curve is fitted from plain
+steps, wherever they run: the plain-speed measurement at load (and again when the window is idle, on
+the conversation's own context), and every step of an answer whose tree was empty. Steps are kept by
+context bucket (an exponential average each); the slope comes from every bucket once they span
+MIN_SPREAD tokens, the level from the latest one (machines drift: one measured 26.9 and 36.7 tokens/s
+within 35 minutes).
+
+An answer whose plain steps ran BUSY_RATIO times slower than the curve says so (another program had
+the CPU): its steps are not learned, so one busy minute does not become the machine's speed, unless
+SETTLE_ANSWERS answers in a row were that slow (then slower is the new normal)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+BUCKET_TOKENS = 256  # contexts within one bucket share an average
+MIN_SPREAD = 512  # tokens of context the buckets must span before a slope is fitted (closer: noise)
+SMOOTHING = 0.3  # weight of a new step in its bucket's average
+BUSY_RATIO = 2.0  # plain steps this many times slower than the curve: the computer is busy
+MIN_BUSY_STEPS = 4  # plain steps an answer needs before it can say the computer is busy
+SETTLE_ANSWERS = 3  # busy answers in a row after which their speed is taken as the machine's
+
+
+@dataclass
+class _Bucket:
+    context: float  # the average context of its steps
+    seconds: float  # the average seconds of a plain step there
+    at: float  # time.monotonic() of its last step
+
+
+@dataclass
+class PlainRate:
+    """The plain step's time by context, fitted from observed plain steps."""
+
+    buckets: dict[int, _Bucket] = field(default_factory=dict)
+    busy_answers: int = 0  # busy answers in a row (SETTLE_ANSWERS of them settle)
+
+    def observe(self, context: int, seconds: float, at: float | None = None) -> None:
+        """A plain step of ``seconds`` at ``context`` cached tokens."""
+        if seconds <= 0:
+            return
+        at = time.monotonic() if at is None else at
+        key = int(context) // BUCKET_TOKENS
+        known = self.buckets.get(key)
+        if known is None:
+            self.buckets[key] = _Bucket(float(context), seconds, at)
+            return
+        known.context += SMOOTHING * (context - known.context)
+        known.seconds += SMOOTHING * (seconds - known.seconds)
+        known.at = at
+
+    def merged(self, other: PlainRate) -> PlainRate:
+        """This curve with ``other``'s buckets (an answer's own plain steps) in place of its own."""
+        return PlainRate({**self.buckets, **other.buckets}, self.busy_answers)
+
+    def line(self) -> tuple[float, float] | None:
+        """(a, b): a plain step costs a + b * context seconds; None before any plain step."""
+        if not self.buckets:
+            return None
+        points = list(self.buckets.values())
+        latest = max(points, key=lambda p: p.at)
+        return latest.seconds - self.slope(points) * latest.context, self.slope(points)
+
+    @staticmethod
+    def slope(points: list[_Bucket]) -> float:
+        """Seconds a step gains per cached token (least squares; 0 when the contexts lie too close
+        together to tell, never negative: attention never gets cheaper with more to read)."""
+        contexts = [p.context for p in points]
+        if max(contexts) - min(contexts) < MIN_SPREAD:
+            return 0.0
+        mean_c = sum(contexts) / len(points)
+        mean_s = sum(p.seconds for p in points) / len(points)
+        spread = sum((c - mean_c) ** 2 for c in contexts)
+        return max(0.0, sum((p.context - mean_c) * (p.seconds - mean_s) for p in points) / spread)
+
+    def step_seconds(self, context: float) -> float | None:
+        line = self.line()
+        return None if line is None else max(1e-6, line[0] + line[1] * context)
+
+    def tokens_per_second(self, context: float) -> float | None:
+        """Plain decoding's rate at ``context`` cached tokens (None before any plain step)."""
+        seconds = self.step_seconds(context)
+        return None if seconds is None else 1.0 / seconds
+
+    def covers(self, context: float) -> bool:
+        """Whether ``context`` lies within the contexts observed (a bucket either side): there the
+        curve says what a plain step cost; beyond, it guesses the slope."""
+        contexts = [b.context for b in self.buckets.values()]
+        return bool(contexts) and min(contexts) - BUCKET_TOKENS <= context <= max(contexts) + BUCKET_TOKENS
+
+    def knows(self, context: float) -> bool:
+        """Whether a plain step near ``context`` was observed (within a bucket either side)."""
+        return any(abs(b.context - context) <= BUCKET_TOKENS for b in self.buckets.values())
+
+    def learn_answer(self, steps: AnswerPlainSteps) -> None:
+        """Take an answer's plain steps into the curve, unless they ran busy (SETTLE_ANSWERS busy
+        answers in a row are learned all the same: slower is then the machine's speed)."""
+        if steps.busy():
+            self.busy_answers += 1
+            if self.busy_answers < SETTLE_ANSWERS:
+                return
+        self.busy_answers = 0
+        for bucket in steps.own().buckets.values():
+            self.observe(bucket.context, bucket.seconds, bucket.at)
+
+
+class AnswerPlainSteps:
+    """One answer's plain steps: their mean time by context bucket, and how many ran far slower
+    than the engine's curve said."""
+
+    def __init__(self, reference: PlainRate) -> None:
+        self.reference = reference  # the engine's curve (what the machine did before this answer)
+        self.sums: dict[int, list[float]] = {}  # bucket -> [contexts, seconds, steps, last time]
+        self.steps = self.count = self.slow = 0  # its plain steps; those the engine's curve could judge, slow ones
+
+    def add(self, context: int, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        self.steps += 1
+        # judged only where the machine's speed was seen: past it, a slower step may be the context's length
+        expected = self.reference.step_seconds(context) if self.reference.covers(context) else None
+        if expected is not None:
+            self.count += 1
+            self.slow += seconds > BUSY_RATIO * expected
+        sums = self.sums.setdefault(int(context) // BUCKET_TOKENS, [0.0, 0.0, 0, 0.0])
+        sums[0] += context
+        sums[1] += seconds
+        sums[2] += 1
+        sums[3] = time.monotonic()
+
+    def own(self) -> PlainRate:
+        """Its plain steps as a curve of their own: each bucket the mean of its steps."""
+        return PlainRate({k: _Bucket(c / n, s / n, at) for k, (c, s, n, at) in self.sums.items()})
+
+    def busy(self) -> bool:
+        """Whether most of its plain steps ran BUSY_RATIO times slower than the machine did before."""
+        return self.count >= MIN_BUSY_STEPS and 2 * self.slow > self.count
+
+    def tokens_per_second(self, context: float) -> float | None:
+        """Plain decoding's rate at ``context`` around this answer: the engine's curve, levelled by
+        this answer's own plain steps (unless they ran busy, or are too few to tell: then the curve
+        as it was)."""
+        if self.busy() or self.steps < MIN_BUSY_STEPS:
+            return self.reference.tokens_per_second(context)
+        return self.reference.merged(self.own()).tokens_per_second(context)

@@ -1,0 +1,105 @@
+"""An answer's speed through the engine, on a tiny model whose steps are slowed in proportion to the
+context (as attention makes them on a real model): the speedup compares with plain decoding at the
+answer's context, a busy computer is said, not shown as a speedup, and the policy's decision that
+drafts do not pay is named."""
+
+import time
+
+import pytest
+from engine_fixtures import IdTokenizer, tiny_llama
+
+from draftscope.core.session import answer_record
+from draftscope.core.words import answer_stats
+from draftscope.drafters import ContextDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.events import StepEvent
+from draftscope.engine.policy import PAUSED_AFTER, PAUSED_NOTE
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+VOCAB = 300
+A_S, B_S = 0.020, 4e-5  # a plain step: 20 ms + 40 µs a cached token (30 ms at 260 tokens, 80 ms at 1,500)
+
+
+class SlowedSteps:
+    """The backend's forwards, each after a sleep of ``times * (A_S + B_S * context)``."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.forward, self.times = backend, backend.decode_many, 1.0
+        backend.decode_many = self
+
+    def __call__(self, work):
+        time.sleep(self.times * (A_S + B_S * len(self.backend.held_tokens(0))))
+        return self.forward(work)
+
+
+@pytest.fixture
+def slowed():
+    engine = Engine(tiny_llama(VOCAB, seed=2, max_positions=2048), IdTokenizer(), name="tiny")
+    steps = SlowedSteps(engine.backend)
+    engine.measure()  # the verify costs and the plain speed, on a short context (~260 tokens)
+    return engine, steps
+
+
+def answer(engine, prompt, n=24, **fields):
+    *steps, final = engine.generate(GenerationRequest(prompt_ids=prompt, max_new_tokens=n, **fields))
+    return [s for s in steps if isinstance(s, StepEvent)], final
+
+
+def long_prompt(n, repeat=False):
+    return [5 + (i % 7 if repeat else (i * 37) % 250) for i in range(n)]
+
+
+def test_the_speedup_at_a_long_context_compares_with_plain_decoding_there(slowed):
+    engine, _ = slowed
+    short_rate = engine.baseline_tokens_per_second
+    _, plain = answer(engine, long_prompt(1500))  # plain decoding at 1,500 tokens: about half as fast
+    assert not plain.stats.busy, "slower at a longer context than any measured is the context, not a busy computer"
+    assert plain.stats.plain_tokens_per_second < 0.75 * short_rate
+    assert plain.stats.speedup_estimate == pytest.approx(1.0, abs=0.2), "plain decoding is 1x plain, not ~0.5x"
+    # drafts at 1,400 tokens, every step a tree (no plain step of its own): plain's rate there from the curve
+    steps, drafted = answer(engine, long_prompt(1400, repeat=True), drafters=[ContextDrafter()], budget=8)
+    assert drafted.stats.tau > 1.2, "drafts were accepted"
+    assert drafted.stats.plain_tokens_per_second < 0.75 * short_rate
+    context = 1400 + drafted.stats.tokens / 2
+    assert drafted.stats.plain_tokens_per_second == pytest.approx(engine.plain_rate.tokens_per_second(context), rel=0.1)
+    assert drafted.stats.speedup_estimate == pytest.approx(
+        drafted.stats.decode_tokens_per_second / drafted.stats.plain_tokens_per_second
+    )
+
+
+def test_nothing_accepted_says_no_drafts_used(slowed):
+    engine, _ = slowed
+    _, final = answer(engine, long_prompt(200))  # every token the model's own
+    assert final.stats.tau == 1.0 and final.stats.speedup_estimate
+    line = answer_stats(answer_record(final, engine.baseline_tokens_per_second)[0])
+    assert "no drafts used" in line and "x plain" not in line
+
+
+def test_a_busy_computer_is_said_and_not_learned(slowed):
+    engine, steps = slowed
+    rate_before = engine.plain_rate.tokens_per_second(300)
+    steps.times = 4.0  # another program has the CPU: every step four times slower
+    events, final = answer(engine, long_prompt(250))
+    assert final.stats.busy and events[-1].busy
+    line = answer_stats(answer_record(final, engine.baseline_tokens_per_second)[0])
+    assert "the computer was busy" in line or "no drafts used" in line
+    assert final.stats.plain_tokens_per_second == pytest.approx(rate_before, rel=0.25), "compared with what it was"
+    assert engine.plain_rate.tokens_per_second(300) == pytest.approx(rate_before, rel=0.01)
+    steps.times = 1.0
+    _, calm = answer(engine, long_prompt(250))
+    assert not calm.stats.busy
+
+
+def test_drafting_paused_by_the_policy_is_said_in_the_steps_and_the_answer():
+    """A backend whose measured verify cost grows a whole step a node: no draft can pay, the policy
+    trims every tree to nothing, and the answer says why it drafted nothing."""
+    engine = Engine(tiny_llama(VOCAB, seed=2), IdTokenizer(), name="tiny")
+    engine.verify_costs = {n: 0.05 * (1 + n) for n in (0, 1, 2, 3, 4, 8, 16, 32, 64)}
+    steps, final = answer(engine, long_prompt(60, repeat=True), n=40, drafters=[ContextDrafter()])
+    assert all(s.proposed == 0 for s in steps), "every tree trimmed to nothing"
+    assert [s.drafting for s in steps[: PAUSED_AFTER - 1]] == [None] * (PAUSED_AFTER - 1)
+    assert steps[-1].drafting == PAUSED_NOTE and final.stats.drafting == PAUSED_NOTE
+    assert PAUSED_NOTE.startswith("drafting paused: ")
+    line = answer_stats(answer_record(final, None)[0])
+    assert "no drafts used" in line
