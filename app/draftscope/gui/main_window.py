@@ -216,7 +216,7 @@ class MainWindow(QMainWindow):
 
     def send(self) -> None:
         text, files = self.composer.text(), self.composer.attachments
-        if not (text or files) or self.streaming:
+        if not (text or files) or self.streaming or self.documents_panel.holds_send():  # folder: wait for it
             return
         try:  # how the model reads the files: whole, or the passages for the question
             sent = self.session.outgoing(text, files, replacing=self.editing_message_id).sent

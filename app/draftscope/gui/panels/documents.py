@@ -3,7 +3,7 @@ Add folder… indexes it in the background with progress; while the panel lives,
 at again every few seconds (a changed file read again, a removed one forgotten). The folder belongs to
 the conversation (kept in the history): opening another conversation shows its own, a new one none
 until chosen. The session hears of it (``session.documents``), so each message sends the passages
-that best answer it."""
+that best answer it; a message sent while the folder is first indexed waits for it (``holds_send``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QProgressBar, QPushButton, QV
 from draftscope.gui.jobs import JobRunner
 
 RECHECK_MS = 5000  # how often the folder is looked at again for changed files
+_SEND_WAITS = " — Send once it is searchable"  # a message sent meanwhile waits for the first indexing
 
 
 class DocumentsPanel(QWidget):
@@ -62,6 +63,16 @@ class DocumentsPanel(QWidget):
         folder = self.history.documents(conversation_id) if conversation_id is not None else None
         if folder != self.folder:
             self._open(folder)
+
+    def holds_send(self) -> bool:
+        """Whether a message must wait: the folder is being indexed for the first time, so its
+        passages could not go with the message (and it says so). Rechecks of a folder already
+        indexed never hold one: the index searches what it has meanwhile."""
+        if self.index is None or self.session.documents is self.index or not self.jobs.running:
+            return False
+        self.status.setText(self.status.text().split(_SEND_WAITS)[0] + _SEND_WAITS)
+        self.said.emit("The documents folder is being indexed: Send once it is searchable")
+        return True
 
     def conversation_started(self, conversation_id: int | None) -> None:
         """A new conversation was written (its first message): it keeps the folder chosen for it."""
@@ -112,7 +123,8 @@ class DocumentsPanel(QWidget):
         self.bar.setVisible(True)
         self.bar.setRange(0, max(1, total))
         self.bar.setValue(done)
-        self.status.setText(f"Indexing {done:,} of {total:,} files" + (f" · {name}" if name else ""))
+        waits = _SEND_WAITS if _SEND_WAITS in self.status.text() else ""
+        self.status.setText(f"Indexing {done:,} of {total:,} files" + (f" · {name}" if name else "") + waits)
 
     def _on_indexed(self, report) -> None:
         from draftscope.documents.folder import said_skipped
