@@ -42,6 +42,7 @@ def test_a_cut_answer_offers_continue_and_it_writes_on_in_the_same_message(qtbot
     w.chat_view.anchorClicked.emit(QUrl(f"action:continue/{cut.id}"))
     shown = w.chat_view.toPlainText()  # streaming: the answer is shown once, as the one being written
     assert w.streaming and shown.count("Assistant") == 1 and shown.count(CURSOR) == 1
+    assert len(w.chat_view.current_steps) == len(w.history.steps(cut.id)), "its steps so far, then the new ones"
     answered(qtbot, w)
 
     messages = w.history.messages(w.conversation_id)
@@ -51,6 +52,9 @@ def test_a_cut_answer_offers_continue_and_it_writes_on_in_the_same_message(qtbot
     assert longer.stats["tokens"] == 24 and longer.versions == ()
     assert f"action:continue/{cut.id}" in w.chat_view.toHtml(), "cut again at the limit: it may go on"
     assert longer.content.split()[-1] in w.chat_view.toPlainText()
+    stored = w.history.steps(cut.id)  # the panels followed the whole answer: a step is the same index live and kept
+    assert len(w.inspection.steps) == len(stored) and w.inspection.answer == cut.id
+    assert [t for s in w.inspection.steps for t in s.token_ids] == [t for s in stored for t in s["token_ids"]]
 
 
 def step(tokens: int) -> StepEvent:

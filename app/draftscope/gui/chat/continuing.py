@@ -2,12 +2,14 @@
 
 The transcript offers Continue under the conversation's last answer when it was cut (at the length
 limit, stopped as a loop or by the user) and can go on (core/continuation.py). While it is written
-on, the transcript shows it as the answer being streamed: its text so far, then the new tokens."""
+on, it is the answer being streamed, in the transcript and the panels alike: its steps so far, then
+the new ones (so a token's step is the same index live and once stored)."""
 
 from __future__ import annotations
 
 from draftscope.core.continuation import can_continue
 from draftscope.core.words import sentence
+from draftscope.engine.events import StepEvent, step_from_dict
 
 
 class Continuing:
@@ -18,11 +20,12 @@ class Continuing:
         self.message_id: int | None = None  # the answer being written on (None: a new answer, or none)
         self.prefix = ""  # its text before this continuation
 
-    def begin(self) -> None:
-        """An answer starts streaming: a continuation when the session's request is one."""
+    def begin(self) -> list[StepEvent]:
+        """An answer starts streaming (a continuation when the session's request is one): its steps so far."""
         going_on = self.session.continuing
         self.message_id = going_on.message_id if going_on is not None else None
         self.prefix = going_on.text if going_on is not None else ""
+        return steps_so_far(going_on)
 
     def end(self) -> None:
         self.message_id, self.prefix = None, ""
@@ -50,4 +53,15 @@ def continue_answer(window, message_id: int) -> None:
         window.warn(sentence(str(exc)), "continueErrorDialog")
         return
     window.composer.end_edit()
+
+    def panels_follow_on() -> None:  # after they are cleared for the new answer: its steps so far first
+        window.answer_signals.answer_started.disconnect(panels_follow_on)
+        window.inspection.add_live(steps_so_far(window.session.continuing))
+
+    window.answer_signals.answer_started.connect(panels_follow_on)
     window._generate(request=request)
+
+
+def steps_so_far(going_on) -> list[StepEvent]:
+    """The steps of the answer being continued (none for a new answer)."""
+    return [step_from_dict(d) for d in going_on.steps] if going_on is not None else []

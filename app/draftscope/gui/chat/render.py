@@ -88,15 +88,15 @@ class ChatRenderer:
         )
 
     def markdown_with_provenance(
-        self, steps, blocks: list[str], *, key: str, text_colour: str, prefix: str = "", suffix: str = ""
+        self, steps, blocks: list[str], *, key: str, text_colour: str, suffix: str = ""
     ) -> str:
         """An answer rendered as Markdown (headings, lists, highlighted code) with each token's
         text coloured by its drafter and linked to its step (``step:KEY/INDEX``). ``steps`` are
-        StepEvents or their stored dicts; ``prefix`` is shown before their text and ``suffix``
-        after it, unmarked (an answer being continued: its text so far; the streaming cursor)."""
+        StepEvents or their stored dicts; ``suffix`` is shown after the text, unmarked (the
+        streaming cursor)."""
         text, marks = _marked_text(steps, dark=self.dark)
-        rendered = self.markdown(prefix + text + suffix, blocks, key=key)
-        return _Marker(prefix + text, [None] * len(prefix) + marks, key, text_colour).run(rendered)
+        rendered = self.markdown(text + suffix, blocks, key=key)
+        return _Marker(text, marks, key, text_colour).run(rendered)
 
 
 def _lexer_for(language: str, code: str):

@@ -158,8 +158,8 @@ class ChatTranscript(QTextBrowser):
     # --- streaming -------------------------------------------------------------------------------
 
     def begin_stream(self) -> None:
-        self.streaming, self.streaming_text, self.current_steps = True, "", []
-        self._continuing.begin()  # a continued answer streams on from its text so far
+        self.streaming, self.streaming_text = True, ""
+        self.current_steps = self._continuing.begin()  # a continued answer streams on from its steps so far
         self._following = True  # a message was sent: show it and its answer
         self.render()
 
@@ -224,12 +224,7 @@ class ChatTranscript(QTextBrowser):
         blocks: list[str] = []
         if self.show_provenance:
             body = self.renderer.markdown_with_provenance(
-                self.current_steps,
-                blocks,
-                key="live",
-                text_colour=self._text_colour(),
-                prefix=self._continuing.prefix,
-                suffix=CURSOR,
+                self.current_steps, blocks, key="live", text_colour=self._text_colour(), suffix=CURSOR
             )
         else:
             body = self.renderer.markdown(self._continuing.prefix + self.streaming_text + CURSOR, blocks, key="stream")
