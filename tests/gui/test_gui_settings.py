@@ -132,9 +132,9 @@ def test_round_trip_through_widgets_and_file(qtbot, tmp_path, build_index):
     w(d, QCheckBox, "drafterModel").setChecked(True)
     w(d, QDoubleSpinBox, "temperatureSpin").setValue(1.25)
     w(d, QSpinBox, "topKSpin").setValue(0)
-    threads = w(d, QSpinBox, "threadsSpin")
-    assert threads.value() == 0 and threads.text().startswith("all cores (")  # the default: every core
-    threads.setValue(1)
+    threads = w(d, QComboBox, "threadsCombo")
+    assert threads.value() == 0 and threads.currentText().startswith("Automatic")  # the default
+    threads.setCurrentIndex(threads.count() - 1)  # the list reads down: the last choice is one thread
     prompt = w(d, QPlainTextEdit, "systemPromptEdit")
     prompt.moveCursor(prompt.textCursor().MoveOperation.End)
     qtbot.keyClicks(prompt, " Use lists.")

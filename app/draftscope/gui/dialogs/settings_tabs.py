@@ -28,9 +28,9 @@ from draftscope.datastore.default import default_datastore_path
 from draftscope.engine import kv_disk
 from draftscope.gui.dialogs.prompt_presets import PresetPicker
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
+from draftscope.gui.threads_choice import ThreadsCombo
 from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
-from draftscope.storage.settings import MAX_KV_CACHE_MB, MAX_PARALLEL, MAX_THREADS, Settings
-from draftscope.sysinfo import usable_cores
+from draftscope.storage.settings import MAX_KV_CACHE_MB, MAX_PARALLEL, Settings
 
 THEMES = (("System", "system"), ("Light", "light"), ("Dark", "dark"))
 SEED_HINT = (
@@ -281,8 +281,7 @@ class GenerationTab(QWidget):
         self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, RANGES["repetition_penalty"].high, 0.05)
         self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
         self.seed.setSpecialValueText("random")
-        self.threads = int_spin("threadsSpin", 0, MAX_THREADS)
-        self.threads.setSpecialValueText(f"all cores ({usable_cores()})")
+        self.threads = ThreadsCombo()  # Automatic, all cores, one left free, … 1 (gui/threads_choice.py)
         return (
             ("Temperature:", _hinted(self.temperature, "0 = greedy: always the most likely token")),
             ("Top-p:", _hinted(self.top_p, "1 = off")),
