@@ -155,8 +155,8 @@ def test_a_place_off_every_screen_is_not_restored_the_window_is_centred(qtbot, t
     try:
         window = start(qtbot, launcher)
         screen = window.screen().availableGeometry()
-        window.move(screen.right() + 3000, screen.bottom() + 3000)  # a second screen, since unplugged
         window.resize(760, 400)
+        window.move(screen.right() + 3000, screen.bottom() + 3000)  # a second screen, since unplugged
         settings = Settings()
         window_memory.remember(window, settings)
         assert window_memory.saved_frame(window_memory._bytes(settings.window_geometry)) is not None

@@ -12,7 +12,7 @@ import binascii
 from PySide6.QtCore import QByteArray, QDataStream, QEvent, QIODevice, QObject, QRect, QSize
 from PySide6.QtGui import QGuiApplication
 
-from draftscope.gui.fit_screen import centre_on_screen, fit_to_screen
+from draftscope.gui.fit_screen import centre_on_screen, fit_to_screen, move_inside
 
 DEFAULT_SIZE = QSize(1100, 720)  # a first start's window, centred
 GEOMETRY_MAGIC = 0x1D9D0CB  # what QWidget.saveGeometry writes first
@@ -67,7 +67,8 @@ def on_a_screen(frame: QRect | None) -> bool:
 
 class WindowKeeper(QObject):
     """Saves the window's shape when it changes the user would miss: the colouring switched, an
-    answer ended (its conversation is the one to reopen), and the window closing. ``save(window)``
+    answer ended (its conversation is the one to reopen), and the window closing; and keeps the
+    window on its screen when a panel or an edit makes it grow. ``save(window)``
     is the launcher's (it knows which settings the running model holds and where they are kept)."""
 
     def __init__(self, window, save) -> None:
@@ -83,6 +84,8 @@ class WindowKeeper(QObject):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.window and event.type() == QEvent.Type.Close:
             self.save(self.window)
+        elif watched is self.window and event.type() == QEvent.Type.Resize and watched.isVisible():
+            move_inside(watched)  # a panel opened widens the window to the right: past the screen's edge
         return False
 
 
