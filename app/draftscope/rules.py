@@ -26,13 +26,39 @@ class Range:
         return f"in ({low}, {high}]" if self.open_low else f"between {low} and {high}"
 
 
+# The context: tokens the model reads at once (the conversation, attached files and the answer);
+# its KV cache grows with it. MODEL_CONTEXT (0) keeps the model's default: LLAMA_CONTEXT on
+# llama.cpp, the model's own on torch; a backend never opens more than the model was trained on.
+MODEL_CONTEXT = 0
+CONTEXT_RANGE = Range(256, 1 << 20)
+
+# The repetition penalty covers the last REPETITION_WINDOW tokens before each position (llama.cpp's
+# repeat_last_n, LM Studio's and Ollama's 64): a word used a moment ago is discouraged, while copying
+# from the prompt (an attached file being edited, code being quoted) is not punished as Hugging
+# Face's rule over the whole context would punish it.
+REPETITION_WINDOW = 64
+# The answer's length limit: UNTIL_STOP (0) lets it run until the model stops, bounded by the context.
+UNTIL_STOP = 0
+
 # The app's ranges: the settings, their spin boxes, the command line and the engine use these.
 RANGES = {
     "temperature": Range(0.0, 5.0),  # 0 = greedy
     "top_p": Range(0.0, 1.0, open_low=True),  # 1 = off
     "top_k": Range(0, 1_000_000),  # 0 = off
+    "min_p": Range(0.0, 1.0),  # 0 = off
     "repetition_penalty": Range(0.0, 10.0, open_low=True),  # 1 = off
-    "max_new_tokens": Range(1, 1_000_000),
+    "repetition_window": Range(1, CONTEXT_RANGE.high),  # tokens before each position the penalty covers
+    "max_new_tokens": Range(UNTIL_STOP, 1_000_000),  # 0 = until the model stops
+}
+# Sampling out of the box (LM Studio's and Ollama's defaults: a light penalty, min-p, no loops), where
+# the model recommends none of its own (core/sampling_defaults.py).
+DEFAULT_SAMPLING = {
+    "temperature": 0.8,
+    "top_k": 40,
+    "top_p": 0.95,
+    "min_p": 0.05,
+    "repetition_penalty": 1.1,
+    "repetition_window": REPETITION_WINDOW,
 }
 # The server follows OpenAI's API where it is narrower than the app (a request past it is a 400,
 # as OpenAI answers it): temperature up to 2.
@@ -42,13 +68,6 @@ SERVER_RANGES = {**RANGES, "temperature": Range(0.0, 2.0)}
 # shown with it). The settings file and its spin box write "none" as -1 (NO_SEED).
 NO_SEED = -1
 SEED_RANGE = Range(0, 2**31 - 1)
-
-# The context: tokens the model reads at once (the conversation, attached files and the answer);
-# its KV cache grows with it. MODEL_CONTEXT (0) keeps the model's default: LLAMA_CONTEXT on
-# llama.cpp, the model's own on torch; a backend never opens more than the model was trained on.
-MODEL_CONTEXT = 0
-CONTEXT_RANGE = Range(256, 1 << 20)
-
 
 # GPU layers: how many of a GGUF model's layers llama.cpp puts on the card (engine/backends/llama/gpu_offload.py).
 # GPU_LAYERS_AUTO (-1): as many as fit in the card's free memory (the default); 0: none, the CPU only;

@@ -99,7 +99,9 @@ def test_the_desktop_app_starts_and_stays_up(tmp_path, tokenizer_dir, tokenizer)
     [
         (["generate", "hi", "--device", "bogus"], "unknown device 'bogus'"),
         (["generate", "hi", "--dtype", "bogus"], "unknown dtype 'bogus'"),
-        (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens: must be between 1"),
+        (["generate", "hi", "--max-new-tokens", "-5"], "--max-new-tokens: must be between 0"),  # 0: until it stops
+        (["chat", "--min-p", "1.5"], "--min-p: must be between 0 and 1, got 1.5"),
+        (["chat", "--repetition-window", "0"], "--repetition-window: must be between 1 and 1,048,576, got 0"),
         (["chat", "--top-k", "-1"], "--top-k: must be between 0"),
         (["drafter", "train", "--tokens", "0"], "--tokens: must be between 1"),
         (["datastore", "distill", "--out", "x.idx", "--batch-size", "ten"], "not a whole number: 'ten'"),

@@ -55,7 +55,7 @@ ROLE_AND_TEXT = st.fixed_dictionaries(
 )
 MESSAGE = mostly(ROLE_AND_TEXT, st.fixed_dictionaries({"role": JSON, "content": JSON}))
 MESSAGES = st.lists(MESSAGE, min_size=1, max_size=3)
-NUMBER_FIELDS = ("temperature", "top_p", "seed", "max_tokens", "max_completion_tokens", "n")
+NUMBER_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "max_completion_tokens", "n")
 FIELDS = {name: mostly(NUMBERS, JSON) for name in NUMBER_FIELDS}
 FIELDS |= {
     "stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=6) | JSON,
@@ -76,8 +76,9 @@ def parsed_or_refused(parse, body) -> None:
         assert exc.status == 400 and exc.message, exc.message
         return
     sampling = request.sampling
-    for value in (sampling.temperature, sampling.top_p):
+    for value in (sampling.temperature, sampling.top_p, sampling.min_p):
         assert value is None or math.isfinite(value)
+    assert sampling.top_k is None or 0 <= sampling.top_k <= 1_000_000
     assert sampling.max_tokens is None or 0 <= sampling.max_tokens <= 1 << 20  # 0: read the prompt only
 
 

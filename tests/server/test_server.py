@@ -49,6 +49,8 @@ def live():
             "context",
             "--max-new-tokens",
             "40",
+            "--repetition-penalty",  # greedy text: the requests ask temperature 0, the penalty is the settings'
+            "1",
             "--no-history",
         ],
         stdout=subprocess.PIPE,
@@ -88,7 +90,7 @@ def generate_cli(*args: str) -> str:
 @pytest.mark.network
 def test_greedy_text_through_the_server_equals_draftscope_generate(live):
     client = openai.OpenAI(base_url=live, api_key="unused")
-    expected = generate_cli("--max-new-tokens", "40")
+    expected = generate_cli("--max-new-tokens", "40", "--temperature", "0", "--repetition-penalty", "1")
     assert len(expected) > 20
     reply = client.chat.completions.create(
         model="default", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40
@@ -431,7 +433,7 @@ def test_binding_beyond_this_machine_needs_a_key():
 
 
 def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
-    """temperature, top_p and seed are the engine's: a seeded sampled answer through the server (with
+    """temperature, top_p, top_k, min_p and seed are the engine's: a seeded sampled answer through the server (with
     the app's drafters) is plain decoding's in process with the same parameters, token for token; an
     unseeded answer names the seed it drew, which reproduces it."""
     from draftscope.engine.engine import GenerationRequest
@@ -444,13 +446,20 @@ def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
     texts = {}
     for seed in (1, 2):
         stream = client.chat.completions.create(
-            model="tiny", messages=messages, temperature=0.8, top_p=0.9, seed=seed, max_tokens=12, stream=True
+            model="tiny",
+            messages=messages,
+            temperature=0.8,
+            top_p=0.9,
+            seed=seed,
+            max_tokens=12,
+            stream=True,
+            extra_body={"top_k": 6, "min_p": 0.6},  # llama-server's and vLLM's fields
         )
         ids = [t["id"] for c in stream for t in (c.model_extra or {}).get("draftscope", {}).get("tokens", [])]
         request = GenerationRequest(
             prompt_ids=app_engine.encode_chat(messages),
             max_new_tokens=12,
-            sampling=SamplingParams(0.8, 0, 0.9, 1.0, seed),
+            sampling=SamplingParams(0.8, 6, 0.9, 1.0, seed, min_p=0.6),
         )
         expected = list(app_engine.generate(request))[-1].token_ids
         assert ids == expected, seed

@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
             threading.Event().wait()
 
     runtime = SimpleNamespace(
-        engine=Engine(), settings=Settings(), make_drafters=lambda: [], learn=lambda *a: None, documents=None
+        engine=Engine(), settings=Settings(max_new_tokens=512), make_drafters=lambda: [], learn=lambda *a: None, documents=None
     )
     session = ChatSession(runtime, history=HistoryStore(sys.argv[1]), conversation_id=int(sys.argv[2]))
     assert session.rewind(int(sys.argv[3]))

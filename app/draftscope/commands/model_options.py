@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import SimpleNamespace
 
 from draftscope.core import argtypes
-from draftscope.rules import BACKENDS, NO_SEED
+from draftscope.rules import BACKENDS, DEFAULT_SAMPLING, NO_SEED, RANGES, UNTIL_STOP
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,32 +62,36 @@ def _add_drafting_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
-    """How the answer is sampled, how long it may be, and the system prompt before it."""
+    """How the answer is sampled, how long it may be, and the system prompt before it. A sampling
+    option left out is the model's recommendation where its files carry one (--no-model-sampling:
+    never), else the app's default; one given is used as given."""
+    d = SimpleNamespace(**DEFAULT_SAMPLING)  # the defaults, for the options' help
     p.add_argument(
         "--temperature",
         type=argtypes.sampling("temperature"),
-        default=0.0,
-        help="randomness of the answer, 0 to 5: 0 = greedy, always the most likely token (default: 0)",
+        default=None,
+        help=f"randomness of the answer, 0 to 5: 0 = greedy, always the most likely token (default: {d.temperature:g})",
     )
     p.add_argument(
         "--top-p",
         type=argtypes.sampling("top_p"),
-        default=1.0,
+        default=None,
         help="sample only from the most likely tokens whose probabilities add up to P (nucleus "
-        "sampling; 1 = off, the default)",
+        f"sampling; 1 = off; default: {d.top_p:g})",
     )
     p.add_argument(
         "--top-k",
         type=argtypes.count,
-        default=0,
-        help="sample only from the K most likely tokens (0 = off, the default)",
+        default=None,
+        help=f"sample only from the K most likely tokens (0 = off; default: {d.top_k})",
     )
     p.add_argument(
-        "--repetition-penalty",
-        type=argtypes.sampling("repetition_penalty"),
-        default=1.0,
-        help="above 1, tokens already in the conversation become less likely (1 = off, the default)",
+        "--min-p",
+        type=argtypes.sampling("min_p"),
+        default=None,
+        help=f"leave out tokens less likely than P times the most likely one (0 = off; default: {d.min_p:g})",
     )
+    _add_penalty_arguments(p, d)
     p.add_argument(
         "--seed",
         type=int,
@@ -95,11 +100,42 @@ def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-new-tokens",
-        type=argtypes.positive_int,
-        default=512,
-        help="the answer's length limit in tokens (default: 512)",
+        type=argtypes.count,
+        default=UNTIL_STOP,
+        help="the answer's length limit in tokens (default: 0, until the model stops, within the context)",
     )
     p.add_argument("--system", default=None, help="system prompt")
+
+
+def _add_penalty_arguments(p: argparse.ArgumentParser, d: SimpleNamespace) -> None:
+    """The repetition penalty and its window, and whether the model's own recommendation is used."""
+    p.add_argument(
+        "--repetition-penalty",
+        type=argtypes.sampling("repetition_penalty"),
+        default=None,
+        help="above 1, tokens used within the last --repetition-window tokens become less likely (1 = off; "
+        f"default: {d.repetition_penalty:g})",
+    )
+    p.add_argument(
+        "--repetition-window",
+        type=_window,
+        default=None,
+        metavar="TOKENS",
+        help=f"the tokens before each one the repetition penalty looks back over (default: {d.repetition_window})",
+    )
+    p.add_argument(
+        "--no-model-sampling",
+        action="store_true",
+        help="ignore the sampling the model's files recommend (GGUF metadata, generation_config.json)",
+    )
+
+
+def _window(text: str) -> int:
+    """--repetition-window: a count of tokens within rules.RANGES."""
+    value = argtypes.count(text)
+    if not RANGES["repetition_window"].holds(value):
+        raise argparse.ArgumentTypeError(f"must be {RANGES['repetition_window'].words()}, got {text}")
+    return value
 
 
 def _add_running_arguments(p: argparse.ArgumentParser) -> None:
@@ -189,10 +225,8 @@ def settings_from_args(args: argparse.Namespace):
         datastore=args.datastore or "",
         drafters=switches,
         draft_model=args.draft_model or "",
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        repetition_penalty=args.repetition_penalty,
+        **given_sampling(args),
+        model_sampling=not args.no_model_sampling,
         max_new_tokens=args.max_new_tokens,
         system_prompt=args.system or "",
         seed=NO_SEED if args.seed is None else args.seed,
@@ -211,6 +245,12 @@ def settings_from_args(args: argparse.Namespace):
     if args.datastore:
         check_datastore(args.datastore)
     return settings
+
+
+def given_sampling(args: argparse.Namespace) -> dict:
+    """The sampling options given on the command line, by the settings' names."""
+    values = {name: getattr(args, name, None) for name in DEFAULT_SAMPLING}
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def check_datastore(path: str) -> None:
@@ -251,6 +291,12 @@ def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
     if missing:
         why = setup.notes + [_NEEDS[n] for n in missing if n in _NEEDS]
         raise ValueError(f"drafter(s) {', '.join(missing)} cannot run: " + "; ".join(why))
+    from draftscope.core.sampling_defaults import described, effective_sampling
+
+    if runtime.recommended is not None:  # what the command line sets is used as given
+        runtime.recommended = runtime.recommended.without(given_sampling(args))
+    if model_says := described(effective_sampling(settings, runtime.recommended)):
+        _err(f"sampling: {model_says}")
     engine = runtime.engine
     _err(
         f"{engine.name} on {engine.backend.describe()}; drafters: {', '.join(setup.names) or 'none (plain decoding)'}; "

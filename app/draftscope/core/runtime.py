@@ -42,6 +42,8 @@ class Runtime:
     learner: object | None = None
     # a folder of documents the answers search (documents.folder.FolderIndex: serve/chat --documents)
     documents: object | None = None
+    # the sampling the model's files recommend (models.recommended_sampling.ModelSampling; None: none)
+    recommended: object | None = None
     events: RuntimeEvents = field(default_factory=RuntimeEvents, repr=False)
     _setup: object | None = field(default=None, repr=False)  # DrafterSetup for the current settings
 
@@ -200,6 +202,7 @@ def load_runtime(
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
     from draftscope.drafters.draft_model import load_draft_model
     from draftscope.engine.engine import Engine
+    from draftscope.models.recommended_sampling import recommended_sampling
 
     if log is not None:
         log(f"loading {settings.model} ...")
@@ -207,6 +210,7 @@ def load_runtime(
     engine = Engine.load(spec, progress=log, baseline=baseline)
     _keep_caches_on_disk(engine, settings)
     runtime = Runtime(settings, engine, notices=_load_notices(engine, settings, spec))
+    runtime.recommended = recommended_sampling(spec.source)
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
     if settings.draft_model and settings.drafters.get("model"):

@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 from psygnal import Signal, SignalGroup
 
 from draftscope.core import continuation
+from draftscope.core.sampling_defaults import sampling_from
 from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
-from draftscope.rules import seed_from_setting
 from draftscope.storage.import_check import ANSWER_FIGURES
 
 TITLE_CHARS = 48
@@ -40,27 +40,6 @@ def title_from(text: str) -> str:
     """A conversation's title from its first message: its words on one line, shortened."""
     line = " ".join(text.split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
-
-
-def sampling_from(
-    settings,
-    *,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    seed: int | None = None,
-) -> SamplingParams:
-    """The settings' sampling, with per-request overrides (the server's fields). The seed: the
-    request's, else the settings' fixed one, else None (the engine draws one and reports it)."""
-    if seed is None:
-        seed = seed_from_setting(settings.seed)
-    return SamplingParams(
-        settings.temperature if temperature is None else temperature,
-        settings.top_k if top_k is None else top_k,
-        settings.top_p if top_p is None else top_p,
-        settings.repetition_penalty,
-        seed,
-    )
 
 
 def answer_record(final: FinalEvent, baseline_tokens_per_second: float | None) -> tuple[dict, dict]:
@@ -213,7 +192,7 @@ class ChatSession:
             return []
         turns = self._model_messages(self._turns_before(replacing))
         used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
-        answer_room = max(ANSWER_ROOM_MIN, min(self.settings.max_new_tokens, self.engine.max_context // 4))
+        answer_room = max(ANSWER_ROOM_MIN, min(self.answer_limit(), self.engine.max_context // 4))
         room = self.engine.max_context - used - answer_room
         found = None
         if documents is not None:  # the folder's passages for the question, in up to half the room
@@ -278,6 +257,16 @@ class ChatSession:
 
     # ------------------------------------------------------------------ answering
 
+    def answer_limit(self) -> int:
+        """The settings' length limit in tokens; 0 (until the model stops) is the context's room,
+        which the engine cuts to what the prompt leaves (a request's 0 is a read ahead instead)."""
+        return self.settings.max_new_tokens or self.engine.max_context
+
+    def sampling(self, **overrides) -> SamplingParams:
+        """The answer's sampling: the settings', the model's recommendation where it is used
+        (core/sampling_defaults.py), and ``overrides`` (a request's own fields, a new seed)."""
+        return sampling_from(self.settings, getattr(self.runtime, "recommended", None), **overrides)
+
     def request(
         self,
         *,
@@ -293,7 +282,6 @@ class ChatSession:
         """The next answer's request: the conversation (or ``messages``, or a prompt already in
         tokens), the settings' limits and sampling unless given, fresh drafters unless given
         (``[]``: plain decoding)."""
-        s = self.settings
         self.continuing = None  # a continue_request's own request says so after this
         if prompt_ids is not None:
             source = {"prompt_ids": list(prompt_ids)}
@@ -301,8 +289,8 @@ class ChatSession:
             source = {"messages": list(messages) if messages is not None else self.messages()}
         return GenerationRequest(
             **source,
-            max_new_tokens=s.max_new_tokens if max_new_tokens is None else max_new_tokens,
-            sampling=sampling or sampling_from(s),
+            max_new_tokens=self.answer_limit() if max_new_tokens is None else max_new_tokens,
+            sampling=sampling or self.sampling(),
             drafters=self.make_drafters() if drafters is None else list(drafters),
             budget=budget,
             cancel=cancel,

@@ -28,7 +28,7 @@ import torch
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters.interface import Drafter
 from draftscope.engine.backends.base import chain_tree
-from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities
+from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities, recent_tokens
 
 
 @dataclass
@@ -114,6 +114,13 @@ class ModelDrafter(Drafter):
     def reset(self, context_ids: Sequence[int]) -> None:
         self.cached = []
 
+    def _penalised(self, tokens: Sequence[int], row: torch.Tensor) -> torch.Tensor | None:
+        """What the repetition penalty covers before the next token (None: no penalty)."""
+        params = self.sampling
+        if not params.penalised:
+            return None
+        return recent_tokens([tokens], params.repetition_window, row.shape[-1]).to(row.device)
+
     def observe(self, accepted_ids: Sequence[int]) -> None:
         pass  # resynchronised lazily in propose
 
@@ -145,9 +152,11 @@ class ModelDrafter(Drafter):
             rest = context[common + 1 :]
             row = backend.verify(context[common], chain_tree(rest)).logits[-1:]
         backend.commit(list(range(len(context) - common - 1)) if common else [])
-        drafted, rows = [], []
+        drafted, rows, recent = [], [], []
         for k in range(n):
-            probs = probabilities(row, self.sampling)
+            # the target's penalty at this position: over the same window of context and drafts
+            recent.append(self._penalised(context + drafted, row))
+            probs = probabilities(row, self.sampling, recent[-1])
             # the absolute position this draft token would take: the target's noise there (coupling)
             tok = choose(probs, [len(context) + k], self.noise)[0]
             drafted.append(tok)
@@ -161,7 +170,9 @@ class ModelDrafter(Drafter):
         # Support = path probability under the draft model (raw softmax when greedy, where the
         # processed distribution is one-hot).
         logits = torch.cat(rows)
-        conf = (probabilities(logits, self.sampling) if not self.sampling.greedy else logits.float().softmax(-1)).cpu()
+        seen = torch.cat(recent) if self.sampling.penalised else None
+        greedy = self.sampling.greedy
+        conf = (logits.float().softmax(-1) if greedy else probabilities(logits, self.sampling, seen)).cpu()
         path_prob, support = 1.0, []
         for i, tok in enumerate(drafted):
             path_prob *= float(conf[i, tok])

@@ -29,7 +29,7 @@ from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.policy import StepPolicy
 from draftscope.engine.sampling import PositionNoise, fresh_seed, next_tokens
 from draftscope.engine.tree_cuts import cut_pieces, drop_foreign_tokens, first_nodes, limit_leaves, prune_depth
-from draftscope.engine.verify import token_positions, verify_tree
+from draftscope.engine.verify import penalised_rows, token_positions, verify_tree
 
 # Prompt tokens between two ReadingEvents, for a request that asks for them (the window): a long
 # prompt is read in parts of this size, so its reader hears how far the reading is.
@@ -101,8 +101,6 @@ class Answer:
         req, prompt = self.request, self.prompt
         self.limit = min(req.max_new_tokens, self.engine.max_context - len(prompt))
         self.ids = list(prompt)
-        self.seen = torch.zeros(self.engine.vocab, dtype=torch.bool)
-        self.seen[torch.tensor(prompt)] = True
         self.detok = Detokenizer(self.engine.tokenizer)
         self.tally = _Tally()
         self.speed = AnswerSpeed(self.engine, len(prompt), [d.name for d in self.drafters])
@@ -294,7 +292,7 @@ class Answer:
             self.request.sampling,
             token_positions(tree, len(self.ids)),
             self.noise,
-            self._rows_seen(tree, verified.logits.device),
+            self._rows_seen(tree, verified.logits),
             verified.best,
         )
         path, bonus = verify_tree(tree, chosen)
@@ -321,14 +319,12 @@ class Answer:
         if stop:
             self.end()
 
-    def _rows_seen(self, tree: DraftTree, device) -> torch.Tensor | None:
-        """For the repetition penalty: each row's tokens so far (the answer's and its path's)."""
-        if self.request.sampling.repetition_penalty == 1.0:
+    def _rows_seen(self, tree: DraftTree, logits: torch.Tensor) -> torch.Tensor | None:
+        """For the repetition penalty: the tokens it covers at each row (the last window of them)."""
+        params = self.request.sampling
+        if not params.penalised:
             return None
-        rows = self.seen.repeat(len(tree) + 1, 1)
-        for i in range(len(tree)):
-            rows[i + 1, torch.tensor(tree.token_path(i))] = True
-        return rows.to(device)
+        return penalised_rows(self.ids, tree, params.repetition_window, logits.shape[-1]).to(logits.device)
 
     def _emit(self, tree: DraftTree, path: list[int], bonus: int) -> tuple[list[int], list[str], bool]:
         """The step's tokens as said: cut at the length limit, at an end-of-sequence token, at a stop string."""
@@ -358,7 +354,6 @@ class Answer:
         emitted, provenance = emitted[: len(self.pieces)], provenance[: len(self.pieces)]
         tally.by_source.update(src for src in provenance if src != "target")
         self.ids.extend(emitted)
-        self.seen[torch.tensor(emitted)] = True
         self.root = self.ids[-1]
         self.path_said = path[: len(emitted)]  # nodes whose tokens were emitted (EOS may cut the path)
         return emitted, provenance, stop

@@ -1,7 +1,9 @@
 """The one sampling rule, shared by plain decoding, tree verification and the draft model.
 
-Logit processing: repetition penalty, temperature, top-k, top-p (Hugging Face's order and
-semantics) turn logits into the distribution p_i of the token at absolute position i.
+Logit processing: repetition penalty, temperature, top-k, top-p, min-p (Hugging Face's order and
+semantics) turn logits into the distribution p_i of the token at absolute position i. The penalty
+covers the last ``repetition_window`` tokens before position i (llama.cpp's repeat_last_n), the
+same window whoever computes p_i: plain decoding, a tree node at its depth, the draft model.
 
 The token is then a function of (seed, i, p_i): ``argmax_x log p_i(x) + G_i(x)``, with Gumbel
 noise G_i drawn from a generator keyed by (seed, i) alone (the Gumbel-max trick). The noise of
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from draftscope.rules import SEED_RANGE, problem
+from draftscope.rules import REPETITION_WINDOW, SEED_RANGE, problem
 
 
 @dataclass(frozen=True)
@@ -30,15 +32,35 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = off
     repetition_penalty: float = 1.0  # 1 = off
     seed: int | None = None
+    min_p: float = 0.0  # 0 = off
+    repetition_window: int = REPETITION_WINDOW  # tokens before each position the penalty covers
 
     def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+        for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "repetition_window"):
             if (why := problem(name, getattr(self, name))) is not None:
                 raise ValueError(why)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def penalised(self) -> bool:
+        return self.repetition_penalty != 1.0
+
+
+def recent_tokens(rows: Sequence[Sequence[int]], window: int, vocab: int) -> torch.Tensor:
+    """[len(rows), vocab] bool: for each row's context (the tokens before its position), those among
+    its last ``window``: what the repetition penalty covers there. Ids past ``vocab`` are left out."""
+    seen = torch.zeros(len(rows), vocab, dtype=torch.bool)
+    row_ids, token_ids = [], []
+    for r, context in enumerate(rows):
+        recent = [t for t in context[-window:] if 0 <= t < vocab]
+        row_ids += [r] * len(recent)
+        token_ids += recent
+    if token_ids:
+        seen[torch.tensor(row_ids), torch.tensor(token_ids)] = True
+    return seen
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -70,6 +92,10 @@ def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tens
         remove_sorted[..., -1:] = False
         remove = remove_sorted.scatter(-1, order, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
+    if params.min_p > 0.0:
+        # HF MinPLogitsWarper: drop tokens less likely than min_p times the top token (which stays).
+        probs = logits.softmax(-1)
+        logits = logits.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), float("-inf"))
     return logits.softmax(-1)
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.sampling import recent_tokens
 
 
 def children_lists(tree: DraftTree) -> dict[int, list[int]]:
@@ -40,3 +43,16 @@ def token_positions(tree: DraftTree, next_position: int) -> list[int]:
     """The absolute position each verify row chooses a token for: the root's row the next token
     of the answer (``next_position``), node i's row the one after it, ``depth[i]`` further on."""
     return [next_position] + [next_position + int(d) for d in tree.depth.tolist()]
+
+
+def row_contexts(context: Sequence[int], tree: DraftTree, window: int) -> list[list[int]]:
+    """The last ``window`` tokens before each verify row's position: the root's row the context's,
+    node i's row the context's followed by the path to node i (its own tokens included), so a
+    node at depth d looks back over exactly the tokens plain decoding would have at that position."""
+    tail = list(context[-window:])
+    return [tail] + [(tail + tree.token_path(i))[-window:] for i in range(len(tree))]
+
+
+def penalised_rows(context: Sequence[int], tree: DraftTree, window: int, vocab: int) -> torch.Tensor:
+    """[1 + len(tree), vocab] bool: the tokens the repetition penalty covers at each verify row."""
+    return recent_tokens(row_contexts(context, tree, window), window, vocab)

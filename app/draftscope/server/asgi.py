@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import draftscope.server.protocol as p
-from draftscope.core.session import ChatSession, sampling_from
+from draftscope.core.session import ChatSession
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent
 from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
@@ -345,9 +345,15 @@ class Api:
         return await streamed_reply(request, reply, events, gen.stop_strings)
 
     def _generation(self, session: ChatSession, sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
-        """The engine's request: what the client left out of sampling taken from the live settings."""
-        params = sampling_from(
-            self.runtime.settings, temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed
+        """The engine's request: what the client left out of sampling taken from the live settings
+        (and the model's recommendation where it is used: core/sampling_defaults.py); what it left out
+        of the length, the settings' limit (0 there: until the model stops)."""
+        params = session.sampling(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            min_p=sampling.min_p,
+            seed=sampling.seed,
         )
         gen = session.request(
             prompt_ids=prompt_ids,

@@ -46,6 +46,8 @@ def _bad(param: str, message: str) -> ApiError:
 class Sampling:
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None  # llama-server's and vLLM's fields, beyond OpenAI's
+    min_p: float | None = None
     seed: int | None = None
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
@@ -174,11 +176,19 @@ def _sampling(body: dict) -> Sampling:
     return Sampling(
         temperature=_ranged(body, "temperature"),
         top_p=_ranged(body, "top_p"),
+        top_k=_top_k(body),
+        min_p=_ranged(body, "min_p"),
         seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True),
         max_tokens=max_tokens,
         stop=stops,
         cache_prompt=cache_prompt,
     )
+
+
+def _top_k(body: dict) -> int | None:
+    """llama-server's and vLLM's top_k; vLLM's -1 (and 0) mean off, as the app's 0 does."""
+    value = _number(body, "top_k", -1, SERVER_RANGES["top_k"].high, integer=True)
+    return None if value is None else max(value, 0)
 
 
 def _max_tokens(body: dict) -> int | None:

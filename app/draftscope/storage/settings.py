@@ -15,6 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from draftscope.rules import (
     BACKENDS,
+    DEFAULT_SAMPLING,
     DRAFTER_NAMES,
     DRAFTERS_ON,
     DTYPES,
@@ -22,6 +23,7 @@ from draftscope.rules import (
     NO_SEED,
     RANGES,
     SEED_RANGE,
+    UNTIL_STOP,
     context_problem,
     gpu_layers_problem,
     problem,
@@ -90,11 +92,16 @@ class Settings:
     gpu_layers: int = setting(Section.MODEL, GPU_LAYERS_AUTO)  # llama.cpp's layers on the card; -1: as many as fit
     datastore: str = setting(Section.DRAFTING, "")  # empty: the default chat datastore when it exists
     drafters: dict[str, bool] = setting(Section.DRAFTING, factory=_default_switches)
-    temperature: float = setting(Section.SAMPLING, 0.0)
-    top_p: float = setting(Section.SAMPLING, 1.0)
-    top_k: int = setting(Section.SAMPLING, 0)
-    max_new_tokens: int = setting(Section.SAMPLING, 512)
-    repetition_penalty: float = setting(Section.SAMPLING, 1.0)
+    # sampling that does not loop (rules.DEFAULT_SAMPLING); the model's own recommendation replaces
+    # what it sets while model_sampling is on (core/sampling_defaults.py)
+    temperature: float = setting(Section.SAMPLING, DEFAULT_SAMPLING["temperature"])
+    top_p: float = setting(Section.SAMPLING, DEFAULT_SAMPLING["top_p"])
+    top_k: int = setting(Section.SAMPLING, DEFAULT_SAMPLING["top_k"])
+    min_p: float = setting(Section.SAMPLING, DEFAULT_SAMPLING["min_p"])
+    max_new_tokens: int = setting(Section.SAMPLING, UNTIL_STOP)  # 0: until the model stops, within the context
+    repetition_penalty: float = setting(Section.SAMPLING, DEFAULT_SAMPLING["repetition_penalty"])
+    repetition_window: int = setting(Section.SAMPLING, DEFAULT_SAMPLING["repetition_window"])
+    model_sampling: bool = setting(Section.SAMPLING, True)  # use the model's recommended sampling where it has one
     stop_loops: bool = setting(Section.SAMPLING, True)  # end an answer that repeats itself (engine/loop_guard.py)
     seed: int = setting(Section.SAMPLING, -1)  # -1: a new seed for every answer; else every sampled answer's
     system_prompt: str = setting(Section.SAMPLING, "")

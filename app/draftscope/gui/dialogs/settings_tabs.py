@@ -11,7 +11,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QLineEdit,
@@ -22,13 +21,16 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope import paths
+from draftscope.core.sampling_defaults import MODEL_FIELDS
 from draftscope.core.settings_checks import browse_start, build_default_command
 from draftscope.core.words import size_text
 from draftscope.datastore.default import default_datastore_path
 from draftscope.engine import kv_disk
+from draftscope.gui.dialogs.model_sampling_rows import ModelSamplingRows
 from draftscope.gui.dialogs.prompt_presets import PresetPicker
 from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
 from draftscope.gui.threads_choice import ThreadsCombo
+from draftscope.models.recommended_sampling import recommended_for
 from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
 from draftscope.storage.settings import MAX_KV_CACHE_MB, MAX_PARALLEL, Settings
 
@@ -54,9 +56,9 @@ DISK_CACHES_HINT = (
 )
 
 
-def _kept_float(spin: QDoubleSpinBox, original: float) -> float:
-    # The spin box rounds to its decimals; an untouched field keeps its exact stored value.
-    return original if round(original, spin.decimals()) == spin.value() else spin.value()
+def _penalty_row(penalty: QWidget, window: QWidget) -> QWidget:
+    """The repetition penalty and the tokens it looks back over, on one line."""
+    return row(penalty, hint("over the last"), window, hint("tokens (1 = off)"), stretch_first=False)
 
 
 def _hinted(field: QWidget, text: str, *, wrap: bool = False) -> QWidget:
@@ -263,6 +265,9 @@ class GenerationTab(QWidget):
             "top_k": self.top_k,
             "max_new_tokens": self.max_new_tokens,
             "repetition_penalty": self.repetition_penalty,
+            "min_p": self.min_p,
+            "repetition_window": self.repetition_window,
+            "model_sampling": self.model_sampling.check,
             "seed": self.seed,
             "stop_loops": self.stop_loops,
             "system_prompt": self.system_prompt,
@@ -279,15 +284,23 @@ class GenerationTab(QWidget):
         self.max_new_tokens = int_spin("maxNewTokensSpin", RANGES["max_new_tokens"].low, RANGES["max_new_tokens"].high)
         self.max_new_tokens.setSingleStep(64)
         self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, RANGES["repetition_penalty"].high, 0.05)
+        self.min_p = double_spin("minPSpin", RANGES["min_p"].low, RANGES["min_p"].high, 0.01)
+        window = RANGES["repetition_window"]
+        self.repetition_window = int_spin("repetitionWindowSpin", window.low, window.high)
+        self.max_new_tokens.setSpecialValueText("until the model stops")
+        self.model_sampling = ModelSamplingRows({name: getattr(self, name) for name in MODEL_FIELDS})
         self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
         self.seed.setSpecialValueText("random")
         self.threads = ThreadsCombo()  # Automatic, all cores, one left free, … 1 (gui/threads_choice.py)
         return (
+            ("Sampling:", self.model_sampling.check),
+            ("", self.model_sampling.note),
             ("Temperature:", _hinted(self.temperature, "0 = greedy: always the most likely token")),
             ("Top-p:", _hinted(self.top_p, "1 = off")),
             ("Top-k:", _hinted(self.top_k, "0 = off")),
-            ("Max new tokens:", row(self.max_new_tokens, stretch_first=False)),
-            ("Repetition penalty:", _hinted(self.repetition_penalty, "1 = off")),
+            ("Min-p:", _hinted(self.min_p, "0 = off; leaves out tokens less likely than this share of the top one")),
+            ("Max new tokens:", _hinted(self.max_new_tokens, "0 = until the model stops, within the context")),
+            ("Repetition penalty:", _penalty_row(self.repetition_penalty, self.repetition_window)),
             ("Seed:", _hinted(self.seed, SEED_HINT, wrap=True)),
             ("Threads:", _hinted(self.threads, THREADS_HINT, wrap=True)),
         )
@@ -318,6 +331,9 @@ class GenerationTab(QWidget):
         self.top_k.setValue(s.top_k)
         self.max_new_tokens.setValue(s.max_new_tokens)
         self.repetition_penalty.setValue(s.repetition_penalty)
+        self.min_p.setValue(s.min_p)
+        self.repetition_window.setValue(s.repetition_window)
+        self.model_sampling.show_settings(s, recommended_for(s.model))
         self.seed.setValue(s.seed)
         self.stop_loops.setChecked(s.stop_loops)
         self.threads.setValue(s.threads)
@@ -327,11 +343,8 @@ class GenerationTab(QWidget):
     def values(self, original: Settings) -> dict:
         """The fields; a float the spin box rounds keeps ``original``'s exact value while untouched."""
         return {
-            "temperature": _kept_float(self.temperature, original.temperature),
-            "top_p": _kept_float(self.top_p, original.top_p),
-            "top_k": self.top_k.value(),
+            **self.model_sampling.values(original),  # the sampling fields the model may set, and its switch
             "max_new_tokens": self.max_new_tokens.value(),
-            "repetition_penalty": _kept_float(self.repetition_penalty, original.repetition_penalty),
             "seed": self.seed.value(),
             "stop_loops": self.stop_loops.isChecked(),
             "system_prompt": self.system_prompt.toPlainText(),

@@ -1,0 +1,221 @@
+"""The sampling a model's own files recommend: a GGUF's ``general.sampling.*`` metadata (llama.cpp's
+keys) or a Hugging Face folder's ``generation_config.json``. Values are named as the settings name
+them (temperature, top_k, top_p, min_p, repetition_penalty, repetition_window); one that is damaged
+or out of the app's range is left out with a log line, and a file that cannot be read recommends
+nothing. core/sampling_defaults.py decides what an answer then uses.
+
+A GGUF's metadata is read here with a small reader of its key-value section (no tensor, no weight):
+the ``gguf`` package's reader builds arrays for every token of the vocabulary, seconds for a large one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from draftscope.models.resolve import ModelSource, resolve_model
+from draftscope.rules import RANGES, problem
+
+log = logging.getLogger(__name__)
+
+# llama.cpp's names (gguf-py's Keys.General.SAMPLING_*) -> the settings' names
+GGUF_KEYS = {
+    "general.sampling.temp": "temperature",
+    "general.sampling.top_k": "top_k",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.min_p": "min_p",
+    "general.sampling.penalty_repeat": "repetition_penalty",
+    "general.sampling.penalty_last_n": "repetition_window",
+}
+# generation_config.json's names (transformers' GenerationConfig) -> the settings' names
+HF_KEYS = {
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+}
+WHOLE_NUMBERS = ("top_k", "repetition_window")
+WHOLE_CONTEXT = -1  # penalty_last_n -1: the penalty covers the whole context (llama.cpp)
+NO_PENALTY_WINDOW = 0  # penalty_last_n 0: no penalty at all (llama.cpp)
+
+
+@dataclass(frozen=True)
+class ModelSampling:
+    """What a model recommends (only what its files set), and where it was read."""
+
+    values: dict = field(default_factory=dict)  # setting name -> value, each within rules.RANGES
+    origin: str = ""  # "the GGUF's metadata", "generation_config.json"
+
+    def without(self, names) -> ModelSampling:
+        """The recommendation less ``names`` (what the user set explicitly, e.g. on the command line)."""
+        return ModelSampling({k: v for k, v in self.values.items() if k not in set(names)}, self.origin)
+
+
+def recommended_sampling(source: ModelSource) -> ModelSampling | None:
+    """The sampling ``source``'s files recommend; None when they recommend none or cannot be read."""
+    try:
+        if source.kind == "gguf":
+            raw, origin = gguf_sampling(Path(source.location)), "the GGUF's metadata"
+        else:
+            config = _generation_config_file(source)
+            if config is None:
+                return None
+            raw, origin = _from_generation_config(config), "generation_config.json"
+    except (OSError, ValueError) as exc:
+        log.warning("%s: its recommended sampling was not read: %s", source.display_name, exc)
+        return None
+    values = checked(raw, source.display_name)
+    return ModelSampling(values, origin) if values else None
+
+
+def recommended_for(model: str) -> ModelSampling | None:
+    """The recommendation of the model the settings name (nothing fetched; None when it is not here)."""
+    try:
+        source = resolve_model(model, fetch_default=False)
+    except (OSError, ValueError) as exc:
+        log.info("%s: no recommended sampling (%s)", model, exc)
+        return None
+    return recommended_sampling(source)
+
+
+def checked(raw: dict, name: str) -> dict:
+    """``raw`` (setting name -> value as read) less values of the wrong kind or out of range, each
+    ignored with a log line; llama.cpp's penalty windows -1 (the whole context) and 0 (no penalty)
+    become the app's."""
+    out = {}
+    for key, value in raw.items():
+        why = _value_problem(key, value)
+        if why is not None:
+            log.warning("%s: its recommended %s ignored: %s", name, key, why)
+            continue
+        out[key] = int(value) if key in WHOLE_NUMBERS else float(value)
+    window = out.get("repetition_window")
+    if window == WHOLE_CONTEXT:
+        out["repetition_window"] = RANGES["repetition_window"].high
+    elif window == NO_PENALTY_WINDOW:
+        del out["repetition_window"]
+        out["repetition_penalty"] = 1.0
+    return out
+
+
+def _value_problem(key: str, value) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"not a number ({value!r})"
+    if key in WHOLE_NUMBERS and value != int(value):
+        return f"not a whole number ({value!r})"
+    if key == "repetition_window" and value in (WHOLE_CONTEXT, NO_PENALTY_WINDOW):
+        return None
+    return problem(key, value)
+
+
+# ---------------------------------------------------------------------- Hugging Face
+
+
+def _generation_config_file(source: ModelSource) -> Path | None:
+    if source.kind == "folder":
+        path = Path(source.location) / "generation_config.json"
+        return path if path.is_file() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(source.location, "generation_config.json")  # the cache only: no download
+    return Path(found) if isinstance(found, str) else None
+
+
+def _from_generation_config(path: Path) -> dict:
+    """The sampling fields of a generation_config.json; ``do_sample: false`` means greedy."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path.name} is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    raw = {ours: config[theirs] for theirs, ours in HF_KEYS.items() if config.get(theirs) is not None}
+    if config.get("do_sample") is False:  # transformers then decodes greedily, whatever the rest says
+        raw["temperature"] = 0.0
+    return raw
+
+
+# ---------------------------------------------------------------------- GGUF
+
+
+def gguf_sampling(path: Path) -> dict:
+    """The ``general.sampling.*`` values of the GGUF at ``path``, by the settings' names (as read)."""
+    stat = path.stat()
+    return dict(_gguf_sampling(str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_sampling(path: str, size: int, mtime_ns: int) -> tuple:
+    metadata = read_gguf_metadata(Path(path), wanted=set(GGUF_KEYS))
+    return tuple((GGUF_KEYS[k], v) for k, v in metadata.items())
+
+
+# GGUF value types: id -> struct format of a scalar (8 string, 9 array)
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+MAX_KEYS = 1 << 20  # a model has a few dozen metadata keys; beyond is damage
+
+
+def read_gguf_metadata(path: Path, wanted: set[str]) -> dict:
+    """The scalar values of the ``wanted`` keys in the GGUF at ``path`` (versions 2 and 3), read from
+    its key-value section alone. Raises ValueError on a damaged or foreign file."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        try:
+            return _read_keys(data, wanted)
+        except (struct.error, IndexError, UnicodeDecodeError, RecursionError, ValueError) as exc:
+            raise ValueError(f"{path.name} is not a readable GGUF: {exc}") from None
+
+
+def _read_keys(data, wanted: set[str]) -> dict:
+    if data[:4] != b"GGUF":
+        raise ValueError("not a GGUF file")
+    version, _tensors, count = struct.unpack_from("<IQQ", data, 4)
+    if version < 2 or count > MAX_KEYS:
+        raise ValueError(f"an unreadable GGUF header (version {version}, {count:,} keys)")
+    at, found = 24, {}
+    for _ in range(count):
+        key, at = _string(data, at)
+        (kind,) = struct.unpack_from("<I", data, at)
+        if key in wanted and kind in _SCALARS:
+            (found[key],) = struct.unpack_from(_SCALARS[kind], data, at + 4)
+        elif key in wanted:
+            log.warning("GGUF metadata %s ignored: not a number (type %d)", key, kind)
+        at = _skip(data, kind, at + 4)
+    return found
+
+
+def _string(data, at: int) -> tuple[str, int]:
+    (length,) = struct.unpack_from("<Q", data, at)
+    end = at + 8 + length
+    if end > len(data):
+        raise ValueError("a string runs past the end of the file")
+    return bytes(data[at + 8 : end]).decode("utf-8"), end
+
+
+def _skip(data, kind: int, at: int) -> int:
+    """Where the value of type ``kind`` starting at ``at`` ends."""
+    if kind in _SCALARS:
+        return at + struct.calcsize(_SCALARS[kind])
+    if kind == _STRING:
+        (length,) = struct.unpack_from("<Q", data, at)
+        return at + 8 + length
+    if kind != _ARRAY:
+        raise ValueError(f"unknown GGUF value type {kind}")
+    item, length = struct.unpack_from("<IQ", data, at)
+    at += 12
+    if item in _SCALARS:
+        return at + length * struct.calcsize(_SCALARS[item])
+    if length > len(data):
+        raise ValueError("an array longer than the file")
+    for _ in range(length):  # strings (a vocabulary, its merges) or nested arrays
+        at = _skip(data, item, at)
+        if at > len(data):
+            raise ValueError("an array runs past the end of the file")
+    return at
