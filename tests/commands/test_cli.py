@@ -160,8 +160,11 @@ def test_help_says_every_default_and_what_the_sampling_options_do(capsys):
             [
                 "nucleus sampling",
                 "K most likely tokens",
-                "default: 512",
+                "default: 0, until the model stops",
                 "0 = greedy",
+                "min-p",
+                "--repetition-window TOKENS",
+                "--no-model-sampling",
                 "default: adaptive",
                 "--threads",
                 "--context TOKENS",
