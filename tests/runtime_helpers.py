@@ -17,6 +17,7 @@ GREEDY = {
     "repetition_penalty": 1.0,
     "max_new_tokens": 512,
     "model_sampling": False,
+    "stop_loops": False,  # the tiny random models loop: tests that want the guard ask for it
 }
 
 

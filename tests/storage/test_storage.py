@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from draftscope.storage import HistoryStore, Settings, load_settings, save_settings
+from draftscope.storage.settings_file import SETTINGS_VERSION
 
 
 def test_settings_round_trip(tmp_path):
@@ -25,7 +26,7 @@ def test_settings_round_trip(tmp_path):
     back, notices = load_settings(path)
     assert back == s and notices == []
     saved = json.loads(path.read_text())
-    assert saved["version"] == 2
+    assert saved["version"] == SETTINGS_VERSION
     assert saved["sampling"]["temperature"] == 0.7 and saved["appearance"]["theme"] == "dark"
     assert saved["model"]["model"] == "/models/x.gguf" and "temperature" not in saved
 
@@ -71,7 +72,11 @@ def test_a_flat_settings_file_of_today_is_read_whole_and_saved_in_sections(tmp_p
     assert {name: getattr(settings, name) for name in flat} == flat, "no setting lost"
     save_settings(settings, path)
     saved = json.loads(path.read_text())
-    assert saved["version"] == 2 and saved["server"]["server_port"] == 9000 and saved["model"]["threads"] == 3
+    assert (
+        saved["version"] == SETTINGS_VERSION
+        and saved["server"]["server_port"] == 9000
+        and saved["model"]["threads"] == 3
+    )
     assert load_settings(path) == (settings, [])
 
 

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from draftscope.core.session import ChatSession, sampling_from
+from draftscope.core.session import ChatSession
 from draftscope.core.words import speedup_stale
 from draftscope.documents.extract import Attachment
 from draftscope.engine.events import step_from_dict
@@ -275,7 +275,7 @@ class MainWindow(QMainWindow):
         """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate);
         ``request``: one made already (Continue's)."""
         request = request or self.session.request(
-            sampling=sampling_from(self.session.settings, seed=fresh_seed()) if new_seed else None
+            sampling=self.session.sampling(seed=fresh_seed()) if new_seed else None
         )
         self.read_ahead.cancel()  # never queued behind it: it ends at its next chunk
         self.chat_view.begin_stream()

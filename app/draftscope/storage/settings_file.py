@@ -4,7 +4,9 @@ Loading never fails: a missing file gives the defaults; an unreadable, foreign o
 the defaults plus a notice (the old file kept beside as ``settings.json.bad``); a setting with a
 wrong type or value falls back to its default with a notice naming it. Version 1 (every setting at
 the top level, as Draftscope wrote it before sections) is read as it was and written back in
-sections the next time the settings are saved.
+sections the next time the settings are saved. Versions 1 and 2 were written when answers were
+greedy and cut at 512 tokens by default: a file whose sampling was never changed from those defaults
+takes today's (sampling that does not loop, answers that run until the model stops).
 """
 
 from __future__ import annotations
@@ -20,8 +22,17 @@ from draftscope.storage.import_check import shown
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
 from draftscope.storage.settings import MAX_SYSTEM_PROMPT, Section, Settings
 
-SETTINGS_VERSION = 2
+SETTINGS_VERSION = 3
 FLAT_VERSION = 1  # every setting at the top level (before sections)
+GREEDY_DEFAULTS_VERSION = 2  # sections, with greedy 512-token answers by default
+# the sampling defaults of versions 1 and 2: a file holding all of them never chose them
+OLD_SAMPLING_DEFAULTS = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "repetition_penalty": 1.0,
+    "max_new_tokens": 512,
+}
 MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything this big is not one
 
 
@@ -42,7 +53,9 @@ def load_settings(path: Path | None = None) -> tuple[Settings, list[str]]:
         return Settings(), [_set_aside(path, f"the settings file could not be read ({exc})")]
     version = data.get("version")
     if version == FLAT_VERSION:
-        return settings_from_values(data)
+        return settings_from_values(_without_old_defaults(data))
+    if version == GREEDY_DEFAULTS_VERSION:
+        return settings_from_values(_without_old_defaults(_flatten(data)))
     if version != SETTINGS_VERSION:
         why = f"the settings file has version {shown(version)}, this Draftscope writes version {SETTINGS_VERSION}"
         return Settings(), [_set_aside(path, why)]
@@ -91,6 +104,14 @@ def settings_from_values(data: dict) -> tuple[Settings, list[str]]:
         setattr(settings, name, getattr(defaults, name))
         notices.append(f"setting {name!r} was out of range ({why}); using the default")
     return settings, notices
+
+
+def _without_old_defaults(values: dict) -> dict:
+    """An older file's settings, its sampling dropped (so today's defaults apply) when every
+    sampling value is still the old default: greedy answers cut at 512 tokens looped."""
+    if any(values.get(name, old) != old for name, old in OLD_SAMPLING_DEFAULTS.items()):
+        return values  # the user chose their sampling: theirs stays
+    return {name: value for name, value in values.items() if name not in OLD_SAMPLING_DEFAULTS}
 
 
 def _read_object(path: Path) -> dict:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from draftscope.core.session import ChatSession, sampling_from
+from draftscope.core.session import ChatSession
 from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.fit_screen import fit_dialog
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
@@ -159,7 +159,7 @@ class RaceDialog(QDialog):
         self.lanes = {"plain": Lane("plain"), "speculative": Lane("speculative")}
         self.session.reset()
         self.session.say(prompt)
-        sampling = sampling_from(self.runtime.settings)
+        sampling = self.session.sampling()  # the model's recommendation included
         if sampling.seed is None:
             sampling = dataclasses.replace(sampling, seed=fresh_seed())  # one seed for both lanes
         self._queue = [
