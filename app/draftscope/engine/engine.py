@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from draftscope.engine.answer import Answer, limit_leaves
+from draftscope.engine.auto_threads import ThreadsChoice, choose_for
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
@@ -115,6 +116,8 @@ class Engine:
         self.baseline_measured_at: float | None = None  # time.monotonic() of the last measurement
         # plain decoding's step time by context, from every plain step (measurements and answers')
         self.plain_rate = PlainRate()
+        self.threads_asked = threads  # None or 0: Automatic (measure chooses: engine/auto_threads.py)
+        self.threads_choice: ThreadsChoice | None = None  # what Automatic chose, and why
 
     @property
     def model(self):
@@ -172,7 +175,10 @@ class Engine:
 
     def measure(self, *, baseline: bool = True, progress=None) -> None:
         """Verify cost by tree size (for the adaptive budget) and, with ``baseline``, plain
-        tokens/s; ``progress(stage)`` hears of each (engine/stages.py)."""
+        tokens/s; ``progress(stage)`` hears of each (engine/stages.py). Automatic threads are
+        chosen first: every figure after depends on them."""
+        if not self.threads_asked:
+            self.threads_choice = self.slots.call(lambda: choose_for(self.backend, progress=progress), exclusive=True)
         self.measure_costs(progress)
         if baseline:
             self.measure_baseline(progress=progress)

@@ -158,6 +158,18 @@ class Backend(ABC):
     def ensure_open(self) -> None:  # noqa: B027 - a hook: only a backend in a child process reopens
         """Open the model again if what ran it ended (a child process that lost a worker)."""
 
+    # ------------------------------------------------------------------ CPU threads (engine/auto_threads.py)
+
+    def cpu_threads(self) -> int | None:
+        """The CPU threads its steps compute on, where ``set_threads`` can change them; None where it
+        cannot (a graphics card computes, or another process): then there is nothing to choose."""
+        return None
+
+    def set_threads(self, threads: int) -> None:
+        """Compute on ``threads`` CPU threads from the next step (only where ``cpu_threads`` is not
+        None), called on the model's own thread."""
+        raise NotImplementedError(f"{self.kind} does not change its threads here")
+
     def describe(self) -> str:
         """One line for the status bar's tooltip and the terminal: what runs, in what precision."""
         return f"{self.kind} · {self.precision}"

@@ -36,6 +36,7 @@ from draftscope.engine.backends.llama.llama_batching import (
     leaf_sequences,
     work_problem,
 )
+from draftscope.engine.backends.llama.llama_cores import ChangesThreads
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.engine.backends.llama.llama_lib import lib as _lib
 from draftscope.engine.backends.llama.llama_thread import default_threads, serialised
@@ -45,7 +46,7 @@ from draftscope.rules import LLAMA_CONTEXT
 DEFAULT_CONTEXT = LLAMA_CONTEXT
 
 
-class LlamaCppBackend(KeepsPrefixes, Backend):
+class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
     kind = "llama.cpp"
     gives_hidden = True  # final hidden states in the same decode as the logits (embeddings, pooling none)
     reads_in_chunks = True

@@ -72,6 +72,14 @@ class TorchBackend(KeepsPrefixes, Backend):
     def cached(self) -> int:
         return self._past
 
+    def cpu_threads(self) -> int | None:
+        """torch's intra-op threads, where the model computes on the CPU (on a card they only launch kernels)."""
+        return torch.get_num_threads() if self.kernel_device == "cpu" else None
+
+    def set_threads(self, threads: int) -> None:
+        # on the model's thread: torch's OpenMP team takes the count of the thread that computes
+        torch.set_num_threads(threads)
+
     # one answer's cache as slot 0, for KeepsPrefixes (held_tokens, keep_prefix)
     def slot_cached(self, slot: int = 0) -> int:
         return self._past

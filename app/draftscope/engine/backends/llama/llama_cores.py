@@ -1,0 +1,24 @@
+"""How many CPU threads a loaded llama.cpp context computes on, changed without reopening it:
+Automatic threads (engine/auto_threads.py) tries all cores and all but one at load and keeps the
+faster. Apart from ``llamacpp.py`` (at its size limit); the backend takes these verbs as a mixin."""
+
+from __future__ import annotations
+
+from draftscope.engine.backends.llama.llama_thread import serialised
+
+
+class ChangesThreads:
+    """``cpu_threads`` and ``set_threads`` (engine/backends/base.py) for a LlamaCppBackend: its
+    ``threads``, on the CPU only (with layers on a graphics card the CPU's threads decide little)."""
+
+    def cpu_threads(self) -> int | None:
+        return self.threads if self.device == "cpu" and self._ctx else None
+
+    @serialised
+    def set_threads(self, threads: int) -> None:
+        """Both of the context's counts, a token's step and a prompt chunk's, on the model's thread:
+        llama.cpp's OpenMP team belongs to the thread that decodes."""
+        if threads < 1:
+            raise ValueError(f"llama.cpp computes on at least one thread, not {threads}")
+        self._L.llama_set_n_threads(self._ctx, threads, threads)
+        self.threads = threads  # describe() says it
