@@ -144,6 +144,7 @@ class Launcher(QObject):
         window_memory.restore(self.window, self.settings)  # as the last window left it, or the file says
         window_memory.WindowKeeper(self.window, self._keep_window)
         if previous is not None:
+            window_memory.carry_unsent(previous, self.window)  # a new conversation's folder, in no history yet
             release(self.progress)  # shown over the window being let go: not deleted with it
             _let_go(previous, runtime)
         self.window.show()
@@ -301,6 +302,7 @@ class Launcher(QObject):
             learned=self.window.runtime.learned_text(),
             recurrent=head_description(self.settings.model),
         )
+        self.settings_dialog.generation.threads.show_choice(self.window.runtime.engine.threads_choice)
         self.settings_dialog.accepted.connect(lambda: self.apply_settings(self.settings_dialog.result_settings()))
         tab = self.settings_dialog.server
         tab.show_requests(self.server.requests)

@@ -1,7 +1,8 @@
 """Settings ▸ Generation ▸ Threads as a list that reads top to bottom: Automatic, every core, one
-core left free, then fewer, down to one. The setting keeps its meaning (``threads``: 0 is
-automatic, else that many threads); a value from a settings file past this computer's cores is
-offered as it is, so opening and closing the dialog never changes it."""
+core left free, then fewer, down to one; Automatic says what it chose for the model that runs. The
+setting keeps its meaning (``threads``: 0 is automatic, else that many threads); a value from a
+settings file past this computer's cores is offered as it is, so opening and closing the dialog
+never changes it."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ class ThreadsCombo(QComboBox):
         self.cores = cores or usable_cores()
         for words, value in thread_choices(self.cores):
             self.addItem(words, value)
+
+    def show_choice(self, choice) -> None:
+        """The Automatic row says what the engine chose at load (engine/auto_threads.py ThreadsChoice:
+        "Automatic (chose 1: 12% faster than 2)"); as it was where nothing was chosen (None)."""
+        if choice is not None:
+            self.setItemText(self.findData(0), f"Automatic ({choice.words()})")
 
     def value(self) -> int:
         return int(self.currentData())

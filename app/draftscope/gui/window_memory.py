@@ -1,8 +1,9 @@
 """The window's shape, kept in the settings' REMEMBERED section (storage/settings.py) and given back:
 its size and place and its docks (Qt's saveGeometry and saveState, base64), the drafter colouring and
-the open conversation. A reload hands them from the window it replaces to the new one; a start restores
-them from the settings file. A size or place off every screen there is now is not restored: the window
-opens centred instead, and never larger than its screen (gui/fit_screen.py)."""
+the open conversation. A reload hands them (and a new conversation's documents folder) from the window
+it replaces to the new one; a start restores them from the settings file. A size or place off every
+screen there is now is not restored: the window opens centred instead, and never larger than its
+screen (gui/fit_screen.py)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ def restore(window, settings) -> None:
     window.provenance_action.setChecked(settings.colour_drafts)
     if settings.last_conversation:  # one deleted since: a new conversation (show_conversation says so)
         window.show_conversation(settings.last_conversation)
+
+
+def carry_unsent(previous, window) -> None:
+    """What the window a reload replaces held for a new conversation before its first message, kept
+    in no history yet, goes to ``window``: its documents folder."""
+    folder = previous.documents_panel.folder
+    if previous.conversation_id is None and folder and window.conversation_id is None:
+        window.documents_panel.set_folder(folder)
 
 
 def saved_frame(geometry: QByteArray) -> QRect | None:
