@@ -29,8 +29,8 @@ CHOOSING_THREADS = "choosing the number of threads"  # its stage at load (engine
 TIE = 0.03  # within 3% of each other: one core left free
 ROUNDS = 2  # ABBA: each count tried twice
 MAX_STEPS = 6  # timed plain steps in one try, at most
-MIN_STEPS = 2  # ... and at least, however slow a step (a large model)
-TIMED_SECONDS = 0.6  # what the timed steps should take together, at the first step's pace
+MIN_STEPS = 1  # ... and at least, however slow a step (a large model: ten steps in all)
+SECONDS = 0.8  # the whole choice, warm-up steps included, at the first step's pace (SmolLM2-135M: 0.3-0.8 s)
 CONTEXT = 32  # cached tokens the steps run over
 step_clock = time.perf_counter  # what choose_for times its tries with (a test scripts it)
 
@@ -77,7 +77,8 @@ def choose_threads(
     began = clock()
     step()
     first = max(clock() - began, 1e-9)
-    steps = max(MIN_STEPS, min(MAX_STEPS, int(TIMED_SECONDS / (ROUNDS * len(counts) * first))))
+    tries = ROUNDS * len(counts)  # each a warm-up step and ``steps`` timed ones, after the two above
+    steps = max(MIN_STEPS, min(MAX_STEPS, int((SECONDS / first - 2 - tries) / tries)))
     best = dict.fromkeys(counts, float("inf"))
     order = [n for r in range(ROUNDS) for n in (counts if r % 2 == 0 else counts[::-1])]
     for done, threads in enumerate(order, 1):
