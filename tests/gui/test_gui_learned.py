@@ -13,6 +13,7 @@ pytest.importorskip("PySide6")
 from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
+from runtime_helpers import GREEDY  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.drafters.learned import LearnedStore  # noqa: E402
@@ -48,8 +49,9 @@ def test_an_answer_is_learned_without_blocking_the_ui_and_drafts_the_next(qtbot,
     for _ in range(400):  # a long history already learned: ~0.6M tokens to re-index after each answer
         store.add([1, 2], rng.integers(0, len(tokenizer), 1500).tolist())
     store.rebuild()
-    settings = Settings(
-        max_new_tokens=48, drafters={"retrieval": False, "learned": True, "context": False, "model": False}
+    settings = Settings(  # greedy: the same question gives the same answer, which the learned index drafts
+        **{**GREEDY, "max_new_tokens": 48},
+        drafters={"retrieval": False, "learned": True, "context": False, "model": False},
     )
     w = window_for(qtbot, model, tokenizer, tmp_path, settings, store)
     label = w.findChild(QLabel, "statusLearned")

@@ -89,7 +89,7 @@ def test_the_status_bar_names_the_layers_on_the_card_and_their_memory(qtbot, eng
     window.show()
     device = window.findChild(QLabel, "statusDevice")
     assert device.text() == "llama.cpp · F32 · CUDA0 29/29 layers, 1.2 GB"
-    assert device.shown_text() == device.text()  # not elided in a usual window
+    qtbot.waitUntil(lambda: device.shown_text() == device.text(), timeout=2000)  # laid out, not elided
     tip = device.toolTip()
     assert "all of its layers on the NVIDIA GeForce RTX 4070 (1.2 GB of 12.0 GB; all fit" in tip
     assert "Settings ▸ Model ▸ Backend, Precision and GPU layers change it" in tip
@@ -140,11 +140,11 @@ def test_the_recurrent_drafter_trains_and_drafts_in_the_window_on_llama_cpp(qtbo
                 json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": reply}]})
                 + "\n"
             )
-    from runtime_helpers import CONTEXT_ONLY
+    from runtime_helpers import CONTEXT_ONLY, GREEDY
 
     from draftscope.storage import Settings
 
-    settings = Settings(max_new_tokens=60, drafters={**CONTEXT_ONLY, "recurrent": True})
+    settings = Settings(**{**GREEDY, "max_new_tokens": 60}, drafters={**CONTEXT_ONLY, "recurrent": True})
     w = MainWindow(runtime_for(engine, settings), HistoryStore(tmp_path / "h.sqlite3"))
     qtbot.addWidget(w)
     w.show()

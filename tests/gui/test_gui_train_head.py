@@ -14,6 +14,7 @@ from engine_fixtures import tiny_llama  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QAction  # noqa: E402
 from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton  # noqa: E402
+from runtime_helpers import GREEDY  # noqa: E402
 
 from draftscope.core.runtime import Runtime  # noqa: E402
 from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
@@ -26,8 +27,10 @@ from draftscope.storage import HistoryStore, Settings  # noqa: E402
 
 MODEL = "tiny"
 TINY = {"seq_len": 16, "batch": 2, "length": 3, "val_sequences": 4, "val_every": 5, "checkpoint_every": 1000}
-SETTINGS = Settings(
-    model=MODEL, max_new_tokens=24, drafters={"retrieval": False, "learned": False, "context": True, "model": False}
+SETTINGS = Settings(  # greedy: what the trained head drafts is the model's own choice
+    **{**GREEDY, "max_new_tokens": 24},
+    model=MODEL,
+    drafters={"retrieval": False, "learned": False, "context": True, "model": False},
 )
 
 

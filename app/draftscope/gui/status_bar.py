@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 from draftscope.core.words import BUSY_NOW, note_head, rate_text
 from draftscope.gui.form_widgets import ElidedLabel
 
-ITEM_PX = 320  # the widest one item is shown (its whole text on hover)
+ITEM_PX = 360  # the widest one item is shown (its whole text on hover)
 RATE_TEMPLATE = "888.8 tokens/s · τ 8.88"  # the rate's room, so items do not jump as its figures change
 ROOM_SLACK = 28  # pixels the bar keeps for its size grip and margins
 ITEM_GAP = 8  # pixels between two items (the layout's spacing and the items' frames)
