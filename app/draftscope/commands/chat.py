@@ -96,7 +96,7 @@ def _say_with(session, text: str, files: list) -> None:
     """A message and its files, as the model will read them (ValueError: they cannot fit)."""
     sent = session.attach(text, files)
     for f in sent:
-        how = "whole" if f.whole else f"{len(f.passages)} passages ({', '.join(f.passages)})"
+        how = f.left_out or ("whole" if f.whole else f"{len(f.passages)} passages ({', '.join(f.passages)})")
         print(f"[{f.name}: {f.tokens:,} tokens, {how}]", file=sys.stderr)
     session.say(text, files=sent)
 

@@ -1,10 +1,12 @@
 """What the model reads of a message's attachments: each file whole, with its name, while the files
 fit the room the context leaves (the conversation so far and the answer's length taken out); a file
 that does not fit sends the passages that best answer the message (documents/passages.py), and says
-which. A message that names attached files (by name, or by stem where only one file has it) takes
-passages from those files only: the others are sent whole where they fit, else left out. The
-choice is made once, when the message is sent, and kept with it: the conversation's later turns
-read the same prompt, so the model's cache of it stays good."""
+which. A message that names attached files (by name; by stem where only one file has it and the
+stem is no ordinary word, see :func:`files_named`) takes passages from those files only: the others
+are sent whole where they fit, else left out with a note the model and the user both read (the
+file's one "passage" says so: stored as any other, so the chip shows it). The choice is made once,
+when the message is sent, and kept with it: the conversation's later turns read the same prompt,
+so the model's cache of it stays good."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from draftscope.documents.passages import PASSAGE_WORDS, Passage, best_passages,
 
 HEADING_TOKENS = 16  # a file's tags around its text
 SAMPLE_CHARS = 4000  # the start of a file measured for its tokens a word: enough to be typical, cheap to count
+LEFT_OUT = "left out: "  # a file's note when it was not sent (a real passage reads "lines 3-9")
+QUOTES = (("`", "`"), ('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"))  # name a stem
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,11 @@ class SentFile:
     @property
     def whole(self) -> bool:
         return not self.passages
+
+    @property
+    def left_out(self) -> str:
+        """The note when the file was not sent ("left out: the question names report.md"); empty: it was."""
+        return left_out_note(self.as_dict())
 
     def as_dict(self) -> dict:
         return {
@@ -56,16 +65,23 @@ class SentFile:
         )
 
 
+def left_out_note(f: dict) -> str:
+    """A sent file's (SentFile dict's) note when it was left out, as the user reads it; else empty."""
+    passages = f.get("passages") or ()
+    return str(passages[0]) if len(passages) == 1 and str(passages[0]).startswith(LEFT_OUT) else ""
+
+
 def prepare(
     files: Sequence[Attachment], question: str, room_tokens: int, count_tokens: Callable[[str], int]
 ) -> list[SentFile]:
     """Each file as the model will read it, within ``room_tokens`` for all of them: the smallest
     whole first while they fit, the rest as their best passages for ``question`` in equal shares of
     what is left. When ``question`` names some of the files, only they are sent as passages (a file
-    it does not name is sent whole or not at all), and they are tried whole first. Raises ValueError
-    when not even a passage of each fits."""
+    it does not name is sent whole, or as a note saying it was left out), and they are tried whole
+    first. Raises ValueError when not even a passage of each fits."""
     sizes = {id(f): count_tokens(f.text) + HEADING_TOKENS for f in files}
-    cut = {id(f) for f in files_named(question, files) or files}  # the files that may go as passages
+    named = files_named(question, files)
+    cut = {id(f) for f in named or files}  # the files that may go as passages
     out: dict[int, SentFile] = {}
     left = room_tokens
 
@@ -81,7 +97,9 @@ def prepare(
         pending.remove(f)
         if sizes[id(f)] <= left - reserve(pending):
             out[id(f)] = SentFile(f.name, f.kind, f.text, sizes[id(f)] - HEADING_TOKENS)
-            left -= sizes[id(f)]
+        else:
+            out[id(f)] = _left_out(f, named, count_tokens)
+        left -= out[id(f)].tokens + HEADING_TOKENS
     for i, f in enumerate(pending):
         share = left // (len(pending) - i)
         sent = _passages_of(f, question, share - HEADING_TOKENS, count_tokens)
@@ -92,17 +110,39 @@ def prepare(
 
 def files_named(question: str, files: Sequence[Attachment]) -> list[Attachment]:
     """The attached files ``question`` names: by their whole names ("notes.md"), else by their
-    stems ("notes") where no other attached file has the same stem; none: the question names none."""
+    stems where no other attached file has the same stem and the stem cannot be an ordinary word
+    of the question: it holds a digit, "_", "-" or "." ("q3_report"), or the question quotes it
+    ("what does `report` say?"). "the report" names nothing: "report", "test", "data" are words
+    in any question. None: the question names none."""
     text = question.casefold()
 
     def said(word: str) -> bool:  # the word alone, not inside another ("notes" is not in "footnotes")
         return bool(word) and re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text) is not None
 
+    def quoted(word: str) -> bool:
+        return any(f"{a}{word}{b}" in text for a, b in QUOTES)
+
     by_name = [f for f in files if said(f.name.casefold())]
     if by_name:
         return by_name
     stems = [PurePath(f.name).stem.casefold() for f in files]
-    return [f for f, stem in zip(files, stems) if stems.count(stem) == 1 and said(stem)]
+    return [
+        f
+        for f, stem in zip(files, stems)
+        if stems.count(stem) == 1 and (said(stem) and _unlike_a_word(stem) or quoted(stem))
+    ]
+
+
+def _unlike_a_word(stem: str) -> bool:
+    """A stem no ordinary word spells: it holds a digit, "_", "-" or "."."""
+    return any(c.isdigit() or c in "_-." for c in stem)
+
+
+def _left_out(f: Attachment, named: Sequence[Attachment], count_tokens) -> SentFile:
+    """A file the question does not name and that does not fit whole: the model reads a note
+    saying so (so it knows the file exists), and the message's chip shows it."""
+    note = f"{LEFT_OUT}the question names {', '.join(n.name for n in named)}"
+    return SentFile(f.name, f.kind, note, count_tokens(note), (note,))
 
 
 def _reserve(rest: Sequence[Attachment]) -> int:
@@ -136,7 +176,7 @@ def render(text: str, files: Sequence[SentFile]) -> str:
         return text
     blocks = []
     for f in files:
-        note = "" if f.whole else f' passages="{len(f.passages)}"'
+        note = "" if f.whole or f.left_out else f' passages="{len(f.passages)}"'
         blocks.append(f'<file name="{_attr(f.name)}"{note}>\n{f.text}\n</file>')
     return "\n\n".join(blocks + [text])
 

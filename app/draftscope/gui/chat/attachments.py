@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.datastore.progress import CancelToken
 from draftscope.documents.extract import Attachment, AttachmentError, ReadCancelled, read_file
+from draftscope.documents.prompt import left_out_note
 from draftscope.gui.jobs import JobRunner
 
 
@@ -234,7 +235,7 @@ def sent_file_dialog(parent: QWidget, f: dict) -> QDialog:
     dialog = QDialog(parent, objectName="attachmentText")
     dialog.setWindowTitle(f["name"])
     dialog.resize(720, 520)
-    how = (
+    how = left_out_note(f) or (
         "the whole file"
         if not f.get("passages")
         else f"{len(f['passages'])} passages chosen for the question: {', '.join(f['passages'])}"

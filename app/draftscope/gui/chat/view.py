@@ -16,6 +16,7 @@ from PySide6.QtGui import QDesktopServices, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QTextEdit
 
 from draftscope.core.words import answer_stats
+from draftscope.documents.prompt import left_out_note
 from draftscope.gui.chat.continuing import Continuing
 from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
 from draftscope.gui.chat.versions import first_version_text, version_note
@@ -70,7 +71,9 @@ def files_html(m) -> str:
         return ""
     links = []
     for i, f in enumerate(m.files):
-        how = f"{f.get('tokens', 0):,} tokens" + (f", {len(f['passages'])} passages" if f.get("passages") else "")
+        how = html.escape(left_out_note(f)) or (
+            f"{f.get('tokens', 0):,} tokens" + (f", {len(f['passages'])} passages" if f.get("passages") else "")
+        )
         links.append(f'<a href="{FILE_SCHEME}:{m.id}/{i}">{html.escape(f["name"])}</a> <small>({how})</small>')
     return "<p><small>Attached:</small> " + " &nbsp; ".join(links) + "</p>"
 
