@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 from engine_fixtures import tiny_llama
 from runtime_helpers import runtime_for
+from tokenizer_fixture import make_tokenizer_folder
 
-from draftscope.core.continuation import answer_tokens, joined_stats
+from draftscope.core.continuation import answer_tokens, joined_stats, written_by
 from draftscope.core.session import ChatSession
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.storage import HistoryStore
@@ -114,3 +115,41 @@ def test_the_figures_of_a_continued_answer_cover_both_parts():
     assert both["speedup_estimate"] == pytest.approx(24 / (12 / 1.5 + 12 / 0.5))
     assert both["time_to_first_token_ms"] == 50.0 and both["prompt_tokens"] == 30, "the answer's first wait, prompt"
     assert both["busy"] is True and both["finish_reason"] == "eos"
+
+
+@pytest.fixture(scope="module")
+def other_engine(tmp_path_factory):
+    """Another model with another vocabulary (its tokenizer trained on more text: other merges, other ids)."""
+    from transformers import AutoTokenizer
+
+    extra = ("Continuing an answer of another model would feed this one garbage.",)
+    folder = make_tokenizer_folder(tmp_path_factory.mktemp("other-tokenizer"), extra_text=extra)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    engine = Engine(tiny_llama(len(tokenizer), seed=4, layers=1, hidden=32, max_positions=512), tokenizer, name="other")
+    engine.eos_ids = set()
+    return engine
+
+
+def test_an_answer_of_another_model_is_not_continued(engine, other_engine, tmp_path):
+    """After a model switch the stored tokens are the old vocabulary's: Continue is refused in words,
+    and the answer stays as it was (no garbage fed, no text decoded by the wrong tokenizer)."""
+    session = session_on(engine, tmp_path, 0.0)
+    session.say(QUESTION)
+    cut = session.run(session.request())
+    message = session.last_kept
+    tokens = answer_tokens(session.history.steps(message))
+    assert other_engine.tokenizer.decode(tokens, skip_special_tokens=True) != cut.text, "the switch changes the text"
+
+    switched = ChatSession(
+        runtime_for(other_engine, max_new_tokens=CUT, temperature=0.0, seed=-1, stop_loops=False),
+        history=session.history,
+        conversation_id=session.conversation_id,
+    )
+    with pytest.raises(ValueError, match="written by another model; Regenerate instead"):
+        switched.continue_request(message)
+    assert switched.continuing is None
+    stored = session.history.messages(session.conversation_id)[-1]
+    assert stored.content == cut.text and answer_tokens(session.history.steps(message)) == tokens
+
+    session.continue_request(message)  # the model that wrote it still may
+    assert written_by(engine.tokenizer, " " + cut.text + "\n", tokens), "whitespace at the ends is not compared"

@@ -57,21 +57,27 @@ def test_a_cut_answer_offers_continue_and_it_writes_on_in_the_same_message(qtbot
     assert [t for s in w.inspection.steps for t in s.token_ids] == [t for s in stored for t in s["token_ids"]]
 
 
-def step(tokens: int) -> StepEvent:
+def step(token_ids: list[int]) -> StepEvent:
+    n = len(token_ids)
     return StepEvent(
-        step=1, token_ids=list(range(tokens)), pieces=["x"] * tokens, provenance=["target"] * tokens, tree=StepTree(),
-        accepted_path=[], proposed=0, accepted=0, draft_ms=0, verify_ms=1, total_ms=1, tokens_total=tokens,
-        steps_total=1, tau=tokens, tokens_per_second=0, speedup_estimate=None,
+        step=1, token_ids=token_ids, pieces=["x"] * n, provenance=["target"] * n, tree=StepTree(),
+        accepted_path=[], proposed=0, accepted=0, draft_ms=0, verify_ms=1, total_ms=1, tokens_total=n,
+        steps_total=1, tau=n, tokens_per_second=0, speedup_estimate=None,
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("finish, offered", [("eos", False), ("stop", False), ("loop", True), ("length", True)])
-def test_continue_is_offered_only_under_a_cut_answer(qtbot, chat_engine, tmp_path, finish, offered):
+@pytest.mark.parametrize(
+    "finish, offered, written",
+    [("eos", False, "xxx"), ("stop", False, "xxx"), ("loop", True, "xxx"), ("length", True, "xxx")]
+    + [("length", False, "another model's tokens")],  # its ids mean other text to this tokenizer
+)
+def test_continue_is_offered_only_under_a_cut_answer(qtbot, chat_engine, tmp_path, finish, offered, written):
     w = window_with(qtbot, chat_engine, tmp_path)
     conversation = w.history.create_conversation("c")
     w.history.add_message(conversation, "user", "Say it")
     stats = {"tokens": 3, "tau": 1.0, "finish_reason": finish, "prompt_tokens": 10}
-    answer = w.history.add_message(conversation, "assistant", "xxx", stats=stats, steps=[step(3)])
+    tokens = step(chat_engine.tokenizer.encode(written, add_special_tokens=False))
+    answer = w.history.add_message(conversation, "assistant", "xxx", stats=stats, steps=[tokens])
     w.show_conversation(conversation)
     assert (f"action:continue/{answer}" in w.chat_view.toHtml()) is offered
     assert ("stopped: the answer repeated itself" in w.chat_view.toPlainText()) is (finish == "loop")

@@ -7,6 +7,7 @@ with its steps, never its text tokenized again, which can give other tokens), an
 uses the answer's seed. A token's noise is keyed by (seed, absolute position) (engine/sampling.py),
 so the continuation draws each later position's token exactly as the uncut answer would; the
 model's cache still holds the conversation and the answer, so only the answer's last token is read.
+The tokens must be the running model's: after a switch to another vocabulary Continue is refused.
 
 The message is then extended in place (storage/history.py ``extend_answer``): its text decoded
 from all its tokens, its steps the old ones and the new (numbered on), its figures over both.
@@ -54,6 +55,30 @@ def answer_tokens(steps: list[dict]) -> list[int]:
     return [int(t) for step in steps for t in step.get("token_ids") or []]
 
 
+# Why an answer of another model is not continued (its tokens mean other text to this tokenizer).
+OTHER_MODEL = "this answer was written by another model; Regenerate instead"
+
+
+def written_by(tokenizer, text: str, tokens: list[int]) -> bool:
+    """Whether an answer's stored ``tokens`` are this tokenizer's tokens for its stored ``text``.
+
+    After a switch to a model with another vocabulary the same ids decode to other text: fed to the
+    new model they are garbage, and the continued answer's text (decoded from all its tokens) would
+    replace the answer with it. The answer's text is its tokens decoded (special tokens skipped), so
+    the running tokenizer must give it back; whitespace at either end is not compared."""
+    try:
+        decoded = tokenizer.decode(tokens, skip_special_tokens=True)
+    except (OverflowError, IndexError, TypeError, ValueError):  # an id this tokenizer cannot hold
+        return False
+    return decoded.strip() == text.strip()
+
+
+def by_running_model(session, message) -> bool:
+    """Whether a kept answer's stored tokens are the running model's (``written_by``)."""
+    tokens = answer_tokens(session.history.steps(message.id))
+    return written_by(session.engine.tokenizer, message.content, tokens)
+
+
 def prepare(session, message_id: int, before: list[dict]) -> Continuation:
     """What continuing ``message_id`` needs (``before``: the conversation the model read for it, as
     messages); ValueError, in words, when it cannot be continued."""
@@ -68,6 +93,8 @@ def prepare(session, message_id: int, before: list[dict]) -> Continuation:
     if not can_continue(message, has_steps=bool(steps), max_context=session.engine.max_context):
         raise ValueError("this answer ended by itself, or its tokens were not kept: it cannot be continued")
     tokens = answer_tokens(steps)
+    if not written_by(session.engine.tokenizer, message.content, tokens):
+        raise ValueError(OTHER_MODEL)
     prompt = session.engine.encode_chat(before) + tokens
     if len(prompt) >= session.engine.max_context:
         raise ValueError(

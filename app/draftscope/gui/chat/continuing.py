@@ -1,13 +1,14 @@
 """Continue in the window: the link under a cut answer, and that answer written on in place.
 
 The transcript offers Continue under the conversation's last answer when it was cut (at the length
-limit, stopped as a loop or by the user) and can go on (core/continuation.py). While it is written
+limit, stopped as a loop or by the user) and can go on, by the running model (core/continuation.py:
+after a switch to a model with another vocabulary its tokens are not this model's). While it is written
 on, it is the answer being streamed, in the transcript and the panels alike: its steps so far, then
 the new ones (so a token's step is the same index live and once stored)."""
 
 from __future__ import annotations
 
-from draftscope.core.continuation import can_continue
+from draftscope.core.continuation import by_running_model, can_continue
 from draftscope.core.words import sentence
 from draftscope.engine.events import StepEvent, step_from_dict
 
@@ -19,6 +20,7 @@ class Continuing:
         self.session = session
         self.message_id: int | None = None  # the answer being written on (None: a new answer, or none)
         self.prefix = ""  # its text before this continuation
+        self._checked: tuple = ((), False)  # ((answer id, its text, the tokenizer), whether it offers Continue)
 
     def begin(self) -> list[StepEvent]:
         """An answer starts streaming (a continuation when the session's request is one): its steps so far."""
@@ -36,11 +38,21 @@ class Continuing:
         if streaming:
             return [m for m in messages if m.id != self.message_id], None
         last = messages[-1] if messages else None
-        if last is None or not can_continue(
-            last, has_steps=self.session.history.has_steps(last.id), max_context=self.session.engine.max_context
-        ):
+        if last is None or not self._offers(last):
             return messages, None
         return messages, last.id
+
+    def _offers(self, message) -> bool:
+        session = self.session
+        has_steps = session.history.has_steps(message.id)
+        if not can_continue(message, has_steps=has_steps, max_context=session.engine.max_context):
+            return False
+        # Asked again only when the answer, its text or the tokenizer changed: it decodes the answer's
+        # tokens, and the transcript renders often.
+        key = (message.id, message.content, session.engine.tokenizer)
+        if self._checked[0] != key:
+            self._checked = (key, by_running_model(session, message))
+        return self._checked[1]
 
 
 def continue_answer(window, message_id: int) -> None:
