@@ -132,3 +132,44 @@ def test_the_policy_says_drafting_is_paused_while_it_keeps_every_step_plain_for_
         notes.append(policy.drafting_note())
     assert notes[-1] == PAUSED_NOTE and notes[:-1] == [None] * (PAUSED_AFTER - 1)
     assert len(policy.trim(chain(8))) and policy.drafting_note() is None, "a tree verified: drafting resumed"
+
+
+def test_a_plain_step_within_a_quarter_of_the_context_or_512_tokens_tells_the_speed_there():
+    """Answers run until the model stops: one ending 400 tokens past the measurement, or at 4,000
+    with plain steps of its own at 3,600, needs no new measurement (it holds up the next Send)."""
+    curve = measured_curve()  # plain steps near 128 and near 3,600
+    assert curve.knows(SHORT + 400) and curve.knows(4300) and curve.knows(3000)
+    assert not curve.knows(1500) and not curve.knows(6000)
+    answer = AnswerPlainSteps(curve)
+    for i in range(8):
+        answer.add(6000 + i, LONG_S)
+    curve.learn_answer(answer)  # an answer's own plain steps teach the curve that length
+    assert curve.knows(6000)
+
+
+def test_the_curve_is_read_while_another_thread_adds_steps():
+    """The window asks ``knows`` while the stepper's thread learns an answer's new buckets."""
+    import sys
+    import threading
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        curve, done, errors = PlainRate(), threading.Event(), []
+
+        def learn() -> None:
+            for i in range(20000):
+                curve.observe(i * 256, 0.01)
+            done.set()
+
+        writer = threading.Thread(target=learn)
+        writer.start()
+        try:
+            while not done.is_set():
+                curve.knows(-1e9)
+        except RuntimeError as exc:  # "dictionary changed size during iteration"
+            errors.append(exc)
+        writer.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors

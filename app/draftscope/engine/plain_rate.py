@@ -17,6 +17,7 @@ SETTLE_ANSWERS answers in a row were that slow (then slower is the new normal)."
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ SMOOTHING = 0.3  # weight of a new step in its bucket's average
 BUSY_RATIO = 2.0  # plain steps this many times slower than the curve: the computer is busy
 MIN_BUSY_STEPS = 4  # plain steps an answer needs before it can say the computer is busy
 SETTLE_ANSWERS = 3  # busy answers in a row after which their speed is taken as the machine's
+KNOWN_SHARE = 0.25  # a plain step within this share of a context (or KNOWN_TOKENS) tells its speed:
+KNOWN_TOKENS = 512  # answers run on until the model stops, so an exact length is rarely measured
 
 
 @dataclass
@@ -37,10 +40,21 @@ class _Bucket:
 
 @dataclass
 class PlainRate:
-    """The plain step's time by context, fitted from observed plain steps."""
+    """The plain step's time by context, fitted from observed plain steps. The stepper's thread
+    adds steps while the window's reads the curve: ``buckets`` changes only under ``lock``, and is
+    read through :meth:`points` (a copy)."""
 
     buckets: dict[int, _Bucket] = field(default_factory=dict)
     busy_answers: int = 0  # busy answers in a row (SETTLE_ANSWERS of them settle)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def copied(self) -> dict[int, _Bucket]:
+        """The buckets as they are now (copies: safe from another thread's next step)."""
+        with self.lock:
+            return {k: _Bucket(b.context, b.seconds, b.at) for k, b in self.buckets.items()}
+
+    def points(self) -> list[_Bucket]:
+        return list(self.copied().values())
 
     def observe(self, context: int, seconds: float, at: float | None = None) -> None:
         """A plain step of ``seconds`` at ``context`` cached tokens."""
@@ -48,23 +62,24 @@ class PlainRate:
             return
         at = time.monotonic() if at is None else at
         key = int(context) // BUCKET_TOKENS
-        known = self.buckets.get(key)
-        if known is None:
-            self.buckets[key] = _Bucket(float(context), seconds, at)
-            return
-        known.context += SMOOTHING * (context - known.context)
-        known.seconds += SMOOTHING * (seconds - known.seconds)
-        known.at = at
+        with self.lock:
+            known = self.buckets.get(key)
+            if known is None:
+                self.buckets[key] = _Bucket(float(context), seconds, at)
+                return
+            known.context += SMOOTHING * (context - known.context)
+            known.seconds += SMOOTHING * (seconds - known.seconds)
+            known.at = at
 
     def merged(self, other: PlainRate) -> PlainRate:
         """This curve with ``other``'s buckets (an answer's own plain steps) in place of its own."""
-        return PlainRate({**self.buckets, **other.buckets}, self.busy_answers)
+        return PlainRate({**self.copied(), **other.copied()}, self.busy_answers)
 
     def line(self) -> tuple[float, float] | None:
         """(a, b): a plain step costs a + b * context seconds; None before any plain step."""
-        if not self.buckets:
+        points = self.points()
+        if not points:
             return None
-        points = list(self.buckets.values())
         latest = max(points, key=lambda p: p.at)
         return latest.seconds - self.slope(points) * latest.context, self.slope(points)
 
@@ -92,12 +107,15 @@ class PlainRate:
     def covers(self, context: float) -> bool:
         """Whether ``context`` lies within the contexts observed (a bucket either side): there the
         curve says what a plain step cost; beyond, it guesses the slope."""
-        contexts = [b.context for b in self.buckets.values()]
+        contexts = [b.context for b in self.points()]
         return bool(contexts) and min(contexts) - BUCKET_TOKENS <= context <= max(contexts) + BUCKET_TOKENS
 
     def knows(self, context: float) -> bool:
-        """Whether a plain step near ``context`` was observed (within a bucket either side)."""
-        return any(abs(b.context - context) <= BUCKET_TOKENS for b in self.buckets.values())
+        """Whether plain steps near ``context`` were observed (the measurement's, or an answer's
+        own): within KNOWN_SHARE of it or KNOWN_TOKENS, whichever is more. Where not, plain decoding
+        is worth measuring there; kept rare, as the measurement holds up the next answer."""
+        near = max(KNOWN_TOKENS, KNOWN_SHARE * context)
+        return any(abs(b.context - context) <= near for b in self.points())
 
     def learn_answer(self, steps: AnswerPlainSteps) -> None:
         """Take an answer's plain steps into the curve, unless they ran busy (SETTLE_ANSWERS busy
@@ -107,7 +125,7 @@ class PlainRate:
             if self.busy_answers < SETTLE_ANSWERS:
                 return
         self.busy_answers = 0
-        for bucket in steps.own().buckets.values():
+        for bucket in steps.own().points():
             self.observe(bucket.context, bucket.seconds, bucket.at)
 
 
