@@ -123,7 +123,7 @@ def folder_with(tmp_path, config) -> ModelSource:
     return ModelSource("folder", str(folder), folder.name)
 
 
-def test_a_generation_config_recommends_and_do_sample_false_means_greedy(tmp_path, caplog):
+def test_a_generation_config_recommends_and_do_sample_false_with_a_temperature_means_greedy(tmp_path, caplog):
     qwen = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
     model = recommended_sampling(folder_with(tmp_path, qwen))
     assert (
@@ -133,6 +133,10 @@ def test_a_generation_config_recommends_and_do_sample_false_means_greedy(tmp_pat
     greedy = recommended_sampling(folder_with(tmp_path, {"do_sample": False, "temperature": 0.6}))
     assert greedy.values == {"temperature": 0.0}
     assert sampling_from(Settings(), greedy).greedy
+    written = {"do_sample": False, "top_p": 0.9, "eos_token_id": 2}  # transformers writes do_sample by default
+    assert recommended_sampling(folder_with(tmp_path, written)).values == {"top_p": 0.9}
+    assert not sampling_from(Settings(), recommended_sampling(folder_with(tmp_path, written))).greedy
+    assert recommended_sampling(folder_with(tmp_path, {"do_sample": False})) is None
     assert recommended_sampling(folder_with(tmp_path, {"eos_token_id": 2})) is None
     with caplog.at_level(logging.WARNING):
         assert recommended_sampling(folder_with(tmp_path, "{not json")) is None

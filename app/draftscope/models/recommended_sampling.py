@@ -129,7 +129,9 @@ def _generation_config_file(source: ModelSource) -> Path | None:
 
 
 def _from_generation_config(path: Path) -> dict:
-    """The sampling fields of a generation_config.json; ``do_sample: false`` means greedy."""
+    """The sampling fields of a generation_config.json. ``do_sample: false`` means greedy only
+    beside a temperature the file sets: transformers writes it by default, and alone it says
+    nothing the authors chose (taken as temperature 0, it brought greedy looping back)."""
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -137,7 +139,7 @@ def _from_generation_config(path: Path) -> dict:
     if not isinstance(config, dict):
         raise ValueError(f"{path.name} is not a JSON object")
     raw = {ours: config[theirs] for theirs, ours in HF_KEYS.items() if config.get(theirs) is not None}
-    if config.get("do_sample") is False:  # transformers then decodes greedily, whatever the rest says
+    if config.get("do_sample") is False and "temperature" in raw:  # transformers then decodes greedily
         raw["temperature"] = 0.0
     return raw
 
