@@ -153,3 +153,25 @@ def test_an_answer_of_another_model_is_not_continued(engine, other_engine, tmp_p
 
     session.continue_request(message)  # the model that wrote it still may
     assert written_by(engine.tokenizer, " " + cut.text + "\n", tokens), "whitespace at the ends is not compared"
+
+
+def test_a_continued_answers_steps_run_on_in_time_and_tau(engine, tmp_path):
+    """Live and stored, the new part's steps are the whole answer's: time since the answer began runs
+    on (the speedup panel's x axis would otherwise draw the new part over the old), and tau counts both."""
+    session = session_on(engine, tmp_path, 1.0)
+    session.say(QUESTION)
+    session.run(session.request())
+    message = session.last_kept
+    live = []
+    session.events.step.connect(live.append)
+    session.run(session.continue_request(message))
+
+    stored = session.history.steps(message)
+    elapsed = [s["elapsed_ms"] for s in stored]
+    assert all(a <= b for a, b in zip(elapsed, elapsed[1:])), elapsed
+    last = stored[-1]
+    assert last["tokens_total"] == WHOLE and last["steps_total"] == len(stored)
+    assert last["tau"] == pytest.approx(WHOLE / len(stored))
+    assert last["tokens_per_second"] == pytest.approx(WHOLE / (last["elapsed_ms"] / 1000))
+    assert [ev.elapsed_ms for ev in live] == elapsed[-len(live) :], "the panels hear what is kept"
+    assert [ev.tau for ev in live] == [s["tau"] for s in stored[-len(live) :]]

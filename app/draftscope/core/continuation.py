@@ -104,15 +104,30 @@ def prepare(session, message_id: int, before: list[dict]) -> Continuation:
     return Continuation(message_id, tokens, message.content, steps, message.stats, message.drafters or {}, prompt)
 
 
-def numbered_on(steps: list[StepEvent], after: Continuation) -> list[StepEvent]:
-    """The new steps numbered after the answer's old ones, their totals counting the old tokens too."""
-    old_steps, old_tokens = len(after.steps), len(after.tokens)
-    return [
-        dataclasses.replace(
-            s, step=s.step + old_steps, steps_total=s.steps_total + old_steps, tokens_total=s.tokens_total + old_tokens
-        )
-        for s in steps
-    ]
+def numbered_on(step: StepEvent, after: Continuation) -> StepEvent:
+    """A new step as a step of the whole answer (live and stored alike: ChatSession.stream makes it
+    so): numbered after the old ones, its totals counting the old part, its time running on from the
+    old part's last token (the speedup panel's x axis), tau and the rate over both parts."""
+    steps, tokens = step.steps_total + len(after.steps), step.tokens_total + len(after.tokens)
+    elapsed = None if step.elapsed_ms is None else step.elapsed_ms + first_part_ms(after)
+    return dataclasses.replace(
+        step,
+        step=step.step + len(after.steps),
+        steps_total=steps,
+        tokens_total=tokens,
+        tau=tokens / steps,
+        elapsed_ms=elapsed,
+        tokens_per_second=tokens / (elapsed / 1000) if elapsed else step.tokens_per_second,
+    )
+
+
+def first_part_ms(after: Continuation) -> float:
+    """When the answer's first part wrote its last token, in ms since it began: its last step's time
+    (its figures' or its steps' summed where steps stored before that was kept lack it)."""
+    last = after.steps[-1].get("elapsed_ms") if after.steps else None
+    if isinstance(last, (int, float)) and not isinstance(last, bool):
+        return float(last)
+    return 1000 * _number(after.stats.get("elapsed_s")) or sum(_number(s.get("total_ms")) for s in after.steps)
 
 
 def joined_stats(old: dict, new: dict) -> dict:
@@ -171,14 +186,14 @@ def joined_text(tokenizer, continuation: Continuation, final: FinalEvent) -> str
 
 
 def extend(history, tokenizer, continuation: Continuation, final: FinalEvent, steps, record: tuple[dict, dict]) -> int:
-    """Keep the continued answer in its message (``record``: the new part's (stats, drafters) as
-    session.answer_record makes them); returns the message's id."""
+    """Keep the continued answer in its message (``steps``: the new part's, already ``numbered_on``;
+    ``record``: its (stats, drafters) as session.answer_record makes them); returns the message's id."""
     stats, drafters = record
     history.extend_answer(
         continuation.message_id,
         joined_text(tokenizer, continuation, final),
         stats=joined_stats(continuation.stats, stats),
         drafters=joined_drafters(continuation.drafters, drafters),
-        steps=continuation.steps + numbered_on(list(steps or []), continuation),
+        steps=continuation.steps + list(steps or []),
     )
     return continuation.message_id

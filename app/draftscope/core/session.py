@@ -344,6 +344,7 @@ class ChatSession:
         refuses (a prompt too long) raises here, after ``events.answer_failed``."""
         steps: list[StepEvent] = []
         self.last_kept = None
+        going_on = self.continuing if self.continuing is not None and self.continuing.request is request else None
         self.events.answer_started.emit(request)
         try:
             for ev in self.engine.generate(request):
@@ -358,6 +359,8 @@ class ChatSession:
                     self.events.reading.emit(ev)
                     yield ev
                     continue
+                if going_on is not None:  # a continued answer's steps are the whole answer's, live and kept
+                    ev = continuation.numbered_on(ev, going_on)
                 steps.append(ev)
                 self.events.step.emit(ev)
                 yield ev
