@@ -76,3 +76,18 @@ def test_an_answer_whose_figures_are_of_the_wrong_kind_exports_with_the_others(t
     assert "*3 tokens*" in markdown and "*2 tokens*" in markdown
     imported = next(c for c in store.conversations() if store.messages(c.id)[0].content == "Pick a colour")
     assert store.messages(imported.id)[1].stats == {"tokens": 3}
+
+
+def test_speed_figures_of_the_wrong_kind_are_left_out_on_import(tmp_path):
+    """The speedup panel scales its axis by the plain rate kept with an answer (1.2 x it): a file's
+    "plain_tokens_per_second": "x" is left out, as are a busy that is not true/false and a drafting
+    note that is not text; figures of the right kind stay."""
+    damaged = {"plain_tokens_per_second": "x", "decode_tokens_per_second": [1], "busy": "yes", "drafting": 3}
+    good = {"tokens": 3, "plain_tokens_per_second": 30.5, "busy": True, "drafting": "drafting paused"}
+    (tmp_path / "in.json").write_text(ours({"stats": {"tokens": 3, **damaged}}, title="Damaged"))
+    (tmp_path / "good.json").write_text(ours({"content": "Blue.", "stats": good}, title="Good"))
+    store = filled(tmp_path / "h.sqlite3")
+    import_file(store, tmp_path / "in.json")
+    import_file(store, tmp_path / "good.json")
+    stats = {c.title: store.messages(c.id)[1].stats for c in store.conversations()}
+    assert stats["Damaged"] == {"tokens": 3} and stats["Good"] == good

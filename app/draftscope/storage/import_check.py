@@ -33,7 +33,12 @@ ANSWER_FIGURES = (  # an answer's figures as session.answer_record takes them fr
     "prompt_restored",
     "restore_seconds",
 )
-FIGURES = (*ANSWER_FIGURES, "baseline_tokens_per_second")  # what the history stores and the views show
+FIGURES = (  # what the history stores and the views show (the speedup panel scales its axis by them)
+    *ANSWER_FIGURES,
+    "baseline_tokens_per_second",
+    "decode_tokens_per_second",
+    "plain_tokens_per_second",
+)
 
 _short = reprlib.Repr()
 _short.maxlevel, _short.maxstring, _short.maxother, _short.maxlist, _short.maxdict = 2, 40, 40, 4, 4
@@ -105,7 +110,8 @@ def _shallow(value, where: str) -> None:
 
 def figures(value, where: str) -> dict | None:
     """An answer's figures (None when missing): each known one a number in range, a seed a whole
-    number, the finish reason text; one that is not is left out. The rest kept as plain JSON."""
+    number, the finish reason and why drafting was off text, busy true or false; one that is not is
+    left out. The rest kept as plain JSON."""
     stats = plain(value, where)
     if stats is None:
         return None
@@ -115,8 +121,10 @@ def figures(value, where: str) -> dict | None:
             usable = v is None or _number_in(v, 0, MAX_FIGURE)
         elif key == "seed":
             usable = v is None or (isinstance(v, int) and _number_in(v, 0, MAX_SEED))
-        elif key == "finish_reason":
+        elif key in ("finish_reason", "drafting"):  # drafting: why drafting was off, in words
             usable = v is None or isinstance(v, str)
+        elif key == "busy":
+            usable = v is None or isinstance(v, bool)
         else:
             usable = True
         if usable:
