@@ -36,6 +36,7 @@ from draftscope.bench.lossless_sampler import first_tokens_check, mid_answer, pi
 from draftscope.bench.lossless_setup import Audit, load_audit
 from draftscope.bench.lossless_stats import logit_rows, noise_keyed_by_step, one_token_logits, reused_noise
 from draftscope.core import argtypes
+from draftscope.rules import REPETITION_WINDOW
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,7 +69,14 @@ def _add_drafting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", default="0,0.7,1", help="comma list; 0 = the greedy identity test")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=argtypes.count, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument(
+        "--repetition-window",
+        type=argtypes.positive_int,
+        default=REPETITION_WINDOW,
+        help="tokens before each position the repetition penalty covers (as the app's setting)",
+    )
 
 
 def _add_test_arguments(p: argparse.ArgumentParser) -> None:
@@ -117,9 +125,10 @@ def _add_running_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from draftscope.engine.sampling import SamplingParams
+    from dataclasses import replace
 
     temps = _temperatures(args)
+    sampling = _sampling(args)
     audit = load_audit(args)
     variants = [True] if args.only_biased else [False, True] if args.biased else [False]
     progress = Progress(_work_units(args, temps, variants, audit), args.quiet)
@@ -127,9 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if 0 in temps:
         checks += greedy_checks(audit.engine, audit.prompts, audit.makers, args, progress)
     for t in (t for t in temps if t > 0):
-        params = SamplingParams(
-            temperature=t, top_k=args.top_k, top_p=args.top_p, repetition_penalty=args.repetition_penalty, seed=None
-        )
+        params = replace(sampling, temperature=t)
         for biased in variants:
             checks += sampling_checks(audit.engine, audit.prompts, audit.makers, params, args, progress, biased=biased)
     progress.line("")
@@ -148,6 +155,19 @@ def _temperatures(args) -> list[float]:
     if args.runs < 50 or args.pit_tokens < 100:
         raise ValueError("--runs must be >= 50 and --pit-tokens >= 100 for the tests to mean anything")
     return temps
+
+
+def _sampling(args):
+    """The sampling settings the tests at T > 0 run under (refused, in words, before the model loads)."""
+    from draftscope.engine.sampling import SamplingParams
+
+    return SamplingParams(
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        repetition_window=args.repetition_window,
+    )
 
 
 def _work_units(args, temps: list[float], variants: list[bool], audit: Audit) -> int:
@@ -265,7 +285,7 @@ def divergence(engine, prompt, ref, got, params) -> dict:
     least two steps of the dtype at that magnitude (over the temperature when sampling)."""
     import torch
 
-    from draftscope.engine.sampling import PositionNoise, probabilities
+    from draftscope.engine.sampling import PositionNoise, probabilities, recent_tokens
 
     k = next(i for i, (a, b) in enumerate(zip(ref + [None], got + [None])) if a != b)
     prefix = prompt + ref[:k]
@@ -277,8 +297,7 @@ def divergence(engine, prompt, ref, got, params) -> dict:
     def scores(logits):
         if params.greedy:
             return logits[0].float().cpu()
-        seen = torch.zeros(1, engine.vocab, dtype=torch.bool)
-        seen[0, torch.tensor(prefix)] = True
+        seen = recent_tokens([prefix], params.repetition_window, engine.vocab)  # what the penalty covers
         noise = PositionNoise(params.seed, engine.vocab).at(len(prefix))
         return probabilities(logits.cpu(), params, seen)[0].log() + noise
 

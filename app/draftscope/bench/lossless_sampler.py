@@ -14,6 +14,7 @@ from draftscope.bench.lossless_stats import (
     ks_uniform,
     one_token_logits,
     pairs_test,
+    reference_distribution,
     reference_rows,
 )
 
@@ -33,21 +34,23 @@ def mid_answer(engine, prompt: list[int], tokens: int = 24) -> list[int]:
 
 def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
     """Joint of the first two tokens: exact cells for the likeliest first tokens, the rest pooled."""
+    from dataclasses import replace
+
     import numpy as np
     import torch
 
     from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.sampling import SamplingParams
 
     procs = hf_processors(params)
+
+    def after(prefix):  # the target's processed next-token distribution after ``prefix``
+        return reference_distribution(procs, params, prefix, one_token_logits(engine, prefix)[None])[0]
+
     with torch.inference_mode():
-        ids = torch.tensor([prompt])
-        first = procs(ids, one_token_logits(engine, prompt)[None]).softmax(-1)[0]
+        first = after(prompt)
         top_first = torch.argsort(first, descending=True)[:8].tolist()
         top_first = [a for a in top_first if float(first[a]) * args.runs >= 5] or top_first[:1]
-        seqs = torch.tensor([prompt + [a] for a in top_first])
-        second_logits = torch.stack([one_token_logits(engine, prompt + [a]) for a in top_first])
-        second = procs(seqs, second_logits).softmax(-1)
+        second = torch.stack([after(prompt + [a]) for a in top_first])
     cells: dict[tuple, int] = {}
     expected: list[float] = []
     for i, a in enumerate(top_first):
@@ -62,9 +65,7 @@ def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
     expected.append(max(0.0, 1 - float(first[top_first].sum())))
     counts = np.zeros(len(expected))
     for r in range(args.runs):
-        p = SamplingParams(
-            params.temperature, params.top_k, params.top_p, params.repetition_penalty, seed=args.seed * 1_000_003 + r
-        )
+        p = replace(params, seed=args.seed * 1_000_003 + r)
         # EOS counts as a token here (the exact joint does not stop at it either).
         events = list(
             engine.generate(
@@ -84,23 +85,18 @@ def first_tokens_check(engine, prompt, params, args, progress, biased) -> Check:
 
 
 def pit_checks(engine, prompts, params, args, progress, biased) -> list[Check]:
+    from dataclasses import replace
+
     import numpy as np
 
     from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.sampling import SamplingParams
 
     rng = np.random.default_rng(args.seed + 17)
     sequences = []
     total, run_no = 0, 0
     while total < args.pit_tokens:
         prompt = prompts[run_no % len(prompts)]
-        p = SamplingParams(
-            params.temperature,
-            params.top_k,
-            params.top_p,
-            params.repetition_penalty,
-            seed=args.seed * 7_919 + 100_000 + run_no,
-        )
+        p = replace(params, seed=args.seed * 7_919 + 100_000 + run_no)
         events = list(
             engine.generate(
                 GenerationRequest(keep_cache=False, prompt_ids=prompt, max_new_tokens=args.pit_length, sampling=p)

@@ -74,9 +74,11 @@ def pairs_test(sequences, bins: int = 5) -> tuple[float, int, float]:
 
 
 def hf_processors(params):
-    """transformers' own logits processors for these sampling settings (the reference)."""
+    """transformers' own logits processors for these sampling settings (the reference). Their
+    repetition penalty covers every token of the ids they are given: give them ``penalty_window``'s."""
     from transformers import (
         LogitsProcessorList,
+        MinPLogitsWarper,
         RepetitionPenaltyLogitsProcessor,
         TemperatureLogitsWarper,
         TopKLogitsWarper,
@@ -86,13 +88,30 @@ def hf_processors(params):
     procs = LogitsProcessorList()
     if params.repetition_penalty != 1.0:
         procs.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
-    if params.temperature != 1.0:
+    if params.temperature not in (0.0, 1.0):  # 0: greedy, the argmax of what the penalty leaves
         procs.append(TemperatureLogitsWarper(params.temperature))
     if params.top_k:
         procs.append(TopKLogitsWarper(params.top_k))
     if params.top_p < 1.0:
         procs.append(TopPLogitsWarper(params.top_p))
+    if params.min_p > 0.0:
+        procs.append(MinPLogitsWarper(params.min_p))
     return procs
+
+
+def penalty_window(prefix: list[int], params) -> list[int]:
+    """The tokens before a position that the repetition penalty covers: the last
+    ``params.repetition_window`` (the sampling rule's window, llama.cpp's repeat_last_n)."""
+    return list(prefix[-params.repetition_window :])
+
+
+def reference_distribution(procs, params, prefix: list[int], logits):
+    """The processed next-token distribution after ``prefix`` ([n, V] from ``logits`` [n, V], every
+    row after the same prefix) by ``procs`` (``hf_processors(params)``)."""
+    import torch
+
+    ids = torch.tensor([penalty_window(prefix, params)] * logits.shape[0])
+    return procs(ids, logits).softmax(-1)
 
 
 def logit_rows(engine, prompt: list[int], continuation: list[int]):
@@ -121,13 +140,10 @@ def reference_rows(engine, prompt: list[int], answer: list[int], params):
 
     logits = logit_rows(engine, prompt, answer[:-1])
     procs = hf_processors(params)
-    rows = []
-    # Each row sees its own prefix (repetition penalty); padding repeats a token already in it.
-    width = len(prompt) + len(answer)
-    for i in range(len(answer)):
-        prefix = prompt + answer[:i]
-        padded = torch.tensor([prefix + [prefix[0]] * (width - len(prefix))])
-        rows.append(procs(padded, logits[i : i + 1]).softmax(-1)[0])
+    # Each row sees its own prefix (the repetition penalty its window of it).
+    rows = [
+        reference_distribution(procs, params, prompt + answer[:i], logits[i : i + 1])[0] for i in range(len(answer))
+    ]
     return torch.stack(rows)
 
 
