@@ -14,7 +14,7 @@ from draftscope.gui.threads_choice import ThreadsCombo, thread_choices  # noqa: 
 
 def test_the_choices_run_from_automatic_down_to_one_thread():
     assert thread_choices(4) == [
-        ("Automatic (all 4 cores)", 0),
+        ("Automatic (all cores or one left free)", 0),
         ("All 4 cores", 4),
         ("3 (one core left free)", 3),
         ("2 (2 cores left free)", 2),

@@ -176,8 +176,8 @@ def _add_running_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=argtypes.count,
         default=0,
-        help="CPU threads the model computes on (default: 0, as many as this computer's cores; fewer "
-        "leave room for other work: on a busy machine 1 can be many times faster)",
+        help="CPU threads the model computes on (default: 0, automatic: all cores or one left free, "
+        "whichever writes faster, timed at load; fewer leave room for other work)",
     )
     p.add_argument(
         "--context",

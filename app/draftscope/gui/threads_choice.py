@@ -13,7 +13,8 @@ from draftscope.sysinfo import usable_cores
 
 def thread_choices(cores: int) -> list[tuple[str, int]]:
     """(words, setting) for each choice on a computer with ``cores`` usable cores."""
-    out = [(f"Automatic (all {cores} cores)" if cores > 1 else "Automatic (1 core)", 0)]
+    # what Automatic picks is known only once a model has loaded (show_choice then says it)
+    out = [("Automatic (all cores or one left free)" if cores > 1 else "Automatic (1 core)", 0)]
     for n in range(cores, 0, -1):
         if n == cores:
             words = f"All {n} cores" if n > 1 else "1 core"

@@ -204,7 +204,7 @@ def _choice_problems(s: Settings) -> list[str]:
 def _number_problems(s: Settings) -> list[str]:
     out = []
     if not 0 <= s.threads <= MAX_THREADS:
-        out.append(f"threads must be between 0 (as many as this computer's cores) and {MAX_THREADS}")
+        out.append(f"threads must be between 0 (automatic: all cores or one left free) and {MAX_THREADS}")
     if (why := gpu_layers_problem(s.gpu_layers)) is not None:
         out.append(why)
     if not 6 <= s.font_size <= 48:
