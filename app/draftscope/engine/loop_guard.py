@@ -34,7 +34,6 @@ class LoopGuard:
         self.count = 0  # tokens seen
         # A run r at unit p repeats the unit (r + p) / p times over r + p tokens: a loop once both are enough.
         self.enough_run = np.maximum(min_span - self.units, (min_repeats - 1) * self.units)
-        self.unit: int | None = None  # the repeated unit's length, once a loop is found
 
     def repeats(self, token: int) -> bool:
         """Take the answer's next token; True when, with it, the answer's tail is a loop."""
@@ -44,8 +43,4 @@ class LoopGuard:
         self.runs = np.where(same, self.runs + 1, 0)
         self.recent[self.count % size] = token
         self.count += 1
-        looping = np.flatnonzero(self.runs >= self.enough_run)
-        if looping.size:
-            self.unit = int(self.units[looping[0]])
-            return True
-        return False
+        return bool((self.runs >= self.enough_run).any())
