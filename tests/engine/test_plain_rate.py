@@ -86,6 +86,9 @@ def test_contexts_too_close_to_tell_a_slope_give_a_flat_rate_never_a_rising_one(
 
 def test_the_words_of_a_speedup():
     assert speedup_words(1.05, 1.0) == NO_DRAFTS == "no drafts used"
+    # a live answer's first steps are the model's own tokens before any draft could be tried
+    assert speedup_words(1.05, 1.0, steps=1) is None and speedup_words(None, 1.0, steps=3) is None
+    assert speedup_words(1.05, 1.0, steps=4) == NO_DRAFTS
     assert speedup_words(0.02, 1.8, busy=True) == BUSY == "the computer was busy"
     assert speedup_words(1.41, 2.1) == "1.41x plain"
     assert speedup_words(None, 2.1) is None

@@ -72,16 +72,21 @@ def speedup_stale(speedup: float | None, tau: float) -> bool:
 
 
 NO_DRAFTS = "no drafts used"  # τ 1.00: every token was the model's own, so no speedup to speak of
+NO_DRAFTS_STEPS = 4  # steps a live answer runs before τ 1.00 means no draft was used, not "none yet"
 BUSY = "the computer was busy"  # plain steps ran far slower than measured: a speedup would mislead
 BUSY_NOW = "the computer is busy: answers are slower"  # the status bar's hint while it lasts
 
 
-def speedup_words(speedup: float | None, tau: float | None, *, busy: bool = False, times: str = "x") -> str | None:
+def speedup_words(
+    speedup: float | None, tau: float | None, *, busy: bool = False, times: str = "x", steps: int | None = None
+) -> str | None:
     """A speedup as a user may trust it: "1.41x plain"; NO_DRAFTS when no draft was accepted (τ 1.00,
     whatever the timing said), BUSY when the computer was; at most τ and why when it cannot be
-    right. None when there is nothing to say (no figure, τ unknown or above 1)."""
+    right. None when there is nothing to say (no figure, τ unknown or above 1). ``steps``: the steps
+    a live answer has run so far (None: it ended); before NO_DRAFTS_STEPS of them τ 1.00 says
+    nothing yet (its first step is always the model's own token), so None."""
     if tau is not None and tau <= 1.0 + 1e-9:
-        return NO_DRAFTS
+        return NO_DRAFTS if steps is None or steps >= NO_DRAFTS_STEPS else None
     if busy:
         return BUSY
     if not speedup:

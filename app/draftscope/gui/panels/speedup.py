@@ -318,7 +318,8 @@ class SpeedupPanel(QWidget):
         busy"), and the caption: the one tokens/s (the first token's time before there is one) vs
         plain decoding's, τ, and why drafting is off."""
         last = self.events[-1] if self.events else None
-        words = speedup_words(self._speedup(), last.tau if last else None, busy=bool(last and last.busy), times="×")
+        tau, busy = (last.tau, last.busy) if last else (None, False)
+        words = speedup_words(self._speedup(), tau, busy=bool(busy), times="×", steps=len(self.events))
         figure = words is not None and words[:1] in "0123456789≤"  # "1.41× plain" or "≤1.00× plain (…)"
         self.speedup_label.setText(UNKNOWN if words is None else words.split(" ")[0] if figure else words)
         plain = f"{self.baseline:.1f} tokens/s plain" if self.baseline else "plain decoding not measured yet"
