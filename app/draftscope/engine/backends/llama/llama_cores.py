@@ -16,9 +16,11 @@ class ChangesThreads:
 
     @serialised
     def set_threads(self, threads: int) -> None:
-        """Both of the context's counts, a token's step and a prompt chunk's, on the model's thread:
-        llama.cpp's OpenMP team belongs to the thread that decodes."""
+        """The threads a step (a token, or a draft tree) computes on, on the model's thread:
+        llama.cpp's OpenMP team belongs to the thread that decodes. A prompt chunk's threads keep
+        the count the context opened with: the choice was timed on steps alone, and reading a
+        prompt is compute-bound, so it gains from every core where a step may not."""
         if threads < 1:
             raise ValueError(f"llama.cpp computes on at least one thread, not {threads}")
-        self._L.llama_set_n_threads(self._ctx, threads, threads)
+        self._L.llama_set_n_threads(self._ctx, threads, self._L.llama_n_threads_batch(self._ctx))
         self.threads = threads  # describe() says it
