@@ -39,6 +39,8 @@ def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):
         assert race.findChild(QTextBrowser, f"race{key}View").toPlainText() == plain.moments[-1][1]
         assert "tokens/s" in race.findChild(QLabel, f"race{key}Stats").text()
     assert "× the speed of plain decoding" in race.findChild(QLabel, "raceVerdict").text()
+    assert "of writing" in race.findChild(QLabel, "raceVerdict").text()
+    assert "first token" in race.findChild(QLabel, "racePlainStats").text()
     # halfway through a replay, each side shows what it had written by then
     half = plain.elapsed_s / 2
     assert (
@@ -149,3 +151,21 @@ def test_help_lists_the_shortcuts_that_work_and_about_names_the_model(qtbot, tok
     window.help_dialog.close()
     window.findChild(QAction, "aboutAction").trigger()
     assert isinstance(window.help_dialog, QMessageBox) and "tiny" in window.help_dialog.text()
+
+
+def test_the_race_times_the_writing_not_the_prompt_the_other_lane_read_for_it():
+    """The lane that runs second finds the prompt in the kept cache: the race compares what each
+    wrote after its first token, and shows the first token's wait apart."""
+    from types import SimpleNamespace
+
+    from draftscope.gui.dialogs.race import Lane
+
+    slow_reader, cached = Lane("plain"), Lane("speculative")
+    for lane, first_ms, total_s in ((slow_reader, 2000.0, 3.0), (cached, 50.0, 1.05)):
+        lane.moments = [(first_ms / 1000, "a"), (total_s, "a b c")]
+        stats = SimpleNamespace(time_to_first_token_ms=first_ms, elapsed_s=total_s, tokens=11)
+        lane.finish(SimpleNamespace(stats=stats, text="a b c"))
+    assert slow_reader.elapsed_s == pytest.approx(1.0) and cached.elapsed_s == pytest.approx(1.0)
+    assert slow_reader.first_token_s == pytest.approx(2.0), "the reading is kept, shown apart"
+    assert slow_reader.moments[0][0] == pytest.approx(0.0), "the replay starts each lane at its first token"
+    assert slow_reader.tokens_per_second == pytest.approx(10.0), "tokens after the first over the writing"
