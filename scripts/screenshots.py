@@ -45,7 +45,9 @@ out.mkdir(parents=True, exist_ok=True)
 app = QApplication([])
 app.setWindowIcon(app_icon())
 apply_theme(app, "light", 10)
-runtime = load_runtime(Settings(model=args.model, max_new_tokens=args.max_new_tokens))
+# the default sampling a user gets (the model's own, else LM Studio's and Ollama's), one seed so a
+# retake shows the same answers
+runtime = load_runtime(Settings(model=args.model, max_new_tokens=args.max_new_tokens, seed=1))
 engine = runtime.engine
 # As a first session: nothing learned yet (the app learns each answer as it is given).
 runtime.learned = LearnedStore("screenshots", engine.vocab, Path(tempfile.mkdtemp()))
@@ -76,8 +78,11 @@ def save(widget, name: str) -> None:
 
 def window_shots() -> None:
     window = MainWindow(runtime, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), code_style=code_style("light"))
-    window.resize(1500, 940)
+    window.resize(1280, 760)
     window.show()
+    settle()
+    save(window, "welcome.png")  # what a first start shows: the example prompts
+    window.resize(1500, 940)
     window.show_panels()
     window.resizeDocks([window.docks["trieDock"], window.docks["speedupDock"]], [520, 340], Qt.Orientation.Vertical)
     window.resizeDocks([window.docks["trieDock"]], [620], Qt.Orientation.Horizontal)
