@@ -34,15 +34,14 @@ def built_for_another(path: Path, tokenizer, vocab_size: int | None) -> str | No
     """How ``path``'s tokenizer differs from the model's, in words; None when it is the same or
     cannot be told (no fingerprint recorded, or the file cannot be opened: opening it for drafting
     says why)."""
-    from draftscope.datastore.fingerprint import same_tokenizer
+    from draftscope.core.drafter_factory import tokenizer_gap
     from draftscope.retrieval import Reader
 
     try:
         reader = Reader(str(path), in_memory=False)
     except Exception:  # noqa: BLE001 - a missing or damaged index is reported where it is opened for drafting
         return None
-    if vocab_size and reader.vocab_size > vocab_size:
+    gap = tokenizer_gap(reader, vocab_size, tokenizer)
+    if gap == "ids":
         return f"a tokenizer of {reader.vocab_size:,} ids (the model has {vocab_size:,})"
-    if tokenizer is not None and same_tokenizer(reader.tokenizer_fingerprint, tokenizer) is False:
-        return "another tokenizer"
-    return None
+    return "another tokenizer" if gap == "tokenizer" else None

@@ -152,18 +152,31 @@ def _datastore_mismatch(datastore, vocab_size: int | None, tokenizer=None) -> st
     return _reader_mismatch(reader, vocab_size, tokenizer)
 
 
+def tokenizer_gap(reader, vocab_size: int | None, tokenizer=None) -> str | None:
+    """How a datastore's tokenizer differs from the model's: "ids" (ids past the model's vocabulary),
+    "tokenizer" (its fingerprint names another one), or None (the same, or not recorded)."""
+    from draftscope.datastore.fingerprint import same_tokenizer
+
+    if vocab_size and reader.vocab_size > vocab_size:
+        return "ids"
+    if tokenizer is not None and same_tokenizer(reader.tokenizer_fingerprint, tokenizer) is False:
+        return "tokenizer"
+    return None
+
+
 def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | None:
-    from draftscope.datastore.fingerprint import same_tokenizer, tokenizer_fingerprint
+    from draftscope.datastore.fingerprint import tokenizer_fingerprint
     from draftscope.datastore.manifest import read_manifest
 
     name = Path(reader.path).name
     fix = "build one for this model: File ▸ Build a datastore… in the app, or draftscope datastore build"
-    if vocab_size and reader.vocab_size > vocab_size:
+    gap = tokenizer_gap(reader, vocab_size, tokenizer)
+    if gap == "ids":
         return (
             f"retrieval drafts are off: {name} was built for a tokenizer of {reader.vocab_size:,} ids, "
             f"the model has {vocab_size:,} ({fix})"
         )
-    if tokenizer is not None and same_tokenizer(reader.tokenizer_fingerprint, tokenizer) is False:
+    if gap == "tokenizer":
         try:
             built_for = (read_manifest(reader.path) or {}).get("model")
         except Exception:  # noqa: BLE001 - the manifest only adds a name to the message
