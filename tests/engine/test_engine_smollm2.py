@@ -111,6 +111,12 @@ def test_cli_generate_streams_an_answer(capsys):
             "context",
             "--max-new-tokens",
             "12",
+            # Greedy and unpenalised: the default penalty covers the prompt's
+            # "capital of France", and SmolLM2 then talks round the answer.
+            "--temperature",
+            "0",
+            "--repetition-penalty",
+            "1",
         ]
     )
     captured = capsys.readouterr()
