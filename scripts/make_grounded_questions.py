@@ -1,11 +1,12 @@
 """Write app/draftscope/bench/grounded_questions.jsonl: answers grounded in a text the user gives.
 
-Twelve prompts in the Spec-Bench format, built from texts that ship with Python (the standard
+Fifteen prompts in the Spec-Bench format, built from texts that ship with Python (the standard
 library's own source, and the language reference's sections in pydoc_data.topics): code edits that
 give back a whole function with small changes, bug fixes that give back the corrected function,
-summaries, and answers that quote. These are the answers that copy their context, where a drafter
-that reads the conversation can pay even on a CPU. The file is written once and shipped, so every
-run reads the same prompts whatever Python runs the benchmark:
+summaries, answers that quote, and whole files (300-600 lines) given back with a rename used
+throughout, a docstring fixed and one function changed. These are the answers that copy their
+context, where a drafter that reads the conversation can pay even on a CPU. The file is written once
+and shipped, the texts in it, so every run reads the same prompts whatever Python runs the benchmark:
 
     python scripts/make_grounded_questions.py
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 from pathlib import Path
 from pydoc_data import topics
@@ -21,20 +23,29 @@ from pydoc_data import topics
 OUT = Path(__file__).resolve().parent.parent / "app" / "draftscope" / "bench" / "grounded_questions.jsonl"
 
 
+def module_source(module: str) -> str:
+    """A standard-library module's whole file, as the running Python ships it."""
+    return Path(inspect.getfile(importlib.import_module(module))).read_text(encoding="utf-8")
+
+
 def function(module: str, name: str) -> str:
     """A function's source as the module's file writes it (C-accelerated modules included)."""
-    source = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
+    source = module_source(module)
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return ast.get_source_segment(source, node)
     raise LookupError(f"{module}.{name} not found")
 
 
-def broken(module: str, name: str, right: str, wrong: str) -> str:
-    code = function(module, name)
+def planted(code: str, right: str, wrong: str, where: str) -> str:
+    """``code`` with its one ``right`` replaced by ``wrong``: the mistake a prompt asks to fix."""
     if code.count(right) != 1:
-        raise ValueError(f"{module}.{name}: {right!r} must occur once")
+        raise ValueError(f"{where}: {right!r} must occur once")
     return code.replace(right, wrong)
+
+
+def broken(module: str, name: str, right: str, wrong: str) -> str:
+    return planted(function(module, name), right, wrong, f"{module}.{name}")
 
 
 def code_prompt(instruction: str, code: str) -> str:
@@ -47,6 +58,57 @@ def text_prompt(instruction: str, topic: str) -> str:
 
 WHOLE = "Give back the whole function, code only."
 FIX = "Find the bug, fix it, and give back the whole corrected function, code only."
+FILE_LINES = (300, 600)  # a whole file: long enough that copying it is most of the answer
+
+
+def file_prompt(module: str, changes: list[str], right: str, wrong: str) -> str:
+    """A whole standard-library file with one mistake planted in a docstring, and the changes to
+    make (the docstring's fix among them); the answer is the file given back."""
+    source = module_source(module)
+    lines = source.count("\n")
+    if not FILE_LINES[0] <= lines <= FILE_LINES[1]:
+        raise ValueError(f"{module}: {lines} lines, not {FILE_LINES[0]}-{FILE_LINES[1]}")
+    steps = "\n".join(f"{i}. {change}" for i, change in enumerate(changes, start=1))
+    return (
+        f"Here is Lib/{module}.py from Python's standard library. Make these changes and give back the "
+        f"whole file, everything else exactly as it is, code only:\n{steps}\n\n"
+        f"```python\n{planted(source, right, wrong, module)}```"
+    )
+
+
+def file_rewrites() -> list[str]:
+    return [
+        file_prompt(
+            "queue",
+            [
+                "Rename `maxsize` to `capacity` everywhere (parameters, attributes, docstrings, comments).",
+                "The docstring of `Queue.full` says it tells whether the queue is empty: fix it.",
+                "Make `task_done` raise ValueError('task_done() called more times than items were put').",
+            ],
+            "Return True if the queue is full, False otherwise",
+            "Return True if the queue is empty, False otherwise",
+        ),
+        file_prompt(
+            "shlex",
+            [
+                "Rename the attribute `debug` to `verbosity` everywhere.",
+                "The docstring of the function `split` says it joins the string: fix it.",
+                "Make `split` raise TypeError('s must be a string, not None') when s is None, instead of warning.",
+            ],
+            '"""Split the string *s* using shell-like syntax."""',
+            '"""Join the string *s* using shell-like syntax."""',
+        ),
+        file_prompt(
+            "copy",
+            [
+                "Rename `memo` to `seen` everywhere (parameters, variables, comments, docstrings).",
+                "The docstring of `deepcopy` says it makes a shallow copy: fix it.",
+                "Make `copy` raise TypeError instead of Error for an object it cannot copy, with the same message.",
+            ],
+            '"""Deep copy operation on arbitrary Python objects.',
+            '"""Shallow copy operation on arbitrary Python objects.',
+        ),
+    ]
 
 
 def questions() -> list[dict]:
@@ -99,6 +161,7 @@ def questions() -> list[dict]:
         ("grounded-fix", fixes),
         ("grounded-summary", summaries),
         ("grounded-quote", quotes),
+        ("grounded-file", file_rewrites()),
     ):
         for i, prompt in enumerate(prompts, start=1):
             out.append({"question_id": f"{category}-{i}", "category": category, "turns": [prompt]})

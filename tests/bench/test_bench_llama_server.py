@@ -124,6 +124,9 @@ def test_repeats_rotate_the_order_and_keep_the_median(gguf, tmp_path, capsys, mo
     assert "speedup over plain" in text and "| context |" in text.split("speedup over plain")[1], text
     rows = json.loads(out.read_text())["rows"]
     assert {r["method"] for r in rows} == {"llama", "plain", "context"}
+    # the longest accepted run, from our answers' steps: none drafted in plain, none known of llama's loop
+    runs = {r["method"]: r["longest_run"] for r in rows}
+    assert runs["plain"] == 0 and runs["llama"] is None and isinstance(runs["context"], int), runs
 
 
 def test_the_median_of_the_rounds_is_kept():
@@ -183,8 +186,14 @@ def test_the_grounded_questions_hold_the_text_they_are_answered_from():
     from draftscope.bench.spec import load_questions
 
     questions = load_questions("grounded", 3, set())
-    assert {q["category"] for q in questions} == {"grounded-edit", "grounded-fix", "grounded-summary", "grounded-quote"}
-    assert len(questions) == 12
+    assert {q["category"] for q in questions} == {
+        "grounded-edit",
+        "grounded-fix",
+        "grounded-summary",
+        "grounded-quote",
+        "grounded-file",
+    }
+    assert len(questions) == 15
     edit = next(q for q in questions if q["question_id"] == "grounded-edit-1")["turns"][0]
     assert "def rgb_to_hsv(r, g, b):" in edit and "give back the whole function" in edit.lower()
     fix = next(q for q in questions if q["question_id"] == "grounded-fix-2")["turns"][0]

@@ -45,55 +45,13 @@ def find_llama_server() -> tuple[str | None, str]:
     return None, "llama-server not found (build it with `bash scripts/build_llama_tools.sh`, or put it on PATH)"
 
 
-CURVE_SIZES = (1, 2, 4, 8, 16)
-CURVE_DEPTH = 256  # tokens already in the context, as when an answer is under way
-
-
-def verify_curve(model: Path, threads: int, timeout: float = 600.0) -> str:
-    """llama-bench's time for a forward of 1, 2, 4, 8 and 16 tokens on a context of CURVE_DEPTH, in
-    words: the machine's ceiling for speculation (a fully accepted k-token chain writes at most k
-    tokens in a k-token forward's time)."""
+def find_llama_bench() -> tuple[Path | None, str]:
+    """(path, "") or (None, why not): llama-bench beside the llama-server find_llama_server finds."""
     server, why = find_llama_server()
     bench = Path(server).with_name("llama-bench") if server else None
     if bench is None or not bench.is_file():
-        return f"verify curve: llama-bench not found ({why or 'not beside llama-server'})"
-    sizes = ",".join(map(str, CURVE_SIZES))
-    command = [
-        str(bench),
-        "-m",
-        str(model),
-        "-t",
-        str(threads),
-        "-p",
-        sizes,
-        "-n",
-        "0",
-        "-d",
-        str(CURVE_DEPTH),
-        "-r",
-        "3",
-        "-o",
-        "jsonl",
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"verify curve: llama-bench failed ({exc})"
-    ms = {}
-    for line in done.stdout.splitlines():
-        try:
-            row = json.loads(line)
-            ms[int(row["n_prompt"])] = row["avg_ns"] / 1e6
-        except (ValueError, KeyError, TypeError):
-            continue
-    if 1 not in ms:
-        return f"verify curve: llama-bench said nothing usable (exit {done.returncode})"
-    words = ", ".join(f"{n}: {ms[n]:.1f} ms ({ms[n] / ms[1]:.2f}x)" for n in sorted(ms))
-    top = max(ms)
-    return (
-        f"verify curve (llama-bench, {threads} threads, a forward of N tokens on {CURVE_DEPTH} in the context): "
-        f"{words}; a fully accepted {top}-token chain writes at most {top * ms[1] / ms[top]:.2f}x plain"
-    )
+        return None, f"llama-bench not found ({why or 'not beside llama-server'})"
+    return bench, ""
 
 
 def _free_port() -> int:

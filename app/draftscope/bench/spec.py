@@ -17,9 +17,13 @@ baseline's answer: the ceiling). ``--code-prompts N`` adds N HumanEval-style fun
 prompts (our own, category "code"). ``--second-turns`` also runs each question's second turn,
 with the model's own first answer in the context. ``--questions grounded`` runs the shipped
 grounded prompts (bench/grounded_questions.jsonl: code edits, bug fixes, summaries and quotes of
-texts that ship with Python, the answers that copy their context). Besides the whole answer's
-rate, each method's time to the first token and writing rate (the tokens after the first over the
-time after it) are reported against ``--base`` (default: the backend's own plain loop).
+texts that ship with Python, the answers that copy their context; ``--categories grounded-file``:
+the whole files given back with a few changes). Besides the whole answer's rate, each method's time
+to the first token and writing rate (the tokens after the first over the time after it) are reported
+against ``--base`` (default: the backend's own plain loop); a grounded run also reports prompt by
+prompt (bench/spec_prompts.py: writing rate, τ, the longest accepted run, the whole files' share of
+the batch curve's ceiling). Every run prints the verify curve the step policy decided with (the
+engine's costs at load and at the end) beside llama-bench's (bench/batch_curve.py).
 
 Learned answers: the run starts from an empty learned store (or ``--learn-from`` a distilled
 answers file, its first ``--learned-answers`` N) and, as the app does, learns each ``auto``
@@ -38,8 +42,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
+from draftscope.bench.batch_curve import backend_curve, ceiling_curve, curve_table, describe, engine_curve
 from draftscope.bench.llama_server import METHODS as SERVER_METHODS
 from draftscope.bench.spec_methods import Run, distilled, learn_answers
+from draftscope.bench.spec_prompts import prompt_table, wants_prompt_table
 from draftscope.bench.spec_report import against, draft_costs, format_table, summarise, timing_table, worst_prompts
 from draftscope.core import argtypes
 from draftscope.rules import BACKENDS
@@ -175,12 +181,19 @@ def load_questions(path: str, per_category: int, categories: set[str]) -> list[d
     if not Path(path).is_file():
         raise FileNotFoundError(f"question file not found: {path} (pass --questions)")
     by_cat: dict[str, list[dict]] = defaultdict(list)
+    known = set()
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 q = json.loads(line)
+                known.add(q["category"])
                 if (not categories or q["category"] in categories) and len(by_cat[q["category"]]) < per_category:
                     by_cat[q["category"]].append(q)
+    missing = ", ".join(sorted(categories - known))
+    if categories and not by_cat:
+        raise ValueError(f"no such categories in {path}: {missing} (it has: {', '.join(sorted(known))})")
+    if missing:
+        print(f"no such categories in {path}, skipped: {missing}")
     return [q for qs in by_cat.values() for q in qs]
 
 
@@ -203,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     if answers and not args.learning_curve:
         learn_answers(learned, engine, answers[: args.learned_answers])
     _print_header(args, engine, runners, methods, questions, learned)
+    curves = _measure_curves(engine, runners.peers is not None or wants_prompt_table(questions))
     if args.trace:
         Path(args.trace).write_text("")  # each answer's steps are added as it ends
     warm = engine.encode_chat([{"role": "user", "content": "Hi"}])
@@ -215,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
         rows += measure_question(args, runners, methods, base, q, f"[{qi + 1}/{len(questions)}]")
     if runners.peers is not None:
         runners.peers.close()
-    report(args, rows, methods, base, engine.backend.kind, learned)
+    curves += [c for c in [engine_curve(engine.verify_costs, "ours at the end")] if c]
+    report(args, rows, methods, base, engine.backend.kind, learned, curves)
     return 0
 
 
@@ -295,10 +310,17 @@ def _print_header(args, engine, runners, methods, questions, learned) -> None:
         f"{time.strftime('%Y-%m-%d')}; "
         f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }"
     )
-    if runners.peers is not None:  # llama.cpp's own measure of what a k-token forward costs, beside the peers
-        from draftscope.bench.llama_server import verify_curve
 
-        print(verify_curve(engine.backend.path, engine.backend.threads))
+
+def _measure_curves(engine, llama_bench: bool) -> list:
+    """The verify costs the step policy starts from (measured at load) and, on llama.cpp where
+    asked (beside the peers, or for the grounded prompts' ceiling), llama-bench's curve, printed."""
+    curves = [c for c in [engine_curve(engine.verify_costs, "ours at load")] if c]
+    if llama_bench and engine.backend.kind == "llama.cpp":
+        measured = backend_curve(engine.backend)
+        print(f"verify curve: {measured}" if isinstance(measured, str) else describe(measured), flush=True)
+        curves += [] if isinstance(measured, str) else [measured]
+    return curves
 
 
 def measure_question(args, runners, methods: list[str], base: str, q: dict, label: str) -> list[dict]:
@@ -344,12 +366,13 @@ def _row(q: dict, turn: int, m: str, r: Run, base_run: Run) -> dict:
         "first_s": r.first_s,
         "first_tokens": r.first_tokens,
         "writing_s": r.writing_seconds(),
+        "longest_run": r.longest_run,
         "equal": r.tokens == base_ids,
         "speedup": (len(r.tokens) / r.seconds) / (len(base_ids) / base_t) if r.seconds and base_ids else None,
     }
 
 
-def report(args, rows: list[dict], methods: list[str], base: str, kind: str, learned) -> None:
+def report(args, rows: list[dict], methods: list[str], base: str, kind: str, learned, curves=()) -> None:
     from draftscope.sysinfo import peak_rss_mb
 
     table = summarise(rows, methods, base)
@@ -360,6 +383,7 @@ def report(args, rows: list[dict], methods: list[str], base: str, kind: str, lea
         )
     timing = timing_table(table, methods, base)
     text += "\n\n" + timing if timing else ""
+    text += _curve_report(rows, methods, list(curves))
     print(text)
     print(
         f"peak resident memory of this run: {peak_rss_mb():,.0f} MiB (every method's model in one process: "
@@ -367,9 +391,20 @@ def report(args, rows: list[dict], methods: list[str], base: str, kind: str, lea
     )
     print(f"learned answers at the end: {learned.stats().answers}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"rows": rows, "summary": table}, indent=2))
+        measured = {c.source: c.ms for c in curves}
+        Path(args.json_out).write_text(json.dumps({"rows": rows, "summary": table, "curves": measured}, indent=2))
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
+
+
+def _curve_report(rows: list[dict], methods: list[str], curves: list) -> str:
+    """Prompt by prompt against the ceiling (grounded runs), and the verify curves side by side."""
+    text = ""
+    if wants_prompt_table(rows):
+        top = ceiling_curve(curves)
+        text += "\n\n" + prompt_table(rows, methods, top.ceiling() if top else None, top.source if top else "")
+    curves = sorted(curves, key=lambda c: c.llama_bench)  # ours first, llama.cpp's own beside them
+    return text + ("\n\n" + curve_table(curves) if curves else "")
 
 
 def repeated(run_method, methods: list[str], repeats: int) -> dict:

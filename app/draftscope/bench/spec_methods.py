@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftscope.bench.llama_server import METHODS as SERVER_METHODS
+from draftscope.bench.spec_prompts import longest_run
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Run:
     first_tokens: int = 1
     steps: int | None = None
     draft_ms: float | None = None
+    longest_run: int | None = None  # the most draft tokens accepted in one step (ours only)
 
     def writing_seconds(self) -> float | None:
         """The time after the first token: what speculation changes (prompt reading is the backend's)."""
@@ -92,6 +94,7 @@ class Runners:
             first_tokens=first_tokens,
             steps=final.stats.steps,
             draft_ms=sum(draft_ms) / len(draft_ms) if draft_ms else None,
+            longest_run=longest_run(steps),
         )
 
     def drafters(self, m: str, ids, base_ids, store=None):
