@@ -92,6 +92,10 @@ class ContextDrafter(Drafter):
 
     def observe(self, accepted_ids: Sequence[int]) -> None:
         self._append(accepted_ids)
+        if not self.follower.following:  # a copy may begin here while nothing is proposed (drafting paused)
+            _, positions = self._suffix_match()
+            if positions:
+                self._adopt(positions)
 
     def _append(self, ids: Sequence[int]) -> None:
         for tok in ids:
@@ -111,16 +115,10 @@ class ContextDrafter(Drafter):
         n, positions = self._suffix_match()
         if positions:
             self._adopt(positions)
-        paths, match_len = [], 0
-        if positions:
-            end = len(self.tokens)
-            matched = self._verbatim(positions[-1], end, self.long_depth)
-            depth = max(self.max_depth, min(self.long_depth, 2 * matched))
-            # the most recent occurrences
-            paths = [self.tokens[p : min(end, p + depth)] for p in positions[-self.max_matches :][::-1]]
-            match_len = max(n, matched)
+        paths, match_len = self._occurrences(n, positions)
         paths += self.follower.guesses(self.max_depth)  # just after a change: where the copy may resume
-        chain = self.follower.chain(budget) if self.follower.is_copy else []
+        chain, short = self._copy(budget)
+        paths += short
         if not (paths or chain):
             return DraftTree.empty()
         if len(chain) >= budget:  # the copy fills the budget: the others would never be chosen
@@ -142,6 +140,28 @@ class ContextDrafter(Drafter):
                 "since_change": self.follower.since_change if chain else None,
             },
         )
+
+    def _occurrences(self, n: int, positions: list[int]) -> tuple[list[list[int]], int]:
+        """What followed the most recent occurrences of the matched suffix, as deep as its
+        verbatim run says, and the tree's match length."""
+        if not positions:
+            return [], 0
+        end = len(self.tokens)
+        matched = self._verbatim(positions[-1], end, self.long_depth)
+        depth = max(self.max_depth, min(self.long_depth, 2 * matched))
+        paths = [self.tokens[p : min(end, p + depth)] for p in positions[-self.max_matches :][::-1]]
+        return paths, max(n, matched)
+
+    def _copy(self, budget: int) -> tuple[list[int], list[list[int]]]:
+        """(the followed copy's chain, as deep as ``budget``, when the copy is long; else, a copy
+        followed through a change drafted as an occurrence would be: [that path])."""
+        follower = self.follower
+        if follower.is_copy:
+            return follower.chain(budget), []
+        if follower.following and follower.since_change is not None:
+            short = follower.chain(max(self.max_depth, min(self.long_depth, 2 * follower.run)))
+            return [], [short] if short else []
+        return [], []
 
     def _merged(self, paths: list[list[int]], chain: list[int], budget: int) -> DraftTree:
         """The occurrences' paths as a tree, and the followed copy's chain above them all."""

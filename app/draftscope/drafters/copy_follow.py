@@ -30,7 +30,7 @@ CONFIRM = 1  # tokens that must agree after a re-anchor's own before it stands
 MAX_LOST = 48  # tokens without a re-anchor after which the copy is given up
 GUESSES = 3  # while lost, drafts resume the source 0, 1 or 2 tokens on (an insertion ended, a 1- or 2-token change)
 GUESS_WHILE = 4  # ... for this many tokens after the copy was lost
-RUN_CAP = 256  # the run a copy reports at most
+RUN_CAP = 384  # the run a copy reports at most
 CONTEXT = 3  # tokens before an insertion or a deletion that its learned substitution keeps (where it applies)
 
 
