@@ -58,7 +58,9 @@ def test_acceptance_is_learned_per_drafter():
             tree, list(range(len(tree))), draft_seconds=0.001, verify_seconds=true_cost(len(tree)), drafted=True
         )
     assert len(policy.trim(chain(8, DraftSource.CONTEXT))) == 8
-    assert len(policy.trim(chain(8))) <= 1
+    # The datastore's chain: its first node's 1-in-8 estimate still pays where a node costs 5% of a
+    # step, and a node below an accepted one is likelier (the rule of succession): a few nodes at most.
+    assert len(policy.trim(chain(8))) <= 3
 
 
 def test_drafting_that_does_not_pay_costs_at_most_a_look_now_and_then():

@@ -69,6 +69,26 @@ def monotone(costs: dict[int, float]) -> dict[int, float]:
     return dict(sorted(out.items()))
 
 
+def costs_at(costs: dict[int, float], sizes) -> np.ndarray:
+    """Seconds a verify of each of ``sizes`` nodes costs on the monotone curve ``costs`` (size 0, a
+    plain step, included): linear between known sizes; past the largest, its last stretch continued
+    (from the largest known size at most half of it: two learned neighbours' noise is no slope), and
+    at least a plain step's cost per as many tokens as the curve's largest size: a tree past the
+    curve is dearer in proportion to its size, never free (a curve flattened by noise, or a GPU's)."""
+    known = np.array(sorted(costs), dtype=np.float64)
+    seconds = np.array([costs[int(n)] for n in known])
+    sizes = np.asarray(sizes, dtype=np.float64)
+    out = np.interp(sizes, known, seconds)
+    last = known[-1]
+    if last <= 0:
+        return seconds[-1] * (1.0 + sizes)  # only a plain step is known: each token costs one
+    half = known[known <= last / 2][-1]
+    slope = max((seconds[-1] - costs[int(half)]) / (last - half), seconds[0] / last)
+    beyond = sizes > last
+    out[beyond] = seconds[-1] + slope * (sizes[beyond] - last)
+    return out
+
+
 class InSlot:
     """One slot of a backend through the one-answer verbs a measurement uses (start, verify,
     truncate): an answer measures in its own slot while others answer in theirs."""

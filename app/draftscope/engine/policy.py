@@ -9,16 +9,17 @@ step; one that costs a tenth of a step looks every tenth), so a step that verifi
 plain step costs.
 
 After drafting, ``trim`` keeps the nodes whose expected tokens pay for their verification. Each
-node gets a probability of being accepted given that its parent was, from a calibration table
-learned online: by drafter (source), depth, the node's *share* (its support over its parent's:
-the fraction of matches, or the draft model's probability, that chose this token) and the length of
-the verbatim match the tree continues (an answer that has followed a text for 32 tokens likely goes
-on following it: SuffixDecoding's signal). A node's path
-probability is the product down the tree; the tree kept is the top-k nodes by path probability
-(always a connected tree) with k maximising (1 + expected accepted) / cost(k), k = 0 being plain
-decoding. Costs come from a measured curve of verify time by tree size, kept fresh by the steps
-actually run. Trimming by what was drafted never biases the answer: verification emits the
-target's own token at every position (engine.verify).
+node gets a probability of being accepted given that its parent was (engine/acceptance.py: a prior
+from the node's share and the run of text it continues, the calibration learned across answers, and
+this answer's own recent evidence over both). A node's path probability is the product down the
+tree; the tree kept is the top-k nodes by path probability (always a connected tree) with k
+maximising (1 + expected accepted) / cost(k), k = 0 being plain decoding. Costs come from the curve of
+verify time by tree size measured at load (engine/budget.py), extended past its largest size by its
+last stretch, and kept fresh by the steps actually run (forward and the rows' sampling together).
+So the same code drafts 64 nodes and more where this machine verifies them nearly as fast as one (a
+flat curve) and a few where each node is dear (a steep one); no constant is tuned for either.
+Trimming by what was drafted never biases the answer: verification emits the target's own token at
+every position (engine.verify).
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.budget import DraftBudget, monotone
+from draftscope.engine.acceptance import AnswerEvidence, Calibration, node_runs, shares
+from draftscope.engine.budget import DraftBudget, costs_at, monotone
 
-SHARE_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.9)  # buckets of a node's share of its parent's support
-DEPTH_EDGES = (1, 2, 4)  # depth 1, 2, 3-4, 5+
-MATCH_EDGES = (8, 16, 32)  # the tree's verbatim match: under 8 tokens, 8-15, 16-31, 32+
-PRIOR_WEIGHT = 4.0  # how many observations the prior (the share itself, discounted) is worth
-# Before evidence, a share of s is taken as an s * discount chance of acceptance, the discount
-# growing with the verbatim match (by MATCH_EDGES bucket): a long copy is likely to go on.
-PRIOR_DISCOUNT = (0.6, 0.75, 0.9, 0.97)
+__all__ = ["Calibration", "Decision", "StepPolicy", "shares", "subtree"]
+
+# The most nodes one step verifies, whatever the backend takes (llama.cpp alone takes 511): past a
+# few hundred even a fully accepted chain gains little on any curve, and trimming and drafting such
+# trees each step would cost a plain step's time in Python.
+MAX_DRAFT = 256
 EXPLORE_SHARE = 0.02  # what exploring may cost, as a share of the time of plain steps
 LOOK_SHARE = 0.01  # what drafting that has not paid lately may cost, as a share of the plain steps' time
 MAX_LOOK_INTERVAL = 48  # steps: even the dearest drafter looks this often (a copy-heavy stretch is noticed)
@@ -45,13 +46,6 @@ PAUSED_AFTER = 8  # steps in a row the policy kept plain for cost (exploring asi
 # Why drafting is off, for the speedup panel and the status bar: a short head, a colon, the why.
 PAUSED_NOTE = "drafting paused: on this machine a draft costs more than it saves; it resumes when drafts would pay"
 COST_REASONS = ("plain: drafts cannot pay", "plain: drafting does not pay lately", "explore")
-
-
-def _bucket(value: float, edges) -> int:
-    for i, edge in enumerate(edges):
-        if value < edge:
-            return i
-    return len(edges)
 
 
 @dataclass
@@ -63,23 +57,6 @@ class Decision:
     kept: int  # nodes verified
     expected: float  # expected accepted tokens of the kept tree
     reason: str  # "tree", "plain: drafts cannot pay", "plain: drafting does not pay lately", "explore"
-
-
-def shares(tree: DraftTree) -> np.ndarray:
-    """Each node's support over its parent's, in [0, 1]. First-level nodes: over the first
-    level's total when supports are counts; as they are when they are already probabilities
-    (a draft model's, or a merged tree's, whose first level sums to at most 1)."""
-    support = tree.support.astype(np.float64)
-    n = len(tree)
-    out = np.zeros(n)
-    top = tree.parents == -1
-    total = support[top].sum()
-    top_base = total if total > 1.0 + 1e-6 else 1.0
-    for i in range(n):
-        parent = int(tree.parents[i])
-        base = top_base if parent < 0 else support[parent]
-        out[i] = support[i] / base if base > 0 else 0.0
-    return np.clip(out, 0.0, 1.0)
 
 
 def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
@@ -103,56 +80,30 @@ def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
     )
 
 
-class Calibration:
-    """P(a node is accepted | its parent was), by (source, depth bucket, share bucket, match
-    bucket), learned from every node whose parent was accepted, with the share itself as a weak
-    prior."""
-
-    def __init__(self) -> None:
-        self.tested: dict[tuple, float] = {}
-        self.accepted: dict[tuple, float] = {}
-
-    @staticmethod
-    def key(source: int, depth: int, share: float, match: int = 0) -> tuple:
-        return int(source), _bucket(depth, DEPTH_EDGES), _bucket(share, SHARE_EDGES), _bucket(match, MATCH_EDGES)
-
-    def probability(self, source: int, depth: int, share: float, match: int = 0) -> float:
-        k = self.key(source, depth, share, match)
-        prior = PRIOR_DISCOUNT[k[3]] * share
-        return (self.accepted.get(k, 0.0) + PRIOR_WEIGHT * prior) / (self.tested.get(k, 0.0) + PRIOR_WEIGHT)
-
-    def observe(self, tree: DraftTree, path: list[int]) -> None:
-        if len(tree) == 0:
-            return
-        on_path = set(path)
-        share = shares(tree)
-        for i in range(len(tree)):
-            parent = int(tree.parents[i])
-            if parent >= 0 and parent not in on_path:
-                continue  # never tested: verification stopped above it
-            k = self.key(int(tree.source[i]), int(tree.depth[i]), float(share[i]), tree.match_len)
-            self.tested[k] = self.tested.get(k, 0.0) + 1.0
-            if i in on_path:
-                self.accepted[k] = self.accepted.get(k, 0.0) + 1.0
-
-
 class StepPolicy(DraftBudget):
+    """One answer's policy (``calibration``: what the engine's answers learned, shared)."""
+
     def __init__(
         self,
         costs: dict[int, float],
         *,
-        max_size: int = 64,
+        max_size: int | None = None,
         explore_every: int = 6,
         smoothing: float = 0.3,
         calibration: Calibration | None = None,
     ) -> None:
-        self.costs = monotone({n: c for n, c in costs.items() if n <= max_size})
+        """``max_size``: the nodes a verify takes (the backend's max_tree; None: any), at most MAX_DRAFT."""
+        self.max_size = MAX_DRAFT if max_size is None else max(1, min(max_size, MAX_DRAFT))
+        self.costs = monotone({n: c for n, c in costs.items() if n <= self.max_size})
         if 0 not in self.costs:
             raise ValueError("the cost curve needs the cost of a plain step (size 0)")
-        self.max_size = max(self.costs)
+        # Drafters are asked for this many nodes until a run says more could pay (``draft_budget``).
+        self.base_ask = min(self.max_size, max(max(self.costs), 1))
         self.explore_every = explore_every
         self.smoothing = smoothing
         self.calibration = calibration or Calibration()
+        self.evidence = AnswerEvidence()  # this answer's own acceptance and runs
+        self._last_match = 0  # the verbatim match of the last tree verified
         # Tokens and seconds of recent steps that drafted (an exponential average), against plain ones.
         self._draft_tokens: float | None = None
         self._draft_seconds: float | None = None
@@ -166,20 +117,12 @@ class StepPolicy(DraftBudget):
     # ------------------------------------------------------------------ costs
 
     def cost(self, n: int) -> float:
-        sizes = list(self.costs)
-        if n in self.costs:
-            return self.costs[n]
-        if n >= sizes[-1]:
-            return self.costs[sizes[-1]] * n / sizes[-1]
-        hi = next(s for s in sizes if s >= n)
-        lo = max(s for s in sizes if s <= n)
-        w = (n - lo) / (hi - lo)
-        return self.costs[lo] * (1 - w) + self.costs[hi] * w
+        return float(costs_at(self.costs, [n])[0])
 
     def _learn_cost(self, n: int, seconds: float) -> None:
         """Learned at the size verified, never at a neighbour's: a one-node tree learned into the plain
         step's cost made plain steps look dear and every tree look cheap. A size not measured yet
-        starts from the curve's estimate."""
+        (one past the measured curve too) starts from the curve's estimate."""
         if n > self.max_size:
             return
         known = self.costs.get(n, self.cost(n))
@@ -212,25 +155,38 @@ class StepPolicy(DraftBudget):
     def draft_budget(self) -> int:
         if self.drafting_pays():
             self._idle = 0
-            return self.max_size
+            return self._ask()
         self._idle += 1
         if self._idle >= self.look_interval():
             self._idle = 0
-            return self.max_size
+            return self._ask()
         return 0
+
+    def _ask(self) -> int:
+        """Nodes to ask the drafters for: the measured curve's largest size, and twice the copy's run
+        while it is longer (the longest run of accepted drafts in this answer, or the last tree's
+        verbatim match), up to ``max_size``: a long copy may pay past the curve, and asking every
+        step for hundreds of nodes would cost drafting and trimming time where nothing is copied."""
+        run = max(self.evidence.longest_run(), self._last_match)
+        return max(self.base_ask, min(self.max_size, 2 * run))
 
     # ------------------------------------------------------------------ after drafting
 
     def path_probabilities(self, tree: DraftTree) -> np.ndarray:
-        share = shares(tree)
-        p = np.zeros(len(tree))
-        for i in range(len(tree)):  # BFS order: a parent comes before its children
-            parent = int(tree.parents[i])
-            above = 1.0 if parent < 0 else p[parent]
-            p[i] = above * self.calibration.probability(
-                int(tree.source[i]), int(tree.depth[i]), float(share[i]), tree.match_len
-            )
-        return p
+        """Each node's probability of being accepted (its whole path from the root)."""
+        p = self.node_probabilities(tree, node_runs(tree, self.evidence.runs)).tolist()
+        parents = tree.parents.tolist()
+        for i, parent in enumerate(parents):  # BFS order: a parent comes before its children
+            if parent >= 0:
+                p[i] *= p[parent]
+        return np.array(p)
+
+    def node_probabilities(self, tree: DraftTree, runs: np.ndarray) -> np.ndarray:
+        """P(node accepted | parent accepted): the shared calibration, updated by this answer's evidence."""
+        return self.evidence.combine(self._shared(tree, runs), tree.source)
+
+    def _shared(self, tree: DraftTree, runs: np.ndarray) -> np.ndarray:
+        return self.calibration.probabilities(tree.source, tree.depth, shares(tree), runs)
 
     def _others(self, shared) -> tuple[int, int]:
         """(tokens, answers) the other answers put in the forward this one shares (0, 0 alone)."""
@@ -252,23 +208,21 @@ class StepPolicy(DraftBudget):
             return tree
         p = self.path_probabilities(tree)
         # Children never outrank their parent (p only shrinks down a path); ties go to the shallower.
-        order = sorted(range(n), key=lambda i: (-p[i], int(tree.depth[i]), i))
+        order = np.lexsort((np.arange(n), tree.depth, -p))
         others, their_tokens = self._others(shared)  # each other answer gets at least its own token
-        best_k, best_rate, gain = 0, (their_tokens + 1.0) / self.cost(others), 1.0
-        best_gain = 1.0
-        for k, i in enumerate(order, start=1):
-            gain += p[i]
-            rate = (their_tokens + gain) / self.cost(others + k)
-            if rate > best_rate:
-                best_k, best_rate, best_gain = k, rate, gain
+        gains = 1.0 + np.cumsum(p[order])
+        rates = (their_tokens + gains) / costs_at(self.costs, others + np.arange(1, n + 1))
+        best = int(np.argmax(rates))
+        plain_rate = (their_tokens + 1.0) / self.cost(others)
+        best_k, best_gain = (best + 1, float(gains[best])) if rates[best] > plain_rate else (0, 1.0)
         reason = "tree"
         if best_k == 0:
             self._unverified += 1
             reason = "plain: drafts cannot pay"
-            if self._unverified >= self.explore_interval() and order:
+            if self._unverified >= self.explore_interval():
                 # Verify the likeliest node now and then: drafts that start to be accepted (a
                 # stretch the datastore knows) are only noticed if some are verified.
-                best_k, best_gain, reason = 1, 1.0 + p[order[0]], "explore"
+                best_k, best_gain, reason = 1, 1.0 + float(p[order[0]]), "explore"
         if best_k:
             self._unverified = 0
         keep = np.zeros(n, dtype=bool)
@@ -289,7 +243,11 @@ class StepPolicy(DraftBudget):
         drafted: bool,
         shared=None,
     ) -> None:
-        self.calibration.observe(tree, path)
+        runs = node_runs(tree, self.evidence.runs)  # as they were when the tree was kept
+        self.evidence.observe(tree, path, self._shared(tree, runs), drafted=drafted)
+        self.calibration.observe(tree, path, runs)
+        if drafted:  # a step that drafted nothing ends the match
+            self._last_match = tree.match_len
         self._my_tokens = 1 + len(tree)
         if shared is not None and shared.answers > 1:
             # a shared forward's own time (the answer's verify_seconds include waiting for the others)
