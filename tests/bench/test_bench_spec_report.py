@@ -18,6 +18,7 @@ from draftscope.bench.batch_curve import (
     ceiling_curve,
     curve_sizes,
     curve_table,
+    describe,
     engine_curve,
     parse_llama_bench,
 )
@@ -57,6 +58,7 @@ def test_the_ceiling_is_the_best_rate_a_fully_accepted_forward_writes():
     # 1: 40/s, 2: 50/s, 16: 160/s, 64: 200/s, 128: 128/s: the 64-token forward writes fastest
     assert FLAT.ceiling() == (64, 200.0)
     assert FLAT.over_plain(64) == pytest.approx(5.0)
+    assert "ceiling: a fully accepted 64-token forward writes 200.0 tokens/s, 5.00x plain" in describe(FLAT)
     steep = BatchCurve({1: 25.0, 2: 50.0, 16: 400.0}, "steep")  # no size beats a plain step
     assert steep.ceiling() == (1, 40.0)
 

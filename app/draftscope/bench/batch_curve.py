@@ -26,6 +26,7 @@ class BatchCurve:
     ms: dict[int, float]
     source: str  # "llama-bench, 2 threads", "ours at load", ...
     llama_bench: bool = False  # llama.cpp's own forwards (the ceiling's measure), not the engine's verifies
+    seconds: float | None = None  # what measuring it took (llama-bench's run)
 
     def rate(self, tokens: int) -> float:
         """Tokens/s a fully accepted forward of ``tokens`` tokens writes."""
@@ -80,7 +81,8 @@ def llama_bench_curve(bench: Path, model: Path, threads: int, sizes, timeout: fl
     ms = parse_llama_bench(done.stdout)
     if 1 not in ms:
         return f"llama-bench said nothing usable (exit {done.returncode})"
-    return BatchCurve(ms, f"llama-bench, {threads} threads, {time.perf_counter() - t0:.0f} s to measure", True)
+    source = f"llama-bench, {threads} thread{'' if threads == 1 else 's'}"
+    return BatchCurve(ms, source, llama_bench=True, seconds=time.perf_counter() - t0)
 
 
 def parse_llama_bench(jsonl: str) -> dict[int, float]:
@@ -99,8 +101,9 @@ def describe(curve: BatchCurve) -> str:
     """The curve in one line, with its ceiling."""
     words = ", ".join(f"{n}: {ms:.1f} ms ({ms / curve.ms[1]:.2f}x)" for n, ms in curve.ms.items())
     size, rate = curve.ceiling()
+    took = f", measured in {curve.seconds:.0f} s" if curve.seconds is not None else ""
     return (
-        f"verify curve ({curve.source}, a forward of N tokens on {CURVE_DEPTH} in the context): {words}; "
+        f"verify curve ({curve.source}, a forward of N tokens on {CURVE_DEPTH} in the context{took}): {words}; "
         f"ceiling: a fully accepted {size}-token forward writes {rate:.1f} tokens/s, "
         f"{curve.over_plain(size):.2f}x plain"
     )
