@@ -200,16 +200,17 @@ def test_the_terminal_refuses_an_unreadable_attachment_before_loading_a_model(tm
 
 
 def test_a_long_verbatim_match_drafts_a_long_chain_and_a_short_one_a_short_one():
-    """SuffixDecoding's rule in the conversation drafter: the answer following the attached text
-    for 30 tokens drafts 60 deep (the budget allowing), a 3-token match only max_depth."""
+    """The conversation drafter: the answer following the attached text for 30 tokens drafts as deep
+    as the budget asks (the step policy decides how much is verified), a 3-token match only max_depth."""
     document = list(range(100, 200))  # an attached file's tokens, then the question
     drafter = ContextDrafter(max_depth=10, long_depth=64)
     following = document + [7, 8, 9] + document[:30]  # the answer copies the file's first 30 tokens
     tree = drafter.propose(following, 200)
-    assert tree.max_depth == 60 and list(tree.tokens[:60]) == document[30:90]
+    # the rest of the context after the copied place: the file's other 70 tokens and what follows
+    assert tree.max_depth == 103 and list(tree.tokens[:70]) == document[30:]
+    assert tree.match_len == tree.extra["copy_run"] == 30
     short = document + [7, 8, 9] + [5] + document[40:43]  # a 3-token match after a break
     assert drafter.propose(short, 200).max_depth == 10
-    assert ContextDrafter(max_depth=10, long_depth=10).propose(following, 200).max_depth == 10
 
 
 def test_the_server_answers_the_last_question_from_its_documents_folder(tiny_engine, tmp_path):
