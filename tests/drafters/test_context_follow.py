@@ -19,6 +19,7 @@ import torch
 from engine_fixtures import IdTokenizer, tiny_llama
 
 import draftscope.engine.answer as engine_mod
+from draftscope.drafters.composite import CompositeDrafter
 from draftscope.drafters.context import ContextDrafter
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.work import Prefill
@@ -139,6 +140,12 @@ def test_a_followed_copy_drafts_as_deep_as_asked_and_reports_its_run_through_cha
     assert longest_drafted(tree, answer[fed:]) == 200, "the renames ahead are drafted renamed"
     assert tree.extra["copy_run"] == tree.match_len >= 300, "five renames later the copy is still a long run"
     assert tree.extra["reanchored"] is False
+    # with another drafter beside it, the merged tree still says what the copy is
+    other = ContextDrafter(min_suffix=2, max_suffix=2, max_depth=4)
+    other.reset(prompt + answer[:fed])
+    other.follower.min_run = 10**6  # never drafts a followed copy deep: a plain n-gram drafter
+    merged = CompositeDrafter([drafter, other]).propose(prompt + answer[:fed], 64)
+    assert merged.extra["copy_run"] == merged.match_len >= 300
 
 
 def test_just_after_a_change_the_tree_says_it_continues_from_a_reanchor():

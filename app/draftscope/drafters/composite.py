@@ -147,11 +147,14 @@ def merge_trees(trees: Sequence[DraftTree], budget: int, weights: dict[int, floa
                 trie.score[leaf] = float(scores[i])
                 trie.source[leaf] = int(tree.source[i])
     merged, _ = trie.select(budget)
+    # The longest match's tree says what the copy is (its run, a re-anchor) for the step policy.
+    longest = max(trees, key=lambda t: t.match_len)
     return DraftTree(
         merged.tokens,
         merged.parents,
         merged.depth,
         merged.support.astype(np.float32),
         merged.source,
-        match_len=max(t.match_len for t in trees),
+        match_len=longest.match_len,
+        extra=dict(longest.extra),
     )
