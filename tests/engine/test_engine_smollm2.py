@@ -50,9 +50,9 @@ def cases(engine, tmp_path_factory):
 
 def test_greedy_equals_hf_generate_for_every_drafter(engine, cases):
     pairs, store = cases
+    # Each drafter alone is held to plain decoding on the tiny model (tests/engine/test_engine_exactness.py);
+    # on real weights, the draft model alone and the retrieval and context drafters in one tree.
     makers = {
-        "retrieval": lambda: [RetrievalDrafter(str(store))],
-        "context": lambda: [ContextDrafter()],
         "model-self": lambda: [ModelDrafter(engine.model, eos_token_id=engine.tokenizer.eos_token_id)],
         "composite": lambda: [RetrievalDrafter(str(store)), ContextDrafter()],
     }
@@ -65,14 +65,12 @@ def test_greedy_equals_hf_generate_for_every_drafter(engine, cases):
             final = events[-1]
             assert final.token_ids == ref, (name, final.error)
             accepted += sum(e.accepted for e in events[:-1])
-        if name in ("retrieval", "model-self", "composite"):
-            assert accepted >= len(pairs) * 5, f"{name}: drafts should be accepted ({accepted})"
+        assert accepted >= len(pairs) * 5, f"{name}: drafts should be accepted ({accepted})"
 
 
 def test_seeded_sampling_equals_plain_decoding_for_every_drafter(engine, cases):
     pairs, store = cases
-    makers = {
-        "retrieval": lambda: [RetrievalDrafter(str(store))],
+    makers = {  # every drafter in one tree (each alone: the tiny model's exactness tests)
         "composite": lambda: [
             RetrievalDrafter(str(store)),
             ContextDrafter(),

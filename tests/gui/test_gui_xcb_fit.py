@@ -1,4 +1,4 @@
-"""On a real X server with a 1366x768 and a 1280x800 screen (Xvfb, Qt's xcb platform, the app's theme): the Settings
+"""On a real X server with a 1280x768 screen (Xvfb, Qt's xcb platform, the app's theme): the Settings
 dialog's frame lies on the screen with OK on it, the main window with every panel open and a message
 being edited is no wider than the screen, and a second launch with the saved settings restores the
 window's size and place, its panels, the colouring and the conversation. Screenshots of the screen
@@ -12,7 +12,9 @@ import sys
 import pytest
 from x_server import app_env, xvfb_display
 
-SCREENS = ((1366, 768), (1280, 800))  # a laptop's, and the one issue 62 was tried on
+# One screen as narrow as the one issue 62 was tried on (1280x800) and as short as a laptop's (1366x768):
+# each of those alone is the easier case, and a launch on X takes ~17 s of the suite's time.
+SCREENS = ((1280, 768),)
 TITLE_BAR = 40  # px
 
 SCRIPT = r"""
