@@ -8,20 +8,19 @@ Three layers of belief, each the prior of the next:
   probability (R + 1) / (R + 2). The run at a node is the tree's verbatim match (``match_len``: the copy
   the drafter follows, less the FOUND_MATCH tokens any match needs to be found at all) or the answer's
   own run of accepted drafts, whichever is longer, plus the nodes above it, so a chain's path
-  probability to depth d is (R + 1) / (R + d + 1): a long copy is trusted far, a bigram match hardly. A statement about text, not about a machine: how long a draft is worth
-  verifying is then decided by the verify curve measured on this machine (engine/policy.py).
+  probability to depth d is (R + 1) / (R + d + 1): a long copy is trusted far, a bigram match
+  hardly. A statement about text, not about a machine: how long a draft is worth verifying is then
+  decided by the verify curve measured on this machine (engine/policy.py).
 - **The calibration** (``Calibration``, shared by every answer of an engine): acceptance learned by
   (source, depth bucket, share bucket, run bucket), the prior worth PRIOR_WEIGHT observations.
-- **The answer's own evidence** (``AnswerEvidence``, one per answer): by source, how many rejections
-  its recent steps had (older steps decay) against how many the calibration's estimates expected;
-  the ratio scales each node's chance of rejection. A copy that has held in this answer drafts long
-  chains; a rejection ends the run (short chains while it is short again) and raises the ratio, and
-  the run grows back as the copy resumes.
+- **The answer's own evidence** (``AnswerEvidence``, one per answer): by source, how many
+  acceptances and rejections its recent steps had (older steps decay) against how many the
+  calibration's estimates expected; their ratios scale each node's odds. A copy that has held in this
+  answer drafts long chains; a rejection ends the run (short chains while it is short again) and
+  lowers the odds, and the run grows back as the copy resumes.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import numpy as np
 
@@ -36,9 +35,9 @@ MATCH_EDGES = (2, 4, 8, 16, 32, 64, 128)
 # was found, not yet evidence that the text goes on.
 FOUND_MATCH = 2
 PRIOR_WEIGHT = 4.0  # observations the prior is worth, at either level (few: evidence soon decides)
-# The answer's own evidence starts from the shared estimate, worth this many expected rejections:
-# one, so a copy that holds through what should have given two rejections is trusted three times
-# as far, and a rejection where a tenth of one was expected halves the trust.
+# The answer's own evidence starts from the shared estimate, worth this many expected events: one,
+# so a copy that holds through what should have given two rejections has its odds tripled, and a
+# rejection where a tenth of one was expected about halves them.
 HAZARD_WEIGHT = 1.0
 # Per step, the answer's older evidence is worth this much of its last step's: about the last ten
 # steps count, so the answer's current stretch (a copy, or new text) decides, not its beginning.
@@ -136,38 +135,44 @@ def node_runs(tree: DraftTree, runs_before: dict[int, int] | None = None) -> np.
 
 
 class AnswerEvidence:
-    """One answer's own evidence: by source, the rejections its tested nodes had against those the
-    shared estimate expected (older steps decaying: ANSWER_DECAY), a ratio that scales every node's
-    chance of rejection (a Gamma-Poisson estimate: the prior, a ratio of 1, worth HAZARD_WEIGHT
-    expected rejections); and its runs: the drafts of each source accepted in a row, across steps,
-    since its copy last stopped."""
+    """One answer's own evidence: by source, its tested nodes' acceptances and rejections against
+    those the shared estimates expected (older steps decaying: ANSWER_DECAY). The rarer outcome's
+    ratio of observed to expected scales each node's odds of acceptance: acceptances where drafts are
+    mostly rejected (raising them only), rejections where they mostly hold (a long copy); the ratio's
+    prior, 1, is worth HAZARD_WEIGHT expected events. And its runs: the drafts of each
+    source accepted in a row, across steps, since its copy last stopped."""
 
     def __init__(self) -> None:
-        self.rejected: dict[int, float] = defaultdict(float)
-        self.expected: dict[int, float] = defaultdict(float)
+        self.seen: dict[int, np.ndarray] = {}  # source -> [accepted, expected accepted, rejected, expected rejected]
         self.runs: dict[int, int] = {}
 
-    def ratio(self, source: int) -> float:
-        """This answer's rejections of ``source``'s nodes over what the shared estimate expected."""
-        return (self.rejected.get(source, 0.0) + HAZARD_WEIGHT) / (self.expected.get(source, 0.0) + HAZARD_WEIGHT)
+    def odds_ratio(self, source: int) -> float:
+        """How much likelier this answer's nodes of ``source`` are accepted than the shared estimate says."""
+        accepted, expected_accepted, rejected, expected_rejected = self.seen.get(source, np.zeros(4)) + HAZARD_WEIGHT
+        if expected_accepted <= expected_rejected:  # the rarer outcome carries the evidence (counted once)
+            # Where drafts are mostly rejected, the answer may only raise their odds: lowered, its
+            # drafts would be trimmed and tested no more, and the lowering would never be undone.
+            return max(1.0, accepted / expected_accepted)
+        return expected_rejected / rejected
 
     def combine(self, shared: np.ndarray, sources) -> np.ndarray:
-        """The shared estimates ``shared`` with each node's chance of rejection scaled by its source's ratio."""
-        ratios = {s: self.ratio(s) for s in set(np.asarray(sources).tolist())}
-        scale = np.array([ratios[s] for s in np.asarray(sources).tolist()])
-        return np.clip(1.0 - (1.0 - shared) * scale, 0.0, 1.0)
+        """The shared estimates ``shared`` with each node's odds scaled by its source's ratio."""
+        sources = np.asarray(sources).tolist()
+        ratios = {s: self.odds_ratio(s) for s in set(sources)}
+        odds = np.clip(shared, 0.0, 1.0 - 1e-9) / (1.0 - np.clip(shared, 0.0, 1.0 - 1e-9))
+        odds = odds * np.array([ratios[s] for s in sources])
+        return odds / (1.0 + odds)
 
     def observe(self, tree: DraftTree, path: list[int], shared: np.ndarray, *, drafted: bool = True) -> None:
-        """After a verified step: its tested nodes' rejections against their shared estimates
+        """After a verified step: its tested nodes' outcomes against their shared estimates
         ``shared`` (one per node, before this step was learned), and each source's run
         (``drafted``: the drafters were asked this step)."""
-        for store in (self.rejected, self.expected):
-            for k in store:
-                store[k] *= ANSWER_DECAY
+        for counts in self.seen.values():
+            counts *= ANSWER_DECAY
         tested, accepted = tested_nodes(tree, path)
         for source, was, p in zip(tree.source[tested].tolist(), accepted.tolist(), shared[tested].tolist()):
-            self.rejected[source] += 0.0 if was else 1.0
-            self.expected[source] += 1.0 - p
+            self.seen.setdefault(source, np.zeros(4))
+            self.seen[source] += (float(was), p, 1.0 - float(was), 1.0 - p)
         self._follow_runs(tree, path, tested, drafted)
 
     def _follow_runs(self, tree: DraftTree, path: list[int], tested: np.ndarray, drafted: bool) -> None:

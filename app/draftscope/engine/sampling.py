@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -49,54 +50,113 @@ class SamplingParams:
         return self.repetition_penalty != 1.0
 
 
-def recent_tokens(rows: Sequence[Sequence[int]], window: int, vocab: int) -> torch.Tensor:
-    """[len(rows), vocab] bool: for each row's context (the tokens before its position), those among
-    its last ``window``: what the repetition penalty covers there. Ids past ``vocab`` are left out."""
-    seen = torch.zeros(len(rows), vocab, dtype=torch.bool)
+class SeenTokens(NamedTuple):
+    """The entries the repetition penalty covers, as index pairs: token ``tokens[j]`` of row
+    ``rows[j]`` (a handful a row, where a [rows, vocab] mask is mostly zeros)."""
+
+    rows: torch.Tensor
+    tokens: torch.Tensor
+
+    def to(self, device) -> SeenTokens:
+        return SeenTokens(self.rows.to(device), self.tokens.to(device))
+
+
+def recent_entries(rows: Sequence[Sequence[int]], window: int, vocab: int) -> SeenTokens:
+    """For each row's context (the tokens before its position), those among its last ``window``:
+    what the repetition penalty covers there. Ids past ``vocab`` are left out."""
     row_ids, token_ids = [], []
     for r, context in enumerate(rows):
         recent = [t for t in context[-window:] if 0 <= t < vocab]
         row_ids += [r] * len(recent)
         token_ids += recent
-    if token_ids:
-        seen[torch.tensor(row_ids), torch.tensor(token_ids)] = True
+    return SeenTokens(torch.tensor(row_ids, dtype=torch.long), torch.tensor(token_ids, dtype=torch.long))
+
+
+def recent_tokens(rows: Sequence[Sequence[int]], window: int, vocab: int) -> torch.Tensor:
+    """``recent_entries`` as a [len(rows), vocab] bool mask."""
+    seen = torch.zeros(len(rows), vocab, dtype=torch.bool)
+    entries = recent_entries(rows, window, vocab)
+    seen[entries.rows, entries.tokens] = True
     return seen
 
 
-def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """logits [n, V]; seen [n, V] bool: tokens already in each row's context (HF's rule)."""
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | SeenTokens, penalty: float) -> torch.Tensor:
+    """logits [n, V]; seen: a [n, V] bool mask or SeenTokens, the tokens already in each row's
+    context (HF's rule). Only those entries are computed (a copy of the rows with them changed)."""
     if penalty == 1.0:
         return logits
-    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalised, logits)
+    rows, tokens = seen if isinstance(seen, SeenTokens) else seen.nonzero(as_tuple=True)
+    values = logits[rows, tokens]
+    out = logits.clone()
+    out[rows, tokens] = torch.where(values > 0, values / penalty, values * penalty)
+    return out
 
 
-def probabilities(logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | None = None) -> torch.Tensor:
+def probabilities(
+    logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | SeenTokens | None = None
+) -> torch.Tensor:
     """Rows of logits [n, V] -> rows of sampling probabilities (float32) after processing."""
-    logits = logits.float()
-    if seen is not None:
-        logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
     if params.greedy:
+        logits = (
+            logits.float()
+            if seen is None
+            else apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
+        )
         out = torch.zeros_like(logits)
         out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
         return out
-    logits = logits / params.temperature
-    if params.top_k and params.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs, ids = processed(logits, params, seen)
+    return (
+        probs
+        if ids is None
+        else torch.zeros(logits.shape, dtype=probs.dtype, device=probs.device).scatter_(-1, ids, probs)
+    )
+
+
+def processed(
+    logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | SeenTokens | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The processing at T > 0, over each row's candidates: (probabilities [n, m], their token ids
+    [n, m]); with top-k the k candidates left (a tie at the k-th keeps the whole rows: ids None), so
+    top-p, min-p and the draw sort and read k entries a row, not the vocabulary (a 64-node tree's
+    65 rows of 152k sorted whole cost more than its forward on a CPU)."""
+    logits = logits.float()
+    if seen is not None:
+        logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
+    values, ids = _top_k(logits, params.temperature, params.top_k)
     if params.top_p < 1.0:
-        # HF TopPLogitsWarper: drop the low tail whose cumulative mass is <= 1 - top_p, keep >= 1 token.
-        sorted_logits, order = torch.sort(logits, descending=False, dim=-1)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        remove_sorted = cumulative <= (1 - params.top_p)
-        remove_sorted[..., -1:] = False
-        remove = remove_sorted.scatter(-1, order, remove_sorted)
-        logits = logits.masked_fill(remove, float("-inf"))
+        values = _top_p(values, params.top_p)
     if params.min_p > 0.0:
         # HF MinPLogitsWarper: drop tokens less likely than min_p times the top token (which stays).
-        probs = logits.softmax(-1)
-        logits = logits.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), float("-inf"))
-    return logits.softmax(-1)
+        probs = values.softmax(-1)
+        values = values.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), float("-inf"))
+    return values.softmax(-1), ids
+
+
+def _top_k(logits: torch.Tensor, temperature: float, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Temperature, then HF's TopKLogitsWarper (every token tied with the k-th stays): (the k best
+    scaled logits a row, highest first, and their ids), or the whole scaled rows (ids None) without
+    top-k or where a row ties at its k-th. Scaling after choosing is the same: dividing by T > 0
+    keeps the order."""
+    width = logits.shape[-1]
+    if not k or k >= width:
+        return logits / temperature, None
+    top = torch.topk(logits, k + 1, dim=-1)
+    values = top.values / temperature
+    if bool((values[:, k] == values[:, k - 1]).any()):
+        scaled = logits / temperature
+        return scaled.masked_fill(scaled < values[:, k - 1 : k], float("-inf")), None
+    return values[:, :k], top.indices[:, :k]
+
+
+def _top_p(values: torch.Tensor, top_p: float) -> torch.Tensor:
+    """HF TopPLogitsWarper: drop the low tail whose cumulative mass is <= 1 - top_p, keep >= 1 token."""
+    sorted_values, order = torch.sort(values, descending=False, dim=-1)
+    cumulative = sorted_values.softmax(-1).cumsum(-1)
+    remove_sorted = cumulative <= (1 - top_p)
+    remove_sorted[..., -1:] = False
+    remove = remove_sorted.scatter(-1, order, remove_sorted)
+    return values.masked_fill(remove, float("-inf"))
 
 
 def next_tokens(
@@ -104,21 +164,22 @@ def next_tokens(
     params: SamplingParams,
     positions: Sequence[int],
     noise: PositionNoise | None,
-    seen: torch.Tensor | None = None,
+    seen: torch.Tensor | SeenTokens | None = None,
     best: torch.Tensor | None = None,
 ) -> list[int]:
     """The token chosen at each row of ``logits`` [n, V] (row r at absolute position ``positions[r]``):
     greedy takes the argmax of the processed logits straight away (a one-hot distribution over a
     152k vocabulary cost a plain llama.cpp step a few tenths of a millisecond for the same answer);
-    sampling is the Gumbel-max draw from ``probabilities``. ``best``: each row's argmax where the
-    step already computed it (a graphed step, on the device): greedy without a penalty reads it."""
+    sampling is the Gumbel-max draw over ``processed``'s candidates. ``best``: each row's argmax where
+    the step already computed it (a graphed step, on the device): greedy without a penalty reads it."""
     if params.greedy and seen is None and best is not None:
         return best.tolist()
     if params.greedy:
         if seen is not None:
             logits = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
         return logits.argmax(-1).tolist()
-    return choose(probabilities(logits, params, seen), positions, noise)
+    probs, ids = processed(logits, params, seen)
+    return choose(probs, positions, noise, ids)
 
 
 def fresh_seed() -> int:
@@ -164,18 +225,31 @@ def fit_vocab(probs: torch.Tensor, size: int) -> torch.Tensor:
     return torch.nn.functional.pad(probs, (0, size - width))
 
 
-def choose(probs: torch.Tensor, positions: Sequence[int], noise: PositionNoise | None) -> list[int]:
+def choose(
+    probs: torch.Tensor, positions: Sequence[int], noise: PositionNoise | None, ids: torch.Tensor | None = None
+) -> list[int]:
     """The token of each row of ``probs`` [n, V], row r being the distribution at absolute
     position ``positions[r]``: the argmax when ``noise`` is None (greedy), else the Gumbel-max
-    sample with the position's noise (rows over a smaller vocabulary than the noise's are fine)."""
+    sample with the position's noise (rows over a smaller vocabulary than the noise's are fine).
+    ``ids`` [n, m]: ``probs`` covers those tokens only (every other token has probability 0)."""
+    if ids is None:
+        if noise is None:
+            return probs.argmax(-1).tolist()
+        probs = fit_vocab(probs.float(), noise.vocab)
+        return (probs.log() + _noise_rows(noise, positions, probs.device)).argmax(-1).tolist()
     if noise is None:
-        return probs.argmax(-1).tolist()
-    probs = fit_vocab(probs.float(), noise.vocab)
-    # the noise goes to the rows' device, once per distinct position (a tree's rows share a few
-    # depths), rather than every row's distribution to the host: on a GPU a 64-node tree's rows are
-    # 65 x vocab floats, its noise depth + 1 rows
+        return ids.gather(-1, probs.argmax(-1, keepdim=True)).squeeze(-1).tolist()
+    g = _noise_rows(noise, positions, probs.device)
+    scores = probs.float().log() + g.gather(-1, ids.clamp(max=noise.vocab - 1))
+    scores = scores.masked_fill(ids >= noise.vocab, float("-inf"))  # a token the noise's vocabulary lacks
+    return ids.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1).tolist()
+
+
+def _noise_rows(noise: PositionNoise, positions: Sequence[int], device) -> torch.Tensor:
+    """[len(positions), noise.vocab]: each row's position's noise. It goes to the rows' device once
+    per distinct position (a tree's rows share a few depths), rather than every row's distribution
+    to the host: on a GPU a 64-node tree's rows are 65 x vocab floats, its noise depth + 1 rows."""
     distinct = sorted(set(positions))
     row_of = {p: i for i, p in enumerate(distinct)}
-    g = torch.stack([noise.at(p) for p in distinct]).to(probs.device)
-    g = g[torch.tensor([row_of[p] for p in positions], device=probs.device)]
-    return (probs.log() + g).argmax(-1).tolist()
+    g = torch.stack([noise.at(p) for p in distinct]).to(device)
+    return g[torch.tensor([row_of[p] for p in positions], device=device)]

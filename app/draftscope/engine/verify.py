@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.sampling import recent_tokens
+from draftscope.engine.sampling import SeenTokens, recent_entries
 
 
 def children_lists(tree: DraftTree) -> dict[int, list[int]]:
@@ -53,6 +51,6 @@ def row_contexts(context: Sequence[int], tree: DraftTree, window: int) -> list[l
     return [tail] + [(tail + tree.token_path(i))[-window:] for i in range(len(tree))]
 
 
-def penalised_rows(context: Sequence[int], tree: DraftTree, window: int, vocab: int) -> torch.Tensor:
-    """[1 + len(tree), vocab] bool: the tokens the repetition penalty covers at each verify row."""
-    return recent_tokens(row_contexts(context, tree, window), window, vocab)
+def penalised_rows(context: Sequence[int], tree: DraftTree, window: int, vocab: int) -> SeenTokens:
+    """The tokens the repetition penalty covers at each of the 1 + len(tree) verify rows."""
+    return recent_entries(row_contexts(context, tree, window), window, vocab)
