@@ -39,6 +39,7 @@ def _has_triton() -> bool:
 
 class StaticTorchBackend(TorchBackend):
     saves_slots = False  # its buffers are copied in place for its graphs: not saved on disk (yet)
+    max_tree = max(BUCKETS)  # the room past the context's end (TREE_ROOM) holds a tree this big
 
     def __init__(
         self,
