@@ -535,7 +535,7 @@ def test_a_prompt_longer_than_the_context_is_an_error_not_an_abort(backend, toke
     is an error in words."""
     from draftscope.engine.backends.llama.llama_lib import LlamaCppError
 
-    ids = (prompt_ids(tokenizer, REPEATING[1]) * 60)[:600]
+    ids = (prompt_ids(tokenizer, REPEATING[1]) * 200)[:1200]  # past the cells too (the context plus a tree's room)
     with pytest.raises(LlamaCppError, match="is full"):
         backend.start(ids)
     backend.start(prompt_ids(tokenizer, PROMPTS[0]))  # the backend goes on

@@ -211,3 +211,15 @@ def test_the_check_rejects_noise_recycled_in_long_drafts(target, flat_curve, mon
     monkeypatch.setattr(answer_mod, "token_positions", noise_of_a_recycled_position)
     differ, _ = long_draft_runs(target, PARAMS[0], range(3))
     assert len(differ) >= 2, f"only seeds {differ} differ: the bias in long drafts went unnoticed"
+
+
+def test_a_one_slot_llama_context_has_room_for_the_largest_tree_past_its_end():
+    """The policy asks one answer for up to MAX_DRAFT nodes; near the end of the context every node
+    still needs a cell past it (a bushy tree is not cut by depth), or llama_decode finds no slot."""
+    from draftscope.engine.backends.llama.llama_batching import batch_sizes
+    from draftscope.engine.backends.work import MAX_DRAFT, MAX_TREE
+
+    alone = batch_sizes(1, 4096)
+    assert alone.max_tree == MAX_DRAFT and alone.cells >= 4096 + alone.max_tree + 1
+    shared = batch_sizes(4, 4096)
+    assert shared.max_tree == MAX_TREE and shared.cells >= 4 * (4096 + MAX_TREE + 1)

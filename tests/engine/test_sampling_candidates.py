@@ -108,11 +108,12 @@ def test_the_check_fails_where_ties_at_the_kth_are_cut_to_k(monkeypatch):
     """The comparison can fail: a top-k that keeps exactly k tokens on a tie is caught."""
     import draftscope.engine.sampling as sampling
 
-    def strict_top_k(logits, temperature, k):
-        top = torch.topk(logits, k, dim=-1)
-        return top.values / temperature, top.indices
+    def strict_top_k(logits, params, seen=None):
+        top = torch.topk(logits.float(), params.top_k, dim=-1)
+        ids, order = top.indices.sort(-1)
+        return sampling._finish(top.values.gather(-1, order) / params.temperature, params), ids
 
-    monkeypatch.setattr(sampling, "_top_k", strict_top_k)
+    monkeypatch.setattr(sampling, "processed", strict_top_k)
     params = SamplingParams(temperature=1.0, top_k=3)
     logits = torch.full((1, 10), -5.0)
     logits[0, :5] = torch.tensor([4.0, 3.0, 2.0, 2.0, 2.0])
@@ -121,3 +122,23 @@ def test_the_check_fails_where_ties_at_the_kth_are_cut_to_k(monkeypatch):
         next_tokens(logits, params, [p], noise) != old_tokens(logits, params, [p], noise, None) for p in range(200)
     )
     assert differ > 0
+
+
+def test_a_rows_tokens_do_not_depend_on_the_rows_beside_it():
+    """Plain decoding reads one row, a verify many: a row that does not tie at its k-th gets the same
+    token beside rows that do (those go over the whole vocabulary), and tokens tied at the top-p cut
+    leave by id whichever way the row went."""
+    params = SamplingParams(temperature=1.0, top_k=4, top_p=0.975)
+    cut = torch.full((1, 12), -9.0)
+    cut[0, [0, 1, 2, 7]] = torch.tensor([5.0, 3.0, 1.0, 1.0])  # ids 2 and 7 straddle the cut
+    tie = torch.full((1, 12), -9.0)
+    tie[0, [3, 4, 5, 6, 8]] = torch.tensor([4.0, 2.0, 1.0, 1.0, 1.0])  # ties at its 4th
+    rows = torch.cat([cut, tie, cut, tie])
+    noise = PositionNoise(11, 12)
+    for p in range(300):
+        together = next_tokens(rows, params, [p] * 4, noise)
+        alone = [next_tokens(rows[r : r + 1], params, [p], noise)[0] for r in range(4)]
+        assert together == alone
+    probs = probabilities(rows, params)
+    assert probs[0, 2] == 0 and probs[0, 7] > 0, "of two tokens tied at the cut, the lower id leaves"
+    assert torch.equal(probs[0], probs[2]) and torch.equal(probs[0], probabilities(cut, params)[0])

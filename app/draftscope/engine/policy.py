@@ -31,14 +31,11 @@ import numpy as np
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.acceptance import AnswerEvidence, Calibration, node_runs, shares
+from draftscope.engine.backends.work import MAX_DRAFT
 from draftscope.engine.budget import DraftBudget, costs_at, monotone
 
 __all__ = ["Calibration", "Decision", "StepPolicy", "shares", "subtree"]
 
-# The most nodes one step verifies, whatever the backend takes (llama.cpp alone takes 511): past a
-# few hundred even a fully accepted chain gains little on any curve, and trimming and drafting such
-# trees each step would cost a plain step's time in Python.
-MAX_DRAFT = 256
 EXPLORE_SHARE = 0.02  # what exploring may cost, as a share of the time of plain steps
 LOOK_SHARE = 0.01  # what drafting that has not paid lately may cost, as a share of the plain steps' time
 MAX_LOOK_INTERVAL = 48  # steps: even the dearest drafter looks this often (a copy-heavy stretch is noticed)

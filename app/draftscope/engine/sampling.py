@@ -117,41 +117,47 @@ def processed(
     logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | SeenTokens | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The processing at T > 0, over each row's candidates: (probabilities [n, m], their token ids
-    [n, m]); with top-k the k candidates left (a tie at the k-th keeps the whole rows: ids None), so
-    top-p, min-p and the draw sort and read k entries a row, not the vocabulary (a 64-node tree's
-    65 rows of 152k sorted whole cost more than its forward on a CPU)."""
+    [n, m], in id order); with top-k the k candidates left, so top-p, min-p and the draw sort and
+    read k entries a row, not the vocabulary (a 64-node tree's 65 rows of 152k sorted whole cost
+    more than its forward on a CPU). Where a row ties at its k-th (HF keeps every tied token), the
+    rows come back whole (ids None): each tied row processed alone over the vocabulary, the others
+    over their candidates and scattered, so a row's tokens never depend on the rows beside it (plain
+    decoding reads one row, a verify many)."""
     logits = logits.float()
     if seen is not None:
         logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
-    values, ids = _top_k(logits, params.temperature, params.top_k)
+    k, width = params.top_k, logits.shape[-1]
+    if not k or k >= width:
+        return _finish(logits / params.temperature, params), None
+    top = torch.topk(logits, k + 1, dim=-1)
+    tied = top.values[:, k] == top.values[:, k - 1]
+    ids, order = top.indices[:, :k].sort(-1)  # id order: ties break as over the whole row
+    probs = _finish(top.values[:, :k].gather(-1, order) / params.temperature, params)
+    if not bool(tied.any()):
+        return probs, ids
+    whole = torch.zeros(logits.shape, dtype=probs.dtype, device=probs.device).scatter_(-1, ids, probs)
+    for row in tied.nonzero().flatten().tolist():
+        scaled = logits[row : row + 1] / params.temperature
+        kth = top.values[row, k - 1] / params.temperature
+        whole[row : row + 1] = _finish(scaled.masked_fill(scaled < kth, float("-inf")), params)
+    return whole, None
+
+
+def _finish(values: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Top-p, then min-p, over rows of scaled logits (candidates or whole rows): their probabilities."""
     if params.top_p < 1.0:
         values = _top_p(values, params.top_p)
     if params.min_p > 0.0:
         # HF MinPLogitsWarper: drop tokens less likely than min_p times the top token (which stays).
         probs = values.softmax(-1)
         values = values.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), float("-inf"))
-    return values.softmax(-1), ids
-
-
-def _top_k(logits: torch.Tensor, temperature: float, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Temperature, then HF's TopKLogitsWarper (every token tied with the k-th stays): (the k best
-    scaled logits a row, highest first, and their ids), or the whole scaled rows (ids None) without
-    top-k or where a row ties at its k-th. Scaling after choosing is the same: dividing by T > 0
-    keeps the order."""
-    width = logits.shape[-1]
-    if not k or k >= width:
-        return logits / temperature, None
-    top = torch.topk(logits, k + 1, dim=-1)
-    values = top.values / temperature
-    if bool((values[:, k] == values[:, k - 1]).any()):
-        scaled = logits / temperature
-        return scaled.masked_fill(scaled < values[:, k - 1 : k], float("-inf")), None
-    return values[:, :k], top.indices[:, :k]
+    return values.softmax(-1)
 
 
 def _top_p(values: torch.Tensor, top_p: float) -> torch.Tensor:
-    """HF TopPLogitsWarper: drop the low tail whose cumulative mass is <= 1 - top_p, keep >= 1 token."""
-    sorted_values, order = torch.sort(values, descending=False, dim=-1)
+    """HF TopPLogitsWarper: drop the low tail whose cumulative mass is <= 1 - top_p, keep >= 1 token.
+    A stable sort: tokens tied at the cut go lowest id first, over candidates or whole rows alike."""
+    sorted_values, order = torch.sort(values, descending=False, dim=-1, stable=True)
     cumulative = sorted_values.softmax(-1).cumsum(-1)
     remove_sorted = cumulative <= (1 - top_p)
     remove_sorted[..., -1:] = False
@@ -193,7 +199,9 @@ class PositionNoise:
     whatever order. numpy's SeedSequence mixes the pair into the generator's state, so nearby
     seeds and positions give independent streams."""
 
-    KEEP = 64  # positions kept computed (a step asks for the next few again)
+    # positions kept computed: a step asks for the next few again, and a chain of the policy's
+    # largest draft (256 nodes) for all of them
+    KEEP = 260
 
     def __init__(self, seed: int, vocab: int) -> None:
         self.seed = int(seed) % 2**64  # SeedSequence wants non-negative entropy; OpenAI seeds may be negative
@@ -239,8 +247,10 @@ def choose(
         return (probs.log() + _noise_rows(noise, positions, probs.device)).argmax(-1).tolist()
     if noise is None:
         return ids.gather(-1, probs.argmax(-1, keepdim=True)).squeeze(-1).tolist()
-    g = _noise_rows(noise, positions, probs.device)
-    scores = probs.float().log() + g.gather(-1, ids.clamp(max=noise.vocab - 1))
+    # each row's noise at its candidates only (a deep chain's rows whole would be rows x vocab floats)
+    at = ids.clamp(max=noise.vocab - 1).cpu()
+    g = torch.stack([noise.at(p)[at[r]] for r, p in enumerate(positions)]).to(probs.device)
+    scores = probs.float().log() + g
     scores = scores.masked_fill(ids >= noise.vocab, float("-inf"))  # a token the noise's vocabulary lacks
     return ids.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1).tolist()
 

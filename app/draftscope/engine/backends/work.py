@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from draftscope.draft_tree import DraftTree
 
 MAX_TREE = 64  # nodes per tree when several answers share a forward (the step policy's largest)
+# The most nodes one answer's tree has (the step policy asks no more; llama.cpp alone would take 511):
+# past a few hundred even a fully accepted chain gains little on any curve, and drafting and trimming
+# such trees each step would cost a plain step's time in Python.
+MAX_DRAFT = 256
 PREFILL_BATCH = 512  # prompt tokens a forward takes at most
 SHARED_PREFILL = 64  # prompt tokens a slot adds to a forward other answers are decoding in
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
+from draftscope.engine.backends.work import MAX_DRAFT, MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: all slots' leaves together
@@ -28,12 +28,13 @@ class BatchSizes(NamedTuple):
 def batch_sizes(slots: int, max_context: int) -> BatchSizes:
     """The sizes of a context for ``slots`` answers of up to ``max_context`` positions each."""
     leaves = min(MAX_LEAVES, MAX_SEQUENCES // slots)
+    tree = MAX_TREE if slots > 1 else MAX_DRAFT  # shared forwards keep room for each answer's tree
     # Room for every slot's whole tree past the last position its answer may reach: tree
     # siblings take cells too. (llama.cpp also aborts on a context smaller than its sequence count.)
-    cells = slots * (max_context + MAX_TREE + 1)
+    cells = slots * (max_context + tree + 1)
     # llama.cpp takes at most n_ctx tokens a decode (and aborts on more): a short context's batches are shorter
     capacity = min(cells, max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL))
-    max_tree = MAX_TREE if slots > 1 else capacity - 1  # shared forwards keep room for each
+    max_tree = min(tree, capacity - 1)
     return BatchSizes(leaves, cells, capacity, min(PREFILL_BATCH, capacity), max_tree)
 
 
