@@ -138,14 +138,15 @@ def test_a_followed_copy_drafts_as_deep_as_asked_and_reports_its_run_through_cha
     tree = drafter.propose(prompt + answer[:fed], 200)
     assert tree.max_depth == 200 and len(tree) == 200, "a followed copy drafts as deep as the budget asks"
     assert longest_drafted(tree, answer[fed:]) == 200, "the renames ahead are drafted renamed"
-    assert tree.extra["copy_run"] == tree.match_len >= 300, "five renames later the copy is still a long run"
+    # the first rename re-anchored; the next four were predicted: trusted as one long run
+    assert tree.extra["copy_run"] >= tree.match_len >= 300, "five renames later the copy is still a long run"
     assert tree.extra["reanchored"] is False
     # with another drafter beside it, the merged tree still says what the copy is
     other = ContextDrafter(min_suffix=2, max_suffix=2, max_depth=4)
     other.reset(prompt + answer[:fed])
     other.follower.min_run = 10**6  # never drafts a followed copy deep: a plain n-gram drafter
     merged = CompositeDrafter([drafter, other]).propose(prompt + answer[:fed], 64)
-    assert merged.extra["copy_run"] == merged.match_len >= 300
+    assert merged.extra["copy_run"] >= merged.match_len >= 300
 
 
 def test_just_after_a_change_the_tree_says_it_continues_from_a_reanchor():
@@ -156,7 +157,8 @@ def test_just_after_a_change_the_tree_says_it_continues_from_a_reanchor():
     walk(drafter, answer, stop=first + 3)  # the renamed identifier and the token after it
     tree = drafter.propose(PROMPT + answer[: first + 3], 32)
     assert tree.extra["reanchored"] is True and tree.extra["since_change"] == 0
-    assert tree.extra["copy_run"] == tree.match_len >= first - 2, "the run goes on through the change"
+    assert tree.extra["copy_run"] >= first - 2, "the run goes on through the change"
+    assert tree.match_len < 4, "but the step policy trusts the copy anew from the change"
     assert longest_drafted(tree, answer[first + 3 :]) == 32
     assert drafter.follower.subs.pairs == {(PAT,): PATTERN}
 

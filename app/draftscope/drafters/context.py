@@ -7,10 +7,12 @@ changes), a copy pointer follows it through the changes (copy_follow.py): that c
 deep as the budget asks, with the top support, merged with the other occurrences' branches, and the
 tree says how long the copy has held:
 
-- ``match_len``: the copy's run (tokens that agreed with the source, through learned substitutions
-  and re-anchors), capped at copy_follow.RUN_CAP; without a followed copy, the suffix match's length
-  or its verbatim run, as before;
-- ``extra["copy_run"]``: the same run (0 when no copy is followed); ``extra["reanchored"]``: the
+- ``match_len``: how long the copy has held since its last change that no learned substitution
+  predicted (tokens that agreed with the source since its last re-anchor, or since it began),
+  capped at copy_follow.RUN_CAP; without a followed copy, the suffix match's length or its verbatim
+  run, as before: the step policy trusts a chain by it, so a re-anchored copy is trusted anew;
+- ``extra["copy_run"]``: the copy's whole run, through learned substitutions and re-anchors (0 when
+  no copy is followed); ``extra["reanchored"]``: the
   chain continues from a re-anchor made fewer than ``min_run`` tokens back; ``extra["since_change"]``:
   tokens agreed since that re-anchor (None: none in this copy)."""
 
@@ -126,13 +128,16 @@ class ContextDrafter(Drafter):
         else:
             tree = self._merged(paths, chain, budget)
         run = self.follower.run if chain else 0
+        # What the step policy trusts: how long the copy has held since its last change no learned
+        # substitution predicted (a re-anchored copy is trusted anew; the run through it is kept apart).
+        held = run if self.follower.since_change is None else min(run, self.follower.since_change)
         return DraftTree(
             tree.tokens,
             tree.parents,
             tree.depth,
             tree.support,
             tree.source,
-            match_len=max(match_len, run),
+            match_len=max(match_len, held),
             match_count=len(positions),
             extra={
                 "copy_run": run,
@@ -178,8 +183,12 @@ class ContextDrafter(Drafter):
         toks = self.tokens
         end = len(toks)
         for n in range(min(self.max_suffix, end), self.min_suffix - 1, -1):
-            # Occurrences before the current one (which ends at `end` and has no continuation).
-            positions = [p for p in self.index.get(tuple(toks[end - n :]), ()) if p < end]
+            # Occurrences before the current one (which ends at `end` and has no continuation): the
+            # list is in order, so only its last entry can be the current one; the most recent
+            # max_matches are all anyone reads (a common bigram's list is thousands long).
+            found = self.index.get(tuple(toks[end - n :]), ())
+            before = len(found) - (1 if found and found[-1] >= end else 0)
+            positions = list(found[max(0, before - self.max_matches) : before])
             if positions:
                 return n, positions
         return 0, []
