@@ -131,7 +131,9 @@ class Answer:
         else:
             if engine.verify_costs is None:  # the adaptive budget prices trees by what a verify costs
                 engine.verify_costs = measure_verify_costs(InSlot(self.backend, self.slot))
-            self.budget = StepPolicy(engine.verify_costs, calibration=engine.calibration, max_size=self.backend.max_tree)
+            self.budget = StepPolicy(
+                engine.verify_costs, calibration=engine.calibration, max_size=self.backend.max_tree
+            )
         self.drafter = self.drafters[0] if len(self.drafters) == 1 else None
         if len(self.drafters) > 1:
             from draftscope.drafters.composite import CompositeDrafter
