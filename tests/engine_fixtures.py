@@ -3,6 +3,10 @@
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from draftscope.engine.backends.base import Backend, Verified
+from draftscope.engine.backends.work import Prefill
+from draftscope.engine.verify import token_positions
+
 
 def tiny_llama(
     vocab_size: int,
@@ -60,3 +64,54 @@ def pin_budget(engine, nodes: int = 16):
 
     engine.generate = pinned
     return engine
+
+
+class Scripted(Backend):
+    """A model that writes ``script`` after a ``prompt_len``-token prompt (then ``eos``), whatever the
+    drafts: each verify row's token is the script's at that row's position."""
+
+    kind, name, device, precision = "scripted", "scripted", "cpu", "float32"
+    reads_in_chunks = True
+    batch_capacity = 512
+    slots = 1
+    commit = truncate = None
+
+    def __init__(self, tokenizer, prompt_len: int, script: list[int], *, eos: int, vocab: int) -> None:
+        self.tokenizer, self.prompt_len, self.script = tokenizer, prompt_len, script
+        self.vocab, self.max_context, self.eos_ids, self.eos = vocab, 8192, {eos}, eos
+        self._cached = 0
+
+    def _says(self, position: int) -> int:
+        at = position - self.prompt_len
+        return self.script[at] if at < len(self.script) else self.eos
+
+    def decode_many(self, work):
+        out = {}
+        for slot, item in work.items():
+            if isinstance(item, Prefill):
+                self._cached += len(item.tokens)
+                continue
+            logits = torch.zeros(1 + len(item.tree), self.vocab)
+            for row, position in enumerate(token_positions(item.tree, self._cached + 1)):
+                logits[row, self._says(position)] = 1.0
+            out[slot] = Verified(logits)
+        return out
+
+    def start(self, prompt, *, want_hidden=False):
+        raise AssertionError("read in chunks")
+
+    def verify(self, root, tree, *, want_hidden=False):
+        raise AssertionError("verified through decode_many")
+
+    def commit_slot(self, slot, path):
+        self._cached += 1 + len(path)
+
+    def truncate_slot(self, slot, length):
+        self._cached = min(self._cached, length)
+
+    def slot_cached(self, slot):
+        return self._cached
+
+    @property
+    def cached(self):
+        return self._cached

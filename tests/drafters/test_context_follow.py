@@ -16,16 +16,14 @@ import random
 import numpy as np
 import pytest
 import torch
-from engine_fixtures import IdTokenizer, tiny_llama
+from engine_fixtures import IdTokenizer, Scripted, tiny_llama
 
 import draftscope.engine.answer as engine_mod
 from draftscope.drafters.composite import CompositeDrafter
 from draftscope.drafters.context import ContextDrafter
-from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.backends.work import Prefill
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from draftscope.engine.verify import children_lists, token_positions, verify_tree
+from draftscope.engine.verify import children_lists, verify_tree
 
 # ----------------------------------------------------------------------------- scripted streams
 
@@ -209,60 +207,9 @@ def test_the_followed_copy_has_the_top_support_where_other_occurrences_branch():
 # ----------------------------------------------------------------------------- a scripted model
 
 
-class ScriptedRename(Backend):
-    """A model that writes ``script`` after the prompt (then its end token), whatever the drafts:
-    each verify row's token is the script's at that row's position."""
-
-    kind, name, device, precision = "scripted", "scripted", "cpu", "float32"
-    reads_in_chunks = True
-    batch_capacity = 512
-    slots = 1
-    commit = truncate = None
-
-    def __init__(self, prompt: list[int], script: list[int]) -> None:
-        self.tokenizer, self.prompt, self.script = IdTokenizer(), prompt, script
-        self.vocab, self.max_context, self.eos_ids = VOCAB, 8192, {EOS}
-        self._cached = 0
-
-    def _says(self, position: int) -> int:
-        at = position - len(self.prompt)
-        return self.script[at] if at < len(self.script) else EOS
-
-    def decode_many(self, work):
-        out = {}
-        for slot, item in work.items():
-            if isinstance(item, Prefill):
-                self._cached += len(item.tokens)
-                continue
-            logits = torch.zeros(1 + len(item.tree), self.vocab)
-            for row, position in enumerate(token_positions(item.tree, self._cached + 1)):
-                logits[row, self._says(position)] = 1.0
-            out[slot] = Verified(logits)
-        return out
-
-    def start(self, prompt, *, want_hidden=False):
-        raise AssertionError("read in chunks")
-
-    def verify(self, root, tree, *, want_hidden=False):
-        raise AssertionError("verified through decode_many")
-
-    def commit_slot(self, slot, path):
-        self._cached += 1 + len(path)
-
-    def truncate_slot(self, slot, length):
-        self._cached = min(self._cached, length)
-
-    def slot_cached(self, slot):
-        return self._cached
-
-    @property
-    def cached(self):
-        return self._cached
-
-
 def test_a_scripted_rename_answer_keeps_drafting_after_each_renamed_identifier():
     script = renamed(SOURCE)
-    engine = Engine(backend=ScriptedRename(PROMPT, script))
+    engine = Engine(backend=Scripted(IdTokenizer(), len(PROMPT), script, eos=EOS, vocab=VOCAB))
     request = GenerationRequest(
         prompt_ids=PROMPT, max_new_tokens=400, drafters=[ContextDrafter()], budget=200, stop_loops=False
     )

@@ -11,15 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
+from engine_fixtures import Scripted
 
 from draftscope.drafters.context import ContextDrafter
-from draftscope.engine.backends.base import Backend, Verified
-from draftscope.engine.backends.work import Prefill
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent
 from draftscope.engine.loop_guard import MIN_SPAN, LoopGuard
-from draftscope.engine.verify import token_positions
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [5, 6, 7, 8]
@@ -33,65 +30,12 @@ CHORUS = "Row, row, row your boat,\ngently down the stream.\n" * 2
 NORMAL = "\n".join([TABLE, TESTS, BOARD, CHORUS])
 
 
-class Scripted(Backend):
-    """A model that says ``script`` (one token per answer position, then its end token), whatever
-    the drafts: each verify row's token is the script's at that row's position."""
-
-    kind, name, device, precision = "scripted", "scripted", "cpu", "float32"
-    reads_in_chunks = True
-    batch_capacity = 512
-    slots = 1
-
-    def __init__(self, tokenizer, script: list[int]) -> None:
-        self.tokenizer, self.script = tokenizer, script
-        self.vocab, self.max_context = len(tokenizer), 8192
-        self.eos_ids = {tokenizer.eos_token_id}
-        self._cached = 0
-
-    def _says(self, position: int) -> int:
-        at = position - len(PROMPT)
-        return self.script[at] if at < len(self.script) else self.tokenizer.eos_token_id
-
-    def decode_many(self, work):
-        out = {}
-        for slot, item in work.items():
-            if isinstance(item, Prefill):
-                self._cached += len(item.tokens)
-                continue
-            logits = torch.zeros(1 + len(item.tree), self.vocab)
-            for row, position in enumerate(token_positions(item.tree, self._cached + 1)):
-                logits[row, self._says(position)] = 1.0
-            out[slot] = Verified(logits)
-        return out
-
-    def start(self, prompt, *, want_hidden=False):
-        raise AssertionError("read in chunks")
-
-    def verify(self, root, tree, *, want_hidden=False):
-        raise AssertionError("verified through decode_many")
-
-    commit = truncate = None
-
-    def commit_slot(self, slot, path):
-        self._cached += 1 + len(path)
-
-    def truncate_slot(self, slot, length):
-        self._cached = min(self._cached, length)
-
-    def slot_cached(self, slot):
-        return self._cached
-
-    @property
-    def cached(self):
-        return self._cached
-
-
 def tokens(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def answer(tokenizer, script, *, stop_loops=True, drafts=False, limit=4000) -> FinalEvent:
-    engine = Engine(backend=Scripted(tokenizer, script))
+    engine = Engine(backend=Scripted(tokenizer, len(PROMPT), script, eos=tokenizer.eos_token_id, vocab=len(tokenizer)))
     request = GenerationRequest(
         prompt_ids=PROMPT,
         max_new_tokens=limit,
