@@ -66,7 +66,8 @@ def test_a_continued_answer_is_the_uncut_answer_token_for_token(engine, tmp_path
     tokens = answer_tokens(session.history.steps(message))
     assert [m.role for m in stored] == ["user", "assistant"] and stored[-1].id == message == session.last_kept
     assert tokens == cut.token_ids + continued.token_ids == reference.token_ids, "the uncut answer, token for token"
-    assert stored[-1].content == reference.text and stored[-1].content.startswith(cut.text)
+    # A cut may split a character's bytes: the cut text then ends in U+FFFD, which the whole text completes.
+    assert stored[-1].content == reference.text and stored[-1].content.startswith(cut.text.rstrip("\ufffd"))
     stats = stored[-1].stats
     assert stats["tokens"] == WHOLE and stats["finish_reason"] == "length" and stats["seed"] == cut.stats.seed
     numbers = [s["step"] for s in session.history.steps(message)]
