@@ -4,44 +4,28 @@ them (temperature, top_k, top_p, min_p, repetition_penalty, repetition_window); 
 or out of the app's range is left out with a log line, and a file that cannot be read recommends
 nothing. core/sampling_defaults.py decides what an answer then uses.
 
-A GGUF's metadata is read here with a small reader of its key-value section (no tensor, no weight):
-the ``gguf`` package's reader builds arrays for every token of the vocabulary, seconds for a large one.
+A GGUF's metadata comes from the one header reader (models/gguf_header.py), read once per load.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
-import mmap
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftscope.models.gguf_header import GgufHeaderError, read_gguf_header
 from draftscope.models.resolve import ModelSource, resolve_model
-from draftscope.rules import RANGES, problem
+from draftscope.rules import RANGES, SAMPLING_FIELDS, problem
 
 log = logging.getLogger(__name__)
 
-# llama.cpp's names (gguf-py's Keys.General.SAMPLING_*) -> the settings' names
-GGUF_KEYS = {
-    "general.sampling.temp": "temperature",
-    "general.sampling.top_k": "top_k",
-    "general.sampling.top_p": "top_p",
-    "general.sampling.min_p": "min_p",
-    "general.sampling.penalty_repeat": "repetition_penalty",
-    "general.sampling.penalty_last_n": "repetition_window",
-}
-# generation_config.json's names (transformers' GenerationConfig) -> the settings' names
-HF_KEYS = {
-    "temperature": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-}
-WHOLE_NUMBERS = ("top_k", "repetition_window")
+# llama.cpp's names (gguf-py's Keys.General.SAMPLING_*) and generation_config.json's (transformers'
+# GenerationConfig) -> the settings' names, as SamplingParams declares them
+GGUF_KEYS = {declared.gguf: name for name, declared in SAMPLING_FIELDS.items() if declared.gguf}
+HF_KEYS = {declared.hf: name for name, declared in SAMPLING_FIELDS.items() if declared.hf}
+WHOLE_NUMBERS = tuple(name for name, declared in SAMPLING_FIELDS.items() if declared.whole)
 WHOLE_CONTEXT = -1  # penalty_last_n -1: the penalty covers the whole context (llama.cpp)
 NO_PENALTY_WINDOW = 0  # penalty_last_n 0: no penalty at all (llama.cpp)
 
@@ -149,75 +133,20 @@ def _from_generation_config(path: Path) -> dict:
 
 def gguf_sampling(path: Path) -> dict:
     """The ``general.sampling.*`` values of the GGUF at ``path``, by the settings' names (as read)."""
-    stat = path.stat()
-    return dict(_gguf_sampling(str(path.resolve()), stat.st_size, stat.st_mtime_ns))
-
-
-@functools.lru_cache(maxsize=8)
-def _gguf_sampling(path: str, size: int, mtime_ns: int) -> tuple:
-    metadata = read_gguf_metadata(Path(path), wanted=set(GGUF_KEYS))
-    return tuple((GGUF_KEYS[k], v) for k, v in metadata.items())
-
-
-# GGUF value types: id -> struct format of a scalar (8 string, 9 array)
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
-MAX_KEYS = 1 << 20  # a model has a few dozen metadata keys; beyond is damage
+    return {GGUF_KEYS[k]: v for k, v in read_gguf_metadata(path, set(GGUF_KEYS)).items()}
 
 
 def read_gguf_metadata(path: Path, wanted: set[str]) -> dict:
-    """The scalar values of the ``wanted`` keys in the GGUF at ``path`` (versions 2 and 3), read from
-    its key-value section alone. Raises ValueError on a damaged or foreign file."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        try:
-            return _read_keys(data, wanted)
-        except (struct.error, IndexError, UnicodeDecodeError, RecursionError, ValueError) as exc:
-            raise ValueError(f"{path.name} is not a readable GGUF: {exc}") from None
-
-
-def _read_keys(data, wanted: set[str]) -> dict:
-    if data[:4] != b"GGUF":
-        raise ValueError("not a GGUF file")
-    version, _tensors, count = struct.unpack_from("<IQQ", data, 4)
-    if version < 2 or count > MAX_KEYS:
-        raise ValueError(f"an unreadable GGUF header (version {version}, {count:,} keys)")
-    at, found = 24, {}
-    for _ in range(count):
-        key, at = _string(data, at)
-        (kind,) = struct.unpack_from("<I", data, at)
-        if key in wanted and kind in _SCALARS:
-            (found[key],) = struct.unpack_from(_SCALARS[kind], data, at + 4)
-        elif key in wanted:
-            log.warning("GGUF metadata %s ignored: not a number (type %d)", key, kind)
-        at = _skip(data, kind, at + 4)
+    """The numeric values of the ``wanted`` keys in the GGUF at ``path`` (models/gguf_header.py).
+    Raises ValueError on a damaged or foreign file."""
+    try:
+        values = read_gguf_header(path).values
+    except GgufHeaderError as exc:
+        raise ValueError(f"{path.name} is not a readable GGUF: {exc}") from None
+    found = {}
+    for key in sorted(wanted & set(values)):
+        if isinstance(values[key], (int, float)):
+            found[key] = values[key]
+        else:
+            log.warning("GGUF metadata %s ignored: not a number", key)
     return found
-
-
-def _string(data, at: int) -> tuple[str, int]:
-    (length,) = struct.unpack_from("<Q", data, at)
-    end = at + 8 + length
-    if end > len(data):
-        raise ValueError("a string runs past the end of the file")
-    return bytes(data[at + 8 : end]).decode("utf-8"), end
-
-
-def _skip(data, kind: int, at: int) -> int:
-    """Where the value of type ``kind`` starting at ``at`` ends."""
-    if kind in _SCALARS:
-        return at + struct.calcsize(_SCALARS[kind])
-    if kind == _STRING:
-        (length,) = struct.unpack_from("<Q", data, at)
-        return at + 8 + length
-    if kind != _ARRAY:
-        raise ValueError(f"unknown GGUF value type {kind}")
-    item, length = struct.unpack_from("<IQ", data, at)
-    at += 12
-    if item in _SCALARS:
-        return at + length * struct.calcsize(_SCALARS[item])
-    if length > len(data):
-        raise ValueError("an array longer than the file")
-    for _ in range(length):  # strings (a vocabulary, its merges) or nested arrays
-        at = _skip(data, item, at)
-        if at > len(data):
-            raise ValueError("an array runs past the end of the file")
-    return at

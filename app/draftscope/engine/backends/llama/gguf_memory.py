@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftscope.models.gguf_header import GgufHeader, read_gguf_header
+
 KV_BYTES = 2  # f16 keys and values: llama.cpp's default cache type
 FLOAT = 4  # f32 activations in the compute buffer
 CARD_RESERVE = 400 << 20  # the CUDA context, cuBLAS's workspace, the graph: held whatever the model
@@ -35,27 +37,23 @@ class GgufMemory:
 
     @classmethod
     def read(cls, path) -> GgufMemory:
-        """The sizes of the GGUF at ``path`` (its header and tensor table; no weight is read)."""
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(path))
-        arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-
-        def number(key: str, default: int = 0) -> int:
-            field = reader.fields.get(f"{arch}.{key}")
-            return int(field.parts[-1][0]) if field is not None and len(field.parts[-1]) else default
-
-        sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+        """The sizes of the GGUF at ``path`` (its header and tensor table, models/gguf_header.py;
+        no weight is read). Raises ValueError (GgufHeaderError on a damaged file)."""
+        header = read_gguf_header(path)
+        number = header.number
+        sizes = {t.name: t.n_bytes for t in header.tensors}
         count = number("block_count")
         if count <= 0:
-            raise ValueError(f"{Path(path).name} does not say how many layers it has ({arch}.block_count)")
+            raise ValueError(
+                f"{Path(path).name} does not say how many layers it has ({header.architecture}.block_count)"
+            )
         heads = max(number("attention.head_count", 1), 1)
         embedding = number("embedding_length")
         key = number("attention.key_length", embedding // heads)
         value = number("attention.value_length", key)
         kv_heads = number("attention.head_count_kv", heads)
         layers, inputs, output, outside = _group(sizes, count)
-        vocab = _vocab(reader, sizes.get("token_embd.weight", 0), embedding)
+        vocab = _vocab(header, sizes.get("token_embd.weight", 0), embedding)
         return cls(
             layers=tuple(layers),
             inputs=inputs,
@@ -125,10 +123,10 @@ def _group(sizes: dict[str, int], count: int) -> tuple[list[int], int, int, int]
     return layers, inputs, output, outside
 
 
-def _vocab(reader, embeddings: int, embedding: int) -> int:
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
+def _vocab(header: GgufHeader, embeddings: int, embedding: int) -> int:
+    tokens = header.lengths.get("tokenizer.ggml.tokens")
     if tokens is not None:
-        return len(tokens.data)
+        return tokens
     return embeddings // max(embedding, 1)  # a rough figure from the table (quantised rows are smaller)
 
 
