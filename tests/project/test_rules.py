@@ -108,7 +108,7 @@ def test_the_server_keeps_openai_s_temperature_range_and_refuses_what_the_engine
     def parse(**fields):
         return parse_chat({"messages": [{"role": "user", "content": "x"}], **fields})
 
-    assert parse(temperature=2.0).sampling.temperature == 2.0
+    assert parse(temperature=2.0).sampling.overrides["temperature"] == 2.0
     with pytest.raises(ApiError, match=re.escape("'temperature' must be between 0 and 2, got 2.5")):
         parse(temperature=2.5)
     assert Settings(temperature=2.5).problems() == []  # the app's own range is wider

@@ -6,13 +6,13 @@ child), never a death of this process."""
 from __future__ import annotations
 
 import json
-import math
 
 import httpx2 as httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from draftscope.rules import SAMPLING_FIELDS, SamplingParams
 from draftscope.server.protocol import ApiError, parse_chat, parse_completion
 
 FUZZ = settings(
@@ -55,7 +55,7 @@ ROLE_AND_TEXT = st.fixed_dictionaries(
 )
 MESSAGE = mostly(ROLE_AND_TEXT, st.fixed_dictionaries({"role": JSON, "content": JSON}))
 MESSAGES = st.lists(MESSAGE, min_size=1, max_size=3)
-NUMBER_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "max_completion_tokens", "n")
+NUMBER_FIELDS = (*SAMPLING_FIELDS, "seed", "max_tokens", "max_completion_tokens", "n")
 FIELDS = {name: mostly(NUMBERS, JSON) for name in NUMBER_FIELDS}
 FIELDS |= {
     "stop": st.text(max_size=5) | st.lists(st.text(max_size=5), max_size=6) | JSON,
@@ -76,9 +76,7 @@ def parsed_or_refused(parse, body) -> None:
         assert exc.status == 400 and exc.message, exc.message
         return
     sampling = request.sampling
-    for value in (sampling.temperature, sampling.top_p, sampling.min_p):
-        assert value is None or math.isfinite(value)
-    assert sampling.top_k is None or 0 <= sampling.top_k <= 1_000_000
+    SamplingParams(**sampling.overrides)  # what the server let through, the engine takes
     assert sampling.max_tokens is None or 0 <= sampling.max_tokens <= 1 << 20  # 0: read the prompt only
 
 

@@ -433,7 +433,8 @@ def test_binding_beyond_this_machine_needs_a_key():
 
 
 def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
-    """temperature, top_p, top_k, min_p and seed are the engine's: a seeded sampled answer through the server (with
+    """Every sampling field a request names is the engine's (temperature, top_p, top_k, min_p, the
+    repetition penalty and its window, the seed): a seeded sampled answer through the server (with
     the app's drafters) is plain decoding's in process with the same parameters, token for token; an
     unseeded answer names the seed it drew, which reproduces it."""
     from draftscope.engine.engine import GenerationRequest
@@ -453,13 +454,16 @@ def test_sampling_fields_reach_the_engine_seeded_answers_repeat(served):
             seed=seed,
             max_tokens=12,
             stream=True,
-            extra_body={"top_k": 6, "min_p": 0.6},  # llama-server's and vLLM's fields
+            # llama-server's and vLLM's fields
+            extra_body={"top_k": 6, "min_p": 0.6, "repetition_penalty": 1.3, "repetition_window": 8},
         )
         ids = [t["id"] for c in stream for t in (c.model_extra or {}).get("draftscope", {}).get("tokens", [])]
         request = GenerationRequest(
             prompt_ids=app_engine.encode_chat(messages),
             max_new_tokens=12,
-            sampling=SamplingParams(0.8, 6, 0.9, 1.0, seed, min_p=0.6),
+            sampling=SamplingParams(
+                temperature=0.8, top_k=6, top_p=0.9, seed=seed, min_p=0.6, repetition_penalty=1.3, repetition_window=8
+            ),
         )
         expected = list(app_engine.generate(request))[-1].token_ids
         assert ids == expected, seed

@@ -28,15 +28,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from draftscope.bench.lossless_report import Check, Progress, print_verdict
 from draftscope.bench.lossless_sampler import first_tokens_check, mid_answer, pit_checks
 from draftscope.bench.lossless_setup import Audit, load_audit
 from draftscope.bench.lossless_stats import logit_rows, noise_keyed_by_step, one_token_logits, reused_noise
+from draftscope.commands.sampling_options import add_sampling_options, given_sampling
 from draftscope.core import argtypes
-from draftscope.rules import REPETITION_WINDOW
+from draftscope.rules import SamplingParams
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,16 +68,8 @@ def _add_drafting_arguments(p: argparse.ArgumentParser) -> None:
         "auto = each available drafter alone, then all together",
     )
     p.add_argument("--temperature", default="0,0.7,1", help="comma list; 0 = the greedy identity test")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=argtypes.count, default=0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument(
-        "--repetition-window",
-        type=argtypes.positive_int,
-        default=REPETITION_WINDOW,
-        help="tokens before each position the repetition penalty covers (as the app's setting)",
-    )
+    # the other fields of SamplingParams, each off unless given (their own defaults)
+    add_sampling_options(p, {f.name: f.default for f in fields(SamplingParams)}, leave_out=("temperature",))
 
 
 def _add_test_arguments(p: argparse.ArgumentParser) -> None:
@@ -159,15 +152,9 @@ def _temperatures(args) -> list[float]:
 
 def _sampling(args):
     """The sampling settings the tests at T > 0 run under (refused, in words, before the model loads)."""
-    from draftscope.engine.sampling import SamplingParams
-
-    return SamplingParams(
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repetition_penalty=args.repetition_penalty,
-        repetition_window=args.repetition_window,
-    )
+    given = given_sampling(args)
+    given.pop("temperature", None)  # --temperature is the list of temperatures the tests run at
+    return SamplingParams(**given)
 
 
 def _work_units(args, temps: list[float], variants: list[bool], audit: Audit) -> int:
@@ -188,7 +175,6 @@ def greedy_checks(engine, prompts, makers, args, progress) -> list[Check]:
     import torch
 
     from draftscope.engine.engine import GenerationRequest
-    from draftscope.engine.sampling import SamplingParams
 
     model = engine.model
     eos = sorted(engine.eos_ids)

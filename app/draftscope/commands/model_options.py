@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from types import SimpleNamespace
 
+from draftscope.commands.sampling_options import add_sampling_options, given_sampling
 from draftscope.core import argtypes
-from draftscope.rules import BACKENDS, DEFAULT_SAMPLING, NO_SEED, RANGES, UNTIL_STOP
+from draftscope.rules import BACKENDS, NO_SEED, UNTIL_STOP
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,33 +65,12 @@ def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     """How the answer is sampled, how long it may be, and the system prompt before it. A sampling
     option left out is the model's recommendation where its files carry one (--no-model-sampling:
     never), else the app's default; one given is used as given."""
-    d = SimpleNamespace(**DEFAULT_SAMPLING)  # the defaults, for the options' help
+    add_sampling_options(p)  # one per field of SamplingParams (commands/sampling_options.py)
     p.add_argument(
-        "--temperature",
-        type=argtypes.sampling("temperature"),
-        default=None,
-        help=f"randomness of the answer, 0 to 5: 0 = greedy, always the most likely token (default: {d.temperature:g})",
+        "--no-model-sampling",
+        action="store_true",
+        help="ignore the sampling the model's files recommend (GGUF metadata, generation_config.json)",
     )
-    p.add_argument(
-        "--top-p",
-        type=argtypes.sampling("top_p"),
-        default=None,
-        help="sample only from the most likely tokens whose probabilities add up to P (nucleus "
-        f"sampling; 1 = off; default: {d.top_p:g})",
-    )
-    p.add_argument(
-        "--top-k",
-        type=argtypes.count,
-        default=None,
-        help=f"sample only from the K most likely tokens (0 = off; default: {d.top_k})",
-    )
-    p.add_argument(
-        "--min-p",
-        type=argtypes.sampling("min_p"),
-        default=None,
-        help=f"leave out tokens less likely than P times the most likely one (0 = off; default: {d.min_p:g})",
-    )
-    _add_penalty_arguments(p, d)
     p.add_argument(
         "--seed",
         type=int,
@@ -105,37 +84,6 @@ def _add_sampling_arguments(p: argparse.ArgumentParser) -> None:
         help="the answer's length limit in tokens (default: 0, until the model stops, within the context)",
     )
     p.add_argument("--system", default=None, help="system prompt")
-
-
-def _add_penalty_arguments(p: argparse.ArgumentParser, d: SimpleNamespace) -> None:
-    """The repetition penalty and its window, and whether the model's own recommendation is used."""
-    p.add_argument(
-        "--repetition-penalty",
-        type=argtypes.sampling("repetition_penalty"),
-        default=None,
-        help="above 1, tokens used within the last --repetition-window tokens become less likely (1 = off; "
-        f"default: {d.repetition_penalty:g})",
-    )
-    p.add_argument(
-        "--repetition-window",
-        type=_window,
-        default=None,
-        metavar="TOKENS",
-        help=f"the tokens before each one the repetition penalty looks back over (default: {d.repetition_window})",
-    )
-    p.add_argument(
-        "--no-model-sampling",
-        action="store_true",
-        help="ignore the sampling the model's files recommend (GGUF metadata, generation_config.json)",
-    )
-
-
-def _window(text: str) -> int:
-    """--repetition-window: a count of tokens within rules.RANGES."""
-    value = argtypes.count(text)
-    if not RANGES["repetition_window"].holds(value):
-        raise argparse.ArgumentTypeError(f"must be {RANGES['repetition_window'].words()}, got {text}")
-    return value
 
 
 def _add_running_arguments(p: argparse.ArgumentParser) -> None:
@@ -245,12 +193,6 @@ def settings_from_args(args: argparse.Namespace):
     if args.datastore:
         check_datastore(args.datastore)
     return settings
-
-
-def given_sampling(args: argparse.Namespace) -> dict:
-    """The sampling options given on the command line, by the settings' names."""
-    values = {name: getattr(args, name, None) for name in DEFAULT_SAMPLING}
-    return {name: value for name, value in values.items() if value is not None}
 
 
 def check_datastore(path: str) -> None:

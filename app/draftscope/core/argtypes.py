@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from draftscope.rules import DTYPES
+from draftscope.rules import DTYPES, SAMPLING_FIELDS
 
 LIMIT = 10**9  # no count a command takes is this large; bigger is a typo, not a request
 
@@ -60,16 +60,17 @@ def gpu_layers(text: str) -> int:
 
 
 def sampling(name: str):
-    """A sampling parameter within the app's range (rules.RANGES), named as the settings name it."""
-    from draftscope.rules import RANGES
+    """A sampling field within its declared range (rules.SamplingParams), a whole number where the
+    field is one, named as the settings name it."""
+    declared = SAMPLING_FIELDS[name]
 
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = _whole(text) if declared.whole else float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not RANGES[name].holds(value):  # NaN included: it holds nowhere
-            raise argparse.ArgumentTypeError(f"must be {RANGES[name].words()}, got {text}")
+        if not declared.range.holds(value):  # NaN included: it holds nowhere
+            raise argparse.ArgumentTypeError(f"must be {declared.range.words()}, got {text}")
         return value
 
     parse.__name__ = name  # argparse names the type in its error: "invalid top_p value"

@@ -3,18 +3,17 @@ with what the model's own files recommend in place of them while ``model_samplin
 (models/recommended_sampling.py), and a request's own fields (the server's) over both.
 
 A model's authors tune its sampling (Qwen2.5: temperature 0.7, top-p 0.8, top-k 20, penalty 1.05);
-where its files say nothing, the settings' defaults are LM Studio's and Ollama's (rules.DEFAULT_SAMPLING).
+where its files say nothing, the settings' defaults are LM Studio's and Ollama's (rules.SamplingParams).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from draftscope.engine.sampling import SamplingParams
-from draftscope.rules import DEFAULT_SAMPLING, seed_from_setting
+from draftscope.rules import SAMPLING_FIELDS, SamplingParams, seed_from_setting
 
-# The settings a model's recommendation may set, in the order the settings show them.
-MODEL_FIELDS = tuple(DEFAULT_SAMPLING)
+# The settings a model's recommendation may set: SamplingParams' tuned fields, in their order.
+MODEL_FIELDS = tuple(SAMPLING_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -37,22 +36,16 @@ def effective_sampling(settings, recommended=None) -> SamplingDefaults:
     return SamplingDefaults(values, frozenset(taken), recommended.origin if taken else "")
 
 
-def sampling_from(
-    settings,
-    recommended=None,
-    *,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    min_p: float | None = None,
-    seed: int | None = None,
-) -> SamplingParams:
-    """An answer's sampling: ``effective_sampling``, with per-request overrides (the server's fields).
-    The seed: the request's, else the settings' fixed one, else None (the engine draws one and reports it)."""
-    values = dict(effective_sampling(settings, recommended).values)
-    given = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p}
-    values.update({name: value for name, value in given.items() if value is not None})
-    return SamplingParams(**values, seed=seed_from_setting(settings.seed) if seed is None else seed)
+def sampling_from(settings, recommended=None, **overrides) -> SamplingParams:
+    """An answer's sampling: ``effective_sampling``, with ``overrides`` over it by SamplingParams'
+    names (a request's own fields, a new seed; None: not given). The seed: the override's, else the
+    settings' fixed one, else None (the engine draws one and reports it)."""
+    unknown = sorted(set(overrides) - {f.name for f in fields(SamplingParams)})
+    if unknown:
+        raise ValueError(f"unknown sampling field(s): {', '.join(unknown)}")
+    values = {**effective_sampling(settings, recommended).values, "seed": seed_from_setting(settings.seed)}
+    values.update({name: value for name, value in overrides.items() if value is not None})
+    return SamplingParams(**values)
 
 
 def described(defaults: SamplingDefaults) -> str:

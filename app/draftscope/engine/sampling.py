@@ -11,43 +11,23 @@ different positions is independent, so each token is an exact sample of p_i give
 plain decoding with this noise is exact sampling. Verification is then the greedy walk on these
 tokens, whatever proposed the drafts, so every drafter mix gives plain decoding's answer token for
 token. Greedy decoding is temperature 0: no noise, the argmax.
+
+SamplingParams, each field's range, default and words, is declared in rules.py (plain Python: the
+settings, the command line, the server and the settings dialog read it without torch); a new field
+is its line there and its filter here, in ``processed`` (``_finish``) and, for the reference the
+lossless bench compares with, bench/lossless_stats.py.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from draftscope.rules import REPETITION_WINDOW, SEED_RANGE, problem
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.0  # 0 = greedy
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1 = off
-    repetition_penalty: float = 1.0  # 1 = off
-    seed: int | None = None
-    min_p: float = 0.0  # 0 = off
-    repetition_window: int = REPETITION_WINDOW  # tokens before each position the penalty covers
-
-    def __post_init__(self) -> None:
-        for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "repetition_window"):
-            if (why := problem(name, getattr(self, name))) is not None:
-                raise ValueError(why)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    @property
-    def penalised(self) -> bool:
-        return self.repetition_penalty != 1.0
+from draftscope.rules import SEED_RANGE, SamplingParams
 
 
 class SeenTokens(NamedTuple):

@@ -348,13 +348,7 @@ class Api:
         """The engine's request: what the client left out of sampling taken from the live settings
         (and the model's recommendation where it is used: core/sampling_defaults.py); what it left out
         of the length, the settings' limit (0 there: until the model stops)."""
-        params = session.sampling(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            min_p=sampling.min_p,
-            seed=sampling.seed,
-        )
+        params = session.sampling(**sampling.overrides)
         gen = session.request(
             prompt_ids=prompt_ids,
             max_new_tokens=sampling.max_tokens,

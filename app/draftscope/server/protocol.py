@@ -10,7 +10,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from draftscope.rules import SERVER_RANGES, problem
+from draftscope.rules import SAMPLING_FIELDS, SamplingField
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
@@ -44,11 +44,9 @@ def _bad(param: str, message: str) -> ApiError:
 
 @dataclass
 class Sampling:
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None  # llama-server's and vLLM's fields, beyond OpenAI's
-    min_p: float | None = None
-    seed: int | None = None
+    # the SamplingParams fields the request set, by their names (seed included): the rest are the
+    # settings' (or the model's) values
+    overrides: dict[str, float] = field(default_factory=dict)
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     cache_prompt: bool = True  # llama-server's field: false reads the whole prompt again, keeping nothing
@@ -100,13 +98,24 @@ def _quoted(value) -> str:
     return _short(value) if isinstance(value, int) else reprlib.repr(value)
 
 
-def _ranged(body: dict, name: str):
-    """A sampling parameter within the server's range (rules.SERVER_RANGES)."""
-    value = _number(body, name, float("-inf"), float("inf"))
-    if value is not None and (why := problem(name, value, SERVER_RANGES)) is not None:
-        words = why.removeprefix(name + " ").rsplit(", got ", 1)[0]
-        raise _bad(name, f"'{name}' {words}, got {_short(value)}")
+def _declared(body: dict, name: str, declared: SamplingField):
+    """A SamplingParams field within its range (the server's, where narrower: OpenAI's temperature);
+    vLLM's top_k -1 is off, as the app's 0 is."""
+    value = _number(body, name, float("-inf"), float("inf"), integer=declared.whole)
+    if name == "top_k" and value == -1:
+        value = 0
+    allowed = declared.server_range or declared.range
+    if value is not None and not allowed.holds(value):
+        raise _bad(name, f"'{name}' must be {allowed.words()}, got {_short(value)}")
     return value
+
+
+def _sampling_fields(body: dict) -> dict:
+    """Every SamplingParams field the request names (llama-server's and vLLM's beyond OpenAI's:
+    top_k, min_p, repetition_penalty...), and its seed: any 64-bit integer, as OpenAI's."""
+    given = {name: _declared(body, name, declared) for name, declared in SAMPLING_FIELDS.items()}
+    given["seed"] = _number(body, "seed", -(2**63), 2**63 - 1, integer=True)
+    return {name: value for name, value in given.items() if value is not None}
 
 
 # Fields that change what an answer is, which Draftscope does not do: refused rather than ignored.
@@ -145,7 +154,7 @@ def _refuse_unsupported(body: dict) -> None:
         if body.get(name) not in (None, 0, 0.0):
             raise ApiError(
                 400,
-                f"'{name}' is not supported (Settings ▸ Generation ▸ Repetition penalty is)",
+                f"'{name}' is not supported ('repetition_penalty' is, as Settings ▸ Generation ▸ Repetition penalty)",
                 param=name,
                 code="unsupported_parameter",
             )
@@ -174,21 +183,11 @@ def _sampling(body: dict) -> Sampling:
     if not isinstance(cache_prompt, bool):
         raise _bad("cache_prompt", "'cache_prompt' must be true or false")
     return Sampling(
-        temperature=_ranged(body, "temperature"),
-        top_p=_ranged(body, "top_p"),
-        top_k=_top_k(body),
-        min_p=_ranged(body, "min_p"),
-        seed=_number(body, "seed", -(2**63), 2**63 - 1, integer=True),
+        overrides=_sampling_fields(body),
         max_tokens=max_tokens,
         stop=stops,
         cache_prompt=cache_prompt,
     )
-
-
-def _top_k(body: dict) -> int | None:
-    """llama-server's and vLLM's top_k; vLLM's -1 (and 0) mean off, as the app's 0 does."""
-    value = _number(body, "top_k", -1, SERVER_RANGES["top_k"].high, integer=True)
-    return None if value is None else max(value, 0)
 
 
 def _max_tokens(body: dict) -> int | None:

@@ -21,14 +21,13 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope import paths
-from draftscope.core.sampling_defaults import MODEL_FIELDS
 from draftscope.core.settings_checks import browse_start, build_default_command
 from draftscope.core.words import size_text
 from draftscope.datastore.default import default_datastore_path
 from draftscope.engine import kv_disk
-from draftscope.gui.dialogs.model_sampling_rows import ModelSamplingRows
+from draftscope.gui.dialogs.model_sampling_rows import ModelSamplingRows, sampling_rows, sampling_spins
 from draftscope.gui.dialogs.prompt_presets import PresetPicker
-from draftscope.gui.form_widgets import double_spin, form_layout, hint, int_spin, row
+from draftscope.gui.form_widgets import form_layout, hint, int_spin, row
 from draftscope.gui.threads_choice import ThreadsCombo
 from draftscope.models.recommended_sampling import recommended_for
 from draftscope.rules import CONTEXT_RANGE, LLAMA_CONTEXT, NO_SEED, RANGES, SEED_RANGE
@@ -54,11 +53,6 @@ DISK_CACHES_HINT = (
     "Each conversation's cache is kept on disk, so one you come back to (after another, or a restart) is "
     "restored instead of read again; beyond this size the least recently used go. None: nothing kept."
 )
-
-
-def _penalty_row(penalty: QWidget, window: QWidget) -> QWidget:
-    """The repetition penalty and the tokens it looks back over, on one line."""
-    return row(penalty, hint("over the last"), window, hint("tokens (1 = off)"), stretch_first=False)
 
 
 def _hinted(field: QWidget, text: str, *, wrap: bool = False) -> QWidget:
@@ -260,13 +254,8 @@ class GenerationTab(QWidget):
         self._add_reading_rows(form)
         self.fields = {
             "prompt_presets": self.presets.name_edit,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
+            **self.sampling,
             "max_new_tokens": self.max_new_tokens,
-            "repetition_penalty": self.repetition_penalty,
-            "min_p": self.min_p,
-            "repetition_window": self.repetition_window,
             "model_sampling": self.model_sampling.check,
             "seed": self.seed,
             "stop_loops": self.stop_loops,
@@ -277,30 +266,19 @@ class GenerationTab(QWidget):
 
     def _number_rows(self) -> tuple[tuple[str, QWidget], ...]:
         """(label, field) for sampling, the answer's length, the seed and the threads, each with its hint."""
-        self.temperature = double_spin("temperatureSpin", RANGES["temperature"].low, RANGES["temperature"].high, 0.05)
-        self.top_p = double_spin("topPSpin", 0.01, RANGES["top_p"].high, 0.05)  # 0.01: the open end's first step
-        self.top_k = int_spin("topKSpin", RANGES["top_k"].low, RANGES["top_k"].high)
-        self.top_k.setSpecialValueText("off")
+        self.sampling = sampling_spins()  # setting name -> spin box, one per field of SamplingParams
         self.max_new_tokens = int_spin("maxNewTokensSpin", RANGES["max_new_tokens"].low, RANGES["max_new_tokens"].high)
         self.max_new_tokens.setSingleStep(64)
-        self.repetition_penalty = double_spin("repetitionPenaltySpin", 0.01, RANGES["repetition_penalty"].high, 0.05)
-        self.min_p = double_spin("minPSpin", RANGES["min_p"].low, RANGES["min_p"].high, 0.01)
-        window = RANGES["repetition_window"]
-        self.repetition_window = int_spin("repetitionWindowSpin", window.low, window.high)
         self.max_new_tokens.setSpecialValueText("until the model stops")
-        self.model_sampling = ModelSamplingRows({name: getattr(self, name) for name in MODEL_FIELDS})
+        self.model_sampling = ModelSamplingRows(self.sampling)
         self.seed = int_spin("seedSpin", NO_SEED, SEED_RANGE.high)
         self.seed.setSpecialValueText("random")
         self.threads = ThreadsCombo()  # Automatic, all cores, one left free, … 1 (gui/threads_choice.py)
         return (
             ("Sampling:", self.model_sampling.check),
             ("", self.model_sampling.note),
-            ("Temperature:", _hinted(self.temperature, "0 = greedy: always the most likely token")),
-            ("Top-p:", _hinted(self.top_p, "1 = off")),
-            ("Top-k:", _hinted(self.top_k, "0 = off")),
-            ("Min-p:", _hinted(self.min_p, "0 = off; leaves out tokens less likely than this share of the top one")),
+            *sampling_rows(self.sampling),
             ("Max new tokens:", _hinted(self.max_new_tokens, "0 = until the model stops, within the context")),
-            ("Repetition penalty:", _penalty_row(self.repetition_penalty, self.repetition_window)),
             ("Seed:", _hinted(self.seed, SEED_HINT, wrap=True)),
             ("Threads:", _hinted(self.threads, THREADS_HINT, wrap=True)),
         )
@@ -326,13 +304,9 @@ class GenerationTab(QWidget):
     def show_settings(self, s: Settings) -> None:
         self.read_ahead.setChecked(s.read_ahead)
         self.disk_caches.budget.setValue(s.kv_cache_budget_mb)
-        self.temperature.setValue(s.temperature)
-        self.top_p.setValue(s.top_p)
-        self.top_k.setValue(s.top_k)
+        for name, spin in self.sampling.items():
+            spin.setValue(getattr(s, name))
         self.max_new_tokens.setValue(s.max_new_tokens)
-        self.repetition_penalty.setValue(s.repetition_penalty)
-        self.min_p.setValue(s.min_p)
-        self.repetition_window.setValue(s.repetition_window)
         self.model_sampling.show_settings(s, recommended_for(s.model))
         self.seed.setValue(s.seed)
         self.stop_loops.setChecked(s.stop_loops)
