@@ -193,6 +193,7 @@ IDENTITY_CASES = [
 ]
 SEEDS = 25
 ANSWER = 24
+PLAIN_ANSWERS: dict = {}  # plain decoding's answers, shared by the identity cases of one prompt and sampling
 
 
 def _id(case):
@@ -221,8 +222,9 @@ def steep_policy(monkeypatch):
     return counts
 
 
-def identity_run(target, make, params, budget, *, prompt, seeds=SEEDS, eos=None, stop=()):
-    """(answers that differ from plain decoding's with the same seed, draft tokens accepted)."""
+def identity_run(target, make, params, budget, *, prompt, seeds=SEEDS, eos=None, stop=(), plain_answers=None):
+    """(answers that differ from plain decoding's with the same seed, draft tokens accepted).
+    ``plain_answers``: plain decoding's answers kept across the cases that share prompt and sampling."""
     engine = Engine(target, IdTokenizer())
     engine.verify_costs = dict(STEEP_COSTS)
     if eos is not None:
@@ -230,7 +232,12 @@ def identity_run(target, make, params, budget, *, prompt, seeds=SEEDS, eos=None,
     differ, accepted, finishes = [], 0, set()
     for seed in range(seeds):
         p = with_seed(params, 100 + seed)
-        plain, _ = answer(engine, prompt, p, [], budget=None, tokens=ANSWER, stop_strings=stop)
+        key = (tuple(prompt), repr(p), eos, tuple(stop))
+        plain = (plain_answers or {}).get(key)
+        if plain is None:
+            plain, _ = answer(engine, prompt, p, [], budget=None, tokens=ANSWER, stop_strings=stop)
+            if plain_answers is not None:
+                plain_answers[key] = plain
         drafted, got = answer(engine, prompt, p, make(), budget=budget, tokens=ANSWER, stop_strings=stop)
         accepted += got
         finishes.add(drafted.finish_reason)
@@ -251,7 +258,7 @@ def test_seeded_answers_equal_plain_decoding_token_for_token(
     drafters, params, budget = case
     prompt = CONTEXT_PROMPT if "context" in drafters else PROMPT
     make = drafters_for(drafters, draft_model, second_draft_model, datastore, head)
-    differ, accepted, _ = identity_run(target, make, params, budget, prompt=prompt)
+    differ, accepted, _ = identity_run(target, make, params, budget, prompt=prompt, plain_answers=PLAIN_ANSWERS)
     print(
         f"{_id(case)}: {SEEDS - len(differ)}/{SEEDS} identical, {accepted} draft tokens accepted, "
         f"{steep_policy['trimmed']} of {steep_policy['steps']} trees trimmed"

