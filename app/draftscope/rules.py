@@ -11,8 +11,6 @@ from typing import Any
 
 BACKENDS = ("auto", "torch", "llama.cpp")  # what runs the model (auto: llama.cpp for a GGUF it can run)
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # the precision a torch model runs in
-DRAFTER_NAMES = ("retrieval", "learned", "context", "model", "recurrent")  # the drafters a user switches
-DRAFTERS_ON = ("retrieval", "learned", "context", "recurrent")  # what the app drafts with out of the box
 LLAMA_CONTEXT = 4096  # tokens of context the llama.cpp backend opens (and the catalogue's memory estimate)
 
 

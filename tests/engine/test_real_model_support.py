@@ -91,7 +91,7 @@ def test_the_app_builds_a_model_drafter_from_its_settings(folders, tmp_path, mon
     )
     assert bad.draft_model is None and "Draft model not used" in bad.notices[0] and "tokens" in bad.notices[0]
     assert [d.name for d in bad.make_drafters()] == ["context"]
-    assert any("draft model drafter is off" in n for n in bad.drafter_setup.notes)
+    assert any("model drafts are off: no usable draft model" in n for n in bad.drafter_setup.notes)
     # on the command line, a draft model that cannot be used is an error naming why
     with pytest.raises(ValueError, match="tokens"):
         load_runtime(

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor, QTextCursor, QTextDocument  # noqa: E402
 
 from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.chat.render import PROVENANCE_LABELS, ChatRenderer  # noqa: E402
+from draftscope.gui.chat.render import ChatRenderer, provenance_words  # noqa: E402
 from draftscope.gui.palettes import PROVENANCE_COLOURS  # noqa: E402
 
 # An answer as the engine streams it: (pieces, their sources) per step.
@@ -99,7 +99,7 @@ def test_each_token_carries_its_drafter_colour_and_step(qtbot):
             if ch.isspace():
                 continue  # spaces take no token's colour
             assert fmt.anchorHref() == f"step:7/{step}", (word, fmt.anchorHref())
-            assert fmt.toolTip() == f"step {step + 1}: {PROVENANCE_LABELS[source]}", (word, fmt.toolTip())
+            assert fmt.toolTip() == f"step {step + 1}: {provenance_words(source)}", (word, fmt.toolTip())
             assert fmt.background().color() == QColor(light[source]), word
     heading = formats(doc, "Reading")
     assert all(

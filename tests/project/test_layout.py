@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "app" / "draftscope"
 
 # Bottom to top. A module's layer is that of the longest prefix naming it.
 LAYERS = [
-    ["paths", "sysinfo", "_retriever", "draft_tree", "rules"],
+    ["paths", "sysinfo", "_retriever", "draft_tree", "rules", "drafter_kinds"],
     ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
     # the decoder (backends, the answer loop) and drafting (the seam, every drafter): they meet there
     ["engine", "drafters"],

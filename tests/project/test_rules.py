@@ -13,6 +13,7 @@ import pytest
 
 from draftscope import rules
 from draftscope.core.session import sampling_from
+from draftscope.drafter_kinds import default_switches, drafter_names
 from draftscope.engine.sampling import SamplingParams
 from draftscope.server.protocol import ApiError, parse_chat
 from draftscope.storage.settings import Settings
@@ -36,10 +37,16 @@ def literal_collections(text: str):
 def test_backend_precision_and_drafter_names_are_written_once():
     places = {
         rule: [name for name, text in sources() if frozenset(rule) in set(literal_collections(text))]
-        for rule in (rules.BACKENDS, rules.DTYPES, rules.DRAFTER_NAMES, rules.DRAFTERS_ON)
+        for rule in (rules.BACKENDS, rules.DTYPES)
     }
     assert all(where == ["rules.py"] for where in places.values()), places
-    assert Settings().drafters == {name: name in rules.DRAFTERS_ON for name in rules.DRAFTER_NAMES}
+    # the drafters are rows of drafter_kinds.py: their names, or those on by default, never a list
+    on = frozenset(name for name, value in default_switches().items() if value)
+    drafter_lists = [
+        name for name, text in sources() if {frozenset(drafter_names()), on} & set(literal_collections(text))
+    ]
+    assert not drafter_lists, drafter_lists
+    assert Settings().drafters == default_switches()
     dialog = (PACKAGE / "gui" / "dialogs" / "settings_dialog.py").read_text()
     choices = next(
         node.value

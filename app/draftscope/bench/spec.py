@@ -48,6 +48,7 @@ from draftscope.bench.spec_methods import Run, distilled, learn_answers
 from draftscope.bench.spec_prompts import prompt_table, wants_prompt_table
 from draftscope.bench.spec_report import against, draft_costs, format_table, summarise, timing_table, worst_prompts
 from draftscope.core import argtypes
+from draftscope.drafter_kinds import DATASTORE, DRAFT_MODEL, HEAD, KINDS, drafter_names
 from draftscope.rules import BACKENDS
 
 # Spec-Bench's first 10 questions of each of its 13 categories, as the package ships them; the whole
@@ -66,15 +67,13 @@ ALL_METHODS = [
     "auto",
     "auto-no-recurrent",
     "plain",
-    "retrieval",
-    "context",
-    "learned",
-    "recurrent",
+    *drafter_names(),  # each drafter kind alone
     "composite",
-    "model",
     "oracle",
 ]
-NEEDS_HEAD = ("recurrent", "auto-no-recurrent")  # methods that only make sense with a recurrent head
+# methods that only make sense with a recurrent head, or with a draft model
+NEEDS_HEAD = (*(k.name for k in KINDS if k.needs is HEAD), "auto-no-recurrent")
+NEEDS_DRAFT_MODEL = ("hf-assisted", *(k.name for k in KINDS if k.needs is DRAFT_MODEL), "llama-server-draft")
 REFERENCES = {
     "torch": ("hf", "hf-pld", "hf-assisted"),  # each backend's own loops
     "llama.cpp": ("llama", "llama-pld", *SERVER_METHODS),
@@ -237,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
 def _methods_asked(args) -> list[str]:
     methods = [m for m in args.methods.split(",") if m]
     if not args.draft_model:
-        methods = [m for m in methods if m not in ("hf-assisted", "model", "llama-server-draft")]
+        methods = [m for m in methods if m not in NEEDS_DRAFT_MODEL]
     unknown = sorted(set(methods + ([args.base] if args.base else [])) - set(ALL_METHODS))
     if unknown:
         raise ValueError(f"unknown method(s): {', '.join(unknown)} (known: {', '.join(ALL_METHODS)})")
@@ -268,7 +267,8 @@ def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
         raise ValueError(f"--base {base} does not run on the {kind} backend")
     methods = [base] + [m for m in methods if m not in others and m != base]
     datastore = Path(args.datastore) if args.datastore else default_datastore_path(args.model)
-    if any(m in methods for m in ("retrieval", "composite")) and not datastore.is_file():
+    reads = [k.name for k in KINDS if k.needs is DATASTORE] + ["composite"]
+    if any(m in methods for m in reads) and not datastore.is_file():
         raise FileNotFoundError(
             f"datastore not found: {datastore} (build it with `draftscope datastore build-default`)"
         )

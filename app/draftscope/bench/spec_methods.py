@@ -11,6 +11,7 @@ from pathlib import Path
 
 from draftscope.bench.llama_server import METHODS as SERVER_METHODS
 from draftscope.bench.spec_prompts import longest_run
+from draftscope.drafter_kinds import DRAFT_MODEL, HEAD, auto_switches, kinds
 
 
 @dataclass
@@ -100,7 +101,6 @@ class Runners:
     def drafters(self, m: str, ids, base_ids, store=None):
         from draftscope.core.drafter_factory import setup_drafters
         from draftscope.drafters.oracle import OracleDrafter
-        from draftscope.storage.settings import Settings
 
         store = store or self.learned
         eos = self.engine.tokenizer.eos_token_id
@@ -114,14 +114,20 @@ class Runners:
         )
         if m == "oracle":
             return [OracleDrafter(base_ids, len(ids))]
-        if m in ("auto", "auto-no-recurrent"):  # the app's default switches (Settings), the draft model if given
-            switches = dict(Settings().drafters, model=self.draft is not None)
+        if m in ("auto", "auto-no-recurrent"):  # the app's default switches, the draft model if given
+            switches = auto_switches(draft_model=self.draft is not None)
             if m == "auto-no-recurrent":
-                switches["recurrent"] = False
+                switches.update({k.name: False for k in kinds() if k.needs is HEAD})
             return setup_drafters(switches, vocab_size=self.engine.vocab, **common).make()
-        every = ["retrieval", "learned", "context"] + (["model"] if self.draft is not None else [])
-        names = {"plain": [], "composite": every}.get(m, [m])
+        names = {"plain": [], "composite": self.composite()}.get(m, [m])
         return setup_drafters(",".join(names) or "none", **common).make()
+
+    def composite(self) -> list[str]:
+        """``composite``: every kind at hand but the recurrent head's (that one is measured alone and
+        in ``auto``), the draft model's only when one is given."""
+        return [
+            k.name for k in kinds() if k.needs is not HEAD and (k.needs is not DRAFT_MODEL or self.draft is not None)
+        ]
 
     def answer(self, m: str, ids, base: str, base_ids, question=None) -> Run:
         """Method ``m``'s answer; ``base_ids`` is the baseline's (the oracle drafts it)."""

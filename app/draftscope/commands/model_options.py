@@ -9,6 +9,7 @@ import sys
 
 from draftscope.commands.sampling_options import add_sampling_options, given_sampling
 from draftscope.core import argtypes
+from draftscope.drafter_kinds import drafter_switches, drafters_help, kind
 from draftscope.rules import BACKENDS, NO_SEED, UNTIL_STOP
 
 
@@ -37,9 +38,7 @@ def _add_drafting_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafters",
         default="auto",
-        help="comma list of retrieval, learned, context, model, recurrent; "
-        "'auto' = the app's defaults whose inputs exist, and the draft model when one is given; "
-        "'none' = plain decoding",
+        help=drafters_help(),
     )
     p.add_argument(
         "--draft-model",
@@ -146,23 +145,6 @@ def _add_running_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="say which precision and why, the datastore and draft model")
 
 
-def drafter_switches(text: str, *, draft_model: bool) -> tuple[dict[str, bool], list[str]]:
-    """``--drafters`` as the settings' switches, and the drafters it names (which must then run):
-    ``auto`` = the app's defaults (and the model drafter when a draft model is given), ``none`` =
-    plain decoding, else a comma list."""
-    from draftscope.core.drafter_factory import DRAFTER_NAMES, ON_BY_DEFAULT
-
-    if text == "auto":
-        return {n: n in ON_BY_DEFAULT or (n == "model" and draft_model) for n in DRAFTER_NAMES}, []
-    if text == "none":
-        return {n: False for n in DRAFTER_NAMES}, []
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(DRAFTER_NAMES))
-    if unknown:
-        raise ValueError(f"unknown drafter(s): {', '.join(unknown)} (known: {', '.join(DRAFTER_NAMES)})")
-    return {n: n in names for n in DRAFTER_NAMES}, names
-
-
 def settings_from_args(args: argparse.Namespace):
     """The command's options as Settings (what the app would have for them)."""
     from draftscope.storage import Settings
@@ -231,7 +213,7 @@ def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
     setup = runtime.drafter_setup
     missing = [n for n in named if n not in setup.names]
     if missing:
-        why = setup.notes + [_NEEDS[n] for n in missing if n in _NEEDS]
+        why = setup.notes + [kind(n).needs_message() for n in missing if kind(n).off_note() is None]
         raise ValueError(f"drafter(s) {', '.join(missing)} cannot run: " + "; ".join(why))
     from draftscope.core.sampling_defaults import described, effective_sampling
 
@@ -252,12 +234,6 @@ def runtime_from_args(args: argparse.Namespace, *, slots: int = 1):
     for note in [*runtime.notices, *setup.notes] if args.verbose else runtime.notices:
         _err(f"note: {note}")
     return runtime
-
-
-_NEEDS = {
-    "recurrent": "the recurrent drafter needs a head trained for this model (draftscope drafter train)",
-    "learned": "the learned drafter needs the model's learned answers (none can be kept for it)",
-}
 
 
 def _err(text: str) -> None:

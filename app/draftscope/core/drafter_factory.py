@@ -1,9 +1,8 @@
-"""The one place drafters are built: names (``retrieval``, ``learned``, ``context``, ``model``,
-``recurrent``) and what
-they need become a function that makes fresh drafters for each answer (readers and models are
-shared; each drafter's own state is per answer). The desktop app (settings switches), ``draftscope
-chat/generate`` and ``draftscope bench spec`` (a ``--drafters`` list) all come through
-:func:`setup_drafters`."""
+"""The one place drafters are built: the kinds' names (drafter_kinds.py) and what they need become a
+function that makes fresh drafters for each answer (readers and models are shared; each drafter's
+own state is per answer). The desktop app (settings switches), ``draftscope chat/generate`` and
+``draftscope bench spec`` (a ``--drafters`` list) all come through :func:`setup_drafters`; a new
+kind's builder goes in :func:`_builders`."""
 
 from __future__ import annotations
 
@@ -11,8 +10,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draftscope.rules import DRAFTER_NAMES
-from draftscope.rules import DRAFTERS_ON as ON_BY_DEFAULT
+from draftscope.drafter_kinds import (
+    DATASTORE,
+    DRAFT_MODEL,
+    HEAD,
+    LEARNED,
+    NOTHING,
+    auto_switches,
+    kind,
+    kinds,
+    parse_drafters,
+    switched_on,
+)
 
 
 def parse_drafter_names(
@@ -20,22 +29,12 @@ def parse_drafter_names(
 ) -> list[str]:
     """``auto`` = what the app uses by default (Settings), for the inputs that exist, plus the
     draft model when one is given; ``none`` = plain decoding; else a comma list."""
-    if text == "none":
-        return []
-    if text == "auto":
-        have = {
-            "retrieval": have_datastore,
-            "learned": have_learned,
-            "context": True,
-            "model": have_draft_model,
-            "recurrent": have_head,
-        }
-        return [n for n in DRAFTER_NAMES if (n in ON_BY_DEFAULT or n == "model") and have[n]]
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(DRAFTER_NAMES))
-    if unknown:
-        raise ValueError(f"unknown drafter(s): {', '.join(unknown)} (known: {', '.join(DRAFTER_NAMES)})")
-    return names
+    names = parse_drafters(text)
+    if names is not None:
+        return names
+    have = _have(datastore=have_datastore, draft_model=have_draft_model, learned=have_learned, head=have_head)
+    on = auto_switches(draft_model=have_draft_model)
+    return [k.name for k in kinds() if on[k.name] and have[k.needs]]
 
 
 def names_from_switches(
@@ -46,25 +45,30 @@ def names_from_switches(
     have_learned: bool = True,
     have_head: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """The drafters switched on in the settings that can run, and a note for each that cannot."""
+    """The drafters switched on in the settings that can run, and a note for each that cannot
+    (none for nothing learned yet or no head: the dialog shows those, and they turn on by themselves)."""
+    have = _have(datastore=have_datastore, draft_model=have_draft_model, learned=have_learned, head=have_head)
     names, notes = [], []
-    for name in DRAFTER_NAMES:
-        if not switches.get(name, name in ("context", "learned", "recurrent")):
+    for k in kinds():
+        if not switched_on(switches, k.name):
             continue
-        if name == "learned" and not have_learned:
-            continue  # nothing learned for this model yet: nothing to say
-        if name == "recurrent" and not have_head:
-            continue  # no head trained for this model: the recurrent drafter turns on once one exists
-        if name == "retrieval" and not have_datastore:
-            notes.append(
-                "retrieval drafts are off: no datastore for this model (File ▸ Build a datastore… in the app, or "
-                "draftscope datastore build-default)"
-            )
-        elif name == "model" and not have_draft_model:
-            notes.append("the draft model drafter is off: no usable draft model is set")
-        else:
-            names.append(name)
+        if have[k.needs]:
+            names.append(k.name)
+        elif (note := k.off_note()) is not None:
+            notes.append(note)
     return names, notes
+
+
+def _have(*, datastore: bool, draft_model: bool, learned: bool, head: bool) -> dict:
+    """Which needs are met."""
+    return {NOTHING: True, DATASTORE: datastore, LEARNED: learned, DRAFT_MODEL: draft_model, HEAD: head}
+
+
+def _refuse_missing(names: Sequence[str], have: Mapping) -> None:
+    """A drafter asked for by name whose need is not met is an error saying what it needs."""
+    for name in names:
+        if not have[kind(name).needs]:
+            raise ValueError(kind(name).needs_message())
 
 
 @dataclass
@@ -103,29 +107,17 @@ def setup_drafters(
         have_datastore = False  # settings: leave retrieval out and say why below
     elif mismatch:
         raise ValueError(mismatch)
-    if isinstance(requested, str):
-        names = parse_drafter_names(
-            requested,
-            have_datastore=have_datastore,
-            have_draft_model=draft_model is not None,
-            have_learned=learned is not None and learned.stats().answers > 0,
-            have_head=recurrent is not None,
-        )
-        notes = []
-        if "learned" in names and learned is None:
-            raise ValueError("the learned drafter needs the model's learned answers (none are kept for it)")
-        if "recurrent" in names and recurrent is None:
-            raise ValueError("the recurrent drafter needs a head trained for this model (draftscope drafter train)")
-    else:
-        names, notes = names_from_switches(
-            requested,
-            have_datastore=have_datastore,
-            have_draft_model=draft_model is not None,
-            have_learned=learned is not None,
-            have_head=recurrent is not None,
-        )
-    if mismatch and requested.get("retrieval"):
-        notes = [mismatch if n.startswith("retrieval drafts are off") else n for n in notes]
+    names, notes = _requested_names(
+        requested,
+        datastore=datastore,
+        have_datastore=have_datastore,
+        draft_model=draft_model,
+        learned=learned,
+        recurrent=recurrent,
+    )
+    if mismatch:  # the datastore's drafters say why it is not used
+        off = {k.off_note() for k in kinds() if k.needs is DATASTORE}
+        notes = [mismatch if n in off else n for n in notes]
     make = drafter_maker(
         names,
         datastore=datastore,
@@ -136,8 +128,39 @@ def setup_drafters(
         notify=notify,
         check=lambda reader: _reader_mismatch(reader, vocab_size, tokenizer),
     )
-    label = str(datastore.path if isinstance(datastore, Reader) else datastore) if "retrieval" in names else "none"
+    reads = any(kind(name).needs is DATASTORE for name in names)
+    label = str(datastore.path if isinstance(datastore, Reader) else datastore) if reads else "none"
     return DrafterSetup(names, make, label, notes)
+
+
+def _requested_names(
+    requested, *, datastore, have_datastore: bool, draft_model, learned, recurrent
+) -> tuple[list, list]:
+    """The drafters that run and notes on those left out: switches leave out what cannot run (a
+    note says why); a ``--drafters`` list names what must run (an error says what is missing)."""
+    if not isinstance(requested, str):
+        return names_from_switches(
+            requested,
+            have_datastore=have_datastore,
+            have_draft_model=draft_model is not None,
+            have_learned=learned is not None,
+            have_head=recurrent is not None,
+        )
+    names = parse_drafter_names(
+        requested,
+        have_datastore=have_datastore,
+        have_draft_model=draft_model is not None,
+        have_learned=learned is not None and learned.stats().answers > 0,
+        have_head=recurrent is not None,
+    )
+    given = _have(
+        datastore=datastore is not None,  # a path with no file behind it: drafter_maker says so
+        draft_model=draft_model is not None,
+        learned=learned is not None,
+        head=recurrent is not None,
+    )
+    _refuse_missing(names, given)
+    return names, []
 
 
 def _datastore_mismatch(datastore, vocab_size: int | None, tokenizer=None) -> str | None:
@@ -206,45 +229,59 @@ def drafter_maker(
     ``notify`` hears what happened); ``draft_model``: a loaded causal LM for the model drafter;
     ``learned``: the model's LearnedStore (its newest index is opened for each answer; none yet: no
     drafter); ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
-    from draftscope.drafters.context import ContextDrafter
-    from draftscope.drafters.model_drafter import ModelDrafter
-    from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
     from draftscope.retrieval import Reader
     from draftscope.retrieval.live import LiveReader
 
+    # no learned answers yet is no error here: the learned drafter makes no drafter until there are
+    given = _have(
+        datastore=datastore is not None, draft_model=draft_model is not None, learned=True, head=recurrent is not None
+    )
+    _refuse_missing(names, given)
     live = None
-    if "retrieval" in names:
-        if datastore is None:
-            raise ValueError("the retrieval drafter needs a datastore")
+    if any(kind(name).needs is DATASTORE for name in names):
         if not isinstance(datastore, Reader) and not Path(datastore).is_file():
             raise FileNotFoundError(
                 f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)"
             )
         live = LiveReader(datastore if isinstance(datastore, Reader) else str(datastore), check=check)
-    if "model" in names and draft_model is None:
-        raise ValueError("the model drafter needs a draft model (--draft-model)")
-    if "recurrent" in names and recurrent is None:
-        raise ValueError("the recurrent drafter needs a head trained for this model (draftscope drafter train)")
+    build = _builders(
+        live=live,
+        learned=learned,
+        draft_model=draft_model,
+        eos_token_id=eos_token_id,
+        recurrent=recurrent,
+        notify=notify,
+    )
+    if unbuilt := sorted(set(names) - set(build)):
+        raise ValueError(f"no builder for the drafter(s) {', '.join(unbuilt)} (core/drafter_factory.py: _builders)")
 
     def make() -> list:
-        made = []
-        for name in names:
-            if name == "retrieval":
-                reader, notice = live.current()
-                if notice and notify is not None:
-                    notify(notice)
-                if reader is not None:
-                    made.append(RetrievalDrafter(reader))
-            elif name == "learned":
-                learned_reader = learned.reader() if learned is not None else None
-                if learned_reader is not None:
-                    made.append(LearnedDrafter(learned_reader))
-            elif name == "context":
-                made.append(ContextDrafter())
-            elif name == "model":
-                made.append(ModelDrafter(draft_model, eos_token_id=eos_token_id))
-            elif name == "recurrent":
-                made.append(recurrent.drafter())
-        return made
+        made = (build[name]() for name in names)
+        return [drafter for drafter in made if drafter is not None]
 
     return make
+
+
+def _builders(*, live, learned, draft_model, eos_token_id, recurrent, notify) -> dict[str, Callable[[], object]]:
+    """How each kind is made for one answer, by its name (None: nothing to draft with yet)."""
+    from draftscope.drafters.context import ContextDrafter
+    from draftscope.drafters.model_drafter import ModelDrafter
+    from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
+
+    def retrieval():
+        reader, notice = live.current()  # the datastore followed on disk between answers
+        if notice and notify is not None:
+            notify(notice)
+        return RetrievalDrafter(reader) if reader is not None else None
+
+    def learned_answers():
+        reader = learned.reader() if learned is not None else None  # none indexed yet: no drafter
+        return LearnedDrafter(reader) if reader is not None else None
+
+    return {
+        "retrieval": retrieval,
+        "learned": learned_answers,
+        "context": ContextDrafter,
+        "model": lambda: ModelDrafter(draft_model, eos_token_id=eos_token_id),
+        "recurrent": lambda: recurrent.drafter(),
+    }

@@ -21,17 +21,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.drafter_kinds import probability_sources
 from draftscope.drafters.interface import Drafter
 from draftscope.drafters.path_trie import PathTrie
 
-PROBABILITY_SOURCES = (DraftSource.MODEL, DraftSource.RECURRENT)  # supports that are path probabilities
-
 
 def path_scores(tree: DraftTree) -> np.ndarray:
-    """A probability-like score per node: model trees already hold path probabilities; counts
-    are divided by the number of matches behind the first level."""
+    """A probability-like score per node: the kinds whose support is a probability (drafter_kinds.py)
+    hold path probabilities already; counts are divided by the number of matches behind the first level."""
     support = tree.support.astype(np.float64)
-    if len(tree) == 0 or np.isin(tree.source, PROBABILITY_SOURCES).all():
+    if len(tree) == 0 or np.isin(tree.source, probability_sources()).all():
         return support
     total = support[tree.parents == -1].sum()
     return support / total if total > 0 else support

@@ -3,6 +3,8 @@ a template naming them as ``${name}``) and of the Qt palette (``QT_ROLES``), in 
 
 from __future__ import annotations
 
+from draftscope.drafter_kinds import kinds
+
 # name: (light, dark)  what it colours
 STYLE = {
     "text": ("#1f2328", "#e6e7ea"),  # the text
@@ -104,6 +106,15 @@ PROVENANCE_COLOURS = {
         "learned": "#4d4418",
     },
 }
+
+
+def drafter_colours(theme: str) -> dict[str, str]:
+    """Each drafter kind's colour for "light" or "dark", in the kinds' order (one without a colour
+    is left uncoloured; tests/test_drafter_kinds.py fails on it)."""
+    colours = PROVENANCE_COLOURS[theme]
+    return {k.name: colours[k.name] for k in kinds() if k.name in colours}
+
+
 # The speed-up chart's series: apart from each other and readable on either background.
 CHART_COLOURS = {
     "light": dict(rate="#4f46e5", baseline="#6b7280", tau="#f59e0b", tau_mean="#b45309", marker="#dc2626"),

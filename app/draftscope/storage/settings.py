@@ -13,11 +13,10 @@ from __future__ import annotations
 import enum
 from dataclasses import MISSING, dataclass, field, fields
 
+from draftscope.drafter_kinds import default_switches
 from draftscope.rules import (
     BACKENDS,
     DEFAULT_SAMPLING,
-    DRAFTER_NAMES,
-    DRAFTERS_ON,
     DTYPES,
     GPU_LAYERS_AUTO,
     NO_SEED,
@@ -75,10 +74,6 @@ def setting(section: Section, default=MISSING, *, factory=MISSING):
     return field(default=default, default_factory=factory, metadata={"section": section})
 
 
-def _default_switches() -> dict[str, bool]:
-    return {name: name in DRAFTERS_ON for name in DRAFTER_NAMES}
-
-
 @dataclass
 class Settings:
     model: str = setting(Section.MODEL, "default")
@@ -91,7 +86,7 @@ class Settings:
     context_length: int = setting(Section.MODEL, 0)  # tokens read at once (rules.context_problem); 0: default
     gpu_layers: int = setting(Section.MODEL, GPU_LAYERS_AUTO)  # llama.cpp's layers on the card; -1: as many as fit
     datastore: str = setting(Section.DRAFTING, "")  # empty: the default chat datastore when it exists
-    drafters: dict[str, bool] = setting(Section.DRAFTING, factory=_default_switches)
+    drafters: dict[str, bool] = setting(Section.DRAFTING, factory=default_switches)
     # sampling that does not loop (rules.DEFAULT_SAMPLING); the model's own recommendation replaces
     # what it sets while model_sampling is on (core/sampling_defaults.py)
     temperature: float = setting(Section.SAMPLING, DEFAULT_SAMPLING["temperature"])

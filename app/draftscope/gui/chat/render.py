@@ -21,8 +21,8 @@ from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.styles import get_style_by_name
 from pygments.util import ClassNotFound
 
-from draftscope.gui.palettes import CODE_BACKGROUND, CODE_LABEL, PROVENANCE_COLOURS
-from draftscope.rules import DRAFTER_NAMES
+from draftscope.drafter_kinds import kinds
+from draftscope.gui.palettes import CODE_BACKGROUND, CODE_LABEL, PROVENANCE_COLOURS, drafter_colours
 
 COPY_SCHEME = "copy"  # copy:<block index>
 CHROME = "chrome"  # class of the app's own words in rendered messages (a code block's label and Copy link)
@@ -110,19 +110,18 @@ def _lexer_for(language: str, code: str):
     return TextLexer(stripnl=False)
 
 
-PROVENANCE_LABELS = {
-    "retrieval": "drafted from the datastore",
-    "context": "drafted from the conversation",
-    "model": "drafted by the draft model",
-    "recurrent": "drafted by the recurrent drafter",
-    "learned": "drafted from the model's past answers",
-    "target": "written by the target model",
-}
+def provenance_words(source: str) -> str:
+    """Where a token came from, in words: its drafter kind's, the target's, or the source's name."""
+    if source == "target":
+        return "written by the target model"
+    return next((k.drafted for k in kinds() if k.name == source), source)
 
 
 def provenance_legend(*, dark: bool = False) -> str:
-    colours = PROVENANCE_COLOURS["dark" if dark else "light"]
-    items = [f'<span style="background-color:{colours[k]};">&nbsp;{k}&nbsp;</span>' for k in DRAFTER_NAMES]
+    items = [
+        f'<span style="background-color:{colour};">&nbsp;{name}&nbsp;</span>'
+        for name, colour in drafter_colours("dark" if dark else "light").items()
+    ]
     return "<small>Drafted tokens: " + " ".join(items) + " · unmarked: the target model</small>"
 
 
@@ -133,7 +132,7 @@ def _marked_text(steps, *, dark: bool) -> tuple[str, list[tuple[int, str | None,
     for index, step in enumerate(steps):
         get = step.get if isinstance(step, dict) else lambda k, s=step: getattr(s, k)
         for piece, source in zip(get("pieces"), get("provenance")):
-            tip = f"step {get('step')}: {PROVENANCE_LABELS.get(source, source)}"
+            tip = f"step {get('step')}: {provenance_words(source)}"
             text.append(piece)
             marks.extend([(index, colours.get(source), tip)] * len(piece))
     return "".join(text), marks

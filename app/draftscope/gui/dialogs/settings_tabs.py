@@ -24,6 +24,7 @@ from draftscope import paths
 from draftscope.core.settings_checks import browse_start, build_default_command
 from draftscope.core.words import size_text
 from draftscope.datastore.default import default_datastore_path
+from draftscope.drafter_kinds import DRAFT_MODEL, HEAD, LEARNED, DrafterKind, kinds, switched_on
 from draftscope.engine import kv_disk
 from draftscope.gui.dialogs.model_sampling_rows import ModelSamplingRows, sampling_rows, sampling_spins
 from draftscope.gui.dialogs.prompt_presets import PresetPicker
@@ -111,70 +112,53 @@ class DraftingTab(QWidget):
         self.datastore_hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("", self.datastore_hint)
 
-        self.retrieval = QCheckBox("Retrieval (suffix search in the datastore)", objectName="drafterRetrieval")
-        self.learned = QCheckBox(
-            "Learned (this model's own past answers; learns as you chat)", objectName="drafterLearned"
-        )
-        self.learned.setToolTip(
-            "Each answer is added to a datastore of the model's own answers, indexed in the "
-            "background; drafts that sound like the model get accepted more. Off: nothing is "
-            "recorded and nothing drafted from it."
-        )
-        self.context = QCheckBox("Context (repeats from this conversation)", objectName="drafterContext")
-        self.model = QCheckBox("Draft model", objectName="drafterModel")
-        self.recurrent = QCheckBox(
-            "Recurrent (a head trained on this model's own predictions)", objectName="drafterRecurrent"
-        )
-        self.recurrent.setEnabled(bool(recurrent))
-        self.recurrent.setToolTip(
-            "A small network drafts a few tokens ahead from the model's hidden state"
-            if recurrent
-            else "Train one: File ▸ Train the recurrent drafter…"
-        )
+        # one switch per drafter kind (drafter_kinds.py), in its order
+        self.boxes = {k.name: self._switch(k) for k in kinds()}
+        self.model = self.boxes["model"]  # the Model tab ticks it when the draft model it offered is chosen
+        form.addRow("Drafters:", self._switches(learned, recurrent))
+        self.fields = {"datastore": self.datastore_edit}
+
+    def _offered(self, k: DrafterKind) -> bool:
+        """Whether the switch can be used: a head-drafter's only once a head is trained."""
+        return k.needs is not HEAD or bool(self._recurrent)
+
+    def _switch(self, k: DrafterKind) -> QCheckBox:
+        box = QCheckBox(k.label, objectName="drafter" + k.name.capitalize())
+        box.setEnabled(self._offered(k))
+        box.setToolTip(k.tip if self._offered(k) else k.needs.hint)
+        return box
+
+    def _switches(self, learned: str, recurrent: str) -> QWidget:
+        """The switches, what the model has learned under the learned answers' and its head under the head's."""
         drafters = QWidget()
         column = QVBoxLayout(drafters)
         column.setContentsMargins(0, 0, 0, 0)
-        column.addWidget(self.retrieval)
-        column.addWidget(self.learned)
-        if learned:
-            column.addWidget(
-                hint(
-                    learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears them)",
-                    objectName="learnedHint",
-                )
-            )
-        for box in (self.context, self.model, self.recurrent):
-            column.addWidget(box)
-        if recurrent:
-            column.addWidget(hint(f"The head: {recurrent}", objectName="recurrentHint"))
-        form.addRow("Drafters:", drafters)
-        self.fields = {"datastore": self.datastore_edit}
+        for k in kinds():
+            column.addWidget(self.boxes[k.name])
+            if k.needs is LEARNED and learned:
+                words = learned.removesuffix(" (off)") + " (File ▸ Forget the learned answers clears them)"
+                column.addWidget(hint(words, objectName="learnedHint"))
+            if k.needs is HEAD and recurrent:
+                column.addWidget(hint(f"The head: {recurrent}", objectName="recurrentHint"))
+        return drafters
 
     def show_settings(self, s: Settings) -> None:
         self.datastore_edit.setText(s.datastore)
-        self.retrieval.setChecked(s.drafters.get("retrieval", False))
-        self.learned.setChecked(s.drafters.get("learned", True))
-        self.context.setChecked(s.drafters.get("context", False))
-        self.model.setChecked(s.drafters.get("model", False))
         self._drafters = dict(s.drafters)
-        # without a head the box stays unticked (nothing drafts), and the stored switch is kept as it is
-        self.recurrent.setChecked(bool(self._recurrent) and s.drafters.get("recurrent", True))
+        # a switch that cannot be used stays unticked (nothing drafts), and the stored switch is kept as it is
+        for k in kinds():
+            self.boxes[k.name].setChecked(self._offered(k) and switched_on(s.drafters, k.name))
 
     def values(self) -> dict:
-        switches = {
-            "retrieval": self.retrieval.isChecked(),
-            "learned": self.learned.isChecked(),
-            "context": self.context.isChecked(),
-            "model": self.model.isChecked(),
-        }
-        if self._recurrent:
-            switches["recurrent"] = self.recurrent.isChecked()
+        switches = {k.name: self.boxes[k.name].isChecked() for k in kinds() if self._offered(k)}
         return {"datastore": self.datastore_edit.text().strip(), "drafters": {**self._drafters, **switches}}
 
     def set_draft_model_chosen(self, chosen: bool) -> None:
         """The draft-model drafter needs a draft model (chosen on the Model tab)."""
-        self.model.setEnabled(chosen)
-        self.model.setToolTip("" if chosen else "Set a draft model on the Model tab to use this drafter")
+        for k in kinds():
+            if k.needs is DRAFT_MODEL:
+                self.boxes[k.name].setEnabled(chosen)
+                self.boxes[k.name].setToolTip(k.tip if chosen else k.needs.hint)
 
     def update_default_datastore(self) -> None:
         """Name the model's default datastore under the field, and whether it is built."""

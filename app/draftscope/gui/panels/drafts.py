@@ -11,7 +11,7 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
 from PySide6.QtGui import QColor, QPalette, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
 
-from draftscope.gui.chat.render import PROVENANCE_LABELS
+from draftscope.gui.chat.render import provenance_words
 from draftscope.gui.palettes import PROVENANCE_COLOURS
 
 COLUMNS = ("Step", "Tree", "Accepted", "Accepted text", "Source", "Draft ms", "Verify ms")
@@ -75,12 +75,13 @@ class StepTableModel(QStandardItemModel):
             self._colour([self.item(r, c) for c in range(len(COLUMNS))], source)
 
     def _colour(self, items: list, source: str | None) -> None:
-        if not source:
+        fill = PROVENANCE_COLOURS["dark" if self.dark else "light"].get(source or "")
+        if fill is None:  # no source, or one with no colour (the benchmarks' oracle): left plain
             return
-        colour = QColor(PROVENANCE_COLOURS["dark" if self.dark else "light"][source])
+        colour = QColor(fill)
         for col in (3, 4):
             items[col].setBackground(colour)
-        items[4].setToolTip(PROVENANCE_LABELS.get(source, source))
+        items[4].setToolTip(provenance_words(source))
 
 
 class DraftsPanel(QWidget):

@@ -42,9 +42,9 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope.engine.events import StepEvent, step_from_dict
-from draftscope.gui.chat.render import PROVENANCE_LABELS
+from draftscope.gui.chat.render import provenance_words
 from draftscope.gui.form_widgets import ElidedLabel
-from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS
+from draftscope.gui.palettes import PROVENANCE_COLOURS, TREE_STOP_COLOURS, drafter_colours
 from draftscope.gui.panels.trie_layout import (
     H_GAP,
     ROOT,
@@ -446,7 +446,7 @@ class TrieView(QWidget):
         status = "accepted" if key in accepted else "rejected"
         lines = [
             f"token {tree.tokens[key]} · {texts[key]!r}",
-            f"support {format_support(tree.support[key])} · {PROVENANCE_LABELS.get(source, source)}",
+            f"support {format_support(tree.support[key])} · {provenance_words(source)}",
             f"depth {depth[key]} · {status}",
         ]
         if key == stop:
@@ -458,7 +458,7 @@ class TrieView(QWidget):
         accent = self.palette().color(QPalette.ColorRole.Highlight).name()
         swatches = " ".join(
             f'<span style="background-color:{colour};">&nbsp;{name}&nbsp;</span>'
-            for name, colour in PROVENANCE_COLOURS[theme].items()
+            for name, colour in drafter_colours(theme).items()
         )
         self.legend.setText(
             f'<small><b style="color:{accent};">━━</b> accepted path · '
