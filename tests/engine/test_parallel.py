@@ -1,7 +1,8 @@
-"""Several answers on one model at once (issue 33). On llama.cpp each answer holds a slot (its own
-cache sequences) and the steps of the answers in progress share one forward; every answer is still
-plain decoding's, alone or beside others, greedy and sampled, drafted or not. Answers beyond the
-slots wait (and can be cancelled while waiting); the server answers ``parallel`` requests at once."""
+"""Several answers on one llama.cpp model at once (issue 33): each answer holds a slot (its own cache
+sequences) and the steps of the answers in progress share one forward (that each is the answer
+alone is test_backend_contract.py's, for every backend). Answers beyond the slots wait (and can be
+cancelled while waiting); trees keep within a slot's leaves; the server answers ``parallel``
+requests at once."""
 
 from __future__ import annotations
 
@@ -19,15 +20,9 @@ from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
 from gguf_fixtures import write_tiny_gguf  # noqa: E402
 from runtime_helpers import runtime_for  # noqa: E402
 from threaded_answers import (
-    GREEDY,
     PROMPTS,
-    SAMPLED,
     answer,
-    ending_requests,
-    fail_one_step_and_cancel,
-    forwards_seen,
     ids_of,
-    side_by_side,
 )  # noqa: E402
 
 from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
@@ -67,50 +62,6 @@ def shared(gguf):
     engine = engine_with(gguf, 4)
     yield engine
     engine.backend.close()
-
-
-@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "T0.9"])
-def test_answers_side_by_side_are_each_plain_decodings_answer(alone, shared, tokenizer, params, monkeypatch):
-    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
-    plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, params)]
-    sizes = forwards_seen(monkeypatch, LlamaCppBackend)
-    finals = side_by_side(shared, prompts, params)
-    assert all(f is not None and f.error is None for f in finals), finals
-    assert max(sizes) >= 3, f"the answers' steps were not decoded together: {sizes[:40]}"
-    accepted = [f.stats.accepted_by_source.get("context", 0) for f in finals]
-    # greedy answers of this model repeat themselves, each; sampled ones less, together still
-    assert (min(accepted) if params is GREEDY else sum(accepted)) > 0, f"drafts accepted per answer: {accepted}"
-    for i, f in enumerate(finals):
-        assert len(f.token_ids) == 40
-        assert_plain_or_near_tie(alone, prompts[i], plain[i], f.token_ids, params[i], what=f"answer {i}: ")
-
-
-def test_a_forward_that_mixes_up_the_answers_rows_is_caught(alone, shared, tokenizer, monkeypatch):
-    """The check above is not blind: logits handed to the wrong answer make answers that are not
-    plain decoding's, and it says so."""
-    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
-    plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
-    decode = LlamaCppBackend.decode_many
-
-    def crossed(self, work):
-        out = decode(self, work)
-        slots = sorted(out)
-        return {
-            s: out[slots[(k + 1) % len(slots)]]
-            if len(slots) > 1 and out[slots[(k + 1) % len(slots)]].logits.shape == out[s].logits.shape
-            else out[s]
-            for k, s in enumerate(slots)
-        }
-
-    monkeypatch.setattr(LlamaCppBackend, "decode_many", crossed)
-    finals = side_by_side(shared, prompts, SAMPLED, drafted=False)
-    caught = 0
-    for i, f in enumerate(finals):
-        try:
-            assert_plain_or_near_tie(alone, prompts[i], plain[i], f.token_ids, SAMPLED[i])
-        except AssertionError:
-            caught += 1
-    assert caught >= 2, "answers decoded with another answer's logits passed as plain decoding's"
 
 
 def test_an_answer_beyond_the_slots_waits_and_can_be_cancelled_while_it_waits(alone, tokenizer):
@@ -355,28 +306,6 @@ def test_bench_serve_counts_the_rate_while_every_answer_decodes_apart_from_promp
     assert 42 / 3.0 < all_decoding_rate([a, b], 2)
 
 
-def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(alone, shared, tokenizer, monkeypatch):
-    prompts = [ids_of(tokenizer, p) for p in PROMPTS]
-    plain = [answer(alone, ids, p, drafted=False).token_ids for ids, p in zip(prompts, SAMPLED)]
-    stop_text = tokenizer.decode(plain[1][5:7])  # answer 1 stops at a string it writes early
-    cancel = threading.Event()
-    fail_one_step_and_cancel(monkeypatch, LlamaCppBackend, cancel)
-    finals = side_by_side(shared, prompts, SAMPLED, requests=ending_requests(prompts, stop_text, cancel))
-    reasons = sorted(f.finish_reason for f in finals)
-    assert "cancel" in [finals[2].finish_reason] and finals[1].finish_reason in ("stop", "error"), reasons
-    failed = [i for i, f in enumerate(finals) if f.finish_reason == "error"]
-    assert len(failed) == 1 and "this answer's step failed" in finals[failed[0]].error, [f.error for f in finals]
-    for i, f in enumerate(finals):  # every answer, whatever its end, is plain decoding's as far as it went
-        assert (
-            f.token_ids == plain[i][: len(f.token_ids)]
-            or assert_plain_or_near_tie(alone, prompts[i], plain[i][: len(f.token_ids)], f.token_ids, SAMPLED[i])
-            is not None
-        )
-    survivors = [i for i in range(4) if i not in failed and finals[i].finish_reason == "length"]
-    assert survivors and all(len(finals[i].token_ids) == 40 for i in survivors)
-    assert shared.slots.busy == 0
-
-
 def test_the_server_under_eight_clients_answers_each_with_its_own_text(gguf, tokenizer):
     engine = engine_with(gguf, 2)
     app = create_app(
@@ -435,16 +364,6 @@ def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
     finally:
         server.stop()
         engine.backend.close()
-
-
-def test_turning_the_server_on_reopens_a_llama_cpp_model_with_room_for_its_answers(alone, shared):
-    from draftscope.core.runtime import Runtime
-    from draftscope.storage import Settings
-
-    serving = Settings(server_enabled=True, server_parallel=2)  # two served answers and the window's
-    assert Runtime(Settings(), alone).needs_reload(serving), "one slot cannot hold three answers"
-    assert not Runtime(Settings(), shared).needs_reload(serving), "four slots hold three answers"
-    assert not Runtime(Settings(), alone).needs_reload(Settings(server_parallel=2)), "no server, no reload"
 
 
 def test_a_released_slot_keeps_its_cache_for_the_next_turn(shared, tokenizer):
