@@ -1,5 +1,6 @@
 """The house's layout, pinned: every module sits in a layer and imports only from its own layer or
-below (imports inside functions and under TYPE_CHECKING count too); no import cycle between
+below (imports inside functions and under TYPE_CHECKING count too: ast.walk reads them all; drafters/
+sits above engine/); no import cycle between
 modules; Qt only in gui/; no module past ~500 lines. Read off the source with ast, so the rules
 hold for code no test happens to run."""
 
@@ -16,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "app" / "draftscope"
 LAYERS = [
     ["paths", "sysinfo", "_retriever", "draft_tree", "rules", "drafter_kinds"],
     ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
-    # the decoder (backends, the answer loop) and drafting (the seam, every drafter): they meet there
-    ["engine", "drafters"],
+    ["engine"],  # the decoder: backends, the stepper, answers, verification, sampling, the policy
+    ["drafters"],  # drafting above it: the seam, every drafter (they use the engine; it takes them as given)
     ["storage", "datastore", "documents"],  # settings and history; building datastores; the user's files
     ["drafters.recurrent.train"],  # training a recurrent head reads a datastore's sources
     ["core"],  # the application core: runtime, session, the drafter factory, words
@@ -86,14 +87,27 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(path, name, set(found)) for name, path in found.items()}
 
 
+# Upward imports known and being removed (issue 64): each a function-local import of the engine's.
+KNOWN_UPWARD = {
+    ("engine.answer", "drafters.composite"),
+    ("engine.answer_speed", "drafters.composite"),
+}
+
+
+def upward_imports(graph) -> set[tuple[str, str]]:
+    return {(a, b) for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a)}
+
+
 def test_every_import_goes_to_the_same_layer_or_below(graph):
-    upward = [
-        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
-        for a, targets in graph.items()
-        for b in sorted(targets)
-        if layer_of(b) > layer_of(a)
-    ]
-    assert not upward, "\n".join(upward)
+    upward = sorted(upward_imports(graph) - KNOWN_UPWARD)
+    assert not upward, "\n".join(f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})" for a, b in upward)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 64: the engine's last imports of drafters/ are being removed")
+def test_the_engine_imports_nothing_of_drafters(graph):
+    """drafters/ sits above engine/: the engine takes drafters as given (drafters/interface.py's
+    protocol) and never builds or imports one, not even inside a function."""
+    assert not upward_imports(graph) & KNOWN_UPWARD, sorted(upward_imports(graph) & KNOWN_UPWARD)
 
 
 def test_no_import_cycles(graph):
