@@ -77,7 +77,7 @@ def sampling_field(neutral: float, **how: Any) -> Any:
     return field(default=neutral, metadata={"tuned": SamplingField(**how)})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)  # by name: the declaration's order is no contract
 class SamplingParams:
     """How an answer is sampled, each tuned field declared once: its range, the app's default, its
     words. A new field is a line here and its filter in engine/sampling.py's processing; settings,

@@ -280,7 +280,7 @@ def identity(engine, prompt, params, *, seeds: int = SEEDS) -> tuple[list[int], 
     of those after a change, re-anchors)."""
     differ, accepted, after, reanchors = [], 0, 0, 0
     for seed in range(seeds):
-        p = SamplingParams(params.temperature, seed=100 + seed)
+        p = SamplingParams(temperature=params.temperature, seed=100 + seed)
         plain, _ = seeded_answer(engine, prompt, p, [], None)
         drafter = CountingContext()
         drafted, got = seeded_answer(engine, prompt, p, [drafter], 32)
@@ -298,7 +298,7 @@ def identity(engine, prompt, params, *, seeds: int = SEEDS) -> tuple[list[int], 
 @pytest.mark.parametrize("temperature", [1.0, 0.0], ids=["t1", "greedy"])
 def test_answers_with_reanchored_drafts_equal_plain_decoding(copier, temperature):
     engine, prompt = copier
-    differ, accepted, after, reanchors = identity(engine, prompt, SamplingParams(temperature))
+    differ, accepted, after, reanchors = identity(engine, prompt, SamplingParams(temperature=temperature))
     print(f"T={temperature}: {accepted} draft tokens accepted, {after} after a change, {reanchors} re-anchors")
     assert not differ, f"seeds {differ}: the answer with drafts differs from plain decoding's"
     assert accepted >= SEEDS * 4, f"only {accepted} draft tokens accepted: the case proves little"
@@ -321,5 +321,5 @@ def accepts_a_draft_at_a_miss(tree, chosen):
 def test_the_identity_check_rejects_a_verifier_that_accepts_a_draft_at_a_miss(copier, monkeypatch):
     monkeypatch.setattr(engine_mod, "verify_tree", accepts_a_draft_at_a_miss)
     engine, prompt = copier
-    differ, *_ = identity(engine, prompt, SamplingParams(1.0), seeds=6)
+    differ, *_ = identity(engine, prompt, SamplingParams(temperature=1.0), seeds=6)
     assert len(differ) >= 4, f"a biased verifier went unnoticed (only seeds {differ} differ)"

@@ -18,6 +18,7 @@ Two kinds of test, each with a deliberately broken variant it must reject:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -132,7 +133,7 @@ def datastore(tmp_path_factory):
 
 
 def with_seed(params: SamplingParams, seed: int) -> SamplingParams:
-    return SamplingParams(params.temperature, params.top_k, params.top_p, params.repetition_penalty, seed=seed)
+    return replace(params, seed=seed)
 
 
 def answer(engine, prompt, params, drafters, *, budget, tokens, **kw):
