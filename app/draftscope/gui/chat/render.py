@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
@@ -28,12 +27,6 @@ COPY_SCHEME = "copy"  # copy:<block index>
 CHROME = "chrome"  # class of the app's own words in rendered messages (a code block's label and Copy link)
 ACTION_SCHEME = "action"  # action:<verb>/<message id>
 STEP_SCHEME = "step"  # step:<message id or live>/<step index>: a token links to its decoding step
-
-
-@dataclass
-class RenderedChat:
-    html: str
-    code_blocks: list[str] = field(default_factory=list)  # the raw text behind each copy:<i> link
 
 
 class ChatRenderer:
