@@ -92,23 +92,25 @@ def test_a_streamed_read_ahead_ends_at_once_with_its_usage(serve):
 
 
 def test_an_answer_does_not_queue_behind_a_read_ahead_in_the_server(serve, monkeypatch):
-    """With one answer at a time, a read ahead still reading must not hold the only answering thread:
+    """With one answer at a time, a read ahead still reading must not hold the only answering place:
     the answer reaches the stepper, which makes the read ahead give way within a chunk."""
+    import asyncio
     import threading
 
     from draftscope.core.session import ChatSession
 
     server, _ = serve()
     holding, release = threading.Event(), threading.Event()
-    original = ChatSession.stream
+    original = ChatSession.stream_async
 
-    def stream(self, request):
+    async def stream_async(self, request, **kwargs):
         if request.background:  # a read ahead that is still reading
             holding.set()
-            release.wait(60)
-        yield from original(self, request)
+            await asyncio.to_thread(release.wait, 60)
+        async for event in original(self, request, **kwargs):
+            yield event
 
-    monkeypatch.setattr(ChatSession, "stream", stream)
+    monkeypatch.setattr(ChatSession, "stream_async", stream_async)
     ahead = threading.Thread(target=lambda: chat(server, max_tokens=0))
     ahead.start()
     try:

@@ -12,7 +12,7 @@ import time
 import httpx2 as httpx  # what the openai client itself uses
 import openai
 import pytest
-from engine_fixtures import pin_budget, tiny_llama
+from engine_fixtures import tiny_llama
 from runtime_helpers import runtime_for
 
 from draftscope.drafters import ContextDrafter
@@ -169,8 +169,6 @@ def served(tokenizer, tmp_path):
     def start(*, api_key=None, queue_limit=8, slow=False, history=True, on_request=None, max_body=None):
         engine = Engine(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, name="tiny")
         engine.eos_ids = set()
-        if slow:  # the drafter is asked every step (the adaptive policy would rightly skip a slow one)
-            pin_budget(engine, 4)
         calls = []
         make = (lambda: [SlowDrafter(calls)]) if slow else (lambda: [ContextDrafter()])
         store = HistoryStore(tmp_path / "h.sqlite3") if history else None
@@ -178,7 +176,11 @@ def served(tokenizer, tmp_path):
             runtime_for(engine, max_new_tokens=30, drafters=make),
             history=store,
             config=ServerConfig(
-                api_key=api_key, queue_limit=queue_limit, **({"max_body_bytes": max_body} if max_body else {})
+                api_key=api_key,
+                queue_limit=queue_limit,
+                # the drafter is asked every step (the adaptive policy would rightly skip a slow one)
+                budget=4 if slow else None,
+                **({"max_body_bytes": max_body} if max_body else {}),
             ),
             on_request=on_request,
         )

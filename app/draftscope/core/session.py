@@ -3,8 +3,9 @@
 A :class:`ChatSession` owns a conversation's turn cycle, with no Qt in it: a user message (or an
 edit of one, which replaces it and what followed), the request built from the settings, the
 engine's events, and the answer stored with its statistics and steps (or kept in memory when
-there is no history store). :meth:`ChatSession.stream` is the one answer loop: the window's worker
-thread, the terminal and the server all iterate it.
+there is no history store). :meth:`ChatSession.stream` is the answer loop of the window's worker
+thread and the terminal; :meth:`ChatSession.stream_async` the server's, awaited on its event loop; both
+tell the session's events and record the answer through ``core/answering.py``.
 
 What happens to the conversation's answers is the session's to tell (as napari's Qt-free models
 tell their ``_qt`` views): ``session.events`` (psygnal signals) announces each answer's start, its
@@ -14,12 +15,14 @@ steps and its end, on the thread that runs the answer. Views observe them — th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from psygnal import Signal, SignalGroup
 
 from draftscope.core import continuation
+from draftscope.core.answering import NO_FINAL, Answering
 from draftscope.core.sampling_defaults import sampling_from
 from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
@@ -226,7 +229,7 @@ class ChatSession:
         if self._stored():
             self.history.show_version(message_id)
 
-    def _settle_versions(self) -> None:
+    def settle_versions(self) -> None:
         """After an answer: if a regenerate hid a version and no new one was kept, show it again."""
         replaced, self._replaced = self._replaced, None
         if replaced is not None and self.last_kept is None:
@@ -337,44 +340,49 @@ class ChatSession:
         )
 
     def stream(self, request: GenerationRequest, *, keep: bool = True) -> Iterator[StepEvent | FinalEvent]:
-        """The one answer loop (window, terminal, server): the engine's StepEvents as they come
-        (after its ReadingEvents, for a request that asks for them: ``events.reading`` hears them),
-        then its FinalEvent, once the answer is recorded (unless ``keep`` is False; its message id
-        is then ``last_kept``). ``events`` hears of each as it is yielded. A request the engine
-        refuses (a prompt too long) raises here, after ``events.answer_failed``."""
-        steps: list[StepEvent] = []
-        self.last_kept = None
-        going_on = self.continuing if self.continuing is not None and self.continuing.request is request else None
-        self.events.answer_started.emit(request)
+        """The one answer loop (window, terminal; the server's is ``stream_async``): the engine's
+        StepEvents as they come (after its ReadingEvents, for a request that asks for them:
+        ``events.reading`` hears them), then its FinalEvent, once the answer is recorded (unless
+        ``keep`` is False; its message id is then ``last_kept``). ``events`` hears of each as it is
+        yielded (core/answering.py). A request the engine refuses (a prompt too long) raises here,
+        after ``events.answer_failed``."""
+        answering = Answering(self, request, keep=keep)
         try:
             for ev in self.engine.generate(request):
                 if isinstance(ev, FinalEvent):
-                    if keep:
-                        self.last_kept = self.record(ev, steps, request)
-                    self._settle_versions()
-                    self.events.answer_ended.emit(ev, self.last_kept)
-                    yield ev
+                    yield answering.end(ev)
                     return
-                if isinstance(ev, ReadingEvent):  # not a step: nothing of it is kept
-                    self.events.reading.emit(ev)
-                    yield ev
-                    continue
-                if going_on is not None:  # a continued answer's steps are the whole answer's, live and kept
-                    ev = continuation.numbered_on(ev, going_on)
-                steps.append(ev)
-                self.events.step.emit(ev)
-                yield ev
+                yield answering.passing(ev)
         except Exception as exc:
-            self._settle_versions()
-            self.events.answer_failed.emit(str(exc) or type(exc).__name__)
+            answering.failed(exc)
             raise
-        self._settle_versions()
-        self.events.answer_failed.emit("the engine ended without a final event")
-        raise RuntimeError("the engine ended without a final event")
+        answering.failed(RuntimeError(NO_FINAL))
+        raise RuntimeError(NO_FINAL)
+
+    async def stream_async(
+        self, request: GenerationRequest, *, write=None
+    ) -> AsyncIterator[ReadingEvent | StepEvent | FinalEvent]:
+        """``stream`` awaited on an asyncio event loop (the server): no thread of the answer's own.
+        ``write(fn, final)``, awaited, runs the answer's recording (``fn(final)``) where the face
+        records (the server: one writer thread); without it, the recording runs here."""
+        answering = Answering(self, request, keep=True)
+        try:
+            async with contextlib.aclosing(self.engine.generate_async(request)) as events:
+                async for ev in events:
+                    if isinstance(ev, FinalEvent):
+                        final = await write(answering.end, ev) if write is not None else answering.end(ev)
+                        yield final
+                        return
+                    yield answering.passing(ev)
+        except Exception as exc:
+            answering.failed(exc)
+            raise
+        answering.failed(RuntimeError(NO_FINAL))
+        raise RuntimeError(NO_FINAL)
 
     def run(self, request: GenerationRequest, *, keep: bool = True) -> FinalEvent:
         """Answer ``request`` to the end (its steps reach ``events``)."""
         for ev in self.stream(request, keep=keep):
             if isinstance(ev, FinalEvent):
                 return ev
-        raise RuntimeError("the engine ended without a final event")
+        raise RuntimeError(NO_FINAL)

@@ -8,10 +8,11 @@ cache and logit processing. What runs the target (torch or llama.cpp) sits behin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +21,7 @@ from draftscope.engine.answer import Answer, limit_leaves
 from draftscope.engine.auto_threads import ThreadsChoice, choose_for
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
+from draftscope.engine.event_feed import follow, follow_async
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.plain_rate import AnswerPlainSteps, PlainRate
 from draftscope.engine.policy import Calibration
@@ -262,15 +264,13 @@ class Engine:
         (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""
         prompt = self._prompt(request)
-        answer = Answer(self, request, prompt, ignore_eos=_ignore_eos)
-        self.slots.submit(answer)
-        try:
-            while True:
-                event = answer.next_event()
-                self.slots.taken(answer)
+        yield from follow(self.slots, Answer(self, request, prompt, ignore_eos=_ignore_eos))
+
+    async def generate_async(self, request: GenerationRequest) -> AsyncIterator[ReadingEvent | StepEvent | FinalEvent]:
+        """``generate`` for a reader on an asyncio event loop (the server): the events awaited there, fed
+        from the stepper's thread (engine/event_feed.py), no thread of the reader's own. Closing it
+        (``contextlib.aclosing``) before the end frees the answer's slot."""
+        answer = Answer(self, request, self._prompt(request))
+        async with contextlib.aclosing(follow_async(self.slots, answer)) as events:
+            async for event in events:
                 yield event
-                if isinstance(event, FinalEvent):
-                    return
-        finally:
-            if not answer.finished:
-                self.slots.abandon(answer)

@@ -1,8 +1,9 @@
 """One thread drives the model (as llama-server's ``update_slots`` and vLLM's ``EngineCore.step``): each
 round it admits waiting answers into free slots, asks every answer for its work (a prompt chunk, or a
 root and its draft tree), runs one forward for all of them, and hands each its result. Answers join and
-leave between rounds; an answer's events go to its own queue (engine/answer.py), which
-``Engine.generate`` yields from on the caller's thread.
+leave between rounds; an answer's events go to its own queue (engine/answer.py), which its reader
+takes from (engine/event_feed.py): ``Engine.generate`` on the caller's thread, ``Engine.generate_async``
+awaited on an event loop (the server), woken thread-safely from this thread.
 
 Whatever else uses the loaded model (measurements, a recurrent head's training reading rows through
 llama.cpp) runs on the same thread, between rounds: ``call`` (``exclusive``: once no answer runs),

@@ -1,15 +1,16 @@
 """``draftscope serve``: an OpenAI-compatible server over the engine (Starlette on uvicorn).
 
-One model, ``parallel`` answers at once: each runs on a worker thread of its own, and their steps
-share forwards (the engine's slots); further requests wait in arrival order, at most
-``queue_limit`` of them, and one more gets 429 before its body is read: a request holds its place
-from then until its answer is over, its body's reading and parsing included (``intake``). Every
-error is a JSON body in OpenAI's shape, an unexpected one a 500 in that shape. A client that goes
-away cancels its answer within one decoding step (the engine checks between steps). Streamed chunks
-carry, in the extension field ``draftscope``, the step's tokens and which drafter drafted each;
-the last chunk carries the answer's statistics (τ, speedup). Answers go to the app's history as
-conversations of their own when the server is given a history store. Sending an answer, whole or
-streamed: ``replies``.
+One model, ``parallel`` answers at once, their steps sharing forwards (the engine's slots); further
+requests wait in arrival order, at most ``queue_limit`` of them, and one more gets 429 before its
+body is read: a request holds its place from then until its answer is over, its body's reading and
+parsing included (``intake``). An answer has no thread of its own: its events are awaited on the
+event loop, fed from the model's stepper thread (engine/event_feed.py), and one writer thread
+records the answers. Every error is a JSON body in OpenAI's shape, an unexpected one a 500 in that
+shape. A client that goes away cancels its answer within one decoding step (the engine checks
+between steps). Streamed chunks carry, in the extension field ``draftscope``, the step's tokens and
+which drafter drafted each; the last chunk carries the answer's statistics (τ, speedup). Answers go
+to the app's history as conversations of their own when the server is given a history store.
+Sending an answer, whole or streamed: ``replies``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from starlette.routing import Route
 import draftscope.server.protocol as p
 from draftscope.core.session import ChatSession
 from draftscope.engine.engine import GenerationRequest
-from draftscope.engine.events import FinalEvent
 from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
@@ -71,41 +71,53 @@ class ServerConfig:
 
 class Ticket:
     """A request's place within the queue limit: taken before its body is read, given back when its
-    answer is over or when it ends without one (refused, or its client gone)."""
+    answer is over or when it ends without one (refused, or its client gone); and, once its answer
+    may begin, one of the ``parallel`` answering places (a read ahead takes none)."""
 
     def __init__(self, answerer: Answerer) -> None:
         self.answerer = answerer
         self.answering = False  # handed to an answer, which gives the place back when it ends
         self.held = True
+        self.placed = False  # holds one of the answering places
+
+    async def turn(self) -> None:
+        """Until one of the ``parallel`` answering places is free, in arrival order."""
+        await self.answerer.places.acquire()
+        self.placed = True
 
     def release(self) -> None:
+        if self.placed:
+            self.placed = False
+            self.answerer.places.release()
         if self.held:  # once: an answer's end and its handler's may both say so
             self.held = False
             self.answerer.in_flight -= 1
 
 
 class Answerer:
-    """Admits requests within the queue limit, parses their bodies on a small pool of workers, and
-    runs up to ``parallel`` answers at once on worker threads, streaming their events to the event
-    loop."""
+    """The server's one admission: requests within the queue limit (429 beyond it) wait in arrival
+    order for one of ``parallel`` answering places; their bodies parsed on a small pool of workers.
+    An answer has no thread of its own: a task on the event loop awaits its events from the model's
+    stepper (Engine.generate_async) and hands them to its request; one writer thread records every
+    answer (history, learning)."""
 
     def __init__(self, runtime, *, history=None, config: ServerConfig | None = None, on_stored=None) -> None:
         self.runtime = runtime
         self.history, self.on_stored = history, on_stored
         self.config = config or ServerConfig()
-        self.executor = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="draftscope-answer")
-        # read aheads (max_tokens 0) wait on threads of their own: an answer must reach the stepper,
-        # which ends a read ahead in its way within a chunk, not queue here behind it
-        self.reading = ThreadPoolExecutor(max_workers=self.config.parallel, thread_name_prefix="draftscope-read-ahead")
+        # answers at once; read aheads (max_tokens 0) take no place: the stepper gives them the lowest
+        # priority and ends one in an answer's way within a chunk, so an answer never queues behind them
+        self.places = asyncio.Semaphore(self.config.parallel)
         # its size is the bound on bodies parsed and files read at once (intake.PARSING_AT_ONCE)
         self.parsing = ThreadPoolExecutor(max_workers=PARSING_AT_ONCE, thread_name_prefix="draftscope-parse")
+        # SQLite writes and the learner's hand-off, one answer at a time, off the event loop and the stepper
+        self.recording = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftscope-record")
         self.in_flight = 0  # requests admitted and not over, body reading included; on the event loop only
-        self.served = 0
+        self.answers: set[asyncio.Task] = set()  # running (a task is only weakly held by the loop)
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.reading.shutdown(wait=False, cancel_futures=True)
         self.parsing.shutdown(wait=False, cancel_futures=True)
+        self.recording.shutdown(wait=False)  # an answer being recorded is kept
 
     def admit(self) -> Ticket:
         """A place for a request, before any of its body is read; 429 when the queue is full."""
@@ -125,11 +137,22 @@ class Answerer:
         """``work(*args)`` on the parsing pool: off the event loop, at most PARSING_AT_ONCE at once."""
         return await asyncio.wrap_future(self.parsing.submit(work, *args))
 
+    async def write(self, fn, *args):
+        """``fn(*args)`` on the one writer thread (an answer's recording)."""
+        return await asyncio.wrap_future(self.recording.submit(fn, *args))
+
     def session(self, shown: list[dict], *, answers: bool = True) -> ChatSession:
         """A request's conversation: kept in the app's history as one of its own ("API · …") once
         it is answered, when the server keeps history (not a read ahead: ``answers`` false, nothing written)."""
         keep = answers and self.history is not None and self.config.keep_history
         session = ChatSession(self.runtime, history=self.history if keep else None, defer=True, title_prefix="API · ")
+        if keep and self.on_stored is not None:
+
+            def stored(_final, message_id: int | None) -> None:  # told on the writer thread, once recorded
+                if message_id is not None:
+                    self.on_stored(session.conversation_id)
+
+            session.events.answer_ended.connect(stored)
         for m in shown:
             if m["role"] in ("user", "assistant"):
                 session.say(m["content"], role=m["role"], files=m.get("sent", ()))
@@ -161,41 +184,37 @@ class Answerer:
         return out
 
     async def events(self, session: ChatSession, request: GenerationRequest, ticket: Ticket):
-        """The answer's StepEvents then its FinalEvent, as they come; closing this generator (a
-        client that went away) cancels the answer. The answer gives the ticket back when it ends."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        cancel = threading.Event()
-        request.cancel = cancel
-        put = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
-
-        def work() -> None:
-            try:
-                if cancel.is_set():  # gone while waiting its turn
-                    return
-                for ev in session.stream(request):
-                    if isinstance(ev, FinalEvent) and session.last_kept is not None and self.on_stored is not None:
-                        self.on_stored(session.conversation_id)
-                    put(ev)
-            except Exception as exc:  # noqa: BLE001 - handed to the request, which answers with it
-                put(exc)
-            finally:
-                put(_END)
-
-        future = loop.run_in_executor(self.reading if request.background else self.executor, work)
+        """The answer's StepEvents then its FinalEvent, as they come, once it has its turn. Closing this
+        generator (a client that went away) cancels the answer, which runs on to its cancel (within a
+        step) and is kept so far; its end gives the ticket back."""
+        cancel = request.cancel = threading.Event()
+        if not request.background:
+            await ticket.turn()
+        heard: asyncio.Queue = asyncio.Queue()
         ticket.answering = True  # from here the answer's end gives the place back
-        future.add_done_callback(lambda _: self._done(ticket))
+        answer = asyncio.create_task(self._answer(session, request, ticket, heard.put_nowait))
+        self.answers.add(answer)
+        answer.add_done_callback(self.answers.discard)
         try:
-            while (item := await queue.get()) is not _END:
+            while (item := await heard.get()) is not _END:
                 if isinstance(item, Exception):
                     raise item
                 yield item
         finally:
             cancel.set()  # a no-op when the answer is over
 
-    def _done(self, ticket: Ticket) -> None:
-        ticket.release()
-        self.served += 1
+    async def _answer(self, session: ChatSession, request: GenerationRequest, ticket: Ticket, put) -> None:
+        """The answer to its end, whether or not its request still listens: a task of its own, so a
+        client that leaves cancels it (its cancel event) rather than dropping it unrecorded."""
+        try:
+            async with contextlib.aclosing(session.stream_async(request, write=self.write)) as events:
+                async for event in events:
+                    put(event)
+        except Exception as exc:  # noqa: BLE001 - handed to the request, which answers with it
+            put(exc)
+        finally:
+            put(_END)
+            ticket.release()
 
 
 def _error(exc: p.ApiError) -> JSONResponse:
