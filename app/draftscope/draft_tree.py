@@ -99,3 +99,109 @@ class DraftTree:
             if p >= 0:
                 mask[i] |= mask[p]
         return mask
+
+
+# ---------------------------------------------------------------------- trees made and cut
+# Every operation that makes a tree or cuts one to what a step may hold lives here, beside the
+# structure: the answer plans each step with the cuts (engine/answer.py), the step policy trims with
+# ``subtree``, cost measurements and the draft model verify chains.
+
+
+def chain_tree(tokens) -> DraftTree:
+    """A draft chain (each node the child of the one before): what cost measurements verify."""
+    n = len(tokens)
+    return DraftTree(
+        np.asarray(tokens, dtype=np.int64),
+        np.arange(-1, n - 1, dtype=np.int32),
+        np.arange(1, n + 1, dtype=np.int32),
+        np.ones(n, np.float32),
+        np.ones(n, np.int8),
+    )
+
+
+def leaves_below(tree: DraftTree) -> list[tuple[int, ...]]:
+    """For each node, the leaves below it (leaf k in node order is k): llama.cpp gives each leaf a
+    sequence id, and a node joins the sequences of its leaves (its first is the one it is masked by)."""
+    below: list[list[int]] = [[] for _ in range(len(tree))]
+    for k, leaf in enumerate(tree.leaves()):
+        node = int(leaf)
+        while node != -1:
+            below[node].append(k)
+            node = int(tree.parents[node])
+    return [tuple(s) for s in below]
+
+
+def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
+    """The nodes where ``keep`` is True (their ancestors must be kept too), in the same order."""
+    index = np.flatnonzero(keep)
+    if index.size == len(tree):
+        return tree
+    if index.size == 0:
+        return DraftTree.empty()
+    remap = {int(old): new for new, old in enumerate(index)}
+    parents = np.array([remap[int(tree.parents[i])] if tree.parents[i] >= 0 else -1 for i in index], dtype=np.int32)
+    return DraftTree(
+        tree.tokens[index],
+        parents,
+        tree.depth[index],
+        tree.support[index],
+        tree.source[index],
+        match_len=tree.match_len,
+        match_count=tree.match_count,
+        extra=dict(tree.extra),
+    )
+
+
+def drop_foreign_tokens(tree: DraftTree, vocab: int) -> DraftTree:
+    """Drafts whose token is not in the model's vocabulary (a datastore built for another
+    tokenizer, a damaged index) are dropped with everything below them: they could never be
+    accepted, and the model cannot even embed them."""
+    if len(tree) == 0:
+        return tree
+    bad = (tree.tokens < 0) | (tree.tokens >= vocab)
+    if not bad.any():
+        return tree
+    keep = ~bad
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        if parent >= 0 and not keep[parent]:
+            keep[i] = False
+    return subtree(tree, keep)
+
+
+def prune_depth(tree: DraftTree, max_depth: int) -> DraftTree:
+    """Drop nodes deeper than ``max_depth`` (they could only produce tokens past the limit)."""
+    if len(tree) == 0 or tree.max_depth <= max_depth:
+        return tree
+    return subtree(tree, tree.depth <= max_depth)
+
+
+def first_nodes(tree: DraftTree, most: int) -> DraftTree:
+    """The tree's first ``most`` nodes (parents come before children, so it stays a tree)."""
+    if len(tree) <= most:
+        return tree
+    return subtree(tree, np.arange(len(tree)) < most)
+
+
+def limit_leaves(tree: DraftTree, max_leaves: int | None) -> DraftTree:
+    """At most ``max_leaves`` leaves (a backend shared by several answers gives each fewer cache
+    sequences, one per leaf): nodes are kept in the tree's order, parents first, while they do not
+    add a leaf past the limit."""
+    if max_leaves is None or len(tree) == 0 or len(tree.leaves()) <= max_leaves:
+        return tree
+    keep = np.zeros(len(tree), dtype=bool)
+    is_leaf = np.zeros(len(tree), dtype=bool)
+    leaves = 0
+    for i in range(len(tree)):
+        parent = int(tree.parents[i])
+        if parent >= 0 and not keep[parent]:
+            continue
+        extends = parent >= 0 and is_leaf[parent]  # the parent stops being a leaf: the count holds
+        if not extends and leaves >= max_leaves:
+            continue
+        keep[i], is_leaf[i] = True, True
+        if extends:
+            is_leaf[parent] = False
+        else:
+            leaves += 1
+    return subtree(tree, keep)

@@ -50,7 +50,7 @@ class Fed:
     through forward)."""
 
     def __init__(self, engine, model) -> None:
-        from draftscope.engine.backends.work import Prefill, Start
+        from draftscope.engine.backends.work import Prefill
 
         self.tokens, self.reading = 0, False
         embeddings = model.get_input_embeddings()
@@ -58,7 +58,7 @@ class Fed:
         decode = engine.backend.decode_many
 
         def counted(work):  # the stepper's forwards: those of prompt work are what is counted
-            self.reading = all(isinstance(item, (Prefill, Start)) for item in work.values())
+            self.reading = all(isinstance(item, Prefill) for item in work.values())
             try:
                 return decode(work)
             finally:

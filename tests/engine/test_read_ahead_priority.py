@@ -21,7 +21,6 @@ from engine_fixtures import IdTokenizer, tiny_llama
 from test_prompt_cache import Fed, Prefilled, open_torch
 from test_stepper import TimedSlots, engine_on
 
-import draftscope.engine.answer as answer_mod
 import draftscope.engine.backends.held as held_mod
 from draftscope.drafters import ContextDrafter
 from draftscope.engine.answer import AHEAD_CHUNK, READ_CHUNK
@@ -160,7 +159,7 @@ def test_an_answer_during_a_long_read_ahead_starts_within_one_chunk_and_reads_on
         assert (answer.stats.prompt_kept, answer.stats.prompt_read_ahead) == (read_before, read_before)
         assert fed.tokens == len(typed) - 1, "a prompt token was read twice"
         rest = len(typed) - 1 - read_before
-        prompt_forwards = 1 if kind == "dynamic" else -(-rest // PREFILL_BATCH)  # one Start, or its chunks
+        prompt_forwards = 1 if kind == "dynamic" else -(-rest // PREFILL_BATCH)  # the rest at once, or in chunks
         assert arrival.forwards == 2 + prompt_forwards + 8, "a forward ran between the arrival and the answer's"
         assert answer.token_ids == cold(model, kind, send), "the answer after a read ahead is not the cold read's"
     finally:
@@ -289,7 +288,6 @@ def test_a_read_ahead_trusted_with_one_token_it_did_not_read_is_caught(model, ki
         return min(held_mod.common_prefix(held, prompt) + 1, len(prompt) - 1)
 
     monkeypatch.setattr(held_mod, "positions_to_keep", one_more)
-    monkeypatch.setattr(answer_mod, "positions_to_keep", one_more)
     trusting = ask(engine, send)
     assert trusting.stats.prompt_kept == len(conversation) - 1
     assert trusting.token_ids != expected.token_ids

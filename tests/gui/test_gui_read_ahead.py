@@ -25,7 +25,7 @@ import draftscope.engine.backends.held as held_mod  # noqa: E402
 from draftscope.core.session import sampling_from  # noqa: E402
 from draftscope.documents.extract import Attachment  # noqa: E402
 from draftscope.engine.answer import READ_CHUNK  # noqa: E402
-from draftscope.engine.backends.work import Prefill, Start  # noqa: E402
+from draftscope.engine.backends.work import Prefill  # noqa: E402
 from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
 from draftscope.gui.chat.read_ahead import DEBOUNCE_MS, finished_words  # noqa: E402
 from draftscope.gui.main_window import MainWindow  # noqa: E402
@@ -48,17 +48,15 @@ def engine(tokenizer):
 
 
 class Fed:
-    """The prompt tokens the model is given (its forwards of prompt work, by their input ids), and
-    the length of each Start it reads (a read ahead reads in growing Starts)."""
+    """The prompt tokens the model is given (its forwards of prompt work, by their input ids)."""
 
     def __init__(self, engine, slow_s: float = 0.0) -> None:
-        self.tokens, self.starts, self.reading = 0, [], False
+        self.tokens, self.reading = 0, False
         self._hook = engine.model.get_input_embeddings().register_forward_hook(self._count)
         decode = engine.backend.decode_many
 
         def counted(work):
-            self.reading = all(isinstance(item, (Prefill, Start)) for item in work.values())
-            self.starts += [(time.monotonic(), len(i.prompt)) for i in work.values() if isinstance(i, Start)]
+            self.reading = all(isinstance(item, Prefill) for item in work.values())
             try:
                 if self.reading:
                     time.sleep(slow_s)  # a long prompt on a slow machine

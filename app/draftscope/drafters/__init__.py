@@ -13,5 +13,9 @@ from draftscope.drafters.composite import CompositeDrafter
 from draftscope.drafters.context import ContextDrafter
 from draftscope.drafters.interface import Drafter
 from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
+from draftscope.engine.drafting import use_combiner
+
+# The engine, below drafting, merges an answer's several drafters with the composite (it never imports drafters/).
+use_combiner(CompositeDrafter)
 
 __all__ = ["CompositeDrafter", "ContextDrafter", "Drafter", "LearnedDrafter", "RetrievalDrafter"]

@@ -24,6 +24,7 @@ from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafter_kinds import probability_sources
 from draftscope.drafters.interface import Drafter
 from draftscope.drafters.path_trie import PathTrie
+from draftscope.engine import drafting
 
 
 def path_scores(tree: DraftTree) -> np.ndarray:
@@ -43,7 +44,7 @@ class CompositeDrafter(Drafter):
     name = "composite"
     source = DraftSource.TARGET  # mixed; each node says its own
 
-    SLOW_SHARE = 0.05  # a drafter slower than this share of a plain step must earn its time
+    SLOW_SHARE = drafting.SLOW_SHARE  # a drafter slower than this share of a plain step must earn its time
     FIRST_RETRY, LAST_RETRY = 6, 64  # steps a drafter that does not pay sits out (doubling)
 
     def __init__(

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.drafters.interface import Drafter
-from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities, recent_tokens
 
 

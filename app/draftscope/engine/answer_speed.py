@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from draftscope.engine.drafting import SLOW_SHARE
 from draftscope.engine.plain_rate import AnswerPlainSteps
 
 
@@ -17,15 +18,13 @@ def unused_drafters_note(gates: dict, names: list[str], step_cost: float | None)
     """Why a slow drafter sits out (CompositeDrafter's gate, kept by name in ``gates``): "draft model
     not used: it costs 41 ms a step against 12 ms saved" (a token accepted saves a plain step); None
     when every drafter runs."""
-    from draftscope.drafters.composite import CompositeDrafter
-
     if not step_cost:
         return None
     notes = []
     for name in names:
         gate = gates.get(name) or {}
         seconds, tokens = gate.get("seconds") or 0.0, gate.get("tokens")
-        if tokens is None or seconds <= CompositeDrafter.SLOW_SHARE * step_cost or tokens * step_cost >= seconds:
+        if tokens is None or seconds <= SLOW_SHARE * step_cost or tokens * step_cost >= seconds:
             continue
         what = "draft model" if name == "model" else f"{name} drafter"
         notes.append(

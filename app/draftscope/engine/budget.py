@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import DraftTree, chain_tree
 
 # 1 and 3 are measured, not interpolated: on a CPU the step from one token to two costs most
 # (llama.cpp leaves its one-row kernels), and a line drawn from 0 to 2 makes a one-node tree look
@@ -89,51 +89,15 @@ def costs_at(costs: dict[int, float], sizes) -> np.ndarray:
     return out
 
 
-class InSlot:
-    """One slot of a backend through the one-answer verbs a measurement uses (start, verify,
-    truncate): an answer measures in its own slot while others answer in theirs."""
-
-    def __init__(self, backend, slot: int) -> None:
-        self.backend, self.slot = backend, slot
-        self.max_context, self.vocab = backend.max_context, backend.vocab
-
-    def start(self, prompt: list[int]) -> None:
-        from draftscope.engine.backends.work import Prefill
-
-        backend, prefix = self.backend, prompt[:-1]
-        if not backend.reads_in_chunks:  # a one-slot backend reads a prompt whole
-            backend.start(prompt)
-            return
-        backend.truncate_slot(self.slot, 0)
-        for at in range(0, len(prefix), backend.prefill_batch):
-            self._run(Prefill(prefix[at : at + backend.prefill_batch], at))
-
-    def verify(self, root: int, tree: DraftTree):
-        from draftscope.engine.backends.work import Verify
-
-        return self._run(Verify(root, tree))
-
-    def truncate(self, length: int) -> None:
-        self.backend.truncate_slot(self.slot, length)
-
-    def _run(self, item):
-        out = self.backend.decode_many({self.slot: item}).get(self.slot)
-        if isinstance(out, BaseException):
-            raise out
-        return out
-
-
 @torch.inference_mode()
 def measure_verify_costs(
     backend, *, context: int = 256, sizes=SIZES, repeats: int = 3, progress=None
 ) -> dict[int, float]:
     """Seconds for one verify of 1 + n tokens (root + chain of n) over a ``context``-token cache,
-    on whatever backend runs the model (or one slot of it: InSlot): the best of ``repeats`` rounds,
+    on whatever backend runs the model (or one slot of it: a SlotView): the best of ``repeats`` rounds,
     each round over every size (a load spike then hits one round, not every try of one size), made
     monotone in n. ``progress(fraction)`` hears how far it is, in verified tokens (a tree's cost
     grows with its size, so a count of verifies would run ahead of the time)."""
-    from draftscope.engine.backends.base import chain_tree
-
     context = max(1, min(context, backend.max_context - max(sizes) - 2))
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, backend.vocab, context + 1).tolist()

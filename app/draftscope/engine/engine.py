@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from draftscope.engine.answer import Answer, limit_leaves
+from draftscope.draft_tree import limit_leaves
+from draftscope.engine.answer import Answer
 from draftscope.engine.auto_threads import ThreadsChoice, choose_for
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
@@ -29,7 +30,7 @@ from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
 from draftscope.engine.stepper import Stepper
 
-__all__ = ["Engine", "GenerationRequest", "PromptTooLongError", "limit_leaves"]
+__all__ = ["Engine", "GenerationRequest", "PromptTooLongError", "limit_leaves"]  # limit_leaves: draft_tree.py's
 
 log = logging.getLogger(__name__)
 

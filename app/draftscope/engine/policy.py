@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import DraftTree, subtree
 from draftscope.engine.acceptance import AnswerEvidence, Calibration, node_runs, shares
 from draftscope.engine.backends.work import MAX_DRAFT
 from draftscope.engine.budget import DraftBudget, costs_at, monotone
@@ -54,27 +54,6 @@ class Decision:
     kept: int  # nodes verified
     expected: float  # expected accepted tokens of the kept tree
     reason: str  # "tree", "plain: drafts cannot pay", "plain: drafting does not pay lately", "explore"
-
-
-def subtree(tree: DraftTree, keep: np.ndarray) -> DraftTree:
-    """The nodes where ``keep`` is True (their ancestors must be kept too), in the same order."""
-    index = np.flatnonzero(keep)
-    if index.size == len(tree):
-        return tree
-    if index.size == 0:
-        return DraftTree.empty()
-    remap = {int(old): new for new, old in enumerate(index)}
-    parents = np.array([remap[int(tree.parents[i])] if tree.parents[i] >= 0 else -1 for i in index], dtype=np.int32)
-    return DraftTree(
-        tree.tokens[index],
-        parents,
-        tree.depth[index],
-        tree.support[index],
-        tree.source[index],
-        match_len=tree.match_len,
-        match_count=tree.match_count,
-        extra=dict(tree.extra),
-    )
 
 
 class StepPolicy(DraftBudget):

@@ -1,12 +1,17 @@
 """The seam below the answers: what the stepper (engine/stepper.py) asks of the target model,
 whatever runs it.
 
-A backend holds ``slots`` answers' caches (one for most; llama.cpp, its RPC child and torch's padded
-batch hold several). Between steps a slot's cache holds every token of its prompt + answer except the
-last one, the root. ``decode_many`` runs one forward for several slots' work (engine/backends/work.py):
-a prompt chunk, or a root and a draft tree, returning a row of next-token logits for the root and for
-every node; ``commit_slot`` keeps the root and the accepted nodes. A one-slot backend gets every slot
-verb from its one-answer verbs (start, verify, commit, truncate). Drafters, verification, the step
+A backend's face is ``decode_many`` and the slot verbs. It holds ``slots`` answers' caches (one for
+most; llama.cpp, its RPC child and torch's padded batch hold several). Between steps a slot's cache
+holds every token of its prompt + answer except the last one, the root. ``decode_many`` runs one
+forward for several slots' work (engine/backends/work.py): a prompt chunk, or a root and a draft
+tree, returning a row of next-token logits for the root and for every node; ``commit_slot`` keeps
+the root and the accepted nodes. A one-slot backend (OneSlotBackend) writes one answer's verbs
+(prefill, verify, commit, truncate) and gets the face from them.
+
+Whoever drives one answer by hand (the draft model, the cost measurement, the self-test, the graph
+capture's check) drives one slot through :class:`SlotView`, the one adapter from the face to one
+answer's verbs (``backend.start`` and its kin are slot 0's view). Drafters, verification, the step
 policy, events and every face sit above this seam and never ask which backend runs."""
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.work import PREFILL_BATCH, Start, Verify
+from draftscope.draft_tree import DraftTree, chain_tree
+from draftscope.engine.backends.work import PREFILL_BATCH, Prefill, Verify
+
+__all__ = ["Backend", "OneSlotBackend", "SlotView", "Verified", "chain_tree"]  # chain_tree: draft_tree.py's
 
 
 @dataclass
@@ -49,60 +55,32 @@ class Backend(ABC):
     leaves: int | None = None  # leaves a slot's tree may have (llama.cpp: a sequence id each; None: any)
     batch_capacity: int | None = None  # tokens one forward takes (None: any)
     prefill_batch: int = PREFILL_BATCH  # prompt tokens a chunk holds at most
-    reads_in_chunks: bool = False  # prompts go in Prefill chunks (several slots); else whole, in Start
+    # a prompt goes in chunks of at most prefill_batch (slots share forwards); else in one Prefill,
+    # or READ_CHUNK parts where its reader asks how far the reading is (engine/answer.py)
+    reads_in_chunks: bool = False
+
+    # ------------------------------------------------------------------ the face: one forward, the slot verbs
 
     @abstractmethod
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
-        """Feed every prompt token but the last (the first root), keeping what the cache already
-        holds of them from the answers before (held.py; ``last_kept`` says how many) and forgetting
-        the rest. Returns the last hidden state of that prefill when asked and the prompt is longer than 1."""
-
-    @abstractmethod
-    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
-        """One forward of [root] + tree: each node attends to the cache, its ancestors and itself."""
-
-    @abstractmethod
-    def commit(self, path: list[int]) -> None:
-        """After ``verify``: keep the root and the accepted nodes ``path`` (a chain of node indices)."""
-
-    @abstractmethod
-    def truncate(self, length: int) -> None:
-        """Keep the first ``length`` cached positions (drop what was verified after them)."""
-
-    @property
-    @abstractmethod
-    def cached(self) -> int:
-        """How many positions the cache holds now."""
-
-    # ------------------------------------------------------------------ slots (one, unless overridden)
-
     def decode_many(self, work: dict) -> dict:
-        """One forward for several slots' work: {slot: Start | Prefill | Verify} -> {slot: its result
-        (the prompt's last hidden state or None; a Verified), or the error that item met}."""
-        out = {}
-        for slot, item in work.items():  # one slot: one item
-            try:
-                if isinstance(item, Start):
-                    out[slot] = self.start(item.prompt, want_hidden=item.want_hidden)
-                elif isinstance(item, Verify):
-                    out[slot] = self.verify(item.root, item.tree, want_hidden=item.want_hidden)
-                else:
-                    raise ValueError(f"{self.kind} reads a prompt whole (Start), not in chunks")
-            except Exception as exc:  # noqa: BLE001 - the answer that asked hears of it
-                out[slot] = exc
-        return out
+        """One forward for several slots' work: {slot: Prefill | Verify} -> {slot: its result (the
+        prompt chunk's last hidden state when asked, else None; a Verified), or the error that item
+        met}. A Prefill's tokens join its slot's cache."""
 
+    @abstractmethod
     def commit_slot(self, slot: int, path: list[int]) -> None:
-        self.commit(path)
+        """After the slot's Verify: keep the root and the accepted nodes ``path`` (a chain of node indices)."""
 
+    @abstractmethod
     def truncate_slot(self, slot: int, length: int) -> None:
-        self.truncate(length)
+        """Keep the slot's first ``length`` cached positions (drop what was verified after them)."""
+
+    @abstractmethod
+    def slot_cached(self, slot: int) -> int:
+        """How many positions the slot's cache holds now."""
 
     def clear_slot(self, slot: int) -> None:
         self.truncate_slot(slot, 0)
-
-    def slot_cached(self, slot: int) -> int:
-        return self.cached
 
     def held_tokens(self, slot: int) -> list[int]:
         """The token at each position the slot's cache holds, as far as known (held.py)."""
@@ -113,6 +91,26 @@ class Backend(ABC):
         self.truncate_slot(slot, 0)
         self.last_kept = 0
         return 0
+
+    # ------------------------------------------------------------------ one answer: slot 0's view
+
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+        """Slot 0 reads ``prompt`` but its last token (SlotView.start)."""
+        return SlotView(self).start(prompt, want_hidden=want_hidden)
+
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        """One forward of [root] + tree in slot 0: each node attends to the cache, its ancestors and itself."""
+        return SlotView(self).verify(root, tree, want_hidden=want_hidden)
+
+    def commit(self, path: list[int]) -> None:
+        self.commit_slot(0, path)
+
+    def truncate(self, length: int) -> None:
+        self.truncate_slot(0, length)
+
+    @property
+    def cached(self) -> int:
+        return self.slot_cached(0)
 
     # ------------------------------------------------------------------ caches kept on disk (engine/kv_disk.py)
 
@@ -183,13 +181,93 @@ class Backend(ABC):
         """Give back native memory now rather than at garbage collection."""
 
 
-def chain_tree(tokens) -> DraftTree:
-    """A draft chain (each node the child of the one before): what cost measurements verify."""
-    n = len(tokens)
-    return DraftTree(
-        np.asarray(tokens, dtype=np.int64),
-        np.arange(-1, n - 1, dtype=np.int32),
-        np.arange(1, n + 1, dtype=np.int32),
-        np.ones(n, np.float32),
-        np.ones(n, np.int8),
-    )
+class SlotView:
+    """One slot of a backend as one answer's verbs (start, verify, commit, truncate, cached): the
+    draft model, the cost measurement, the self-test and the graph capture's check drive a model
+    through it, whichever backend runs and however many slots it holds. Every call is the face's:
+    ``decode_many`` and the slot verbs, so an answer measures in its own slot while others answer."""
+
+    def __init__(self, backend: Backend, slot: int = 0) -> None:
+        self.backend, self.slot = backend, slot
+        self.max_context, self.vocab = backend.max_context, backend.vocab
+
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+        """Feed every prompt token but the last (the first root), keeping what the slot's cache
+        already holds of them (held.py; ``last_kept`` says how many) and forgetting the rest. Returns
+        the last hidden state of that reading when asked and there was something to read."""
+        backend = self.backend
+        kept = backend.keep_prefix(self.slot, prompt, want_hidden=want_hidden)
+        prefix, hidden = prompt[:-1], None
+        step = backend.prefill_batch if backend.reads_in_chunks else max(len(prefix), 1)
+        for at in range(kept, len(prefix), step):
+            chunk = prefix[at : at + step]
+            last = at + len(chunk) == len(prefix)
+            hidden = self._run(Prefill(chunk, at, want_hidden=want_hidden and last))
+        return hidden if want_hidden else None
+
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        return self._run(Verify(root, tree, want_hidden=want_hidden))
+
+    def commit(self, path: list[int]) -> None:
+        self.backend.commit_slot(self.slot, path)
+
+    def truncate(self, length: int) -> None:
+        self.backend.truncate_slot(self.slot, length)
+
+    @property
+    def cached(self) -> int:
+        return self.backend.slot_cached(self.slot)
+
+    def _run(self, item):
+        out = self.backend.decode_many({self.slot: item}).get(self.slot)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+
+class OneSlotBackend(Backend):
+    """A backend that holds one answer writes its verbs (prefill, verify, commit, truncate, cached)
+    and gets the face from them: one item a forward, slot 0's."""
+
+    @abstractmethod
+    def prefill(self, tokens: list[int], start: int, *, want_hidden: bool = False) -> torch.Tensor | None:
+        """Read ``tokens`` into the cache from position ``start`` (what it holds past it is dropped);
+        the last one's hidden state when asked."""
+
+    @abstractmethod
+    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
+        """One forward of [root] + tree: each node attends to the cache, its ancestors and itself."""
+
+    @abstractmethod
+    def commit(self, path: list[int]) -> None:
+        """After ``verify``: keep the root and the accepted nodes ``path`` (a chain of node indices)."""
+
+    @abstractmethod
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` cached positions (drop what was verified after them)."""
+
+    def decode_many(self, work: dict) -> dict:
+        out = {}
+        for slot, item in work.items():  # one slot: one item
+            try:
+                if isinstance(item, Prefill):
+                    out[slot] = self.prefill(item.tokens, item.start, want_hidden=item.want_hidden)
+                else:
+                    out[slot] = self.verify(item.root, item.tree, want_hidden=item.want_hidden)
+            except Exception as exc:  # noqa: BLE001 - the answer that asked hears of it
+                out[slot] = exc
+        return out
+
+    def commit_slot(self, slot: int, path: list[int]) -> None:
+        self.commit(path)
+
+    def truncate_slot(self, slot: int, length: int) -> None:
+        self.truncate(length)
+
+    def slot_cached(self, slot: int) -> int:
+        return self.cached
+
+    @property
+    @abstractmethod
+    def cached(self) -> int:
+        """How many positions the cache holds now."""

@@ -1,6 +1,6 @@
-"""What one forward asks of a slotted backend, per slot: a prompt to start (one-slot backends read it
-whole), a chunk of a prompt, or a root and its draft tree. The stepper (engine/stepper.py) gathers
-one item per answer into one ``decode_many`` call; ForwardStats says what that forward held."""
+"""What one forward asks of a backend, per slot: a chunk of a prompt, or a root and its draft tree.
+The stepper (engine/stepper.py) gathers one item per answer into one ``decode_many`` call;
+ForwardStats says what that forward held."""
 
 from __future__ import annotations
 
@@ -15,14 +15,6 @@ MAX_TREE = 64  # nodes per tree when several answers share a forward (the step p
 MAX_DRAFT = 256
 PREFILL_BATCH = 512  # prompt tokens a forward takes at most
 SHARED_PREFILL = 64  # prompt tokens a slot adds to a forward other answers are decoding in
-
-
-@dataclass
-class Start:
-    """A whole prompt for a one-slot backend's ``start``: it keeps what its cache shares and reads the rest."""
-
-    prompt: list[int]
-    want_hidden: bool = False
 
 
 @dataclass
@@ -56,8 +48,6 @@ class ForwardStats:
 
 def tokens_of(item) -> int:
     """Tokens an item puts in a forward."""
-    if isinstance(item, Start):
-        return len(item.prompt)
     if isinstance(item, Prefill):
         return len(item.tokens)
     return 1 + len(item.tree)

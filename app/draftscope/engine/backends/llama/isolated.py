@@ -161,24 +161,8 @@ class IsolatedLlamaBackend(Backend):
             if self._conn is None:
                 self._open()
 
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> None:
-        self.ensure_open()
-        self.last_kept = self._call("start", list(prompt))  # the child answers with its last_kept
-
-    def verify(self, root, tree, *, want_hidden: bool = False) -> Verified:
-        return self._call("verify", root, tree)
-
-    def commit(self, path: list[int]) -> None:
-        self._call("commit", list(path))
-
-    def truncate(self, length: int) -> None:
-        self._call("truncate", length)
-
-    @property
-    def cached(self) -> int:
-        return self._call("cached_positions")
-
-    # slots (the stepper's verbs, engine/stepper.py)
+    # the face (the stepper's verbs, engine/stepper.py); one answer's verbs (start, verify, commit,
+    # truncate) are slot 0's view over them (base.SlotView)
     def decode_many(self, work: dict) -> dict:
         return self._call("decode_many", work)
 
@@ -200,7 +184,9 @@ class IsolatedLlamaBackend(Backend):
         return self._call("held_tokens", slot) if self._conn is not None else []
 
     def keep_prefix(self, slot: int, prompt: list[int], *, want_hidden: bool = False) -> int:
-        return self._call("keep_prefix", slot, list(prompt))
+        self.ensure_open()  # a child that ended (a lost worker) opens again for the next prompt
+        self.last_kept = self._call("keep_prefix", slot, list(prompt))
+        return self.last_kept
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         return self._call("tokenize", text, special)
@@ -301,11 +287,6 @@ def _child_main(conn, args: dict, log: str) -> None:
                 shm = shared_memory.SharedMemory(name=call_args[0])
                 rows = call_args[1]
                 value = None
-            elif name == "cached_positions":
-                value = backend.cached
-            elif name == "start":  # the prompt positions kept from the cache: the parent's last_kept
-                backend.start(*call_args)
-                value = backend.last_kept
             else:
                 value = _pack(getattr(backend, name)(*call_args), shm, rows, backend.vocab)
             conn.send(("ok", value))

@@ -1,6 +1,6 @@
 """How answer slots and draft trees fit one llama.cpp batch, for ``llamacpp.py``: the sequence ids
-a slot gets, the context's cells and a decode's capacity, each tree node's sequence ids, and the
-check that a work item fits before anything is decoded.
+a slot gets, the context's cells and a decode's capacity, and the check that a work item fits
+before anything is decoded (each tree node's leaves, its sequence ids, are draft_tree.leaves_below).
 
 Apart from the backend because none of it calls llama.cpp: plain arithmetic on the sizes, which the
 backend reads at load and keeps as its own attributes.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.work import MAX_DRAFT, MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
 
 MAX_LEAVES = 64  # sequence ids per tree: a tree of the policy's largest size (64 nodes) fits
@@ -36,19 +35,6 @@ def batch_sizes(slots: int, max_context: int) -> BatchSizes:
     capacity = min(cells, max(PREFILL_BATCH, slots * (MAX_TREE + 1) + SHARED_PREFILL))
     max_tree = min(tree, capacity - 1)
     return BatchSizes(leaves, cells, capacity, min(PREFILL_BATCH, capacity), max_tree)
-
-
-def leaf_sequences(tree: DraftTree) -> list[tuple[int, ...]]:
-    """For each node, the sequence ids of the leaves below it (leaf k in node order gets id k);
-    a node's first id is the one llama.cpp masks it by, any of its leaves will do."""
-    n = len(tree)
-    below: list[list[int]] = [[] for _ in range(n)]
-    for k, leaf in enumerate(tree.leaves()):
-        node = int(leaf)
-        while node != -1:
-            below[node].append(k)
-            node = int(tree.parents[node])
-    return [tuple(s) for s in below]
 
 
 def work_problem(slot: int, item, past: int, slots: int, sizes: BatchSizes) -> str | None:

@@ -11,7 +11,8 @@ leaf below the last accepted node, cuts it after that node and makes it sequence
 Several answers at once (``slots``): answer slot k owns the sequence ids [k·L, (k+1)·L), L leaves
 each, and its own share of the cache's cells; ``decode_many`` puts the prefill chunks and draft
 trees of several slots in one ``llama_decode`` (the stepper, engine/stepper.py, gathers them). The
-single-answer calls (start, verify, commit, truncate) are slot 0's.
+single-answer calls (start, verify, commit, truncate) are slot 0's, through the one slot view
+(engine/backends/base.py's SlotView).
 
 Token ids must be the ones datastores hold: the backend tokenizes with the Hugging Face tokenizer
 converted from the GGUF (the one datastores are built with); ``tokenize`` gives llama.cpp's own, to
@@ -26,21 +27,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import leaves_below
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.llama import llama_state
-from draftscope.engine.backends.llama.llama_batching import (
-    MAX_SEQUENCES,
-    batch_sizes,
-    leaf_sequences,
-    work_problem,
-)
+from draftscope.engine.backends.llama.llama_batching import MAX_SEQUENCES, batch_sizes, work_problem
 from draftscope.engine.backends.llama.llama_cores import ChangesThreads
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.engine.backends.llama.llama_lib import lib as _lib
 from draftscope.engine.backends.llama.llama_thread import default_threads, serialised
-from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, Prefill, Verify
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, Prefill
 from draftscope.rules import LLAMA_CONTEXT
 
 DEFAULT_CONTEXT = LLAMA_CONTEXT
@@ -192,36 +188,6 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         card = f" · {self.offload.brief()}" if self.offload else ""
         return f"llama.cpp · {self.precision}{card}"
 
-    @property
-    def cached(self) -> int:
-        return self._past[0]
-
-    # ------------------------------------------------------------------ the loop's calls (slot 0)
-
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
-        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)
-        prefix, hidden = prompt[:-1], None
-        step = self.prefill_batch
-        for at in range(kept, len(prefix), step):
-            last = at + step >= len(prefix)
-            hidden = self.decode_many({0: Prefill(prefix[at : at + step], at, want_hidden=want_hidden and last)})
-            hidden = hidden.get(0)
-            if isinstance(hidden, Exception):
-                raise hidden
-        return hidden if want_hidden else None
-
-    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
-        out = self.decode_many({0: Verify(root, tree, want_hidden=want_hidden)})[0]
-        if isinstance(out, Exception):
-            raise out
-        return out
-
-    def commit(self, path: list[int]) -> None:
-        self.commit_slot(0, path)
-
-    def truncate(self, length: int) -> None:
-        self.truncate_slot(0, length)
-
     # ------------------------------------------------------------------ slots
 
     def slot_cached(self, slot: int) -> int:
@@ -297,7 +263,7 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         """The batch entries of a slot's root and tree: every leaf's sequence first gets the committed
         prefix, and each node goes in the sequences of the leaves below it."""
         L, tree = self._L, item.tree
-        seqs = leaf_sequences(tree)
+        seqs = leaves_below(tree)
         leaves = sorted({s for node in seqs for s in node}) or [0]
         for leaf in leaves:
             if leaf != 0:

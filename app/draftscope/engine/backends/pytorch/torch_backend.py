@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.base import Backend, Verified
+from draftscope.engine.backends.base import OneSlotBackend, Verified
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.pytorch import torch_state
 from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
@@ -23,7 +23,7 @@ def model_eos_ids(model, tokenizer) -> set[int]:
     return eos
 
 
-class TorchBackend(KeepsPrefixes, Backend):
+class TorchBackend(KeepsPrefixes, OneSlotBackend):
     kind = "torch"
     gives_hidden = True
 
@@ -80,26 +80,14 @@ class TorchBackend(KeepsPrefixes, Backend):
         # on the model's thread: torch's OpenMP team takes the count of the thread that computes
         torch.set_num_threads(threads)
 
-    # one answer's cache as slot 0, for KeepsPrefixes (held_tokens, keep_prefix)
-    def slot_cached(self, slot: int = 0) -> int:
-        return self._past
-
-    def truncate_slot(self, slot: int, length: int) -> None:
-        self.truncate(length)
-
     @torch.inference_mode()
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
-        from transformers import DynamicCache
-
-        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)  # a cache on disk may restore one
-        if not kept:
-            self._cache = DynamicCache()
-        self._past = max(len(prompt) - 1, 0)
-        if len(prompt) - 1 <= kept:
+    def prefill(self, tokens: list[int], start: int, *, want_hidden: bool = False) -> torch.Tensor | None:
+        self._follow(start)
+        if not tokens:
             return None
-        pre = torch.tensor([prompt[kept:-1]], device=self.device)
+        pre = torch.tensor([list(tokens)], device=self.device)
         with step_kernels(self.kernel_device, tree=False):
-            # positions follow the cache's length (kept): transformers counts them from it
+            # positions follow the cache's length (start): transformers counts them from it
             out = self.model(
                 input_ids=pre,
                 past_key_values=self._cache,
@@ -107,8 +95,16 @@ class TorchBackend(KeepsPrefixes, Backend):
                 logits_to_keep=1,  # logits unused
                 output_hidden_states=want_hidden,
             )
-        self.held.read(0, kept, prompt[kept:-1])
+        self._past = start + len(tokens)
+        self.held.read(0, start, tokens)
         return out.hidden_states[-1][0, -1] if want_hidden else None
+
+    def _follow(self, start: int) -> None:
+        """The cache cut back to ``start`` positions, where a prompt's reading goes on."""
+        if start > self._past:
+            raise ValueError(f"the cache holds {self._past} positions; a prefill from {start} does not follow")
+        if start < self._past or self._cache is None:
+            self.truncate(start)
 
     @torch.inference_mode()
     def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
@@ -131,7 +127,11 @@ class TorchBackend(KeepsPrefixes, Backend):
         self._past += 1 + len(path)
 
     def truncate(self, length: int) -> None:
-        if self._cache is not None:  # None before the first answer: nothing to cut
+        if length == 0 or self._cache is None:  # nothing kept: a fresh cache, as a new answer's
+            from transformers import DynamicCache
+
+            self._cache = DynamicCache()
+        else:
             crop_cache(self._cache, length)
         self._past = min(self._past, length)
         self.held.cut(0, length)

@@ -19,13 +19,12 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
-from draftscope.draft_tree import DraftTree
-from draftscope.engine.backends.base import Verified
+from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens
 from draftscope.engine.backends.pytorch.attention import step_kernels
 from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
-from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
 
 # Positions each slot's cache holds: every forward reads each row's buffer up to the batch's span.
 SLOT_CONTEXT = 8192
@@ -88,7 +87,7 @@ class _RowsCache(Cache):
 
 class TorchSlotsBackend(TorchBackend):
     """``slots`` answers on one torch model; the stepper (engine/stepper.py) gives each answer a
-    slot. Its own start/verify/commit/truncate are slot 0's (the load-time measurements)."""
+    slot. Its start/verify/commit/truncate are slot 0's (the load-time measurements)."""
 
     reads_in_chunks = True
     saves_slots = False  # its rows cache is not saved on disk (yet)
@@ -111,36 +110,18 @@ class TorchSlotsBackend(TorchBackend):
     def describe(self) -> str:
         return f"{super().describe()} · {self.slots} answers at once"
 
-    # ------------------------------------------------------------------ one answer (slot 0)
+    # one answer's verbs are slot 0's through the one slot view (engine/backends/base.py), as on
+    # every slotted backend, not the one-answer cache TorchBackend keeps
+    start, verify, commit, truncate, cached = (
+        Backend.start,
+        Backend.verify,
+        Backend.commit,
+        Backend.truncate,
+        Backend.cached,
+    )
 
-    def start(self, prompt: list[int], *, want_hidden: bool = False):
-        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)
-        prefix, hidden = prompt[:-1], None
-        for at in range(kept, len(prefix), PREFILL_BATCH):
-            chunk = prefix[at : at + PREFILL_BATCH]
-            last = at + len(chunk) == len(prefix)
-            hidden = self._raise(self.decode_many({0: Prefill(chunk, at, want_hidden=want_hidden and last)})).get(0)
-        return hidden if want_hidden else None
-
-    def verify(self, root: int, tree: DraftTree, *, want_hidden: bool = False) -> Verified:
-        return self._raise(self.decode_many({0: Verify(root, tree, want_hidden=want_hidden)}))[0]
-
-    def commit(self, path: list[int]) -> None:
-        self.commit_slot(0, path)
-
-    def truncate(self, length: int) -> None:
-        self.truncate_slot(0, length)
-
-    @property
-    def cached(self) -> int:
-        return self._pasts[0]
-
-    @staticmethod
-    def _raise(results: dict) -> dict:
-        for value in results.values():
-            if isinstance(value, BaseException):
-                raise value
-        return results
+    def prefill(self, tokens: list[int], start: int, *, want_hidden: bool = False):
+        raise NotImplementedError("several answers read their prompts through decode_many")
 
     # ------------------------------------------------------------------ slots
 

@@ -95,26 +95,28 @@ class StaticTorchBackend(TorchBackend):
     # ------------------------------------------------------------------ the loop's calls
 
     @torch.inference_mode()
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+    def prefill(self, tokens: list[int], start: int, *, want_hidden: bool = False) -> torch.Tensor | None:
         cache = self._cache
-        kept = self.keep_prefix(0, prompt, want_hidden=want_hidden)  # the cache cut back to it
-        n = len(prompt) - 1
-        if n <= kept:
+        if start > self._past:
+            raise ValueError(f"the cache holds {self._past} positions; a prefill from {start} does not follow")
+        self.truncate(start)
+        n = start + len(tokens)
+        if not tokens:
             return None
-        cache.slots = torch.arange(kept, n, device=self.device)
+        cache.slots = torch.arange(start, n, device=self.device)
         mask = None
-        if kept:  # the new tokens see the kept prefix and each other causally: a mask over the span
+        if start:  # the new tokens see the kept prefix and each other causally: a mask over the span
             span = span_for(self.spans, n)
-            own = torch.ones(n - kept, n - kept, dtype=torch.bool, device=self.device).tril()
-            mask = additive_mask(own, kept, span, self.dtype)
+            own = torch.ones(n - start, n - start, dtype=torch.bool, device=self.device).tril()
+            mask = additive_mask(own, start, span, self.dtype)
             cache.view = span
         else:
             cache.view = n  # the prompt sees itself only, causally: flash attention, no mask
         try:
             with step_kernels(self.kernel_device, tree=mask is not None):
                 out = self.model(
-                    input_ids=torch.tensor([prompt[kept:-1]], device=self.device),
-                    position_ids=torch.arange(kept, n, device=self.device)[None],
+                    input_ids=torch.tensor([list(tokens)], device=self.device),
+                    position_ids=torch.arange(start, n, device=self.device)[None],
                     attention_mask=mask,
                     past_key_values=cache,
                     use_cache=True,
@@ -124,7 +126,7 @@ class StaticTorchBackend(TorchBackend):
         finally:
             cache.view = None
         self._past = cache.past = n
-        self.held.read(0, kept, prompt[kept:-1])
+        self.held.read(0, start, tokens)
         return out.hidden_states[-1][0, -1] if want_hidden else None
 
     @torch.inference_mode()
