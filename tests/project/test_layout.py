@@ -87,27 +87,22 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(path, name, set(found)) for name, path in found.items()}
 
 
-# Upward imports known and being removed (issue 64): each a function-local import of the engine's.
-KNOWN_UPWARD = {
-    ("engine.answer", "drafters.composite"),
-    ("engine.answer_speed", "drafters.composite"),
-}
-
-
 def upward_imports(graph) -> set[tuple[str, str]]:
     return {(a, b) for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a)}
 
 
 def test_every_import_goes_to_the_same_layer_or_below(graph):
-    upward = sorted(upward_imports(graph) - KNOWN_UPWARD)
+    upward = sorted(upward_imports(graph))
     assert not upward, "\n".join(f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})" for a, b in upward)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 64: the engine's last imports of drafters/ are being removed")
 def test_the_engine_imports_nothing_of_drafters(graph):
     """drafters/ sits above engine/: the engine takes drafters as given (drafters/interface.py's
     protocol) and never builds or imports one, not even inside a function."""
-    assert not upward_imports(graph) & KNOWN_UPWARD, sorted(upward_imports(graph) & KNOWN_UPWARD)
+    found = sorted(
+        (a, b) for a, targets in graph.items() for b in targets if a.startswith("engine") and b.startswith("drafters")
+    )
+    assert not found, found
 
 
 def test_no_import_cycles(graph):
