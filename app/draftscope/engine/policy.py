@@ -256,9 +256,3 @@ class StepPolicy(DraftBudget):
     def drafting_note(self) -> str | None:
         """PAUSED_NOTE while the policy has kept every step plain for cost lately, else None."""
         return PAUSED_NOTE if self._kept_plain >= PAUSED_AFTER else None
-
-    # Interface shared with FixedBudget (the engine calls these)
-    def expected_rate(self) -> float:
-        if self._draft_seconds is None:
-            return math.nan
-        return self._draft_tokens / self._draft_seconds

@@ -32,10 +32,6 @@ class LoadedModel:
         return int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
 
 
-def pick_dtype(device: torch.device, requested: str | None = None) -> torch.dtype:
-    return precision.choose(device, requested).dtype
-
-
 def load_model(source: ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
     """``source`` (resolved once, where the user's choice is read: models/resolve.py) as a torch model."""
     from transformers import AutoModelForCausalLM
