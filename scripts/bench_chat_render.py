@@ -12,11 +12,11 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication
 
-from draftscope.gui.chat import view as chat_view  # noqa: E402
-from draftscope.gui.chat.view import ChatTranscript  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.gui.chat import view as chat_view
+from draftscope.gui.chat.view import ChatTranscript
+from draftscope.storage import HistoryStore
 
 chat_view.STREAM_RENDER_SHARE_WAIT = 0  # time every update's render (the app skips some in long answers)
 

@@ -11,9 +11,9 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt  # noqa: E402
-from PySide6.QtGui import QBrush, QColor, QPainterPath, QStandardItem, QStandardItemModel  # noqa: E402
-from PySide6.QtWidgets import (  # noqa: E402
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QPainterPath, QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (
     QApplication,
     QGraphicsItem,
     QGraphicsPathItem,
@@ -33,7 +33,7 @@ class PythonNode(QGraphicsItem):
         super().__init__()
         self.rect = rect
 
-    def boundingRect(self) -> QRectF:  # noqa: N802
+    def boundingRect(self) -> QRectF:
         return self.rect
 
     def paint(self, painter, _option, _widget=None) -> None:

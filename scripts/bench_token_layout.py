@@ -10,8 +10,8 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor  # noqa: E402
-from PySide6.QtWidgets import QApplication, QTextBrowser  # noqa: E402
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QApplication, QTextBrowser
 
 TOKENS, UPDATES, PER_UPDATE = 2500, 5, 25
 

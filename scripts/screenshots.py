@@ -19,14 +19,14 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication, QProgressBar, QWizard  # noqa: E402
+from PySide6.QtCore import QEventLoop, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QProgressBar, QWizard
 
-from draftscope.core.runtime import load_runtime  # noqa: E402
-from draftscope.drafters.learned import LearnedStore  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.gui.theme import app_icon, apply_theme, code_style  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.core.runtime import load_runtime
+from draftscope.drafters.learned import LearnedStore
+from draftscope.gui.main_window import MainWindow
+from draftscope.gui.theme import app_icon, apply_theme, code_style
+from draftscope.storage import HistoryStore, Settings
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", default="qwen2.5-coder-1.5b")

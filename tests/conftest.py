@@ -89,7 +89,7 @@ def _registry_unreachable() -> str | None:
         try:
             urllib.request.urlopen(urllib.request.Request(index.rstrip("/") + "/pip/", method="HEAD"), timeout=10)
             _REGISTRY.append(None)
-        except Exception as exc:  # noqa: BLE001 - any failure means the same thing here
+        except Exception as exc:  # any failure means the same thing here
             _REGISTRY.append(f"{index} unreachable ({exc})")
     return _REGISTRY[0]
 

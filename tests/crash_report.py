@@ -29,7 +29,7 @@ def pytest_sessionstart(session):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     folder = os.environ.get(_DIR_VAR)
     if worker and folder:
-        log = open(Path(folder) / f"{worker}.log", "w")  # noqa: SIM115 - open until the worker ends
+        log = open(Path(folder) / f"{worker}.log", "w")  # open until the worker ends
         session.config._crash_log = log  # kept alive: faulthandler writes to its descriptor
         faulthandler.enable(file=log, all_threads=True)
 

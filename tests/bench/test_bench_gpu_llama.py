@@ -15,11 +15,11 @@ from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
 
-from draftscope.bench.gpu_peer import find_llama_bench  # noqa: E402
-from draftscope.cli import main  # noqa: E402
+from draftscope.bench.gpu_peer import find_llama_bench
+from draftscope.cli import main
 
 ROOT = Path(__file__).parents[2]
 PEER = "llama.cpp's own programs"

@@ -11,11 +11,11 @@ from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
 
-from draftscope.bench.llama_server import find_llama_server  # noqa: E402
-from draftscope.cli import main  # noqa: E402
+from draftscope.bench.llama_server import find_llama_server
+from draftscope.cli import main
 
 QUESTIONS = str(Path(__file__).parents[1] / "data" / "spec_bench_sample.jsonl")
 

@@ -9,13 +9,13 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from engine_fixtures import tiny_llama  # noqa: E402
+from engine_fixtures import tiny_llama
 
-from draftscope.core.drafter_factory import setup_drafters  # noqa: E402
-from draftscope.datastore.fingerprint import tokenizer_fingerprint  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.retrieval import Reader, Writer  # noqa: E402
-from draftscope.retrieval.live import LiveReader  # noqa: E402
+from draftscope.core.drafter_factory import setup_drafters
+from draftscope.datastore.fingerprint import tokenizer_fingerprint
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.retrieval import Reader, Writer
+from draftscope.retrieval.live import LiveReader
 
 
 def build(path, docs, vocab, fingerprint=""):

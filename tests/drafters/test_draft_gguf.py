@@ -15,14 +15,14 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama
+from gguf_fixtures import write_tiny_gguf
 
-from draftscope.core.runtime import load_runtime  # noqa: E402
-from draftscope.drafters.model_drafter import ModelDrafter  # noqa: E402
-from draftscope.engine.engine import GenerationRequest  # noqa: E402
-from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.storage import Settings  # noqa: E402
+from draftscope.core.runtime import load_runtime
+from draftscope.drafters.model_drafter import ModelDrafter
+from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.storage import Settings
 
 ONLY_MODEL = {"retrieval": False, "learned": False, "context": False, "model": True, "recurrent": False}
 PROMPT = "The quick brown fox jumps over"

@@ -25,7 +25,7 @@ from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 
 need_llama_cpp()
-from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
 
 SAMPLINGS = [
     SamplingParams(),

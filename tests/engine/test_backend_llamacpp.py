@@ -18,7 +18,7 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import (
     ContextDrafter,
-    Drafter,  # noqa: E402
+    Drafter,
     RetrievalDrafter,
 )
 from draftscope.engine.backends.base import chain_tree
@@ -27,9 +27,9 @@ from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer
 
 need_llama_cpp()
-from draftscope.engine.backends.llama.llama_batching import MAX_LEAVES  # noqa: E402
-from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
-from draftscope.engine.backends.work import PREFILL_BATCH  # noqa: E402
+from draftscope.engine.backends.llama.llama_batching import MAX_LEAVES
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+from draftscope.engine.backends.work import PREFILL_BATCH
 
 SAMPLINGS = [
     SamplingParams(),

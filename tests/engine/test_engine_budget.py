@@ -4,7 +4,7 @@ decoding when they cannot, learned acceptance, and drafting itself skipped while
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree
-from draftscope.drafters import Drafter  # noqa: E402
+from draftscope.drafters import Drafter
 from draftscope.engine.policy import StepPolicy, shares, subtree
 
 # Seconds per verify forward by tree size, shaped like a small model on this CPU.

@@ -36,7 +36,7 @@ import draftscope.engine.answer as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import (
     ContextDrafter,
-    Drafter,  # noqa: E402
+    Drafter,
     RetrievalDrafter,
 )
 from draftscope.drafters.model_drafter import ModelDrafter

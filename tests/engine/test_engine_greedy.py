@@ -8,7 +8,7 @@ from engine_fixtures import IdTokenizer, tiny_llama
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import (
     ContextDrafter,
-    Drafter,  # noqa: E402
+    Drafter,
     RetrievalDrafter,
 )
 from draftscope.drafters.model_drafter import ModelDrafter, draft

@@ -13,13 +13,13 @@ from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
 
-from draftscope.draft_tree import DraftTree  # noqa: E402
-from draftscope.engine.backends import open_backend  # noqa: E402
-from draftscope.engine.backends.llama import gguf_check  # noqa: E402
-from draftscope.engine.backends.llama.gguf_check import GGUFError  # noqa: E402
-from draftscope.engine.backends.llama.gguf_writer import random_llama  # noqa: E402
-from draftscope.engine.backends.llama.llama_lib import LlamaCppError  # noqa: E402
-from draftscope.models.resolve import ModelNotFoundError  # noqa: E402
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends import open_backend
+from draftscope.engine.backends.llama import gguf_check
+from draftscope.engine.backends.llama.gguf_check import GGUFError
+from draftscope.engine.backends.llama.gguf_writer import random_llama
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError
+from draftscope.models.resolve import ModelNotFoundError
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_fuzzed_files_give_errors_never_a_dead_process(good, tmp_path):
             backend.start([1, 2, 3])
             backend.verify(3, DraftTree.empty())
             outcomes["answered"] += 1
-        except Exception as exc:  # noqa: BLE001 - any other kind is a failure, reported with the file
+        except Exception as exc:  # any other kind is a failure, reported with the file
             assert isinstance(exc, (LlamaCppError, ValueError)), f"fuzz{k}: {type(exc).__name__}: {exc}"
             assert any(c.isalpha() for c in str(exc)), f"fuzz{k}: an error without words: {exc!r}"
             outcomes["failed in words"] += 1

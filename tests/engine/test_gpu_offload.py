@@ -11,18 +11,18 @@ from llama_helpers import need_llama_cpp
 
 llama_cpp = need_llama_cpp()
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
 
-from draftscope.engine.backends import choose_backend, open_backend  # noqa: E402
-from draftscope.engine.backends.llama import gpu_offload  # noqa: E402
-from draftscope.engine.backends.llama.gguf_memory import CARD_RESERVE, GgufMemory, _group  # noqa: E402
-from draftscope.engine.backends.llama.gpu_offload import Card, load_with_fewer_layers  # noqa: E402
-from draftscope.engine.backends.llama.llama_lib import LlamaCppError  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.models.resolve import resolve_model  # noqa: E402
-from draftscope.rules import GPU_LAYERS_ALL, GPU_LAYERS_AUTO  # noqa: E402
+from draftscope.engine.backends import choose_backend, open_backend
+from draftscope.engine.backends.llama import gpu_offload
+from draftscope.engine.backends.llama.gguf_memory import CARD_RESERVE, GgufMemory, _group
+from draftscope.engine.backends.llama.gpu_offload import Card, load_with_fewer_layers
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.models.resolve import resolve_model
+from draftscope.rules import GPU_LAYERS_ALL, GPU_LAYERS_AUTO
 
 LAYERS = 4
 CARD = Card("CUDA0", "NVIDIA GeForce RTX 4070", free=11 << 30, total=12 << 30)

@@ -14,13 +14,13 @@ from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
 
-from draftscope import paths  # noqa: E402
-from draftscope.core.runtime import load_runtime  # noqa: E402
-from draftscope.engine.backends.llama import llama_verdict, selftest  # noqa: E402
-from draftscope.storage import Settings  # noqa: E402
+from draftscope import paths
+from draftscope.core.runtime import load_runtime
+from draftscope.engine.backends.llama import llama_verdict, selftest
+from draftscope.storage import Settings
 
 PROMPT = "The quick brown fox"
 NONE = {"retrieval": False, "learned": False, "context": False, "model": False, "recurrent": False}

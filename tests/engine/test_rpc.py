@@ -20,17 +20,17 @@ from llama_helpers import assert_plain_or_near_tie, llama_cpp_required, need_lla
 
 need_llama_cpp()
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
 
-from draftscope.drafters import ContextDrafter  # noqa: E402
-from draftscope.engine.backends import open_backend  # noqa: E402
-from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend  # noqa: E402
-from draftscope.engine.backends.llama.llama_lib import LlamaCppError  # noqa: E402
-from draftscope.engine.backends.llama.rpc import WorkerError, parse_workers, rpc_supported  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.storage import Settings  # noqa: E402
+from draftscope.drafters import ContextDrafter
+from draftscope.engine.backends import open_backend
+from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError
+from draftscope.engine.backends.llama.rpc import WorkerError, parse_workers, rpc_supported
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.storage import Settings
 
 PROMPT = "one two three four five one two three four five one two"
 

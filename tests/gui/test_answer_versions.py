@@ -10,8 +10,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from draftscope.storage import HistoryStore  # noqa: E402
-from draftscope.storage.transfer import export_json  # noqa: E402
+from draftscope.storage import HistoryStore
+from draftscope.storage.transfer import export_json
 
 STEPS = [{"step": 0, "token_ids": [1, 2], "pieces": ["a", "b"]}]
 

@@ -7,12 +7,12 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QColor, QTextCursor, QTextDocument  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QTextCursor, QTextDocument
 
-from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.chat.render import ChatRenderer, provenance_words  # noqa: E402
-from draftscope.gui.palettes import PROVENANCE_COLOURS  # noqa: E402
+from draftscope.engine.events import StepEvent, StepTree
+from draftscope.gui.chat.render import ChatRenderer, provenance_words
+from draftscope.gui.palettes import PROVENANCE_COLOURS
 
 # An answer as the engine streams it: (pieces, their sources) per step.
 ANSWER = [

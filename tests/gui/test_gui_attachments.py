@@ -15,9 +15,9 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl  # noqa: E402
-from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
-from PySide6.QtWidgets import (  # noqa: E402
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QLabel,
@@ -26,10 +26,10 @@ from PySide6.QtWidgets import (  # noqa: E402
     QToolButton,
     QWidget,
 )
-from runtime_helpers import runtime_for  # noqa: E402
+from runtime_helpers import runtime_for
 
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 
 def make_window(qtbot, engine, db):

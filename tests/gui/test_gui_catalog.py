@@ -12,9 +12,9 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from llama_helpers import need_llama_cpp  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import (  # noqa: E402
+from llama_helpers import need_llama_cpp
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDialog,
@@ -27,14 +27,14 @@ from PySide6.QtWidgets import (  # noqa: E402
     QWidget,
 )
 
-from draftscope.core.settings_checks import OTHER  # noqa: E402
-from draftscope.datastore.default import default_datastore_path  # noqa: E402
-from draftscope.engine.backends import backend_for_gguf  # noqa: E402
-from draftscope.gui.dialogs.first_run import FirstRunDialog  # noqa: E402
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.models import assets, catalog  # noqa: E402
-from draftscope.storage import Settings, load_settings  # noqa: E402
-from draftscope.storage.settings import Section, changed_fields  # noqa: E402
+from draftscope.core.settings_checks import OTHER
+from draftscope.datastore.default import default_datastore_path
+from draftscope.engine.backends import backend_for_gguf
+from draftscope.gui.dialogs.first_run import FirstRunDialog
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.models import assets, catalog
+from draftscope.storage import Settings, load_settings
+from draftscope.storage.settings import Section, changed_fields
 
 SMOL, QWEN, QWEN_SMALL = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B, catalog.QWEN_CODER_05B
 

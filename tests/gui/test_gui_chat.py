@@ -10,15 +10,15 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QTimer  # noqa: E402
-from PySide6.QtWidgets import QDockWidget, QLabel, QListWidget, QPlainTextEdit, QPushButton, QTextBrowser  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QDockWidget, QLabel, QListWidget, QPlainTextEdit, QPushButton, QTextBrowser
+from runtime_helpers import runtime_for
 
-from draftscope.core.runtime import Runtime  # noqa: E402
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
-from draftscope.sysinfo import freeze_loaded_objects  # noqa: E402
+from draftscope.core.runtime import Runtime
+from draftscope.engine.engine import Engine
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore, Settings
+from draftscope.sysinfo import freeze_loaded_objects
 
 
 def make_window(qtbot, engine, db, max_new_tokens=40):

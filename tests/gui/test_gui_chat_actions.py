@@ -8,11 +8,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from runtime_helpers import runtime_for  # noqa: E402
+from runtime_helpers import runtime_for
 
-from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.engine.events import StepEvent, StepTree
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 
 def step() -> StepEvent:

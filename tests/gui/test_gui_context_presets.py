@@ -11,21 +11,21 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
-from llama_helpers import need_llama_cpp  # noqa: E402
+from llama_helpers import need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox  # noqa: E402
-from runtime_helpers import CONTEXT_ONLY  # noqa: E402
+from engine_fixtures import tiny_llama
+from gguf_fixtures import write_tiny_gguf
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox
+from runtime_helpers import CONTEXT_ONLY
 
-from draftscope.core.runtime import load_runtime  # noqa: E402
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.gui.launcher import Launcher  # noqa: E402
-from draftscope.storage import HistoryStore, Settings, load_settings  # noqa: E402
-from draftscope.storage.presets import BUILTIN_PRESETS  # noqa: E402
+from draftscope.core.runtime import load_runtime
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.gui.launcher import Launcher
+from draftscope.storage import HistoryStore, Settings, load_settings
+from draftscope.storage.presets import BUILTIN_PRESETS
 
 TRAINED = 2048  # the tiny model's own context: the default opens all of it (under llama.cpp's 4,096)
 

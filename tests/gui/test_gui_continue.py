@@ -9,13 +9,13 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QUrl  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from PySide6.QtCore import QUrl
+from runtime_helpers import runtime_for
 
-from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.chat.view import CURSOR  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.engine.events import StepEvent, StepTree
+from draftscope.gui.chat.view import CURSOR
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 
 def window_with(qtbot, engine, tmp_path) -> MainWindow:

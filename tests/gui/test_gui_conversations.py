@@ -9,14 +9,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QPoint, Qt  # noqa: E402
-from PySide6.QtGui import QTextCursor  # noqa: E402
-from PySide6.QtWidgets import QApplication, QLineEdit, QListWidget, QMessageBox, QPushButton  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication, QLineEdit, QListWidget, QMessageBox, QPushButton
+from runtime_helpers import runtime_for
 
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.engine.engine import Engine
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 CODE_ANSWER = "Here it is:\n\n```python\ndef reverse(s):\n    return s[::-1]\n```\n\nDone."
 

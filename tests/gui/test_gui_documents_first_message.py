@@ -9,9 +9,9 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton  # noqa: E402
-from test_gui_attachments import make_window  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
+from test_gui_attachments import make_window
 
 
 def test_the_first_message_waits_for_the_folder_and_carries_its_passages(qtbot, chat_engine, tmp_path, monkeypatch):

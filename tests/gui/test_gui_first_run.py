@@ -15,15 +15,15 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialog, QLabel, QLineEdit, QProgressBar, QPushButton, QRadioButton
 
-from draftscope.datastore.default import default_datastore_path  # noqa: E402
-from draftscope.datastore.progress import Progress  # noqa: E402
-from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run  # noqa: E402
-from draftscope.models import assets, catalog  # noqa: E402
-from draftscope.retrieval import BuildCancelled  # noqa: E402
-from draftscope.storage import Settings, load_settings, settings_path  # noqa: E402
+from draftscope.datastore.default import default_datastore_path
+from draftscope.datastore.progress import Progress
+from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
+from draftscope.models import assets, catalog
+from draftscope.retrieval import BuildCancelled
+from draftscope.storage import Settings, load_settings, settings_path
 
 FAKE_PIP = r"""
 import os, sys, time, zipfile

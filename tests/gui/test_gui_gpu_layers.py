@@ -11,14 +11,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QComboBox, QDialog, QLabel, QLineEdit, QPushButton, QSpinBox  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QDialog, QLabel, QLineEdit, QPushButton, QSpinBox
 
-from draftscope.engine.backends.llama import gpu_offload  # noqa: E402
-from draftscope.engine.backends.llama.gpu_offload import Card  # noqa: E402
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.rules import GPU_LAYERS_ALL, GPU_LAYERS_AUTO  # noqa: E402
-from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
+from draftscope.engine.backends.llama import gpu_offload
+from draftscope.engine.backends.llama.gpu_offload import Card
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.rules import GPU_LAYERS_ALL, GPU_LAYERS_AUTO
+from draftscope.storage import Settings, load_settings, save_settings
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache")
 

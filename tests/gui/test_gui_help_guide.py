@@ -9,14 +9,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtGui import QAction  # noqa: E402
-from PySide6.QtWidgets import QLabel, QTextBrowser  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLabel, QTextBrowser
+from runtime_helpers import runtime_for
 
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.engine.engine import Engine
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 
 def test_the_guide_and_the_documentation_open_from_help_and_from_about(qtbot, tokenizer, tmp_path):

@@ -7,14 +7,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QPushButton, QTextBrowser
+from runtime_helpers import runtime_for
 
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.engine.engine import Engine
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 
 def test_race_finishes_both_sides_and_replays_them(qtbot, tokenizer, tmp_path):

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtWidgets import QWidget  # noqa: E402
+from PySide6.QtWidgets import QWidget
 
-from draftscope.gui.jobs import JobRunner  # noqa: E402
+from draftscope.gui.jobs import JobRunner
 
 
 class Heard:

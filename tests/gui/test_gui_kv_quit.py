@@ -8,10 +8,10 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtWidgets import QPushButton  # noqa: E402
-from test_gui_chat import make_window, send  # noqa: E402
+from PySide6.QtWidgets import QPushButton
+from test_gui_chat import make_window, send
 
-from draftscope.engine.kv_disk import KvDiskStore, cache_files  # noqa: E402
+from draftscope.engine.kv_disk import KvDiskStore, cache_files
 
 
 def test_quitting_the_window_saves_the_conversation_for_the_next_start(qtbot, chat_engine, tmp_path):

@@ -10,16 +10,16 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from PySide6.QtCore import Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
-from runtime_helpers import GREEDY  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
+from runtime_helpers import GREEDY
 
-from draftscope.core.runtime import Runtime  # noqa: E402
-from draftscope.drafters.learned import LearnedStore  # noqa: E402
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.core.runtime import Runtime
+from draftscope.drafters.learned import LearnedStore
+from draftscope.engine.engine import Engine
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore, Settings
 
 
 @pytest.fixture(scope="module")

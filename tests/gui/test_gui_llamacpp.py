@@ -8,21 +8,21 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
-from llama_helpers import assert_plain_or_near_tie, need_llama_cpp  # noqa: E402
+from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
 need_llama_cpp()
 
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from gguf_fixtures import write_tiny_gguf  # noqa: E402
-from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama
+from gguf_fixtures import write_tiny_gguf
+from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
+from runtime_helpers import runtime_for
 
-from draftscope.drafters import ContextDrafter  # noqa: E402
-from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.sampling import SamplingParams  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.drafters import ContextDrafter
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.sampling import SamplingParams
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 PROMPT = "def main(): print('hello world') def main(): print('hello world')"
 

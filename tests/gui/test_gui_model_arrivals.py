@@ -9,11 +9,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtWidgets import QWidget  # noqa: E402
+from PySide6.QtWidgets import QWidget
 
-from draftscope.gui.dialogs.model_download import ModelDownload  # noqa: E402
-from draftscope.gui.model_switcher import ModelSwitcher  # noqa: E402
-from draftscope.models import catalog  # noqa: E402
+from draftscope.gui.dialogs.model_download import ModelDownload
+from draftscope.gui.model_switcher import ModelSwitcher
+from draftscope.models import catalog
 
 pytestmark = pytest.mark.usefixtures("own_cache")  # no catalogue model downloaded
 

@@ -13,11 +13,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
-from draftscope.gui.dialogs.model_download import ModelDownload  # noqa: E402
-from draftscope.models import assets, catalog  # noqa: E402
+from draftscope.gui.dialogs.model_download import ModelDownload
+from draftscope.models import assets, catalog
 
 SMOL, QWEN = catalog.SMOLLM2_135M, catalog.QWEN_CODER_15B  # one part; 22 parts
 

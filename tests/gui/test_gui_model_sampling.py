@@ -10,11 +10,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtWidgets import QCheckBox, QDoubleSpinBox, QLabel, QSpinBox  # noqa: E402
-from sampling_fixtures import write_gguf  # noqa: E402
+from PySide6.QtWidgets import QCheckBox, QDoubleSpinBox, QLabel, QSpinBox
+from sampling_fixtures import write_gguf
 
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.storage import Settings  # noqa: E402
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.storage import Settings
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache")
 

@@ -11,17 +11,17 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import pin_budget, tiny_llama  # noqa: E402
-from PySide6.QtCore import Qt, QUrl  # noqa: E402
-from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from engine_fixtures import pin_budget, tiny_llama
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtWidgets import QLabel, QPushButton, QTableView, QWizard
+from runtime_helpers import runtime_for
 
-from draftscope.core.runtime import Runtime  # noqa: E402
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.gui.panels.docks import TREE_MIN_HEIGHT  # noqa: E402
-from draftscope.gui.panels.drafts import visible_text  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.core.runtime import Runtime
+from draftscope.engine.engine import Engine
+from draftscope.gui.main_window import MainWindow
+from draftscope.gui.panels.docks import TREE_MIN_HEIGHT
+from draftscope.gui.panels.drafts import visible_text
+from draftscope.storage import HistoryStore, Settings
 
 PROMPT = "one two three four one two three four one two three four"
 

@@ -16,20 +16,20 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QLabel, QPushButton  # noqa: E402
-from runtime_helpers import runtime_for  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QPushButton
+from runtime_helpers import runtime_for
 
-import draftscope.engine.backends.held as held_mod  # noqa: E402
-from draftscope.core.session import sampling_from  # noqa: E402
-from draftscope.documents.extract import Attachment  # noqa: E402
-from draftscope.engine.answer import READ_CHUNK  # noqa: E402
-from draftscope.engine.backends.work import Prefill  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.gui.chat.read_ahead import DEBOUNCE_MS, finished_words  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+import draftscope.engine.backends.held as held_mod
+from draftscope.core.session import sampling_from
+from draftscope.documents.extract import Attachment
+from draftscope.engine.answer import READ_CHUNK
+from draftscope.engine.backends.work import Prefill
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.gui.chat.read_ahead import DEBOUNCE_MS, finished_words
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
 
 SYSTEM = "You answer questions about caches, briefly and exactly."
 TEXT = "Tell me everything about caches and how a kept prefix saves reading it again"

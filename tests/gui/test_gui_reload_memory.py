@@ -14,13 +14,13 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtCore import QEvent, Qt  # noqa: E402
-from PySide6.QtWidgets import QApplication, QPlainTextEdit, QPushButton  # noqa: E402
-from runtime_helpers import CONTEXT_ONLY, runtime_for  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtWidgets import QApplication, QPlainTextEdit, QPushButton
+from runtime_helpers import CONTEXT_ONLY, runtime_for
 
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.engine.engine import Engine
+from draftscope.storage import HistoryStore, Settings
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache", "one_thread")
 

@@ -13,13 +13,13 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton  # noqa: E402
-from runtime_helpers import CONTEXT_ONLY, runtime_for  # noqa: E402
-from test_gui_reload_memory import send, window_engine  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog, QLabel, QPushButton
+from runtime_helpers import CONTEXT_ONLY, runtime_for
+from test_gui_reload_memory import send, window_engine
 
-from draftscope.engine.auto_threads import ThreadsChoice  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.engine.auto_threads import ThreadsChoice
+from draftscope.storage import HistoryStore, Settings
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache", "one_thread")
 

@@ -9,11 +9,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QSpinBox  # noqa: E402
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QSpinBox
 
-from draftscope.gui.dialogs.settings_tabs import GenerationTab  # noqa: E402
-from draftscope.rules import SAMPLING_FIELDS, Range, SamplingField  # noqa: E402
-from draftscope.storage import Settings  # noqa: E402
+from draftscope.gui.dialogs.settings_tabs import GenerationTab
+from draftscope.rules import SAMPLING_FIELDS, Range, SamplingField
+from draftscope.storage import Settings
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache")
 

@@ -11,14 +11,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-import openai  # noqa: E402
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtWidgets import QLabel, QPlainTextEdit  # noqa: E402
+import openai
+from engine_fixtures import tiny_llama
+from PySide6.QtWidgets import QLabel, QPlainTextEdit
 
-from draftscope.core.runtime import Runtime  # noqa: E402
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.launcher import Launcher  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.core.runtime import Runtime
+from draftscope.engine.engine import Engine
+from draftscope.gui.launcher import Launcher
+from draftscope.storage import HistoryStore, Settings
 
 
 def free_port() -> int:

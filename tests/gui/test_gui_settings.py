@@ -12,8 +12,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import (  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDialog,
@@ -26,10 +26,10 @@ from PySide6.QtWidgets import (  # noqa: E402
     QTabWidget,
 )
 
-from draftscope.core.settings_checks import OTHER  # noqa: E402
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.storage import Settings, load_settings, save_settings  # noqa: E402
-from draftscope.storage.settings import Change, Section, change_between, changed_fields  # noqa: E402
+from draftscope.core.settings_checks import OTHER
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.storage import Settings, load_settings, save_settings
+from draftscope.storage.settings import Change, Section, change_between, changed_fields
 
 # The dialog looks up (and creates the folder of) the default datastore, and which catalogue
 # models are downloaded: keep both in tmp.

@@ -11,17 +11,17 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtCharts import QChart  # noqa: E402
-from PySide6.QtCore import QPointF  # noqa: E402
-from PySide6.QtWidgets import QLabel  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtCharts import QChart
+from PySide6.QtCore import QPointF
+from PySide6.QtWidgets import QLabel
 
-from draftscope.core.words import speedup_stale  # noqa: E402
-from draftscope.drafters import ContextDrafter  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.panels.speedup import SpeedupPanel, nice_ceiling  # noqa: E402
-from draftscope.gui.theme import _palette  # noqa: E402
+from draftscope.core.words import speedup_stale
+from draftscope.drafters import ContextDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.events import StepEvent, StepTree
+from draftscope.gui.panels.speedup import SpeedupPanel, nice_ceiling
+from draftscope.gui.theme import _palette
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from draftscope.core.session import SessionEvents  # noqa: E402
-from draftscope.gui.session_qt import UPDATE_INTERVAL_S, SessionSignals  # noqa: E402
+from draftscope.core.session import SessionEvents
+from draftscope.gui.session_qt import UPDATE_INTERVAL_S, SessionSignals
 
 
 class FakeSession:

@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from draftscope.gui.threads_choice import ThreadsCombo, thread_choices  # noqa: E402
+from draftscope.gui.threads_choice import ThreadsCombo, thread_choices
 
 
 def test_the_choices_run_from_automatic_down_to_one_thread():

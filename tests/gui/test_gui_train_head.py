@@ -10,20 +10,20 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QAction  # noqa: E402
-from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton  # noqa: E402
-from runtime_helpers import GREEDY  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QCheckBox, QLabel, QPlainTextEdit, QPushButton
+from runtime_helpers import GREEDY
 
-from draftscope.core.runtime import Runtime  # noqa: E402
-from draftscope.drafters.recurrent.files import default_head_path  # noqa: E402
-from draftscope.drafters.recurrent.train import checkpoint_path, train_head  # noqa: E402
-from draftscope.engine.engine import Engine  # noqa: E402
-from draftscope.gui.dialogs.settings_dialog import SettingsDialog  # noqa: E402
-from draftscope.gui.dialogs.train_head import TrainHeadDialog, head_description  # noqa: E402
-from draftscope.gui.main_window import MainWindow  # noqa: E402
-from draftscope.storage import HistoryStore, Settings  # noqa: E402
+from draftscope.core.runtime import Runtime
+from draftscope.drafters.recurrent.files import default_head_path
+from draftscope.drafters.recurrent.train import checkpoint_path, train_head
+from draftscope.engine.engine import Engine
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.gui.dialogs.train_head import TrainHeadDialog, head_description
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore, Settings
 
 MODEL = "tiny"
 TINY = {"seq_len": 16, "batch": 2, "length": 3, "val_sequences": 4, "val_every": 5, "checkpoint_every": 1000}

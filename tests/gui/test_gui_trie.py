@@ -13,15 +13,15 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QGraphicsPathItem, QLabel, QPushButton  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGraphicsPathItem, QLabel, QPushButton
 
-from draftscope.drafters import ContextDrafter  # noqa: E402
-from draftscope.engine.engine import Engine, GenerationRequest  # noqa: E402
-from draftscope.engine.events import StepEvent, StepTree  # noqa: E402
-from draftscope.gui.panels.drafts import visible_text  # noqa: E402
-from draftscope.gui.panels.trie_view import FIT_MIN_SCALE, MIN_SCALE, ROOT, TARGET, NodeItem, TrieView, format_support  # noqa: E402
+from draftscope.drafters import ContextDrafter
+from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.events import StepEvent, StepTree
+from draftscope.gui.panels.drafts import visible_text
+from draftscope.gui.panels.trie_view import FIT_MIN_SCALE, MIN_SCALE, ROOT, TARGET, NodeItem, TrieView, format_support
 
 # ---------------------------------------------------------------------------------- helpers
 

@@ -9,11 +9,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import QUrl  # noqa: E402
-from PySide6.QtWidgets import QFileDialog  # noqa: E402
-from test_gui_attachments import make_window  # noqa: E402
+from PySide6.QtCore import QUrl
+from PySide6.QtWidgets import QFileDialog
+from test_gui_attachments import make_window
 
-from draftscope.gui.chat.welcome import EXAMPLES  # noqa: E402
+from draftscope.gui.chat.welcome import EXAMPLES
 
 
 def click(window, href: str) -> None:

@@ -14,13 +14,13 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from engine_fixtures import tiny_llama  # noqa: E402
-from PySide6.QtCore import QByteArray, QRect  # noqa: E402
-from PySide6.QtWidgets import QApplication, QPushButton  # noqa: E402
-from runtime_helpers import CONTEXT_ONLY, runtime_for  # noqa: E402
+from engine_fixtures import tiny_llama
+from PySide6.QtCore import QByteArray, QRect
+from PySide6.QtWidgets import QApplication, QPushButton
+from runtime_helpers import CONTEXT_ONLY, runtime_for
 
-from draftscope.gui import window_memory  # noqa: E402
-from draftscope.storage import HistoryStore, Settings, load_settings  # noqa: E402
+from draftscope.gui import window_memory
+from draftscope.storage import HistoryStore, Settings, load_settings
 
 pytestmark = pytest.mark.usefixtures("own_data_and_cache")
 

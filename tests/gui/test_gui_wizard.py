@@ -13,14 +13,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit, QProgressBar, QPushButton, QWizard  # noqa: E402
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit, QProgressBar, QPushButton, QWizard
 
-from draftscope.datastore.default import datastores_dir  # noqa: E402
-from draftscope.datastore.pipeline import build_datastore  # noqa: E402
-from draftscope.datastore.preview import parse_source, preview_source  # noqa: E402
-from draftscope.gui.wizard.wizard import DatastoreWizard  # noqa: E402
-from draftscope.retrieval import Reader, Writer  # noqa: E402
+from draftscope.datastore.default import datastores_dir
+from draftscope.datastore.pipeline import build_datastore
+from draftscope.datastore.preview import parse_source, preview_source
+from draftscope.gui.wizard.wizard import DatastoreWizard
+from draftscope.retrieval import Reader, Writer
 
 
 @pytest.fixture

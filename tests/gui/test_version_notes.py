@@ -9,10 +9,10 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 pytest.importorskip("PySide6")
 
-from test_answer_versions import make_window  # noqa: E402
+from test_answer_versions import make_window
 
-from draftscope.gui.chat.versions import first_difference  # noqa: E402
-from draftscope.storage import HistoryStore  # noqa: E402
+from draftscope.gui.chat.versions import first_difference
+from draftscope.storage import HistoryStore
 
 
 def regenerated(store, texts_and_seeds) -> int:

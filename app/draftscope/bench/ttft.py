@@ -159,7 +159,7 @@ class Typist:
                 self.sent = text
                 try:
                     read_ahead(self.server, self.messages(text))
-                except Exception:  # noqa: BLE001 - a failed read ahead only means Send reads it all
+                except Exception:  # a failed read ahead only means Send reads it all
                     return
             else:
                 self.done.wait(0.1)

@@ -327,7 +327,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _sigint_cancels:  # noqa: N801 (used as a context manager)
+class _sigint_cancels:  # used as a context manager
     """First Ctrl-C cancels cleanly (between batches, or at the running batch's next token); a
     second one kills."""
 

@@ -194,7 +194,7 @@ def check_datastore(path: str) -> None:
         raise ValueError(f"--datastore {path}: no such file (build one with draftscope datastore build-default)")
     try:
         Reader(str(where), in_memory=False)
-    except Exception as exc:  # noqa: BLE001 - the reader names what is wrong with the file
+    except Exception as exc:  # the reader names what is wrong with the file
         raise ValueError(f"--datastore {path}: not a readable datastore ({exc})") from None
 
 

@@ -39,7 +39,7 @@ def built_for_another(path: Path, tokenizer, vocab_size: int | None) -> str | No
 
     try:
         reader = Reader(str(path), in_memory=False)
-    except Exception:  # noqa: BLE001 - a missing or damaged index is reported where it is opened for drafting
+    except Exception:  # a missing or damaged index is reported where it is opened for drafting
         return None
     gap = tokenizer_gap(reader, vocab_size, tokenizer)
     if gap == "ids":

@@ -170,7 +170,7 @@ def _datastore_mismatch(datastore, vocab_size: int | None, tokenizer=None) -> st
 
     try:
         reader = datastore if isinstance(datastore, Reader) else Reader(str(datastore), in_memory=False)
-    except Exception:  # noqa: BLE001 - a damaged index is reported when it is opened for drafting
+    except Exception:  # a damaged index is reported when it is opened for drafting
         return None
     return _reader_mismatch(reader, vocab_size, tokenizer)
 
@@ -202,7 +202,7 @@ def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | No
     if gap == "tokenizer":
         try:
             built_for = (read_manifest(reader.path) or {}).get("model")
-        except Exception:  # noqa: BLE001 - the manifest only adds a name to the message
+        except Exception:  # the manifest only adds a name to the message
             built_for = None
         made = f" (made for {built_for})" if isinstance(built_for, str) and built_for else ""
         return (

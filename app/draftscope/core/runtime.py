@@ -178,7 +178,7 @@ class Runtime:
         previous, self.recurrent = self.recurrent, recurrent
         try:
             self._setup = self._build_drafters(self.settings)
-        except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: keep what worked
+        except Exception as exc:  # a datastore that cannot be opened: keep what worked
             self.recurrent = previous
             return f"The drafters could not be rebuilt: {exc}"
         return None
@@ -222,7 +222,7 @@ def load_runtime(
             runtime.draft_model = load_draft_model(
                 settings.draft_model, engine, device=spec.device, dtype=spec.dtype
             ).model
-        except Exception as exc:  # noqa: BLE001 - a draft model must never keep the model from loading
+        except Exception as exc:  # a draft model must never keep the model from loading
             if strict:
                 raise
             runtime.notices.append(f"Draft model not used: {exc}")
@@ -295,7 +295,7 @@ def _open_learned(model: str, engine, notices: list[str]):
 
     try:
         return LearnedStore(model_key(model), engine.vocab)
-    except Exception as exc:  # noqa: BLE001 - learning is a nicety: the model still loads
+    except Exception as exc:  # learning is a nicety: the model still loads
         notices.append(f"Learning from answers is off: {exc}")
         return None
 

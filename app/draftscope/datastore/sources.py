@@ -195,7 +195,7 @@ class Source:
             yield from self._jsonl(path, skips, progress)
             return
         try:
-            import pyarrow.feather  # noqa: F401
+            import pyarrow.feather
             import pyarrow.ipc  # noqa: F401
             import pyarrow.parquet as pq
         except ImportError as exc:

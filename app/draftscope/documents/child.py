@@ -37,7 +37,7 @@ def main() -> int:
         answer = REFUSED + str(exc).encode("utf-8", "replace")
     except MemoryError:
         answer = OUT_OF_MEMORY
-    except Exception as exc:  # noqa: BLE001 - a damaged file raises any of its parser's errors
+    except Exception as exc:  # a damaged file raises any of its parser's errors
         answer = OUT_OF_MEMORY if "memory" in str(exc).lower() else REFUSED + _damaged(header, exc)
     sys.stdout.buffer.write(answer)
     sys.stdout.buffer.flush()
@@ -53,12 +53,12 @@ def _damaged(header: dict, exc: Exception) -> bytes:
 def _import_parser(kind: str) -> None:
     """Everything the parser needs, imported before the memory cap (imports count against it)."""
     if kind == "pdf":
-        import pypdf  # noqa: F401
+        import pypdf
         import pypdf.filters  # noqa: F401
     elif kind == "html":
         import draftscope.documents.html  # noqa: F401
     else:
-        import docx  # noqa: F401
+        import docx
         import docx.text.paragraph  # noqa: F401
 
 

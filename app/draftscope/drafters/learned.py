@@ -145,7 +145,7 @@ class LearnedStore:
             if reader.vocab_size != self.vocab_size:
                 return 0
             return reader.document_count
-        except Exception:  # noqa: BLE001 - damaged or foreign: rebuilt from the corpus
+        except Exception:  # damaged or foreign: rebuilt from the corpus
             return 0
 
     def needs_rebuild(self) -> bool:
@@ -177,7 +177,7 @@ class LearnedStore:
             return None
         try:
             return Reader(self.index)
-        except Exception:  # noqa: BLE001
+        except Exception:
             self._indexed = 0
             return None
 
@@ -245,13 +245,13 @@ class Learner:
                 for job in jobs:
                     job()
                 self.store.rebuild()
-            except Exception as exc:  # noqa: BLE001 - learning is a nicety: never take the app down
+            except Exception as exc:  # learning is a nicety: never take the app down
                 self.store.problems.append(f"learning from answers failed: {exc}")
             finally:
                 if self.on_change is not None:
                     try:
                         self.on_change(self.store.stats())
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         pass
                 with self._wake:
                     self._busy = False

@@ -171,7 +171,7 @@ class Engine:
             return
         try:
             self.slots.call(self.backend.save_slots)
-        except Exception as exc:  # noqa: BLE001 - closing goes on: unsaved is only slower next time
+        except Exception as exc:  # closing goes on: unsaved is only slower next time
             log.warning("the conversations' KV caches were not saved: %s", exc)
 
     # ------------------------------------------------------------------ measuring

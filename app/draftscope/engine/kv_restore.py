@@ -37,7 +37,7 @@ class DiskCache:
             self.save(backend, slot)
         try:
             return self._restore(backend, slot, prompt, kept, want_hidden)
-        except Exception as exc:  # noqa: BLE001 - a saved cache never keeps a prompt from being read
+        except Exception as exc:  # a saved cache never keeps a prompt from being read
             log.warning("a saved KV cache could not be restored, the prompt is read instead: %s", exc)
             backend.clear_slot(slot)
             return 0, None
@@ -53,7 +53,7 @@ class DiskCache:
             if state is None:
                 return False
             return self.store.save(self.key, held, backend.slot_cached(slot), state) is not None
-        except Exception as exc:  # noqa: BLE001 - not saved is only slower later, never an error now
+        except Exception as exc:  # not saved is only slower later, never an error now
             log.warning("the conversation's KV cache could not be saved: %s", exc)
             return False
 

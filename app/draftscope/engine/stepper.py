@@ -53,7 +53,7 @@ class _Call:
     def run(self) -> None:
         try:
             self.result = self.fn()
-        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+        except BaseException as exc:  # raised again on the caller's thread
             self.error = exc
         self.done.set()
 
@@ -289,7 +289,7 @@ class Stepper:
                     answer.ahead = self._marks.take(slot)
             try:
                 answer.begin(self.backend, slot)
-            except Exception as exc:  # noqa: BLE001 - that answer ends with its error; the others go on
+            except Exception as exc:  # that answer ends with its error; the others go on
                 answer.fail(exc)
                 self._release(slot)
 
@@ -328,7 +328,7 @@ class Stepper:
         kept: the prompt goes on from what it read (the conversation it was reading ahead)."""
         try:
             shared = {s: common_prefix(self.backend.held_tokens(s), prompt) for s in [*self._free, *background]}
-        except Exception:  # noqa: BLE001 - a backend that ended (a lost worker): no slot serves it better
+        except Exception:  # a backend that ended (a lost worker): no slot serves it better
             shared = dict.fromkeys([*self._free, *background], 0)
         best = max(background, key=lambda s: (shared[s], -s))
         if not self._free:
@@ -343,7 +343,7 @@ class Stepper:
             return self._free[0]
         try:
             shared = {slot: common_prefix(self.backend.held_tokens(slot), prompt) for slot in self._free}
-        except Exception:  # noqa: BLE001 - a backend that ended (a lost worker): any slot, its start reopens it
+        except Exception:  # a backend that ended (a lost worker): any slot, its start reopens it
             return self._free[0]
         return max(self._free, key=lambda slot: (shared[slot], -self._released[slot], -slot))
 
@@ -384,7 +384,7 @@ class Stepper:
         started = time.perf_counter()
         try:
             results = self.backend.decode_many(work)  # an item that failed has its error as its result
-        except Exception as exc:  # noqa: BLE001 - every answer in the forward hears of it
+        except Exception as exc:  # every answer in the forward hears of it
             results = {slot: exc for slot in work}
         seconds = time.perf_counter() - started
         self.last = ForwardStats(sum(tokens_of(item) for item in work.values()), len(work), seconds)
@@ -412,7 +412,7 @@ class Stepper:
         """``fn()`` for one answer: a failure ends that answer with its error, never the round."""
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             answer.fail(exc)
             return None
 

@@ -161,7 +161,7 @@ class ElidedLabel(QLabel):
         hint = super().minimumSizeHint()
         return QSize(min(self.shortest, hint.width()), hint.height())
 
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def paintEvent(self, event) -> None:  # Qt's name
         room = self.contentsRect().width()
         if self.fontMetrics().horizontalAdvance(self.text()) <= room:
             super().paintEvent(event)

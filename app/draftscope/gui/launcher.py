@@ -475,12 +475,12 @@ def _drafter_notes(runtime) -> list[str]:
     answers, plainly), and the note names what failed."""
     try:
         return list(runtime.drafter_setup.notes)
-    except Exception as exc:  # noqa: BLE001 - a datastore that cannot be opened: answer without it
+    except Exception as exc:  # a datastore that cannot be opened: answer without it
         first = exc
     settings = runtime.settings
     runtime.settings = dataclasses.replace(settings, drafters=dict(settings.drafters, retrieval=False))
     try:
         return [f"Retrieval drafts are off: the datastore could not be opened: {first}", *runtime.drafter_setup.notes]
-    except Exception as exc:  # noqa: BLE001 - not the datastore: answer plainly, saying why
+    except Exception as exc:  # not the datastore: answer plainly, saying why
         runtime.settings = dataclasses.replace(settings, drafters={name: False for name in settings.drafters})
         return [f"Drafting is off: the drafters could not be set up: {exc}"]

@@ -42,7 +42,7 @@ class _Refit(QObject):
         super().__init__(line.bar)
         self.line = line
 
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+    def eventFilter(self, watched, event) -> bool:  # Qt's name
         if event.type() == QEvent.Type.Resize:
             self.line.fit()
         return False

@@ -44,7 +44,7 @@ class ThreadsCombo(QComboBox):
     def value(self) -> int:
         return int(self.currentData())
 
-    def setValue(self, threads: int) -> None:  # noqa: N802 - as a spin box's, so the form reads the same
+    def setValue(self, threads: int) -> None:  # as a spin box's, so the form reads the same
         index = self.findData(threads)
         if index < 0:  # more threads than this computer's cores (a settings file from another one)
             self.addItem(f"{threads} (more than this computer's {self.cores} cores)", threads)

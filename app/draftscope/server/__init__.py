@@ -78,7 +78,7 @@ class ServerThread:
     def _run(self) -> None:
         try:
             self._server.run()
-        except BaseException as exc:  # noqa: BLE001 - reported by start()
+        except BaseException as exc:  # reported by start()
             self.error = exc
 
     def start(self, timeout: float = 20.0) -> ServerThread:

@@ -210,7 +210,7 @@ class Answerer:
             async with contextlib.aclosing(session.stream_async(request, write=self.write)) as events:
                 async for event in events:
                     put(event)
-        except Exception as exc:  # noqa: BLE001 - handed to the request, which answers with it
+        except Exception as exc:  # handed to the request, which answers with it
             put(exc)
         finally:
             put(_END)
@@ -335,7 +335,7 @@ class Api:
             return self.engine.encode_chat(
                 [{"role": m["role"], "content": m.get("model", m["content"])} for m in shown]
             )
-        except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
+        except Exception as exc:  # a template that refuses these messages
             raise p.ApiError(
                 400, f"the messages cannot be rendered with the model's chat template: {exc}", param="messages"
             ) from exc

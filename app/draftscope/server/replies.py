@@ -105,7 +105,7 @@ async def whole_reply(request: Request, reply: Reply, events):
         raise
     except _Gone:
         return None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise _engine_error(exc) from exc
     request.state.completion_tokens = final.stats.tokens
     if final.finish_reason == "error":
@@ -122,7 +122,7 @@ async def streamed_reply(request: Request, reply: Reply, events, stop_strings: l
         raise
     except _Gone:
         return None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         await events.aclose()
         raise _engine_error(exc) from exc
     return StreamingResponse(

@@ -58,7 +58,7 @@ class RequestLog:
                         seconds=time.perf_counter() - started,
                     )
                 )
-            except Exception:  # noqa: BLE001 - a log that fails never fails the request
+            except Exception:  # a log that fails never fails the request
                 pass
 
         async def logging_send(message) -> None:

@@ -438,7 +438,7 @@ def _save_checkpoint(path: Path, options: TrainOptions, head, optimizer, step: i
 def _load_checkpoint(path: Path, options: TrainOptions) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint gets the same advice
+    except Exception as exc:  # any unreadable checkpoint gets the same advice
         raise TrainError(
             f"{path}: the checkpoint cannot be read ({type(exc).__name__}); delete it to start over"
         ) from None

@@ -146,7 +146,7 @@ def read_files(paths: list[str], status=None, cancel: CancelToken | None = None)
             break
         except AttachmentError as exc:
             outcome.problems.append(str(exc))
-        except Exception as exc:  # noqa: BLE001 - the reader promises AttachmentError; a bug still names the file
+        except Exception as exc:  # the reader promises AttachmentError; a bug still names the file
             outcome.problems.append(f"{name} could not be read: {exc!r}")
     return outcome
 

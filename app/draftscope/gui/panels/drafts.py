@@ -186,7 +186,7 @@ class DraftsPanel(QWidget):
             self.model.dark = dark
             self.model.recolour()
 
-    def changeEvent(self, event) -> None:  # noqa: N802 (a theme switch recolours the source cells)
+    def changeEvent(self, event) -> None:  # a theme switch recolours the source cells
         if event.type() == event.Type.PaletteChange:
             self._update_palette()
         super().changeEvent(event)

@@ -384,7 +384,7 @@ class SpeedupPanel(QWidget):
                 axis.setRange(0, top)
                 axis.setTickInterval(spacing)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name): more room, more ticks
+    def resizeEvent(self, event) -> None:  # (Qt's name): more room, more ticks
         super().resizeEvent(event)
         self._set_axes()
 
@@ -476,7 +476,7 @@ class SpeedupPanel(QWidget):
             + " &nbsp; <i>across: seconds into the answer</i>"
         )
 
-    def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name): a theme switch recolours the charts
+    def changeEvent(self, event) -> None:  # (Qt's name): a theme switch recolours the charts
         if event.type() == event.Type.PaletteChange:
             self._apply_palette()
         super().changeEvent(event)

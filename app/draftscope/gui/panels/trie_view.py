@@ -146,14 +146,14 @@ class TreeGraphicsView(QGraphicsView):
         if self.focus_rect is not None:  # too big to fit readably: keep the accepted path's end in view
             self.ensureVisible(self.focus_rect, 30, 30)
 
-    def wheelEvent(self, event) -> None:  # noqa: N802
+    def wheelEvent(self, event) -> None:
         if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
             self.zoom(ZOOM_STEP if event.angleDelta().y() > 0 else 1 / ZOOM_STEP)
             event.accept()
         else:
             super().wheelEvent(event)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if self.auto_fit:
             self.fit()
@@ -468,11 +468,11 @@ class TrieView(QWidget):
 
     # ------------------------------------------------------------------ Qt events
 
-    def showEvent(self, event) -> None:  # noqa: N802 (drawing waited while hidden)
+    def showEvent(self, event) -> None:  # drawing waited while hidden
         super().showEvent(event)
         self._sync()
 
-    def changeEvent(self, event) -> None:  # noqa: N802 (a theme switch redraws with the new colours)
+    def changeEvent(self, event) -> None:  # a theme switch redraws with the new colours
         if event.type() in (event.Type.PaletteChange, event.Type.FontChange):
             self._update_legend()
             self._drawn = None

@@ -130,7 +130,7 @@ class OptionsPage(QWizardPage):
         box.setLayout(exists_row)
         return box
 
-    def initializePage(self) -> None:  # noqa: N802
+    def initializePage(self) -> None:
         spec = self._wiz.model_spec
         name = model_display_name(spec)
         self.tokenizer_field.setText(name if name == spec else f"{name}  ({spec})")
@@ -146,7 +146,7 @@ class OptionsPage(QWizardPage):
             self.name_edit.setText(distill_name(spec) if distilling else suggested_name(self._wiz.sources()))
         self._check_output()
 
-    def cleanupPage(self) -> None:  # noqa: N802 (keep the choices when going back)
+    def cleanupPage(self) -> None:  # keep the choices when going back
         pass
 
     def _on_name_edited(self, _text: str) -> None:
@@ -179,7 +179,7 @@ class OptionsPage(QWizardPage):
         self.replace_check.setVisible(path is not None and path.is_file())
         self.completeChanged.emit()
 
-    def isComplete(self) -> bool:  # noqa: N802
+    def isComplete(self) -> bool:
         path = self.output_path()
         if path is None or path.is_dir():
             return False
@@ -260,7 +260,7 @@ class BuildPage(QWizardPage):
         layout.addStretch(1)
         self.show_idle("", error="")
 
-    def initializePage(self) -> None:  # noqa: N802
+    def initializePage(self) -> None:
         wiz = self._wiz
         n = len(wiz.sources())
         path = wiz.options_page.output_path()
@@ -273,10 +273,10 @@ class BuildPage(QWizardPage):
             self.setSubTitle(f"{name} from {n} source{'s' if n != 1 else ''}, with {model}'s tokenizer.")
         QTimer.singleShot(0, wiz.start_build)
 
-    def cleanupPage(self) -> None:  # noqa: N802
+    def cleanupPage(self) -> None:
         self.show_idle("", error="")
 
-    def isComplete(self) -> bool:  # noqa: N802
+    def isComplete(self) -> bool:
         return self._wiz.build_report() is not None and not self._wiz.is_building()
 
     # --- states ----------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ class SummaryPage(QWizardPage):
         layout.addStretch(1)
         layout.addWidget(self.use_now_check)
 
-    def initializePage(self) -> None:  # noqa: N802
+    def initializePage(self) -> None:
         report = self._wiz.build_report()
         if report is None:
             return

@@ -289,12 +289,12 @@ class SourcesPage(QWizardPage):
         self.error_label.show()
         self.recheck_button.setVisible(bool(self.entries))
 
-    def isComplete(self) -> bool:  # noqa: N802 (Qt's name)
+    def isComplete(self) -> bool:  # Qt's name
         if self.distilling():
             return True
         return bool(self.entries) and all(e.error is None for e in self.entries)
 
-    def cleanupPage(self) -> None:  # noqa: N802 (keep the sources when going back)
+    def cleanupPage(self) -> None:  # keep the sources when going back
         pass
 
     def sources(self) -> list[Source]:

@@ -36,7 +36,7 @@ def cards() -> list[Card]:
 
         lib()  # registers the backends, and with them their devices
         library = ggml()
-    except Exception:  # noqa: BLE001 - not installed, or its library does not load: no card
+    except Exception:  # not installed, or its library does not load: no card
         return []
     found = []
     for i in range(library.ggml_backend_dev_count()):

@@ -290,7 +290,7 @@ def _child_main(conn, args: dict, log: str) -> None:
             else:
                 value = _pack(getattr(backend, name)(*call_args), shm, rows, backend.vocab)
             conn.send(("ok", value))
-        except Exception as exc:  # noqa: BLE001 - told to the parent, which raises it there
+        except Exception as exc:  # told to the parent, which raises it there
             conn.send(("error", (type(exc).__name__, str(exc))))
     if backend is not None:
         backend.close()

@@ -175,7 +175,7 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
 
             try:  # the KV cache of every slot's positions, as the context holds them
                 memory = memory_per_machine(self.path, self.split, self.slots * (self.max_context + MAX_TREE + 1))
-            except Exception:  # noqa: BLE001 - an estimate only; the split itself is still shown
+            except Exception:  # an estimate only; the split itself is still shown
                 memory = {}
             where = " · layers " + ", ".join(
                 f"{n} on {m}" + (f" (~{_size(memory[m])})" if m in memory else "") for m, n in self.split.items()

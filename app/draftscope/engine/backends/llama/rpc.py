@@ -52,7 +52,7 @@ def rpc_supported() -> bool:
         import llama_cpp
 
         return bool(llama_cpp.llama_supports_rpc())
-    except Exception:  # noqa: BLE001 - not installed, or its library does not load
+    except Exception:  # not installed, or its library does not load
         return False
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from draftscope.rules import DTYPES  # noqa: F401 - re-exported: the precisions a user may choose
+from draftscope.rules import DTYPES
 
 
 @dataclass(frozen=True)

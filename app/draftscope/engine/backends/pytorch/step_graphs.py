@@ -244,7 +244,7 @@ def _first_that_runs(backend, attempts, replay, buckets, progress, failures) -> 
                     progress(f"preparing {what}: {done} of {len(shapes)} captured")
                 graphs.add(padded, span)
             _check(backend, graphs)
-        except Exception as exc:  # noqa: BLE001 - any failure: the next attempt, else eager steps, and the user is told
+        except Exception as exc:  # any failure: the next attempt, else eager steps, and the user is told
             backend._cache.past = backend._past = 0
             backend._cache.view = None
             short = "FlexAttention" if flex else _kernel_name(kernels)
