@@ -89,7 +89,7 @@ def heads(engine, model, tokenizer, own_text, tmp_path_factory):
     """The same training run twice: through llama.cpp (the GGUF) and on the torch model."""
     folder = tmp_path_factory.mktemp("heads")
     on_llama = train_head(
-        GgufTarget(engine.backend, engine.slots), tokenizer, options(own_text), folder / "llama", model_name="tiny"
+        GgufTarget(engine.backend, engine.stepper), tokenizer, options(own_text), folder / "llama", model_name="tiny"
     )
     on_torch = train_head(model, tokenizer, options(own_text), folder / "torch", model_name="tiny")
     return on_llama, on_torch
@@ -98,7 +98,7 @@ def heads(engine, model, tokenizer, own_text, tmp_path_factory):
 def test_the_gguf_target_is_the_torch_model(engine, model, tokenizer):
     """Sizes, identity, embedding and output rows read from the GGUF, and hidden states and greedy
     next tokens read through llama.cpp, are the torch model's (within fp32 drift)."""
-    gguf, torch_view = GgufTarget(engine.backend, engine.slots), TorchTarget(model)
+    gguf, torch_view = GgufTarget(engine.backend, engine.stepper), TorchTarget(model)
     assert target_identity(gguf, "tiny") == target_identity(torch_view, "tiny")
     ids = torch.tensor([[5, 9, 40, 2, 77, 5, 9, 40], [3, 3, 3, 12, 100, 7, 1, 0]])
     assert torch.equal(gguf.embed(ids), torch_view.embed(ids))
@@ -108,7 +108,7 @@ def test_the_gguf_target_is_the_torch_model(engine, model, tokenizer):
     assert hidden.shape == want_hidden.shape
     assert torch.allclose(hidden, want_hidden, atol=2e-3, rtol=1e-3), (hidden - want_hidden).abs().max()
     assert (greedy == want_greedy).float().mean() > 0.9  # the greedy choice moves only at near-ties
-    assert engine.backend.cached == 0 and engine.slots.busy == 0, "reading leaves no answer behind"
+    assert engine.backend.cached == 0 and engine.stepper.busy == 0, "reading leaves no answer behind"
 
 
 def test_a_head_trained_through_llama_cpp_matches_one_trained_on_torch(heads, engine, model, tokenizer, own_text):
@@ -324,7 +324,7 @@ def test_training_through_llama_cpp_resumes_after_cancel_to_the_same_head(engine
     from draftscope.drafters.recurrent.files import load_head
     from draftscope.drafters.recurrent.train import TrainCancelled
 
-    target, parted, cancel = GgufTarget(engine.backend, engine.slots), tmp_path / "parted", CancelToken()
+    target, parted, cancel = GgufTarget(engine.backend, engine.stepper), tmp_path / "parted", CancelToken()
 
     def cancel_at_step_5(p):
         if p.phase == "training" and p.step == 5:

@@ -8,8 +8,8 @@ import torch
 from engine_fixtures import tiny_llama
 from torch.nn.attention import SDPBackend
 
+from draftscope.draft_tree import chain_tree
 from draftscope.drafters import ContextDrafter
-from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.pytorch.attention import kernel_names, kernels_for
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.engine import Engine, GenerationRequest

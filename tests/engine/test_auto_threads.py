@@ -145,7 +145,7 @@ def test_the_real_choice_on_the_tiny_model_picks_one_of_the_two(gguf_file, token
     engine = Engine(backend=backend)
     try:
         with caplog.at_level(logging.INFO, logger="draftscope.engine.auto_threads"):
-            choice = engine.slots.call(lambda: choose_for(backend), exclusive=True)
+            choice = engine.stepper.call(lambda: choose_for(backend), exclusive=True)
         assert choice.threads in (2, 1) and backend._L.llama_n_threads(backend._ctx) == choice.threads
         assert all(s > 0 for s in choice.step_seconds.values())
         assert any("a plain step took" in r.getMessage() for r in caplog.records)
@@ -192,7 +192,7 @@ def test_automatic_on_torch_leaves_torch_on_the_count_kept(tokenizer):
         engine.measure(baseline=False)
         choice = engine.threads_choice
         assert choice is not None and set(choice.step_seconds) == {cores, cores - 1}
-        assert engine.slots.call(torch.get_num_threads) == choice.threads
+        assert engine.stepper.call(torch.get_num_threads) == choice.threads
     finally:
         engine.close()
         torch.set_num_threads(before)

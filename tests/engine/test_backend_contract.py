@@ -37,9 +37,8 @@ from threaded_answers import (
     side_by_side,
 )
 
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.engine.backends import torch_backend_for
-from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.engine.backends.work import Prefill, Verify
@@ -281,7 +280,7 @@ def test_answers_side_by_side_are_each_the_answer_alone(engines, tokenizer, para
     for i, f in enumerate(finals):
         assert len(f.token_ids) == 40
         assert_solo(engines, prompts[i], solo[i], f.token_ids, params[i], what=f"answer {i}: ")
-    assert engines.shared.slots.busy == 0
+    assert engines.shared.stepper.busy == 0
 
 
 def test_a_forward_that_mixes_up_the_answers_rows_is_caught(engines, tokenizer, monkeypatch):
@@ -324,7 +323,7 @@ def test_an_answer_that_stops_is_cancelled_or_fails_leaves_the_others_untouched(
         assert_solo(engines, prompts[i], solo[i][: len(f.token_ids)], f.token_ids, SAMPLED[i], what=f"answer {i}: ")
     survivors = [i for i in range(4) if i not in failed and finals[i].finish_reason == "length"]
     assert survivors and all(len(finals[i].token_ids) == 40 for i in survivors)
-    assert engines.shared.slots.busy == 0
+    assert engines.shared.stepper.busy == 0
 
 
 def test_turning_the_server_on_reopens_a_model_with_room_for_its_answers(engines):

@@ -15,13 +15,12 @@ from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 from llama_helpers import assert_plain_or_near_tie, need_llama_cpp
 
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.drafters import (
     ContextDrafter,
     Drafter,
     RetrievalDrafter,
 )
-from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.retrieval import Writer

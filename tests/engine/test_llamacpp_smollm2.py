@@ -13,9 +13,8 @@ from llama_helpers import need_llama_cpp
 
 need_llama_cpp()  # a skip where llama-cpp-python is missing, a failure where CI requires it
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import DraftTree, chain_tree
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
-from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.retrieval import Writer
 

@@ -25,14 +25,14 @@ from threaded_answers import (
     ids_of,
 )
 
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree, limit_leaves
 from draftscope.drafters import (
     ContextDrafter,
     Drafter,
 )
 from draftscope.engine.backends import open_backend
 from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
-from draftscope.engine.engine import Engine, GenerationRequest, limit_leaves
+from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.server import ServerConfig, ServerThread, create_app
 
@@ -68,7 +68,7 @@ def test_an_answer_beyond_the_slots_waits_and_can_be_cancelled_while_it_waits(al
     holder_has_it, done = threading.Event(), threading.Event()
 
     def hold():  # another thread holds the only slot (as a head's training reads rows in one)
-        with alone.slots.lease():
+        with alone.stepper.lease():
             holder_has_it.set()
             done.wait(10)
 
@@ -98,18 +98,18 @@ def test_an_answer_left_paused_holds_its_slot_and_frees_it_when_dropped(shared, 
     ids = ids_of(tokenizer, PROMPTS[1])
     paused = shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=40))
     first = next(paused)  # one step, then left as it is
-    assert shared.slots.busy == 1
+    assert shared.stepper.busy == 1
     final = list(shared.generate(GenerationRequest(prompt_ids=ids, max_new_tokens=20, drafters=[ContextDrafter()])))[-1]
     assert final.error is None and len(final.token_ids) == 20, "the other answer did not run beside the paused one"
-    assert shared.slots.busy == 1, "the paused answer lost its slot"
+    assert shared.stepper.busy == 1, "the paused answer lost its slot"
     rest = [next(paused) for _ in range(MAX_LEAD)]  # what it said ahead of its reader is there to read
     assert first.tokens_total < rest[-1].tokens_total < 40
     del paused, rest
     gc.collect()  # a dropped generator is closed: its answer leaves at the next round
     deadline = time.monotonic() + 5
-    while shared.slots.busy and time.monotonic() < deadline:
+    while shared.stepper.busy and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert shared.slots.busy == 0
+    assert shared.stepper.busy == 0
 
 
 def test_a_tree_keeps_within_the_leaves_a_slot_has():
@@ -134,7 +134,7 @@ def test_each_slot_keeps_its_conversation_and_its_follow_up_comes_back_to_it(ggu
     engine = engine_with(gguf, 8)
     backend = engine.backend
     try:
-        assert backend.leaves == 32 and engine.slots.size == 8
+        assert backend.leaves == 32 and engine.stepper.size == 8
         a, b = ids_of(tokenizer, PROMPTS[2]), ids_of(tokenizer, PROMPTS[0])
         first_a = answer(engine, a, SamplingParams(), drafted=True, tokens=12)
         first_b = answer(engine, b, SamplingParams(), drafted=True, tokens=12)
@@ -168,15 +168,14 @@ class SlowContext(ContextDrafter):
 
 def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, tokenizer):
     engine = engine_with(gguf, 2)
-    pin_budget(engine, 4)
     app = create_app(
         runtime_for(engine, max_new_tokens=40, drafters=lambda: [SlowContext()]),
         history=None,
-        config=ServerConfig(parallel=2, queue_limit=1),
+        config=ServerConfig(parallel=2, queue_limit=1, budget=4),  # the server asks generate_async
     )
     server = ServerThread(app, port=0).start()
     order, lock = [], threading.Lock()  # the stepper's admissions and releases, in the order they happened
-    admit, release = engine.slots._best_free, engine.slots._release
+    admit, release = engine.stepper._best_free, engine.stepper._release
 
     def logged_admit(prompt):
         with lock:
@@ -188,7 +187,7 @@ def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, to
             order.append(("release", slot))
         release(slot)
 
-    engine.slots._best_free, engine.slots._release = logged_admit, logged_release
+    engine.stepper._best_free, engine.stepper._release = logged_admit, logged_release
     try:
         client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
         spans, errors = {}, []
@@ -211,7 +210,7 @@ def test_the_server_answers_parallel_requests_at_once_and_queues_beyond(gguf, to
         threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
         for t in threads:
             t.start()
-        while engine.slots.busy < 2:
+        while engine.stepper.busy < 2:
             time.sleep(0.005)
         third = threading.Thread(target=ask, args=(2,))  # waits in the queue
         third.start()
@@ -355,12 +354,12 @@ def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
         body = {"model": "m", "stream": True, "max_tokens": 200, "messages": [{"role": "user", "content": "go"}]}
         with httpx.stream("POST", server.url + "/chat/completions", json=body, timeout=30) as r:
             for _ in r.iter_lines():
-                if engine.slots.busy == 1:
+                if engine.stepper.busy == 1:
                     break
         deadline = time.monotonic() + 5
-        while engine.slots.busy and time.monotonic() < deadline:
+        while engine.stepper.busy and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert engine.slots.busy == 0, "the slot of a client that went away was not freed"
+        assert engine.stepper.busy == 0, "the slot of a client that went away was not freed"
     finally:
         server.stop()
         engine.backend.close()
@@ -369,8 +368,8 @@ def test_a_client_that_disconnects_frees_its_slot(gguf, tokenizer):
 def test_a_released_slot_keeps_its_cache_for_the_next_turn(shared, tokenizer):
     ids = ids_of(tokenizer, PROMPTS[3])
     final = answer(shared, ids, SamplingParams(), drafted=False, tokens=8)
-    assert shared.slots.busy == 0
-    held = [shared.backend.held_tokens(s) for s in range(shared.slots.size)]
+    assert shared.stepper.busy == 0
+    held = [shared.backend.held_tokens(s) for s in range(shared.stepper.size)]
     assert ids + final.token_ids[:-1] in held, "the answer's slot was emptied when it was given back"
 
 
@@ -383,7 +382,7 @@ class LongChainDrafter(Drafter):
         pass
 
     def propose(self, context_ids, budget):
-        from draftscope.engine.backends.base import chain_tree
+        from draftscope.draft_tree import chain_tree
 
         return chain_tree([(context_ids[-1] + k) % 50 + 3 for k in range(100)])
 

@@ -39,9 +39,9 @@ def shared(model, tokenizer):
 
 
 def test_the_torch_backend_holds_as_many_answers_as_asked(shared, alone):
-    assert isinstance(shared.backend, TorchSlotsBackend) and shared.slots.size == 4
+    assert isinstance(shared.backend, TorchSlotsBackend) and shared.stepper.size == 4
     assert "4 answers at once" in shared.backend.describe()
-    assert alone.slots.size == 1
+    assert alone.stepper.size == 1
 
 
 def test_on_cuda_one_served_answer_and_the_window_take_turns_on_the_captured_steps():

@@ -192,7 +192,7 @@ def test_the_static_cache_reads_a_follow_up_as_one_causal_block_over_what_it_kep
     """The kept prefix plus the new tokens read as a block give the logits of reading it all."""
     static = open_torch("static", model)
     full = TorchBackend(model, IdTokenizer())
-    from draftscope.engine.backends.base import chain_tree
+    from draftscope.draft_tree import chain_tree
 
     prompt = FIRST + [70, 71, 72, 73, 74, 75]
     static.start(FIRST)

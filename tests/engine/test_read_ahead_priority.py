@@ -105,11 +105,11 @@ class Arrival:
 
     def _arrive(self) -> None:
         for events, request in zip(self.events, self.requests):
-            waiting = self.engine.slots.waiting
+            waiting = self.engine.stepper.waiting
             thread = threading.Thread(target=lambda e=events, r=request: e.extend(self.engine.generate(r)))
             thread.start()
             self.threads.append(thread)
-            while self.engine.slots.waiting == waiting:
+            while self.engine.stepper.waiting == waiting:
                 time.sleep(0.001)
 
     def final(self, i: int = 0) -> FinalEvent:
@@ -207,9 +207,9 @@ def test_an_exclusive_call_takes_the_model_from_a_read_ahead_at_the_next_round()
     def counted(work):
         result = decode(work)
         if len(backend.forwards) == 2:
-            calls.append(threading.Thread(target=lambda: engine.slots.call(measure, exclusive=True)))
+            calls.append(threading.Thread(target=lambda: engine.stepper.call(measure, exclusive=True)))
             calls[0].start()
-            while not engine.slots._calls:  # queued before this round ends
+            while not engine.stepper._calls:  # queued before this round ends
                 time.sleep(0.001)
         return result
 

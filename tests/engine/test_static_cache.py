@@ -9,10 +9,9 @@ import pytest
 import torch
 from engine_fixtures import tiny_llama
 
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.drafters import ContextDrafter
 from draftscope.drafters.oracle import OracleDrafter
-from draftscope.engine.backends.base import chain_tree
 from draftscope.engine.backends.pytorch.static_cache import BUCKETS, bucket_for, span_for, spans_for
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.pytorch.torch_static import StaticTorchBackend

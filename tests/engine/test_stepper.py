@@ -112,7 +112,7 @@ def test_answers_at_once_share_forwards_on_one_thread():
     shared = sum(1 for f in steps if len(f) == 2)
     assert shared >= 15, backend.forwards  # nearly every step of the two answers in one forward
     assert backend.threads == {"stepper"}, "every forward ran on the stepper's thread"
-    assert a[-1].stats.answers_per_forward > 1.5 and engine.slots.mean_answers > 1.5
+    assert a[-1].stats.answers_per_forward > 1.5 and engine.stepper.mean_answers > 1.5
 
 
 def test_an_answer_that_arrives_mid_round_joins_the_next_round():
@@ -144,7 +144,7 @@ def test_a_cancel_takes_effect_within_one_round():
             forwards_then = len(backend.forwards)
     assert events[-1].finish_reason == "cancel" and len(events[-1].token_ids) < 10
     assert len(backend.forwards) <= forwards_then + 1, "the answer stepped on past the round after the cancel"
-    assert engine.slots.busy == 0
+    assert engine.stepper.busy == 0
 
 
 def test_a_failure_in_one_answers_work_ends_that_answer_and_the_other_goes_on():
@@ -178,7 +178,7 @@ def test_a_failure_in_one_answers_work_ends_that_answer_and_the_other_goes_on():
     finals = sorted([first[-1], second[-1]], key=lambda f: f.finish_reason)
     assert [f.finish_reason for f in finals] == ["error", "length"], finals
     assert "this slot's forward failed" in finals[0].error
-    assert engine.slots.busy == 0
+    assert engine.stepper.busy == 0
 
 
 def test_a_call_runs_on_the_stepper_between_rounds_and_raises_where_it_was_made():
@@ -186,13 +186,13 @@ def test_a_call_runs_on_the_stepper_between_rounds_and_raises_where_it_was_made(
     engine = engine_on(backend)
     out = []
     thread = run_in_thread(engine, request(40), out)
-    assert engine.slots.call(lambda: threading.current_thread().name) == "stepper"
+    assert engine.stepper.call(lambda: threading.current_thread().name) == "stepper"
     with pytest.raises(ZeroDivisionError):
-        engine.slots.call(lambda: 1 / 0)
+        engine.stepper.call(lambda: 1 / 0)
     thread.join(30)
     assert isinstance(out[-1], FinalEvent) and out[-1].finish_reason == "length"
-    with engine.slots.lease() as slot:  # a slot lent to a reader is not given to an answer
-        assert engine.slots.busy == 1
+    with engine.stepper.lease() as slot:  # a slot lent to a reader is not given to an answer
+        assert engine.stepper.busy == 1
         final = list(engine.generate(request(3)))[-1]
         assert final.finish_reason == "length" and slot not in backend.forwards[-1]
-    assert engine.slots.busy == 0
+    assert engine.stepper.busy == 0

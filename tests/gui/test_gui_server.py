@@ -152,7 +152,7 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
     qtbot.addWidget(window)
     engine = window.runtime.engine
     engine.eos_ids = set()  # every answer runs to its length
-    assert engine.slots.size == 3
+    assert engine.stepper.size == 3
     decode = engine.backend.decode_many
 
     def paced(work):  # 10 ms a forward: 120 served steps outlast the window's 8 on a busy machine too
@@ -181,13 +181,13 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
     for t in clients:
         t.start()
     try:
-        qtbot.waitUntil(lambda: engine.slots.busy == 2 and stepping.is_set(), timeout=20_000)
+        qtbot.waitUntil(lambda: engine.stepper.busy == 2 and stepping.is_set(), timeout=20_000)
         window.findChild(QPlainTextEdit, "chatInput").setPlainText("hello")
         with qtbot.waitSignal(window.worker.finished, timeout=30_000) as done:
             qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
         final = done.args[0]
         assert final.error is None and final.token_ids
-        assert engine.slots.busy >= 1, "the served answers were still running: the window did not wait for them"
+        assert engine.stepper.busy >= 1, "the served answers were still running: the window did not wait for them"
         assert final.stats.answers_per_forward > 1.5, final.stats
     finally:
         for t in clients:

@@ -28,7 +28,7 @@ POOLS = ("draftscope-parse", "draftscope-record")
 def served(tokenizer, tmp_path):
     started = []
 
-    def start(*, parallel: int, queue_limit: int = 8):
+    def start(*, parallel: int, queue_limit: int = 8, max_new_tokens: int = 30, pace: float = 0.01):
         backend = TorchSlotsBackend(tiny_llama(len(tokenizer), seed=3, sharpen=4.0), tokenizer, slots=parallel)
         backend.name = "tiny"
         engine = Engine(backend=backend)
@@ -36,12 +36,12 @@ def served(tokenizer, tmp_path):
         decode = backend.decode_many
 
         def paced(work):  # 10 ms a forward: answers long enough to overlap and to walk away from
-            time.sleep(0.01)
+            time.sleep(pace)
             return decode(work)
 
         backend.decode_many = paced
         store = HistoryStore(tmp_path / "h.sqlite3")
-        runtime = runtime_for(engine, max_new_tokens=30, drafters=lambda: [ContextDrafter()])
+        runtime = runtime_for(engine, max_new_tokens=max_new_tokens, drafters=lambda: [ContextDrafter()])
         config = ServerConfig(parallel=parallel, queue_limit=queue_limit)
         server = ServerThread(create_app(runtime, history=store, config=config), port=0).start()
         started.append(server)
@@ -94,14 +94,14 @@ def test_answers_streamed_at_once_interleave_and_finish_with_no_thread_of_their_
         t.start()
     both_stepping.wait()  # both answers are writing
     during = {t.name for t in threading.enumerate()} - before - {"client-0", "client-1"}
-    answering = engine.slots.busy
+    answering = engine.stepper.busy
     for t in clients:
         t.join(60)
     assert answering == 2, "the two answers were not in their slots at once"
     assert finals == {0: "length", 1: "length"} and all(steps.values())
     unexpected = {name for name in during if name != "stepper" and not name.startswith(POOLS)}
     assert not unexpected, f"threads beside the stepper while answering: {unexpected}"
-    assert engine.slots.mean_answers > 1.2, "their steps did not share forwards"
+    assert engine.stepper.mean_answers > 1.2, "their steps did not share forwards"
 
 
 def test_a_client_that_walks_away_frees_its_place_and_slot_and_its_answer_is_kept_so_far(served):
@@ -112,10 +112,37 @@ def test_a_client_that_walks_away_frees_its_place_and_slot_and_its_answer_is_kep
             if '"draftscope"' in line:
                 break  # one step arrived: walk away
     wait_until(lambda: answerer.in_flight == 0, "the request gave its place back")
-    wait_until(lambda: engine.slots.busy == 0, "the answer gave its slot back")
+    wait_until(lambda: engine.stepper.busy == 0, "the answer gave its slot back")
     (conversation,) = store.conversations()
     kept = store.messages(conversation.id)[-1]
     assert kept.stats["finish_reason"] == "cancel" and kept.stats["tokens"] < 2000
     # the only place is free again: the next request is answered, not refused (queue limit 0) nor kept waiting
     reply = httpx.post(server.url + "/chat/completions", json={**body("next", 3), "stream": False}, timeout=30)
     assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 3
+
+
+def test_an_answer_running_when_the_server_stops_is_kept_so_far(served):
+    """A restart of the server (a port changed in the window) cancels what it is answering; the cut
+    answers are recorded as a client's leaving records them, not lost with the event loop."""
+    # 50 ms a forward: the answer's end is far past the server's 2 s graceful stop
+    server, engine, store = served(parallel=1, max_new_tokens=1000, pace=0.05)
+    streamed = threading.Event()
+
+    def client() -> None:
+        try:
+            with httpx.stream("POST", server.url + "/chat/completions", json=body("stop", 2000), timeout=30) as r:
+                for line in r.iter_lines():
+                    if '"draftscope"' in line:
+                        streamed.set()
+        except httpx.HTTPError:
+            pass  # the server went away mid-stream
+
+    reader = threading.Thread(target=client, name="client-stop")
+    reader.start()
+    assert streamed.wait(20), "no step was streamed"
+    server.stop(timeout=30)
+    reader.join(30)
+    (conversation,) = store.conversations()
+    kept = store.messages(conversation.id)[-1]
+    assert kept.role == "assistant" and kept.stats["finish_reason"] == "cancel" and kept.stats["tokens"] < 2000
+    assert engine.stepper.busy == 0, "the cut answer gave its slot back"

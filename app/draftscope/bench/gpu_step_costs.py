@@ -46,7 +46,7 @@ def bytes_read(backend, context: int, queries: int) -> dict[str, int] | None:
 
 
 def verify_curve(engine, args, report: Report) -> None:
-    from draftscope.engine.backends import chain_tree
+    from draftscope.draft_tree import chain_tree
 
     key, backend, rng = "verify", engine.backend, np.random.default_rng(0)
     report.heading(key)

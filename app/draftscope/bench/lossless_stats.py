@@ -120,7 +120,7 @@ def logit_rows(engine, prompt: list[int], continuation: list[int]):
     the continuation as a chain, whatever runs the model."""
     import torch
 
-    from draftscope.engine.backends.base import chain_tree
+    from draftscope.draft_tree import chain_tree
 
     with torch.inference_mode():
         engine.backend.truncate(0)  # read afresh: a kept cache was computed in other batch shapes

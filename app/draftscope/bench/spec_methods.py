@@ -154,7 +154,7 @@ class LlamaReference:
 
         # everything on the thread that drives our model (its stepper): from another, its OpenMP
         # team and the engine's slow each other
-        self._native = lambda fn, *args, **kwargs: engine.slots.call(lambda: fn(*args, **kwargs))
+        self._native = lambda fn, *args, **kwargs: engine.stepper.call(lambda: fn(*args, **kwargs))
         backend = engine.backend
         self.eos = engine.eos_ids
         self.max_new_tokens = max_new_tokens

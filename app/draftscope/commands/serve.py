@@ -95,7 +95,7 @@ def _serve_on(args: argparse.Namespace, sock, api_key: str | None) -> int:
         ),
         on_request=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    at_once = f"; {args.parallel} answers at once" if engine.slots.size > 1 else ""
+    at_once = f"; {args.parallel} answers at once" if engine.stepper.size > 1 else ""
     print(
         f"serving {engine.name} on http://{args.host}:{args.port}/v1 (OpenAI-compatible{at_once}; Ctrl-C stops)"
         + ("; an API key is required" if api_key else ""),

@@ -145,7 +145,7 @@ class Runtime:
         from draftscope.engine.backends import answers_held
 
         backend = self.engine.backend
-        return self.engine.slots.size < answers_held(backend.kind, backend.device, answer_slots(new))
+        return self.engine.stepper.size < answers_held(backend.kind, backend.device, answer_slots(new))
 
     def needs_reload(self, new: Settings) -> bool:
         """Whether ``new`` needs the model loaded again (a new runtime, load_runtime)."""
@@ -234,7 +234,7 @@ def _keep_caches_on_disk(engine, settings: Settings) -> None:
     slots is no conversation: forgotten first, never saved."""
     store = kv_store_for(settings)
     if store is not None and engine.backend.saves_slots:
-        engine.slots.call(lambda: [engine.backend.clear_slot(s) for s in range(engine.backend.slots)])
+        engine.stepper.call(lambda: [engine.backend.clear_slot(s) for s in range(engine.backend.slots)])
     engine.backend.keep_on_disk(store)
 
 
@@ -256,7 +256,7 @@ def _load_notices(engine, settings: Settings, spec) -> list[str]:
             f"Context length: {engine.name} reads at most {engine.max_context:,} tokens here, "
             f"not the {settings.context_length:,} set"
         )
-    if spec.slots > 1 and engine.slots.size == 1:
+    if spec.slots > 1 and engine.stepper.size == 1:
         if engine.backend.kind == "torch":  # CUDA: see engine.backends.torch_backend_for
             notices.append(
                 "Answers at once: on the GPU the window's answers and one served answer take "

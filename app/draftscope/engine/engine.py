@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from draftscope.draft_tree import limit_leaves
 from draftscope.engine.answer import Answer
 from draftscope.engine.auto_threads import ThreadsChoice, choose_for
 from draftscope.engine.backends.base import Backend
@@ -30,7 +29,7 @@ from draftscope.engine.sampling import SamplingParams
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
 from draftscope.engine.stepper import Stepper
 
-__all__ = ["Engine", "GenerationRequest", "PromptTooLongError", "limit_leaves"]  # limit_leaves: draft_tree.py's
+__all__ = ["Engine", "GenerationRequest", "PromptTooLongError"]
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +110,7 @@ class Engine:
         # One thread drives the model: each answer holds a slot (its own cache) while it runs, one on
         # a backend that holds one answer, several on llama.cpp or torch opened with slots (their
         # steps then share forwards); answers that find every slot busy wait their turn.
-        self.slots = Stepper(backend)
+        self.stepper = Stepper(backend)
         # What the step policy learned of each drafter's acceptance (per source), kept across answers.
         self.calibration = Calibration()
         self.drafter_gates: dict[str, dict] = {}  # which slow drafters earn their time (CompositeDrafter)
@@ -161,7 +160,7 @@ class Engine:
         torch cache). The engine answers no more. Every slot's cache is saved first, where caches
         are kept on disk (on the model's thread, between rounds)."""
         self.save_caches()
-        if self.slots.close():  # never under a forward still running on the thread
+        if self.stepper.close():  # never under a forward still running on the thread
             self.backend.close()
 
     def save_caches(self) -> None:
@@ -170,7 +169,7 @@ class Engine:
         if self.backend.kv_cache is None:
             return
         try:
-            self.slots.call(self.backend.save_slots)
+            self.stepper.call(self.backend.save_slots)
         except Exception as exc:  # closing goes on: unsaved is only slower next time
             log.warning("the conversations' KV caches were not saved: %s", exc)
 
@@ -181,11 +180,11 @@ class Engine:
         tokens/s; ``progress(stage)`` hears of each (engine/stages.py). Automatic threads are
         chosen first: every figure after depends on them."""
         if not self.threads_asked:
-            self.threads_choice = self.slots.call(lambda: choose_for(self.backend, progress=progress), exclusive=True)
+            self.threads_choice = self.stepper.call(lambda: choose_for(self.backend, progress=progress), exclusive=True)
         self.measure_costs(progress)
         if baseline:
             self.measure_baseline(progress=progress)
-        self.slots.reset_counts()  # answers per forward count the answers', not the measurements'
+        self.stepper.reset_counts()  # answers per forward count the answers', not the measurements'
 
     def measure_costs(self, progress=None) -> dict[int, float]:
         """Seconds a verify takes by tree size, measured on the stepper's thread once no answer runs."""
@@ -193,7 +192,7 @@ class Engine:
         def measure():
             return measure_verify_costs(self.backend, progress=StageClock(MEASURING_COSTS, progress))
 
-        self.verify_costs = self.slots.call(measure, exclusive=True)
+        self.verify_costs = self.stepper.call(measure, exclusive=True)
         return self.verify_costs
 
     def measure_baseline(self, tokens: int = 32, *, progress=None) -> float:
@@ -265,13 +264,13 @@ class Engine:
         (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""
         prompt = self._prompt(request)
-        yield from follow(self.slots, Answer(self, request, prompt, ignore_eos=_ignore_eos))
+        yield from follow(self.stepper, Answer(self, request, prompt, ignore_eos=_ignore_eos))
 
     async def generate_async(self, request: GenerationRequest) -> AsyncIterator[ReadingEvent | StepEvent | FinalEvent]:
         """``generate`` for a reader on an asyncio event loop (the server): the events awaited there, fed
         from the stepper's thread (engine/event_feed.py), no thread of the reader's own. Closing it
         (``contextlib.aclosing``) before the end frees the answer's slot."""
         answer = Answer(self, request, self._prompt(request))
-        async with contextlib.aclosing(follow_async(self.slots, answer)) as events:
+        async with contextlib.aclosing(follow_async(self.stepper, answer)) as events:
             async for event in events:
                 yield event

@@ -415,7 +415,7 @@ class MainWindow(QMainWindow):
     def show_server(self, url: str | None) -> None:
         """The local server's address in the status bar while it runs (Settings ▸ Server), and how
         many answers its forwards hold."""
-        self.status.show_server(url, self.runtime.engine.slots if self.runtime.engine.slots.size > 1 else None)
+        self.status.show_server(url, self.runtime.engine.stepper if self.runtime.engine.stepper.size > 1 else None)
 
     # ------------------------------------------------------------------ dialogs
 

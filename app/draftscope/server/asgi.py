@@ -113,7 +113,18 @@ class Answerer:
         # SQLite writes and the learner's hand-off, one answer at a time, off the event loop and the stepper
         self.recording = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draftscope-record")
         self.in_flight = 0  # requests admitted and not over, body reading included; on the event loop only
-        self.answers: set[asyncio.Task] = set()  # running (a task is only weakly held by the loop)
+        # running answers and their cancels (a task is only weakly held by the loop)
+        self.answers: dict[asyncio.Task, threading.Event] = {}
+
+    async def finish(self, timeout: float = 30.0) -> None:
+        """At the server's stop: every running answer cancelled and awaited (each ends within a step
+        and is recorded so far, as a client's leaving records it), then the pools closed."""
+        for cancel in list(self.answers.values()):
+            cancel.set()
+        if self.answers:
+            await asyncio.wait(list(self.answers), timeout=timeout)
+        await asyncio.get_running_loop().run_in_executor(self.recording, lambda: None)  # the last records written
+        self.close()
 
     def close(self) -> None:
         self.parsing.shutdown(wait=False, cancel_futures=True)
@@ -193,8 +204,8 @@ class Answerer:
         heard: asyncio.Queue = asyncio.Queue()
         ticket.answering = True  # from here the answer's end gives the place back
         answer = asyncio.create_task(self._answer(session, request, ticket, heard.put_nowait))
-        self.answers.add(answer)
-        answer.add_done_callback(self.answers.discard)
+        self.answers[answer] = cancel
+        answer.add_done_callback(lambda task: self.answers.pop(task, None))
         try:
             while (item := await heard.get()) is not _END:
                 if isinstance(item, Exception):
@@ -274,7 +285,7 @@ class Api:
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
         yield
-        self.answerer.close()
+        await self.answerer.finish()
 
     def authorise(self, request: Request) -> None:
         if not self.config.api_key:

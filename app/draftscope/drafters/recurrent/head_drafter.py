@@ -172,4 +172,4 @@ def target_for(engine):
         )
     if backend.model is not None:
         return TorchTarget(backend.model)
-    return GgufTarget(backend, getattr(engine, "slots", None))
+    return GgufTarget(backend, getattr(engine, "stepper", None))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from draftscope.engine.backends.base import Backend, Verified, chain_tree
+from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama import llama_verdict
 from draftscope.rules import BACKENDS
 
@@ -18,7 +18,6 @@ __all__ = [
     "Verified",
     "answers_held",
     "backend_for_gguf",
-    "chain_tree",
     "choose_backend",
     "llama_cpp_available",
     "open_backend",

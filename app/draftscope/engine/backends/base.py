@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from draftscope.draft_tree import DraftTree, chain_tree
+from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.work import PREFILL_BATCH, Prefill, Verify
 
-__all__ = ["Backend", "OneSlotBackend", "SlotView", "Verified", "chain_tree"]  # chain_tree: draft_tree.py's
+__all__ = ["Backend", "OneSlotBackend", "SlotView", "Verified"]
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Backend(ABC):
     no_hidden_reason: str = "does not give the model's hidden state"  # why not, in words (gives_hidden False)
     notice: str | None = None  # what the user should know of how it was opened (kernels turned off, a fallback)
     max_tree: int | None = None  # draft nodes one verify takes at most (None: no limit); the engine cuts trees to it
-    last_kept: int = 0  # prompt tokens the last start() found in the cache and did not read again (held.py)
+    last_kept: int = 0  # prompt tokens the last keep_prefix found in the cache and did not read again (held.py)
     slots: int = 1  # answers it holds at once, each in a slot with its own cache
     leaves: int | None = None  # leaves a slot's tree may have (llama.cpp: a sequence id each; None: any)
     batch_capacity: int | None = None  # tokens one forward takes (None: any)
