@@ -93,7 +93,7 @@ def main() -> None:
     if args.reference == "main":
         seconds = reference(llama_cpp.Llama(**options))
     else:
-        seconds = engine.slots.call(lambda: reference(llama_cpp.Llama(**options)))  # the model's own thread
+        seconds = engine.stepper.call(lambda: reference(llama_cpp.Llama(**options)))  # the model's own thread
     print(
         f"llama-cpp-python's loop ({args.tokens} tokens) from the {args.reference} thread: {seconds * 1000:.0f} ms",
         flush=True,
