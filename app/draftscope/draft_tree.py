@@ -107,15 +107,16 @@ class DraftTree:
 # ``subtree``, cost measurements and the draft model verify chains.
 
 
-def chain_tree(tokens) -> DraftTree:
-    """A draft chain (each node the child of the one before): what cost measurements verify."""
+def chain_tree(tokens, source: int = 1) -> DraftTree:
+    """A draft chain (each node the child of the one before): what cost measurements verify and
+    the oracle drafts (``source``: the DraftSource its nodes carry)."""
     n = len(tokens)
     return DraftTree(
         np.asarray(tokens, dtype=np.int64),
         np.arange(-1, n - 1, dtype=np.int32),
         np.arange(1, n + 1, dtype=np.int32),
         np.ones(n, np.float32),
-        np.ones(n, np.int8),
+        np.full(n, source, np.int8),
     )
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.drafters.interface import Drafter
 
 
@@ -28,12 +26,4 @@ class OracleDrafter(Drafter):
 
     def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
         done = len(context_ids) - self.prompt_len
-        chain = self.answer[done : done + min(budget, self.max_depth)]
-        k = len(chain)
-        return DraftTree(
-            np.array(chain, dtype=np.int64),
-            np.arange(-1, k - 1, dtype=np.int32),
-            np.arange(1, k + 1, dtype=np.int32),
-            np.ones(k, np.float32),
-            np.full(k, self.source, np.int8),
-        )
+        return chain_tree(self.answer[done : done + min(budget, self.max_depth)], self.source)
