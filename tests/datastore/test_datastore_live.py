@@ -139,7 +139,7 @@ def test_the_window_says_when_the_datastore_changed_on_disk(qtbot, tmp_path, tok
     build(tmp_path / "new.idx", [[5, 6, 9, 9]] * 7, vocab, tokenizer_fingerprint(tokenizer))
     os.replace(tmp_path / "new.idx", path)
     window.chat_input.setPlainText("hello there")
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
         window.send()
     assert window.statusBar().currentMessage() == "datastore chat.idx changed on disk: reopened (7 documents)"
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)

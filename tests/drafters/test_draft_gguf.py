@@ -166,7 +166,7 @@ def test_the_window_opens_with_a_gguf_draft_model_and_drafts_with_it(qtbot, file
     assert window.runtime.drafter_setup.names == ["model"]
     pin_budget(window.runtime.engine, nodes=6)  # the adaptive policy may rightly not draft for a tiny model
     window.findChild(QPlainTextEdit, "chatInput").setPlainText(PROMPT)
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000) as done:
         qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
     final = done.args[0]
     assert final.error is None and final.stats.accepted_by_source.get("model", 0) > 0, final.stats

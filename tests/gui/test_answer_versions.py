@@ -115,7 +115,7 @@ def make_window(qtbot, engine, db, **fields):
 
 def answer(qtbot, window, act) -> None:
     """Run ``act`` (a send, a regenerate) and wait until the window has handled the answer's end."""
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
         act()
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
 

@@ -72,7 +72,7 @@ def test_attach_by_button_and_drop_remove_one_send_and_see_it_after_a_restart(
     assert [f.name for f in chips.files] == ["notes.md", "todo.txt"], "the removed chip is not sent"
 
     w.findChild(QPlainTextEdit, "chatInput").setPlainText("When is the meeting?")
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
     assert not chips.files and not chips.isVisible(), "sent: the chips are gone"
@@ -214,7 +214,7 @@ def test_a_conversation_keeps_its_documents_folder_and_answers_from_it(qtbot, ch
     qtbot.waitUntil(lambda: w.session.documents is not None, timeout=10_000)
     assert panel.findChild(Label, "documentsStatus").text().startswith("1 files searchable")
     w.findChild(QPlainTextEdit, "chatInput").setPlainText("What is the wifi password?")
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
     conversation = w.conversation_id
     user = w.history.messages(conversation)[0]

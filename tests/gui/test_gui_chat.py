@@ -60,7 +60,7 @@ def test_an_answer_streams_and_keeps_its_stats(qtbot, chat_engine, tmp_path):
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3")
     batches = []
     w.answer_signals.steps.connect(batches.append)
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
         send(qtbot, w, "Hello there")
     final = done.args[0]
     # The window handles the same signal through its own queued slot: wait for it.
@@ -85,7 +85,7 @@ def test_stop_mid_answer(qtbot, chat_engine, tmp_path):
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=3000)
     with qtbot.waitSignal(w.answer_signals.steps, timeout=60_000):
         send(qtbot, w, "Tell me a very long story")
-    with qtbot.waitSignal(w.worker.cancelled, timeout=10_000) as stopped:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=10_000) as stopped:
         qtbot.mouseClick(w.findChild(QPushButton, "stopButton"), qtbot_left())
     final = stopped.args[0]
     assert final.finish_reason == "cancel" and 0 < final.stats.tokens < 3000
@@ -105,13 +105,13 @@ def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, chat_en
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=60)
     w.resize(900, 500)
     for k in range(3):  # a conversation taller than the view
-        with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
             send(qtbot, w, f"Question {k}: tell me something")
         qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=30_000)
     bar = w.chat_view.verticalScrollBar()
     qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=30_000)
     bar.setValue(0)  # the user reads the beginning
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         send(qtbot, w, "One more question")
     qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=30_000)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum() > 0, timeout=30_000)
@@ -124,7 +124,7 @@ def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, chat_en
     qtbot.waitUntil(lambda: lbar.maximum() > 200, timeout=60_000)
     assert lbar.value() == lbar.maximum(), "following the answer as it grows"
     lbar.setValue(10)  # the user scrolls up to read
-    with qtbot.waitSignal(long.worker.finished, timeout=120_000):
+    with qtbot.waitSignal(long.answer_signals.answer_ended, timeout=120_000):
         pass
     assert lbar.value() == 10 and lbar.maximum() > 10, "left where the user was reading"
 
@@ -132,7 +132,7 @@ def test_the_chat_follows_a_new_answer_unless_the_user_scrolls_up(qtbot, chat_en
 def test_history_survives_a_restart(qtbot, chat_engine, tmp_path):
     db = tmp_path / "h.sqlite3"
     w = make_window(qtbot, chat_engine, db)
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         send(qtbot, w, "Remember this conversation")
     qtbot.waitUntil(lambda: len(w.history.messages(w.conversation_id)) == 2, timeout=5000)
     w.close()
@@ -176,7 +176,7 @@ def test_ui_thread_stays_responsive_while_streaming(qtbot, chat_engine, tmp_path
     timer.start()
     started = time.perf_counter()
     try:
-        with qtbot.waitSignal(w.worker.finished, timeout=120_000):
+        with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=120_000):
             send(qtbot, w, "Stream a long answer")
     finally:
         timer.stop()
@@ -388,7 +388,7 @@ def test_launcher_opens_the_window_when_drafters_cannot_be_set_up(qtbot, chat_en
             message
         )
         assert "datastore" not in message and window.runtime.drafter_setup.names == []
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000) as done:
         send(qtbot, window, "still answers")
     assert done.args[0].stats.tokens == 8
 
@@ -586,7 +586,7 @@ def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, cha
     w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=12)
     finals = []
     for text in ("Hello there, tell me about caches", "And then?"):
-        with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+        with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
             send(qtbot, w, text)
         finals.append(done.args[0])
         qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
@@ -598,7 +598,7 @@ def test_a_follow_up_in_the_window_reads_only_what_is_new_and_says_so(qtbot, cha
         in w.chat_view.toPlainText()
     )
     last = w.history.messages(w.conversation_id)[-1]
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
         w.chat_view.action_requested.emit("regenerate", last.id)
     # the window's own handling of the answer's end (queued) is done before the test closes it
     qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)

@@ -88,13 +88,13 @@ def test_a_context_length_set_in_the_dialog_reloads_the_model_with_it(qtbot, ggu
         assert window.runtime.engine.max_context == 512 and window.runtime.engine.backend.max_context == 512
         assert load_settings(tmp_path / "settings.json")[0].context_length == 512, "saved once the model opened"
 
-        with qtbot.waitSignal(window.worker.failed, timeout=60_000) as failed:
+        with qtbot.waitSignal(window.answer_signals.answer_failed, timeout=60_000) as failed:
             send(qtbot, window, " ".join(f"word{k}" for k in range(600)))
         assert "reads at most 512" in failed.args[0], failed.args[0]
         qtbot.waitUntil(
             lambda: (b := window.findChild(QMessageBox, "answerErrorDialog")) is not None and b.isVisible(),
             timeout=5000,
-        )  # the window hears the failure after the worker says it
+        )  # the window shows what the failure said
         box = window.findChild(QMessageBox, "answerErrorDialog")
         assert "reads at most 512" in box.text()
         box.accept()
@@ -104,7 +104,7 @@ def test_a_context_length_set_in_the_dialog_reloads_the_model_with_it(qtbot, ggu
         long_text = " ".join(f"word{k}" for k in range(600))
         assert window.findChild(QPlainTextEdit, "chatInput").toPlainText() == long_text
         assert [t.role for t in window.session.turns()] == []
-        with qtbot.waitSignal(window.worker.finished, timeout=60_000):  # a short one fits
+        with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):  # a short one fits
             send(qtbot, window, "Hello there")
         assert [t.content for t in window.session.turns() if t.role == "user"] == ["Hello there"]
     finally:
@@ -176,7 +176,7 @@ def test_a_preset_fills_the_prompt_and_the_next_answer_is_asked_with_it(qtbot, g
 
         requests = []
         window.request_generation.connect(requests.append)
-        with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+        with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
             send(qtbot, window, "Write a loop")
         assert requests[0].messages[0] == {"role": "system", "content": BUILTIN_PRESETS["Code assistant"]}
         assert requests[0].messages[-1]["content"] == "Write a loop"

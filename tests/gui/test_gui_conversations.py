@@ -101,7 +101,7 @@ def test_regenerate_answers_again_and_keeps_the_old_answer_as_a_version(qtbot, c
     history, conv = seeded_history(tmp_path)
     w = make_window(qtbot, conversation_engine, history)
     select(w, conv)
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         qtbot.mouseClick(w.findChild(QPushButton, "regenerateButton"), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
     messages = history.messages(conv)
@@ -119,7 +119,7 @@ def test_edit_and_resend_replaces_the_last_exchange(qtbot, conversation_engine, 
     assert w.chat_input.toPlainText() == "How do I reverse a string in Python?"
     assert w.findChild(QWidgetClass("QLabel"), "editBanner").isVisible()
     w.chat_input.setPlainText("How do I reverse a list?")
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         qtbot.keyClick(w.chat_input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(history.messages(conv)) == 2, timeout=5000)
     messages = history.messages(conv)
@@ -167,13 +167,13 @@ def test_auto_scroll_pauses_when_the_user_scrolls_up(qtbot, conversation_engine,
         w.send()
     bar.setValue(bar.maximum() // 3)  # the user scrolls up to read
     held = bar.value()
-    with qtbot.waitSignal(w.worker.finished, timeout=120_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=120_000):
         pass
     qtbot.waitUntil(lambda: not w.streaming, timeout=5000)  # the window has handled the end too
     assert abs(bar.value() - held) <= 4, "the view stayed where the user put it"
     bar.setValue(bar.maximum())  # back at the end: following resumes
     w.chat_input.setPlainText("more")
-    with qtbot.waitSignal(w.worker.finished, timeout=120_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=120_000):
         w.send()
     qtbot.waitUntil(lambda: not w.streaming, timeout=5000)
     assert bar.value() == bar.maximum()
@@ -271,7 +271,7 @@ def test_shift_enter_breaks_the_line_and_enter_sends(qtbot, conversation_engine,
     qtbot.keyClick(w.chat_input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
     qtbot.keyClicks(w.chat_input, "second line")
     assert w.chat_input.toPlainText() == "first line\nsecond line" and w.conversation_id is None
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         qtbot.keyClick(w.chat_input, Qt.Key.Key_Return)
     assert history.messages(w.conversation_id)[0].content == "first line\nsecond line"
     assert w.chat_input.toPlainText() == ""

@@ -27,7 +27,7 @@ def test_the_first_message_waits_for_the_folder_and_carries_its_passages(qtbot, 
     assert "Send once it is searchable" in w.documents_panel.findChild(QLabel, "documentsStatus").text()
 
     qtbot.waitUntil(lambda: w.session.documents is not None, timeout=10_000)
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         w.send()
     (question,) = [m for m in w.history.messages(w.conversation_id) if m.role == "user"]
     assert [f["name"] for f in question.files] == ["handbook (documents)"] and "kestrel-42" in question.files[0]["text"]

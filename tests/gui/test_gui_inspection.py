@@ -59,7 +59,7 @@ def test_colour_drafted_tokens_marks_each_token_with_its_source_and_step(qtbot, 
     qtbot.addWidget(window)
     window.show()
     window.chat_input.setPlainText("one two three one two three one two three")
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000) as done:
         window.send()
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
     final = done.args[0]
@@ -91,7 +91,7 @@ def test_inspect_drafts_replays_a_stored_answer_after_a_restart(qtbot, tokenizer
     live = []
     first.answer_signals.steps.connect(live.extend)
     first.chat_input.setPlainText("one two three one two three")
-    with qtbot.waitSignal(first.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(first.answer_signals.answer_ended, timeout=60_000):
         first.send()
     qtbot.waitUntil(lambda: not first.streaming, timeout=5000)
     conv = first.conversation_id
@@ -122,7 +122,7 @@ def test_the_panels_follow_the_conversation_opened(qtbot, tokenizer, tmp_path):
     for question in ("one two three one two three", "four five six four five six"):
         window.new_conversation()
         window.chat_input.setPlainText(question)
-        with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+        with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
             window.send()
         qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
         answers[window.conversation_id] = window.history.messages(window.conversation_id)[-1].id

@@ -19,7 +19,7 @@ def test_quitting_the_window_saves_the_conversation_for_the_next_start(qtbot, ch
     chat_engine.backend.keep_on_disk(KvDiskStore(folder, 10**8, min_save=16, min_gain=8))
     try:
         w = make_window(qtbot, chat_engine, tmp_path / "h.sqlite3", max_new_tokens=8)
-        with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+        with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
             send(qtbot, w, "Tell me about the boiler's service interval and its warranty, please.")
         qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
         before = set(cache_files(folder))  # what an earlier test left in the shared engine's slot

@@ -38,7 +38,7 @@ def window_for(qtbot, model, tokenizer, tmp_path, settings, store):
 
 def ask(qtbot, w, text):
     w.findChild(QPlainTextEdit, "chatInput").setPlainText(text)
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
         qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
     return done.args[0]
 

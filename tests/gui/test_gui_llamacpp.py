@@ -57,7 +57,7 @@ def test_the_window_answers_on_llama_cpp_and_says_so(qtbot, engine, tmp_path):
     w = make_window(qtbot, engine, tmp_path / "h.sqlite3")
     status = w.findChild(QLabel, "statusDevice").text()
     assert "llama.cpp" in status and "F32" in status
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
         send(qtbot, w, PROMPT)
     final = done.args[0]
     qtbot.waitUntil(lambda: w.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
@@ -172,7 +172,7 @@ def test_the_recurrent_drafter_trains_and_drafts_in_the_window_on_llama_cpp(qtbo
     qtbot.addWidget(offered)
     assert offered.findChild(QCheckBox, "drafterRecurrent").isEnabled(), "Settings offers the head for the GGUF"
 
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
         send(qtbot, w, questions[3])
     final = done.args[0]
     accepted = final.stats.accepted_by_source.get("recurrent", 0)
@@ -203,14 +203,14 @@ def test_stop_ends_an_answer_on_llama_cpp(qtbot, engine, tmp_path):
     window.show()
     with qtbot.waitSignal(window.answer_signals.steps, timeout=30_000):
         send(qtbot, window, PROMPT)
-    with qtbot.waitSignal(window.worker.cancelled, timeout=10_000) as stopped:
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=10_000) as stopped:
         qtbot.mouseClick(window.findChild(QPushButton, "stopButton"), Qt.MouseButton.LeftButton)
     final = stopped.args[0]
     assert final.finish_reason == "cancel" and 0 < final.stats.tokens < 400
     qtbot.waitUntil(lambda: window.findChild(QPushButton, "sendButton").isEnabled(), timeout=5000)
     # the model is free again: the next answer runs to its length
     window.settings.max_new_tokens = 10
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000) as done:
         send(qtbot, window, "again")
     assert done.args[0].finish_reason == "length" and done.args[0].stats.tokens == 10
 
@@ -224,7 +224,7 @@ def test_the_race_runs_on_llama_cpp(qtbot, engine, tmp_path):
     w.race_action.trigger()
     race = w.race_dialog
     finals = []
-    race.worker.finished.connect(
+    race.answer_signals.answer_ended.connect(
         lambda final, *_: finals.append(final)
     )  # the plain lane's answer, then the speculative one's
     with qtbot.waitSignal(race.finished_race, timeout=120_000):

@@ -46,7 +46,7 @@ def streamed_window(qtbot, engine, tmp_path, *, max_new_tokens=60):
     live = []
     window.answer_signals.steps.connect(live.extend)
     window.chat_input.setPlainText(PROMPT)
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
         window.send()
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
     assert live and any(ev.accepted for ev in live), "the repetitive prompt gets drafts accepted"
@@ -151,7 +151,7 @@ def test_inspecting_an_old_answer_fills_the_panels_from_the_history(qtbot, engin
     live = list(streamed)  # the first answer's steps (the list keeps growing with the second)
     first = window.history.messages(window.conversation_id)[-1]
     window.chat_input.setPlainText("five six seven five six seven five six seven")
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
         window.send()
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
     assert window.drafts_panel.model.rowCount() == len(streamed) - len(live), "the panels show the new answer"

@@ -86,7 +86,7 @@ def type_and_pause(qtbot, window, text: str):
 
 
 def send(qtbot, window):
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000) as done:
         qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.streaming, timeout=5000)
     return done.args[0]

@@ -34,7 +34,7 @@ def window_engine(tokenizer, seed: int) -> Engine:
 def send(qtbot, window, text: str) -> None:
     """An answer in the window, as a user asks for it, waited for."""
     window.findChild(QPlainTextEdit, "chatInput").setPlainText(text)
-    with qtbot.waitSignal(window.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=60_000):
         qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
 
 

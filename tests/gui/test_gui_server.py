@@ -183,7 +183,7 @@ def test_the_window_answers_while_served_answers_step_beside_it_sharing_forwards
     try:
         qtbot.waitUntil(lambda: engine.stepper.busy == 2 and stepping.is_set(), timeout=20_000)
         window.findChild(QPlainTextEdit, "chatInput").setPlainText("hello")
-        with qtbot.waitSignal(window.worker.finished, timeout=30_000) as done:
+        with qtbot.waitSignal(window.answer_signals.answer_ended, timeout=30_000) as done:
             qtbot.mouseClick(window.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
         final = done.args[0]
         assert final.error is None and final.token_ids

@@ -155,7 +155,7 @@ def test_trains_writes_the_head_and_the_next_answer_drafts_with_it(qtbot, engine
     assert "recurrent" in w.findChild(QLabel, "statusDrafters").text()
     dialog.accept()
     w.findChild(QPlainTextEdit, "chatInput").setPlainText("How do I print hello world?")
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000) as done:
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000) as done:
         qtbot.mouseClick(w.findChild(QPushButton, "sendButton"), Qt.MouseButton.LeftButton)
     assert "recurrent" in done.args[0].stats.drafters
 

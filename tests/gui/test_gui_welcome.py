@@ -38,7 +38,7 @@ def test_an_empty_conversation_welcomes_with_examples_that_fill_the_message_box(
     assert asked and w.chat_input.toPlainText() == EXAMPLES[file_question].prompt
 
     w.chat_input.setPlainText("Hello")
-    with qtbot.waitSignal(w.worker.finished, timeout=60_000):
+    with qtbot.waitSignal(w.answer_signals.answer_ended, timeout=60_000):
         w.send()
     qtbot.waitUntil(lambda: not w.streaming, timeout=5000)
     assert EXAMPLES[0].title not in w.chat_view.toPlainText() and "Hello" in w.chat_view.toPlainText()

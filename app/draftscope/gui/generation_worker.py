@@ -1,10 +1,9 @@
 """Running the engine off the UI thread (superqt-style worker on a QThread).
 
 ``GenerationWorker`` lives on its own QThread. ``generate`` (a queued slot) drives the session's
-one answer loop (``ChatSession.stream``, which also keeps the answer in the history) and reports
-the job's lifecycle: ``started``, ``finished`` / ``cancelled`` (the FinalEvent and the id of the
-message it was kept as) and ``failed`` (a message). The answer itself — its steps as they come —
-is the session's to tell: views observe ``session.events`` through ``gui/session_qt.py``.
+one answer loop (``ChatSession.stream``, which also keeps the answer in the history). It says
+nothing of the answer itself: its start, steps, end and failure are the session's to tell, and
+views hear them through one channel, ``gui/session_qt.py``.
 ``measure_baseline`` re-measures plain decoding speed, telling ``baseline_progress`` how far it is,
 and reports it with ``baseline_measured``.
 ``stop`` may be called from any thread: the engine checks the flag between steps, so an answer
@@ -21,7 +20,6 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from draftscope.engine.engine import GenerationRequest
-from draftscope.engine.events import FinalEvent
 
 DECODING_NICENESS = 5  # how far decoding yields the CPU to the UI thread (Linux nice levels)
 # How long a thread holding the GIL keeps it while another waits (Python's default: 5 ms). The UI
@@ -55,10 +53,6 @@ def lower_decoding_priority() -> None:
 
 
 class GenerationWorker(QObject):
-    started = Signal()
-    finished = Signal(object, object)  # FinalEvent, its message id in the history (None: not kept)
-    cancelled = Signal(object, object)  # FinalEvent (the answer so far), its message id
-    failed = Signal(str)
     baseline_measured = Signal(float)  # plain decoding tokens/s, measured again on this thread
     baseline_progress = Signal(object)  # the measurement's Stage (engine/stages.py): how far it is
 
@@ -78,21 +72,12 @@ class GenerationWorker(QObject):
         request.cancel = self._cancel
         request.reading_progress = True  # the window says how far a long message's reading is
         lower_decoding_priority()
-        self.started.emit()
         try:
-            for number, event in enumerate(self.session.stream(request, keep=self.keep)):
+            for number, _event in enumerate(self.session.stream(request, keep=self.keep)):
                 if number == 0:  # the model's stepper thread, started for this answer, yields to the UI too
                     lower_decoding_priority()
-                if not isinstance(event, FinalEvent):
-                    continue
-                if event.finish_reason == "error":
-                    self.failed.emit(event.error or "generation failed")
-                elif event.finish_reason == "cancel":
-                    self.cancelled.emit(event, self.session.last_kept)
-                else:
-                    self.finished.emit(event, self.session.last_kept)
-        except Exception as exc:  # e.g. the prompt outgrew the context window
-            self.failed.emit(str(exc))
+        except Exception:  # e.g. the prompt outgrew the context window: the session told answer_failed
+            pass
 
     @Slot()
     def measure_baseline(self) -> None:

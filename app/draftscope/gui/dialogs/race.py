@@ -126,9 +126,8 @@ class RaceDialog(QDialog):
         self._request.connect(self.worker.generate)
         self.answer_signals = SessionSignals(self.session, parent=self)  # each lane's steps, as they come
         self.answer_signals.steps.connect(self._on_steps)
-        self.worker.finished.connect(self._on_finished)
-        self.worker.cancelled.connect(self._on_finished)
-        self.worker.failed.connect(self._on_failed)
+        self.answer_signals.answer_ended.connect(self._on_finished)
+        self.answer_signals.answer_failed.connect(self._on_failed)
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / REPLAY_HZ))
         self.timer.timeout.connect(self._replay_tick)
@@ -202,6 +201,9 @@ class RaceDialog(QDialog):
         )
 
     def _on_finished(self, final, _message_id=None) -> None:
+        if final.finish_reason == "error":
+            self._on_failed(final.error or "generation failed")
+            return
         lane = self.lanes[self._running]
         lane.finish(final)
         self._show_stats(self._running, lane)
