@@ -2,7 +2,7 @@
 # One-stop set-up for a fresh machine, then run the app or the whole test suite.
 #
 #   scripts/setup.sh run    install everything and launch Draftscope
-#   scripts/setup.sh test   install everything, check the style (ruff) and run every test (cargo test + pytest)
+#   scripts/setup.sh test   install everything, check the style (ruff) and the types (mypy), and run every test (cargo test + pytest)
 #   scripts/setup.sh        install everything only (also: rebuild the Rust extension after
 #                           a change under retriever_rs/)
 #
@@ -104,6 +104,8 @@ case "$mode" in
         say "ruff format --check; ruff check"  # the style is checked first: a violation fails CI in seconds
         "$PY" -m ruff format --check --quiet .
         "$PY" -m ruff check --quiet .
+        say "mypy (engine/, core/, server/)"
+        "$PY" -m mypy
         say "cargo test"
         cargo test --workspace --quiet
         say "pytest"
