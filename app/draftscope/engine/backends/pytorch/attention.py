@@ -64,6 +64,6 @@ NAMES = {
 def kernel_names(device_type: str) -> str:
     """In words, for the status bar and benchmarks: "flash / math (tree steps)" or "PyTorch's choice"."""
     plain, tree = (kernels_for(device_type, tree=t) for t in (False, True))
-    if plain is None and tree is None:
+    if plain is None or tree is None:  # KERNELS lists both for a device, or neither
         return "PyTorch's attention choice"
     return f"{NAMES[plain[0]]} attention, {NAMES[tree[0]]} for trees"

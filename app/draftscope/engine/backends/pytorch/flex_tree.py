@@ -105,7 +105,7 @@ def tree_attention(
     query heads padded per key/value head, else SDPA. ``query`` [B, Hq, q, D], ``key``/``value``
     [B, Hkv, keys, D]; returns ([B, q, Hq, D], None)."""
     if not isinstance(attention_mask, BlockMask):
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: PLC0415  # heavy
 
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -134,8 +134,8 @@ def padded_flex(query, key, value, block_mask: BlockMask, scale: float | None) -
 
 def register() -> str:
     """Make :func:`tree_attention` known to transformers (once); returns its name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers import AttentionInterface  # noqa: PLC0415  # heavy
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: PLC0415  # heavy
 
     AttentionInterface.register(ATTENTION, tree_attention)
     AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # prompts and eager steps build SDPA's masks

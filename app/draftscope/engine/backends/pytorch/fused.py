@@ -12,14 +12,26 @@ other two take their part, so the forward is transformers' own, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import torch
 from torch import nn
+
+
+class GatedMLP(Protocol):
+    """A decoder layer's MLP that :class:`FusedGateUpMLP` fuses (``_fusable`` checks one is)."""
+
+    gate_proj: nn.Linear
+    up_proj: nn.Linear
+    down_proj: nn.Linear
+    act_fn: Callable[[torch.Tensor], torch.Tensor]
 
 
 class FusedGateUpMLP(nn.Module):
     """``down(act(gate(x)) * up(x))`` with gate and up as one product: the same function, one GEMM."""
 
-    def __init__(self, mlp: nn.Module) -> None:
+    def __init__(self, mlp: GatedMLP) -> None:
         super().__init__()
         gate, up = mlp.gate_proj, mlp.up_proj
         self.intermediate = gate.out_features
@@ -76,6 +88,8 @@ class FusedProjections(nn.Module):
 class ProjectionPart(nn.Module):
     """One projection of a :class:`FusedProjections` (q_proj, k_proj or v_proj's place)."""
 
+    shared: FusedProjections
+
     def __init__(self, shared: FusedProjections, index: int, original: nn.Linear) -> None:
         super().__init__()
         self.index = index
@@ -89,10 +103,11 @@ class ProjectionPart(nn.Module):
 def fuse_qkv(attention: nn.Module) -> bool:
     """q_proj, k_proj and v_proj of one attention module as one product; False where it has not
     those three linear projections of one input size (left as they are)."""
-    parts = [getattr(attention, name, None) for name in ("q_proj", "k_proj", "v_proj")]
-    if isinstance(parts[0], ProjectionPart):
+    found = [getattr(attention, name, None) for name in ("q_proj", "k_proj", "v_proj")]
+    if isinstance(found[0], ProjectionPart):
         return True
-    if not all(isinstance(p, nn.Linear) for p in parts) or len({p.in_features for p in parts}) != 1:
+    parts = [p for p in found if isinstance(p, nn.Linear)]
+    if len(parts) != len(found) or len({p.in_features for p in parts}) != 1:
         return False
     attention.qkv_fused = FusedProjections(parts)
     for index, name in enumerate(("q_proj", "k_proj", "v_proj")):
@@ -101,9 +116,10 @@ def fuse_qkv(attention: nn.Module) -> bool:
 
 
 def _fusable(mlp: nn.Module) -> bool:
-    parts = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    found = [getattr(mlp, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    parts = [p for p in found if isinstance(p, nn.Linear)]
     return (
-        all(isinstance(p, nn.Linear) for p in parts)
+        len(parts) == len(found)
         and hasattr(mlp, "act_fn")
         and parts[0].bias is None
         and parts[1].bias is None

@@ -3,11 +3,14 @@ GGUF models in the user cache (dequantising a GGUF takes seconds; the copy loads
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from draftscope import paths
+from draftscope.engine.backends.llama.gguf_check import read_header
 from draftscope.engine.backends.pytorch import precision
 from draftscope.engine.backends.pytorch.cpu_linear import use_fast_layout
 from draftscope.engine.backends.pytorch.precision import pick_device
@@ -16,11 +19,11 @@ from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_dige
 
 @dataclass
 class LoadedModel:
-    model: object
+    model: Any  # a transformers model; the llama.cpp backend of a GGUF draft model beside a llama.cpp target
     tokenizer: object
     source: ModelSource
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype | None  # None: the llama.cpp draft model's (its file's own formats)
     dtype_reason: str = ""
 
     @property
@@ -34,7 +37,7 @@ class LoadedModel:
 
 def load_model(source: ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
     """``source`` (resolved once, where the user's choice is read: models/resolve.py) as a torch model."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415  # heavy: loaded with the first model
 
     if not isinstance(source, ModelSource):  # a name is resolved once, where it is read (resolve_model)
         raise TypeError(f"load_model takes a resolved ModelSource, not {type(source).__name__}")
@@ -55,13 +58,11 @@ def load_model(source: ModelSource, *, device: str | None = None, dtype: str | N
 
 
 def _load_gguf(source: ModelSource, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415  # heavy: loaded with the first model
 
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    from draftscope.engine.backends.llama.gguf_check import read_header
-
     read_header(gguf)  # a damaged or cut-short file named as such, not in numpy's words
     # kept in the dtype it runs in: a 1.5B model read as fp32 and then cast would need twice the memory
     cached = paths.models_dir() / f"{file_digest(gguf)[:24]}-{str(dtype).removeprefix('torch.')}"
@@ -73,11 +74,11 @@ def _load_gguf(source: ModelSource, dtype: torch.dtype):
         raise ModelNotFoundError(f"{gguf} could not be loaded as a GGUF model: {exc}") from exc
     # The weights are plain tensors once dequantised; drop the GGUF "quantizer" marking so the
     # model saves as ordinary safetensors.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # set by from_pretrained; nn.Module's __setattr__ is typed for tensors and modules
     for attr in ("quantization_config",):
         if hasattr(model.config, attr):
             delattr(model.config, attr)
-    model = model.to(dtype)
+    model = model.to(dtype)  # type: ignore[arg-type]  # transformers wraps .to: its stub takes self as the first argument
     partial = cached.with_name(cached.name + ".part")
     model.save_pretrained(str(partial), safe_serialization=True)
     partial.replace(cached)
@@ -88,11 +89,9 @@ def truncated_model(model, layers: int):
     """An early-exit draft model: the target's first ``layers`` decoder layers with its own final
     norm and head, sharing the target's weights (no extra memory) and tokenizer. Its
     distribution differs from the target's, which is what a draft model's should do."""
-    import copy
-
     inner = getattr(model, model.base_model_prefix, None)
     blocks = getattr(inner, "layers", None)
-    if blocks is None:
+    if inner is None or blocks is None:
         raise ValueError(f"{type(model).__name__} has no decoder layer list to truncate")
     if not 0 < layers < len(blocks):
         raise ValueError(f"a truncated draft needs 1..{len(blocks) - 1} layers, got {layers}")

@@ -85,10 +85,22 @@ class StaticTreeCache(Cache):
         device = self.slots.device
         src = torch.tensor(sources, dtype=torch.long, device=device)
         dst = torch.tensor(targets, dtype=torch.long, device=device)
-        for layer in self.layers:
-            if layer.is_initialized:
-                layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
-                layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
+        for keys, values in written_layers(self):
+            keys.index_copy_(2, dst, keys.index_select(2, src))
+            values.index_copy_(2, dst, values.index_select(2, src))
+
+
+def written_layers(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) of each of ``cache``'s static layers that a forward has written (a layer
+    allocates its buffers at its first write)."""
+    return [
+        (layer.keys, layer.values)
+        for layer in cache.layers
+        if isinstance(layer, StaticLayer)
+        and layer.is_initialized
+        and layer.keys is not None
+        and layer.values is not None
+    ]
 
 
 def step_layout(tree: DraftTree, past: int, padded: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

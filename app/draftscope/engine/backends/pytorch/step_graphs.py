@@ -21,13 +21,22 @@ as well; ``replays`` counts the steps answers ran through the graphs (the check'
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.pytorch.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
-from draftscope.engine.backends.pytorch.static_cache import BUCKETS, fill_additive_mask
+from draftscope.engine.backends.pytorch.static_cache import BUCKETS, fill_additive_mask, span_for, step_layout
+
+if TYPE_CHECKING:
+    from draftscope.engine.backends.pytorch.flex_tree import TreeMask
+
+# a step's outputs: logits [1, q, vocab], last hidden states [1, q, hidden], each row's argmax [1, q]
+Outputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 CHECK_PROMPT = range(11, 27)  # the prompt of the capture's check (16 tokens)
 # The check's tree: two siblings under the root, two under the first, one deeper (parents first, so
@@ -43,12 +52,12 @@ class _Bucket:
     ids: torch.Tensor  # [1, q]
     positions: torch.Tensor  # [1, q]
     slots: torch.Tensor  # [q]
-    mask: object  # [1, 1, q, span] additive (SDPA), or a flex_tree.TreeMask (FlexAttention): filled on the device
-    replay: object  # () -> (logits [1, q, vocab], last hidden states [1, q, hidden], each row's argmax [1, q])
+    mask: torch.Tensor | TreeMask  # [1, 1, q, span] additive (SDPA), or FlexAttention's: filled on the device
     past: torch.Tensor  # the cache length (a device scalar): slots and mask follow from it inside the graph
     own: torch.Tensor  # [q, q] what the step's own slots see of each other (the tree's ancestors, itself)
     steps: torch.Tensor  # arange(q)
     keys: torch.Tensor  # arange(span)
+    replay: Callable[[], Outputs] = field(init=False)  # the step: its graph replayed (set once captured)
 
     @property
     def attention_mask(self):
@@ -79,15 +88,15 @@ class StepGraphs:
         self.compiled = compiled
         self.flex = flex  # tree attention on FlexAttention (flex_tree.py): the model's attention function is ours
         if flex:
-            from draftscope.engine.backends.pytorch.flex_tree import register
+            from draftscope.engine.backends.pytorch.flex_tree import register  # noqa: PLC0415  # FlexAttention: ~1 s
 
             backend.model.set_attn_implementation(register())
         self.buckets: dict[tuple[int, int], _Bucket] = {}
-        self._pool = None
+        self._pool: torch.cuda._POOL_HANDLE | None = None  # the graphs' memory pool, shared
         self.replays = 0  # steps of answers run through the graphs
         self._step = _model_step
         if compiled:
-            import torch._dynamo
+            import torch._dynamo  # noqa: PLC0415  # seconds to import: compiled steps only
 
             # a recompile per (tree size, span): well above what capture makes, so none falls back
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
@@ -104,10 +113,10 @@ class StepGraphs:
     def _fill(self, b: _Bucket) -> None:
         """The step's slots and mask from its cache length and tree, on the device (in the graph)."""
         torch.add(b.steps, b.past, out=b.slots)
-        if self.flex:
-            b.mask.fill(b.past, b.own)
-        else:
+        if isinstance(b.mask, torch.Tensor):  # SDPA's additive mask
             fill_additive_mask(b.mask, b.past, b.own, b.keys)
+        else:  # FlexAttention's TreeMask
+            b.mask.fill(b.past, b.own)
 
     def _forward(self, b: _Bucket):
         backend = self.backend
@@ -125,8 +134,9 @@ class StepGraphs:
     def add(self, padded: int, span: int) -> None:
         backend = self.backend
         device, q = backend.device, padded + 1
+        mask: torch.Tensor | TreeMask
         if self.flex:
-            from draftscope.engine.backends.pytorch.flex_tree import TreeMask
+            from draftscope.engine.backends.pytorch.flex_tree import TreeMask  # noqa: PLC0415  # FlexAttention: ~1 s
 
             mask = TreeMask(q, span, device)
         else:
@@ -137,7 +147,6 @@ class StepGraphs:
             torch.zeros(1, q, dtype=torch.long, device=device),
             torch.arange(q, device=device),
             mask,
-            None,
             past=torch.zeros((), dtype=torch.long, device=device),
             own=torch.ones(q, q, dtype=torch.bool, device=device).tril(),
             steps=torch.arange(q, device=device),
@@ -156,7 +165,12 @@ class StepGraphs:
             with torch.cuda.graph(graph, pool=self._pool):
                 out = self._forward(b)
             self._pool = graph.pool()
-            b.replay = lambda: (graph.replay(), out)[1]
+
+            def replay() -> Outputs:
+                graph.replay()
+                return out
+
+            b.replay = replay
         self.buckets[padded, span] = b
 
     @torch.inference_mode()
@@ -259,8 +273,6 @@ def _replay_ms(graphs: StepGraphs, context: int, repeats: int = 5) -> float:
     """A plain step and the largest tree at a cache of ``context`` positions, each on the graph a
     step there replays (SDPA's over that context's span, FlexAttention's over the whole buffer):
     the median of each, summed."""
-    from draftscope.engine.backends.pytorch.static_cache import span_for
-
     backend = graphs.backend
     sizes = sorted({p for p, _ in graphs.buckets})
     total = 0.0
@@ -289,8 +301,6 @@ def _kernel_name(kernels) -> str:
 
 def check_tree(padded: int):
     """The capture check's tree for a bucket of ``padded`` nodes: branching, and padded."""
-    from draftscope.draft_tree import DraftTree
-
     nodes = CHECK_TREE[: max(0, min(padded - 1, len(CHECK_TREE)))]
     depth: list[int] = []
     for _token, parent in nodes:
@@ -310,7 +320,7 @@ def _check(backend, graphs: StepGraphs) -> None:
     """Every replayed step must give the eager step's logits (the eager step runs on the math kernel
     on CUDA): a short prompt and a branching tree padded to each tree size, over each span; on
     FlexAttention also a cache that crosses a block of keys (its block lists then hold a full block)."""
-    from draftscope.engine.backends.pytorch.flex_tree import BLOCK
+    from draftscope.engine.backends.pytorch.flex_tree import BLOCK  # noqa: PLC0415  # FlexAttention: ~1 s
 
     prompts = [CHECK_PROMPT] + ([range(11, 11 + BLOCK + 40)] if graphs.flex else [])
     for tokens in prompts:
@@ -322,8 +332,6 @@ def _check(backend, graphs: StepGraphs) -> None:
 
 
 def _check_at(backend, graphs: StepGraphs, prompt: list[int]) -> None:
-    from draftscope.engine.backends.pytorch.static_cache import step_layout
-
     backend.start(prompt)
     past = backend._past
     for padded, span in graphs.buckets:

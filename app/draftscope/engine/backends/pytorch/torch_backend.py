@@ -3,6 +3,8 @@ with a 4D ancestor-only mask over a DynamicCache; commit gathers the accepted en
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from draftscope.draft_tree import DraftTree
@@ -11,6 +13,9 @@ from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.pytorch import torch_state
 from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
+
+if TYPE_CHECKING:
+    from transformers.cache_utils import Cache
 
 
 def model_eos_ids(model, tokenizer) -> set[int]:
@@ -26,6 +31,9 @@ def model_eos_ids(model, tokenizer) -> set[int]:
 class TorchBackend(KeepsPrefixes, OneSlotBackend):
     kind = "torch"
     gives_hidden = True
+    device: torch.device
+    dtype: torch.dtype
+    model: torch.nn.Module
 
     def __init__(
         self,
@@ -33,7 +41,7 @@ class TorchBackend(KeepsPrefixes, OneSlotBackend):
         tokenizer,
         *,
         name: str = "model",
-        device=None,
+        device: torch.device | None = None,
         precision_reason: str = "",
         context: int | None = None,
     ) -> None:
@@ -56,7 +64,7 @@ class TorchBackend(KeepsPrefixes, OneSlotBackend):
         self.eos_ids = model_eos_ids(model, tokenizer)
         # the attention kernels are chosen per step for this kind of device (engine/backends/pytorch/attention.py)
         self.kernel_device = torch.device(self.device).type
-        self._cache = None
+        self._cache: Cache | None = None  # made by the first truncate (a DynamicCache here)
         self._past = 0
         self.held = HeldTokens(1)  # the tokens at the cached positions: a new prompt keeps what it shares
 
@@ -128,7 +136,7 @@ class TorchBackend(KeepsPrefixes, OneSlotBackend):
 
     def truncate(self, length: int) -> None:
         if length == 0 or self._cache is None:  # nothing kept: a fresh cache, as a new answer's
-            from transformers import DynamicCache
+            from transformers import DynamicCache  # noqa: PLC0415  # heavy: loaded with the model
 
             self._cache = DynamicCache()
         else:

@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache, StaticLayer
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.held import HeldTokens
 from draftscope.engine.backends.pytorch.attention import step_kernels
-from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for
+from draftscope.engine.backends.pytorch.static_cache import span_for, spans_for, written_layers
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, SHARED_PREFILL, Prefill
 
@@ -71,18 +71,17 @@ class _RowsCache(Cache):
         # set for each forward: (slot, past) of each batch row, the rows' slots as a tensor, and
         # (first, last + 1) when they are consecutive slots
         self.writes: list[tuple[int, int]] = []
-        self.rows = None
+        self.rows: torch.Tensor | None = None
         self.block: tuple[int, int] | None = None
         self.span = max_len
 
     def move(self, slot: int, sources: list[int], targets: list[int]) -> None:
         """Copy a slot's entries at ``sources`` to ``targets`` in every layer."""
-        for layer in self.layers:
-            if layer.is_initialized:
-                src = torch.tensor(sources, device=layer.keys.device)
-                dst = torch.tensor(targets, device=layer.keys.device)
-                layer.keys[slot, :, dst] = layer.keys[slot, :, src]
-                layer.values[slot, :, dst] = layer.values[slot, :, src]
+        for keys, values in written_layers(self):
+            src = torch.tensor(sources, device=keys.device)
+            dst = torch.tensor(targets, device=keys.device)
+            keys[slot, :, dst] = keys[slot, :, src]
+            values[slot, :, dst] = values[slot, :, src]
 
 
 class TorchSlotsBackend(TorchBackend):

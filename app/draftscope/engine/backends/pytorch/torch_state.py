@@ -42,7 +42,7 @@ def model_fingerprint(source, model) -> dict:
 def torch_identity(backend) -> dict:
     """What a saved cache must have been made under: the model, its dtype and device kind, the
     cache's shape and the versions that lay it out."""
-    import transformers
+    import transformers  # noqa: PLC0415  # heavy: loaded with the model
 
     config = backend.model.config
     return {
@@ -78,7 +78,7 @@ def export_cache(cache, positions: int) -> bytes | None:
 def import_cache(state: bytes, positions: int, dtype, device):
     """A DynamicCache of ``state`` (export_cache's bytes), checked: every layer holds ``positions``
     positions of ``dtype`` and the bytes are exactly the shapes'. None where they are not."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # noqa: PLC0415  # heavy: loaded with the model
 
     try:
         (size,) = struct.unpack("<I", state[:4])

@@ -11,6 +11,7 @@ import torch
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.base import Verified
 from draftscope.engine.backends.pytorch.attention import step_kernels
+from draftscope.engine.backends.pytorch.fused import fuse_attention, fuse_mlps
 from draftscope.engine.backends.pytorch.static_cache import (
     BUCKETS,
     FIRST_SPAN,
@@ -21,6 +22,7 @@ from draftscope.engine.backends.pytorch.static_cache import (
     spans_for,
     step_layout,
 )
+from draftscope.engine.backends.pytorch.step_graphs import StepGraphs, capture
 from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 
 TREE_ROOM = max(BUCKETS) + 1  # slots past the context's end a padded step may write
@@ -31,7 +33,7 @@ STATIC_CONTEXT = 8192
 
 def _has_triton() -> bool:
     try:
-        from torch.utils._triton import has_triton
+        from torch.utils._triton import has_triton  # noqa: PLC0415  # torch's private module: may be absent
     except ImportError:
         return False
     return bool(has_triton())
@@ -40,6 +42,7 @@ def _has_triton() -> bool:
 class StaticTorchBackend(TorchBackend):
     saves_slots = False  # its buffers are copied in place for its graphs: not saved on disk (yet)
     max_tree = max(BUCKETS)  # the room past the context's end (TREE_ROOM) holds a tree this big
+    _cache: StaticTreeCache  # made at load, released by close
 
     def __init__(
         self,
@@ -68,15 +71,12 @@ class StaticTorchBackend(TorchBackend):
         self._cache = StaticTreeCache(layers, self.max_context + TREE_ROOM, self.device)
         self.spans = spans_for(self._cache.max_len, first_span)
         self._past = 0
-        self.graphs = None  # StepGraphs once captured
+        self.graphs: StepGraphs | None = None  # once captured
         self.graphs_note = "eager steps (no CUDA graphs on this device)"
         if graphs is None:
             graphs = "cuda" if torch.device(self.device).type == "cuda" else "off"
         self.fused_layers = self.fused_attention = 0  # layers whose gate/up and q/k/v products are one each
         if graphs != "off":
-            from draftscope.engine.backends.pytorch.fused import fuse_attention, fuse_mlps
-            from draftscope.engine.backends.pytorch.step_graphs import capture
-
             # before the capture: the graphs record the fused products
             self.fused_layers = fuse_mlps(model)
             self.fused_attention = fuse_attention(model)
@@ -193,4 +193,4 @@ class StaticTorchBackend(TorchBackend):
 
     def close(self) -> None:
         self.graphs = None
-        self._cache = None
+        self._cache = None  # type: ignore[assignment]  # closed: nothing steps on it again
