@@ -4,10 +4,12 @@ rebuilds what it must (and nothing else)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 from engine_fixtures import tiny_llama
 
+from draftscope import drafter_kinds
 from draftscope.core.runtime import Runtime
 from draftscope.core.session import ChatSession
 from draftscope.drafters import ContextDrafter, RetrievalDrafter
@@ -86,6 +88,32 @@ def test_what_needs_the_model_loaded_again(engine):
     runtime = Runtime(with_draft, engine)
     assert runtime.needs_reload(dataclasses.replace(with_draft, drafters=dict(with_draft.drafters, model=True)))
     assert changed_fields(with_draft, with_draft) == set()
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_switch_the_settings_leave_out_is_its_kinds_default(engine, tmp_path, monkeypatch, on):
+    """Issue 64: the runtime reads every drafter switch through drafter_kinds.switched_on, so a switch
+    the settings do not name has its kind's on_by_default and nothing else. The table is flipped here
+    (every kind on, then every kind off): a default of the runtime's own fails one of the two."""
+    flipped = tuple(dataclasses.replace(k, on_by_default=on) for k in drafter_kinds.KINDS)
+    monkeypatch.setattr(drafter_kinds, "KINDS", flipped)
+    wide = Writer(tmp_path / "wide.idx", engine.vocab + 100)  # another tokenizer's ids: passed over
+    wide.add_entries([[5, 6, 7, 8]] * 2)
+    wide.finalize()
+    settings = Settings(datastore=str(tmp_path / "wide.idx"), draft_model="small", drafters={})
+    runtime = Runtime(settings, engine)
+    submitted = []
+    runtime.learner = SimpleNamespace(submit=lambda prompt, answer: submitted.append(answer))
+    stats = SimpleNamespace(brief=lambda: "2 answers", describe=lambda: "2 answers")
+    runtime.learned = SimpleNamespace(stats=lambda: stats)
+
+    runtime.learn([1], [2])
+    assert (submitted == [[2]]) is on, "learned"
+    assert runtime.learned_text().endswith(" (off)") is not on, "learned"
+    passed_over = [n for n in runtime.drafter_setup.notes if "is not used with this model" in n]
+    assert bool(passed_over) is on, ("retrieval", runtime.drafter_setup.notes)
+    # a draft model set and not loaded: the model drafter's switch decides whether it must be loaded
+    assert runtime.needs_reload(dataclasses.replace(settings, drafters={"context": True})) is on, "model"
 
 
 def drafted(session):

@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import re
 
-from draftscope.rules import DTYPES, SAMPLING_FIELDS
+from draftscope.rules import (
+    DTYPES,
+    GPU_LAYERS_ALL,
+    GPU_LAYERS_AUTO,
+    SAMPLING_FIELDS,
+    context_problem,
+    gpu_layers_problem,
+)
+from draftscope.storage.settings import MAX_PARALLEL
 
 LIMIT = 10**9  # no count a command takes is this large; bigger is a typo, not a request
 
@@ -35,8 +43,6 @@ def count(text: str) -> int:
 
 def context(text: str) -> int:
     """A context length in tokens: 0 (the model's default) or within rules.CONTEXT_RANGE."""
-    from draftscope.rules import context_problem
-
     value = _whole(text)
     why = context_problem(value)
     if why is not None:
@@ -46,8 +52,6 @@ def context(text: str) -> int:
 
 def gpu_layers(text: str) -> int:
     """llama.cpp's layers on the card: auto (as many as fit), all, or a count (0: none)."""
-    from draftscope.rules import GPU_LAYERS_ALL, GPU_LAYERS_AUTO, gpu_layers_problem
-
     named = {"auto": GPU_LAYERS_AUTO, "all": GPU_LAYERS_ALL}
     value = named.get(text.strip().lower())
     if value is None:
@@ -87,8 +91,6 @@ def port(text: str) -> int:
 
 def parallel(text: str) -> int:
     """Answers at once: as many as the settings allow."""
-    from draftscope.storage.settings import MAX_PARALLEL
-
     value = _whole(text)
     if not 1 <= value <= MAX_PARALLEL:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_PARALLEL}, got {value}")

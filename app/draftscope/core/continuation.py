@@ -45,8 +45,9 @@ def can_continue(message, *, has_steps: bool, max_context: int) -> bool:
     if message.role != "assistant" or stats.get("finish_reason") not in CONTINUABLE or not has_steps:
         return False
     used = [stats.get(k) for k in ("prompt_tokens", "tokens")]
-    if all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in used):
-        return sum(used) < max_context
+    counted = [n for n in used if isinstance(n, (int, float)) and not isinstance(n, bool)]
+    if len(counted) == len(used):
+        return sum(counted) < max_context
     return True  # an answer stored before its prompt was counted: continue_request checks the room
 
 
@@ -165,9 +166,12 @@ def _number(value) -> float:
 
 def _over_both(old: dict, new: dict, key: str) -> float | None:
     """A per-token rate over both parts: each part's tokens at its own rate (None: not known for both)."""
-    parts = [(_number(d.get("tokens")), d.get(key)) for d in (old, new)]
-    if any(not isinstance(rate, (int, float)) or rate <= 0 for _, rate in parts):
-        return None
+    parts: list[tuple[float, float]] = []
+    for d in (old, new):
+        rate = d.get(key)
+        if not isinstance(rate, (int, float)) or rate <= 0:
+            return None
+        parts.append((_number(d.get("tokens")), rate))
     time = sum(tokens / rate for tokens, rate in parts)
     return sum(tokens for tokens, _ in parts) / time if time else None
 

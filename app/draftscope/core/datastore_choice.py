@@ -9,14 +9,16 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from draftscope.core.drafter_factory import tokenizer_gap
+from draftscope.datastore.default import default_datastore_path
+from draftscope.retrieval import Reader
+
 log = logging.getLogger(__name__)
 
 
 def datastore_for(chosen: str, model: str, tokenizer, vocab_size: int | None) -> tuple[Path, str | None]:
     """(the datastore ``model`` drafts from, a note when the chosen one was passed over). ``chosen``:
     the settings' datastore ("" for the model's default)."""
-    from draftscope.datastore.default import default_datastore_path
-
     default = default_datastore_path(model)
     if not chosen:
         return default, None
@@ -34,9 +36,6 @@ def built_for_another(path: Path, tokenizer, vocab_size: int | None) -> str | No
     """How ``path``'s tokenizer differs from the model's, in words; None when it is the same or
     cannot be told (no fingerprint recorded, or the file cannot be opened: opening it for drafting
     says why)."""
-    from draftscope.core.drafter_factory import tokenizer_gap
-    from draftscope.retrieval import Reader
-
     try:
         reader = Reader(str(path), in_memory=False)
     except Exception:  # a missing or damaged index is reported where it is opened for drafting

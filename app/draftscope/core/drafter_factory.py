@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftscope.datastore.fingerprint import same_tokenizer, tokenizer_fingerprint
+from draftscope.datastore.manifest import read_manifest
 from draftscope.drafter_kinds import (
     DATASTORE,
     DRAFT_MODEL,
@@ -22,6 +24,10 @@ from draftscope.drafter_kinds import (
     parse_drafters,
     switched_on,
 )
+from draftscope.drafters.context import ContextDrafter
+from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
+from draftscope.retrieval import Reader
+from draftscope.retrieval.live import LiveReader
 
 
 def parse_drafter_names(
@@ -85,7 +91,7 @@ class DrafterSetup:
 def setup_drafters(
     requested: str | Mapping[str, bool],
     *,
-    datastore: str | Path | None,
+    datastore: str | Path | Reader | None,
     draft_model=None,
     eos_token_id: int | None = None,
     vocab_size: int | None = None,
@@ -99,8 +105,6 @@ def setup_drafters(
     whose inputs are missing is an error). ``recurrent``: a RecurrentSetup (a head for this model).
     ``vocab_size`` / ``tokenizer``: the model's, checked against the datastore's. ``notify(text)``
     hears of a datastore changed on disk between answers."""
-    from draftscope.retrieval import Reader
-
     have_datastore = isinstance(datastore, Reader) or (datastore is not None and Path(datastore).is_file())
     mismatch = _datastore_mismatch(datastore, vocab_size, tokenizer) if have_datastore else None
     if mismatch and not isinstance(requested, str):
@@ -166,8 +170,6 @@ def _requested_names(
 def _datastore_mismatch(datastore, vocab_size: int | None, tokenizer=None) -> str | None:
     """Why a datastore cannot draft for a model with ``vocab_size`` ids and ``tokenizer`` (made
     for another tokenizer)."""
-    from draftscope.retrieval import Reader
-
     try:
         reader = datastore if isinstance(datastore, Reader) else Reader(str(datastore), in_memory=False)
     except Exception:  # a damaged index is reported when it is opened for drafting
@@ -178,8 +180,6 @@ def _datastore_mismatch(datastore, vocab_size: int | None, tokenizer=None) -> st
 def tokenizer_gap(reader, vocab_size: int | None, tokenizer=None) -> str | None:
     """How a datastore's tokenizer differs from the model's: "ids" (ids past the model's vocabulary),
     "tokenizer" (its fingerprint names another one), or None (the same, or not recorded)."""
-    from draftscope.datastore.fingerprint import same_tokenizer
-
     if vocab_size and reader.vocab_size > vocab_size:
         return "ids"
     if tokenizer is not None and same_tokenizer(reader.tokenizer_fingerprint, tokenizer) is False:
@@ -188,9 +188,6 @@ def tokenizer_gap(reader, vocab_size: int | None, tokenizer=None) -> str | None:
 
 
 def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | None:
-    from draftscope.datastore.fingerprint import tokenizer_fingerprint
-    from draftscope.datastore.manifest import read_manifest
-
     name = Path(reader.path).name
     fix = "build one for this model: File ▸ Build a datastore… in the app, or draftscope datastore build"
     gap = tokenizer_gap(reader, vocab_size, tokenizer)
@@ -216,7 +213,7 @@ def _reader_mismatch(reader, vocab_size: int | None, tokenizer=None) -> str | No
 def drafter_maker(
     names: Sequence[str],
     *,
-    datastore: str | Path | object | None = None,
+    datastore: str | Path | Reader | None = None,
     draft_model=None,
     eos_token_id: int | None = None,
     learned=None,
@@ -229,9 +226,6 @@ def drafter_maker(
     ``notify`` hears what happened); ``draft_model``: a loaded causal LM for the model drafter;
     ``learned``: the model's LearnedStore (its newest index is opened for each answer; none yet: no
     drafter); ``recurrent``: a RecurrentSetup (the head and the target's embeddings)."""
-    from draftscope.retrieval import Reader
-    from draftscope.retrieval.live import LiveReader
-
     # no learned answers yet is no error here: the learned drafter makes no drafter until there are
     given = _have(
         datastore=datastore is not None, draft_model=draft_model is not None, learned=True, head=recurrent is not None
@@ -239,7 +233,8 @@ def drafter_maker(
     _refuse_missing(names, given)
     live = None
     if any(kind(name).needs is DATASTORE for name in names):
-        if not isinstance(datastore, Reader) and not Path(datastore).is_file():
+        # (None is refused above: a datastore's kind needs one)
+        if datastore is None or not isinstance(datastore, Reader) and not Path(datastore).is_file():
             raise FileNotFoundError(
                 f"datastore not found: {datastore} (build one with `draftscope datastore build-default`)"
             )
@@ -264,9 +259,7 @@ def drafter_maker(
 
 def _builders(*, live, learned, draft_model, eos_token_id, recurrent, notify) -> dict[str, Callable[[], object]]:
     """How each kind is made for one answer, by its name (None: nothing to draft with yet)."""
-    from draftscope.drafters.context import ContextDrafter
-    from draftscope.drafters.model_drafter import ModelDrafter
-    from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
+    from draftscope.drafters.model_drafter import ModelDrafter  # noqa: PLC0415  # torch
 
     def retrieval():
         reader, notice = live.current()  # the datastore followed on disk between answers

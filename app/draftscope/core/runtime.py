@@ -13,13 +13,28 @@ request reaches them through the engine at each answer, never as a copy made whe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from psygnal import Signal, SignalGroup
 
+from draftscope.core.datastore_choice import datastore_for
+from draftscope.core.drafter_factory import DrafterSetup, setup_drafters
+from draftscope.drafter_kinds import switched_on
+from draftscope.drafters.learned import LearnedStore, Learner, model_key
+from draftscope.engine.kv_disk import KvDiskStore
+from draftscope.engine.load_spec import LoadSpec
+from draftscope.engine.stages import LOADING_DRAFT_MODEL, Stage
+from draftscope.models.recommended_sampling import ModelSampling, recommended_sampling
+from draftscope.paths import kv_cache_dir
 from draftscope.storage.settings import Change, Settings, answer_slots, change_between
+
+if TYPE_CHECKING:
+    from draftscope.documents.folder import FolderIndex
+    from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
+    from draftscope.engine.engine import Engine
 
 
 class RuntimeEvents(SignalGroup):
@@ -33,24 +48,25 @@ class RuntimeEvents(SignalGroup):
 @dataclass
 class Runtime:
     settings: Settings
-    engine: object  # draftscope.engine.engine.Engine
-    draft_model: object | None = None  # the model drafter's model (None: none set, or it cannot draft here)
-    learned: object | None = None  # the model's LearnedStore (None: learning is off, see notices)
-    recurrent: object | None = None  # a RecurrentSetup: the head trained for this model
+    engine: Engine
+    # the model drafter's model: a torch model or a Backend (None: none set, or it cannot draft here)
+    draft_model: object | None = None
+    learned: LearnedStore | None = None  # the model's learned answers (None: learning is off, see notices)
+    recurrent: RecurrentSetup | None = None  # the head trained for this model
     notices: list[str] = field(default_factory=list)  # what was left out when loading, and why
     # Learns from kept answers on a background thread (start_learning).
-    learner: object | None = None
-    # a folder of documents the answers search (documents.folder.FolderIndex: serve/chat --documents)
-    documents: object | None = None
-    # the sampling the model's files recommend (models.recommended_sampling.ModelSampling; None: none)
-    recommended: object | None = None
+    learner: Learner | None = None
+    # a folder of documents the answers search (serve/chat --documents)
+    documents: FolderIndex | None = None
+    # the sampling the model's files recommend (None: none)
+    recommended: ModelSampling | None = None
     events: RuntimeEvents = field(default_factory=RuntimeEvents, repr=False)
-    _setup: object | None = field(default=None, repr=False)  # DrafterSetup for the current settings
+    _setup: DrafterSetup | None = field(default=None, repr=False)  # the drafters for the current settings
 
     # ------------------------------------------------------------------ drafters
 
     @property
-    def drafter_setup(self):
+    def drafter_setup(self) -> DrafterSetup:
         """The drafters the settings ask for (names, label, notes), built once per settings change."""
         if self._setup is None:
             self._setup = self._build_drafters(self.settings)
@@ -64,10 +80,7 @@ class Runtime:
     def datastore_label(self) -> str:
         return self.drafter_setup.label
 
-    def _build_drafters(self, settings: Settings):
-        from draftscope.core.datastore_choice import datastore_for
-        from draftscope.core.drafter_factory import setup_drafters
-
+    def _build_drafters(self, settings: Settings) -> DrafterSetup:
         # the chosen datastore where the model shares its tokenizer, else the model's own default
         path, passed_over = datastore_for(settings.datastore, settings.model, self.engine.tokenizer, self.engine.vocab)
         # the model drafter stops at the draft model's own end tokens, whatever backend runs it
@@ -81,7 +94,7 @@ class Runtime:
             tokenizer=self.engine.tokenizer,
             notify=self.events.notice.emit,
         )
-        setup.notes[:0] = [passed_over] if passed_over and settings.drafters.get("retrieval") else []
+        setup.notes[:0] = [passed_over] if passed_over and switched_on(settings.drafters, "retrieval") else []
         return setup
 
     # ------------------------------------------------------------------ learning from answers
@@ -91,14 +104,12 @@ class Runtime:
         the desktop app does (its window and the server beside it share this runtime): the store
         has one writer, and a terminal or a separate ``draftscope serve`` process must not append
         to the same files at the same time."""
-        from draftscope.drafters.learned import Learner
-
         if self.learned is not None and self.learner is None:
             self.learner = Learner(self.learned, on_change=self.events.learned.emit)
 
-    def learn(self, prompt_ids, answer_ids) -> None:
+    def learn(self, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> None:
         """Learn from a finished answer, when learning is on (Settings ▸ Drafting ▸ learned)."""
-        if self.learner is not None and self.settings.drafters.get("learned", True):
+        if self.learner is not None and switched_on(self.settings.drafters, "learned"):
             self.learner.submit(prompt_ids, answer_ids)
 
     def learned_text(self, *, brief: bool = False) -> str:
@@ -108,7 +119,7 @@ class Runtime:
             return ""
         stats = self.learned.stats()
         text = stats.brief() if brief else stats.describe()
-        return text + ("" if self.settings.drafters.get("learned", True) else " (off)")
+        return text + ("" if switched_on(self.settings.drafters, "learned") else " (off)")
 
     def close(self, timeout: float = 0.0) -> None:
         """Stop the learner, after waiting up to ``timeout`` seconds for what was submitted (a
@@ -121,7 +132,7 @@ class Runtime:
         """Close, then free the models now, for a runtime a reload replaced: the engine's thread
         ended and its memory given back, the draft model's too (a llama.cpp context of its own).
         The runtime answers no more."""
-        from draftscope.engine.backends.base import Backend
+        from draftscope.engine.backends.base import Backend  # noqa: PLC0415  # torch
 
         self.close(timeout)
         self.engine.close()
@@ -136,13 +147,13 @@ class Runtime:
         draft model switched on that is not loaded, or more answers at once than the model holds."""
         change = change_between(self.settings, new)
         switched = new.drafters != self.settings.drafters
-        wants_draft = bool(new.drafters.get("model") and new.draft_model) and self.draft_model is None
+        wants_draft = bool(switched_on(new.drafters, "model") and new.draft_model) and self.draft_model is None
         if wants_draft and switched or self._holds_too_few(new):
             change |= Change.MODEL
         return change
 
     def _holds_too_few(self, new: Settings) -> bool:
-        from draftscope.engine.backends import answers_held
+        from draftscope.engine.backends import answers_held  # noqa: PLC0415  # torch
 
         backend = self.engine.backend
         return self.engine.stepper.size < answers_held(backend.kind, backend.device, answer_slots(new))
@@ -166,8 +177,8 @@ class Runtime:
     def use_head(self, path: str | Path | None = None) -> str | None:
         """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
         just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
-        from draftscope.drafters.recurrent.files import HeadError
-        from draftscope.drafters.recurrent.head_drafter import find_recurrent
+        from draftscope.drafters.recurrent.files import HeadError  # noqa: PLC0415  # torch
+        from draftscope.drafters.recurrent.head_drafter import find_recurrent  # noqa: PLC0415  # torch
 
         try:
             recurrent = find_recurrent(self.settings.model, self.engine, path)
@@ -200,9 +211,8 @@ def load_runtime(
     how far it is (engine/stages.py; a line of text for the first). ``baseline``: measure the plain
     speed now (the window measures it after it opens, so it does not wait for it). ``slots``: answers the model
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
-    from draftscope.drafters.draft_model import load_draft_model
-    from draftscope.engine.engine import Engine
-    from draftscope.models.recommended_sampling import recommended_sampling
+    from draftscope.drafters.draft_model import load_draft_model  # noqa: PLC0415  # torch
+    from draftscope.engine.engine import Engine  # noqa: PLC0415  # torch
 
     if log is not None:
         log(f"loading {settings.model} ...")
@@ -213,10 +223,8 @@ def load_runtime(
     runtime.recommended = recommended_sampling(spec.source)
     runtime.learned = _open_learned(settings.model, engine, runtime.notices)
     runtime.recurrent = _open_recurrent(settings.model, engine, head, runtime.notices, strict)
-    if settings.draft_model and settings.drafters.get("model"):
+    if settings.draft_model and switched_on(settings.drafters, "model"):
         if log is not None:
-            from draftscope.engine.stages import LOADING_DRAFT_MODEL, Stage
-
             log(Stage(LOADING_DRAFT_MODEL))
         try:
             runtime.draft_model = load_draft_model(
@@ -229,25 +237,28 @@ def load_runtime(
     return runtime
 
 
-def _keep_caches_on_disk(engine, settings: Settings) -> None:
+def _keep_caches_on_disk(engine: Engine, settings: Settings) -> None:
     """Conversations' caches saved on disk from now on; what the load's measurements left in the
     slots is no conversation: forgotten first, never saved."""
     store = kv_store_for(settings)
     if store is not None and engine.backend.saves_slots:
-        engine.stepper.call(lambda: [engine.backend.clear_slot(s) for s in range(engine.backend.slots)])
+
+        def forget() -> None:
+            for slot in range(engine.backend.slots):
+                engine.backend.clear_slot(slot)
+
+        engine.stepper.call(forget)
     engine.backend.keep_on_disk(store)
 
 
-def kv_store_for(settings: Settings):
+def kv_store_for(settings: Settings) -> KvDiskStore | None:
     """Where conversations' caches are saved on disk, within the settings' budget (None: off)."""
-    from draftscope.engine.kv_disk import KvDiskStore
-    from draftscope.paths import kv_cache_dir
 
     budget_mb = settings.kv_cache_budget_mb
     return KvDiskStore(kv_cache_dir(), budget_mb << 20) if budget_mb > 0 else None
 
 
-def _load_notices(engine, settings: Settings, spec) -> list[str]:
+def _load_notices(engine: Engine, settings: Settings, spec: LoadSpec) -> list[str]:
     """What the user should know of how the model opened: the backend's notice, a context or a
     number of answers at once it cannot give."""
     notices = [engine.backend.notice] if engine.backend.notice else []
@@ -271,10 +282,9 @@ def _load_notices(engine, settings: Settings, spec) -> list[str]:
     return notices
 
 
-def load_spec(settings: Settings, *, slots: int):
+def load_spec(settings: Settings, *, slots: int) -> LoadSpec:
     """How the settings' model opens (engine/load_spec.py): the model resolved here, once."""
-    from draftscope.engine.backends.llama.rpc import parse_workers
-    from draftscope.engine.load_spec import LoadSpec
+    from draftscope.engine.backends.llama.rpc import parse_workers  # noqa: PLC0415  # torch (engine.backends)
 
     return LoadSpec.of(
         settings.model,
@@ -289,9 +299,8 @@ def load_spec(settings: Settings, *, slots: int):
     )
 
 
-def _open_learned(model: str, engine, notices: list[str]):
+def _open_learned(model: str, engine: Engine, notices: list[str]) -> LearnedStore | None:
     """The model's learned answers; None, with a notice, if they cannot be kept."""
-    from draftscope.drafters.learned import LearnedStore, model_key
 
     try:
         return LearnedStore(model_key(model), engine.vocab)
@@ -300,11 +309,13 @@ def _open_learned(model: str, engine, notices: list[str]):
         return None
 
 
-def _open_recurrent(model: str, engine, path, notices: list[str], strict: bool):
+def _open_recurrent(
+    model: str, engine: Engine, path: str | Path | None, notices: list[str], strict: bool
+) -> RecurrentSetup | None:
     """The head trained for this model (``path``, else the app's head for it); None when there is
     none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.drafters.recurrent.files import HeadError
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent
+    from draftscope.drafters.recurrent.files import HeadError  # noqa: PLC0415  # torch
+    from draftscope.drafters.recurrent.head_drafter import find_recurrent  # noqa: PLC0415  # torch
 
     try:
         return find_recurrent(model, engine, path)

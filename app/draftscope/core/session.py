@@ -16,8 +16,9 @@ steps and its end, on the thread that runs the answer. Views observe them — th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from psygnal import Signal, SignalGroup
 
@@ -26,10 +27,15 @@ from draftscope.core.answering import NO_FINAL, Answering
 from draftscope.core.sampling_defaults import sampling_from
 from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
-from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
 from draftscope.engine.sampling import SamplingParams
 from draftscope.storage.import_check import ANSWER_FIGURES
+from draftscope.storage.settings import Settings
+
+if TYPE_CHECKING:
+    from draftscope.core.runtime import Runtime
+    from draftscope.documents.folder import FolderIndex
 
 TITLE_CHARS = 48
 # kept with each answer beside ANSWER_FIGURES: the one tokens/s (the writing rate), plain decoding's at
@@ -71,10 +77,8 @@ class Turn:
     id: int | None = None
     files: tuple[SentFile, ...] = ()  # a user message's attachments as the model read them
 
-    def attachments(self) -> list:
+    def attachments(self) -> list[Attachment]:
         """The files as the model read them, to go back in a composer."""
-        from draftscope.documents.extract import Attachment
-
         return [Attachment(f.name, f.text, f.kind) for f in self.files]
 
     @property
@@ -95,7 +99,13 @@ class ChatSession:
     """A conversation over a :class:`~draftscope.core.runtime.Runtime` (its engine, settings and drafters)."""
 
     def __init__(
-        self, runtime, *, history=None, conversation_id: int | None = None, defer: bool = False, title_prefix: str = ""
+        self,
+        runtime: Runtime,
+        *,
+        history=None,
+        conversation_id: int | None = None,
+        defer: bool = False,
+        title_prefix: str = "",
     ) -> None:
         """``history``: a HistoryStore (answers are stored with their steps) or None (the
         conversation lives in memory). ``defer``: the conversation reaches the history with its
@@ -105,18 +115,18 @@ class ChatSession:
         self.history, self.conversation_id = history, conversation_id
         self.defer, self.title_prefix = defer, title_prefix
         self.last_kept: int | None = None  # the message id of the last answer kept in the history
-        self.documents = None  # this conversation's documents folder (a FolderIndex); else the runtime's
+        self.documents: FolderIndex | None = None  # this conversation's documents folder; else the runtime's
         self._replaced: int | None = None  # the version a regenerate hid, shown again if no new one is kept
         self._memory: list[Turn] = []
         self.events = SessionEvents()
         self.continuing: continuation.Continuation | None = None  # the cut answer the last request writes on
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         return self.runtime.engine
 
     @property
-    def settings(self):
+    def settings(self) -> Settings:
         return self.runtime.settings
 
     def make_drafters(self) -> list:
@@ -190,16 +200,16 @@ class ChatSession:
         after the conversation so far (up to ``replacing``) and the answer's room, else the passages
         that best answer ``text``; and, when the runtime has a documents folder, its passages for
         ``text`` first. Raises ValueError (in words) when the files cannot fit at all."""
-        documents = (self.documents or self.runtime.documents) if documents else None
-        if not files and documents is None:
+        folder = (self.documents or self.runtime.documents) if documents else None
+        if not files and folder is None:
             return []
         turns = self._model_messages(self._turns_before(replacing))
         used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
         answer_room = max(ANSWER_ROOM_MIN, min(self.answer_limit(), self.engine.max_context // 4))
         room = self.engine.max_context - used - answer_room
         found = None
-        if documents is not None:  # the folder's passages for the question, in up to half the room
-            found = from_documents(documents, text, min(DOCUMENT_TOKENS, room // 2), self.count_tokens)
+        if folder is not None:  # the folder's passages for the question, in up to half the room
+            found = from_documents(folder, text, min(DOCUMENT_TOKENS, room // 2), self.count_tokens)
         sent = prepare(list(files), text, room - (found.tokens + HEADING_TOKENS if found else 0), self.count_tokens)
         return ([found] if found else []) + sent
 
@@ -286,12 +296,11 @@ class ChatSession:
         tokens), the settings' limits and sampling unless given, fresh drafters unless given
         (``[]``: plain decoding)."""
         self.continuing = None  # a continue_request's own request says so after this
-        if prompt_ids is not None:
-            source = {"prompt_ids": list(prompt_ids)}
-        else:
-            source = {"messages": list(messages) if messages is not None else self.messages()}
+        prompt = list(prompt_ids) if prompt_ids is not None else None
+        conversation = None if prompt is not None else list(messages) if messages is not None else self.messages()
         return GenerationRequest(
-            **source,
+            prompt_ids=prompt,
+            messages=conversation,
             max_new_tokens=self.answer_limit() if max_new_tokens is None else max_new_tokens,
             sampling=sampling or self.sampling(),
             drafters=self.make_drafters() if drafters is None else list(drafters),
@@ -339,7 +348,9 @@ class ChatSession:
             self.conversation_id, "assistant", final.text, stats=stats, drafters=drafters, steps=steps
         )
 
-    def stream(self, request: GenerationRequest, *, keep: bool = True) -> Iterator[StepEvent | FinalEvent]:
+    def stream(
+        self, request: GenerationRequest, *, keep: bool = True
+    ) -> Iterator[ReadingEvent | StepEvent | FinalEvent]:
         """The one answer loop (window, terminal; the server's is ``stream_async``): the engine's
         StepEvents as they come (after its ReadingEvents, for a request that asks for them:
         ``events.reading`` hears them), then its FinalEvent, once the answer is recorded (unless
@@ -361,7 +372,7 @@ class ChatSession:
 
     async def stream_async(
         self, request: GenerationRequest, *, write=None
-    ) -> AsyncIterator[ReadingEvent | StepEvent | FinalEvent]:
+    ) -> AsyncGenerator[ReadingEvent | StepEvent | FinalEvent, None]:
         """``stream`` awaited on an asyncio event loop (the server): no thread of the answer's own.
         ``write(fn, final)``, awaited, runs the answer's recording (``fn(final)``) where the face
         records (the server: one writer thread); without it, the recording runs here."""

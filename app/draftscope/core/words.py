@@ -158,11 +158,10 @@ def setting_name(model: catalog.CatalogModel) -> str:
 def run_precision(device: str = "auto", dtype: str = "auto"):
     """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
     told (a device that is not there)."""
-    from draftscope.engine.backends.pytorch import precision
-    from draftscope.engine.backends.pytorch.precision import pick_device
+    from draftscope.engine.backends.pytorch import precision  # noqa: PLC0415  # torch
 
     try:
-        return precision.choose(pick_device(device), dtype)
+        return precision.choose(precision.pick_device(device), dtype)
     except (RuntimeError, ValueError, AssertionError):  # e.g. "cuda" stored, no CUDA here
         return None
 

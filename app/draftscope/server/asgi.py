@@ -32,6 +32,8 @@ from starlette.routing import Route
 
 import draftscope.server.protocol as p
 from draftscope.core.session import ChatSession
+from draftscope.documents import extract
+from draftscope.documents.prompt import render
 from draftscope.engine.engine import GenerationRequest
 from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
@@ -173,9 +175,6 @@ class Answerer:
         """The messages with their files read (a file that cannot be read: 400 naming it and why) and
         prepared as the model will read them (``sent``; the last question also gets the passages of
         the runtime's documents folder), each message's ``model`` text rendered."""
-        from draftscope.documents.extract import AttachmentError, read_bytes
-        from draftscope.documents.prompt import render
-
         session = ChatSession(self.runtime)
         out = []
         last_user = max((i for i, m in enumerate(shown) if m["role"] == "user"), default=-1)
@@ -183,8 +182,9 @@ class Answerer:
             attachments = []
             for part in m.get("files") or ():
                 try:
-                    attachments.append(read_bytes(part.filename, part.data, part.mime))
-                except AttachmentError as exc:
+                    # extract.read_bytes, read when called (tests put a slow reader in its place)
+                    attachments.append(extract.read_bytes(part.filename, part.data, part.mime))
+                except extract.AttachmentError as exc:
                     raise p.ApiError(400, str(exc), param=part.param, code="unreadable_file") from exc
             try:  # the documents folder answers the last question only (the earlier ones were answered)
                 sent = session.attach(m["content"], attachments, documents=i == last_user)
@@ -244,7 +244,8 @@ def create_app(
     api = Api(runtime, answerer)
     app = Starlette(
         routes=api.routes(),
-        exception_handlers={HTTPException: _http_error, Exception: _unexpected_error},
+        # starlette calls a handler with the class it is registered for; its types ask for any Exception
+        exception_handlers={HTTPException: _http_error, Exception: _unexpected_error},  # type: ignore[dict-item]
         lifespan=api.lifespan,
         middleware=[Middleware(RequestLog, on_line=on_request)] if on_request is not None else None,
     )

@@ -95,7 +95,7 @@ def parse_json(raw: bytes):
 def check_depth(value) -> None:
     """Raise a 400 naming the top-level field whose value nests deeper than MAX_DEPTH; walked
     without recursion, so any depth that parsed is measured."""
-    stack = [(value, 1, None)] if isinstance(value, (dict, list)) else []
+    stack: list[tuple[dict | list, int, str | None]] = [(value, 1, None)] if isinstance(value, (dict, list)) else []
     while stack:
         node, depth, field = stack.pop()
         if depth > MAX_DEPTH:

@@ -4,10 +4,13 @@ chunks, with Draftscope's drafts in an extension field ``draftscope``."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import reprlib
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from draftscope.rules import SAMPLING_FIELDS, SamplingField
@@ -262,9 +265,6 @@ def _content(message: dict, i: int) -> tuple[str, list[FilePart]]:
 def _file_part(file, where: str) -> FilePart:
     """``{"filename": ..., "file_data": "data:MIME;base64,..."}``, decoded (the body's size limit has
     already bounded it)."""
-    import base64
-    import binascii
-
     if not isinstance(file, dict):
         raise _bad(f"{where}.file", "a file part needs a 'file' object with 'filename' and 'file_data'")
     if file.get("file_id") is not None:
@@ -462,7 +462,7 @@ class StopHoldback:
     """Text safe to stream while stop sequences may still match: the tail that could be the start
     of a stop sequence is held back until the next tokens decide it."""
 
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: Sequence[str]) -> None:
         self.hold = max((len(s) for s in stops), default=1) - 1
         self.stops = stops
         self.text = ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -113,7 +114,7 @@ async def whole_reply(request: Request, reply: Reply, events):
     return JSONResponse(reply.whole(final))
 
 
-async def streamed_reply(request: Request, reply: Reply, events, stop_strings: list[str]):
+async def streamed_reply(request: Request, reply: Reply, events, stop_strings: Sequence[str]):
     """The answer as server-sent events. The first event is awaited here, so a queue-full or a bad
     prompt is an HTTP error (and a client that leaves while its request waits its turn is noticed)."""
     try:
@@ -132,7 +133,7 @@ async def streamed_reply(request: Request, reply: Reply, events, stop_strings: l
     )
 
 
-async def _chunks(request: Request, reply: Reply, first, events, stop_strings: list[str]):
+async def _chunks(request: Request, reply: Reply, first, events, stop_strings: Sequence[str]):
     """Each step's text (less what may still turn out to be a stop sequence), then the closing
     chunks, then [DONE]; an answer that fails ends with the error's body instead of the closing."""
     hold = p.StopHoldback(stop_strings)
