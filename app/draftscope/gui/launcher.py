@@ -23,9 +23,22 @@ from pathlib import Path
 from PySide6.QtCore import QMetaObject, QObject, Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QProgressDialog
 
+from draftscope import paths
+from draftscope.core.runtime import load_runtime
+from draftscope.core.settings_change import SettingsEvents
 from draftscope.gui import window_memory
+from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
+from draftscope.gui.dialogs.settings_dialog import SettingsDialog
+from draftscope.gui.dialogs.train_head import head_description
 from draftscope.gui.generation_worker import WorkerThread
 from draftscope.gui.loading import LoadingProgress, release, show_over
+from draftscope.gui.main_window import MainWindow
+from draftscope.gui.platform_check import xcb_problem
+from draftscope.gui.server_control import LocalServer
+from draftscope.gui.smoke_run import quit_after
+from draftscope.gui.theme import app_icon, apply_theme, code_style, effective_theme
+from draftscope.storage import HistoryStore, load_settings, save_settings
+from draftscope.storage.settings import MAX_RECENT, Change, change_between
 from draftscope.sysinfo import freeze_loaded_objects
 
 
@@ -80,8 +93,6 @@ class Launcher(QObject):
         self.progress.setObjectName("loadingDialog")
         self.progress.canceled.connect(QApplication.quit)
         self.stages = LoadingProgress(self.progress)
-        from draftscope.gui.server_control import LocalServer
-
         self.server = LocalServer()  # Settings ▸ Server: beside the window, over its model
         self.server.stored.connect(lambda cid: self.window and self.window.served_answer_stored(cid))
         QApplication.instance().aboutToQuit.connect(self.server.stop)
@@ -90,8 +101,6 @@ class Launcher(QObject):
 
     def _settings_events(self):
         """What a settings change does here, each heard as its own event (core/settings_change.py)."""
-        from draftscope.core.settings_change import SettingsEvents
-
         changes = SettingsEvents()
         changes.look.connect(self._apply_look)
         changes.model.connect(self._load_with)
@@ -120,9 +129,6 @@ class Launcher(QObject):
         self._retry()
 
     def _on_loaded(self, runtime) -> None:
-        from draftscope.gui.main_window import MainWindow
-        from draftscope.gui.theme import code_style, effective_theme
-
         # close() would emit canceled (wired to quit): hide the dialog instead
         self.loading = False
         self.stages.end()
@@ -169,8 +175,6 @@ class Launcher(QObject):
 
     def _remember_model(self) -> None:
         """The model just loaded heads the switcher's recent models (kept in the settings file)."""
-        from draftscope.storage.settings import MAX_RECENT
-
         model = self.settings.model
         recent = ([model] + [m for m in self.settings.recent_models if m != model])[:MAX_RECENT]
         self.settings.recent_models = recent  # in place: the runtime holds these settings too
@@ -187,8 +191,6 @@ class Launcher(QObject):
         self._save_quietly(kept)
 
     def _save_quietly(self, settings) -> None:
-        from draftscope.storage import save_settings
-
         try:
             save_settings(settings, self.settings_file)
         except OSError:
@@ -201,14 +203,12 @@ class Launcher(QObject):
         if self.running_settings is not None:
             self._switch_failed(message)
             return
-        from draftscope.paths import settings_file
-
         box = QMessageBox(
             QMessageBox.Icon.Critical,
             "Draftscope",
             f"{self.settings.model} could not be loaded:\n\n{message}\n\nChoose another model, or "
             "retry (for the default model's first download: the network; or the disk space). The "
-            f"model is kept in the settings file, {self.settings_file or settings_file()}.",
+            f"model is kept in the settings file, {self.settings_file or paths.settings_file()}.",
         )
         box.setObjectName("loadErrorDialog")
         choose = box.addButton("Choose another model…", QMessageBox.ButtonRole.ActionRole)
@@ -247,8 +247,6 @@ class Launcher(QObject):
 
     def _keep_current(self) -> None:
         """Back to the model that runs: its settings are the ones the next change starts from."""
-        from draftscope.storage.settings import Change, change_between
-
         if self.running_settings is not None:
             self.loader_thread.shutdown()  # the failed switch's loader, kept for a Retry no longer wanted
             self.loader_thread = None
@@ -257,16 +255,12 @@ class Launcher(QObject):
                 self._apply_look(tried, self.settings)
 
     def _apply_look(self, _old, settings) -> None:
-        from draftscope.gui.theme import apply_theme, code_style
-
         theme = apply_theme(QApplication.instance(), settings.theme, settings.font_size)
         self.window.set_code_style(code_style(theme), dark=theme == "dark")
 
     def choose_model(self) -> None:
         """The first-run model chooser again (after a model failed to open): the model chosen there is
         saved and loaded; closed without a choice, the load error comes back."""
-        from draftscope.gui.dialogs.first_run import FirstRunDialog
-
         self.chooser = FirstRunDialog(dataclasses.replace(self.settings), settings_file=self.settings_file)
         self.chooser.setObjectName("chooseModelDialog")
 
@@ -289,9 +283,6 @@ class Launcher(QObject):
     # ------------------------------------------------------------------ settings
 
     def open_settings(self) -> None:
-        from draftscope.gui.dialogs.settings_dialog import SettingsDialog
-        from draftscope.gui.dialogs.train_head import head_description
-
         if self.window is None or self.window.streaming:
             if self.window is not None:
                 self.window.statusBar().showMessage("Settings can be changed once the answer is done", 5000)
@@ -314,8 +305,6 @@ class Launcher(QObject):
         """Save and apply: what the change asks for is decided by the runtime (Runtime.change_for)
         and heard as events (core/settings_change.py): a restyle, the model loaded again (the window
         comes back on the same conversation), the server restarted, the drafters rebuilt."""
-        from draftscope.storage.settings import Change
-
         if self.loading:  # another model is being opened: its result decides what runs
             self.window.statusBar().showMessage("Settings can be changed once the model has loaded", 5000)
             return
@@ -328,9 +317,6 @@ class Launcher(QObject):
     def _take(self, new, change):
         """Settings the running model takes as it is: saved, and given to the runtime. A datastore
         that cannot be opened is said, and the old drafters kept (no drafters change then)."""
-        from draftscope.storage import save_settings
-        from draftscope.storage.settings import Change
-
         self.settings = new
         try:
             save_settings(new, self.settings_file)
@@ -410,9 +396,6 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    from draftscope.core.runtime import load_runtime
-    from draftscope.storage import HistoryStore
-
     app = _application()
     settings, notices = _starting_settings(app, model, ask=quit_after_ms is None)
     if settings is None:  # the first-run dialog was closed
@@ -420,8 +403,6 @@ def main(*, model: str | None = None, quit_after_ms: int | None = None, screensh
     # the plain speed is measured once the window is open: the loading screen waits only for what answers need
     launcher = Launcher(functools.partial(load_runtime, baseline=False), HistoryStore(), settings, notices)
     if quit_after_ms is not None:
-        from draftscope.gui.smoke_run import quit_after
-
         quit_after(launcher, quit_after_ms, screenshot)
     launcher.start()
     return app.exec()
@@ -434,14 +415,10 @@ def _display_problem() -> str | None:
             "draftscope: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run `draftscope chat` for the "
             "terminal chat, or set QT_QPA_PLATFORM."
         )
-    from draftscope.gui.platform_check import xcb_problem
-
     return xcb_problem()
 
 
 def _application() -> QApplication:
-    from draftscope.gui.theme import app_icon
-
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Draftscope")
     app.setDesktopFileName("io.github.draftscope.Draftscope")  # Wayland matches the desktop entry by it
@@ -452,10 +429,6 @@ def _application() -> QApplication:
 def _starting_settings(app, model: str | None, *, ask: bool):
     """(settings, notices) to start with: the file's, the ``model`` given, or on the first run the
     model chosen in the first-run dialog when ``ask`` (None when it was closed without a choice)."""
-    from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
-    from draftscope.gui.theme import apply_theme
-    from draftscope.storage import load_settings
-
     settings, notices = load_settings()
     apply_theme(app, settings.theme, settings.font_size)
     if model:

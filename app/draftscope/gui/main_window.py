@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from draftscope.core.session import ChatSession
 from draftscope.core.words import speedup_stale
 from draftscope.documents.extract import Attachment
+from draftscope.drafter_kinds import switched_on
 from draftscope.engine.events import step_from_dict
 from draftscope.engine.sampling import fresh_seed
 from draftscope.gui.chat.composer import Composer
@@ -33,12 +34,15 @@ from draftscope.gui.chat.versions import page_to
 from draftscope.gui.chat.view import ChatTranscript
 from draftscope.gui.chat.welcome import use_example
 from draftscope.gui.dialogs.help import add_help_menu
+from draftscope.gui.dialogs.race import RaceDialog
+from draftscope.gui.dialogs.train_head import open_for_window
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.gui.panels.docks import build_docks
 from draftscope.gui.session_qt import SessionSignals
 from draftscope.gui.status_bar import StatusLine
 from draftscope.gui.window_menus import build_menus
+from draftscope.gui.wizard.wizard import DatastoreWizard
 
 # Plain decoding speed drifts with the machine's load and clocks: measure it again when the last
 # figure is older than this, after an answer (never during one).
@@ -422,8 +426,6 @@ class MainWindow(QMainWindow):
     def open_datastore_wizard(self) -> None:
         """Build a datastore from the user's files with the current model's tokenizer, or from the
         model's own answers (the loaded model is handed over for that)."""
-        from draftscope.gui.wizard.wizard import DatastoreWizard
-
         tokenizer = self.engine.tokenizer
         self.datastore_wizard = DatastoreWizard(
             self.settings.model,
@@ -438,8 +440,6 @@ class MainWindow(QMainWindow):
 
     def open_train_dialog(self, *, options_overrides: dict | None = None) -> None:
         """Train a recurrent head for the loaded model (train_head.open_for_window)."""
-        from draftscope.gui.dialogs.train_head import open_for_window
-
         open_for_window(self, options_overrides)
 
     def use_trained_head(self, path: str) -> None:
@@ -450,7 +450,7 @@ class MainWindow(QMainWindow):
             return
         self.drafters_changed()
         notes = list(self.runtime.drafter_setup.notes)
-        on = self.settings.drafters.get("recurrent", True)
+        on = switched_on(self.settings.drafters, "recurrent")
         self.status.say(
             " · ".join(
                 notes
@@ -465,8 +465,6 @@ class MainWindow(QMainWindow):
 
     def open_race(self) -> None:
         """The prompt in the input (or the last question) answered plain and speculatively."""
-        from draftscope.gui.dialogs.race import RaceDialog
-
         if self.streaming:
             return
         prompt = self.composer.text()

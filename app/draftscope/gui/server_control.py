@@ -9,6 +9,8 @@ from collections import deque
 
 from PySide6.QtCore import QObject, Signal
 
+from draftscope.storage.settings import Section
+
 KEPT_REQUESTS = 200  # request log lines kept for Settings ▸ Server
 
 
@@ -33,8 +35,7 @@ class LocalServer(QObject):
     def apply(self, window, settings) -> str | None:
         """Run (or stop) the server as ``settings`` say, for ``window``'s engine; a problem (the port
         in use) comes back as text and leaves it stopped."""
-        from draftscope.server import ServerConfig, ServerThread, create_app
-        from draftscope.storage.settings import Section
+        from draftscope.server import ServerConfig, ServerThread, create_app  # noqa: PLC0415  # starlette, the engine, torch
 
         # the same window, runtime and server settings: the server that runs is the one asked for
         key = (id(window), id(window.runtime), *(getattr(settings, name) for name in Section.SERVER.names))

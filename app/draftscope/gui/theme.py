@@ -21,10 +21,14 @@ import logging
 import os
 import sys
 from pathlib import Path
+from string import Template
 
+from pygments.styles import get_all_styles
 from PySide6.QtCore import QDir, QSize, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory
+
+from draftscope.gui.palettes import qt_colours, style_colours
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +92,6 @@ def resources_dir() -> Path:
 
 def style_sheet(theme: str) -> str:
     """The style sheet for "light" or "dark": ``styles/app.qss`` with the theme's palette."""
-    from string import Template
-
-    from draftscope.gui.palettes import style_colours
-
     if theme not in ("light", "dark"):
         raise ValueError(f"no style sheet for theme {theme!r}")
     text = (resources_dir() / "styles" / "app.qss").read_text(encoding="utf-8")
@@ -161,8 +161,6 @@ def effective_theme(theme: str, app: QApplication | None = None) -> str:
 
 
 def _palette(theme: str) -> QPalette:
-    from draftscope.gui.palettes import qt_colours
-
     R, G = QPalette.ColorRole, QPalette.ColorGroup
     c = qt_colours(theme)
     pal = QPalette()
@@ -263,8 +261,6 @@ def _follow_system(app: QApplication) -> None:
 
 def code_style(theme: str) -> str:
     """A pygments style name for code blocks in ``theme`` ("system" is resolved first)."""
-    from pygments.styles import get_all_styles
-
     effective = effective_theme(theme)
     available = set(get_all_styles())
     for name in _CODE_STYLES[effective]:

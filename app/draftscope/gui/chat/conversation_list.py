@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from draftscope.storage.transfer import ImportError_, import_file, write_export
+
 
 def export_file_name(title: str) -> str:
     """A file name for a conversation's Markdown export (characters no file system minds)."""
@@ -175,8 +177,6 @@ class ConversationList(QWidget):
             self.export_all(Path(path))
 
     def export_all(self, path: Path) -> None:
-        from draftscope.storage.transfer import write_export
-
         try:
             count = write_export(self.history, path)
         except OSError as exc:
@@ -192,8 +192,6 @@ class ConversationList(QWidget):
     def import_from(self, path: Path) -> None:
         """The app's JSON or ChatGPT's conversations.json; a file that cannot be imported is said
         and imports nothing."""
-        from draftscope.storage.transfer import ImportError_, import_file
-
         try:
             report = import_file(self.history, path)
         except ImportError_ as exc:

@@ -362,7 +362,7 @@ class ChatTranscript(QTextBrowser):
 
     def _show_file(self, message_id: int, position: int) -> None:
         """What the model read of a sent file, in a dialog of its own."""
-        from draftscope.gui.chat.attachments import sent_file_dialog
+        from draftscope.gui.chat.attachments import sent_file_dialog  # noqa: PLC0415  # via gui.jobs: the engine, torch
 
         for m in self.history.messages(self.conversation_id) if self.conversation_id is not None else []:
             if m.id == message_id and position < len(m.files):

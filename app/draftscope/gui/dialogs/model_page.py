@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from draftscope.core.words import catalog_note, run_precision, size_text
+from draftscope.engine.backends import backend_for_gguf
+from draftscope.engine.backends.pytorch import precision
 from draftscope.gui.dialogs.draft_offer import DraftOffer
 from draftscope.gui.dialogs.model_download import ModelDownload
 from draftscope.gui.form_widgets import indented as _indented
@@ -46,8 +48,6 @@ class ModelPage(QWidget):
         )
         chosen = run_precision(settings.device, settings.dtype)
         self.dtype = chosen.name if chosen is not None else "float32"
-        from draftscope.engine.backends import backend_for_gguf
-
         self.backend = backend_for_gguf(settings.backend, settings.device)  # every catalogue model is a GGUF
         self._build_catalog_choices()
         self._build_found_choices()
@@ -147,10 +147,8 @@ class ModelPage(QWidget):
         layout.addStretch(1)
 
     def _device_type(self) -> str:
-        from draftscope.engine.backends.pytorch.precision import pick_device
-
         try:
-            return pick_device(self.settings.device).type
+            return precision.pick_device(self.settings.device).type
         except (RuntimeError, ValueError):
             return "cpu"
 

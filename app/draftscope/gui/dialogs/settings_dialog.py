@@ -41,6 +41,7 @@ from draftscope.core.settings_checks import (
     model_problem,
 )
 from draftscope.core.words import run_precision, sentence
+from draftscope.engine.backends import backend_for_gguf
 from draftscope.engine.backends.llama import gpu_offload
 from draftscope.gui.dialogs.gpu_layers_row import GpuLayers
 from draftscope.gui.dialogs.settings_model_tab import OTHER_TEXT, ModelTabParts
@@ -311,8 +312,6 @@ class SettingsDialog(ModelTabParts, QDialog):
         self._refresh_items()
 
     def _item_text(self, model: catalog.CatalogModel) -> str:
-        from draftscope.engine.backends import backend_for_gguf
-
         backend = backend_for_gguf(self.backend_combo.currentData() or "auto", self.device_combo.currentData())
         return catalog_item_text(model, self.dtype_name(), backend)
 

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QDialog, QWidget
+from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
 
 from draftscope.core.words import describe_error
 from draftscope.core.words import eta_text as _eta
 from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
+from draftscope.drafters.recurrent.head_drafter import target_for
 from draftscope.drafters.recurrent.train import (
     TrainCancelled,
     TrainError,
@@ -170,8 +171,6 @@ class TrainHeadDialog(TrainHeadForm, QDialog):
         out, trainer, fields = self.out, self._trainer, self.option_fields()
 
         def job(report, status, cancel):
-            from draftscope.drafters.recurrent.head_drafter import target_for
-
             model = target_for(engine)  # the torch model, or the GGUF read through llama.cpp
             data = spec
             if data is None:
@@ -328,8 +327,6 @@ class TrainHeadDialog(TrainHeadForm, QDialog):
 def open_for_window(window, options_overrides: dict | None = None) -> None:
     """Train a recurrent head for ``window``'s loaded model (window-modal: the model trains or
     answers, never both); once written, it drafts from the next answer on (window.use_trained_head)."""
-    from PySide6.QtWidgets import QMessageBox
-
     if window.streaming:
         window.status.say("The recurrent drafter can be trained once the answer is done")
         return

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from draftscope.datastore.default import datastores_dir
 from draftscope.datastore.distill import answers_path_for
+from draftscope.datastore.preview import distill_name, output_file_name
 from draftscope.gui.form_widgets import note as _note
 from draftscope.gui.form_widgets import progress_row as _progress_row
 from draftscope.gui.form_widgets import show_error
@@ -171,8 +172,6 @@ class TrainHeadForm:
         self.path_row.setVisible(kind != "sharegpt")
         self.path_edit.setPlaceholderText("a .answers.jsonl file" if kind == "answers" else "a .json or .jsonl file")
         if kind == "answers" and not self.path_edit.text().strip():
-            from draftscope.datastore.preview import distill_name, output_file_name
-
             answers = answers_path_for(datastores_dir() / output_file_name(distill_name(self.model_spec)))
             if answers.is_file():
                 self.path_edit.setText(str(answers))

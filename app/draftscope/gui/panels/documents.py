@@ -12,6 +12,8 @@ from pathlib import Path
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QFileDialog, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from draftscope import paths
+from draftscope.documents.folder import FolderIndex, index_path_for, said_skipped
 from draftscope.gui.jobs import JobRunner
 
 RECHECK_MS = 5000  # how often the folder is looked at again for changed files
@@ -85,9 +87,6 @@ class DocumentsPanel(QWidget):
         self._open(folder)
 
     def _open(self, folder: str | None) -> None:
-        from draftscope import paths
-        from draftscope.documents.folder import FolderIndex, index_path_for
-
         self.jobs.cancel()
         self.recheck.stop()
         if self.index is not None:
@@ -127,8 +126,6 @@ class DocumentsPanel(QWidget):
         self.status.setText(f"Indexing {done:,} of {total:,} files" + (f" · {name}" if name else "") + waits)
 
     def _on_indexed(self, report) -> None:
-        from draftscope.documents.folder import said_skipped
-
         self.bar.setVisible(False)
         if self.index is None:
             return

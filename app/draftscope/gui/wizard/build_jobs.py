@@ -20,6 +20,7 @@ from draftscope.datastore.pipeline import BuildOptions, build_datastore
 from draftscope.datastore.preview import model_display_name, without_spec
 from draftscope.datastore.progress import CancelToken
 from draftscope.datastore.sources import DatastoreError, Source
+from draftscope.models.resolve import resolve_model
 from draftscope.retrieval import BuildCancelled
 
 NOTHING_WRITTEN = "datastore build cancelled; nothing was written"
@@ -61,8 +62,7 @@ class TokenizerOnce(LoadedOnce):
 def load_torch_model(model_spec: str):
     """The model as transformers loads it (``distill`` batches its answers with ``generate``), on
     the device and in the precision torch picks here."""
-    from draftscope.engine.backends.pytorch.loader import load_model
-    from draftscope.models.resolve import resolve_model
+    from draftscope.engine.backends.pytorch.loader import load_model  # noqa: PLC0415  # torch, transformers
 
     return load_model(resolve_model(model_spec)).model
 
