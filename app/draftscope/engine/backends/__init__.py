@@ -1,14 +1,23 @@
 """What runs the target model: the one place that turns (model, backend, device, precision) into
 an opened backend. GGUF files open on llama.cpp, which computes with the file's own quantised
 weights, on the CPU and on a card llama.cpp has a backend for (its layers there: gpu_offload.py);
-Hugging Face folders, hub ids, and cards only torch drives open on torch."""
+Hugging Face folders, hub ids, and cards only torch drives open on torch.
+
+A backend's modules are imported in the function that opens it, not here: every backend module,
+and every child process (the self-test and the GGUF check run as ``python -m``, the isolated
+llama.cpp is spawned), imports this package first."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import NamedTuple
 
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama import llama_verdict
+from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
+from draftscope.engine.load_spec import LoadSpec
+from draftscope.engine.stages import LOADING_WEIGHTS, Stage
+from draftscope.models.resolve import load_tokenizer
 from draftscope.rules import BACKENDS
 
 __all__ = [
@@ -124,8 +133,6 @@ def _on_llama(why: str, found, on_card: bool = False) -> BackendChoice:
 
 def backend_for_gguf(requested: str = "auto", device: str | None = None) -> str:
     """Which backend a GGUF model (every catalogue model) would open on: for memory estimates."""
-    from types import SimpleNamespace
-
     try:
         return choose_backend(
             SimpleNamespace(kind="gguf", display_name="the model"), requested, device, check=False
@@ -139,16 +146,12 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
     on the backend chosen for it. Its ``slots`` answers are held at once (in shared forwards); its
     ``workers`` (llama.cpp RPC, host:port) take a share of the layers, the model then running in a
     child process."""
-    from draftscope.engine.load_spec import LoadSpec
-
     spec = LoadSpec.of(spec, **options)
     source = spec.source
     kind, why, notice, repacked, on_card = choose_backend(
         source, spec.backend, spec.device, progress=progress, threads=spec.threads
     )
     if progress is not None:
-        from draftscope.engine.stages import LOADING_WEIGHTS, Stage
-
         progress(Stage(LOADING_WEIGHTS))
     if spec.workers and kind != "llama.cpp":
         raise ValueError(
@@ -171,7 +174,6 @@ def _open_on_llama(spec, repacked, on_card: bool = False) -> Backend:
     """The GGUF in a llama.cpp context (in a child process when RPC workers share its layers)."""
     from draftscope.engine.backends.llama import gguf_check
     from draftscope.engine.backends.llama.llamacpp import DEFAULT_CONTEXT, LlamaCppBackend
-    from draftscope.models.resolve import load_tokenizer
 
     source = spec.source
     # a file llama.cpp would crash on is refused here, in words; loaded as the model will be
@@ -196,7 +198,6 @@ def _open_on_llama(spec, repacked, on_card: bool = False) -> Backend:
             )
         return opened
     from draftscope.engine.backends.llama.isolated import IsolatedLlamaBackend
-    from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
 
     if not rpc_supported():
         raise WorkerError(

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.held import CacheOnDisk
 from draftscope.engine.backends.work import PREFILL_BATCH, Prefill, Verify
+from draftscope.engine.kv_restore import DiskCache
 
 __all__ = ["Backend", "OneSlotBackend", "SlotView", "Verified"]
 
@@ -44,8 +46,9 @@ class Backend(ABC):
     device: object  # torch.device for torch; "cpu" (or the GPU it offloads to) for llama.cpp
     precision: str  # "float32", "bfloat16", ... or the GGUF's quantisation ("Q4_K_M")
     precision_reason: str = ""
-    dtype = None  # the torch dtype, where torch computes (None: the file's own formats)
-    model = None  # the torch module, where there is one (the self:N draft model, head training, HF references)
+    dtype: torch.dtype | None = None  # the torch dtype, where torch computes (None: the file's own formats)
+    # the torch module, where there is one (the self:N draft model, head training, HF references)
+    model: torch.nn.Module | None = None
     gives_hidden: bool = False  # can return last hidden states (the recurrent head needs them)
     no_hidden_reason: str = "does not give the model's hidden state"  # why not, in words (gives_hidden False)
     notice: str | None = None  # what the user should know of how it was opened (kernels turned off, a fallback)
@@ -116,7 +119,8 @@ class Backend(ABC):
 
     source = None  # the ModelSource it was opened from (open_backend sets it; None: a model built in memory)
     saves_slots: bool = False  # a slot's cache can be written out and read back (export_slot, import_slot)
-    kv_cache = None  # the DiskCache (engine/kv_restore.py) a slot is saved to before it is cut; None: none
+    # the DiskCache (engine/kv_restore.py) a slot is saved to before it is cut; None: none
+    kv_cache: CacheOnDisk | None = None
 
     def cache_identity(self) -> dict:
         """What a saved cache must have been made under to be loaded here: the model file's
@@ -138,8 +142,6 @@ class Backend(ABC):
         if store is None or not self.saves_slots:
             self.kv_cache = None
             return
-        from draftscope.engine.kv_restore import DiskCache
-
         self.kv_cache = DiskCache.for_backend(self, store)
 
     def save_slots(self) -> int:
@@ -247,7 +249,7 @@ class OneSlotBackend(Backend):
         """Keep the first ``length`` cached positions (drop what was verified after them)."""
 
     def decode_many(self, work: dict) -> dict:
-        out = {}
+        out: dict[int, torch.Tensor | Verified | Exception | None] = {}
         for slot, item in work.items():  # one slot: one item
             try:
                 if isinstance(item, Prefill):

@@ -9,6 +9,8 @@ turns differently simply shares a shorter prefix: the cache is never wrong, only
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import numpy as np
 
 
@@ -68,6 +70,18 @@ class HeldTokens:
         self.cut(slot, 0)
 
 
+class CacheOnDisk(Protocol):
+    """What a backend asks of the cache on disk its slots are saved to (engine/kv_restore.py's DiskCache)."""
+
+    def keep(
+        self, backend, slot: int, prompt: list[int], held: list[int], kept: int, *, want_hidden: bool = False
+    ) -> tuple[int, tuple[int, float] | None]:
+        """The positions the slot keeps for ``prompt`` and (positions, seconds) restored from disk, or None."""
+
+    def save(self, backend, slot: int) -> bool:
+        """Save the slot's cache; whether it was saved."""
+
+
 class KeepsPrefixes:
     """For a backend of answer slots (``held``, ``slot_cached``, ``truncate_slot``): what a slot's
     cache holds, and cutting it back to what a new prompt shares. With a cache on disk
@@ -76,8 +90,14 @@ class KeepsPrefixes:
 
     held: HeldTokens
     last_kept: int
-    kv_cache = None
+    kv_cache: CacheOnDisk | None = None
     _restored: dict | None = None  # slot -> (positions restored from disk, seconds) by the last set-up
+
+    if TYPE_CHECKING:  # the backend's own slot verbs (engine/backends/base.py)
+
+        def slot_cached(self, slot: int) -> int: ...
+
+        def truncate_slot(self, slot: int, length: int) -> None: ...
 
     def held_tokens(self, slot: int) -> list[int]:
         """The token at each position the slot's cache holds (as far as known)."""

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from draftscope import paths
+from draftscope.engine.backends.llama.llama_lib import last_error, lib
 from draftscope.models.gguf_header import GgufHeaderError, read_gguf_header
 from draftscope.models.resolve import ModelNotFoundError
 
@@ -144,8 +145,6 @@ def _remember(passed: set[str]) -> None:
 
 def _probe(path: str, repacked: bool = True) -> int:
     """In the child: load the model with llama.cpp (no context) and say what happened."""
-    from draftscope.engine.backends.llama.llama_lib import last_error, lib
-
     L = lib()
     params = L.llama_model_default_params()
     params.use_extra_bufts = repacked

@@ -234,7 +234,7 @@ def random_quantised_llama(path: Path, *, layers: int = 2, seed: int = 0) -> Pat
     def mat(rows, cols):
         return (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
 
-    weights = {
+    weights: dict[str, np.ndarray | Quantised] = {
         "model.embed_tokens.weight": quantise(mat(vocab, hidden), "Q8_0", rng),
         "model.norm.weight": np.ones(hidden, np.float32),
         "lm_head.weight": quantise(mat(vocab, hidden), "Q8_0", rng),

@@ -14,6 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from draftscope.engine.backends.llama.gguf_memory import GgufMemory
+from draftscope.engine.backends.llama.llama_batching import batch_sizes
+from draftscope.engine.backends.llama.llama_lib import LlamaCppError, ggml, lib
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+from draftscope.engine.backends.work import PREFILL_BATCH
 from draftscope.rules import GPU_LAYERS_AUTO
 
 GPU_TYPES = (1, 2)  # GGML_BACKEND_DEVICE_TYPE_GPU and _IGPU (CPU 0, ACCEL 3 are not cards)
@@ -32,8 +37,6 @@ def cards() -> list[Card]:
     """The graphics cards llama.cpp's backends found (none when it was built for the CPU only, or
     llama-cpp-python is missing)."""
     try:
-        from draftscope.engine.backends.llama.llama_lib import ggml, lib
-
         lib()  # registers the backends, and with them their devices
         library = ggml()
     except Exception:  # not installed, or its library does not load: no card
@@ -124,12 +127,6 @@ def load_with_fewer_layers(
 def open_on_card(path, tokenizer, wanted: int, *, context: int, slots: int, **options):
     """A LlamaCppBackend with ``wanted`` layers (the setting) on the first card llama.cpp found; its
     ``offload`` says where they went, its ``offload_notice`` what ran out of memory on the way."""
-    from draftscope.engine.backends.llama.gguf_memory import GgufMemory
-    from draftscope.engine.backends.llama.llama_batching import batch_sizes
-    from draftscope.engine.backends.llama.llama_lib import LlamaCppError
-    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
-    from draftscope.engine.backends.work import PREFILL_BATCH
-
     card = cards()[0]
     sizes = GgufMemory.read(path)
     positions = batch_sizes(slots, min(context, sizes.trained_context or context)).cells

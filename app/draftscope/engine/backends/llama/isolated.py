@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import tempfile
 import threading
 from multiprocessing import shared_memory
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +44,7 @@ class IsolatedLlamaBackend(Backend):
         "runs a model shared with RPC workers in a child process, which does not pass its hidden "
         "state back; on this computer alone (no workers) it does"
     )
+    _log: str  # the child's stderr, a temporary file (each _open makes one)
 
     def __init__(
         self,
@@ -71,7 +75,9 @@ class IsolatedLlamaBackend(Backend):
             repacked=repacked,
         )
         self._lock = threading.RLock()
-        self._proc = self._conn = self._shm = None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._shm: shared_memory.SharedMemory | None = None
         self.dead: str | None = None  # why the child ended, until the model is opened again
         self._open()
 
@@ -220,8 +226,6 @@ class IsolatedLlamaBackend(Backend):
 def _signal_words(code: int | None) -> str:
     if code is None or code >= 0:
         return f" (exit code {code})" if code else ""
-    import signal
-
     try:
         return f" ({signal.Signals(-code).name})"
     except ValueError:
@@ -245,7 +249,7 @@ def _last_words(log: str) -> str:
 def _child_main(conn, args: dict, log: str) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 2)  # llama.cpp's abort message (naming the lost worker) lands where the parent reads it
-    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend  # noqa: PLC0415  # once stderr goes to the log
 
     backend, shm, rows = None, None, 0
     while True:
@@ -288,7 +292,8 @@ def _child_main(conn, args: dict, log: str) -> None:
                 rows = call_args[1]
                 value = None
             else:
-                value = _pack(getattr(backend, name)(*call_args), shm, rows, backend.vocab)
+                # while no model is open, getattr(None, name) raises first: told to the parent
+                value = _pack(getattr(backend, name)(*call_args), shm, rows, backend.vocab)  # type: ignore[union-attr]
             conn.send(("ok", value))
         except Exception as exc:  # told to the parent, which raises it there
             conn.send(("error", (type(exc).__name__, str(exc))))

@@ -25,6 +25,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from draftscope.engine.backends.llama import llama_verdict
+from draftscope.engine.backends.llama import selftest as llama_selftest
+
 VERSION = "0.3.36"
 ENV = "DRAFTSCOPE_LLAMA_KERNELS"
 VARIANTS = ("native", "no-amx", "avx2")
@@ -196,7 +199,7 @@ class LlamaSetup:
         build_command: Callable[[Path], list[str]] = pip_wheel_command,
         install: Callable[[Path], None] = pip_install,
         installed: Callable[[], list[str] | None] = installed_build,
-        selftest: Callable[[], object] | None = None,
+        selftest: Callable[[], llama_selftest.SelfTest] | None = None,
         base: str | None = None,
     ) -> None:
         if forced is not None and forced not in VARIANTS:
@@ -206,16 +209,14 @@ class LlamaSetup:
         self.build_command, self.install, self.installed = build_command, install, installed
         self.base = base_args() if base is None else base
         if selftest is None:
-            import draftscope.engine.backends.llama.selftest as module
-
-            selftest = module.run
+            selftest = llama_selftest.run
         self.selftest = selftest
 
     def ensure(self) -> bool:
         """Leave a llama.cpp that passes its self-test installed; False when no build does."""
         steps = self._steps()
         kernels = self.installed()
-        fresh = set()  # variants whose cached wheel must be rebuilt here (a wheel from another CPU)
+        fresh: set[str] = set()  # variants whose cached wheel must be rebuilt here (a wheel from another CPU)
         if kernels is not None and matches(steps[0], kernels, self.flags, forced=bool(self.forced)):
             result = self.selftest()
             if result.ok:
@@ -257,7 +258,7 @@ class LlamaSetup:
             return ""
         return f", not {self.forced} as {ENV} asks: that build fails its self-test here"
 
-    def _after(self, result, steps: list[str]) -> tuple[list[str], set[str]]:
+    def _after(self, result: llama_selftest.SelfTest, steps: list[str]) -> tuple[list[str], set[str]]:
         """The builds left to try after the installed one failed: past the ones with the kernels that
         faulted (AMX first), or, for an illegal instruction, the same build again compiled here."""
         if self.forced or result.signal == "SIGILL" or result.suspect is None:
@@ -289,8 +290,6 @@ class LlamaSetup:
 def forget_kept_verdict() -> None:
     """The app keeps its own check's verdict per build and CPU; set-up has just checked afresh (and
     perhaps rebuilt), so whatever the app kept is asked again at its next start."""
-    from draftscope.engine.backends.llama import llama_verdict
-
     try:
         llama_verdict.forget()
     except OSError as exc:

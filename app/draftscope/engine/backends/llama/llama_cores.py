@@ -4,12 +4,19 @@ faster. Apart from ``llamacpp.py`` (at its size limit); the backend takes these 
 
 from __future__ import annotations
 
+from typing import Any
+
 from draftscope.engine.backends.llama.llama_thread import serialised
 
 
 class ChangesThreads:
     """``cpu_threads`` and ``set_threads`` (engine/backends/base.py) for a LlamaCppBackend: its
     ``threads``, on the CPU only (with layers on a graphics card the CPU's threads decide little)."""
+
+    threads: int
+    device: object  # "cpu" where no layer sits on a card (Backend.device)
+    _L: Any  # llama_cpp (llama_lib.lib())
+    _ctx: Any  # the llama.cpp context (None once closed)
 
     def cpu_threads(self) -> int | None:
         return self.threads if self.device == "cpu" and self._ctx else None

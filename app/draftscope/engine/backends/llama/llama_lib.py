@@ -9,6 +9,7 @@ import ctypes
 import os
 import sys
 import threading
+from pathlib import Path
 
 
 class LlamaCppError(RuntimeError):
@@ -75,8 +76,6 @@ def ggml():
     live), its functions typed once."""
     global _ggml_lib
     if _ggml_lib is None:
-        from pathlib import Path
-
         import llama_cpp
 
         # where llama_cpp loaded libllama from (LLAMA_CPP_LIB_PATH: a build of one's own, e.g. CUDA)

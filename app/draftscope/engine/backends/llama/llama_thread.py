@@ -11,6 +11,8 @@ import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from draftscope import sysinfo
+
 _NATIVE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
 
 
@@ -37,6 +39,4 @@ def serialised(method):
 
 
 def default_threads() -> int:
-    from draftscope.sysinfo import usable_cores
-
-    return usable_cores()
+    return sysinfo.usable_cores()

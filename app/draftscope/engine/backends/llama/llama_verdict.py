@@ -14,11 +14,13 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from draftscope import paths
+from draftscope.engine.stages import CHECKING_LLAMA, Stage
 
 CHECK_TIMEOUT_S = 120.0
 FIX = "rerun `bash scripts/setup.sh`, which rebuilds llama.cpp without the kernels that fail"
@@ -49,8 +51,6 @@ def verdict(*, check: bool = True, progress=None, threads: int | None = None) ->
         if kept is not None:
             return kept
         if progress is not None:
-            from draftscope.engine.stages import CHECKING_LLAMA, Stage
-
             progress(Stage(CHECKING_LLAMA))  # once per llama.cpp build and CPU: its length is not known
         found, lasting = judge(threads=threads)
         if lasting:
@@ -63,7 +63,9 @@ def judge(command: list[str] | None = None, *, threads: int | None = None) -> tu
     in their plain layout. A failure lasts (is kept) only when it is the CPU's: a death by a signal
     in a kernel, or the same failure twice; a timeout on a busy machine or a one-off error (a full
     /tmp) is reported now and checked again at the next start."""
-    import draftscope.engine.backends.llama.selftest as selftest
+    # here, not at the top: this module loads with the package, and the self-test's child runs
+    # `python -m ...selftest`: imported at the top, selftest would be imported twice there (runpy warns)
+    import draftscope.engine.backends.llama.selftest as selftest  # noqa: PLC0415  # see above
 
     def check(repacked: bool = True):
         return selftest.run(repacked=repacked, timeout=CHECK_TIMEOUT_S, command=command, threads=threads)
@@ -132,15 +134,16 @@ def _cpu_flags() -> str:
                 return line.split(":", 1)[-1].strip()
     except OSError:
         pass
-    import platform
-
     return f"{platform.machine()} {platform.processor()}"
 
 
 def _kept_verdict(key: str) -> Verdict | None:
+    entry = _kept().get(key)
+    if not isinstance(entry, dict):  # nothing kept (or not an entry)
+        return None
     try:
-        return Verdict(**_kept().get(key))
-    except TypeError:  # nothing kept, or a damaged entry
+        return Verdict(**entry)
+    except TypeError:  # a damaged entry
         return None
 
 

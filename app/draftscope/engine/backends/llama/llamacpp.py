@@ -22,6 +22,7 @@ check that the two agree.
 from __future__ import annotations
 
 import ctypes
+import re
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,13 @@ from draftscope.engine.backends.llama.llama_cores import ChangesThreads
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError, last_error
 from draftscope.engine.backends.llama.llama_lib import lib as _lib
 from draftscope.engine.backends.llama.llama_thread import default_threads, serialised
+from draftscope.engine.backends.llama.rpc import (
+    THIS_COMPUTER,
+    connect_workers,
+    gguf_layers,
+    layer_split,
+    memory_per_machine,
+)
 from draftscope.engine.backends.work import MAX_TREE, PREFILL_BATCH, Prefill
 from draftscope.rules import LLAMA_CONTEXT
 
@@ -44,6 +52,8 @@ DEFAULT_CONTEXT = LLAMA_CONTEXT
 
 class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
     kind = "llama.cpp"
+    leaves: int  # set at load (batch_sizes): every slot has its sequences
+    batch_capacity: int
     gives_hidden = True  # final hidden states in the same decode as the logits (embeddings, pooling none)
     reads_in_chunks = True
 
@@ -152,8 +162,6 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
 
     def _offload_to_workers(self, mparams, workers: list[str]) -> None:
         """The model's layers shared between this computer and llama.cpp RPC workers (equal shares)."""
-        from draftscope.engine.backends.llama.rpc import THIS_COMPUTER, connect_workers, gguf_layers, layer_split
-
         devices = connect_workers(workers)
         layers = gguf_layers(self.path)
         remote, shares = layer_split(layers, devices)
@@ -171,8 +179,6 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
     def describe(self) -> str:
         where = ""
         if self.split:
-            from draftscope.engine.backends.llama.rpc import memory_per_machine
-
             try:  # the KV cache of every slot's positions, as the context holds them
                 memory = memory_per_machine(self.path, self.split, self.slots * (self.max_context + MAX_TREE + 1))
             except Exception:  # an estimate only; the split itself is still shown
@@ -211,7 +217,9 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         Verify (the Prefill items' positions join their slot's cache). An item that cannot be
         decoded gets its error as its result; the others are decoded without it."""
         L = self._L
-        entries, outputs, failed = [], {}, {}
+        entries: list[tuple] = []  # (token, position, sequences, wants a row out)
+        outputs: dict[int, tuple[int, int]] = {}  # slot -> (its first entry, its rows)
+        failed: dict[int, Exception] = {}
         for slot, item in work.items():
             problem = work_problem(slot, item, self._past[slot], self.slots, self._sizes)
             if problem is not None:
@@ -248,7 +256,7 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
             if isinstance(item, Prefill):
                 self.held.read(slot, item.start, item.tokens)
                 self._past[slot] += len(item.tokens)
-        out = {}
+        out: dict[int, torch.Tensor | Verified] = {}
         for slot, (first, rows) in outputs.items():
             # llama.cpp numbers output rows by the batch tokens that asked for logits, in order (all, with hidden states)
             row = first if hidden else sum(1 for e in entries[:first] if e[3])
@@ -332,7 +340,8 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         buffer (which the next decode reuses) straight into a tensor: np.ctypeslib's array view cost
         a tenth of a millisecond a step."""
         out = torch.empty((rows, width), dtype=torch.float32)
-        source = ctypes.cast(getter(self._ctx), ctypes.c_void_p).value + first * width * 4
+        # the buffer is there after a decode that asked for these rows (None: a NULL pointer)
+        source = ctypes.cast(getter(self._ctx), ctypes.c_void_p).value + first * width * 4  # type: ignore[operator]
         ctypes.memmove(out.data_ptr(), source, rows * width * 4)
         return out
 
@@ -345,7 +354,7 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         self.held.committed(slot, past, path)
         self._past[slot] = past + 1 + len(path)
         self._last_seqs[slot] = None
-        keep = seqs[path[-1]][0] if path else self._seq(slot)
+        keep = seqs[path[-1]][0] if path else self._seq(slot)  # type: ignore[index]  # a path: after its verify
         base = self._seq(slot)
         used = {s for node in seqs for s in node} | {base} if seqs else {base}
         for s in used:
@@ -445,8 +454,6 @@ def _spread(total: int, parts: int) -> list[int]:
 
 def _quantisation(path: Path, description: str) -> str:
     """The quantisation as users know it from file names ("Q4_K_M"), else llama.cpp's words."""
-    import re
-
     found = re.search(r"(?i)(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|F16|BF16|F32)(?=[-_.]|$)", path.stem)
     if found:
         return found.group(1).upper()

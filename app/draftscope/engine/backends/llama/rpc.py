@@ -16,7 +16,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftscope.engine.backends.llama.gguf_memory import memory_per_machine as per_machine
 from draftscope.engine.backends.llama.llama_lib import ggml
+from draftscope.engine.backends.llama.llama_lib import lib as llama
 
 CPU_DEVICE = 0  # GGML_BACKEND_DEVICE_TYPE_CPU
 _ENDPOINT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):(\d{1,5})$")
@@ -87,8 +89,6 @@ def connect_workers(workers: list[str]) -> list[WorkerDevice]:
 
 def serve_worker(host: str, port: int, threads: int) -> None:
     """Serve this machine's CPU to llama.cpp RPC clients (blocks until the process is stopped)."""
-    from draftscope.engine.backends.llama.llama_lib import lib as llama
-
     llama()  # initialises llama.cpp's backends (the CPU device)
     lib = ggml()
     reg = _rpc_reg(lib)
@@ -128,6 +128,4 @@ THIS_COMPUTER = "this computer"
 def memory_per_machine(path, split: dict[str, int], positions: int) -> dict[str, int]:
     """Bytes each machine of ``split`` holds for the model (this computer's first: it holds the first
     layers and the tensors outside them): gguf_memory.memory_per_machine."""
-    from draftscope.engine.backends.llama.gguf_memory import memory_per_machine as per_machine
-
     return per_machine(path, split, positions, THIS_COMPUTER)

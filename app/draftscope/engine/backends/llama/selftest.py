@@ -25,6 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.llama.gguf_writer import random_quantised_llama
+from draftscope.engine.backends.llama.llama_lib import weight_buffers
+from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
+
 CHILD_TIMEOUT_S = 300.0
 CHILD_COMMAND = [sys.executable, "-m", "draftscope.engine.backends.llama.selftest", "--child"]
 PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]  # "Hello, world": a batch of 11 + the root
@@ -175,11 +180,6 @@ def _child(repacked: bool, threads: int | None) -> int:
         print(line, flush=True)
 
     say("kernels: " + ",".join(kernels()))
-    from draftscope.draft_tree import DraftTree
-    from draftscope.engine.backends.llama.gguf_writer import random_quantised_llama
-    from draftscope.engine.backends.llama.llama_lib import weight_buffers
-    from draftscope.engine.backends.llama.llamacpp import LlamaCppBackend
-
     with tempfile.TemporaryDirectory(prefix="draftscope-selftest-") as tmp:
         path = random_quantised_llama(Path(tmp) / "selftest.gguf")
         say("stage: load")
