@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
+import os
 import resource
+import sys
 from pathlib import Path
 
 
@@ -25,8 +29,6 @@ def freeze_loaded_objects() -> None:
     full collection walks them all (~0.3 s here), and it can start on whichever thread allocates,
     the UI thread included. Called once after a model is loaded, so later collections only walk
     what was made since."""
-    import gc
-
     gc.collect()
     give_back_free_memory()
     gc.freeze()
@@ -35,9 +37,6 @@ def freeze_loaded_objects() -> None:
 def give_back_free_memory() -> None:
     """The C heap's free pages given back to the system (glibc's malloc_trim): freed memory otherwise
     stays in the process's resident size, ~35 MB more after each model reload (issue 60)."""
-    import ctypes
-    import sys
-
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None).malloc_trim(0)
@@ -47,8 +46,6 @@ def give_back_free_memory() -> None:
 
 def usable_cores() -> int:
     """The CPU cores this process may run on (its affinity, where the OS says; else all of them)."""
-    import os
-
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:

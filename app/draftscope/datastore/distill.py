@@ -29,6 +29,7 @@ from draftscope.datastore.pipeline import BuildOptions, BuildReport, build_datas
 from draftscope.datastore.progress import CancelToken
 from draftscope.datastore.records import Conversation, SkipLog
 from draftscope.datastore.sources import DatastoreError, Source
+from draftscope.models import assets
 from draftscope.retrieval import BuildCancelled
 
 # Prompts longer than this (characters) are skipped: pasted documents say little about style and
@@ -112,8 +113,6 @@ def read_prompts(spec: str | None = None, limit: int | None = None, *, max_chars
     fetched as the default datastore fetches it), skipping empty and over-long ones and repeats,
     stopping after ``limit`` prompts. Raises DatastoreError naming the problem."""
     if spec is None:
-        from draftscope.models import assets
-
         spec = f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"
     source = Source.parse(spec)
     if source.kind != "chat":

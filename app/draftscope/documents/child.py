@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import sys
 import warnings
 
@@ -56,7 +57,7 @@ def _import_parser(kind: str) -> None:
         import pypdf
         import pypdf.filters  # noqa: F401
     elif kind == "html":
-        import draftscope.documents.html  # noqa: F401
+        import draftscope.documents.html  # noqa: F401, PLC0415  # only the parser this kind needs, before the memory cap
     else:
         import docx
         import docx.text.paragraph  # noqa: F401
@@ -66,8 +67,7 @@ def _limit_memory(extra: int) -> None:
     """Cap the address space at what the process holds now plus ``extra``: an allocation past it
     fails (MemoryError) instead of the machine swapping."""
     try:
-        import os
-        import resource
+        import resource  # noqa: PLC0415  # Linux and Unix only: its ImportError is caught below
 
         with open("/proc/self/statm") as statm:
             held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -107,7 +107,7 @@ def _check_chars(name: str, chars: int, limits: dict) -> None:
 
 def _html_text(name: str, data: bytes, limits: dict) -> str:
     """A page's visible text (the parent decoded it and sends it as UTF-8)."""
-    from draftscope.documents.html import visible_text
+    from draftscope.documents.html import visible_text  # noqa: PLC0415  # imported by _import_parser, for HTML only
 
     return visible_text(data.decode("utf-8", "replace"))
 

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from charset_normalizer import from_bytes
+
 from draftscope.documents.isolate import Cancel, parse_in_child
 from draftscope.documents.limits import (
     LIMITS,
@@ -126,8 +128,6 @@ def _plain_text(name: str, data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         pass
-    from charset_normalizer import from_bytes
-
     try:
         matches = from_bytes(data)
         best = matches.best()

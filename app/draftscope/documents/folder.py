@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from draftscope import paths
 from draftscope.documents.extract import MAX_FILE_BYTES, Attachment, AttachmentError, read_bytes
 from draftscope.documents.passages import Passage, match_expression, split_passages, within_budget
 
@@ -249,8 +250,6 @@ def open_folder(
     folder: str | os.PathLike[str], progress: Callable[[int, int, str], None] | None = None
 ) -> tuple[FolderIndex, RefreshReport]:
     """A folder's index in the app's data folder, brought up to date now."""
-    from draftscope import paths
-
     index = FolderIndex(folder, index_path_for(Path(folder).expanduser(), paths.data_dir()))
     return index, index.refresh(progress)
 

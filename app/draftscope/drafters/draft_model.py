@@ -7,6 +7,7 @@ import torch
 
 from draftscope.engine.backends import open_backend
 from draftscope.engine.backends.pytorch.loader import LoadedModel, load_model
+from draftscope.engine.engine import Engine
 from draftscope.models.resolve import load_tokenizer, resolve_model
 
 
@@ -22,8 +23,6 @@ def load_draft_model(
     why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
     if why:
         raise ValueError(f"{source.display_name} cannot be a draft model here: {why}")
-    from draftscope.engine.engine import Engine
-
     target_backend = target.backend if isinstance(target, Engine) else None  # a LoadedModel runs on torch
     if target_backend is not None and target_backend.kind == "llama.cpp" and source.kind == "gguf":
         # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from draftscope import paths
+from draftscope.models import catalog
+from draftscope.retrieval import Reader, Writer
 
 HEADER_TOKENS = 4  # prompt tokens kept before each answer (the assistant header of a chat template)
 _COUNT = struct.Struct("<I")
@@ -38,8 +40,6 @@ def learned_dir() -> Path:
 
 def model_key(model: str) -> str:
     """A file name for a model (catalogue name, folder or file)."""
-    from draftscope.models import catalog
-
     entry = catalog.find(model)
     name = entry.name if entry is not None else Path(model.rstrip("/")).name or model
     return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-") or "model"
@@ -136,8 +136,6 @@ class LearnedStore:
     # ------------------------------------------------------------------ index
 
     def _indexed_documents(self) -> int:
-        from draftscope.retrieval import Reader
-
         if not self.index.exists():
             return 0
         try:
@@ -153,8 +151,6 @@ class LearnedStore:
 
     def rebuild(self) -> bool:
         """Index the whole corpus (atomically replacing the old index). False if nothing to do."""
-        from draftscope.retrieval import Writer
-
         with self._build_lock:
             with self._lock:
                 records = self._records
@@ -171,8 +167,6 @@ class LearnedStore:
     def reader(self):
         """The newest index (None before the first answer is indexed, or when it cannot be read:
         then it is rebuilt in the background by the next answer's ``Learner`` pass)."""
-        from draftscope.retrieval import Reader
-
         if not self._indexed or not self.index.exists():
             return None
         try:

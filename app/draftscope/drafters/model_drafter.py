@@ -27,6 +27,8 @@ import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.drafters.interface import Drafter
+from draftscope.engine.backends.base import Backend
+from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities, recent_tokens
 
 
@@ -91,11 +93,7 @@ class ModelDrafter(Drafter):
     source = DraftSource.MODEL
 
     def __init__(self, model, *, max_tokens: int = 6, eos_token_id: int | None = None) -> None:
-        from draftscope.engine.backends.base import Backend
-
         if not isinstance(model, Backend):
-            from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
-
             model = TorchBackend(model, None, name="draft model")
         self.backend = model
         self.max_tokens = max_tokens

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from draftscope import paths
 from draftscope.models import assets
@@ -192,8 +195,6 @@ def why_not_draft(target: CatalogModel, draft: CatalogModel) -> str | None:
 
 def total_memory() -> int:
     """Bytes of physical memory (0 when unknown)."""
-    import psutil
-
     try:
         return int(psutil.virtual_memory().total)
     except (OSError, RuntimeError):
@@ -317,8 +318,6 @@ def _join(files: list[Path], target: Path, model: CatalogModel, cancel) -> None:
 
 def terminal_progress(title: str, stream=None) -> tuple[assets.FetchProgress, StatusFn]:
     """Progress for the command line: bytes, rate and time left on one rewritten line."""
-    import sys
-
     stream = stream or sys.stderr
     tty = stream.isatty()
     start = time.monotonic()

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftscope import paths
+from draftscope.models import catalog
+from draftscope.models.local import is_chat_model_file, name_for
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -44,8 +46,6 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
     folder, a ``.gguf`` file, a hub id) into a source. A catalogue model not yet on disk is
     fetched (``fetch_default=False``: not fetched, only named); ``progress`` is a
     (progress, on_status) pair for that download, default quiet."""
-    from draftscope.models import catalog
-
     entry = catalog.find(spec) if not Path(spec).expanduser().exists() else None
     if entry is not None:
         if fetch_default and not entry.fetched:
@@ -58,15 +58,11 @@ def resolve_model(spec: str, *, fetch_default: bool = True, progress=None) -> Mo
     if path.is_file():
         if path.suffix.lower() != ".gguf" and not _starts_as_gguf(path):  # Ollama's blobs have no suffix
             raise ModelNotFoundError(f"{spec} is a file but not a .gguf model; give a GGUF file or a model folder")
-        from draftscope.models.local import name_for
-
         return ModelSource("gguf", str(path.resolve()), name_for(path) or path.stem)
     if path.is_dir():
         # without config.json a folder cannot load as a Hugging Face model: a GGUF in it is the model,
         # tokenizer files beside it or not (else it would be taken unread, and fail at load)
         if not (path / "config.json").exists():
-            from draftscope.models.local import is_chat_model_file
-
             ggufs = [g for g in sorted(path.glob("*.gguf")) if is_chat_model_file(g)]
             if len(ggufs) == 1:
                 return ModelSource("gguf", str(ggufs[0].resolve()), ggufs[0].stem)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from draftscope import paths
+from draftscope.engine.events import STEP_FORMAT
 
 SCHEMA_VERSION = 4  # 2: message_steps; 3: message_files, conversation_documents; 4: versions
 
@@ -103,9 +104,7 @@ def history_path() -> Path:
 def _private_file(path: Path) -> None:
     """The database, created (or tightened) readable by this user only: it holds every chat.
     SQLite gives its -wal and -shm files the database file's permissions."""
-    from draftscope.paths import private_folder
-
-    private_folder(path.parent)
+    paths.private_folder(path.parent)
     try:
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
@@ -481,8 +480,6 @@ def _finite(value) -> float | None:
 def encode_steps(steps) -> bytes:
     """Decoding steps as stored: StepEvents or their dicts, as zlib-compressed JSON with the step
     format's version (read back by events.step_from_dict, whatever the version)."""
-    from draftscope.engine.events import STEP_FORMAT
-
     plain = [step if isinstance(step, dict) else dataclasses.asdict(step) for step in steps]
     return zlib.compress(json.dumps({"format": STEP_FORMAT, "steps": plain}).encode(), 6)
 

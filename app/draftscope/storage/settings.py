@@ -172,7 +172,7 @@ def _text_problems(s: Settings) -> list[str]:
         if len(getattr(s, name)) > MAX_TEXT:
             out.append(f"{name} must be at most {MAX_TEXT:,} characters")
     try:
-        from draftscope.engine.backends.llama.rpc import parse_workers
+        from draftscope.engine.backends.llama.rpc import parse_workers  # noqa: PLC0415  # the engine's backends bring torch
 
         parse_workers(s.workers)
     except ValueError as exc:

@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 from draftscope import paths
+from draftscope.drafters.learned import model_key
 from draftscope.drafters.recurrent.head import HeadConfig, RecurrentHead
+from draftscope.drafters.recurrent.target import as_target
 
 FORMAT = "draftscope-recurrent-head"
 VERSION = 1
@@ -31,8 +33,6 @@ def target_identity(model, name: str = "") -> dict:
     in bf16, so the same weights loaded in fp32 or bf16 hash the same, and a GGUF read by
     llama.cpp hashes as its de-quantised torch copy does). ``model``: a transformers model or a
     target view (recurrent.target)."""
-    from draftscope.drafters.recurrent.target import as_target
-
     target = as_target(model)
     rows = target.edge_rows().to(torch.bfloat16).view(torch.int16).numpy().tobytes()
     return {
@@ -74,7 +74,7 @@ def weights_path(path: str | os.PathLike[str]) -> Path:
 
 def save_head(head: RecurrentHead, path: str | os.PathLike[str], *, target: dict, training: dict | None = None) -> Path:
     """Write both files atomically (temporary names, then rename); returns the weights path."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # noqa: PLC0415  # safetensors: heavy (TID253's list), only to save or load a head
 
     weights, meta = weights_path(path), json_path(path)
     weights.parent.mkdir(parents=True, exist_ok=True)
@@ -116,8 +116,8 @@ def read_meta(path: str | os.PathLike[str]) -> dict:
 
 def load_head(path: str | os.PathLike[str], model=None, *, model_name: str = "") -> tuple[RecurrentHead, dict]:
     """(head, its JSON description); with ``model``, refuses a head trained for another model."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError  # noqa: PLC0415  # safetensors: heavy (TID253's list)
+    from safetensors.torch import load_file  # noqa: PLC0415  # safetensors: heavy (TID253's list)
 
     meta = read_meta(path)
     try:
@@ -150,6 +150,4 @@ def heads_dir() -> Path:
 
 def default_head_path(model: str) -> Path:
     """Where the app keeps the recurrent head of ``model`` (catalogue name, folder or file)."""
-    from draftscope.drafters.learned import model_key
-
     return heads_dir() / f"{model_key(model)}.safetensors"

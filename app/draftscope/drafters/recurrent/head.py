@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from draftscope.drafters.recurrent.target import as_target
+
 
 @dataclass(frozen=True)
 class HeadConfig:
@@ -61,8 +63,6 @@ class RecurrentHead(nn.Module):
         """A fresh head for ``model`` whose output rows start as the target's own output rows for
         the draft vocabulary (a good start: the head begins by reading h as the target does).
         ``model``: a transformers model or a target view (recurrent.target)."""
-        from draftscope.drafters.recurrent.target import as_target
-
         target = as_target(model)
         cfg = HeadConfig(
             hidden=target.hidden,

@@ -7,6 +7,7 @@ a few small matrix products per depth, all beams at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,9 @@ import torch
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters.interface import Drafter
 from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree, end_rows
+from draftscope.drafters.recurrent.files import HeadError, default_head_path, load_head
+from draftscope.drafters.recurrent.target import GgufTarget, TorchTarget, as_target
+from draftscope.engine.backends.pytorch.cpu_linear import MIN_GAIN, _set_layout
 
 DEFAULT_WIDTH = 4
 DEFAULT_LENGTH = 4
@@ -90,8 +94,6 @@ class RecurrentSetup:
     def choose_layout(self) -> str:
         """On a CPU, the head's few-row products in the layout that is faster here (the model's
         own probe, engine/backends/pytorch/cpu_linear.py, decides the same for the target)."""
-        from draftscope.engine.backends.pytorch.cpu_linear import MIN_GAIN, _set_layout
-
         linears = [m for m in self.head.modules() if type(m) is torch.nn.Linear]
         if self.head.vocab_ids.device.type != "cpu":
             return ""
@@ -105,8 +107,6 @@ class RecurrentSetup:
 
     def level_seconds(self, width: int, repeats: int = 5) -> float:
         """Measured time of one beam-search depth at ``width`` beams on the head's device."""
-        import time
-
         hidden = torch.zeros(self.head.cfg.hidden, device=self.head.vocab_ids.device)
         root = int(self.head.vocab_ids[0])
         times = []
@@ -132,9 +132,6 @@ class RecurrentSetup:
     def load(cls, path, model, *, model_name: str = "", eos_ids: Sequence[int] = ()) -> RecurrentSetup:
         """``model``: a transformers model or a target view (recurrent.target). Raises
         recurrent.files.HeadError (missing, damaged, or trained for another model)."""
-        from draftscope.drafters.recurrent.files import load_head
-        from draftscope.drafters.recurrent.target import as_target
-
         target = as_target(model)
         head, meta = load_head(path, target, model_name=model_name)
         trained = ((meta.get("training") or {}).get("options") or {}).get("length")
@@ -151,8 +148,6 @@ class RecurrentSetup:
 def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
     """The head for ``engine``: ``head`` (a path: it must load) or else the app's head for
     ``model`` when one was trained (None when there is none). Raises recurrent.files.HeadError."""
-    from draftscope.drafters.recurrent.files import default_head_path
-
     path = Path(head) if head else default_head_path(model)
     if not head and not path.with_suffix(".json").exists():
         return None
@@ -162,9 +157,6 @@ def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
 def target_for(engine):
     """The target view of a loaded engine: its torch model, or its GGUF on llama.cpp. Raises
     HeadError where the backend gives no hidden states."""
-    from draftscope.drafters.recurrent.files import HeadError
-    from draftscope.drafters.recurrent.target import GgufTarget, TorchTarget
-
     backend = engine.backend
     if not backend.gives_hidden:
         raise HeadError(

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from draftscope.engine.backends.llama.gguf_check import gguf_reader
+
 IDENTITY_ROWS = 64  # output rows hashed at each end of the vocabulary (files.target_identity)
 
 
@@ -59,7 +61,7 @@ class GgufRows(nn.Module):
         self.rows, self.width = int(tensor.shape[1]), int(tensor.shape[0])
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        from gguf import dequantize
+        from gguf import dequantize  # noqa: PLC0415  # gguf: heavy (TID253's list), only for a GGUF model's head
 
         flat = ids.reshape(-1).cpu().numpy()
         unique, where = np.unique(flat, return_inverse=True)
@@ -72,8 +74,6 @@ class GgufTarget:
     sequences in a slot of its own, waiting while every slot holds an answer."""
 
     def __init__(self, backend, pool=None) -> None:
-        from draftscope.engine.backends.llama.gguf_check import gguf_reader
-
         self.backend, self.pool = backend, pool
         reader = gguf_reader(backend.path)
         field = reader.fields["general.architecture"]

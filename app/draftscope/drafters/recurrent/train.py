@@ -27,7 +27,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from draftscope.datastore.chat_template import ChatRenderer
+from draftscope.datastore.distill import load_answers
+from draftscope.datastore.pipeline import batch_encoder
 from draftscope.datastore.progress import CancelToken
+from draftscope.datastore.records import Conversation, SkipLog
+from draftscope.datastore.sources import DatastoreError, Source
 from draftscope.drafters.recurrent.files import save_head, target_identity
 from draftscope.drafters.recurrent.head import RecurrentHead
 from draftscope.drafters.recurrent.head_loss import head_losses, target_outputs, validate
@@ -109,10 +114,6 @@ class TrainReport:
 
 
 def _render_texts(specs: list[str], tokenizer) -> Iterator[str]:
-    from draftscope.datastore.chat_template import ChatRenderer
-    from draftscope.datastore.records import Conversation, SkipLog
-    from draftscope.datastore.sources import DatastoreError, Source
-
     renderer = ChatRenderer(tokenizer, "conversation")
     skips = SkipLog()
     for spec in specs:
@@ -133,8 +134,6 @@ def _render_texts(specs: list[str], tokenizer) -> Iterator[str]:
 
 
 def _answer_texts(path: Path, tokenizer) -> Iterator[str]:
-    from draftscope.datastore.distill import load_answers
-
     if not path.is_file():
         raise TrainError(f"answers:{path}: no such file (datastore distill writes NAME.answers.jsonl)")
     for answer in load_answers(path).values():
@@ -150,8 +149,6 @@ def read_sequences(
 ) -> np.ndarray:
     """Up to ``count`` sequences of ``seq_len`` tokens: documents tokenised and packed end to end
     (an end-of-text token between them), in the order the sources give them."""
-    from draftscope.datastore.pipeline import batch_encoder
-
     encode = batch_encoder(tokenizer)
     sep = tokenizer.eos_token_id
     need = count * seq_len
