@@ -17,21 +17,24 @@ from __future__ import annotations
 import queue
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, cast
 
 import torch
 
 from draftscope.draft_tree import DraftTree, drop_foreign_tokens, first_nodes, limit_leaves, prune_depth
+from draftscope.engine.acceptance import Calibration
 from draftscope.engine.ahead_marks import AheadMark, prompt_figures
-from draftscope.engine.answer_speed import AnswerSpeed
-from draftscope.engine.backends.base import SlotView
-from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, Prefill, Verify
+from draftscope.engine.answer_speed import AnswerSpeed, EngineRates
+from draftscope.engine.backends.base import Backend, SlotView, Verified
+from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, ForwardStats, Prefill, Verify
 from draftscope.engine.budget import DraftBudget, FixedBudget, measure_verify_costs
-from draftscope.engine.detokenizer import Detokenizer
-from draftscope.engine.drafting import combined
-from draftscope.engine.events import FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
+from draftscope.engine.detokenizer import Detokenizer, Tokenizer
+from draftscope.engine.drafting import Drafting, combined
+from draftscope.engine.events import Event, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
 from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.policy import StepPolicy
-from draftscope.engine.sampling import PositionNoise, fresh_seed, next_tokens
+from draftscope.engine.request import GenerationRequest
+from draftscope.engine.sampling import PositionNoise, SeenTokens, fresh_seed, next_tokens
 from draftscope.engine.verify import penalised_rows, token_positions, verify_tree
 from draftscope.engine.writing import Said, Writing
 
@@ -42,6 +45,30 @@ READ_CHUNK = 256
 # slot waits at most one, so short (~0.4 s of a 1.5B model's reading on 2 cores); it reads while the
 # user types, so its own speed matters less. A one-answer backend reads it in READ_CHUNK parts.
 AHEAD_CHUNK = 64
+
+
+# What a forward gives an answer for its work: a Prefill's last hidden state (when asked) or None, a
+# Verify's Verified, or the error that work met
+ForwardResult: TypeAlias = Verified | torch.Tensor | BaseException | None
+
+
+class AnswerEngine(EngineRates, Protocol):
+    """What an answer reads of its engine (engine/engine.py's Engine), its speed's figures besides."""
+
+    tokenizer: Tokenizer
+    vocab: int
+    max_context: int
+    eos_ids: set[int]
+    calibration: Calibration
+
+
+class EventQueue(Protocol):
+    """Where an answer says its events and its reader takes them: a queue (engine/event_feed.py's
+    LoopFeed for a reader on an event loop)."""
+
+    def put(self, event: Event, /) -> None: ...
+
+    def get(self) -> Event: ...
 
 
 def empty_stats() -> MessageStats:
@@ -70,17 +97,25 @@ class _Reading:
 class Answer:
     """The answer to one request, from its admission into a slot to its final event."""
 
-    def __init__(self, engine, request, prompt: list[int], *, ignore_eos: bool = False) -> None:
+    def __init__(
+        self, engine: AnswerEngine, request: GenerationRequest, prompt: list[int], *, ignore_eos: bool = False
+    ) -> None:
         self.engine, self.request, self.prompt, self.ignore_eos = engine, request, prompt, ignore_eos
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.events: EventQueue = queue.SimpleQueue[Event]()
         self.said = self.read = 0  # events put, and taken by the reader (the stepper holds an answer ahead of it)
         self.abandoned = False  # its generator was closed or dropped: the stepper frees its slot
         self.finished = False
-        self.slot: int | None = None
         self.asked = time.perf_counter()  # its time to first token counts from here, a wait for a slot included
         self.phase = "waiting"  # then "prompt", then "steps"
         self.reading = _Reading()
-        self.writing: Writing | None = None  # from its admission
+        self.writing = Writing(  # nothing said until it runs in a slot
+            ids=list(prompt),
+            limit=min(request.max_new_tokens, engine.max_context - len(prompt)),
+            detok=Detokenizer(engine.tokenizer),
+            stops=request.stop_strings,
+            eos_ids=set() if ignore_eos else engine.eos_ids,
+            loops=LoopGuard() if request.stop_loops else None,
+        )
         self.yielding = False  # a background answer asked by the stepper to give its slot to another answer
         self.ahead: AheadMark | None = None  # what read aheads left in its slot (a foreground answer's)
 
@@ -88,7 +123,7 @@ class Answer:
         """Events said that the reader has not taken yet."""
         return self.said - self.read
 
-    def next_event(self):
+    def next_event(self) -> Event:
         event = self.events.get()
         self.read += 1
         return event
@@ -105,33 +140,25 @@ class Answer:
 
     # ------------------------------------------------------------------ set-up (admitted into a slot)
 
-    def begin(self, backend, slot: int) -> None:
+    def begin(self, backend: Backend, slot: int) -> None:
+        """Admitted into ``slot`` of ``backend``: its sampling, drafting and reading set up."""
         self.backend, self.slot = backend, slot
         self.started = time.perf_counter()
         self._set_up_sampling()
         self._set_up_drafting()
-        req, prompt = self.request, self.prompt
-        self.writing = Writing(
-            ids=list(prompt),
-            limit=min(req.max_new_tokens, self.engine.max_context - len(prompt)),
-            detok=Detokenizer(self.engine.tokenizer),
-            stops=req.stop_strings,
-            eos_ids=set() if self.ignore_eos else self.engine.eos_ids,
-            loops=LoopGuard() if req.stop_loops else None,
-        )
-        self.speed = AnswerSpeed(self.engine, len(prompt), [d.name for d in self.drafters])
-        self.step: _Step | None = None
+        self.speed = AnswerSpeed(self.engine, len(self.prompt), [d.name for d in self.drafters])
+        self.step: _Step | None = None  # the step in flight (its tree planned, its result not yet taken)
         self._set_up_reading()
 
     def _set_up_sampling(self) -> None:
         params = self.request.sampling
         # The seed decides every token at T > 0 (with the position): kept with the answer.
-        self.seed = None if params.greedy else (params.seed if params.seed is not None else fresh_seed())
-        self.noise = None if self.seed is None else PositionNoise(self.seed, self.engine.vocab)
+        self.seed: int | None = None if params.greedy else (params.seed if params.seed is not None else fresh_seed())
+        self.noise: PositionNoise | None = None if self.seed is None else PositionNoise(self.seed, self.engine.vocab)
 
     def _set_up_drafting(self) -> None:
         engine, req = self.engine, self.request
-        self.drafters = list(req.drafters)
+        self.drafters: list[Drafting] = list(req.drafters)
         for d in self.drafters:
             d.set_sampling(req.sampling, self.noise)  # a draft model couples its drafts to the same noise
             d.reset(self.prompt)
@@ -146,7 +173,7 @@ class Answer:
             self.budget = StepPolicy(
                 engine.verify_costs, calibration=engine.calibration, max_size=self.backend.max_tree
             )
-        self.drafter = self.drafters[0] if len(self.drafters) == 1 else None
+        self.drafter: Drafting | None = self.drafters[0] if len(self.drafters) == 1 else None
         if len(self.drafters) > 1:
             step_cost = engine.verify_costs.get(0) if engine.verify_costs else None
             self.drafter = combined(self.drafters, step_cost=step_cost, memory=engine.drafter_gates)
@@ -166,7 +193,7 @@ class Answer:
         if not self.request.keep_cache:
             backend.truncate_slot(slot, 0)
         self.phase = "prompt"  # then "steps"
-        self.pending = None  # the work planned for the forward in flight
+        self.pending: Prefill | Verify | None = None  # the work planned for the forward in flight
         kept = backend.keep_prefix(slot, self.prompt, want_hidden=self.wants_hidden)
         self.reading = _Reading(kept, kept, backend.take_restored(slot))
         self._say_reading(kept)  # "0 of M" while the first part is read
@@ -184,7 +211,7 @@ class Answer:
 
     # ------------------------------------------------------------------ plan: the next forward's work
 
-    def plan(self, room: int | None, shared) -> object | None:
+    def plan(self, room: int | None, shared: ForwardStats | None) -> Prefill | Verify | None:
         """The work for the next forward, or None: none this round (no room left in it for a prompt
         chunk), or the answer has ended (``finished``: its final event is out). ``room``: tokens the
         forward has left (None: no limit); ``shared``: what the last forward held (ForwardStats) when
@@ -207,7 +234,7 @@ class Answer:
         """Cancelled by its caller, or (a background answer) asked to make way for another."""
         return self.yielding or (self.request.cancel is not None and self.request.cancel.is_set())
 
-    def _plan_prompt(self, room: int | None, shared) -> Prefill | None:
+    def _plan_prompt(self, room: int | None, shared: ForwardStats | None) -> Prefill | None:
         """The prompt's next part; None once it is read (the steps come next) or when the forward has
         no room for one."""
         prefix, at = self.prompt[:-1], self.reading.at
@@ -221,7 +248,7 @@ class Answer:
         last = at + len(part) == len(prefix)
         return Prefill(part, at, want_hidden=self.wants_hidden and last)
 
-    def _part_size(self, room: int | None, shared) -> int:
+    def _part_size(self, room: int | None, shared: ForwardStats | None) -> int:
         """Prompt tokens the next part may hold. A backend of one answer reads the rest in one forward
         (in READ_CHUNK parts where the reader hears how far it is); one of slots reads in chunks that
         fit the forward, short ones while others decode or where the answer reads ahead."""
@@ -237,7 +264,7 @@ class Answer:
             most = min(most, AHEAD_CHUNK)
         return most
 
-    def _plan_tree(self, shared) -> Verify:
+    def _plan_tree(self, shared: ForwardStats | None) -> Verify:
         began = time.perf_counter()
         writing = self.writing
         size = self.budget.draft_budget()
@@ -255,7 +282,7 @@ class Answer:
 
     # ------------------------------------------------------------------ accept: the forward's result
 
-    def accept(self, result, *, seconds: float, answers: int, shared) -> None:
+    def accept(self, result: ForwardResult, *, seconds: float, answers: int, shared: ForwardStats | None) -> None:
         """Take the forward's result for the work planned (an error raised: the stepper ends the
         answer with it). The final event is out once ``finished``."""
         item, self.pending = self.pending, None
@@ -264,16 +291,16 @@ class Answer:
         if isinstance(item, Prefill):
             self.reading.at += len(item.tokens)
             self._say_reading(self.reading.at)
-            if (
-                item.want_hidden and result is not None
-            ):  # the prompt's last position: the recurrent drafter's first state
-                self.drafter.set_hidden(result)
+            # the prompt's last position: the recurrent drafter's first state (wants_hidden: a drafter)
+            if item.want_hidden and result is not None and self.drafter is not None:
+                self.drafter.set_hidden(cast(torch.Tensor, result))  # a Prefill's result: its hidden state
             return
         if self.backend.slots > 1:
             self.writing.forward_answers.append(answers)
-        self._accept_tree(self.step, result, seconds, shared)
+        # the result of the Verify planned with self.step
+        self._accept_tree(cast(_Step, self.step), cast(Verified, result), seconds, shared)
 
-    def _accept_tree(self, step: _Step, verified, seconds: float, shared) -> None:
+    def _accept_tree(self, step: _Step, verified: Verified, seconds: float, shared: ForwardStats | None) -> None:
         began_accept = time.perf_counter()
         tree = step.tree
         chosen = next_tokens(
@@ -286,8 +313,8 @@ class Answer:
         )
         path, bonus = verify_tree(tree, chosen)
         self.backend.commit_slot(self.slot, path)
-        if self.wants_hidden:  # the position that predicted the bonus token, the next root
-            self.drafter.set_hidden(verified.hidden[1 + path[-1] if path else 0])
+        if self.wants_hidden and self.drafter is not None:  # the position that predicted the bonus token, the next root
+            self.drafter.set_hidden(self._hidden(verified)[1 + path[-1] if path else 0])
         verify_s = seconds + time.perf_counter() - began_accept
         said = self.writing.say(tree, path, bonus)
         self.budget.update(
@@ -306,14 +333,22 @@ class Answer:
         if said.stop:
             self.end()
 
-    def _rows_seen(self, tree: DraftTree, logits: torch.Tensor) -> torch.Tensor | None:
+    def _hidden(self, verified: Verified) -> torch.Tensor:
+        """The verify's hidden states, asked for (want_hidden) by an answer whose drafter reads them."""
+        if verified.hidden is None:
+            raise RuntimeError(f"the {self.backend.kind} backend gave no hidden state for a verify that asked for it")
+        return verified.hidden
+
+    def _rows_seen(self, tree: DraftTree, logits: torch.Tensor) -> SeenTokens | None:
         """For the repetition penalty: the tokens it covers at each row (the last window of them)."""
         params = self.request.sampling
         if not params.penalised:
             return None
         return penalised_rows(self.writing.ids, tree, params.repetition_window, logits.shape[-1]).to(logits.device)
 
-    def _step_event(self, step: _Step, path: list[int], said: Said, verify_s: float, shared) -> StepEvent:
+    def _step_event(
+        self, step: _Step, path: list[int], said: Said, verify_s: float, shared: ForwardStats | None
+    ) -> StepEvent:
         writing = self.writing
         writing.steps += 1
         now = time.perf_counter()
@@ -354,7 +389,7 @@ class Answer:
 
     def fail(self, exc: BaseException) -> None:
         """A failure in this answer's work ends it with its error: the answer so far stays."""
-        if self.writing is None or not self.writing.generated:
+        if not self.writing.generated:
             self._say_final(FinalEvent("error", "", [], empty_stats(), error=f"{type(exc).__name__}: {exc}"))
             return
         self.writing.finish, self.writing.error = "error", f"{type(exc).__name__}: {exc}"
@@ -402,7 +437,7 @@ class Answer:
             **figures,
         )
 
-    def _prompt_figures(self) -> dict:
+    def _prompt_figures(self) -> dict[str, Any]:
         """Of the kept prompt: what read aheads read before it was asked, and what came from disk."""
         figures = prompt_figures(self.ahead, self.reading.kept, self.reading.restored)
         return {

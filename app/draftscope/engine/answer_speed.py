@@ -9,9 +9,30 @@ Plain decoding is the same loop with empty trees, so its rate is measured the sa
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any, Protocol
 
 from draftscope.engine.drafting import SLOW_SHARE
-from draftscope.engine.plain_rate import AnswerPlainSteps
+from draftscope.engine.plain_rate import AnswerPlainSteps, PlainRate
+
+if TYPE_CHECKING:
+    from draftscope.engine.budget import DraftBudget  # torch
+
+
+class EngineRates(Protocol):
+    """What an answer's speed reads of its engine (engine/engine.py): plain decoding's curve and
+    rates, what a verify costs, and which slow drafters sit out."""
+
+    plain_rate: PlainRate
+    verify_costs: dict[int, float] | None
+    drafter_gates: dict[str, dict]
+
+    def plain_tokens_per_second(
+        self, context: float | None = None, around: AnswerPlainSteps | None = None
+    ) -> float | None: ...
+
+    def speedup(
+        self, decode_tps: float | None, context: float | None = None, around: AnswerPlainSteps | None = None
+    ) -> float | None: ...
 
 
 def unused_drafters_note(gates: dict, names: list[str], step_cost: float | None) -> str | None:
@@ -36,17 +57,19 @@ def unused_drafters_note(gates: dict, names: list[str], step_cost: float | None)
 class AnswerSpeed:
     """An answer's figures, step by step: ``step`` after each one, then ``figures``."""
 
-    def __init__(self, engine, prompt_tokens: int, drafter_names: list[str]) -> None:
+    def __init__(self, engine: EngineRates, prompt_tokens: int, drafter_names: list[str]) -> None:
         self.engine, self.prompt_tokens = engine, prompt_tokens
         self.plain = AnswerPlainSteps(engine.plain_rate)
         self.gated = drafter_names if len(drafter_names) > 1 else []  # gates sit in a composite only
         self.first_token_at: float | None = None
         self.first_step_tokens = 0
         self.last_at = 0.0
-        self.notes: Counter = Counter()  # each step's drafting note (None: drafting ran)
+        self.notes: Counter[str | None] = Counter()  # each step's drafting note (None: drafting ran)
         self.note: str | None = None
 
-    def step(self, *, now: float, done: int, emitted: int, plain: bool, draft_seconds: float, budget) -> None:
+    def step(
+        self, *, now: float, done: int, emitted: int, plain: bool, draft_seconds: float, budget: DraftBudget
+    ) -> None:
         """A step ended at ``now`` with ``done`` tokens written (``emitted`` by it). ``plain``: its tree
         was empty and the forward was its own, so its time is a plain step's (its drafting aside)."""
         if self.first_token_at is None:
@@ -69,7 +92,7 @@ class AnswerSpeed:
         note, count = max(self.notes.items(), key=lambda kv: kv[1], default=(None, 0))
         return note if 2 * count >= sum(self.notes.values()) else None
 
-    def figures(self, now: float, done: int, *, final: bool = False) -> dict:
+    def figures(self, now: float, done: int, *, final: bool = False) -> dict[str, Any]:
         """The fields StepEvent and MessageStats share: the writing rate, plain decoding's at the
         context it ran at, the speedup, whether the computer was busy, and the drafting note."""
         rate = self.writing_rate(now, done)

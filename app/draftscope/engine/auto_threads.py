@@ -17,11 +17,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.stages import StageClock
+from draftscope.engine.stages import Progress, StageClock
+
+if TYPE_CHECKING:
+    from draftscope.engine.backends.base import Backend  # torch
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +94,9 @@ def choose_threads(
     return ThreadsChoice(chosen, best)
 
 
-def _timed_try(set_threads, step, threads: int, steps: int, clock) -> float:
+def _timed_try(
+    set_threads: Callable[[int], None], step: Callable[[], None], threads: int, steps: int, clock: Callable[[], float]
+) -> float:
     """Seconds a step took on average over ``steps`` steps at ``threads`` threads."""
     set_threads(threads)
     step()  # the new team's first step (a thread pool started or resized)
@@ -100,7 +106,7 @@ def _timed_try(set_threads, step, threads: int, steps: int, clock) -> float:
     return (clock() - began) / steps
 
 
-def choose_for(backend, *, progress=None) -> ThreadsChoice | None:
+def choose_for(backend: Backend, *, progress: Progress | None = None) -> ThreadsChoice | None:
     """All of the backend's CPU threads or one fewer, whichever ran plain steps faster, left set;
     None where there is nothing to choose. On the model's own thread, with no answer running (it
     uses slot 0's cache)."""

@@ -5,12 +5,15 @@ and the fixed tree size used by benchmarks and tests; the adaptive per-step poli
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree, chain_tree
+from draftscope.engine.backends.base import Backend, SlotView
+from draftscope.engine.backends.work import ForwardStats
 
 # 1 and 3 are measured, not interpolated: on a CPU the step from one token to two costs most
 # (llama.cpp leaves its one-row kernels), and a line drawn from 0 to 2 makes a one-node tree look
@@ -27,12 +30,23 @@ class DraftBudget(Protocol):
     def draft_budget(self) -> int:
         """Nodes the drafters may propose this step (0: decode plainly)."""
 
-    def trim(self, tree: DraftTree, asked: int | None = None, shared=None) -> DraftTree:
+    def trim(self, tree: DraftTree, asked: int | None = None, shared: ForwardStats | None = None) -> DraftTree:
         """The part of ``tree`` to verify (``asked``: the nodes asked for; ``shared``: the forward's
         other answers, whose tokens it also costs)."""
 
-    def update(self, tree: DraftTree, path: list[int], **timings) -> None:
-        """Hear which ``path`` through the verified ``tree`` was accepted, and what the step cost."""
+    def update(
+        self,
+        tree: DraftTree,
+        path: list[int],
+        *,
+        draft_seconds: float,
+        verify_seconds: float,
+        drafted: bool,
+        shared: ForwardStats | None = None,
+    ) -> None:
+        """Hear which ``path`` through the verified ``tree`` was accepted, and what the step cost:
+        ``draft_seconds`` drafting (``drafted``: the drafters were asked), ``verify_seconds`` its
+        forward and sampling, ``shared`` the forward when other answers shared it."""
 
     def drafting_note(self) -> str | None:
         """Why drafting is off now, in words ("drafting paused: …"); None while it runs."""
@@ -48,10 +62,10 @@ class FixedBudget(DraftBudget):
     def draft_budget(self) -> int:
         return self.size
 
-    def trim(self, tree: DraftTree, asked: int | None = None, shared=None) -> DraftTree:
+    def trim(self, tree: DraftTree, asked: int | None = None, shared: ForwardStats | None = None) -> DraftTree:
         return tree
 
-    def update(self, tree: DraftTree, path: list[int], **_) -> None:
+    def update(self, tree: DraftTree, path: list[int], **_: Any) -> None:
         pass
 
     def drafting_note(self) -> str | None:
@@ -69,7 +83,7 @@ def monotone(costs: dict[int, float]) -> dict[int, float]:
     return dict(sorted(out.items()))
 
 
-def costs_at(costs: dict[int, float], sizes) -> np.ndarray:
+def costs_at(costs: dict[int, float], sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Seconds a verify of each of ``sizes`` nodes costs on the monotone curve ``costs`` (size 0, a
     plain step, included): linear between known sizes; past the largest, its last stretch continued
     (from the largest known size at most half of it: two learned neighbours' noise is no slope), and
@@ -91,7 +105,12 @@ def costs_at(costs: dict[int, float], sizes) -> np.ndarray:
 
 @torch.inference_mode()
 def measure_verify_costs(
-    backend, *, context: int = 256, sizes=SIZES, repeats: int = 3, progress=None
+    backend: Backend | SlotView,
+    *,
+    context: int = 256,
+    sizes: Sequence[int] = SIZES,
+    repeats: int = 3,
+    progress: Callable[[float], None] | None = None,
 ) -> dict[int, float]:
     """Seconds for one verify of 1 + n tokens (root + chain of n) over a ``context``-token cache,
     on whatever backend runs the model (or one slot of it: a SlotView): the best of ``repeats`` rounds,

@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+
+class Tokenizer(Protocol):
+    """What the engine asks of a model's tokenizer (a Hugging Face one, on every backend): text to
+    ids, ids to text, and the chat template where the model has one (``chat_template`` set)."""
+
+    def __call__(self, text: str, /, *, add_special_tokens: bool = ...) -> Mapping[str, Any]: ...
+
+    def decode(self, ids: Sequence[int], /, *, skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(
+        self, conversation: list[dict], /, *, tokenize: bool = ..., add_generation_prompt: bool = ...
+    ) -> Any: ...
+
 
 class Detokenizer:
     """Text of each new token. The tokens since the last piece are decoded together with the few
@@ -12,7 +28,7 @@ class Detokenizer:
     CONTEXT = 4  # tokens decoded before the new ones, for the tokenizer's spacing rules
     MAX_PENDING = 8  # tokens held back at most, then the text goes out as it decodes
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.text = ""

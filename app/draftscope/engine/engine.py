@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any, cast
 
 import torch
 
 from draftscope.engine.answer import Answer
 from draftscope.engine.auto_threads import ThreadsChoice, choose_for
+from draftscope.engine.backends import open_backend, torch_backend_for
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.budget import measure_verify_costs
+from draftscope.engine.detokenizer import Tokenizer
 from draftscope.engine.event_feed import follow, follow_async
-from draftscope.engine.events import FinalEvent, ReadingEvent, StepEvent
+from draftscope.engine.events import Event, FinalEvent, StepEvent
+from draftscope.engine.kv_disk import KvDiskStore
+from draftscope.engine.load_spec import LoadSpec
 from draftscope.engine.plain_rate import AnswerPlainSteps, PlainRate
 from draftscope.engine.policy import Calibration
-from draftscope.engine.sampling import SamplingParams
-from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, StageClock
+from draftscope.engine.request import GenerationRequest
+from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, Progress, StageClock
 from draftscope.engine.stepper import Stepper
+from draftscope.models.resolve import ModelSource
 
 __all__ = ["Engine", "GenerationRequest", "PromptTooLongError"]
 
@@ -40,35 +44,10 @@ class PromptTooLongError(ValueError):
     pass
 
 
-@dataclass
-class GenerationRequest:
-    prompt_ids: Sequence[int] | None = None
-    messages: Sequence[dict] | None = None  # rendered with the chat template when prompt_ids is None
-    max_new_tokens: int = 256
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    drafters: Sequence = ()  # empty: plain decoding
-    budget: int | None = None  # nodes per step; None = adaptive
-    stop_strings: Sequence[str] = ()
-    cancel: threading.Event | None = None
-    # keep what the cache shares with the prompt (the conversation so far) and read only the rest;
-    # False reads the whole prompt again (benchmarks that time prompt reading alike for every method)
-    keep_cache: bool = True
-    # ReadingEvents while the prompt is read (a long prompt then reads in parts of READ_CHUNK tokens):
-    # for a face that shows it (the window); off, the events are StepEvents and a FinalEvent only
-    reading_progress: bool = False
-    # a read ahead (max_new_tokens 0, before Send): the lowest priority on the stepper; any other answer
-    # takes its slot within one reading chunk, and what it read stays in the slot's cache
-    background: bool = False
-    # end the answer when its tail repeats one unit verbatim (engine/loop_guard.py): finish "loop", every token
-    # before the stop plain decoding's. Off here (benchmarks and measurements see the bare engine); the
-    # faces ask for it from Settings ▸ Generation (stop_loops)
-    stop_loops: bool = False
-
-
 TORCH_THREADS = torch.get_num_threads()  # what torch chose for this machine, before anyone changed it
 
 
-def share_cores_with(backend, threads: int | None = None) -> None:
+def share_cores_with(backend: Backend, threads: int | None = None) -> None:
     """On llama.cpp, torch only samples (a few small ops a step), but its OpenMP threads spin
     between ops and take the cores llama.cpp's threads compute on: off a process's main thread (the
     window's worker, the server's answers) a step cost 86-100 ms instead of 62 (Qwen2.5-1.5B, 2
@@ -83,24 +62,23 @@ class Engine:
 
     def __init__(
         self,
-        model=None,
-        tokenizer=None,
+        model: torch.nn.Module | None = None,
+        tokenizer: Tokenizer | None = None,
         *,
         name: str = "model",
-        device=None,
+        device: torch.device | str | None = None,
         backend: Backend | None = None,
         threads: int | None = None,
-        kv_store=None,
+        kv_store: KvDiskStore | None = None,
     ) -> None:
-        """``kv_store`` (engine/kv_disk.py KvDiskStore): conversations' caches kept on disk."""
+        """``kv_store``: conversations' caches kept on disk."""
         if backend is None:
-            from draftscope.engine.backends import torch_backend_for
-
             backend = torch_backend_for(model, tokenizer, name=name, device=device)
         self.backend = backend
         backend.keep_on_disk(kv_store)
         share_cores_with(backend, threads)
-        self.tokenizer = backend.tokenizer
+        # every backend's tokenizer is a Hugging Face one (base.py declares it an object)
+        self.tokenizer = cast(Tokenizer, backend.tokenizer)
         self.name = backend.name
         self.dtype_reason = backend.precision_reason  # why this precision (shown in the status bar)
         self.vocab = backend.vocab
@@ -122,16 +100,16 @@ class Engine:
         self.threads_choice: ThreadsChoice | None = None  # what Automatic chose, and why
 
     @property
-    def model(self):
+    def model(self) -> torch.nn.Module | None:
         """The torch module (None on llama.cpp): the self:N draft model, head training, HF references."""
         return self.backend.model
 
     @property
-    def device(self):
+    def device(self) -> object:
         return self.backend.device
 
     @property
-    def dtype(self):
+    def dtype(self) -> torch.dtype | None:
         """The torch dtype, or None where the backend computes in the file's own formats."""
         return self.backend.dtype
 
@@ -140,14 +118,19 @@ class Engine:
         return self.backend.precision
 
     @classmethod
-    def load(cls, spec, *, measure: bool = True, baseline: bool = True, progress=None, **options) -> Engine:
+    def load(
+        cls,
+        spec: LoadSpec | ModelSource | str,
+        *,
+        measure: bool = True,
+        baseline: bool = True,
+        progress: Progress | None = None,
+        **options: Any,
+    ) -> Engine:
         """Open ``spec`` (a LoadSpec, or a model name with LoadSpec's fields as ``options``).
         ``progress(stage)`` hears each slow part of opening by name (engine/stages.py), with how far
         it is where that is known. ``measure``: the verify costs, and with ``baseline`` the plain
         speed (the window measures that after it opens, in the background)."""
-        from draftscope.engine.backends import open_backend
-        from draftscope.engine.load_spec import LoadSpec
-
         spec = LoadSpec.of(spec, **options)
         engine = cls(backend=open_backend(spec, progress=progress), threads=spec.threads)
         if measure:
@@ -175,7 +158,7 @@ class Engine:
 
     # ------------------------------------------------------------------ measuring
 
-    def measure(self, *, baseline: bool = True, progress=None) -> None:
+    def measure(self, *, baseline: bool = True, progress: Progress | None = None) -> None:
         """Verify cost by tree size (for the adaptive budget) and, with ``baseline``, plain
         tokens/s; ``progress(stage)`` hears of each (engine/stages.py). Automatic threads are
         chosen first: every figure after depends on them."""
@@ -186,16 +169,16 @@ class Engine:
             self.measure_baseline(progress=progress)
         self.stepper.reset_counts()  # answers per forward count the answers', not the measurements'
 
-    def measure_costs(self, progress=None) -> dict[int, float]:
+    def measure_costs(self, progress: Progress | None = None) -> dict[int, float]:
         """Seconds a verify takes by tree size, measured on the stepper's thread once no answer runs."""
 
-        def measure():
+        def measure() -> dict[int, float]:
             return measure_verify_costs(self.backend, progress=StageClock(MEASURING_COSTS, progress))
 
         self.verify_costs = self.stepper.call(measure, exclusive=True)
         return self.verify_costs
 
-    def measure_baseline(self, tokens: int = 32, *, progress=None) -> float:
+    def measure_baseline(self, tokens: int = 32, *, progress: Progress | None = None) -> float | None:
         """Plain decoding speed after the first token (prefill excluded): on what the model's cache
         holds (the conversation so far), so measuring again keeps its cache for the next turn, or
         on a fixed prompt when it holds little. ``progress(stage)`` hears how far it is."""
@@ -204,13 +187,16 @@ class Engine:
         prompt = held if fits else list(range(10, 138))
         req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
         clock = StageClock(MEASURING_SPEED, progress)
-        for final in self.generate(req, _ignore_eos=True):
-            clock(final.tokens_total / tokens if isinstance(final, StepEvent) else 1.0)
+        for event in self.generate(req, _ignore_eos=True):
+            clock(event.tokens_total / tokens if isinstance(event, StepEvent) else 1.0)
+        final = cast(FinalEvent, event)  # generate's last event is the answer's FinalEvent
         self.baseline_tokens_per_second = final.stats.decode_tokens_per_second
         self.baseline_measured_at = time.monotonic()
         return self.baseline_tokens_per_second
 
-    def plain_tokens_per_second(self, context: float | None = None, around: AnswerPlainSteps | None = None):
+    def plain_tokens_per_second(
+        self, context: float | None = None, around: AnswerPlainSteps | None = None
+    ) -> float | None:
         """Plain decoding's rate at ``context`` cached tokens (engine/plain_rate.py), levelled by an
         answer's own plain steps (``around``); the last measurement's figure where the curve knows
         nothing yet or no context is given. None before any plain step."""
@@ -257,16 +243,14 @@ class Engine:
 
     # ------------------------------------------------------------------ answers
 
-    def generate(
-        self, request: GenerationRequest, *, _ignore_eos: bool = False
-    ) -> Iterator[ReadingEvent | StepEvent | FinalEvent]:
+    def generate(self, request: GenerationRequest, *, _ignore_eos: bool = False) -> Iterator[Event]:
         """The answer's events, a StepEvent a step and a FinalEvent last, as the stepper makes them
         (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""
         prompt = self._prompt(request)
         yield from follow(self.stepper, Answer(self, request, prompt, ignore_eos=_ignore_eos))
 
-    async def generate_async(self, request: GenerationRequest) -> AsyncIterator[ReadingEvent | StepEvent | FinalEvent]:
+    async def generate_async(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
         """``generate`` for a reader on an asyncio event loop (the server): the events awaited there, fed
         from the stepper's thread (engine/event_feed.py), no thread of the reader's own. Closing it
         (``contextlib.aclosing``) before the end frees the answer's slot."""

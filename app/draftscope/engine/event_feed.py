@@ -11,9 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
+from typing import TYPE_CHECKING
 
-from draftscope.engine.events import FinalEvent
+from draftscope.engine.events import Event, FinalEvent
+
+if TYPE_CHECKING:  # torch: a reader's module need not load them (the tests drive scripted ones)
+    from draftscope.engine.answer import Answer
+    from draftscope.engine.stepper import Stepper
 
 
 class LoopFeed:
@@ -22,16 +27,16 @@ class LoopFeed:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._items: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._arrived = asyncio.Event()
 
-    def put(self, event) -> None:
+    def put(self, event: Event, /) -> None:
         self._items.put(event)
         # a closed loop (the server stopped): nobody reads this answer any more, and the stepper goes on
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._arrived.set)
 
-    def get(self):
+    def get(self) -> Event:
         return self._items.get()
 
     async def ready(self) -> None:
@@ -42,7 +47,7 @@ class LoopFeed:
                 await self._arrived.wait()
 
 
-def follow(stepper, answer) -> Iterator:
+def follow(stepper: Stepper, answer: Answer) -> Iterator[Event]:
     """``answer``'s events on the caller's thread, submitted at the first ``next``."""
     stepper.submit(answer)
     try:
@@ -57,7 +62,7 @@ def follow(stepper, answer) -> Iterator:
             stepper.abandon(answer)
 
 
-async def follow_async(stepper, answer) -> AsyncIterator:
+async def follow_async(stepper: Stepper, answer: Answer) -> AsyncGenerator[Event, None]:
     """``answer``'s events awaited on the running event loop; close it (``contextlib.aclosing``) to
     free the slot at once rather than at garbage collection."""
     feed = LoopFeed(asyncio.get_running_loop())

@@ -4,7 +4,8 @@ step, a FinalEvent last."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import TypeAlias
 
 from draftscope.draft_tree import DraftSource, DraftTree
 
@@ -125,11 +126,13 @@ class FinalEvent:
     prompt_tail: list[int] = field(default_factory=list)  # the prompt's last tokens (what led into the answer)
 
 
+# What an answer says, in order: ReadingEvents (only when asked), a StepEvent a step, a FinalEvent last
+Event: TypeAlias = ReadingEvent | StepEvent | FinalEvent
+
+
 def step_from_dict(d: dict) -> StepEvent:
     """A stored step of any version: fields this version does not know are ignored, missing ones
     get what can be derived (a piece and a "target" provenance per token, an empty tree, zeros)."""
-    from dataclasses import fields
-
     ids = [int(t) for t in d.get("token_ids") or []]
     defaults = {
         "step": 0,

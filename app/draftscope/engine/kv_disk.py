@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from draftscope.paths import private_folder
+
 log = logging.getLogger(__name__)
 
 SUFFIX = ".kvc"  # a saved cache
@@ -296,8 +298,6 @@ class KvDiskStore:
         where it is already saved or larger than the whole budget."""
         if len(state) + 4 * len(tokens) > self.budget:
             return None
-        from draftscope.paths import private_folder
-
         private_folder(self.folder)
         entries, digest = self._index(), tokens_hash(tokens)
         for entry in entries.values():

@@ -12,11 +12,34 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Protocol
 
 from draftscope.engine.backends.held import positions_to_keep
-from draftscope.engine.kv_disk import KvDiskStore, identity_key
+from draftscope.engine.kv_disk import Found, KvDiskStore, Saved, identity_key
 
 log = logging.getLogger(__name__)
+
+
+class SavesSlots(Protocol):
+    """What a DiskCache asks of the backend whose slots it saves and restores (engine/backends/base.py's
+    Backend; not imported here: base.py imports this module)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def cache_identity(self) -> dict: ...
+
+    def held_tokens(self, slot: int) -> list[int]: ...
+
+    def slot_cached(self, slot: int) -> int: ...
+
+    def export_slot(self, slot: int) -> bytes | None: ...
+
+    def import_slot(self, slot: int, tokens: list[int], positions: int, state: bytes) -> bool: ...
+
+    def truncate_slot(self, slot: int, length: int) -> None: ...
+
+    def clear_slot(self, slot: int) -> None: ...
 
 
 class DiskCache:
@@ -24,13 +47,22 @@ class DiskCache:
 
     def __init__(self, store: KvDiskStore, key: str) -> None:
         self.store, self.key = store, key
-        self._last: tuple[Path, object] | None = None  # the cache loaded last: a prompt read in parts asks again
+        self._last: tuple[Path, Saved] | None = None  # the cache loaded last: a prompt read in parts asks again
 
     @classmethod
-    def for_backend(cls, backend, store: KvDiskStore) -> DiskCache:
+    def for_backend(cls, backend: SavesSlots, store: KvDiskStore) -> DiskCache:
         return cls(store, identity_key(backend.cache_identity()))
 
-    def keep(self, backend, slot: int, prompt: list[int], held: list[int], kept: int, *, want_hidden: bool = False):
+    def keep(
+        self,
+        backend: SavesSlots,
+        slot: int,
+        prompt: list[int],
+        held: list[int],
+        kept: int,
+        *,
+        want_hidden: bool = False,
+    ) -> tuple[int, tuple[int, float] | None]:
         """(positions to keep, (restored, seconds) or None): the slot saved first when the prompt
         cuts away a long tail of it, then a longer saved prefix loaded when there is one."""
         if len(held) - kept >= self.store.min_save:
@@ -42,7 +74,7 @@ class DiskCache:
             backend.clear_slot(slot)
             return 0, None
 
-    def save(self, backend, slot: int) -> bool:
+    def save(self, backend: SavesSlots, slot: int) -> bool:
         """The slot's cache written to disk, unless it holds too little; False where it was not."""
         held = backend.held_tokens(slot)
         if len(held) < self.store.min_save:
@@ -57,7 +89,9 @@ class DiskCache:
             log.warning("the conversation's KV cache could not be saved: %s", exc)
             return False
 
-    def _restore(self, backend, slot: int, prompt: list[int], kept: int, want_hidden: bool):
+    def _restore(
+        self, backend: SavesSlots, slot: int, prompt: list[int], kept: int, want_hidden: bool
+    ) -> tuple[int, tuple[int, float] | None]:
         found = self.store.find(self.key, prompt, kept)
         if found is None:
             return kept, None
@@ -76,11 +110,11 @@ class DiskCache:
         backend.truncate_slot(slot, keep)
         return keep, (keep, time.perf_counter() - began)
 
-    def _load(self, found, prompt: list[int]):
+    def _load(self, found: Found, prompt: list[int]) -> Saved | None:
         if self._last is not None and self._last[0] == found.path and found.path.exists():
-            saved = self._last[1]
-            if saved.tokens[: found.shares] == list(prompt[: found.shares]):
-                return saved
+            last = self._last[1]
+            if last.tokens[: found.shares] == list(prompt[: found.shares]):
+                return last
         saved = self.store.load(found, self.key, prompt)
         self._last = (found.path, saved) if saved is not None else None
         return saved

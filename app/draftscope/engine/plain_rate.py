@@ -56,7 +56,7 @@ class PlainRate:
     def points(self) -> list[_Bucket]:
         return list(self.copied().values())
 
-    def observe(self, context: int, seconds: float, at: float | None = None) -> None:
+    def observe(self, context: float, seconds: float, at: float | None = None) -> None:
         """A plain step of ``seconds`` at ``context`` cached tokens."""
         if seconds <= 0:
             return

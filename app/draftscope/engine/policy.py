@@ -31,7 +31,7 @@ import numpy as np
 
 from draftscope.draft_tree import DraftTree, subtree
 from draftscope.engine.acceptance import AnswerEvidence, Calibration, node_runs, shares
-from draftscope.engine.backends.work import MAX_DRAFT
+from draftscope.engine.backends.work import MAX_DRAFT, ForwardStats
 from draftscope.engine.budget import DraftBudget, costs_at, monotone
 
 __all__ = ["Calibration", "Decision", "StepPolicy", "shares", "subtree"]
@@ -117,7 +117,7 @@ class StepPolicy(DraftBudget):
 
     def drafting_pays(self) -> bool:
         """Whether recent drafting steps produced more tokens per second than plain steps do."""
-        if self._draft_seconds is None:
+        if self._draft_tokens is None or self._draft_seconds is None:  # (set together)
             return True
         return self._draft_tokens / self._draft_seconds > 1.0 / self.costs[0]
 
@@ -164,13 +164,13 @@ class StepPolicy(DraftBudget):
     def _shared(self, tree: DraftTree, runs: np.ndarray) -> np.ndarray:
         return self.calibration.probabilities(tree.source, tree.depth, shares(tree), runs)
 
-    def _others(self, shared) -> tuple[int, int]:
+    def _others(self, shared: ForwardStats | None) -> tuple[int, int]:
         """(tokens, answers) the other answers put in the forward this one shares (0, 0 alone)."""
         if shared is None or shared.answers <= 1:
             return 0, 0
         return max(0, shared.tokens - self._my_tokens), shared.answers - 1
 
-    def trim(self, tree: DraftTree, asked: int | None = None, shared=None) -> DraftTree:
+    def trim(self, tree: DraftTree, asked: int | None = None, shared: ForwardStats | None = None) -> DraftTree:
         """``shared``: the last forward this answer shared with others (slots.ForwardStats), whose
         tokens the tree's nodes are added to: a node costs what it adds to that forward, and pays
         when the forward's tokens for every answer per second grow."""
@@ -217,7 +217,7 @@ class StepPolicy(DraftBudget):
         draft_seconds: float,
         verify_seconds: float,
         drafted: bool,
-        shared=None,
+        shared: ForwardStats | None = None,
     ) -> None:
         runs = node_runs(tree, self.evidence.runs)  # as they were when the tree was kept
         self.evidence.observe(tree, path, self._shared(tree, runs), drafted=drafted)
@@ -238,7 +238,7 @@ class StepPolicy(DraftBudget):
                 else (self._look_seconds + a * (draft_seconds - self._look_seconds))
             )
             tokens, seconds = 1.0 + len(path), draft_seconds + verify_seconds
-            if self._draft_seconds is None:
+            if self._draft_tokens is None or self._draft_seconds is None:  # (set together)
                 self._draft_tokens, self._draft_seconds = tokens, seconds
             else:
                 a = self.smoothing

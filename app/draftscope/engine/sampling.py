@@ -37,7 +37,7 @@ class SeenTokens(NamedTuple):
     rows: torch.Tensor
     tokens: torch.Tensor
 
-    def to(self, device) -> SeenTokens:
+    def to(self, device: torch.device | str) -> SeenTokens:
         return SeenTokens(self.rows.to(device), self.tokens.to(device))
 
 
@@ -170,7 +170,7 @@ def next_tokens(
 
 def fresh_seed() -> int:
     """A seed for an answer that asked for none (kept with the answer, so it can be reproduced)."""
-    return secrets.randbelow(SEED_RANGE.high + 1)
+    return secrets.randbelow(int(SEED_RANGE.high) + 1)
 
 
 class PositionNoise:
@@ -235,7 +235,7 @@ def choose(
     return ids.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1).tolist()
 
 
-def _noise_rows(noise: PositionNoise, positions: Sequence[int], device) -> torch.Tensor:
+def _noise_rows(noise: PositionNoise, positions: Sequence[int], device: torch.device | str) -> torch.Tensor:
     """[len(positions), noise.vocab]: each row's position's noise. It goes to the rows' device once
     per distinct position (a tree's rows share a few depths), rather than every row's distribution
     to the host: on a GPU a 64-node tree's rows are 65 x vocab floats, its noise depth + 1 rows."""

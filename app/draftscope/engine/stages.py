@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 CHECKING_LLAMA = "checking llama.cpp on this CPU"
 LOADING_WEIGHTS = "loading weights"
@@ -31,6 +32,11 @@ class Stage:
         return " · ".join(parts)
 
 
+# A slow job's ``progress`` callback: it hears each Stage (a loader's report may still be a line of text:
+# as_stage reads either)
+Progress: TypeAlias = Callable[[Stage | str], None]
+
+
 def time_left(seconds: float) -> str:
     """``seconds`` in words: "12 s", "2 min 40 s"."""
     seconds = max(0, round(seconds))
@@ -39,7 +45,7 @@ def time_left(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60} s" if seconds % 60 else f"{seconds // 60} min"
 
 
-def as_stage(report) -> Stage:
+def as_stage(report: object) -> Stage:
     """A progress report as a Stage (older reporters say a line of text: a stage of unknown extent)."""
     return report if isinstance(report, Stage) else Stage(str(report).rstrip(" .…"))
 
@@ -48,7 +54,7 @@ class StageClock:
     """Reports one stage's fractions to ``progress`` with the time left, extrapolated from the
     pace since the stage began (linear: the measurements' steps cost alike, round after round)."""
 
-    def __init__(self, name: str, progress: Callable[[Stage], None] | None) -> None:
+    def __init__(self, name: str, progress: Progress | None) -> None:
         self.name, self.progress = name, progress
         self.began = time.monotonic()
         self.done = 0.0
@@ -69,7 +75,7 @@ def new_stages_only(say: Callable[[str], None]) -> Callable[[object], None]:
     (its fractions would be a line each)."""
     last: list[str] = []
 
-    def hear(report) -> None:
+    def hear(report: object) -> None:
         stage = as_stage(report)
         if not last or last[-1] != stage.name:
             last.append(stage.name)

@@ -23,17 +23,23 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 import torch
 
 from draftscope.engine.ahead_marks import SlotMarks
+from draftscope.engine.answer import Answer
+from draftscope.engine.backends.base import Backend
 from draftscope.engine.backends.held import common_prefix
-from draftscope.engine.backends.work import ForwardStats, Verify, tokens_of
+from draftscope.engine.backends.work import ForwardStats, Prefill, Verify, tokens_of
 
 IDLE_S = 5.0  # the thread ends after this long with nothing to do
 MAX_LEAD = 2  # steps an answer runs ahead of its reader: a paused reader pauses its answer (and a cancel
 # set after an event takes effect within the steps already said), while a reader that keeps up never waits
 
+
+T = TypeVar("T")
 
 CLOSED = "the model was closed (another was loaded in its place, or the app is quitting)"
 
@@ -42,13 +48,14 @@ class ModelClosedError(RuntimeError):
     """An answer or call asked of a model whose engine was closed."""
 
 
-class _Call:
+class _Call(Generic[T]):
     """A function to run on the stepper's thread, and its outcome."""
 
-    def __init__(self, fn, exclusive: bool) -> None:
+    def __init__(self, fn: Callable[[], T], exclusive: bool) -> None:
         self.fn, self.exclusive = fn, exclusive
         self.done = threading.Event()
-        self.result = self.error = None
+        self.result: T  # once fn returned
+        self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
@@ -61,20 +68,20 @@ class _Call:
 class Stepper:
     """The model's answers and its one driving thread. ``size``: answers at once (the backend's slots)."""
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
         # a call on the backend from another thread runs here (llama_thread.serialised); a weak
         # reference, so the engine's model is freed at its last reference, not by a full collection
-        backend.home = weakref.ref(self)
+        backend.home = weakref.ref(self)  # type: ignore[attr-defined]  # read by getattr; Backend declares no home
         self.size = int(backend.slots)
         self._cond = threading.Condition()
-        self._waiting: deque = deque()  # answers not yet in a slot, in the order they came
-        self._running: dict[int, object] = {}  # slot -> its answer
+        self._waiting: deque[Answer] = deque()  # answers not yet in a slot, in the order they came
+        self._running: dict[int, Answer] = {}  # slot -> its answer
         self._leased: set[int] = set()  # slots lent to a reader (lease)
         self._free = list(range(self.size))
         self._released = dict.fromkeys(range(self.size), 0)  # slot -> when last released (a count): LRU on ties
         self._releases = 0
-        self._calls: deque[_Call] = deque()
+        self._calls: deque[_Call[Any]] = deque()
         self._thread: threading.Thread | None = None
         self._freed = False  # a slot was given back in this round
         self._poked = False  # woken since the round began (an event taken, an answer submitted or dropped)
@@ -108,7 +115,7 @@ class Stepper:
         """Count forwards from now (after the load-time measurements)."""
         self.forwards = self.answers_in_forwards = 0
 
-    def submit(self, answer) -> None:
+    def submit(self, answer: Answer) -> None:
         with self._cond:
             if not self._closed:
                 self._waiting.append(answer)
@@ -116,19 +123,19 @@ class Stepper:
                 return
         answer.fail(ModelClosedError(CLOSED))
 
-    def taken(self, answer) -> None:
+    def taken(self, answer: Answer) -> None:
         """The answer's reader took an event: an answer held back for it may step again."""
         if answer.lead() == MAX_LEAD - 1:
             with self._cond:
                 self._poke()
 
-    def abandon(self, answer) -> None:
+    def abandon(self, answer: Answer) -> None:
         """The answer's generator was closed or dropped: its slot is freed at the next round."""
         with self._cond:
             answer.abandoned = True
             self._wake()
 
-    def call(self, fn, *, exclusive: bool = False):
+    def call(self, fn: Callable[[], T], *, exclusive: bool = False) -> T:
         """``fn()`` on the stepper's thread between rounds (``exclusive``: once no answer runs, none
         admitted meanwhile); its result, or its error raised here."""
         if self._on_thread():
@@ -145,7 +152,7 @@ class Stepper:
         return job.result
 
     @contextlib.contextmanager
-    def lease(self, cancel: threading.Event | None = None):
+    def lease(self, cancel: threading.Event | None = None) -> Iterator[int]:
         """A free slot of its own while the block runs (waiting while every slot is busy): for reading
         rows through the model (a recurrent head's training) beside the answers."""
         with self._cond:
@@ -304,11 +311,11 @@ class Stepper:
             if not answer.abandoned:
                 answer.cancelled_waiting()
 
-    def _next_waiting(self):
+    def _next_waiting(self) -> Answer:
         """Called holding the lock: the first foreground answer waiting, else the first background one."""
         return next((a for a in self._waiting if not a.request.background), self._waiting[0])
 
-    def _slot_for(self, answer) -> int | None:
+    def _slot_for(self, answer: Answer) -> int | None:
         """Called holding the lock: the slot ``answer`` goes into now, or None (it waits). A foreground
         answer that finds no free slot, or whose prompt a read ahead's slot serves best, asks that
         background answer to make way: it ends in this round's plan, and the slot is free at the next."""
@@ -347,11 +354,11 @@ class Stepper:
             return self._free[0]
         return max(self._free, key=lambda slot: (shared[slot], -self._released[slot], -slot))
 
-    def _plan(self) -> dict:
+    def _plan(self) -> dict[int, Prefill | Verify]:
         """Each running answer's work for this forward: trees first, then prompt chunks in the room left."""
         shared = self.last if self.size > 1 else None
         room = self.backend.batch_capacity
-        work = {}
+        work: dict[int, Prefill | Verify] = {}
         foreground = any(not a.request.background for a in self._running.values())
         for reading in (False, True):
             for slot, answer in sorted(self._running.items()):
@@ -369,7 +376,7 @@ class Stepper:
         return work
 
     @staticmethod
-    def _held_back(answer, foreground: bool) -> bool:
+    def _held_back(answer: Answer, foreground: bool) -> bool:
         """Whether the answer gets no work this round: its reader is behind (unless it must make way
         for another answer, which it does at once), or it is a background answer whose prompt waits
         while a foreground answer runs."""
@@ -380,7 +387,7 @@ class Stepper:
         reading_behind = foreground and answer.request.background and answer.phase == "prompt"
         return reading_behind and not answer.told_to_stop()
 
-    def _forward(self, work: dict) -> tuple[dict, float]:
+    def _forward(self, work: dict[int, Prefill | Verify]) -> tuple[dict, float]:
         started = time.perf_counter()
         try:
             results = self.backend.decode_many(work)  # an item that failed has its error as its result
@@ -392,7 +399,7 @@ class Stepper:
         self.answers_in_forwards += len(work)
         return results, seconds
 
-    def _accept(self, work: dict, results: dict, seconds: float) -> None:
+    def _accept(self, work: dict[int, Prefill | Verify], results: dict, seconds: float) -> None:
         shared = self.last if self.size > 1 else None
         for slot in work:
             answer = self._running[slot]
@@ -408,7 +415,7 @@ class Stepper:
                 self._release(slot)
 
     @staticmethod
-    def _ask(answer, fn):
+    def _ask(answer: Answer, fn: Callable[[], T]) -> T | None:
         """``fn()`` for one answer: a failure ends that answer with its error, never the round."""
         try:
             return fn()

@@ -27,7 +27,8 @@ def verify_tree(tree: DraftTree, chosen: Sequence[int]) -> tuple[list[int], int]
     """(accepted node indices root-down, the target's own next token after them)."""
     kids = children_lists(tree)
     tokens = tree.tokens.tolist()
-    path, cur = [], -1
+    path: list[int] = []
+    cur = -1
     while True:
         want = int(chosen[cur + 1])
         nxt = next((c for c in kids.get(cur, []) if tokens[c] == want), None)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from draftscope.draft_tree import DraftTree
-from draftscope.engine.detokenizer import Detokenizer
+from draftscope.engine.detokenizer import Detokenizer, Tokenizer
 from draftscope.engine.events import SOURCE_NAMES
 from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.stop_strings import cut_before_stop, cut_pieces, stop_at
@@ -39,7 +39,7 @@ class Writing:
     finish: str = "length"
     error: str | None = None
     generated: list[int] = field(default_factory=list)
-    by_source: Counter = field(default_factory=Counter)
+    by_source: Counter[str] = field(default_factory=Counter)
     steps: int = 0
     first_token_at: float | None = None
     forward_answers: list[int] = field(default_factory=list)  # answers in each of its forwards (shared models)
@@ -83,7 +83,7 @@ class Writing:
                 return pieces, True
         return pieces, False
 
-    def final_text(self, tokenizer) -> str:
+    def final_text(self, tokenizer: Tokenizer) -> str:
         """The whole answer's text (before its stop string, where one ended it)."""
         text = tokenizer.decode(self.generated, skip_special_tokens=True)
         return cut_before_stop(text, self.stops) if self.finish == "stop" else text
