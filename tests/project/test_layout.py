@@ -68,7 +68,16 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
                 dotted = dotted.rpartition(".")[0]
             if dotted and dotted != name:
                 found.add(dotted)
+                found |= packages_entered(name, dotted, known)
     return found
+
+
+def packages_entered(importer: str, target: str, known: set[str]) -> set[str]:
+    """Importing ``a.b.c`` runs ``a`` and ``a.b``'s ``__init__`` first: packages the importer is not
+    inside count as imported too, so a cycle through a package's front door is seen."""
+    parts = target.split(".")
+    parents = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return {p for p in parents if p in known and p != importer and not importer.startswith(p + ".")}
 
 
 def layer_of(name: str) -> int:

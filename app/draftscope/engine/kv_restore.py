@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from draftscope.engine.backends.held import positions_to_keep
+from draftscope.engine.cache_prefix import positions_to_keep
 from draftscope.engine.kv_disk import Found, KvDiskStore, Saved, identity_key
 
 log = logging.getLogger(__name__)

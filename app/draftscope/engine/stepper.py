@@ -31,8 +31,8 @@ import torch
 from draftscope.engine.ahead_marks import SlotMarks
 from draftscope.engine.answer import Answer
 from draftscope.engine.backends.base import Backend
-from draftscope.engine.backends.held import common_prefix
 from draftscope.engine.backends.work import ForwardStats, Prefill, Verify, tokens_of
+from draftscope.engine.cache_prefix import common_prefix
 
 IDLE_S = 5.0  # the thread ends after this long with nothing to do
 MAX_LEAD = 2  # steps an answer runs ahead of its reader: a paused reader pauses its answer (and a cancel

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from draftscope.engine.backends.held import common_prefix
+from draftscope.engine.cache_prefix import common_prefix
 from draftscope.engine.engine import GenerationRequest
 from draftscope.engine.events import FinalEvent, ReadingEvent
 
