@@ -7,11 +7,13 @@ import numpy as np
 from draftscope.draft_tree import (
     DraftTree,
     chain_tree,
+    children_lists,
     drop_foreign_tokens,
     first_nodes,
     leaves_below,
     prune_depth,
     subtree,
+    tree_from_parents,
 )
 
 
@@ -30,6 +32,14 @@ def test_a_chain_hangs_each_node_off_the_one_before():
     chain = chain_tree([4, 5, 6])
     chain.validate()
     assert chain.token_path(2) == [4, 5, 6]
+
+
+def test_a_tree_from_parents_has_their_depths_and_children():
+    tree = tree_from_parents([10, 20, 11, 21, 12], [-1, -1, 0, 1, 2])
+    tree.validate()
+    expected = branchy()
+    assert tree.depth.tolist() == expected.depth.tolist() and tree.tokens.tolist() == expected.tokens.tolist()
+    assert children_lists(tree) == {-1: [0, 1], 0: [2], 1: [3], 2: [4]}
 
 
 def test_a_token_outside_the_vocabulary_goes_with_everything_below_it():

@@ -120,6 +120,30 @@ def chain_tree(tokens, source: int = 1) -> DraftTree:
     )
 
 
+def tree_from_parents(tokens, parents, source: int = 1) -> DraftTree:
+    """A tree from its tokens and each node's parent (-1: the root), parents before children; the
+    depths follow. Support 1 each: what a fixed check tree needs (the capture check's)."""
+    depth: list[int] = []
+    for parent in parents:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    n = len(depth)
+    return DraftTree(
+        np.asarray(tokens, dtype=np.int64).reshape(n),
+        np.asarray(parents, dtype=np.int32).reshape(n),
+        np.asarray(depth, dtype=np.int32).reshape(n),
+        np.ones(n, np.float32),
+        np.full(n, source, np.int8),
+    )
+
+
+def children_lists(tree: DraftTree) -> dict[int, list[int]]:
+    """Each node's children in node order, the root's under -1 (a node without children: no key)."""
+    kids: dict[int, list[int]] = {-1: []}
+    for i, p in enumerate(tree.parents.tolist()):
+        kids.setdefault(int(p), []).append(i)
+    return kids
+
+
 def leaves_below(tree: DraftTree) -> list[tuple[int, ...]]:
     """For each node, the leaves below it (leaf k in node order is k): llama.cpp gives each leaf a
     sequence id, and a node joins the sequences of its leaves (its first is the one it is masked by)."""

@@ -19,11 +19,12 @@ import torch
 from engine_fixtures import IdTokenizer, Scripted, tiny_llama
 
 import draftscope.engine.answer as engine_mod
+from draftscope.draft_tree import children_lists
 from draftscope.drafters.composite import CompositeDrafter
 from draftscope.drafters.context import ContextDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
-from draftscope.engine.verify import children_lists, verify_tree
+from draftscope.engine.verify import verify_tree
 
 # ----------------------------------------------------------------------------- scripted streams
 

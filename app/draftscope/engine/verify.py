@@ -12,15 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import DraftTree, children_lists
 from draftscope.engine.sampling import SeenTokens, recent_entries
-
-
-def children_lists(tree: DraftTree) -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {-1: []}
-    for i, p in enumerate(tree.parents.tolist()):
-        kids.setdefault(int(p), []).append(i)
-    return kids
 
 
 def verify_tree(tree: DraftTree, chosen: Sequence[int]) -> tuple[list[int], int]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import tree_from_parents
 from draftscope.engine.backends.pytorch.attention import GRAPH_FALLBACK, NAMES, kernels_for, step_kernels
 from draftscope.engine.backends.pytorch.static_cache import BUCKETS, fill_additive_mask, span_for, step_layout
 
@@ -302,17 +302,7 @@ def _kernel_name(kernels) -> str:
 def check_tree(padded: int):
     """The capture check's tree for a bucket of ``padded`` nodes: branching, and padded."""
     nodes = CHECK_TREE[: max(0, min(padded - 1, len(CHECK_TREE)))]
-    depth: list[int] = []
-    for _token, parent in nodes:
-        depth.append(1 if parent < 0 else depth[parent] + 1)
-    n = len(nodes)
-    return DraftTree(
-        np.array([t for t, _ in nodes], np.int64),
-        np.array([p for _, p in nodes], np.int32),
-        np.array(depth, np.int32),
-        np.ones(n, np.float32),
-        np.ones(n, np.int8),
-    )
+    return tree_from_parents([t for t, _ in nodes], [p for _, p in nodes])
 
 
 @torch.inference_mode()
