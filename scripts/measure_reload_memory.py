@@ -60,7 +60,7 @@ def settle() -> None:
 def ask(window) -> None:
     """One short answer in the window, as a user would ask it (the model's thread and cache in use)."""
     window.chat_input.setPlainText("Say hello in five words.")
-    wait_for(window.worker.finished, window.send, timeout_s=300)
+    wait_for(window.answer_signals.answer_ended, window.send, timeout_s=300)
 
 
 def main() -> int:

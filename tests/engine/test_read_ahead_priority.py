@@ -27,6 +27,7 @@ from draftscope.engine.answer import AHEAD_CHUNK, READ_CHUNK
 from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.pytorch.torch_slots import TorchSlotsBackend
 from draftscope.engine.backends.work import PREFILL_BATCH, Prefill
+from draftscope.engine.cache_prefix import common_prefix
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.events import FinalEvent, ReadingEvent
 from draftscope.engine.sampling import SamplingParams
@@ -285,7 +286,7 @@ def test_a_read_ahead_trusted_with_one_token_it_did_not_read_is_caught(model, ki
             break
 
     def one_more(held, prompt, want_hidden=False):
-        return min(held_mod.common_prefix(held, prompt) + 1, len(prompt) - 1)
+        return min(common_prefix(held, prompt) + 1, len(prompt) - 1)
 
     monkeypatch.setattr(held_mod, "positions_to_keep", one_more)
     trusting = ask(engine, send)

@@ -26,6 +26,7 @@ from draftscope.core.session import sampling_from
 from draftscope.documents.extract import Attachment
 from draftscope.engine.answer import READ_CHUNK
 from draftscope.engine.backends.work import Prefill
+from draftscope.engine.cache_prefix import common_prefix
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.gui.chat.read_ahead import DEBOUNCE_MS, finished_words
 from draftscope.gui.main_window import MainWindow
@@ -177,7 +178,7 @@ def test_an_edit_after_a_read_ahead_reads_from_the_edit_and_a_cache_trusted_by_l
 
     right = answer_after_an_edit()
     prompt = prompt_now(w, edited)
-    shared = held_mod.common_prefix(prompt_now(w, TEXT), prompt)
+    shared = common_prefix(prompt_now(w, TEXT), prompt)
     assert right.stats.prompt_kept == shared, "read from the edit on"
     cold = cold_answer(w, prompt)
     assert right.token_ids == cold.token_ids

@@ -12,6 +12,7 @@ stops within one step.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -20,6 +21,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from draftscope.engine.engine import GenerationRequest
+
+log = logging.getLogger(__name__)
 
 DECODING_NICENESS = 5  # how far decoding yields the CPU to the UI thread (Linux nice levels)
 # How long a thread holding the GIL keeps it while another waits (Python's default: 5 ms). The UI
@@ -77,7 +80,7 @@ class GenerationWorker(QObject):
                 if number == 0:  # the model's stepper thread, started for this answer, yields to the UI too
                     lower_decoding_priority()
         except Exception:  # e.g. the prompt outgrew the context window: the session told answer_failed
-            pass
+            log.exception("an answer ended in an error")  # what happened before the session could tell it
 
     @Slot()
     def measure_baseline(self) -> None:
