@@ -304,9 +304,7 @@ def test_a_bad_or_missing_key_is_401(served):
         ),
         (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": True}).encode(), 400, "logprobs"),
         (
-            json.dumps(
-                {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}
-            ).encode(),
+            json.dumps({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}).encode(),
             400,
             "response_format",
         ),

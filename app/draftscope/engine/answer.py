@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, cast
 
+import numpy as np
 import torch
 
 from draftscope.draft_tree import DraftTree, drop_foreign_tokens, first_nodes, limit_leaves, prune_depth
@@ -31,6 +32,7 @@ from draftscope.engine.budget import DraftBudget, FixedBudget, measure_verify_co
 from draftscope.engine.detokenizer import Detokenizer, Tokenizer
 from draftscope.engine.drafting import Drafting, combined
 from draftscope.engine.events import Event, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
+from draftscope.engine.grammar import Constraint, masked, vocabulary_of
 from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.policy import StepPolicy
 from draftscope.engine.request import GenerationRequest
@@ -83,6 +85,7 @@ class _Step:
     drafted: bool
     began: float
     drafted_at: float
+    masks: np.ndarray | None = None  # each verify row's grammar mask (None: no grammar)
 
 
 @dataclass
@@ -116,6 +119,14 @@ class Answer:
             eos_ids=set() if ignore_eos else engine.eos_ids,
             loops=LoopGuard() if request.stop_loops else None,
         )
+        # its grammar, built here so a grammar that cannot be used is refused before the answer queues
+        self.constraint = (
+            None
+            if request.grammar is None
+            else Constraint(request.grammar, vocabulary_of(engine.tokenizer, engine.vocab, engine.eos_ids))
+        )
+        if self.constraint is not None:  # the grammar's end is the answer's, even where EOS is otherwise ignored
+            self.writing.eos_ids = self.writing.eos_ids | self.constraint.ends  # a new set: the engine's stays
         self.yielding = False  # a background answer asked by the stepper to give its slot to another answer
         self.ahead: AheadMark | None = None  # what read aheads left in its slot (a foreground answer's)
 
@@ -275,7 +286,10 @@ class Answer:
         tree = drop_foreign_tokens(tree, self.engine.vocab)
         tree = limit_leaves(prune_depth(tree, writing.left - 1), self.backend.leaves)
         tree = first_nodes(self.budget.trim(tree, size, shared), size)
-        self.step = _Step(tree, drafter is not None and size > 0, began, time.perf_counter())
+        masks = None
+        if self.constraint is not None:  # what the grammar forbids is cut; each row's mask kept for accept
+            tree, masks = self.constraint.plan(tree)
+        self.step = _Step(tree, drafter is not None and size > 0, began, time.perf_counter(), masks)
         # the slot's cache holds every token said but the root: a backend of slots checks it still does
         past = len(writing.ids) - 1
         return Verify(writing.ids[-1], tree, past=past, want_hidden=self.wants_hidden)
@@ -303,13 +317,16 @@ class Answer:
     def _accept_tree(self, step: _Step, verified: Verified, seconds: float, shared: ForwardStats | None) -> None:
         began_accept = time.perf_counter()
         tree = step.tree
+        logits, best = verified.logits, verified.best
+        if step.masks is not None:  # the grammar is part of the rule: each row sampled under its mask
+            logits, best = masked(logits, step.masks), None
         chosen = next_tokens(
-            verified.logits,
+            logits,
             self.request.sampling,
             token_positions(tree, len(self.writing.ids)),
             self.noise,
-            self._rows_seen(tree, verified.logits),
-            verified.best,
+            self._rows_seen(tree, logits),
+            best,
         )
         path, bonus = verify_tree(tree, chosen)
         self.backend.commit_slot(self.slot, path)
@@ -317,6 +334,8 @@ class Answer:
             self.drafter.set_hidden(self._hidden(verified)[1 + path[-1] if path else 0])
         verify_s = seconds + time.perf_counter() - began_accept
         said = self.writing.say(tree, path, bonus)
+        if self.constraint is not None:
+            self.constraint.consume(said.tokens)
         self.budget.update(
             tree,
             path,

@@ -34,3 +34,6 @@ class GenerationRequest:
     # before the stop plain decoding's. Off here (benchmarks and measurements see the bare engine); the
     # faces ask for it from Settings ▸ Generation (stop_loops)
     stop_loops: bool = False
+    # a grammar every token keeps valid (llguidance's; engine/grammar.py's json_grammar makes one from a JSON
+    # schema): verify rows are sampled under its masks, drafts it forbids cut. None: free text
+    grammar: str | None = None

@@ -388,6 +388,7 @@ class Api:
             budget=self.config.budget,
         )
         gen.keep_cache = sampling.cache_prompt
+        gen.grammar = sampling.grammar
         # a read ahead: the lowest priority, yielding to any answer within a chunk (with its drafters: the
         # first answer's measurement of verify costs happens in it, not in the answer that keeps its read)
         gen.background = sampling.max_tokens == 0

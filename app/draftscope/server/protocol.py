@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from draftscope.engine.grammar import GrammarError, json_grammar
 from draftscope.rules import SAMPLING_FIELDS, SamplingField
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
@@ -53,6 +54,7 @@ class Sampling:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     cache_prompt: bool = True  # llama-server's field: false reads the whole prompt again, keeping nothing
+    grammar: str | None = None  # response_format's JSON (engine/grammar.py): every token keeps it valid
 
 
 @dataclass
@@ -145,14 +147,6 @@ def _refuse_unsupported(body: dict) -> None:
         raise ApiError(
             400, "'logprobs' is not supported by Draftscope's server", param="logprobs", code="unsupported_parameter"
         )
-    fmt = body.get("response_format")
-    if fmt not in (None, {"type": "text"}):
-        raise ApiError(
-            400,
-            "'response_format' other than text is not supported by Draftscope's server",
-            param="response_format",
-            code="unsupported_parameter",
-        )
     for name in ("frequency_penalty", "presence_penalty"):
         if body.get(name) not in (None, 0, 0.0):
             raise ApiError(
@@ -190,7 +184,33 @@ def _sampling(body: dict) -> Sampling:
         max_tokens=max_tokens,
         stop=stops,
         cache_prompt=cache_prompt,
+        grammar=_grammar(body),
     )
+
+
+def _grammar(body: dict) -> str | None:
+    """``response_format``'s grammar: none for text, any JSON object for ``json_object``, a schema's
+    JSON for ``json_schema`` in OpenAI's nested shape (``json_schema.schema``) or llama-server's
+    top-level one (``schema`` beside ``type``, or a ``json_schema`` field of the request). A schema
+    that cannot be used is a 400 naming the problem, never an answer written without it."""
+    fmt = body.get("response_format")
+    schema = body.get("json_schema")  # llama-server's request field
+    if fmt is not None and not isinstance(fmt, dict):
+        raise _bad("response_format", "'response_format' must be an object")
+    kind = (fmt or {}).get("type", "text" if schema is None else "json_schema")
+    if kind == "text" and schema is None:
+        return None
+    if kind not in ("json_object", "json_schema", "text"):
+        raise _bad("response_format", f"unknown response_format type {_quoted(kind)} (text, json_object, json_schema)")
+    if fmt is not None and kind != "text":
+        nested = fmt.get("json_schema")
+        schema = nested.get("schema") if isinstance(nested, dict) else fmt.get("schema", schema)
+    if kind == "json_schema" and schema is None:
+        raise _bad("response_format", "a json_schema response_format needs its schema (json_schema.schema)")
+    try:
+        return json_grammar(schema)
+    except GrammarError as exc:
+        raise _bad("response_format", str(exc)) from exc
 
 
 def _max_tokens(body: dict) -> int | None:
