@@ -284,6 +284,30 @@ def test_the_terminal_answers_on_llama_cpp_and_names_it(gguf_file, capsys):
     assert captured.out.strip() and "llama.cpp" in captured.err
 
 
+def test_the_terminal_writes_json_a_schema_accepts_on_llama_cpp(gguf_file, tmp_path, capsys):
+    """``--json-schema``: every token held to the schema, on this backend too (a random model, whose
+    free text is noise, writes JSON the schema accepts); a schema that cannot be used is said before
+    the model loads."""
+    import json
+
+    from draftscope.cli import main
+
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+        "required": ["colour", "ok"],
+        "additionalProperties": False,
+    }
+    (tmp_path / "pick.json").write_text(json.dumps(schema))
+    argv = ["generate", "A colour:", "--model", str(gguf_file), "--backend", "llama.cpp", "--max-new-tokens", "40"]
+    assert main([*argv, "--json-schema", str(tmp_path / "pick.json"), "--temperature", "0.8", "--seed", "3"]) == 0
+    value = json.loads(capsys.readouterr().out)
+    assert set(value) == {"colour", "ok"} and value["colour"] in {"red", "green", "blue"}
+    (tmp_path / "bad.json").write_text('{"type": "nonsense"}')
+    assert main([*argv, "--json-schema", str(tmp_path / "bad.json")]) == 2
+    assert "bad.json" in capsys.readouterr().err
+
+
 def test_asking_llama_cpp_for_a_folder_model_is_refused_in_words(tokenizer_dir, capsys):
     from draftscope.cli import main
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
 
 from draftscope.commands.model_options import add_model_arguments, runtime_from_args
 
+SCHEMA_HELP = "answers are JSON this JSON schema accepts (every token held to it; '{}' in the file: any JSON object)"
 ATTACH_HELP = (
     "a file for the model to read with the {} (text, Markdown, source code, HTML, PDF, DOCX); repeat for several"
 )
@@ -20,11 +22,13 @@ def add_parser(sub) -> None:
     add_model_arguments(chat)
     chat.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("first message"))
     chat.add_argument("--documents", default=None, metavar="DIR", help=DOCUMENTS_HELP)
+    chat.add_argument("--json-schema", default=None, metavar="FILE", help=SCHEMA_HELP)
     chat.set_defaults(func=cmd_chat)
     gen = sub.add_parser("generate", help="answer one prompt")
     gen.add_argument("prompt")
     add_model_arguments(gen)
     gen.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("prompt"))
+    gen.add_argument("--json-schema", default=None, metavar="FILE", help=SCHEMA_HELP)
     gen.add_argument("--quiet-stats", action="store_true", help="do not print statistics to stderr")
     gen.set_defaults(func=cmd_generate)
 
@@ -40,8 +44,10 @@ def _answer(session, args, out=None):
         out.flush()
 
     session.events.step.connect(show)  # the terminal is a view of the session's steps
+    request = session.request(budget=args.budget, cancel=cancel)
+    request.grammar = getattr(args, "grammar", None)
     try:
-        return session.run(session.request(budget=args.budget, cancel=cancel))
+        return session.run(request)
     finally:
         session.events.step.disconnect(show)
         signal.signal(signal.SIGINT, previous)
@@ -101,13 +107,31 @@ def _say_with(session, text: str, files: list) -> None:
     session.say(text, files=sent)
 
 
+def read_schema(path: str | None) -> str | None:
+    """``--json-schema``'s grammar, read and compiled before the model loads (a bad file is said at once)."""
+    from draftscope.engine.grammar import GrammarError, json_grammar
+
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            schema = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise GrammarError(f"--json-schema {path}: {exc}") from exc
+    try:
+        return json_grammar(schema or None)
+    except GrammarError as exc:
+        raise GrammarError(f"--json-schema {path}: {exc}") from exc
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from draftscope.core.session import ChatSession
     from draftscope.documents.extract import AttachmentError
 
     try:
         files = read_attachments(args.attach)  # before the model loads: a bad file is said at once
-    except AttachmentError as exc:
+        args.grammar = read_schema(args.json_schema)
+    except (AttachmentError, ValueError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
     runtime = runtime_from_args(args)
@@ -139,7 +163,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     try:
         files = read_attachments(args.attach)
-    except AttachmentError as exc:
+        args.grammar = read_schema(args.json_schema)
+    except (AttachmentError, ValueError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
     runtime = runtime_from_args(args)

@@ -53,7 +53,7 @@ def _vocabulary(tokenizer_json: str, width: int, eos: tuple[int, ...]) -> Any:
 
 def vocabulary_of(tokenizer: Any, width: int, eos_ids: Iterable[int]) -> Any:
     """llguidance's view of the model's vocabulary (built once per model: about 3 s for 152k tokens):
-    ``width`` the logits' width, ``eos_ids`` the tokens that end an answer (allowed once the text is
+    ``width`` the logits' width (at least), ``eos_ids`` the tokens that end an answer (allowed once the text is
     complete)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
@@ -61,7 +61,9 @@ def vocabulary_of(tokenizer: Any, width: int, eos_ids: Iterable[int]) -> Any:
     ends = tuple(sorted(int(t) for t in eos_ids))
     if not ends and getattr(tokenizer, "eos_token_id", None) is not None:  # EOS ignored: the grammar still needs one
         ends = (int(tokenizer.eos_token_id),)
-    return _vocabulary(backend.to_str(), int(width), ends)
+    # the tokenizer may know tokens past the logits (added ones): they stay masked, the logits lack them
+    size = max(int(width), int(backend.get_vocab_size(with_added_tokens=True)))
+    return _vocabulary(backend.to_str(), size, ends)
 
 
 class Constraint:

@@ -13,8 +13,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from draftscope.engine.grammar import GrammarError, json_grammar
+from draftscope.engine.grammar import GrammarError
 from draftscope.rules import SAMPLING_FIELDS, SamplingField
+from draftscope.server.response_format import grammar_of
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
@@ -134,6 +135,7 @@ UNSUPPORTED = (
     "audio",
     "modalities",
     "prediction",
+    "suffix",  # fill-in-the-middle: written past the middle if ignored
 )
 
 
@@ -189,26 +191,9 @@ def _sampling(body: dict) -> Sampling:
 
 
 def _grammar(body: dict) -> str | None:
-    """``response_format``'s grammar: none for text, any JSON object for ``json_object``, a schema's
-    JSON for ``json_schema`` in OpenAI's nested shape (``json_schema.schema``) or llama-server's
-    top-level one (``schema`` beside ``type``, or a ``json_schema`` field of the request). A schema
-    that cannot be used is a 400 naming the problem, never an answer written without it."""
-    fmt = body.get("response_format")
-    schema = body.get("json_schema")  # llama-server's request field
-    if fmt is not None and not isinstance(fmt, dict):
-        raise _bad("response_format", "'response_format' must be an object")
-    kind = (fmt or {}).get("type", "text" if schema is None else "json_schema")
-    if kind == "text" and schema is None:
-        return None
-    if kind not in ("json_object", "json_schema", "text"):
-        raise _bad("response_format", f"unknown response_format type {_quoted(kind)} (text, json_object, json_schema)")
-    if fmt is not None and kind != "text":
-        nested = fmt.get("json_schema")
-        schema = nested.get("schema") if isinstance(nested, dict) else fmt.get("schema", schema)
-    if kind == "json_schema" and schema is None:
-        raise _bad("response_format", "a json_schema response_format needs its schema (json_schema.schema)")
+    """``response_format``'s grammar (server/response_format.py): a problem is a 400 naming it."""
     try:
-        return json_grammar(schema)
+        return grammar_of(body.get("response_format"), body.get("json_schema"))
     except GrammarError as exc:
         raise _bad("response_format", str(exc)) from exc
 
