@@ -113,6 +113,7 @@ def test_a_schema_that_cannot_be_used_is_refused_in_words():
 
 def test_drafts_the_grammar_forbids_are_cut_before_the_forward(tokenizer):
     vocabulary = vocabulary_of(tokenizer, len(tokenizer), {tokenizer.eos_token_id})
+    assert vocabulary_of(tokenizer, len(tokenizer), {tokenizer.eos_token_id}) is vocabulary, "built once a model"
     constraint = Constraint(json_grammar(SCHEMA), vocabulary)
     opening = tokenizer('{"')["input_ids"][0]
     word = tokenizer("hello")["input_ids"][0]

@@ -11,7 +11,6 @@ accepted, and a forward spent on them is lost.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -44,17 +43,17 @@ def json_grammar(schema: dict | None) -> str:
     return grammar
 
 
-@functools.lru_cache(maxsize=4)
-def _vocabulary(tokenizer_json: str, width: int, eos: tuple[int, ...]) -> Any:
-    from llguidance import LLTokenizer
-
-    return LLTokenizer(tokenizer_json, n_vocab=width, eos_token=list(eos) or None)
+# llguidance's vocabularies, by tokenizer (its build serializes the tokenizer, ~0.25 s, then ~3 s for 152k
+# tokens): a few models' worth, the tokenizer held so its id cannot be reused
+_VOCABULARIES: dict[int, tuple[Any, tuple, Any]] = {}
+_KEPT = 4
 
 
 def vocabulary_of(tokenizer: Any, width: int, eos_ids: Iterable[int]) -> Any:
-    """llguidance's view of the model's vocabulary (built once per model: about 3 s for 152k tokens):
-    ``width`` the logits' width (at least), ``eos_ids`` the tokens that end an answer (allowed once the text is
-    complete)."""
+    """llguidance's view of the model's vocabulary (built once per model): ``width`` the logits' width
+    (at least), ``eos_ids`` the tokens that end an answer (allowed once the text is complete)."""
+    from llguidance import LLTokenizer
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise GrammarError("this model's tokenizer is not a fast tokenizer: grammars need one")
@@ -62,8 +61,15 @@ def vocabulary_of(tokenizer: Any, width: int, eos_ids: Iterable[int]) -> Any:
     if not ends and getattr(tokenizer, "eos_token_id", None) is not None:  # EOS ignored: the grammar still needs one
         ends = (int(tokenizer.eos_token_id),)
     # the tokenizer may know tokens past the logits (added ones): they stay masked, the logits lack them
-    size = max(int(width), int(backend.get_vocab_size(with_added_tokens=True)))
-    return _vocabulary(backend.to_str(), size, ends)
+    key = (max(int(width), int(backend.get_vocab_size(with_added_tokens=True))), ends)
+    held = _VOCABULARIES.get(id(tokenizer))
+    if held is not None and held[0] is tokenizer and held[1] == key:
+        return held[2]
+    vocabulary = LLTokenizer(backend.to_str(), n_vocab=key[0], eos_token=list(ends) or None)
+    if len(_VOCABULARIES) >= _KEPT:
+        _VOCABULARIES.pop(next(iter(_VOCABULARIES)))
+    _VOCABULARIES[id(tokenizer)] = (tokenizer, key, vocabulary)
+    return vocabulary
 
 
 class Constraint:

@@ -35,6 +35,7 @@ from draftscope.core.session import ChatSession
 from draftscope.documents import extract
 from draftscope.documents.prompt import render
 from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.grammar import vocabulary_of
 from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
@@ -337,10 +338,17 @@ class Api:
     def _prepare_chat(self, raw: bytes) -> Prepared:
         """On the parsing pool: the body checked, its files read, its prompt tokenized."""
         req = p.parse_chat(parse_json(raw))
+        self._warm_grammar(req.sampling)
         shown = req.messages
         if any(m["files"] for m in shown) or self.runtime.documents is not None:
             shown = self.answerer.read_files(shown)
         return Prepared(req, shown, self._chat_prompt(shown))
+
+    def _warm_grammar(self, sampling: p.Sampling) -> None:
+        """A JSON answer's vocabulary built here, on the intake's worker, not on the event loop (its
+        first build takes seconds; every answer after finds it kept)."""
+        if sampling.grammar is not None:
+            vocabulary_of(self.engine.tokenizer, self.engine.vocab, self.engine.eos_ids)
 
     def _chat_prompt(self, shown: list[dict]) -> list[int]:
         try:
@@ -354,6 +362,7 @@ class Api:
 
     def _prepare_completion(self, raw: bytes) -> Prepared:
         req = p.parse_completion(parse_json(raw))
+        self._warm_grammar(req.sampling)
         prompt_ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
         return Prepared(req, [{"role": "user", "content": req.prompt}], prompt_ids)
 
