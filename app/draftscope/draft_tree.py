@@ -23,6 +23,7 @@ class DraftSource(IntEnum):
     RECURRENT = 4
     ORACLE = 5  # benchmark only: drafts are the known answer (the ceiling of speculation)
     LEARNED = 6  # the model's own past answers (datastore.learned)
+    GRAMMAR = 7  # the tokens an answer's grammar forces next (engine/grammar.py: not a drafter one switches)
 
 
 @dataclass(frozen=True, eq=False)

@@ -140,6 +140,23 @@ def test_drafted_answers_under_a_schema_are_plain_decodings_token_for_token(engi
     assert set(value) == {"colour", "ok"} and value["colour"] in {"red", "green", "blue"}
 
 
+def test_the_tokens_the_grammar_forces_are_drafted_and_accepted(engine):
+    """A key, its quotes and colon: the grammar alone knows them, so they are drafted (source
+    "grammar") beside the request's drafters, and the model, held to the grammar, takes them."""
+    request = GenerationRequest(
+        prompt_ids=PROMPT,
+        max_new_tokens=48,
+        sampling=SamplingParams(temperature=1.0, top_k=40, seed=11),
+        drafters=[ContextDrafter(min_suffix=1)],
+        budget=8,
+        grammar=json_grammar(SCHEMA),
+    )
+    events = list(engine.generate(request))
+    said = [p for ev in events[:-1] for p in ev.provenance]
+    assert said.count("grammar") >= 4, said
+    assert events[-1].token_ids == answer(engine, 11, [])[1], "the same answer as plain decoding's"
+
+
 def test_a_verifier_that_masks_only_the_first_row_is_caught(engine, monkeypatch):
     vocab = len(engine.tokenizer)
     plain = {seed: answer(engine, seed, []) for seed in range(6)}

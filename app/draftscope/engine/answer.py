@@ -32,7 +32,7 @@ from draftscope.engine.budget import DraftBudget, FixedBudget, measure_verify_co
 from draftscope.engine.detokenizer import Detokenizer, Tokenizer
 from draftscope.engine.drafting import Drafting, combined
 from draftscope.engine.events import Event, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
-from draftscope.engine.grammar import Constraint, masked, vocabulary_of
+from draftscope.engine.grammar import Constraint, ForcedDrafts, masked, vocabulary_of
 from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.policy import StepPolicy
 from draftscope.engine.request import GenerationRequest
@@ -170,6 +170,8 @@ class Answer:
     def _set_up_drafting(self) -> None:
         engine, req = self.engine, self.request
         self.drafters: list[Drafting] = list(req.drafters)
+        if self.drafters and self.constraint is not None:  # drafting: the grammar's forced tokens too
+            self.drafters.append(ForcedDrafts(self.constraint))
         for d in self.drafters:
             d.set_sampling(req.sampling, self.noise)  # a draft model couples its drafts to the same noise
             d.reset(self.prompt)

@@ -54,7 +54,7 @@ class StepEvent:
     step: int
     token_ids: list[int]
     pieces: list[str]  # decoded text of each new token
-    provenance: list[str]  # per token: "retrieval", "context", "model", "recurrent", "learned" or "target"
+    provenance: list[str]  # per token: "retrieval", "context", "model", "recurrent", "learned", "grammar" or "target"
     tree: StepTree  # the step's draft tree
     accepted_path: list[int]  # node indices, root-down
     proposed: int

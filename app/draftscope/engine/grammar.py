@@ -6,7 +6,9 @@ Exactness: the grammar is part of the sampling rule. Each verify row's logits ar
 grammar's mask at that row's prefix (the answer so far, then the path to its node) before the one rule
 (engine/sampling.py) picks its token, so the answer is the one plain decoding under the same mask
 writes, for any drafts. Drafts the grammar forbids are cut before the forward: they could never be
-accepted, and a forward spent on them is lost.
+accepted, and a forward spent on them is lost. Where the grammar forces the next tokens (a key, the quote
+and colon after it, an enum's only continuation) they are drafted as a chain (``ForcedDrafts``), so one
+forward can read a whole run of them; they are drafts like any other, checked by the same rule.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from draftscope.draft_tree import DraftTree, children_lists, subtree
+from draftscope.draft_tree import DraftSource, DraftTree, chain_tree, children_lists, subtree
 
 # JSON as json.dumps writes it (", " and ": ", no other whitespace): the grammar then fixes every byte
 # between values, so a model's whitespace habits cannot run an answer into its length limit
@@ -128,6 +130,39 @@ class Constraint:
 
     def _mask(self) -> np.ndarray:
         return np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint32).copy()
+
+
+class ForcedDrafts:
+    """A drafter of the tokens the grammar forces next (what every sentence of it continues with, as
+    the tokenizer writes it): a chain, proposed beside the request's drafters where an answer drafts.
+    Drafts, not certainties: the model may spell the same bytes with other tokens, and the verify
+    decides as for any draft."""
+
+    name = "grammar"
+    source = DraftSource.GRAMMAR
+    wants_hidden = False
+
+    def __init__(self, constraint: Constraint) -> None:
+        self.constraint = constraint
+
+    def propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
+        forced = self.constraint.matcher.compute_ff_tokens()[: max(0, budget)]
+        return chain_tree(forced, int(self.source)) if forced else DraftTree.empty()
+
+    def set_sampling(self, params: Any, noise: Any) -> None:
+        pass
+
+    def reset(self, context_ids: Sequence[int]) -> None:
+        pass
+
+    def observe(self, accepted_ids: Sequence[int]) -> None:
+        pass
+
+    def set_hidden(self, hidden: Any) -> None:
+        pass
+
+    def feedback(self, tree: DraftTree, accepted_path: Sequence[int]) -> None:
+        pass
 
 
 def _allows(mask: np.ndarray, token: int) -> bool:
