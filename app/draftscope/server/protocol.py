@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import draftscope.server.request_fields as request_fields
 from draftscope.engine.grammar import GrammarError
 from draftscope.rules import SAMPLING_FIELDS, SamplingField
 from draftscope.server.response_format import grammar_of
@@ -124,43 +125,25 @@ def _sampling_fields(body: dict) -> dict:
     return {name: value for name, value in given.items() if value is not None}
 
 
-# Fields that change what an answer is, which Draftscope does not do: refused rather than ignored.
-UNSUPPORTED = (
-    "tools",
-    "functions",
-    "tool_choice",
-    "function_call",
-    "logit_bias",
-    "top_logprobs",
-    "audio",
-    "modalities",
-    "prediction",
-    "suffix",  # fill-in-the-middle: written past the middle if ignored
-)
-
-
 def _refuse_unsupported(body: dict) -> None:
-    for name in UNSUPPORTED:
-        if body.get(name) not in (None, [], {}):
-            raise ApiError(
-                400, f"'{name}' is not supported by Draftscope's server", param=name, code="unsupported_parameter"
-            )
-    if body.get("logprobs") not in (None, False, 0):
+    """A field Draftscope does not serve, set: a 400 naming it (server/request_fields.py has every field's fate)."""
+    name = request_fields.refused(body)
+    if name is not None:
+        instead = request_fields.INSTEAD.get(name)
         raise ApiError(
-            400, "'logprobs' is not supported by Draftscope's server", param="logprobs", code="unsupported_parameter"
+            400,
+            f"'{name}' is not supported by Draftscope's server" + (f" ({instead})" if instead else ""),
+            param=name,
+            code="unsupported_parameter",
         )
-    for name in ("frequency_penalty", "presence_penalty"):
-        if body.get(name) not in (None, 0, 0.0):
-            raise ApiError(
-                400,
-                f"'{name}' is not supported ('repetition_penalty' is, as Settings ▸ Generation ▸ Repetition penalty)",
-                param=name,
-                code="unsupported_parameter",
-            )
 
 
 def _sampling(body: dict) -> Sampling:
     _refuse_unsupported(body)
+    body, clash = request_fields.with_our_names(body)  # llama-server's repeat_penalty is our repetition_penalty
+    if clash is not None:
+        ours = request_fields.ALIASES[clash]
+        raise _bad(clash, f"'{clash}' and '{ours}' name one setting with two values: send one")
     stop = body.get("stop")
     if stop is None:
         stops = []

@@ -1,0 +1,91 @@
+"""Every field of OpenAI's chat and completions requests, and llama-server's common extensions, has one
+fate here: honoured (read by server/protocol.py), inert (it changes nothing in an answer: accepted),
+read under our name (llama-server's names for fields we have), or refused with a 400 naming it when set
+to anything that would change the answer. A field a client sets is never silently ignored; a name in
+none of these lists is not OpenAI's nor llama-server's, and is left alone as OpenAI's SDKs expect of
+extensions. tests/server/test_request_fields.py walks the lists."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+HONOURED = frozenset(
+    {
+        "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "stream",
+        "stream_options", "stop", "seed", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+        "repetition_window", "response_format", "json_schema", "cache_prompt", "n",
+    }
+)  # fmt: skip
+# informational: what the client says of itself or of how the answer is kept elsewhere
+INERT = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+# llama-server's (and Ollama's) names for fields of ours
+ALIASES = {"repeat_penalty": "repetition_penalty", "repeat_last_n": "repetition_window"}
+# refused unless set to a value that changes nothing (None always changes nothing)
+REFUSED: dict[str, Collection] = {
+    "tools": ([], {}),
+    "functions": ([], {}),
+    "tool_choice": ("none",),
+    "function_call": ("none",),
+    "logit_bias": ({},),
+    "logprobs": (False, 0),
+    "top_logprobs": (0,),
+    "audio": ({},),
+    "modalities": (["text"],),
+    "prediction": ({},),
+    "suffix": ("",),  # fill-in-the-middle: an answer would write on past the middle
+    "frequency_penalty": (0,),
+    "presence_penalty": (0,),
+    "reasoning_effort": (),
+    "web_search_options": ({},),
+    "echo": (False,),
+    "best_of": (1,),
+    # llama-server's samplers beyond ours
+    "mirostat": (0,),
+    "typical_p": (1,),
+    "tfs_z": (1,),
+    "dynatemp_range": (0,),
+    "dry_multiplier": (0,),
+    "xtc_probability": (0,),
+    "grammar": ("",),
+    "n_probs": (0,),
+    "ignore_eos": (False,),
+    "samplers": (),
+}
+INSTEAD = {
+    "frequency_penalty": "'repetition_penalty' is, as Settings ▸ Generation ▸ Repetition penalty",
+    "presence_penalty": "'repetition_penalty' is, as Settings ▸ Generation ▸ Repetition penalty",
+    "grammar": "'response_format' with a JSON schema is",
+}
+
+
+def refused(body: dict) -> str | None:
+    """The first field ``body`` sets that Draftscope does not serve, or None."""
+    for name, neutral in REFUSED.items():
+        value = body.get(name)
+        if value is not None and not any(value == n and type(value) is type(n) or _same(value, n) for n in neutral):
+            return name
+    return None
+
+
+def _same(value, neutral) -> bool:
+    """0 and 0.0, 1 and 1.0 are the same setting; True is not 1."""
+    numbers = (int, float)
+    return (
+        isinstance(value, numbers)
+        and isinstance(neutral, numbers)
+        and not isinstance(value, bool)
+        and not isinstance(neutral, bool)
+        and value == neutral
+    )
+
+
+def with_our_names(body: dict) -> tuple[dict, str | None]:
+    """``body`` with llama-server's names read as ours, or the alias that contradicts our own name."""
+    renamed = dict(body)
+    for theirs, ours in ALIASES.items():
+        if theirs not in body:
+            continue
+        if ours in body and body[ours] != body[theirs]:
+            return body, theirs
+        renamed[ours] = renamed.pop(theirs)
+    return renamed, None
