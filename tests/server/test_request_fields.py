@@ -18,7 +18,7 @@ CHANGING = {
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
     "functions": [{"name": "f", "parameters": {"type": "object"}}],
     "tool_choice": "required",
-    "function_call": "auto",
+    "function_call": {"name": "f"},
     "logit_bias": {"5": 10},
     "logprobs": True,
     "top_logprobs": 3,
@@ -91,6 +91,9 @@ def test_llama_servers_names_are_read_as_ours(url):
     free = said(repetition_penalty=1.0)
     assert said(repeat_penalty=8.0) == said(repetition_penalty=8.0) != free, "a penalty that changes the answer"
     assert said(repetition_penalty=3.0, repeat_last_n=2) == said(repetition_penalty=3.0, repetition_window=2)
+    assert said(repetition_penalty=8.0, repeat_last_n=0) == free, "llama-server's 0: the penalty off"
+    assert post(url, repeat_last_n=-1).status_code == 200, "llama-server's -1: the whole context"
+    assert post(url, repeat_penalty=None, repetition_penalty=1.2).status_code == 200, "a null is no value"
     for theirs, ours in ALIASES.items():
         clash = post(url, **{theirs: 2, ours: 3})
         assert clash.status_code == 400 and clash.json()["error"]["param"] == theirs

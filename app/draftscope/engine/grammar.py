@@ -67,7 +67,10 @@ def vocabulary_of(tokenizer: Any, width: int, eos_ids: Iterable[int]) -> Any:
     held = _VOCABULARIES.get(id(tokenizer))
     if held is not None and held[0] is tokenizer and held[1] == key:
         return held[2]
-    vocabulary = LLTokenizer(backend.to_str(), n_vocab=key[0], eos_token=list(ends) or None)
+    try:
+        vocabulary = LLTokenizer(backend.to_str(), n_vocab=key[0], eos_token=list(ends) or None)
+    except (ValueError, RuntimeError) as exc:
+        raise GrammarError(f"this model's tokenizer cannot be read for grammars: {exc}") from exc
     if len(_VOCABULARIES) >= _KEPT:
         _VOCABULARIES.pop(next(iter(_VOCABULARIES)))
     _VOCABULARIES[id(tokenizer)] = (tokenizer, key, vocabulary)
@@ -101,7 +104,7 @@ class Constraint:
                 node = stack.pop()
                 parent = int(tree.parents[node])
                 base = depth[parent] if parent >= 0 else 0
-                self.matcher.rollback(consumed - base)
+                self._rollback(consumed - base)
                 consumed = base
                 if not _allows(masks[parent], tokens[node]):
                     continue  # the node, and all below it, could never be accepted
@@ -115,7 +118,7 @@ class Constraint:
                 masks[node] = self._mask()
                 stack.extend(reversed(kids.get(node, [])))
         finally:
-            self.matcher.rollback(consumed)
+            self._rollback(consumed)
         rows = [masks[-1]] + [masks[i] for i in np.flatnonzero(keep).tolist()]
         return subtree(tree, keep), np.stack(rows)
 
@@ -127,6 +130,10 @@ class Constraint:
                 return
             if not self.matcher.consume_token(int(token)):
                 raise RuntimeError(f"the grammar refused a token it allowed: {self.matcher.get_error()}")
+
+    def _rollback(self, tokens: int) -> None:
+        if tokens and not self.matcher.rollback(tokens):  # a wrong state would give wrong masks: never silently
+            raise RuntimeError(f"the grammar could not step back {tokens} tokens: {self.matcher.get_error()}")
 
     def _mask(self) -> np.ndarray:
         return np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint32).copy()

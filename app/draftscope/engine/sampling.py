@@ -110,7 +110,8 @@ def processed(
     if not k or k >= width:
         return _finish(logits / params.temperature, params), None
     top = torch.topk(logits, k + 1, dim=-1)
-    tied = top.values[:, k] == top.values[:, k - 1]
+    # HF keeps every token tied at the k-th; tokens at -inf (a grammar's mask) have probability 0 either way
+    tied = (top.values[:, k] == top.values[:, k - 1]) & torch.isfinite(top.values[:, k - 1])
     ids, order = top.indices[:, :k].sort(-1)  # id order: ties break as over the whole row
     probs = _finish(top.values[:, :k].gather(-1, order) / params.temperature, params)
     if not bool(tied.any()):

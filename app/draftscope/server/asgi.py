@@ -35,7 +35,7 @@ from draftscope.core.session import ChatSession
 from draftscope.documents import extract
 from draftscope.documents.prompt import render
 from draftscope.engine.engine import GenerationRequest
-from draftscope.engine.grammar import vocabulary_of
+from draftscope.engine.grammar import GrammarError, vocabulary_of
 from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
@@ -347,8 +347,12 @@ class Api:
     def _warm_grammar(self, sampling: p.Sampling) -> None:
         """A JSON answer's vocabulary built here, on the intake's worker, not on the event loop (its
         first build takes seconds; every answer after finds it kept)."""
-        if sampling.grammar is not None:
+        if sampling.grammar is None:
+            return
+        try:
             vocabulary_of(self.engine.tokenizer, self.engine.vocab, self.engine.eos_ids)
+        except GrammarError as exc:
+            raise p.ApiError(400, str(exc), param="response_format") from exc
 
     def _chat_prompt(self, shown: list[dict]) -> list[int]:
         try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from draftscope.rules import CONTEXT_RANGE
+
 HONOURED = frozenset(
     {
         "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "stream",
@@ -24,8 +26,8 @@ ALIASES = {"repeat_penalty": "repetition_penalty", "repeat_last_n": "repetition_
 REFUSED: dict[str, Collection] = {
     "tools": ([], {}),
     "functions": ([], {}),
-    "tool_choice": ("none",),
-    "function_call": ("none",),
+    "tool_choice": ("none", "auto"),  # without tools (refused above) "auto" changes nothing
+    "function_call": ("none", "auto"),
     "logit_bias": ({},),
     "logprobs": (False, 0),
     "top_logprobs": (0,),
@@ -80,12 +82,19 @@ def _same(value, neutral) -> bool:
 
 
 def with_our_names(body: dict) -> tuple[dict, str | None]:
-    """``body`` with llama-server's names read as ours, or the alias that contradicts our own name."""
+    """``body`` with llama-server's names read as ours, or the alias that contradicts our own name.
+    ``repeat_last_n`` as llama-server means it: 0 turns the penalty off, -1 is the whole context."""
     renamed = dict(body)
     for theirs, ours in ALIASES.items():
-        if theirs not in body:
+        value = renamed.pop(theirs, None)
+        if value is None:
             continue
-        if ours in body and body[ours] != body[theirs]:
+        if theirs == "repeat_last_n" and value in (0, -1):
+            if value == 0:
+                renamed["repetition_penalty"] = 1.0
+                continue
+            value = CONTEXT_RANGE.high
+        if renamed.get(ours) is not None and renamed[ours] != value:
             return body, theirs
-        renamed[ours] = renamed.pop(theirs)
+        renamed[ours] = value
     return renamed, None
