@@ -3,7 +3,7 @@ own stop rule: "length" would tell a client the answer wants more), and the draf
 names the engine's own reason, "loop"."""
 
 from draftscope.engine.events import FinalEvent, MessageStats
-from draftscope.server import protocol
+from draftscope.server import responses as protocol
 
 
 def test_a_loop_is_a_stop_to_openai_clients_and_a_loop_in_the_extension():

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import draftscope.server.protocol as p
+import draftscope.server.responses as responses
 from draftscope.core.session import ChatSession
 from draftscope.documents import extract
 from draftscope.documents.prompt import render
@@ -374,7 +375,7 @@ class Api:
         """The answer as one response or as a stream of events; None when the client went away."""
         req = ready.request
         reply = Reply(
-            rid=p.new_id("chatcmpl" if chat else "cmpl"),
+            rid=responses.new_id("chatcmpl" if chat else "cmpl"),
             created=int(time.time()),
             model_id=self.model_id,
             chat=chat,

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 import draftscope.server.protocol as p
+import draftscope.server.responses as responses
 from draftscope.engine.engine import PromptTooLongError
 from draftscope.engine.events import FinalEvent
 
@@ -44,31 +45,37 @@ class Reply:
     usage_chunk: bool  # a last chunk with the usage (stream_options.include_usage)
 
     def whole(self, final: FinalEvent) -> dict:
-        make = p.chat_response if self.chat else p.completion_response
+        make = responses.chat_response if self.chat else responses.completion_response
         return make(self.rid, self.model_id, final, self.prompt_tokens)
 
     def opening(self) -> list[str]:
         """A chat stream starts by naming the speaker."""
         if not self.chat:
             return []
-        return [_sse(p.chat_chunk(self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""}))]
+        return [
+            _sse(
+                responses.chat_chunk(self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""})
+            )
+        ]
 
     def step(self, text: str, extension: dict) -> str:
         if self.chat:
             return _sse(
-                p.chat_chunk(self.rid, self.model_id, self.created, delta={"content": text}, extension=extension)
+                responses.chat_chunk(
+                    self.rid, self.model_id, self.created, delta={"content": text}, extension=extension
+                )
             )
-        return _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
+        return _sse(responses.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
 
     def closing(self, final: FinalEvent, rest: str) -> list[str]:
         """The held-back text with the finish reason and the answer's statistics, then the usage
         when it was asked for."""
-        ext = {"stats": p.stats_extension(final)}
-        reason = p.finish_reason(final.finish_reason)
+        ext = {"stats": responses.stats_extension(final)}
+        reason = responses.finish_reason(final.finish_reason)
         if self.chat:
             out = [
                 _sse(
-                    p.chat_chunk(
+                    responses.chat_chunk(
                         self.rid,
                         self.model_id,
                         self.created,
@@ -80,7 +87,11 @@ class Reply:
             ]
         else:
             out = [
-                _sse(p.completion_chunk(self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext))
+                _sse(
+                    responses.completion_chunk(
+                        self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext
+                    )
+                )
             ]
         if self.usage_chunk:
             out.append(
@@ -91,7 +102,7 @@ class Reply:
                         "created": self.created,
                         "model": self.model_id,
                         "choices": [],
-                        "usage": p.usage(self.prompt_tokens, final.stats),
+                        "usage": responses.usage(self.prompt_tokens, final.stats),
                     }
                 )
             )
@@ -136,13 +147,13 @@ async def streamed_reply(request: Request, reply: Reply, events, stop_strings: S
 async def _chunks(request: Request, reply: Reply, first, events, stop_strings: Sequence[str]):
     """Each step's text (less what may still turn out to be a stop sequence), then the closing
     chunks, then [DONE]; an answer that fails ends with the error's body instead of the closing."""
-    hold = p.StopHoldback(stop_strings)
+    hold = responses.StopHoldback(stop_strings)
     try:
         for chunk in reply.opening():
             yield chunk
         ev = first
         while not isinstance(ev, FinalEvent):
-            yield reply.step(hold.push("".join(ev.pieces)), p.step_extension(ev))
+            yield reply.step(hold.push("".join(ev.pieces)), responses.step_extension(ev))
             ev = await events.__anext__()
         request.state.completion_tokens = ev.stats.tokens
         if ev.finish_reason == "error":
