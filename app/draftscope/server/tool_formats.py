@@ -1,0 +1,118 @@
+"""How a model writes tool calls, read from its chat template: one small table (:data:`FORMATS`), the
+grammar that holds an answer to that format where a call is required, and whether a template renders
+tools at all. Parsing an answer into calls: ``server/tool_calls.py``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from draftscope.engine.grammar import JSON_STYLE, GrammarError
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """One family's call syntax. A block of calls opens with one of ``openers`` (anywhere after text,
+    or only at the answer's start), holds ``first`` then calls (JSON objects) separated by ``between``
+    and closes with ``last`` ("" : the answer's end). Special tokens among the openers ([TOOL_CALLS],
+    <|python_tag|>) are left out of the answer's text by the detokenizer, so "" opens a block too."""
+
+    name: str
+    markers: tuple[str, ...]  # text in the chat template that says the format is this one
+    openers: tuple[str, ...]
+    anywhere: bool  # a block may follow text (else it must open the answer)
+    first: str
+    between: str  # "" : one call per block
+    last: str
+    arguments: str  # the key of a call's arguments
+    joiner: str  # what the grammar writes between blocks, or between calls in a block
+
+
+FORMATS = (
+    # Qwen2.5, Hermes, and the many templates written after them
+    CallFormat("hermes", ("<tool_call>",), ("<tool_call>",), True, "\n", "", "\n</tool_call>", "arguments", "\n"),
+    CallFormat("mistral", ("[TOOL_CALLS]",), ("[TOOL_CALLS]", ""), False, "[", ",", "]", "arguments", ", "),
+    CallFormat(
+        "llama3",
+        ("<|python_tag|>", "<|start_header_id|>"),
+        ("<|python_tag|>", ""),
+        False,
+        "",
+        ";",
+        "",
+        "parameters",
+        "; ",
+    ),
+)
+FORMAT_WORDS = "Qwen/Hermes <tool_call>, Mistral [TOOL_CALLS] or Llama 3 JSON"
+
+
+def template_text(tokenizer: Any) -> str:
+    """The chat template a request with tools is rendered with (a tokenizer may keep several by name)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("tool_use") or template.get("default")
+    return template if isinstance(template, str) else ""
+
+
+def format_of(tokenizer: Any) -> CallFormat | None:
+    """The call format the model's template teaches it, or None when it is none of :data:`FORMATS`."""
+    text = template_text(tokenizer)
+    return next((f for f in FORMATS if any(m in text for m in f.markers)), None)
+
+
+PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_x7", "parameters": {"type": "object"}}}
+
+
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether the template shows the model its tools: it reads ``tools`` and a conversation rendered with
+    a tool differs from the one without (SmolLM2's template never looks at them)."""
+    text = template_text(tokenizer)
+    if "tools" not in text:
+        return False
+    probe = [{"role": "user", "content": "hi"}]
+    try:
+        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        shown = tokenizer.apply_chat_template(probe, tools=[PROBE_TOOL], tokenize=False, add_generation_prompt=True)
+    except Exception:  # a template that fails on tools does not take them
+        return False
+    return plain != shown and "probe_tool_x7" in shown
+
+
+def call_grammar(fmt: CallFormat, tools: list[dict], *, parallel: bool) -> str:
+    """A Lark grammar (llguidance's) of one or more calls in ``fmt``, each ``{"name": one of the tools,
+    "<arguments>": that tool's parameters}``, the name first, as json.dumps spaces it."""
+    from llguidance import LLMatcher
+
+    schema = {"x-guidance": JSON_STYLE, "anyOf": [_call_schema(fmt, t["function"]) for t in tools]}
+    body = f"%json {json.dumps(schema)}"
+    if fmt.anywhere:  # a block per call
+        call = f'"{_lark(fmt.openers[0] + fmt.first)}" body "{_lark(fmt.last)}"'
+        calls = f'call ("{_lark(fmt.joiner)}" call)*' if parallel else "call"
+        lark = f"start: {calls}\ncall: {call}\nbody: {body}\n"
+    else:  # one block of calls
+        calls = f'body ("{_lark(fmt.joiner)}" body)*' if parallel else "body"
+        lark = f'start: "{_lark(fmt.first)}" {calls} "{_lark(fmt.last)}"\nbody: {body}\n'
+    try:
+        grammar = LLMatcher.grammar_from_lark(lark)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise GrammarError(f"the tools' parameters cannot be used as a grammar: {exc}") from exc
+    problem = LLMatcher.validate_grammar(grammar)
+    if problem:
+        raise GrammarError(f"the tools' parameters cannot be used as a grammar: {problem}")
+    return grammar
+
+
+def _call_schema(fmt: CallFormat, function: dict) -> dict:
+    return {
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, fmt.arguments: function["parameters"]},
+        "required": ["name", fmt.arguments],
+        "additionalProperties": False,
+    }
+
+
+def _lark(text: str) -> str:
+    """``text`` inside a Lark string literal."""
+    return json.dumps(text)[1:-1]
