@@ -224,6 +224,33 @@ def test_keep_prefix_keeps_what_the_slot_shares_with_the_next_prompt(slots, toke
     assert_close(kind, got[0], alone(backend, follow)[0])
 
 
+@torch.inference_mode()
+def test_copy_slot_gives_another_slot_the_prefix_and_each_goes_on_alone(slots, tokenizer):
+    """n answers to one prompt read it once (engine/fork.py): a slot that held another conversation
+    gets the first slot's prompt, then each verifies and commits its own tree as if it had read it
+    alone; what one commits never reaches the other."""
+    kind, backend = slots
+    ids, other = ids_of(tokenizer, PROMPTS[0]), ids_of(tokenizer, PROMPTS[1])
+    assert backend.copies_slots
+    read(backend, 1, ids[:-1])
+    backend.decode_many({1: Verify(ids[-1], chain_tree([50, 51]))})
+    backend.commit_slot(1, [0, 1])  # the source has gone on past the prompt: only its first positions are copied
+    read(backend, 3, other)
+    backend.copy_slot(1, 3, len(ids) - 1)
+    assert backend.slot_cached(3) == len(ids) - 1 and backend.held_tokens(3) == ids[:-1]
+    assert backend.held_tokens(1) == ids + [50, 51]
+    out = backend.decode_many({1: Verify(52, chain_tree([53])), 3: Verify(ids[-1], chain_tree([60, 61]))})
+    assert_close(kind, rows(out, 3), alone(backend, ids, chain_tree([60, 61])), " the copy")
+    assert_close(kind, rows(out, 1)[-1], alone(backend, ids + [50, 51, 52, 53])[0], " the source")
+    backend.commit_slot(3, [0])
+    backend.commit_slot(1, [])
+    got = rows(backend.decode_many({3: Verify(70, DraftTree.empty()), 1: Verify(71, DraftTree.empty())}), 3)
+    assert_close(kind, got[0], alone(backend, ids + [60, 70])[0], " the copy after its commit")
+    refused = pytest.raises(ValueError, match="cannot be copied")
+    with refused:
+        backend.copy_slot(3, 0, backend.slot_cached(3) + 1)
+
+
 # ---------------------------------------------------------------- the engine on slots
 
 

@@ -15,17 +15,10 @@ from draftscope.server.request_fields import ALIASES, INERT, REFUSED
 ASK = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 4}
 # a value of each refused field that would change the answer
 CHANGING = {
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-    "functions": [{"name": "f", "parameters": {"type": "object"}}],
-    "tool_choice": "required",
-    "function_call": {"name": "f"},
     "logit_bias": {"5": 10},
-    "logprobs": True,
-    "top_logprobs": 3,
     "audio": {"voice": "alloy", "format": "wav"},
     "modalities": ["text", "audio"],
     "prediction": {"type": "content", "content": "x"},
-    "suffix": "\n\nprint(1)",
     "frequency_penalty": 0.5,
     "presence_penalty": 0.5,
     "reasoning_effort": "high",
@@ -38,8 +31,6 @@ CHANGING = {
     "dynatemp_range": 0.5,
     "dry_multiplier": 0.8,
     "xtc_probability": 0.5,
-    "grammar": 'root ::= "yes"',
-    "n_probs": 5,
     "ignore_eos": True,
     "samplers": ["top_k", "temperature"],
 }
@@ -48,7 +39,6 @@ INERT_VALUES = {
     "metadata": {"a": "b"},
     "store": False,
     "service_tier": "auto",
-    "parallel_tool_calls": True,
 }
 
 

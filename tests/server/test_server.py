@@ -300,9 +300,9 @@ def test_a_bad_or_missing_key_is_401(served):
         (
             json.dumps({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}).encode(),
             400,
-            "tools",
+            "tools[0].function",
         ),
-        (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": True}).encode(), 400, "logprobs"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "logprobs": 3}).encode(), 400, "logprobs"),
         (
             json.dumps({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}).encode(),
             400,

@@ -99,10 +99,3 @@ def test_a_schema_that_cannot_be_used_is_a_400_naming_it(client, response_format
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "response_format" and words in error["message"], error
-
-
-def test_a_suffix_is_refused_not_written_past(client):
-    """Fill-in-the-middle is not served yet: a ``suffix`` is a 400 naming it, not an answer that
-    writes on past the middle."""
-    r = httpx.post(str(client.base_url) + "completions", json={"prompt": "def add(a, b):", "suffix": "\n\nprint(1)"})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "suffix"

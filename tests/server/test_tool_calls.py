@@ -238,9 +238,7 @@ def test_tool_results_are_read_back_into_the_conversation(client, qwen_tokenizer
                     *ASK,
                     {
                         "role": "assistant",
-                        "tool_calls": [
-                            {"id": "c", "type": "function", "function": {"name": "add", "arguments": "{oops"}}
-                        ],
+                        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "add", "arguments": 5}}],
                     },
                 ],
             },
@@ -260,6 +258,17 @@ def test_malformed_tool_pieces_are_400s_naming_them(client, fields, param):
     r = httpx.post(str(client.base_url) + "chat/completions", json={"messages": ASK, "max_tokens": 4, **fields})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_arguments_cut_short_are_read_back_as_the_text_they_are(client):
+    """An answer cut by the length limit inside a call gives arguments that are not JSON; an agent sends them
+    back as the server said them, and OpenAI takes them: so does Draftscope."""
+    cut = {"id": "c", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b'}}
+    messages = [*ASK, {"role": "assistant", "tool_calls": [cut]}, {"role": "tool", "tool_call_id": "c", "content": "?"}]
+    r = httpx.post(
+        str(client.base_url) + "chat/completions", json={"messages": messages, "tools": TOOLS, "max_tokens": 4}
+    )
+    assert r.status_code == 200, r.text
 
 
 def test_a_template_without_tools_is_a_400_that_says_so(chatml_url):

@@ -31,8 +31,10 @@ from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, Forwa
 from draftscope.engine.budget import DraftBudget, FixedBudget, measure_verify_costs
 from draftscope.engine.detokenizer import Detokenizer, Tokenizer
 from draftscope.engine.drafting import Drafting, combined
-from draftscope.engine.events import Event, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree
+from draftscope.engine.events import Event, FinalEvent, MessageStats, ReadingEvent, StepEvent, StepTree, TokenLogprob
+from draftscope.engine.fork import fork_of
 from draftscope.engine.grammar import Constraint, ForcedDrafts, masked, vocabulary_of
+from draftscope.engine.logprobs import said_logprobs
 from draftscope.engine.loop_guard import LoopGuard
 from draftscope.engine.policy import StepPolicy
 from draftscope.engine.request import GenerationRequest
@@ -129,6 +131,8 @@ class Answer:
             self.writing.eos_ids = self.writing.eos_ids | self.constraint.ends  # a new set: the engine's stays
         self.yielding = False  # a background answer asked by the stepper to give its slot to another answer
         self.ahead: AheadMark | None = None  # what read aheads left in its slot (a foreground answer's)
+        self.fork = fork_of(request, self)  # one of n answers to its prompt, which one of them reads
+        self.logprobs: list[TokenLogprob] = []  # every step's, where the request asks for them
 
     def lead(self) -> int:
         """Events said that the reader has not taken yet."""
@@ -251,6 +255,13 @@ class Answer:
         """The prompt's next part; None once it is read (the steps come next) or when the forward has
         no room for one."""
         prefix, at = self.prompt[:-1], self.reading.at
+        if at < len(prefix) and self.fork is not None:
+            copied = self.fork.copied_for(self)
+            if copied is None:  # a sibling reads the prompt: this answer copies its cache once it has
+                return None
+            if copied:
+                self.reading, self.ahead = _Reading(copied, copied), None
+                at = copied
         if at >= len(prefix):
             self.phase = "steps"
             return None
@@ -350,7 +361,12 @@ class Answer:
             self.drafter.observe(said.tokens)
             self.drafter.feedback(tree, path)
         self.said += 1
-        self.events.put(self._step_event(step, path, said, verify_s, shared))
+        event = self._step_event(step, path, said, verify_s, shared)
+        if self.request.logprobs is not None:  # from the raw rows that chose the tokens, before any mask
+            ends, top = self.writing.eos_ids, self.request.logprobs
+            event.logprobs = said_logprobs(verified.logits, path, said.tokens, ends, top)
+            self.logprobs += event.logprobs
+        self.events.put(event)
         if said.stop:
             self.end()
 
@@ -431,6 +447,7 @@ class Answer:
                 writing.generated,
                 self._final_stats(),
                 prompt_tail=self.prompt[-8:],
+                logprobs=None if self.request.logprobs is None else self.logprobs,
                 error=writing.error,
             )
         )

@@ -15,7 +15,13 @@ class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int], /, *, skip_special_tokens: bool = ...) -> str: ...
 
     def apply_chat_template(
-        self, conversation: list[dict], /, *, tokenize: bool = ..., add_generation_prompt: bool = ...
+        self,
+        conversation: list[dict],
+        /,
+        *,
+        tokenize: bool = ...,
+        add_generation_prompt: bool = ...,
+        tools: list[dict] | None = ...,
     ) -> Any: ...
 
 

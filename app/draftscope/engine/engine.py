@@ -218,9 +218,14 @@ class Engine:
 
     # ------------------------------------------------------------------ prompts
 
-    def encode_chat(self, messages: Sequence[dict]) -> list[int]:
+    def encode_chat(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
+        """The conversation as the chat template renders it; ``tools`` (OpenAI's shape) shown to the model
+        by the template's own words."""
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+            extra = {"tools": list(tools)} if tools else {}
+            text = self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=True, **extra
+            )
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         text = "\n\n".join(m["content"] for m in messages)
         return self.tokenizer(text)["input_ids"]
@@ -228,7 +233,9 @@ class Engine:
     def _prompt(self, request: GenerationRequest) -> list[int]:
         """The request's prompt token ids, refused in words when the model cannot take them."""
         prompt = (
-            list(request.prompt_ids) if request.prompt_ids is not None else self.encode_chat(request.messages or [])
+            list(request.prompt_ids)
+            if request.prompt_ids is not None
+            else self.encode_chat(request.messages or [], request.tools)
         )
         if not prompt:
             raise ValueError("empty prompt")

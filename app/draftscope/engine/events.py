@@ -43,7 +43,22 @@ class StepTree:
         return cls(*(list(d.get(name) or []) for name in ("tokens", "parents", "depth", "support", "source")))
 
 
-STEP_FORMAT = 1  # stored with each answer's steps (storage.history.encode_steps)
+@dataclass
+class TokenLogprob:
+    """A said token's log-probability under the model (the raw logits' log_softmax: engine/logprobs.py)
+    and the most likely tokens at its position, (token, logprob), most likely first."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TokenLogprob:
+        return cls(int(d["token"]), float(d["logprob"]), [(int(t), float(lp)) for t, lp in d.get("top") or []])
+
+
+# stored with each answer's steps (storage.history.encode_steps); 2: a step's logprobs, where its answer asked
+STEP_FORMAT = 2
 
 
 @dataclass
@@ -76,6 +91,9 @@ class StepEvent:
     plain_tokens_per_second: float | None = None  # plain decoding's rate at this answer's context
     busy: bool = False  # its plain steps ran far slower than plain decoding measured: another program has the CPU
     drafting: str | None = None  # why drafting is off now ("drafting paused: …"; head, colon, why); None: it runs
+    # each said token's logprob, an end-of-sequence token's excepted (its text is no part of the answer);
+    # None: the answer did not ask (GenerationRequest.logprobs)
+    logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass
@@ -124,6 +142,7 @@ class FinalEvent:
     stats: MessageStats
     error: str | None = None
     prompt_tail: list[int] = field(default_factory=list)  # the prompt's last tokens (what led into the answer)
+    logprobs: list[TokenLogprob] | None = None  # every step's logprobs in order, where the answer asked for them
 
 
 # What an answer says, in order: ReadingEvents (only when asked), a StepEvent a step, a FinalEvent last
@@ -156,10 +175,27 @@ def step_from_dict(d: dict) -> StepEvent:
         "plain_tokens_per_second": None,
         "busy": False,
         "drafting": None,
+        "logprobs": None,
     }
     known = {f.name for f in fields(StepEvent)}
-    optional = ("speedup_estimate", "elapsed_ms", "decode_tokens_per_second", "plain_tokens_per_second", "drafting")
+    optional = (
+        "speedup_estimate",
+        "elapsed_ms",
+        "decode_tokens_per_second",
+        "plain_tokens_per_second",
+        "drafting",
+        "logprobs",
+    )
     values = {**defaults, **{k: v for k, v in d.items() if k in known and (v is not None or k in optional)}}
     values = {k: v for k, v in values.items() if k in known}
     values["tree"] = StepTree.from_dict(values["tree"])
+    values["logprobs"] = _stored_logprobs(values["logprobs"])
     return StepEvent(**values)
+
+
+def _stored_logprobs(value) -> list[TokenLogprob] | None:
+    """A stored step's logprobs; damaged ones (an edited file) are left out, the step replays."""
+    try:
+        return None if value is None else [TokenLogprob.from_dict(x) for x in value]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None

@@ -45,6 +45,22 @@ def json_grammar(schema: dict | None) -> str:
     return grammar
 
 
+def gbnf_grammar(text: str) -> str:
+    """The grammar of a GBNF text (llama.cpp's grammar format, its rule ``root`` the answer; llguidance's
+    own Lark is read too). One that cannot be compiled is a GrammarError, never an answer without it."""
+    from llguidance import LLMatcher, grammar_from
+
+    try:
+        grammar = grammar_from("gbnf", text)
+    except (ValueError, RecursionError) as exc:  # its converter's words, without its preamble
+        problem = str(exc).removeprefix("Failed to convert the grammar from GBNF to Lark: ")
+        raise GrammarError(f"the GBNF grammar cannot be used: {problem}") from exc
+    problem = LLMatcher.validate_grammar(grammar)
+    if problem:
+        raise GrammarError(f"the GBNF grammar cannot be used: {problem}")
+    return grammar
+
+
 # llguidance's vocabularies, by tokenizer (its build serializes the tokenizer, ~0.25 s, then ~3 s for 152k
 # tokens): a few models' worth, the tokenizer held so its id cannot be reused
 _VOCABULARIES: dict[int, tuple[Any, tuple, Any]] = {}

@@ -15,6 +15,7 @@ from draftscope.rules import SamplingParams
 class GenerationRequest:
     prompt_ids: Sequence[int] | None = None
     messages: Sequence[dict] | None = None  # rendered with the chat template when prompt_ids is None
+    tools: Sequence[dict] | None = None  # shown to the model by the chat template with ``messages``
     max_new_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
     drafters: Sequence[Drafting] = ()  # empty: plain decoding
@@ -37,3 +38,6 @@ class GenerationRequest:
     # a grammar every token keeps valid (llguidance's; engine/grammar.py's json_grammar makes one from a JSON
     # schema): verify rows are sampled under its masks, drafts it forbids cut. None: free text
     grammar: str | None = None
+    # the model's own logprob of each said token and of this many most likely ones at its position
+    # (engine/logprobs.py: the raw logits', the same with drafting on or off); None: none computed
+    logprobs: int | None = None

@@ -286,6 +286,8 @@ class Stepper:
                 if not self._waiting or (self._calls and self._calls[0].exclusive):
                     return
                 answer = self._next_waiting()
+                if answer.fork is not None and answer.fork.gathering():  # n answers to one prompt start together
+                    return
                 slot = self._slot_for(answer)
                 if slot is None:
                     return

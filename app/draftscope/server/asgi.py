@@ -36,10 +36,16 @@ from draftscope.core.session import ChatSession
 from draftscope.documents import extract
 from draftscope.documents.prompt import render
 from draftscope.engine.engine import GenerationRequest
+from draftscope.engine.fork import fork
 from draftscope.engine.grammar import GrammarError, vocabulary_of
+from draftscope.models.fim_tokens import NoFillInTheMiddle, fim_tokens, gguf_file
+from draftscope.server.choices import ChoiceTicket, answer_choices, check_n
 from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
+from draftscope.server.logprob_fields import LogprobsWriter
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
+from draftscope.server.tools import ToolError, ToolPlan, template_message
+from draftscope.server.tools import plan as plan_tools
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _END = object()
@@ -61,6 +67,7 @@ class Prepared:
     request: p.ChatRequest | p.CompletionRequest
     shown: list[dict]  # the messages, with their files read
     prompt_ids: list[int]
+    tools: ToolPlan | None = None  # the tools shown to the model, how its calls are read (server/tools.py)
 
 
 @dataclass
@@ -82,16 +89,27 @@ class Ticket:
         self.answerer = answerer
         self.answering = False  # handed to an answer, which gives the place back when it ends
         self.held = True
-        self.placed = False  # holds one of the answering places
+        self.answers = 1  # the answering places it takes: one an answer (n: server/choices.py)
+        self.placed = 0  # of those, held
 
     async def turn(self) -> None:
-        """Until one of the ``parallel`` answering places is free, in arrival order."""
-        await self.answerer.places.acquire()
-        self.placed = True
+        """Until it holds an answering place for each of its answers, in arrival order."""
+        while self.placed < self.answers:
+            await self.answerer.places.acquire()
+            self.placed += 1
+
+    def answer_over(self) -> None:
+        """One of its n answers is over: that answer's place back, and the request's with the last."""
+        self.answers -= 1
+        if self.placed:
+            self.placed -= 1
+            self.answerer.places.release()
+        if self.answers <= 0:
+            self.release()
 
     def release(self) -> None:
-        if self.placed:
-            self.placed = False
+        while self.placed:
+            self.placed -= 1
             self.answerer.places.release()
         if self.held:  # once: an answer's end and its handler's may both say so
             self.held = False
@@ -196,7 +214,7 @@ class Answerer:
             out.append({**m, "sent": sent, "model": render(m["content"], sent)})
         return out
 
-    async def events(self, session: ChatSession, request: GenerationRequest, ticket: Ticket):
+    async def events(self, session: ChatSession, request: GenerationRequest, ticket: Ticket | ChoiceTicket):
         """The answer's StepEvents then its FinalEvent, as they come, once it has its turn. Closing this
         generator (a client that went away) cancels the answer, which runs on to its cancel (within a
         step) and is kept so far; its end gives the ticket back."""
@@ -216,7 +234,9 @@ class Answerer:
         finally:
             cancel.set()  # a no-op when the answer is over
 
-    async def _answer(self, session: ChatSession, request: GenerationRequest, ticket: Ticket, put) -> None:
+    async def _answer(
+        self, session: ChatSession, request: GenerationRequest, ticket: Ticket | ChoiceTicket, put
+    ) -> None:
         """The answer to its end, whether or not its request still listens: a task of its own, so a
         client that leaves cancels it (its cancel event) rather than dropping it unrecorded."""
         try:
@@ -339,11 +359,26 @@ class Api:
     def _prepare_chat(self, raw: bytes) -> Prepared:
         """On the parsing pool: the body checked, its files read, its prompt tokenized."""
         req = p.parse_chat(parse_json(raw))
+        tools = self._tool_plan(req)
         self._warm_grammar(req.sampling)
         shown = req.messages
         if any(m["files"] for m in shown) or self.runtime.documents is not None:
             shown = self.answerer.read_files(shown)
-        return Prepared(req, shown, self._chat_prompt(shown))
+        return Prepared(req, shown, self._chat_prompt(shown, tools), tools)
+
+    def _tool_plan(self, req: p.ChatRequest) -> ToolPlan | None:
+        """The request's tools fitted to the model (400 where its template has none); a required call's
+        grammar holds the answer (compiled here, on the intake's worker)."""
+        try:
+            tools = plan_tools(req.tools, self.engine.tokenizer)
+        except ToolError as exc:
+            raise p.ApiError(400, str(exc), param=exc.param) from exc
+        if tools is not None and tools.grammar is not None:
+            if req.sampling.grammar is not None:
+                words = "a required tool call and a response_format cannot both hold the answer"
+                raise p.ApiError(400, words, param="tool_choice")
+            req.sampling.grammar = tools.grammar
+        return tools
 
     def _warm_grammar(self, sampling: p.Sampling) -> None:
         """A JSON answer's vocabulary built here, on the intake's worker, not on the event loop (its
@@ -355,10 +390,10 @@ class Api:
         except GrammarError as exc:
             raise p.ApiError(400, str(exc), param="response_format") from exc
 
-    def _chat_prompt(self, shown: list[dict]) -> list[int]:
+    def _chat_prompt(self, shown: list[dict], tools: ToolPlan | None = None) -> list[int]:
         try:
             return self.engine.encode_chat(
-                [{"role": m["role"], "content": m.get("model", m["content"])} for m in shown]
+                [template_message(m) for m in shown], tools.request.tools if tools is not None else None
             )
         except Exception as exc:  # a template that refuses these messages
             raise p.ApiError(
@@ -368,26 +403,51 @@ class Api:
     def _prepare_completion(self, raw: bytes) -> Prepared:
         req = p.parse_completion(parse_json(raw))
         self._warm_grammar(req.sampling)
-        prompt_ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
+        if req.suffix:
+            prompt_ids = self._fim_prompt(req.prompt, req.suffix)
+        else:
+            prompt_ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
         return Prepared(req, [{"role": "user", "content": req.prompt}], prompt_ids)
+
+    def _fim_prompt(self, before: str, after: str) -> list[int]:
+        """Fill-in-the-middle: the model's own FIM prompt (models/fim_tokens.py); 400 for a model without one."""
+        try:
+            fim = fim_tokens(self.engine.tokenizer, gguf_file(self.engine.backend.source))
+        except NoFillInTheMiddle as exc:
+            raise p.ApiError(400, f"{self.model_id}: {exc}", param="suffix", code="unsupported_parameter") from exc
+        return fim.prompt(self.engine.tokenizer, before, after)
 
     async def answer(self, request: Request, ready: Prepared, ticket: Ticket, *, chat: bool):
         """The answer as one response or as a stream of events; None when the client went away."""
         req = ready.request
-        reply = Reply(
-            rid=responses.new_id("chatcmpl" if chat else "cmpl"),
-            created=int(time.time()),
-            model_id=self.model_id,
-            chat=chat,
-            prompt_tokens=len(ready.prompt_ids),
-            usage_chunk=req.include_usage,
-        )
-        session = self.answerer.session(ready.shown, answers=req.sampling.max_tokens != 0)
-        gen = self._generation(session, req.sampling, ready.prompt_ids)
+        n = req.sampling.n
+        check_n(n, req.sampling.max_tokens, self.config.parallel, self.engine.stepper.size)
+        rid, created = responses.new_id("chatcmpl" if chat else "cmpl"), int(time.time())
+        replies = [self._reply(ready, rid, created, index, chat=chat) for index in range(n)]
+        sessions = [self.answerer.session(ready.shown, answers=req.sampling.max_tokens != 0) for _ in range(n)]
+        gens = [self._generation(session, req.sampling, ready.prompt_ids) for session in sessions]
+        if n > 1:  # n answers to one prompt, which is read once
+            return await answer_choices(request, ticket, self.answerer, replies, sessions, fork(gens), req)
+        reply, session, gen = replies[0], sessions[0], gens[0]
         events = self.answerer.events(session, gen, ticket)  # its answer queued at its first event
         if not req.stream:
             return await whole_reply(request, reply, events)
         return await streamed_reply(request, reply, events, gen.stop_strings)
+
+    def _reply(self, ready: Prepared, rid: str, created: int, index: int, *, chat: bool) -> Reply:
+        """How one answer (choice ``index`` of the request's n) is sent, with readers of its own."""
+        req = ready.request
+        return Reply(
+            rid=rid,
+            created=created,
+            model_id=self.model_id,
+            chat=chat,
+            prompt_tokens=len(ready.prompt_ids),
+            usage_chunk=req.include_usage and req.sampling.n == 1,  # n answers': once, after all of them
+            logprobs=None if req.sampling.logprobs is None else LogprobsWriter(self.engine.tokenizer, chat=chat),
+            calls=ready.tools.reader() if ready.tools is not None else None,
+            index=index,
+        )
 
     def _generation(self, session: ChatSession, sampling: p.Sampling, prompt_ids: list[int]) -> GenerationRequest:
         """The engine's request: what the client left out of sampling taken from the live settings
@@ -403,6 +463,7 @@ class Api:
         )
         gen.keep_cache = sampling.cache_prompt
         gen.grammar = sampling.grammar
+        gen.logprobs = sampling.logprobs
         # a read ahead: the lowest priority, yielding to any answer within a chunk (with its drafters: the
         # first answer's measurement of verify costs happens in it, not in the answer that keeps its read)
         gen.background = sampling.max_tokens == 0

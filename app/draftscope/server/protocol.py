@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import draftscope.server.request_fields as request_fields
 from draftscope.engine.grammar import GrammarError
 from draftscope.rules import SAMPLING_FIELDS, SamplingField
-from draftscope.server.response_format import grammar_of
+from draftscope.server.logprob_fields import LogprobsFieldError, requested
+from draftscope.server.response_format import gbnf_of, grammar_of
+from draftscope.server.tools import ToolError, ToolRequest, message_tool_fields, tool_request
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
@@ -52,7 +54,9 @@ class Sampling:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     cache_prompt: bool = True  # llama-server's field: false reads the whole prompt again, keeping nothing
-    grammar: str | None = None  # response_format's JSON (engine/grammar.py): every token keeps it valid
+    grammar: str | None = None  # response_format's JSON or a GBNF (engine/grammar.py): every token keeps it valid
+    logprobs: int | None = None  # alternatives listed with each token's logprob (server/logprob_fields.py); None: off
+    n: int = 1  # answers to write, each with its own seed (server/choices.py checks it against the server's places)
 
 
 @dataclass
@@ -62,6 +66,7 @@ class ChatRequest:
     include_usage: bool = False
     sampling: Sampling = field(default_factory=Sampling)
     model: str | None = None
+    tools: ToolRequest | None = None  # server/tools.py: the tools it offers, what it asks of them
 
 
 @dataclass
@@ -71,6 +76,7 @@ class CompletionRequest:
     include_usage: bool = False
     sampling: Sampling = field(default_factory=Sampling)
     model: str | None = None
+    suffix: str = ""  # fill-in-the-middle: the code after the cursor ("" none), ``prompt`` the code before it
 
 
 def _number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False):
@@ -155,8 +161,6 @@ def _sampling(body: dict) -> Sampling:
         raise _bad("stop", "'stop' sequences must not be empty")
     max_tokens = _max_tokens(body)
     n = _number(body, "n", 1, 128, integer=True)
-    if n not in (None, 1):
-        raise _bad("n", "only n=1 is served: one model, one answer at a time")
     cache_prompt = body.get("cache_prompt", True)
     if not isinstance(cache_prompt, bool):
         raise _bad("cache_prompt", "'cache_prompt' must be true or false")
@@ -166,15 +170,21 @@ def _sampling(body: dict) -> Sampling:
         stop=stops,
         cache_prompt=cache_prompt,
         grammar=_grammar(body),
+        n=n or 1,
     )
 
 
 def _grammar(body: dict) -> str | None:
-    """``response_format``'s grammar (server/response_format.py): a problem is a 400 naming it."""
+    """``response_format``'s grammar or the GBNF ``grammar`` (server/response_format.py): a problem is a 400
+    naming the field."""
     try:
-        return grammar_of(body.get("response_format"), body.get("json_schema"))
+        json = grammar_of(body.get("response_format"), body.get("json_schema"))
     except GrammarError as exc:
         raise _bad("response_format", str(exc)) from exc
+    try:
+        return gbnf_of(body.get("grammar"), json) or json
+    except GrammarError as exc:
+        raise _bad("grammar", str(exc)) from exc
 
 
 def _max_tokens(body: dict) -> int | None:
@@ -280,7 +290,7 @@ def _short_text(text: str) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-ROLES = {"system", "developer", "user", "assistant"}
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
 def parse_chat(body) -> ChatRequest:
@@ -299,9 +309,22 @@ def parse_chat(body) -> ChatRequest:
         text, files = _content(m, i)
         if files and role != "user":
             raise _bad(f"messages[{i}].content", "files can be sent in user messages only")
-        out.append({"role": "system" if role == "developer" else role, "content": text, "files": files})
+        calls = _tool_part(message_tool_fields, m, i, role)  # an assistant's tool_calls, a result's call id
+        role = {"developer": "system", "function": "tool"}.get(role, role)
+        out.append({"role": role, "content": text, "files": files, **calls})
+    if body.get("suffix"):  # completions' field: a chat would answer as if it were not there
+        raise _bad("suffix", "'suffix' (fill-in-the-middle) is served on /v1/completions, not in a chat")
     stream, usage = _stream_flags(body)
-    return ChatRequest(out, stream, usage, _sampling(body), _model(body))
+    tools = _tool_part(tool_request, body)
+    return ChatRequest(out, stream, usage, _with_logprobs(_sampling(body), body, chat=True), _model(body), tools)
+
+
+def _tool_part(read, *args):
+    """``read(*args)`` (server/tools.py), its ToolError a 400 naming the field."""
+    try:
+        return read(*args)
+    except ToolError as exc:
+        raise _bad(exc.param, str(exc)) from exc
 
 
 def parse_completion(body) -> CompletionRequest:
@@ -310,7 +333,28 @@ def parse_completion(body) -> CompletionRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
-    if not isinstance(prompt, str) or not prompt:
+    if _tool_part(tool_request, body) is not None:  # a plain completion has no conversation to call in
+        raise _bad("tools", "tools are served on /v1/chat/completions, not on /v1/completions")
+    suffix = _suffix(body)
+    if not isinstance(prompt, str) or not (prompt or suffix):  # a middle may begin a file: no prefix
         raise _bad("prompt", "'prompt' must be a non-empty string")
     stream, usage = _stream_flags(body)
-    return CompletionRequest(prompt, stream, usage, _sampling(body), _model(body))
+    sampling = _with_logprobs(_sampling(body), body, chat=False)
+    return CompletionRequest(prompt, stream, usage, sampling, _model(body), suffix)
+
+
+def _with_logprobs(sampling: Sampling, body: dict, *, chat: bool) -> Sampling:
+    """``sampling`` with the logprobs the request asks for (chat's and the legacy completions' fields differ)."""
+    try:
+        sampling.logprobs = requested(body, chat=chat)
+    except LogprobsFieldError as exc:
+        raise _bad(exc.param, str(exc)) from exc
+    return sampling
+
+
+def _suffix(body: dict) -> str:
+    """Fill-in-the-middle's code after the cursor (server/asgi.py makes the model's FIM prompt of it)."""
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise _bad("suffix", "'suffix' must be a string")
+    return suffix or ""

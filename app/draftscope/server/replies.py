@@ -17,7 +17,9 @@ from starlette.responses import JSONResponse, StreamingResponse
 import draftscope.server.protocol as p
 import draftscope.server.responses as responses
 from draftscope.engine.engine import PromptTooLongError
-from draftscope.engine.events import FinalEvent
+from draftscope.engine.events import FinalEvent, StepEvent
+from draftscope.server.logprob_fields import LogprobsWriter
+from draftscope.server.tool_calls import CallReader, called
 
 
 def _engine_error(exc: Exception) -> p.ApiError:
@@ -43,10 +45,18 @@ class Reply:
     chat: bool
     prompt_tokens: int
     usage_chunk: bool  # a last chunk with the usage (stream_options.include_usage)
+    index: int = 0  # which of the request's n answers (server/choices.py): its choice's index
+    logprobs: LogprobsWriter | None = None  # where the request asks for logprobs
+    calls: CallReader | None = None  # the answer's text read as tool calls (server/tool_calls.py)
 
     def whole(self, final: FinalEvent) -> dict:
         make = responses.chat_response if self.chat else responses.completion_response
-        return make(self.rid, self.model_id, final, self.prompt_tokens)
+        body = make(self.rid, self.model_id, final, self.prompt_tokens)
+        if self.logprobs is not None:
+            body["choices"][0]["logprobs"] = self.logprobs.whole(final)
+        if self.calls is not None:
+            called(self.calls, final.text, body["choices"][0])
+        return body
 
     def opening(self) -> list[str]:
         """A chat stream starts by naming the speaker."""
@@ -54,26 +64,39 @@ class Reply:
             return []
         return [
             _sse(
-                responses.chat_chunk(self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""})
+                responses.chat_chunk(
+                    self.rid, self.model_id, self.created, delta={"role": "assistant", "content": ""}, index=self.index
+                )
             )
         ]
 
-    def step(self, text: str, extension: dict) -> str:
+    def step(self, text: str, extension: dict, event: StepEvent | None = None) -> str:
+        if self.chat and self.calls is not None:  # content and calls as deltas, the step's figures on the first
+            deltas = self.calls.push(text) or [{}]
+            return _sse(self._delta(deltas[0], extension)) + "".join(_sse(self._delta(d)) for d in deltas[1:])
         if self.chat:
-            return _sse(
-                responses.chat_chunk(
-                    self.rid, self.model_id, self.created, delta={"content": text}, extension=extension
-                )
+            chunk = responses.chat_chunk(
+                self.rid, self.model_id, self.created, delta={"content": text}, extension=extension, index=self.index
             )
-        return _sse(responses.completion_chunk(self.rid, self.model_id, self.created, text=text, extension=extension))
+        else:
+            chunk = responses.completion_chunk(
+                self.rid, self.model_id, self.created, text=text, extension=extension, index=self.index
+            )
+        if self.logprobs is not None and event is not None:  # the step's tokens' logprobs
+            chunk["choices"][0]["logprobs"] = self.logprobs.step(event)
+        return _sse(chunk)
 
     def closing(self, final: FinalEvent, rest: str) -> list[str]:
         """The held-back text with the finish reason and the answer's statistics, then the usage
         when it was asked for."""
         ext = {"stats": responses.stats_extension(final)}
         reason = responses.finish_reason(final.finish_reason)
+        calls = []
+        if self.chat and self.calls is not None:  # what the text held back still says, then "tool_calls"
+            calls = [_sse(self._delta(d)) for d in self.calls.push(rest) + self.calls.finish()]
+            rest, reason = "", self.calls.finish_reason or reason
         if self.chat:
-            out = [
+            out = calls + [
                 _sse(
                     responses.chat_chunk(
                         self.rid,
@@ -82,6 +105,7 @@ class Reply:
                         delta={"content": rest} if rest else {},
                         finish=reason,
                         extension=ext,
+                        index=self.index,
                     )
                 )
             ]
@@ -89,24 +113,31 @@ class Reply:
             out = [
                 _sse(
                     responses.completion_chunk(
-                        self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext
+                        self.rid, self.model_id, self.created, text=rest, finish=reason, extension=ext, index=self.index
                     )
                 )
             ]
         if self.usage_chunk:
-            out.append(
-                _sse(
-                    {
-                        "id": self.rid,
-                        "object": "chat.completion.chunk" if self.chat else "text_completion",
-                        "created": self.created,
-                        "model": self.model_id,
-                        "choices": [],
-                        "usage": responses.usage(self.prompt_tokens, final.stats),
-                    }
-                )
-            )
+            out.append(self.usage_event(responses.usage(self.prompt_tokens, final.stats)))
         return out
+
+    def usage_event(self, usage: dict) -> str:
+        """The last chunk, where the usage was asked for: no choice, the usage."""
+        return _sse(
+            {
+                "id": self.rid,
+                "object": "chat.completion.chunk" if self.chat else "text_completion",
+                "created": self.created,
+                "model": self.model_id,
+                "choices": [],
+                "usage": usage,
+            }
+        )
+
+    def _delta(self, delta: dict, extension: dict | None = None) -> dict:
+        return responses.chat_chunk(
+            self.rid, self.model_id, self.created, delta=delta, extension=extension, index=self.index
+        )
 
 
 async def whole_reply(request: Request, reply: Reply, events):
@@ -145,15 +176,24 @@ async def streamed_reply(request: Request, reply: Reply, events, stop_strings: S
 
 
 async def _chunks(request: Request, reply: Reply, first, events, stop_strings: Sequence[str]):
+    """The answer's chunks, then [DONE]."""
+    async with contextlib.aclosing(answer_chunks(request, reply, first, events, stop_strings)) as chunks:
+        async for chunk in chunks:
+            yield chunk
+    yield "data: [DONE]\n\n"
+
+
+async def answer_chunks(request: Request, reply: Reply, first, events, stop_strings: Sequence[str]):
     """Each step's text (less what may still turn out to be a stop sequence), then the closing
-    chunks, then [DONE]; an answer that fails ends with the error's body instead of the closing."""
+    chunks; an answer that fails ends with the error's body instead of the closing. (n answers'
+    are merged by server/choices.py.)"""
     hold = responses.StopHoldback(stop_strings)
     try:
         for chunk in reply.opening():
             yield chunk
         ev = first
         while not isinstance(ev, FinalEvent):
-            yield reply.step(hold.push("".join(ev.pieces)), responses.step_extension(ev))
+            yield reply.step(hold.push("".join(ev.pieces)), responses.step_extension(ev), ev)
             ev = await events.__anext__()
         request.state.completion_tokens = ev.stats.tokens
         if ev.finish_reason == "error":
@@ -161,7 +201,6 @@ async def _chunks(request: Request, reply: Reply, first, events, stop_strings: S
         else:
             for chunk in reply.closing(ev, hold.finish(ev.text)):
                 yield chunk
-        yield "data: [DONE]\n\n"
     finally:
         await events.aclose()
 

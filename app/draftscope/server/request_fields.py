@@ -15,26 +15,21 @@ HONOURED = frozenset(
     {
         "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "n_predict", "stream",
         "stream_options", "stop", "seed", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-        "repetition_window", "response_format", "json_schema", "cache_prompt", "n",
+        "repetition_window", "response_format", "json_schema", "cache_prompt", "n", "suffix", "grammar",
+        "logprobs", "top_logprobs", "n_probs", "tools", "functions", "tool_choice", "function_call",
+        "parallel_tool_calls",
     }
 )  # fmt: skip
 # informational: what the client says of itself or of how the answer is kept elsewhere
-INERT = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls"})
+INERT = frozenset({"user", "metadata", "store", "service_tier"})
 # llama-server's (and Ollama's) names for fields of ours
 ALIASES = {"repeat_penalty": "repetition_penalty", "repeat_last_n": "repetition_window"}
 # refused unless set to a value that changes nothing (None always changes nothing)
 REFUSED: dict[str, Collection] = {
-    "tools": ([], {}),
-    "functions": ([], {}),
-    "tool_choice": ("none", "auto"),  # without tools (refused above) "auto" changes nothing
-    "function_call": ("none", "auto"),
     "logit_bias": ({},),
-    "logprobs": (False, 0),
-    "top_logprobs": (0,),
     "audio": ({},),
     "modalities": (["text"],),
     "prediction": ({},),
-    "suffix": ("",),  # fill-in-the-middle: an answer would write on past the middle
     "frequency_penalty": (0,),
     "presence_penalty": (0,),
     "reasoning_effort": (),
@@ -48,15 +43,12 @@ REFUSED: dict[str, Collection] = {
     "dynatemp_range": (0,),
     "dry_multiplier": (0,),
     "xtc_probability": (0,),
-    "grammar": ("",),
-    "n_probs": (0,),
     "ignore_eos": (False,),
     "samplers": (),
 }
 INSTEAD = {
     "frequency_penalty": "'repetition_penalty' is, as Settings ▸ Generation ▸ Repetition penalty",
     "presence_penalty": "'repetition_penalty' is, as Settings ▸ Generation ▸ Repetition penalty",
-    "grammar": "'response_format' with a JSON schema is",
 }
 
 

@@ -2,13 +2,14 @@
 ``json_object``, a schema's JSON for ``json_schema`` in OpenAI's nested shape (``json_schema.schema``)
 or llama-server's top-level one (``schema`` beside ``type``, or a ``json_schema`` field of the request:
 llama-server documents it, then runs unconstrained where the shape is not its own; here every shape is
-honoured or refused). A problem is a GrammarError whose words name it."""
+honoured or refused). llama-server's ``grammar`` field, a GBNF grammar, is read here too. A problem is
+a GrammarError whose words name it."""
 
 from __future__ import annotations
 
 import reprlib
 
-from draftscope.engine.grammar import GrammarError, json_grammar
+from draftscope.engine.grammar import GrammarError, gbnf_grammar, json_grammar
 
 KINDS = ("text", "json_object", "json_schema")
 
@@ -30,3 +31,15 @@ def grammar_of(fmt: object, schema: object) -> str | None:
     if schema is not None and not isinstance(schema, dict):
         raise GrammarError(f"a JSON schema is an object, not {type(schema).__name__}")
     return json_grammar(schema)
+
+
+def gbnf_of(text: object, json: str | None) -> str | None:
+    """The grammar llama-server's ``grammar`` field asks for ("" none); ``json``, the one response_format
+    asked for: the answer can be held to one of them only."""
+    if text is None or text == "":
+        return None
+    if not isinstance(text, str):
+        raise GrammarError("'grammar' must be a string: a GBNF grammar")
+    if json is not None:
+        raise GrammarError("'grammar' and a JSON response_format (or 'json_schema') both say what to write: send one")
+    return gbnf_grammar(text)

@@ -103,14 +103,22 @@ def completion_response(rid: str, model: str, final, prompt_tokens: int) -> dict
 
 
 def chat_chunk(
-    rid: str, model: str, created: int, *, delta: dict, finish: str | None = None, extension: dict | None = None
+    rid: str,
+    model: str,
+    created: int,
+    *,
+    delta: dict,
+    finish: str | None = None,
+    extension: dict | None = None,
+    index: int = 0,
 ) -> dict:
+    """A chat stream's chunk of choice ``index`` (of n: server/choices.py)."""
     chunk = {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}],
     }
     if extension is not None:
         chunk["draftscope"] = extension
@@ -118,14 +126,22 @@ def chat_chunk(
 
 
 def completion_chunk(
-    rid: str, model: str, created: int, *, text: str, finish: str | None = None, extension: dict | None = None
+    rid: str,
+    model: str,
+    created: int,
+    *,
+    text: str,
+    finish: str | None = None,
+    extension: dict | None = None,
+    index: int = 0,
 ) -> dict:
+    """A plain completion stream's chunk of choice ``index`` (of n: server/choices.py)."""
     chunk = {
         "id": rid,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+        "choices": [{"index": index, "text": text, "finish_reason": finish, "logprobs": None}],
     }
     if extension is not None:
         chunk["draftscope"] = extension

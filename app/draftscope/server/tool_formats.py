@@ -5,6 +5,7 @@ tools at all. Parsing an answer into calls: ``server/tool_calls.py``."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,20 +81,22 @@ def renders_tools(tokenizer: Any) -> bool:
     return plain != shown and "probe_tool_x7" in shown
 
 
-def call_grammar(fmt: CallFormat, tools: list[dict], *, parallel: bool) -> str:
+def call_grammar(fmt: CallFormat, tools: list[dict], *, parallel: bool, tokenizer: Any = None) -> str:
     """A Lark grammar (llguidance's) of one or more calls in ``fmt``, each ``{"name": one of the tools,
-    "<arguments>": that tool's parameters}``, the name first, as json.dumps spaces it."""
+    "<arguments>": that tool's parameters}``, the name first, as json.dumps spaces it. The format's markers are
+    written as the model writes them: a marker that is one of ``tokenizer``'s added tokens (Qwen's
+    ``<tool_call>``) is that token, not its text (llguidance takes a token only as what it is)."""
     from llguidance import LLMatcher
 
     schema = {"x-guidance": JSON_STYLE, "anyOf": [_call_schema(fmt, t["function"]) for t in tools]}
     body = f"%json {json.dumps(schema)}"
     if fmt.anywhere:  # a block per call
-        call = f'"{_lark(fmt.openers[0] + fmt.first)}" body "{_lark(fmt.last)}"'
-        calls = f'call ("{_lark(fmt.joiner)}" call)*' if parallel else "call"
+        call = f"{_terms(fmt.openers[0] + fmt.first, tokenizer)} body {_terms(fmt.last, tokenizer)}"
+        calls = f"call ({_terms(fmt.joiner, tokenizer)} call)*" if parallel else "call"
         lark = f"start: {calls}\ncall: {call}\nbody: {body}\n"
     else:  # one block of calls
-        calls = f'body ("{_lark(fmt.joiner)}" body)*' if parallel else "body"
-        lark = f'start: "{_lark(fmt.first)}" {calls} "{_lark(fmt.last)}"\nbody: {body}\n'
+        calls = f"body ({_terms(fmt.joiner, tokenizer)} body)*" if parallel else "body"
+        lark = f"start: {_terms(fmt.first, tokenizer)} {calls} {_terms(fmt.last, tokenizer)}\nbody: {body}\n"
     try:
         grammar = LLMatcher.grammar_from_lark(lark)
     except (ValueError, TypeError, RuntimeError) as exc:
@@ -111,6 +114,15 @@ def _call_schema(fmt: CallFormat, function: dict) -> dict:
         "required": ["name", fmt.arguments],
         "additionalProperties": False,
     }
+
+
+def _terms(text: str, tokenizer: Any) -> str:
+    """``text`` as Lark terms: each of the tokenizer's added tokens in it as ``<[id]>``, the rest as strings."""
+    added: dict[str, int] = getattr(tokenizer, "get_added_vocab", dict)() if tokenizer is not None else {}
+    pattern = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True) if t and t in text)
+    parts = re.split(f"({pattern})", text) if pattern else [text]
+    terms = [f"<[{added[p]}]>" if p in added else f'"{_lark(p)}"' for p in parts if p]
+    return " ".join(terms) or '""'
 
 
 def _lark(text: str) -> str:

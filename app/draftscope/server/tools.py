@@ -161,7 +161,7 @@ def plan(request: ToolRequest | None, tokenizer: Any) -> ToolPlan | None:
         return ToolPlan(request, fmt, None)
     offered = [t for t in request.tools if request.named in (None, t["function"]["name"])]
     try:
-        grammar = call_grammar(fmt, offered, parallel=request.parallel and request.named is None)
+        grammar = call_grammar(fmt, offered, parallel=request.parallel and request.named is None, tokenizer=tokenizer)
     except GrammarError as exc:
         raise bad("tools", str(exc)) from exc
     return ToolPlan(request, fmt, grammar)
@@ -197,21 +197,28 @@ def message_tool_fields(message: dict, i: int, role: str) -> dict:
 
 
 def _call(call: Any, where: str, *, legacy: bool = False) -> dict:
-    """One call the assistant made, its arguments read from their JSON text."""
+    """One call the assistant made, its arguments read from their JSON text (templates write an object).
+    Arguments that are not a JSON object (a call cut by the length limit) go to the template as the text
+    they are, as OpenAI takes them: an agent sends back what the server said."""
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise bad(where, 'a tool call is {"id", "type": "function", "function": {"name", "arguments"}}')
     arguments = function.get("arguments", "{}")
     args_where = where + ("" if legacy else ".function") + ".arguments"
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except ValueError as exc:
-            raise bad(args_where, f"a call's arguments must be JSON text: {exc}") from exc
-    if not isinstance(arguments, dict):
-        raise bad(args_where, "a call's arguments must be a JSON object")
+        arguments = _object_or_text(arguments)
+    elif not isinstance(arguments, dict):
+        raise bad(args_where, "a call's arguments must be JSON text or a JSON object")
     call_id = call.get("id") if isinstance(call.get("id"), str) else "call_0"
     return {"id": call_id, "type": "function", "function": {"name": function["name"], "arguments": arguments}}
+
+
+def _object_or_text(arguments: str) -> dict | str:
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
 
 
 def template_message(message: dict) -> dict:

@@ -85,6 +85,13 @@ class Backend(ABC):
     def clear_slot(self, slot: int) -> None:
         self.truncate_slot(slot, 0)
 
+    # copy_slot gives one slot's cache to another: n answers to one prompt read it once (engine/fork.py)
+    copies_slots: bool = False
+
+    def copy_slot(self, source: int, target: int, length: int) -> None:
+        """Make ``target``'s cache hold the first ``length`` positions ``source``'s holds (what it held goes)."""
+        raise NotImplementedError(f"{self.kind} does not copy one slot's cache to another")
+
     def held_tokens(self, slot: int) -> list[int]:
         """The token at each position the slot's cache holds, as far as known (held.py)."""
         return []

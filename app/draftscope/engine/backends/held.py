@@ -43,6 +43,11 @@ class HeldTokens:
             return
         self.read(slot, past, [step[0], *(step[1 + i] for i in path)])
 
+    def copy(self, source: int, target: int, length: int) -> None:
+        """``target`` now holds the first ``length`` positions ``source`` holds."""
+        self._held[target] = self._held[source][:length]
+        self._verifying[target] = None
+
     def cut(self, slot: int, length: int) -> None:
         del self._held[slot][length:]
         self._verifying[slot] = None

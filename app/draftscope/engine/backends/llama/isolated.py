@@ -183,6 +183,11 @@ class IsolatedLlamaBackend(Backend):
     def truncate_slot(self, slot: int, length: int) -> None:
         self._call("truncate_slot", slot, length)
 
+    copies_slots = True
+
+    def copy_slot(self, source: int, target: int, length: int) -> None:
+        self._call("copy_slot", source, target, length)
+
     def slot_cached(self, slot: int) -> int:
         return self._call("slot_cached", slot)
 

@@ -211,6 +211,20 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         self._last_seqs[slot] = None
         self.held.clear(slot)
 
+    copies_slots = True
+
+    @serialised
+    def copy_slot(self, source: int, target: int, length: int) -> None:
+        """In the unified cache a copy only tags ``source``'s first ``length`` cells with ``target``'s sequence."""
+        if not 0 <= length <= self._past[source] or source == target:
+            raise ValueError(
+                f"slot {source} holds {self._past[source]} positions: {length} cannot be copied to {target}"
+            )
+        self.clear_slot(target)
+        self._L.llama_memory_seq_cp(self._memory, self._seq(source), self._seq(target), 0, length)
+        self._past[target] = length
+        self.held.copy(source, target, length)
+
     @serialised
     def decode_many(self, work: dict) -> dict:
         """One ``llama_decode`` for several slots' Prefill and Verify items; a Verified for each

@@ -135,6 +135,20 @@ class TorchSlotsBackend(TorchBackend):
         self._pasts[slot] = min(self._pasts[slot], length)
         self.held.cut(slot, length)
 
+    copies_slots = True
+
+    @torch.inference_mode()
+    def copy_slot(self, source: int, target: int, length: int) -> None:
+        if not 0 <= length <= self._pasts[source] or source == target:
+            raise ValueError(
+                f"slot {source} holds {self._pasts[source]} positions: {length} cannot be copied to {target}"
+            )
+        for keys, values in written_layers(self._rows):
+            keys[target, :, :length] = keys[source, :, :length]
+            values[target, :, :length] = values[source, :, :length]
+        self._pasts[target] = length
+        self.held.copy(source, target, length)
+
     @torch.inference_mode()
     def commit_slot(self, slot: int, path: list[int]) -> None:
         self.held.committed(slot, self._pasts[slot], path)
