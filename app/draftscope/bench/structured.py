@@ -120,6 +120,7 @@ class Heard:
         after = tokens - first[1] if first else 0
         return {
             "first_token_s": None if first is None else first[0] - self.t0,
+            "answer_s": self.arrivals[-1][0] - self.t0 if first else None,  # the whole answer's wait
             "writing_tokens_per_s": after / span if span > 0 and after > 0 else None,
             "completion_tokens": tokens,
             "finish_reason": self.finish,
