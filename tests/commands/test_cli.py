@@ -128,7 +128,7 @@ def test_every_benchmark_a_user_runs_is_a_bench_subcommand(capsys):
     parser = build_parser()
     bench = next(a for a in parser._subparsers._group_actions[0].choices["bench"]._actions if a.dest == "bench_command")
     assert set(bench.choices) == {
-        *("retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc", "project", "turns", "ttft")
+        *("retriever", "spec", "lossless", "gpu", "serve", "memory", "rpc", "project", "turns", "ttft", "structured")
     }
     with pytest.raises(SystemExit) as exc:
         main(["bench", "rpc", "--workers", "0"])

@@ -111,6 +111,10 @@ ONE = ("add", {"a": 1})
             [PARIS, ONE],
         ),
         (HERMES, "a < b and <tool is no call", "a < b and <tool is no call", []),
+        # small Qwen models write a call without its tags: the whole answer a call's JSON is that call
+        (HERMES, ' {"name": "get_weather", "arguments": {"city": "Paris"}}\n', "", [PARIS]),
+        (HERMES, '{"name": "get_weather", "arguments": {}} is how', None, []),
+        (HERMES, '{"name": "nope", "arguments": {}}', None, []),
         (
             HERMES,
             'I try <tool_call>\n{"name": "unknown", "arguments": {}}\n</tool_call>',

@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
         _add_project,
         _add_memory,
         _add_rpc,
+        _add_structured,
     ):
         add(bench_sub)
 
@@ -130,4 +131,16 @@ def _add_rpc(bench_sub) -> None:
         "rpc",
         rpc_split,
         "a model split over local rpc workers against it whole and against llama-server on the same split",
+    )
+
+
+def _add_structured(bench_sub) -> None:
+    from draftscope.bench import structured
+
+    _add_bench(
+        bench_sub,
+        "structured",
+        structured,
+        "JSON answers held to a schema and required tool calls: writing rate, first token and validity, "
+        "ours against llama-server, and the tokens the grammar forced",
     )

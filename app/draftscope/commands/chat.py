@@ -10,8 +10,13 @@ import sys
 import threading
 
 from draftscope.commands.model_options import add_model_arguments, runtime_from_args
+from draftscope.commands.tool_options import add_tool_arguments, calls_json, fit_tools, read_tools
 
 SCHEMA_HELP = "answers are JSON this JSON schema accepts (every token held to it; '{}' in the file: any JSON object)"
+SUFFIX_HELP = (
+    "fill in the middle: the code after the cursor (the prompt is the code before it); a code model with "
+    "fill-in-the-middle tokens writes what goes between"
+)
 ATTACH_HELP = (
     "a file for the model to read with the {} (text, Markdown, source code, HTML, PDF, DOCX); repeat for several"
 )
@@ -23,12 +28,15 @@ def add_parser(sub) -> None:
     chat.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("first message"))
     chat.add_argument("--documents", default=None, metavar="DIR", help=DOCUMENTS_HELP)
     chat.add_argument("--json-schema", default=None, metavar="FILE", help=SCHEMA_HELP)
+    add_tool_arguments(chat)
     chat.set_defaults(func=cmd_chat)
     gen = sub.add_parser("generate", help="answer one prompt")
     gen.add_argument("prompt")
     add_model_arguments(gen)
     gen.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("prompt"))
     gen.add_argument("--json-schema", default=None, metavar="FILE", help=SCHEMA_HELP)
+    add_tool_arguments(gen)
+    gen.add_argument("--suffix", default=None, metavar="TEXT", help=SUFFIX_HELP)
     gen.add_argument("--quiet-stats", action="store_true", help="do not print statistics to stderr")
     gen.set_defaults(func=cmd_generate)
 
@@ -39,15 +47,22 @@ def _answer(session, args, out=None):
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
 
+    tools = getattr(args, "tool_plan", None)  # commands/tool_options.py: calls are shown apart from the text
+
     def show(ev):
-        out.write("".join(ev.pieces))
+        text = "".join(ev.pieces)
+        out.write(text if tools is None else tools.said(text))
         out.flush()
 
     session.events.step.connect(show)  # the terminal is a view of the session's steps
-    request = session.request(budget=args.budget, cancel=cancel)
+    request = session.request(budget=args.budget, cancel=cancel, prompt_ids=getattr(args, "prompt_ids", None))
     request.grammar = getattr(args, "grammar", None)
+    if tools is not None:
+        tools.prepare(request)
     try:
-        return session.run(request)
+        final = session.run(request)
+        out.write(tools.finish() if tools is not None else "")
+        return final
     finally:
         session.events.step.disconnect(show)
         signal.signal(signal.SIGINT, previous)
@@ -129,8 +144,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from draftscope.documents.extract import AttachmentError
 
     try:
+        if args.suffix and args.attach:  # a FIM prompt is the code around the cursor: no room for files
+            raise ValueError("--suffix fills in a middle from the prompt and the suffix alone: no --attach")
         files = read_attachments(args.attach)  # before the model loads: a bad file is said at once
         args.grammar = read_schema(args.json_schema)
+        args.tool_request = read_tools(args.tools, args.tool_choice)
+        if args.suffix and args.tool_request is not None:  # the FIM prompt has no chat template to show them
+            raise ValueError("--suffix fills in a middle from the prompt and the suffix alone: no --tools")
     except (AttachmentError, ValueError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
@@ -143,18 +163,28 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def _generate_with(session, args: argparse.Namespace, files: list) -> int:
     try:
+        fit_tools(args, session.engine.tokenizer)  # a template without tools is said before answering
         _say_with(session, args.prompt, files)
+        if args.suffix:  # the model's FIM prompt instead of the chat's
+            args.prompt_ids = _fim_prompt(session.engine, args.prompt, args.suffix)
     except ValueError as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
     final = _answer(session, args)
-    print()
+    print(calls_json(args))  # the answer's calls, a JSON line each
     if final.finish_reason == "error":
         print(f"draftscope: {final.error}", file=sys.stderr)
         return 1
     if not args.quiet_stats:
         print(_stats_line(final), file=sys.stderr)
     return 0
+
+
+def _fim_prompt(engine, before: str, after: str) -> list[int]:
+    """``--suffix``: the model's fill-in-the-middle prompt (ValueError, in words, for a model without one)."""
+    from draftscope.models.fim_tokens import fim_tokens, gguf_file
+
+    return fim_tokens(engine.tokenizer, gguf_file(engine.backend.source)).prompt(engine.tokenizer, before, after)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -164,6 +194,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         files = read_attachments(args.attach)
         args.grammar = read_schema(args.json_schema)
+        args.tool_request = read_tools(args.tools, args.tool_choice)
     except (AttachmentError, ValueError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
@@ -195,6 +226,11 @@ def _attach_command(line: str, pending: list) -> None:
 
 
 def _chat_loop(session, args: argparse.Namespace, pending: list | None = None) -> int:
+    try:
+        tools = fit_tools(args, session.engine.tokenizer)  # a template without tools is said before answering
+    except ValueError as exc:
+        print(f"draftscope: {exc}", file=sys.stderr)
+        return 2
     print(
         "Type a message; /attach FILE adds a file to it, /reset starts over, /exit (or Ctrl-D) quits, "
         "Ctrl-C stops an answer.",
@@ -229,16 +265,23 @@ def _chat_loop(session, args: argparse.Namespace, pending: list | None = None) -
             print(f"[{exc}]", file=sys.stderr)
             continue
         pending = []
-        print("assistant> ", end="", flush=True)
-        try:
-            final = _answer(session, args)
-        except ValueError as exc:  # e.g. the conversation outgrew the context window
-            session.drop_last()
-            print(f"\n[{exc}]", file=sys.stderr)
-            continue
-        print()
-        if final.finish_reason == "error":
-            print(f"[error: {final.error}]", file=sys.stderr)
-            session.drop_last()
-            continue
-        print(_stats_line(final), file=sys.stderr)
+        if _reply(session, args) and tools is not None:  # its calls shown, their results asked, answered on
+            tools.converse(session, lambda: _reply(session, args))
+
+
+def _reply(session, args: argparse.Namespace) -> bool:
+    """The model's next answer, then its figures; False when it failed (its question taken back)."""
+    print("assistant> ", end="", flush=True)
+    try:
+        final = _answer(session, args)
+    except ValueError as exc:  # e.g. the conversation outgrew the context window
+        session.drop_last()
+        print(f"\n[{exc}]", file=sys.stderr)
+        return False
+    print()
+    if final.finish_reason == "error":
+        print(f"[error: {final.error}]", file=sys.stderr)
+        session.drop_last()
+        return False
+    print(_stats_line(final), file=sys.stderr)
+    return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from psygnal import Signal, SignalGroup
@@ -76,6 +76,9 @@ class Turn:
     content: str
     id: int | None = None
     files: tuple[SentFile, ...] = ()  # a user message's attachments as the model read them
+    # its part in tool calling as the chat template reads it (an answer's tool_calls, a result's
+    # tool_call_id and name): the terminal's conversations, which live in memory
+    tool_fields: dict = field(default_factory=dict)
 
     def attachments(self) -> list[Attachment]:
         """The files as the model read them, to go back in a composer."""
@@ -153,7 +156,7 @@ class ChatSession:
         return self._model_messages(self.turns())
 
     def _model_messages(self, turns: Sequence[Turn]) -> list[dict]:
-        out = [{"role": t.role, "content": t.model_text} for t in turns]
+        out = [{"role": t.role, "content": t.model_text, **t.tool_fields} for t in turns]
         if self.settings.system_prompt:
             out.insert(0, {"role": "system", "content": self.settings.system_prompt})
         return out
@@ -176,18 +179,27 @@ class ChatSession:
         return self._model_messages([*self._turns_before(replacing), Turn("user", text, None, tuple(sent))])
 
     def say(
-        self, text: str, *, replacing: int | None = None, role: str = "user", files: Sequence[SentFile] = ()
+        self,
+        text: str,
+        *,
+        replacing: int | None = None,
+        role: str = "user",
+        files: Sequence[SentFile] = (),
+        tool_fields: dict | None = None,
     ) -> None:
         """A message (the user's, or, replaying a conversation given whole, an earlier answer);
         ``replacing`` (a user message's id) edits and resends: it and everything after it go. A
         first message starts a conversation titled from it. ``files``: its attachments as
-        :meth:`attach` prepared them."""
+        :meth:`attach` prepared them. ``tool_fields``: an answer's calls or a tool's result, as the
+        chat template reads them (a conversation in memory only: the history keeps no calls)."""
         if replacing is not None:
             self.rewind(replacing)
         files = tuple(files)
         if not self._stored():
-            self._memory.append(Turn(role, text, None, files))
+            self._memory.append(Turn(role, text, None, files, dict(tool_fields or {})))
             return
+        if tool_fields:
+            raise ValueError("tool calls and their results are kept in a conversation in memory only")
         if self.conversation_id is None:
             title = text if text.strip() or not files else files[0].name
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(title))

@@ -7,7 +7,9 @@ whole reply's message.
 Where a grammar holds the answer to calls (tool_choice "required" or a named function), the arguments
 stream as they are written: the grammar lets nothing else through. Where the model is free ("auto"),
 a call is sent once it is complete, and a call it writes badly (not JSON, a tool it was not given, no
-name) stays text content, as llama-server and vLLM leave it: the client sees what the model said.
+name) stays text content, as llama-server and vLLM leave it: the client sees what the model said. An
+answer that is nothing but a call's JSON, without the format's tags, is that call (small Qwen models
+write calls so after a tool's result).
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ class CallReader:
             self._after_call = False
         if not self.fmt.anywhere:
             return self._prose_at_start(final)
+        bare = self._bare_call(final)
+        if bare is not None:
+            return bare
         found = [(i, o) for o in self.fmt.openers if (i := text.find(o)) >= 0]
         if found:
             at, opener = min(found)
@@ -103,6 +108,23 @@ class CallReader:
             return self._say_up_to(len(text))
         safe = text.rstrip()  # whitespace waits: before a call it is no content
         return self._say_up_to(len(safe[: len(safe) - _held(safe, self.fmt.openers)].rstrip()))
+
+    def _bare_call(self, final: bool) -> list[dict] | None:
+        """Small Qwen models often write a call without its tags: an answer that is nothing but a call's
+        JSON (an offered tool's name, object arguments) is that call. Such an answer is held to its end
+        (None: not this case)."""
+        text = self._text
+        if self.eager or self._started or self.calls or not text.lstrip().startswith("{"):
+            return None
+        if any(o in text for o in self.fmt.openers):
+            return None
+        if not final:
+            return []
+        calls = _calls_in(text, self.fmt, self.names)
+        if calls is None:
+            return None
+        self._text, self._after_call = "", True
+        return [self._called(name, arguments) for name, arguments in calls]
 
     def _prose_at_start(self, final: bool) -> list[dict]:
         """Llama 3's and Mistral's calls open the answer or not at all."""
