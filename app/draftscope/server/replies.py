@@ -73,7 +73,10 @@ class Reply:
     def step(self, text: str, extension: dict, event: StepEvent | None = None) -> str:
         if self.chat and self.calls is not None:  # content and calls as deltas, the step's figures on the first
             deltas = self.calls.push(text) or [{}]
-            return _sse(self._delta(deltas[0], extension)) + "".join(_sse(self._delta(d)) for d in deltas[1:])
+            first = self._delta(deltas[0], extension)
+            if self.logprobs is not None and event is not None:  # the step's tokens' logprobs, on its first chunk
+                first["choices"][0]["logprobs"] = self.logprobs.step(event)
+            return _sse(first) + "".join(_sse(self._delta(d)) for d in deltas[1:])
         if self.chat:
             chunk = responses.chat_chunk(
                 self.rid, self.model_id, self.created, delta={"content": text}, extension=extension, index=self.index

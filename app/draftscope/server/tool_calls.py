@@ -34,7 +34,10 @@ class Call:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
-def new_call_id() -> str:
+def new_call_id(fmt: CallFormat | None = None) -> str:
+    """A call's id; Mistral's templates take only nine letters and digits."""
+    if fmt is not None and fmt.name == "mistral":
+        return uuid.uuid4().hex[:9]
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
@@ -190,7 +193,7 @@ class CallReader:
         return len(self._text) if final else None
 
     def _called(self, name: str, arguments: str) -> dict:
-        call = Call(new_call_id(), name, arguments)
+        call = Call(new_call_id(self.fmt), name, arguments)
         self.calls.append(call)
         return {"tool_calls": [{"index": len(self.calls) - 1, **call.as_dict()}]}
 
@@ -299,7 +302,7 @@ def _calls_in(body: str, fmt: CallFormat, names: frozenset[str]) -> list[tuple[s
 
 
 def _one_call(value: object, fmt: CallFormat, names: frozenset[str]) -> tuple[str, str] | None:
-    if not isinstance(value, dict) or value.get("name") not in names:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or value["name"] not in names:
         return None
     arguments = value.get(fmt.arguments, value.get("arguments", {}))
     if isinstance(arguments, str):  # some models write the arguments as a JSON string

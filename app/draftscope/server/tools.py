@@ -161,10 +161,16 @@ def plan(request: ToolRequest | None, tokenizer: Any) -> ToolPlan | None:
         return ToolPlan(request, fmt, None)
     offered = [t for t in request.tools if request.named in (None, t["function"]["name"])]
     try:
-        grammar = call_grammar(fmt, offered, parallel=request.parallel and request.named is None, tokenizer=tokenizer)
+        grammar = call_grammar(fmt, offered, parallel=_parallel(request, fmt), tokenizer=tokenizer)
     except GrammarError as exc:
         raise bad("tools", str(exc)) from exc
     return ToolPlan(request, fmt, grammar)
+
+
+def _parallel(request: ToolRequest, fmt: CallFormat) -> bool:
+    """Several calls in one answer: asked for, not one named function, and a format whose templates read
+    them back (Llama 3.1's refuses more than one call a turn)."""
+    return request.parallel and request.named is None and fmt.name != "llama3"
 
 
 def message_tool_fields(message: dict, i: int, role: str) -> dict:

@@ -13,6 +13,7 @@ from draftscope.engine.backends.held import HeldTokens, KeepsPrefixes
 from draftscope.engine.backends.pytorch import torch_state
 from draftscope.engine.backends.pytorch.attention import kernel_names, step_kernels
 from draftscope.engine.backends.pytorch.tree_attention import crop_cache, keep_accepted, tree_inputs
+from draftscope.models.fim_tokens import past_the_middle
 
 if TYPE_CHECKING:
     from transformers.cache_utils import Cache
@@ -25,7 +26,7 @@ def model_eos_ids(model, tokenizer) -> set[int]:
             eos.add(source)
         elif isinstance(source, (list, tuple)):
             eos.update(int(x) for x in source)
-    return eos
+    return eos | past_the_middle(tokenizer)  # a code model's FIM ends, as llama.cpp's end-of-generation set has them
 
 
 class TorchBackend(KeepsPrefixes, OneSlotBackend):
