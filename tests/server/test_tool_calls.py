@@ -185,6 +185,30 @@ def test_a_required_call_from_a_random_model_is_a_valid_call(client):
                 assert arguments["city"] in {"Paris", "Oslo"} and 1 <= arguments["days"] <= 9
 
 
+def test_a_call_the_length_limit_cuts_finishes_with_length(client):
+    """A client must not run a call whose arguments the limit cut: then the finish says "length" (whole and
+    streamed); calls whose arguments are whole say "tool_calls"."""
+    cut = 0
+    for limit in (36, 44, 52, 60, 80):
+        ask = {"model": "tiny", "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": limit}
+        choice = client.chat.completions.create(**ask, seed=1).choices[0]
+        calls = choice.message.tool_calls or []
+        whole = all(_is_json(c.function.arguments) for c in calls)
+        assert choice.finish_reason == ("tool_calls" if calls and whole else "length"), (limit, calls)
+        streamed = list(client.chat.completions.create(**ask, seed=1, stream=True))
+        assert streamed[-1].choices[0].finish_reason == choice.finish_reason
+        cut += bool(calls) and not whole
+    assert cut, "no limit cut a call's arguments: the test asked nothing"
+
+
+def _is_json(text):
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def test_the_object_form_calls_the_named_function_once(client):
     reply = client.chat.completions.create(
         model="tiny",
@@ -330,3 +354,4 @@ def test_a_drafted_call_is_the_grammar_masked_plain_decoding(engine, seed):
     ]
     assert call_answer(engine, seed, drafters) == plain
     assert plain[1].startswith('<tool_call>\n{"name": ')
+

@@ -67,7 +67,10 @@ def request_of(prompt: dict, max_tokens: int) -> dict:
         "extra_body": {"cache_prompt": False},
     }
     if prompt["kind"] == "tool":
-        request.update(tools=prompt["tools"], tool_choice=prompt.get("tool_choice", "required"))
+        # each prompt needs one call: small models greedy call on and on where several are allowed
+        request.update(
+            tools=prompt["tools"], tool_choice=prompt.get("tool_choice", "required"), parallel_tool_calls=False
+        )
     else:
         shape = {"name": prompt["id"].replace(".", "_")[:64], "schema": prompt["schema"], "strict": True}
         request["response_format"] = {"type": "json_schema", "json_schema": shape}

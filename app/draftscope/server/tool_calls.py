@@ -76,8 +76,9 @@ class CallReader:
 
     @property
     def finish_reason(self) -> str | None:
-        """ "tool_calls" when the answer called a tool."""
-        return "tool_calls" if self.calls else None
+        """ "tool_calls" when the answer called a tool and every call's arguments are whole: a call the
+        length limit cut is no call a client can run (the answer's own reason, "length", stands)."""
+        return "tool_calls" if self.calls and all(_is_json(c.arguments) for c in self.calls) else None
 
     def _read(self, *, final: bool) -> list[dict]:
         out: list[dict] = []
@@ -246,6 +247,14 @@ def _head(fmt: CallFormat) -> re.Pattern:
     return _HEADS[fmt.name]
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _arguments_so_far(text: str) -> tuple[str, bool]:
     """The arguments' text written so far, and whether they are complete (one JSON value)."""
     try:
@@ -323,4 +332,4 @@ def called(reader: CallReader, text: str, choice: dict) -> None:
     if reader.calls:
         choice["message"]["content"] = reader.content or None
         choice["message"]["tool_calls"] = [c.as_dict() for c in reader.calls]
-        choice["finish_reason"] = "tool_calls"
+        choice["finish_reason"] = reader.finish_reason or choice["finish_reason"]
