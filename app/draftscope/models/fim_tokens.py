@@ -144,9 +144,13 @@ def _valid(values: Iterable[object]) -> list[int]:
 
 
 def _token_id(tokenizer: Any, text: str) -> int | None:
-    """The id of the token spelled ``text`` (None: not one token of this vocabulary)."""
-    found = tokenizer.convert_tokens_to_ids(text)
-    if not isinstance(found, int) or found < 0 or tokenizer.convert_ids_to_tokens(found) != text:
+    """The id of the token spelled ``text`` (None: not one token of this vocabulary, or a tokenizer that
+    cannot look tokens up: ids only, it has no FIM tokens)."""
+    lookup, spell = getattr(tokenizer, "convert_tokens_to_ids", None), getattr(tokenizer, "convert_ids_to_tokens", None)
+    if lookup is None or spell is None:
+        return None
+    found = lookup(text)
+    if not isinstance(found, int) or found < 0 or spell(found) != text:
         return None  # an unknown token comes back as the unknown token's id
     return found
 
