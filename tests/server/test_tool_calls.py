@@ -354,4 +354,3 @@ def test_a_drafted_call_is_the_grammar_masked_plain_decoding(engine, seed):
     ]
     assert call_answer(engine, seed, drafters) == plain
     assert plain[1].startswith('<tool_call>\n{"name": ')
-
