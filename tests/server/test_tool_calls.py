@@ -148,6 +148,17 @@ def test_each_format_is_read_into_calls_alike_whole_and_streamed(fmt, text, cont
         assert read(fmt, text, step=step) == whole, "a stream, a few characters at a time, reads the same"
 
 
+def test_json_that_is_no_call_streams_as_it_comes():
+    """An answer of JSON with tools on offer is held only while it may still be a call without its tags."""
+    reader = CallReader(HERMES, frozenset({"get_weather"}))
+    assert reader.push('{"na') == [] and reader.push('me": "get_w') == []  # still maybe a call
+    assert reader.push("eath") == []
+    other = CallReader(HERMES, frozenset({"get_weather"}))
+    assert other.push('{"colour": "red", ') == [{"content": '{"colour": "red",'}]  # no call: it streams
+    named = CallReader(HERMES, frozenset({"get_weather"}))
+    assert named.push('{"name": "Ada", "age": 3}') == [{"content": '{"name": "Ada", "age": 3}'}]
+
+
 def test_a_grammar_held_call_streams_its_arguments_as_written():
     text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
     reader = CallReader(HERMES, frozenset({"get_weather"}), eager=True)
@@ -207,6 +218,25 @@ def _is_json(text):
     except ValueError:
         return False
     return True
+
+
+def test_a_tool_with_nested_models_is_called_by_their_definitions(client):
+    """Pydantic writes a nested model as ``$defs`` and ``$ref`` (as the Agents SDK and LangChain send tools): a
+    required call holds to them, where a grammar nesting them under the call would find no definitions."""
+    place = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
+    parameters = {
+        "$defs": {"Place": {**place, "additionalProperties": False}},
+        "type": "object",
+        "properties": {"where": {"$ref": "#/$defs/Place"}},
+        "required": ["where"],
+        "additionalProperties": False,
+    }
+    tool = {"type": "function", "function": {"name": "visit", "parameters": parameters}}
+    reply = client.chat.completions.create(
+        model="tiny", messages=ASK, tools=[tool], tool_choice="required", parallel_tool_calls=False, seed=4
+    )
+    (call,) = reply.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments)["where"]["city"] in {"Paris", "Oslo"}
 
 
 def test_the_object_form_calls_the_named_function_once(client):

@@ -120,7 +120,7 @@ class CallReader:
         text = self._text
         if self.eager or self._started or self.calls or not text.lstrip().startswith("{"):
             return None
-        if any(o in text for o in self.fmt.openers):
+        if any(o in text for o in self.fmt.openers) or not self._may_be_bare_call(text):
             return None
         if not final:
             return []
@@ -129,6 +129,18 @@ class CallReader:
             return None
         self._text, self._after_call = "", True
         return [self._called(name, arguments) for name, arguments in calls]
+
+    def _may_be_bare_call(self, text: str) -> bool:
+        """Whether ``text`` may still open a call's JSON (``{"name": "<an offered tool>"``): other JSON
+        streams as it comes."""
+        compact = re.sub(r"\s+", "", text)
+        head = '{"name":"'
+        if len(compact) <= len(head):
+            return head.startswith(compact)
+        if not compact.startswith(head):
+            return False
+        name = compact[len(head) :].split('"', 1)[0]  # whitespace cannot be in a tool's name
+        return any(n.startswith(name) for n in self.names)
 
     def _prose_at_start(self, final: bool) -> list[dict]:
         """Llama 3's and Mistral's calls open the answer or not at all."""

@@ -88,7 +88,12 @@ def call_grammar(fmt: CallFormat, tools: list[dict], *, parallel: bool, tokenize
     ``<tool_call>``) is that token, not its text (llguidance takes a token only as what it is)."""
     from llguidance import LLMatcher
 
-    schema = {"x-guidance": JSON_STYLE, "anyOf": [_call_schema(fmt, t["function"]) for t in tools]}
+    calls, defs = [], {}
+    for i, tool in enumerate(tools):
+        parameters, own = _lifted(tool["function"]["parameters"], f"t{i}_")
+        calls.append(_call_schema(fmt, tool["function"]["name"], parameters))
+        defs.update(own)
+    schema = {"x-guidance": JSON_STYLE, "anyOf": calls, **({"$defs": defs} if defs else {})}
     body = f"%json {json.dumps(schema)}"
     if fmt.anywhere:  # a block per call
         call = f"{_terms(fmt.openers[0] + fmt.first, tokenizer)} body {_terms(fmt.last, tokenizer)}"
@@ -107,13 +112,45 @@ def call_grammar(fmt: CallFormat, tools: list[dict], *, parallel: bool, tokenize
     return grammar
 
 
-def _call_schema(fmt: CallFormat, function: dict) -> dict:
+def _call_schema(fmt: CallFormat, name: str, parameters: dict) -> dict:
     return {
         "type": "object",
-        "properties": {"name": {"const": function["name"]}, fmt.arguments: function["parameters"]},
+        "properties": {"name": {"const": name}, fmt.arguments: parameters},
         "required": ["name", fmt.arguments],
         "additionalProperties": False,
     }
+
+
+_DEFS = ("$defs", "definitions")
+
+
+def _lifted(parameters: dict, prefix: str) -> tuple[dict, dict]:
+    """A tool's parameters without their definitions, which go to the grammar's root (renamed with
+    ``prefix``, its references with them): nested under a call, ``#/$defs/X`` would point at nothing
+    (Pydantic writes every nested model so, as the Agents SDK and LangChain send it)."""
+    own = {
+        name: body for key in _DEFS if isinstance(parameters.get(key), dict) for name, body in parameters[key].items()
+    }
+    if not own:
+        return parameters, {}
+    rest = {k: v for k, v in parameters.items() if k not in _DEFS}
+    renamed = {prefix + name: _renamed_refs(body, prefix) for name, body in own.items()}
+    return _renamed_refs(rest, prefix), renamed
+
+
+def _renamed_refs(value: Any, prefix: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _ref(v, prefix) if k == "$ref" else _renamed_refs(v, prefix) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed_refs(v, prefix) for v in value]
+    return value
+
+
+def _ref(ref: Any, prefix: str) -> Any:
+    for key in _DEFS:
+        if isinstance(ref, str) and ref.startswith(f"#/{key}/"):
+            return f"#/$defs/{prefix}{ref[len(key) + 3 :]}"
+    return ref
 
 
 def _terms(text: str, tokenizer: Any) -> str:
