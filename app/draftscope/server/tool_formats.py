@@ -88,12 +88,13 @@ def call_grammar(fmt: CallFormat, tools: list[dict], *, parallel: bool, tokenize
     ``<tool_call>``) is that token, not its text (llguidance takes a token only as what it is)."""
     from llguidance import LLMatcher
 
-    calls, defs = [], {}
+    shapes: list[dict] = []
+    defs: dict = {}
     for i, tool in enumerate(tools):
         parameters, own = _lifted(tool["function"]["parameters"], f"t{i}_")
-        calls.append(_call_schema(fmt, tool["function"]["name"], parameters))
+        shapes.append(_call_schema(fmt, tool["function"]["name"], parameters))
         defs.update(own)
-    schema = {"x-guidance": JSON_STYLE, "anyOf": calls, **({"$defs": defs} if defs else {})}
+    schema = {"x-guidance": JSON_STYLE, "anyOf": shapes, **({"$defs": defs} if defs else {})}
     body = f"%json {json.dumps(schema)}"
     if fmt.anywhere:  # a block per call
         call = f"{_terms(fmt.openers[0] + fmt.first, tokenizer)} body {_terms(fmt.last, tokenizer)}"
