@@ -19,7 +19,7 @@ LAYERS = [
     ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
     ["engine"],  # the decoder: backends, the stepper, answers, verification, sampling, the policy
     ["drafters"],  # drafting above it: the seam, every drafter (they use the engine; it takes them as given)
-    ["storage", "datastore", "documents"],  # settings and history; building datastores; the user's files
+    ["storage", "datastore", "documents", "toolbox"],  # settings, history; datastores; the user's files; MCP tools
     ["drafters.recurrent.train"],  # training a recurrent head reads a datastore's sources
     ["core"],  # the application core: runtime, session, the drafter factory, words
     ["server"],

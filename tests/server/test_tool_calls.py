@@ -16,13 +16,13 @@ from engine.test_grammar import RandomTree
 from engine_fixtures import tiny_llama
 from runtime_helpers import runtime_for
 
+from draftscope.core.tool_calls import CallReader
+from draftscope.core.tool_formats import FORMATS, call_grammar, format_of, renders_tools
 from draftscope.drafters import ContextDrafter
 from draftscope.drafters.oracle import OracleDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import SamplingParams
 from draftscope.server import ServerConfig, ServerThread, create_app
-from draftscope.server.tool_calls import CallReader
-from draftscope.server.tool_formats import FORMATS, call_grammar, format_of, renders_tools
 
 QWEN_TEMPLATE = (Path(__file__).parent.parent / "data" / "qwen2.5_chat_template.jinja").read_text()
 HERMES, MISTRAL, LLAMA3 = FORMATS

@@ -1,6 +1,6 @@
 """Tools in the terminal: ``--tools FILE`` and ``--tool-choice`` for ``draftscope generate`` and
-``draftscope chat``, on the server's own pieces (server/tools.py reads the tools and fits them to the
-model, server/tool_formats.py knows each family's call format, server/tool_calls.py reads an answer
+``draftscope chat``, on the server's own pieces (core/tools.py reads the tools and fits them to the
+model, core/tool_formats.py knows each family's call format, core/tool_calls.py reads an answer
 into calls): the terminal only reads the file, shows the calls and, in a chat, asks the user for each
 call's result, which goes back to the model as a ``role: tool`` message."""
 
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from draftscope.server.tool_calls import Call, CallReader
-from draftscope.server.tools import CHOICES, ToolError, ToolPlan, ToolRequest, message_tool_fields, plan, tool_request
+from draftscope.core.tool_calls import Call, CallReader
+from draftscope.core.tools import CHOICES, ToolError, ToolPlan, ToolRequest, message_tool_fields, plan, tool_request
 
 TOOLS_HELP = (
     "tools the model may call: a JSON file with a list of tools in OpenAI's shape "

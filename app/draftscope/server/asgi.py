@@ -33,6 +33,8 @@ from starlette.routing import Route
 import draftscope.server.protocol as p
 import draftscope.server.responses as responses
 from draftscope.core.session import ChatSession
+from draftscope.core.tools import ToolError, ToolPlan, template_message
+from draftscope.core.tools import plan as plan_tools
 from draftscope.documents import extract
 from draftscope.documents.prompt import render
 from draftscope.engine.engine import GenerationRequest
@@ -44,8 +46,6 @@ from draftscope.server.intake import PARSING_AT_ONCE, parse_json, read_body
 from draftscope.server.logprob_fields import LogprobsWriter
 from draftscope.server.replies import Reply, streamed_reply, whole_reply
 from draftscope.server.request_log import RequestLog
-from draftscope.server.tools import ToolError, ToolPlan, template_message
-from draftscope.server.tools import plan as plan_tools
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _END = object()
@@ -67,7 +67,7 @@ class Prepared:
     request: p.ChatRequest | p.CompletionRequest
     shown: list[dict]  # the messages, with their files read
     prompt_ids: list[int]
-    tools: ToolPlan | None = None  # the tools shown to the model, how its calls are read (server/tools.py)
+    tools: ToolPlan | None = None  # the tools shown to the model, how its calls are read (core/tools.py)
 
 
 @dataclass

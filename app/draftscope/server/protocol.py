@@ -10,11 +10,11 @@ import reprlib
 from dataclasses import dataclass, field
 
 import draftscope.server.request_fields as request_fields
+from draftscope.core.tools import ToolError, ToolRequest, message_tool_fields, tool_request
 from draftscope.engine.grammar import GrammarError
 from draftscope.rules import SAMPLING_FIELDS, SamplingField
 from draftscope.server.logprob_fields import LogprobsFieldError, requested
 from draftscope.server.response_format import gbnf_of, grammar_of
-from draftscope.server.tools import ToolError, ToolRequest, message_tool_fields, tool_request
 
 MAX_STOP = 4  # OpenAI accepts up to four stop sequences
 MAX_TOKENS_LIMIT = 1 << 20
@@ -66,7 +66,7 @@ class ChatRequest:
     include_usage: bool = False
     sampling: Sampling = field(default_factory=Sampling)
     model: str | None = None
-    tools: ToolRequest | None = None  # server/tools.py: the tools it offers, what it asks of them
+    tools: ToolRequest | None = None  # core/tools.py: the tools it offers, what it asks of them
 
 
 @dataclass
@@ -320,7 +320,7 @@ def parse_chat(body) -> ChatRequest:
 
 
 def _tool_part(read, *args):
-    """``read(*args)`` (server/tools.py), its ToolError a 400 naming the field."""
+    """``read(*args)`` (core/tools.py), its ToolError a 400 naming the field."""
     try:
         return read(*args)
     except ToolError as exc:

@@ -16,10 +16,10 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 import draftscope.server.protocol as p
 import draftscope.server.responses as responses
+from draftscope.core.tool_calls import CallReader, called
 from draftscope.engine.engine import PromptTooLongError
 from draftscope.engine.events import FinalEvent, StepEvent
 from draftscope.server.logprob_fields import LogprobsWriter
-from draftscope.server.tool_calls import CallReader, called
 
 
 def _engine_error(exc: Exception) -> p.ApiError:
@@ -47,7 +47,7 @@ class Reply:
     usage_chunk: bool  # a last chunk with the usage (stream_options.include_usage)
     index: int = 0  # which of the request's n answers (server/choices.py): its choice's index
     logprobs: LogprobsWriter | None = None  # where the request asks for logprobs
-    calls: CallReader | None = None  # the answer's text read as tool calls (server/tool_calls.py)
+    calls: CallReader | None = None  # the answer's text read as tool calls (core/tool_calls.py)
 
     def whole(self, final: FinalEvent) -> dict:
         make = responses.chat_response if self.chat else responses.completion_response

@@ -1,4 +1,4 @@
-"""An answer's text read as tool calls in its model's format (server/tool_formats.py), as it streams:
+"""An answer's text read as tool calls in its model's format (core/tool_formats.py), as it streams:
 text stays ``content`` (less what may be the start of a call, held back until the next text decides
 it), each call becomes OpenAI's ``tool_calls`` delta: its id, type and name once, then its arguments.
 A whole reply is the same reading run over the whole text at once, so a stream's deltas join into the
@@ -19,7 +19,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from draftscope.server.tool_formats import CallFormat
+from draftscope.core.tool_formats import CallFormat
 
 _DECODER = json.JSONDecoder()
 

@@ -1,6 +1,6 @@
 """How a model writes tool calls, read from its chat template: one small table (:data:`FORMATS`), the
 grammar that holds an answer to that format where a call is required, and whether a template renders
-tools at all. Parsing an answer into calls: ``server/tool_calls.py``."""
+tools at all. Parsing an answer into calls: ``core/tool_calls.py``."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``tool_calls``, ``role: tool`` and the legacy ``role: function``), each checked with a 400 naming what
 is wrong. :func:`plan` then fits them to the model: its template must show it tools (else a 400 that
 says so), its call format is read from that template, and a call that is required gets its grammar.
-The answer's text back into calls: ``server/tool_calls.py``."""
+The answer's text back into calls: ``core/tool_calls.py``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any
 
+from draftscope.core.tool_calls import CallReader
+from draftscope.core.tool_formats import FORMAT_WORDS, CallFormat, call_grammar, format_of, renders_tools
 from draftscope.engine.grammar import GrammarError
-from draftscope.server.tool_calls import CallReader
-from draftscope.server.tool_formats import FORMAT_WORDS, CallFormat, call_grammar, format_of, renders_tools
 
 CHOICES = ("none", "auto", "required")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's rule for a function's name (dots as vLLM allows)
