@@ -110,8 +110,9 @@ case "$mode" in
         cargo test --workspace --quiet
         say "pytest"
         # in an xdist worker: a test that dies of a native crash (a faulting kernel) fails by name, with
-        # its signal (tests/crash_report.py), and a new worker runs the rest
-        exec "$PY" -m pytest -q -n 1 --max-worker-restart 100 "${@:2}"
+        # its signal (tests/crash_report.py), and a new worker runs the rest; the 30 slowest are listed
+        # so the suite can be kept under its 25 minutes
+        exec "$PY" -m pytest -q -n 1 --max-worker-restart 100 --durations=30 "${@:2}"
         ;;
     install)
         say "done; run 'draftscope' to start"
