@@ -8,7 +8,7 @@ from draftscope.storage.settings import Change, Section, Settings, change_betwee
 
 def heard(change: Change) -> list[str]:
     events, out = SettingsEvents(), []
-    for name in ("look", "model", "server", "drafters"):
+    for name in ("look", "tools", "model", "server", "drafters"):
         getattr(events, name).connect(lambda old, new, name=name: out.append(name))
     events.announce(change, Settings(), Settings())
     return out
@@ -28,3 +28,10 @@ def test_a_change_is_announced_in_order_and_a_reload_says_nothing_more():
     assert heard(Change.NONE) == []
     assert heard(Change.LOOK | Change.SERVER | Change.DRAFTERS) == ["look", "server", "drafters"]
     assert heard(Change.MODEL | Change.SERVER | Change.LOOK) == ["look", "model"], "the new runtime is built whole"
+
+
+def test_a_tools_change_restarts_the_tool_host_also_when_the_model_is_loaded_again():
+    base = Settings()
+    assert change_between(base, replace(base, mcp_servers=[{"name": "files", "command": "npx"}])) == Change.TOOLS
+    assert heard(Change.TOOLS | Change.SERVER) == ["tools", "server"]
+    assert heard(Change.TOOLS | Change.MODEL) == ["tools", "model"], "the tool host is not part of the runtime"

@@ -11,7 +11,8 @@ result as events (core/settings_change.py). Reading and writing the file: storag
 from __future__ import annotations
 
 import enum
-from dataclasses import MISSING, dataclass, field, fields
+import json
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 from draftscope.drafter_kinds import default_switches
 from draftscope.rules import (
@@ -27,7 +28,9 @@ from draftscope.rules import (
     gpu_layers_problem,
     problem,
 )
+from draftscope.storage.import_check import shown
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
+from draftscope.toolbox.servers import McpServer
 
 MAX_SYSTEM_PROMPT = 100_000  # characters
 MAX_TEXT = 4096  # characters of a path, model name or device
@@ -37,6 +40,9 @@ MAX_RECENT = 6  # models the switcher remembers
 MAX_THREADS = 256  # no machine this runs on has more cores; beyond is a typo
 MAX_WINDOW_STATE = 64 * 1024  # characters of base64 window geometry or layout (Qt's are ~100-2,000)
 MAX_KV_CACHE_MB = 1 << 20  # 1 TiB of conversations' caches on disk; beyond is a typo
+MAX_SERVERS = 64  # MCP servers: each is a process or a connection the window keeps open
+MAX_TOOL_CALLS = 100  # calls for one message of the user's; past it the model answers without more
+MAX_TOOL_TIMEOUT_S = 3600.0  # an hour: a tool that takes longer is not one to wait on in a chat
 
 
 class Change(enum.Flag):
@@ -47,6 +53,7 @@ class Change(enum.Flag):
     DRAFTERS = enum.auto()  # the drafters are built again over the same model
     SERVER = enum.auto()  # the server beside the window starts, restarts or stops
     LOOK = enum.auto()  # the window is restyled
+    TOOLS = enum.auto()  # the window's MCP tool host starts again with the new servers
 
 
 class Section(enum.Enum):
@@ -59,6 +66,7 @@ class Section(enum.Enum):
     APPEARANCE = ("appearance", Change.LOOK)
     REMEMBERED = ("remembered", Change.NONE)  # what the app remembers for the user (recent models)
     READING = ("reading", Change.NONE)  # reading before Send, and the caches kept on disk: read when next used
+    TOOLS = ("tools", Change.TOOLS)  # the MCP servers whose tools the model may call, and the calls' limits
 
     def __init__(self, key: str, change: Change) -> None:
         self.key, self.change = key, change
@@ -115,10 +123,20 @@ class Settings:
     last_conversation: int = setting(Section.REMEMBERED, 0)  # reopened at start; 0: none
     read_ahead: bool = setting(Section.READING, True)  # the window reads the prompt while the user types
     kv_cache_budget_mb: int = setting(Section.READING, 1024)  # conversations' caches on disk; 0: none kept
+    # each an McpServer.to_dict() (toolbox/servers.py): its tools switched off and those run without asking
+    mcp_servers: list[dict] = setting(Section.TOOLS, factory=list)
+    tool_calls_per_answer: int = setting(Section.TOOLS, 10)  # calls the model makes for one message of the user's
+    tool_timeout_s: float = setting(Section.TOOLS, 60.0)  # a call that runs longer ends as "timeout"
 
     def problems(self) -> list[str]:
         """Fields whose value is out of range (names and why)."""
-        return [*_sampling_problems(self), *_text_problems(self), *_choice_problems(self), *_number_problems(self)]
+        return [
+            *_sampling_problems(self),
+            *_text_problems(self),
+            *_choice_problems(self),
+            *_number_problems(self),
+            *_tool_problems(self),
+        ]
 
 
 def section_of(name: str) -> Section:
@@ -143,6 +161,34 @@ def answer_slots(settings: Settings) -> int:
     """Answers the model holds at once: the server's, plus the window's own while the server runs
     beside it (a window answer never waits for served ones)."""
     return settings.server_parallel + 1 if settings.server_enabled else 1
+
+
+def tool_servers(settings: Settings) -> list[McpServer]:
+    """The MCP servers the settings hold (checked on loading: each one is a server)."""
+    return [McpServer.from_dict(d) for d in settings.mcp_servers]
+
+
+def allow_always(settings: Settings, server: str, tool: str) -> Settings:
+    """``settings`` with ``tool`` of ``server`` run without asking from now on ("always for this
+    tool"); the same settings when the server is not among them or already allows it."""
+    servers = tool_servers(settings)
+    found = next((s for s in servers if s.name == server), None)
+    if found is None or tool in found.always_allowed:
+        return settings
+    allowed = replace(found, always_allowed=(*found.always_allowed, tool))
+    return replace(settings, mcp_servers=[(allowed if s is found else s).to_dict() for s in servers])
+
+
+def server_problem(value) -> str | None:
+    """Why ``value`` (one of ``mcp_servers``) is not a server that can be kept, in words; None: it is."""
+    if not isinstance(value, dict):
+        return f"{shown(value)} is not a server (a JSON object)"
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        problems = McpServer.from_dict(value).problems()
+    except (TypeError, ValueError) as exc:  # also text with a broken character, which no file keeps
+        return str(exc)
+    return "; ".join(problems) or None
 
 
 # ---------------------------------------------------------------------- the checks
@@ -212,4 +258,18 @@ def _number_problems(s: Settings) -> list[str]:
         out.append("last_conversation must be 0 (none) or a conversation's number")
     if not 0 <= s.kv_cache_budget_mb <= MAX_KV_CACHE_MB:
         out.append(f"kv_cache_budget_mb must be between 0 (no caches on disk) and {MAX_KV_CACHE_MB:,}")
+    return out
+
+
+def _tool_problems(s: Settings) -> list[str]:
+    out = [f"mcp_servers refused a server: {why}" for d in s.mcp_servers if (why := server_problem(d)) is not None]
+    if len(s.mcp_servers) > MAX_SERVERS:
+        out.append(f"mcp_servers must be at most {MAX_SERVERS} servers")
+    names = [d.get("name") for d in s.mcp_servers if isinstance(d, dict)]
+    if twice := sorted({str(n) for n in names if names.count(n) > 1}):
+        out.append(f"mcp_servers must name each server once ({', '.join(twice)} more than once)")
+    if not 1 <= s.tool_calls_per_answer <= MAX_TOOL_CALLS:
+        out.append(f"tool_calls_per_answer must be between 1 and {MAX_TOOL_CALLS}")
+    if not 1 <= s.tool_timeout_s <= MAX_TOOL_TIMEOUT_S:
+        out.append(f"tool_timeout_s must be between 1 and {MAX_TOOL_TIMEOUT_S:,.0f} seconds")
     return out

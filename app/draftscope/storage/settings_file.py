@@ -6,7 +6,8 @@ wrong type or value falls back to its default with a notice naming it. Version 1
 the top level, as Draftscope wrote it before sections) is read as it was and written back in
 sections the next time the settings are saved. Versions 1 and 2 were written when answers were
 greedy and cut at 512 tokens by default: a file whose sampling was never changed from those defaults
-takes today's (sampling that does not loop, answers that run until the model stops).
+takes today's (sampling that does not loop, answers that run until the model stops). An MCP server
+that is not one (or a second of a name) is left out by name, the user's other servers kept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from draftscope import paths
 from draftscope.storage.import_check import shown
 from draftscope.storage.presets import MAX_PRESETS, preset_problem
-from draftscope.storage.settings import MAX_SYSTEM_PROMPT, Section, Settings
+from draftscope.storage.settings import MAX_SERVERS, MAX_SYSTEM_PROMPT, Section, Settings, server_problem
+from draftscope.toolbox.servers import McpServer
 
 SETTINGS_VERSION = 3
 FLAT_VERSION = 1  # every setting at the top level (before sections)
@@ -97,6 +99,8 @@ def settings_from_values(data: dict) -> tuple[Settings, list[str]]:
             value = _switches(value, default, notices)
         elif f.name == "prompt_presets":
             value = _presets(value, notices)
+        elif f.name == "mcp_servers":
+            value = _servers(value, notices)
         values[f.name] = float(value) if isinstance(default, float) else value
     settings = Settings(**values)
     for why in settings.problems():
@@ -158,6 +162,24 @@ def _presets(value: dict, notices: list[str]) -> dict[str, str]:
             kept[name] = text
         else:
             notices.append(f"system-prompt preset {shown(name)} was left out ({why or f'more than {MAX_PRESETS}'})")
+    return kept
+
+
+def _servers(value: list, notices: list[str]) -> list[dict]:
+    """The MCP servers: one that is not a server, or a second of the same name, is left out with a
+    notice naming it; the others kept (one broken entry never costs the user every server)."""
+    kept: list[dict] = []
+    for entry in value:
+        why = server_problem(entry)
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if why is None and any(k["name"] == name for k in kept):
+            why = "a server of that name comes before it"
+        elif why is None and len(kept) >= MAX_SERVERS:
+            why = f"more than {MAX_SERVERS} servers"
+        if why is None:
+            kept.append(McpServer.from_dict(entry).to_dict())  # keys it does not know are not carried on
+        else:
+            notices.append(f"MCP server {shown(name) if name is not None else shown(entry)} was left out ({why})")
     return kept
 
 
