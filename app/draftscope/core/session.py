@@ -25,6 +25,7 @@ from psygnal import Signal, SignalGroup
 from draftscope.core import continuation
 from draftscope.core.answering import NO_FINAL, Answering
 from draftscope.core.sampling_defaults import sampling_from
+from draftscope.core.tools import message_tool_fields
 from draftscope.documents.extract import Attachment
 from draftscope.documents.prompt import HEADING_TOKENS, SentFile, from_documents, prepare, render
 from draftscope.engine.engine import Engine, GenerationRequest
@@ -41,8 +42,16 @@ TITLE_CHARS = 48
 # kept with each answer beside ANSWER_FIGURES: the one tokens/s (the writing rate), plain decoding's at
 # its context, and whether the computer was busy and drafting off (words.answer_stats shows them)
 SPEED_FIGURES = ("decode_tokens_per_second", "plain_tokens_per_second", "busy", "drafting")
+# a tool result's fields the history keeps for the views (which server, how it went, its whole
+# size), dropped from what the chat template reads
+OWN_TOOL_FIELDS = ("server", "status", "chars")
 DOCUMENT_TOKENS = 1500  # at most this much of the prompt for a documents folder's passages
 ANSWER_ROOM_MIN = 64  # tokens kept free for the answer at least when attachments fill the context
+
+
+def _template_fields(fields: dict) -> dict:
+    """A turn's tool fields as the chat template reads them (the history's own left out)."""
+    return {k: v for k, v in fields.items() if k not in OWN_TOOL_FIELDS}
 
 
 def title_from(text: str) -> str:
@@ -76,8 +85,8 @@ class Turn:
     content: str
     id: int | None = None
     files: tuple[SentFile, ...] = ()  # a user message's attachments as the model read them
-    # its part in tool calling as the chat template reads it (an answer's tool_calls, a result's
-    # tool_call_id and name): the terminal's conversations, which live in memory
+    # its part in tool calling (an answer's tool_calls, a result's tool_call_id and name, and the
+    # history's own server, status and chars, which the chat template never reads)
     tool_fields: dict = field(default_factory=dict)
 
     def attachments(self) -> list[Attachment]:
@@ -147,7 +156,7 @@ class ChatSession:
         if self.conversation_id is None:
             return []
         return [
-            Turn(m.role, m.content, m.id, tuple(SentFile.from_dict(f) for f in m.files))
+            Turn(m.role, m.content, m.id, tuple(SentFile.from_dict(f) for f in m.files), dict(m.tool_fields))
             for m in self.history.messages(self.conversation_id)
         ]
 
@@ -156,7 +165,7 @@ class ChatSession:
         return self._model_messages(self.turns())
 
     def _model_messages(self, turns: Sequence[Turn]) -> list[dict]:
-        out = [{"role": t.role, "content": t.model_text, **t.tool_fields} for t in turns]
+        out = [{"role": t.role, "content": t.model_text, **_template_fields(t.tool_fields)} for t in turns]
         if self.settings.system_prompt:
             out.insert(0, {"role": "system", "content": self.settings.system_prompt})
         return out
@@ -190,20 +199,42 @@ class ChatSession:
         """A message (the user's, or, replaying a conversation given whole, an earlier answer);
         ``replacing`` (a user message's id) edits and resends: it and everything after it go. A
         first message starts a conversation titled from it. ``files``: its attachments as
-        :meth:`attach` prepared them. ``tool_fields``: an answer's calls or a tool's result, as the
-        chat template reads them (a conversation in memory only: the history keeps no calls)."""
+        :meth:`attach` prepared them. ``tool_fields``: an answer's calls or a tool's result
+        (``role="tool"``: its tool_call_id, name, and the history's server, status, chars)."""
         if replacing is not None:
             self.rewind(replacing)
         files = tuple(files)
         if not self._stored():
             self._memory.append(Turn(role, text, None, files, dict(tool_fields or {})))
             return
-        if tool_fields:
-            raise ValueError("tool calls and their results are kept in a conversation in memory only")
         if self.conversation_id is None:
             title = text if text.strip() or not files else files[0].name
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(title))
-        self.history.add_message(self.conversation_id, role, text, files=[f.as_dict() for f in files])
+        self.history.add_message(
+            self.conversation_id, role, text, files=[f.as_dict() for f in files], tool_fields=tool_fields
+        )
+
+    def keep_calls(self, content: str, calls: list[dict]) -> None:
+        """The last answer, which called tools, kept as the template reads such an answer: its prose
+        ``content`` and its ``calls`` (OpenAI's shape; arguments as JSON text or an object), its
+        figures and steps as they were. The answer is the history's last kept one (``last_kept``),
+        else the conversation's last message when it is an answer (never an earlier one); with
+        neither, the calls are said as a new answer."""
+        fields = message_tool_fields({"tool_calls": list(calls)}, 0, "assistant")
+        if not self._stored():
+            last = self._memory[-1] if self._memory else None
+            if last is not None and last.role == "assistant":
+                last.content, last.tool_fields = content, fields
+            else:
+                self.say(content, role="assistant", tool_fields=fields)
+            return
+        target = self.last_kept
+        if target is None and (turns := self.turns()) and turns[-1].role == "assistant":
+            target = turns[-1].id
+        if target is None:
+            self.say(content, role="assistant", tool_fields=fields)
+        else:
+            self.history.set_tool_fields(target, fields, content=content)
 
     def attach(
         self, text: str, files: Sequence[Attachment], *, replacing: int | None = None, documents: bool = True
@@ -350,7 +381,11 @@ class ChatSession:
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(first))
             for turn in self._memory:
                 self.history.add_message(
-                    self.conversation_id, turn.role, turn.content, files=[f.as_dict() for f in turn.files]
+                    self.conversation_id,
+                    turn.role,
+                    turn.content,
+                    files=[f.as_dict() for f in turn.files],
+                    tool_fields=turn.tool_fields,
                 )
             self._memory = []
         stats, drafters = answer_record(final, self.engine.baseline_tokens_per_second)

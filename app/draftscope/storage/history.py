@@ -5,6 +5,10 @@ Each answer's decoding steps (the StepEvents as plain dicts: draft trees, accept
 timings) are kept beside it, zlib-compressed JSON, so the inspection panels can replay a stored
 answer.
 
+An answer that called tools keeps its calls beside its prose, and each call's result is a message
+of its own (role "tool"): their ``tool_fields`` (JSON), what the chat template reads of them and what
+the views show (storage/history_schema.py: the schema and how an older file is brought up to it).
+
 Regenerate keeps versions: an answer's versions are the children of the message it answers (each
 message names its parent, the message it followed), one of them current. Later turns stay with the
 version they followed, so paging back to a version shows its branch again. ``messages`` walks the
@@ -26,53 +30,15 @@ import sqlite3
 import threading
 import time
 import zlib
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from draftscope import paths
 from draftscope.engine.events import STEP_FORMAT
+from draftscope.storage.history_markdown import conversation_markdown
+from draftscope.storage.history_schema import ROLES, SCHEMA_VERSION, transaction, upgrade
 
-SCHEMA_VERSION = 4  # 2: message_steps; 3: message_files, conversation_documents; 4: versions
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id INTEGER PRIMARY KEY,
-    title TEXT NOT NULL,
-    created REAL NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY,
-    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-    content TEXT NOT NULL,
-    created REAL NOT NULL,
-    stats TEXT,     -- JSON: tokens, tau, tokens/s, time to first token, speedup, ...
-    drafters TEXT,  -- JSON: the drafter settings the answer was generated with
-    parent_id INTEGER,  -- the message this one followed (NULL: the first); subtrees are deleted by walk
-    current_version INTEGER NOT NULL DEFAULT 1  -- the version shown among its parent's children
-);
-CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
-CREATE TABLE IF NOT EXISTS message_steps (
-    message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
-    data BLOB NOT NULL  -- zlib(JSON list of StepEvent dicts)
-);
-CREATE TABLE IF NOT EXISTS message_files (
-    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    text TEXT NOT NULL,      -- what the model read of the file: the whole text, or its passages
-    tokens INTEGER NOT NULL,
-    passages TEXT,           -- JSON list of where the passages came from (NULL: the file whole)
-    PRIMARY KEY (message_id, position)
-);
-CREATE TABLE IF NOT EXISTS conversation_documents (
-    conversation_id INTEGER PRIMARY KEY REFERENCES conversations(id) ON DELETE CASCADE,
-    folder TEXT NOT NULL     -- a folder of documents the conversation's answers search
-);
-"""
+__all__ = ["ROLES", "SCHEMA_VERSION", "Conversation", "HistoryStore", "Message", "encode_steps", "history_path"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +61,9 @@ class Message:
     files: tuple[dict, ...] = ()  # the attachments as the model read them (documents.prompt.SentFile dicts)
     versions: tuple[int, ...] = ()  # an answer's versions' ids, oldest first (this one among them); () if one
     same_as: int = 0  # the first earlier version (1-based) whose text this one repeats; 0: none
+    # its part in tool calling: an answer's tool_calls (OpenAI's template shape, arguments an object);
+    # a tool result's tool_call_id, name, and ours: server, status, chars (the result's whole size)
+    tool_fields: dict = field(default_factory=dict)
 
 
 def history_path() -> Path:
@@ -125,13 +94,8 @@ class HistoryStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer Draftscope (schema {version})")
-        self._db.executescript(_SCHEMA)
-        self._migrate_versions()
+        upgrade(self._db, self.path)  # an older file's conversations kept, brought to this schema
         self._show_a_version_of_each_answer()
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _show_a_version_of_each_answer(self) -> None:
         """An answer none of whose versions is current (a regenerate killed mid-answer by a
@@ -141,32 +105,13 @@ class HistoryStore:
                GROUP BY conversation_id, parent_id HAVING MAX(current_version) = 0)"""
         )
 
-    def _migrate_versions(self) -> None:
-        """A file from before versions (schema < 4): each message follows the one before it in its
-        conversation, every one current (one transaction: a crash leaves the old file)."""
-        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(messages)")}
-        if "parent_id" in columns:
-            return
-        with self._transaction():
-            self._db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
-            self._db.execute("ALTER TABLE messages ADD COLUMN current_version INTEGER NOT NULL DEFAULT 1")
-            self._db.execute("""UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
-                                WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)""")
-
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    @contextmanager
     def _transaction(self):
         """One transaction (the caller holds the lock): all of its writes, or none of them."""
-        self._db.execute("BEGIN")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        return transaction(self._db)
 
     def _write(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         with self._lock:
@@ -225,10 +170,12 @@ class HistoryStore:
         drafters: dict | None = None,
         steps: list | bytes | None = None,
         files: list[dict] | None = None,
+        tool_fields: dict | None = None,
     ) -> int:
         """``steps``: the answer's StepEvents (or their dicts), or :func:`encode_steps` of them (made
         off the UI thread: encoding a long answer's trees takes tens of ms). ``files``: a user
-        message's attachments as the model read them (SentFile dicts), kept with it. The message
+        message's attachments as the model read them (SentFile dicts), kept with it.
+        ``tool_fields``: an answer's calls or a tool result's fields (:attr:`Message.tool_fields`). The message
         follows the current branch's last one (after a regenerate's :meth:`hide_version`: a new
         version of that answer)."""
         now = time.time()
@@ -237,7 +184,14 @@ class HistoryStore:
                 branch = self._branch(conversation_id)
                 cur = self._insert_message(
                     conversation_id,
-                    {"role": role, "content": content, "created": now, "stats": stats, "drafters": drafters},
+                    {
+                        "role": role,
+                        "content": content,
+                        "created": now,
+                        "stats": stats,
+                        "drafters": drafters,
+                        "tool_fields": tool_fields,
+                    },
                     branch[-1][0]["id"] if branch else None,
                 )
                 if steps:
@@ -262,6 +216,19 @@ class HistoryStore:
             )
             self._db.execute(
                 "INSERT OR REPLACE INTO message_steps (message_id, data) VALUES (?, ?)", (message_id, blob)
+            )
+            self._db.execute(
+                "UPDATE conversations SET updated = ? WHERE id = (SELECT conversation_id FROM messages WHERE id = ?)",
+                (time.time(), message_id),
+            )
+
+    def set_tool_fields(self, message_id: int, tool_fields: dict, content: str | None = None) -> None:
+        """A kept message's part in tool calling (an answer kept as it streamed becomes its prose,
+        ``content``, and its calls); its figures, steps and versions stay."""
+        with self._lock, self._transaction():
+            self._db.execute(
+                "UPDATE messages SET tool_fields = ?, content = COALESCE(?, content) WHERE id = ?",
+                (_json(tool_fields or None), content, message_id),
             )
             self._db.execute(
                 "UPDATE conversations SET updated = ? WHERE id = (SELECT conversation_id FROM messages WHERE id = ?)",
@@ -296,7 +263,7 @@ class HistoryStore:
         )
         return self._db.execute(
             "INSERT INTO messages (conversation_id, role, content, created, stats, drafters, parent_id,"
-            " current_version) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+            " current_version, tool_fields) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
             (
                 conversation_id,
                 m["role"],
@@ -305,6 +272,7 @@ class HistoryStore:
                 _json(m.get("stats")),
                 _json(m.get("drafters")),
                 parent,
+                _json(m.get("tool_fields") or None),
             ),
         )
 
@@ -391,6 +359,7 @@ class HistoryStore:
                     tuple(files.get(r["id"], ())),
                     versions,
                     same_as,
+                    _load(r["tool_fields"]) or {},
                 )
             )
         return out
@@ -444,37 +413,7 @@ class HistoryStore:
         conv = self.conversation(conversation_id)
         if conv is None:
             raise KeyError(f"no conversation {conversation_id}")
-        lines = [f"# {conv.title}", ""]
-        for m in self.messages(conversation_id):
-            lines += [f"## {m.role.capitalize()}", ""]
-            lines += [
-                f"*Attached: {f['name']}" + (f" ({len(f['passages'])} passages)*" if f.get("passages") else "*")
-                for f in m.files
-            ] + ([""] if m.files else [])
-            lines += [m.content.rstrip(), ""]
-            if isinstance(m.stats, dict) and (figures := _figures_line(m.stats)):
-                lines += [f"*{figures}*", ""]
-        return "\n".join(lines).rstrip() + "\n"
-
-
-def _figures_line(stats: dict) -> str:
-    """An answer's figures for Markdown; one missing or not a number it can show (an imported
-    file's) is left out, never an error."""
-    forms = (
-        ("tokens", "{:.0f} tokens"),
-        ("tau", "tau {:.2f}"),
-        ("tokens_per_second", "{:.1f} tokens/s"),
-        ("speedup_estimate", "{:.2f}x"),
-    )
-    shown = [(form, v) for key, form in forms if (v := _finite(stats.get(key))) is not None and (v or key == "tokens")]
-    return " · ".join(form.format(v) for form, v in shown)
-
-
-def _finite(value) -> float | None:
-    """``value`` as a float when it is a finite number, else None."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not -1e300 < value < 1e300:
-        return None  # compared before converting: an int past a float's range would raise
-    return float(value)
+        return conversation_markdown(conv.title, self.messages(conversation_id))
 
 
 def encode_steps(steps) -> bytes:

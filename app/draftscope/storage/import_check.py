@@ -5,13 +5,15 @@ Text must be text SQLite can store (no unpaired surrogates); times and counts mu
 range; an answer's figures must be numbers the app can show, and one that is not is left out, as
 if missing (a hand-written file's "tau": "fast" draws no τ, never an error); anything else kept
 (drafter settings, figures this version does not know) must be plain JSON at most
-:data:`MAX_DEPTH` deep. A missing or null optional value takes its default; any other value that
+:data:`MAX_DEPTH` deep. A message's tool fields (its calls, a result's call id, tool, server,
+status and size) are checked by type and size, each call's arguments an object or text. A missing or null optional value takes its default; any other value that
 fails raises :class:`ImportError_` naming where it is and what is wrong, so a damaged file
 imports nothing and says why.
 """
 
 from __future__ import annotations
 
+import json
 import reprlib
 
 MAX_TIME = 253_402_300_799  # seconds since 1970 to the end of the year 9999: no calendar shows later
@@ -148,3 +150,68 @@ def sent_file(value, where: str) -> dict:
         "tokens": count(value.get("tokens"), f"{where}: 'tokens'"),
         "passages": [text(p, f"{where}: passage {k + 1}") for k, p in enumerate(passages or ())],
     }
+
+
+MAX_TOOL_CALLS = 1000  # calls in one answer: far past any limit on calls per answer
+MAX_TOOL_NAME = 256  # characters of a call's id, a tool's or a server's name
+MAX_ARGUMENTS = 10**6  # characters of one call's arguments (as JSON)
+MAX_STATUS = 40  # characters of a result's status ("ok", "error", "timeout", "denied", ...)
+
+
+def tool_fields(value, where: str, role: str) -> dict:
+    """A message's part in tool calling ({} when missing): an answer's ``tool_calls``; a tool
+    result's ``tool_call_id`` (needed), ``name``, ``server``, ``status`` and ``chars``. Each by type
+    and size; a field this version does not know is left out (the chat template would read it)."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ImportError_(f"{where} must be an object, got {shown(value)}")
+    out: dict = {}
+    if value.get("tool_calls") is not None:
+        if role != "assistant":
+            raise ImportError_(f"{where}: 'tool_calls' belong to an assistant's message, not a {role}'s")
+        calls = value["tool_calls"]
+        if not isinstance(calls, list) or len(calls) > MAX_TOOL_CALLS:
+            raise ImportError_(f"{where}: 'tool_calls' must be a list of at most {MAX_TOOL_CALLS} calls")
+        out["tool_calls"] = [_tool_call(c, f"{where}: call {k + 1}") for k, c in enumerate(calls)]
+    for key in ("tool_call_id", "name", "server", "status"):
+        if value.get(key) is not None:
+            out[key] = _short_text(value[key], f"{where}: '{key}'", MAX_STATUS if key == "status" else MAX_TOOL_NAME)
+    if value.get("chars") is not None:
+        out["chars"] = count(value["chars"], f"{where}: 'chars'")
+    if role == "tool" and "tool_call_id" not in out:
+        raise ImportError_(f"{where}: a tool's result needs the 'tool_call_id' of the call it answers")
+    return out
+
+
+def _tool_call(value, where: str) -> dict:
+    """One call: {"id", "type": "function", "function": {"name", "arguments"}}, its arguments an
+    object (as the chat template reads them) or the text the model wrote (a call cut short)."""
+    function = value.get("function") if isinstance(value, dict) else None
+    if not isinstance(function, dict):
+        raise ImportError_(f'{where} must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}')
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        text(arguments, f"{where}: 'arguments'")
+        size = len(arguments)
+    else:
+        plain(arguments if arguments is not None else {}, f"{where}: 'arguments'")
+        size = len(json.dumps(arguments, ensure_ascii=False))
+    if size > MAX_ARGUMENTS:
+        raise ImportError_(f"{where}: 'arguments' are {size:,} characters, past the {MAX_ARGUMENTS:,} a call may have")
+    return {
+        "id": _short_text(value.get("id"), f"{where}: 'id'", MAX_TOOL_NAME),
+        "type": "function",
+        "function": {
+            "name": _short_text(function.get("name"), f"{where}: 'name'", MAX_TOOL_NAME),
+            "arguments": arguments if arguments is not None else {},
+        },
+    }
+
+
+def _short_text(value, where: str, most: int) -> str:
+    """Text of at most ``most`` characters."""
+    value = text(value, where)
+    if len(value) > most:
+        raise ImportError_(f"{where} is {len(value):,} characters long, past the {most} it may have")
+    return value

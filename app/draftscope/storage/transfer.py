@@ -1,5 +1,5 @@
 """Conversations in and out: the app's own JSON (messages, the files as the model read them, each
-answer's statistics and seed) and Markdown out; the app's JSON and ChatGPT's ``conversations.json``
+answer's statistics and seed, its tool calls and their results) and Markdown out; the app's JSON and ChatGPT's ``conversations.json``
 export in. A file is read and checked whole before anything is written (every value by type and range, in
 storage/import_check.py), and written in one transaction: a damaged, truncated or foreign file
 imports nothing and says what is wrong. A conversation already in the history (the same messages)
@@ -12,11 +12,20 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from draftscope.storage.import_check import ImportError_, figures, moment, plain, sent_file, shown, text
+from draftscope.storage.history_schema import ROLES
+from draftscope.storage.import_check import (
+    ImportError_,
+    figures,
+    moment,
+    plain,
+    sent_file,
+    shown,
+    text,
+    tool_fields,
+)
 
 FORMAT = "draftscope-conversations"
 VERSION = 1
-ROLES = ("system", "user", "assistant")
 
 
 @dataclass
@@ -26,7 +35,7 @@ class Imported:
     title: str
     created: float
     updated: float
-    messages: list[dict] = field(default_factory=list)  # role, content, created, stats, drafters, files
+    messages: list[dict] = field(default_factory=list)  # role, content, created, stats, drafters, files, tool_fields
 
 
 @dataclass(frozen=True)
@@ -49,19 +58,24 @@ def export_json(store, ids: list[int] | None = None) -> dict:
     chosen = [c for c in store.conversations() if ids is None or c.id in ids]
     out = []
     for c in chosen:
-        messages = [
-            {
-                "role": m.role,
-                "content": m.content,
-                "created": m.created,
-                "stats": m.stats,
-                "drafters": m.drafters,
-                "files": list(m.files),
-            }
-            for m in store.messages(c.id)
-        ]
+        messages = [_message_out(m) for m in store.messages(c.id)]
         out.append({"title": c.title, "created": c.created, "updated": c.updated, "messages": messages})
     return {"format": FORMAT, "version": VERSION, "conversations": out}
+
+
+def _message_out(m) -> dict:
+    """One message as the app's JSON has it (its tool fields only when it has some)."""
+    out = {
+        "role": m.role,
+        "content": m.content,
+        "created": m.created,
+        "stats": m.stats,
+        "drafters": m.drafters,
+        "files": list(m.files),
+    }
+    if m.tool_fields:
+        out["tool_fields"] = m.tool_fields
+    return out
 
 
 def export_markdown(store, ids: list[int] | None = None) -> str:
@@ -96,10 +110,13 @@ def import_file(store, path: str | Path) -> ImportReport:
         source, conversations = parse_export(data, path.name)
     except ImportError_ as exc:
         raise ImportError_(f"{exc}: nothing was imported") from exc
-    known = {fingerprint([(m.role, m.content) for m in store.messages(c.id)]) for c in store.conversations()}
+    known = {
+        fingerprint([_said(m.role, m.content, m.tool_fields) for m in store.messages(c.id)])
+        for c in store.conversations()
+    }
     fresh = []
     for conv in conversations:
-        key = fingerprint([(m["role"], m["content"]) for m in conv.messages])
+        key = fingerprint([_said(m["role"], m["content"], m.get("tool_fields")) for m in conv.messages])
         if key not in known:
             known.add(key)
             fresh.append(conv)
@@ -120,6 +137,12 @@ def _read_json(path: Path):
         ) from exc
     except ValueError as exc:  # a number too long to read (Python's limit on integer digits)
         raise ImportError_(f"{path.name} holds a value that cannot be read ({exc}): nothing was imported") from exc
+
+
+def _said(role: str, content: str, fields: dict | None) -> tuple:
+    """What tells one message from another for duplicates: its role and text, and its tool fields
+    when it has some (so a conversation exported before tool calls fingerprints as it did)."""
+    return (role, content, fields) if fields else (role, content)
 
 
 def fingerprint(pairs) -> str:
@@ -177,6 +200,7 @@ def _our_message(m, where: str) -> dict:
         "stats": figures(m.get("stats"), f"{where}: 'stats'"),
         "drafters": plain(m.get("drafters"), f"{where}: 'drafters'"),
         "files": [sent_file(f, f"{where}, file {k + 1}") for k, f in enumerate(files)],
+        "tool_fields": tool_fields(m.get("tool_fields"), f"{where}: 'tool_fields'", m["role"]),
     }
 
 
