@@ -30,7 +30,8 @@ def called_a_tool(session: ChatSession) -> None:
     session.say("What does my Lisbon note say?")
     session.run(session.request(max_new_tokens=3, drafters=[]))
     session.keep_calls("Let me look.", [CALL])
-    session.say("Pastéis de nata at Belém.", role="tool", tool_fields=RESULT)
+    kept = session.say("Pastéis de nata at Belém.", role="tool", tool_fields=RESULT)
+    assert kept == session.turns()[-1].id, "its message id (None in memory)"
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["history", "memory"])

@@ -195,22 +195,23 @@ class ChatSession:
         role: str = "user",
         files: Sequence[SentFile] = (),
         tool_fields: dict | None = None,
-    ) -> None:
+    ) -> int | None:
         """A message (the user's, or, replaying a conversation given whole, an earlier answer);
         ``replacing`` (a user message's id) edits and resends: it and everything after it go. A
         first message starts a conversation titled from it. ``files``: its attachments as
         :meth:`attach` prepared them. ``tool_fields``: an answer's calls or a tool's result
-        (``role="tool"``: its tool_call_id, name, and the history's server, status, chars)."""
+        (``role="tool"``: its tool_call_id, name, and the history's server, status, chars). Returns
+        its message id in the history (None: the conversation lives in memory)."""
         if replacing is not None:
             self.rewind(replacing)
         files = tuple(files)
         if not self._stored():
             self._memory.append(Turn(role, text, None, files, dict(tool_fields or {})))
-            return
+            return None
         if self.conversation_id is None:
             title = text if text.strip() or not files else files[0].name
             self.conversation_id = self.history.create_conversation(self.title_prefix + title_from(title))
-        self.history.add_message(
+        return self.history.add_message(
             self.conversation_id, role, text, files=[f.as_dict() for f in files], tool_fields=tool_fields
         )
 
