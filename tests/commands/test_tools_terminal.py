@@ -16,7 +16,8 @@ from runtime_helpers import runtime_for
 
 from draftscope.cli import main
 from draftscope.commands import chat
-from draftscope.commands.tool_options import MAX_CALLS_PER_MESSAGE, NO_RESULT, OVER_LIMIT, fit_tools, read_tools
+from draftscope.commands.tool_loop import NO_RESULT
+from draftscope.commands.tool_options import MAX_CALLS_PER_MESSAGE, fit_tools, read_tools
 from draftscope.core.session import ChatSession
 from draftscope.engine.engine import Engine
 
@@ -223,23 +224,26 @@ def test_an_empty_result_is_no_result(qwen_tokenizer, tools_file, monkeypatch):
 
 def test_a_model_that_calls_for_ever_is_stopped_at_the_limit(qwen_tokenizer, tools_file, monkeypatch, capsys):
     """A model that calls at every answer (here: each held to a call): results asked for the first
-    MAX_CALLS_PER_MESSAGE calls, then the limit is said and the user has the word again."""
+    calls up to the limit (MAX_CALLS_PER_MESSAGE; 3 here, for time); the next is not run and the model,
+    told so, answers once more; it calls again, and the user has the word."""
     runtime, typist = tiny_runtime(qwen_tokenizer), Typist()
     original = fit_tools
 
-    def always_calling(args, tokenizer):
-        tools = original(args, tokenizer)
+    def always_calling(args, session):
+        tools = original(args, session)
         tools.after = tools.first  # every answer held to a call, not only the first
+        tools.limit = 3
         return tools
 
     monkeypatch.setattr(chat, "fit_tools", always_calling)
     requests = chat_through_input(runtime, tools_file, "set_flag", monkeypatch, typist)
-    assert typist.asked.count("set_flag result> ") == MAX_CALLS_PER_MESSAGE
-    assert len(requests) == MAX_CALLS_PER_MESSAGE + 1
-    assert "8 tool calls for one message: the limit" in capsys.readouterr().err
+    assert typist.asked.count("set_flag result> ") == 3 and MAX_CALLS_PER_MESSAGE == 10
+    assert len(requests) == 3 + 2
+    said = capsys.readouterr().err
+    assert said.count("the limit of 3 tool calls for one message was reached") == 2, said
     assert typist.asked[-1].strip() == "you>", "the user has the word after the limit"
-    last = typist.session.messages()[-1]
-    assert last["role"] == "tool" and last["content"] == OVER_LIMIT, "the model is told why its call was not run"
+    told = [m for m in requests[-1].messages if m["role"] == "tool"][-1]
+    assert "(not run: the limit of" in told["content"], "the model is told why its call was not run"
 
 
 def test_read_tools_takes_a_list_or_an_object_with_tools(tmp_path):
@@ -248,3 +252,18 @@ def test_read_tools_takes_a_list_or_an_object_with_tools(tmp_path):
     a, b = read_tools(str(tmp_path / "list.json"), None), read_tools(str(tmp_path / "object.json"), "get_weather")
     assert a is not None and b is not None
     assert a.tools == b.tools and (a.choice, b.choice, b.named) == ("auto", "function", "get_weather")
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--tools", "t.json", "--mcp", "m.json"], "give --tools FILE or --mcp CONFIG, not both"),
+        (["--approve-tools"], "--approve-tools runs the tools of MCP servers: give them with --mcp CONFIG"),
+        (["--mcp", "missing.json"], "--mcp missing.json: no such file"),
+        (["--suffix", "x", "--mcp", "m.json"], "no --tools or --mcp"),
+    ],
+)
+def test_tool_options_that_cannot_go_together_are_said_before_the_model_loads(options, words, monkeypatch, capsys):
+    monkeypatch.setattr(chat, "runtime_from_args", lambda args: pytest.fail("the model was loaded"))
+    assert main(["generate", QUESTION, *options, "--model", "tiny"]) == 2
+    assert words in capsys.readouterr().err

@@ -10,7 +10,8 @@ import sys
 import threading
 
 from draftscope.commands.model_options import add_model_arguments, runtime_from_args
-from draftscope.commands.tool_options import add_tool_arguments, calls_json, fit_tools, read_tools
+from draftscope.commands.tool_loop import converse
+from draftscope.commands.tool_options import add_tool_arguments, calls_json, fit_tools, read_tool_options
 
 SCHEMA_HELP = "answers are JSON this JSON schema accepts (every token held to it; '{}' in the file: any JSON object)"
 SUFFIX_HELP = (
@@ -35,7 +36,7 @@ def add_parser(sub) -> None:
     add_model_arguments(gen)
     gen.add_argument("--attach", action="append", default=[], metavar="FILE", help=ATTACH_HELP.format("prompt"))
     gen.add_argument("--json-schema", default=None, metavar="FILE", help=SCHEMA_HELP)
-    add_tool_arguments(gen)
+    add_tool_arguments(gen, generate=True)
     gen.add_argument("--suffix", default=None, metavar="TEXT", help=SUFFIX_HELP)
     gen.add_argument("--quiet-stats", action="store_true", help="do not print statistics to stderr")
     gen.set_defaults(func=cmd_generate)
@@ -47,7 +48,7 @@ def _answer(session, args, out=None):
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
 
-    tools = getattr(args, "tool_plan", None)  # commands/tool_options.py: calls are shown apart from the text
+    tools = getattr(args, "tool_turns", None)  # core/tool_turns.py: calls are shown apart from the text
 
     def show(ev):
         text = "".join(ev.pieces)
@@ -148,22 +149,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise ValueError("--suffix fills in a middle from the prompt and the suffix alone: no --attach")
         files = read_attachments(args.attach)  # before the model loads: a bad file is said at once
         args.grammar = read_schema(args.json_schema)
-        args.tool_request = read_tools(args.tools, args.tool_choice)
-        if args.suffix and args.tool_request is not None:  # the FIM prompt has no chat template to show them
-            raise ValueError("--suffix fills in a middle from the prompt and the suffix alone: no --tools")
+        if args.suffix and (args.tools or args.mcp):  # the FIM prompt has no chat template to show them
+            raise ValueError("--suffix fills in a middle from the prompt and the suffix alone: no --tools or --mcp")
+        offered = read_tool_options(args)  # MCP servers start before the model loads: their failures said first
     except (AttachmentError, ValueError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
-    runtime = runtime_from_args(args)
     try:
-        return _generate_with(ChatSession(runtime), args, files)
+        runtime = runtime_from_args(args)
+        try:
+            return _generate_with(ChatSession(runtime), args, files)
+        finally:
+            runtime.unload()  # the engine closes: the conversation's cache is saved for the next run
     finally:
-        runtime.unload()  # the engine closes: the conversation's cache is saved for the next run
+        if offered is not None:
+            offered.close()  # the MCP servers' processes end with the command
 
 
 def _generate_with(session, args: argparse.Namespace, files: list) -> int:
     try:
-        fit_tools(args, session.engine.tokenizer)  # a template without tools is said before answering
+        turns = fit_tools(args, session)  # a template without tools is said before answering
         _say_with(session, args.prompt, files)
         if args.suffix:  # the model's FIM prompt instead of the chat's
             args.prompt_ids = _fim_prompt(session.engine, args.prompt, args.suffix)
@@ -171,13 +176,28 @@ def _generate_with(session, args: argparse.Namespace, files: list) -> int:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
     final = _answer(session, args)
-    print(calls_json(args))  # the answer's calls, a JSON line each
+    if turns is not None and args.tools_offered.runs:  # MCP tools: run (if approved), the model answers on
+        finals = [final]
+        converse(turns, final, lambda: _answer_on(session, args, finals), how="refuse")
+        final = finals[-1]
+        print()
+    else:
+        print(calls_json(turns, turns.after_answer() if turns is not None else []))  # a JSON line each
     if final.finish_reason == "error":
         print(f"draftscope: {final.error}", file=sys.stderr)
         return 1
     if not args.quiet_stats:
         print(_stats_line(final), file=sys.stderr)
     return 0
+
+
+def _answer_on(session, args: argparse.Namespace, finals: list):
+    """``generate``'s next answer after tool results, its prose on a line of its own."""
+    said = args.tool_turns.reader.content if args.tool_turns.reader is not None else ""
+    if said and not said.endswith("\n"):
+        print()
+    finals.append(_answer(session, args))
+    return finals[-1] if finals[-1].finish_reason != "error" else None
 
 
 def _fim_prompt(engine, before: str, after: str) -> list[int]:
@@ -194,18 +214,22 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         files = read_attachments(args.attach)
         args.grammar = read_schema(args.json_schema)
-        args.tool_request = read_tools(args.tools, args.tool_choice)
+        offered = read_tool_options(args)  # MCP servers start before the model loads: their failures said first
     except (AttachmentError, ValueError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
-    runtime = runtime_from_args(args)
-    watcher = open_documents(runtime, args.documents)
     try:
-        return _chat_loop(ChatSession(runtime), args, files)  # the conversation lives in memory
+        runtime = runtime_from_args(args)
+        watcher = open_documents(runtime, args.documents)
+        try:
+            return _chat_loop(ChatSession(runtime), args, files)  # the conversation lives in memory
+        finally:
+            if watcher is not None:
+                watcher.stop()
+            runtime.unload()  # the engine closes: the conversation's cache is saved for the next run
     finally:
-        if watcher is not None:
-            watcher.stop()
-        runtime.unload()  # the engine closes: the conversation's cache is saved for the next run
+        if offered is not None:
+            offered.close()  # the MCP servers' processes end with the chat
 
 
 def _attach_command(line: str, pending: list) -> None:
@@ -227,7 +251,7 @@ def _attach_command(line: str, pending: list) -> None:
 
 def _chat_loop(session, args: argparse.Namespace, pending: list | None = None) -> int:
     try:
-        tools = fit_tools(args, session.engine.tokenizer)  # a template without tools is said before answering
+        tools = fit_tools(args, session)  # a template without tools is said before answering
     except ValueError as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
@@ -265,23 +289,25 @@ def _chat_loop(session, args: argparse.Namespace, pending: list | None = None) -
             print(f"[{exc}]", file=sys.stderr)
             continue
         pending = []
-        if _reply(session, args) and tools is not None:  # its calls shown, their results asked, answered on
-            tools.converse(session, lambda: _reply(session, args))
+        final = _reply(session, args)
+        if final is not None and tools is not None:  # its calls decided and run, answered on
+            how = "ask" if args.tools_offered.runs else "type"
+            converse(tools, final, lambda: _reply(session, args), how=how)
 
 
-def _reply(session, args: argparse.Namespace) -> bool:
-    """The model's next answer, then its figures; False when it failed (its question taken back)."""
+def _reply(session, args: argparse.Namespace):
+    """The model's next answer, then its figures; None when it failed (its question taken back)."""
     print("assistant> ", end="", flush=True)
     try:
         final = _answer(session, args)
     except ValueError as exc:  # e.g. the conversation outgrew the context window
         session.drop_last()
         print(f"\n[{exc}]", file=sys.stderr)
-        return False
+        return None
     print()
     if final.finish_reason == "error":
         print(f"[error: {final.error}]", file=sys.stderr)
         session.drop_last()
-        return False
+        return None
     print(_stats_line(final), file=sys.stderr)
-    return True
+    return final

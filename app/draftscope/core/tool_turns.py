@@ -14,9 +14,9 @@ One answer's cycle::
     turns.run_approved()            # a worker thread: runs them, keeps their results
     if turns.wants_answer(): answer again
 
-A call is run by ``run(server, tool, arguments, cancel)``, which returns a ToolOutcome
-(toolbox/host.py: ``status`` "ok" | "error" | "timeout" | "failed", ``text``, ``seconds``); the terminal's
-``--tools FILE`` asks the user for the text instead.
+A call is run by ``run(server, tool, arguments, cancel)``, which returns a ToolOutcome (toolbox/: ``status``
+"ok" | "error" | "timeout" | "failed" | "stopped", ``text``, ``seconds``); without a ``run`` (the
+terminal's ``--tools FILE``) the face gives each result itself (:meth:`ToolTurns.give`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ STOPPED = "(not run: the user stopped the tool calls)"
 BAD_ARGUMENTS = "(not run: the call's arguments are not a JSON object; the answer may have been cut inside it)"
 RESULT_TOKENS_MIN = 256  # a result is never cut shorter than this, whatever the context
 # what a finished call's state is for each ToolOutcome status
-STATE_OF = {"ok": "done", "error": "error", "timeout": "timeout", "failed": "failed"}
+STATE_OF = {"ok": "done", "error": "error", "timeout": "timeout", "failed": "failed", "stopped": "stopped"}
 UNDONE = ("asking", "approved", "running")
 
 
@@ -220,18 +220,24 @@ class ToolTurns:
     # ------------------------------------------------------------------ the user's word
 
     def approve(self, call_id: str, *, always: bool = False) -> None:
-        """The user lets the call run; ``always``: every later call of this tool too (``always`` tells
-        the face, to keep it)."""
+        """The user lets the call run; ``always``: every call of this tool too, this answer's and the
+        later ones (``always`` tells the face, to keep it)."""
         with self._lock:
             call = self._asking(call_id)
             if call is None:
                 return
-            call.state = "approved"
+            key = (call.server, call.tool)
             if always:
-                self._always.add((call.server, call.tool))
+                self._always.add(key)
+            approved = [
+                c for c in self.calls if c.state == "asking" and (c is call or always and (c.server, c.tool) == key)
+            ]
+            for each in approved:
+                each.state = "approved"
         if always:
-            self.events.always.emit(call.server, call.tool)
-        self.events.changed.emit(call)
+            self.events.always.emit(*key)
+        for each in approved:
+            self.events.changed.emit(each)
 
     def deny(self, call_id: str) -> None:
         """The call is not run; the model reads that the user denied it."""
