@@ -5,13 +5,14 @@ free port, printed as `PORT <n>` on its first stdout line).
 Its tools cover what a user's server can do to the app: answer, answer 1 MB, fail (an isError result),
 die mid-call, hang, write something that is not MCP. Environment: MCP_FIXTURE_EXIT_AT_START=1 makes it
 exit at once (after a line on stderr); MCP_FIXTURE_GARBAGE=1 makes it write lines that are not MCP and
-never answer."""
+never answer; MCP_FIXTURE_STUBBORN=1 keeps it running after its stdin ends (only a signal ends it)."""
 
 from __future__ import annotations
 
 import os
 import socket
 import sys
+import threading
 import time
 
 # Before the SDK's imports (seconds on a busy machine): a server that exits at start does so at once
@@ -105,6 +106,8 @@ def serve_http(server: MCPServer) -> None:
 
 
 def main() -> None:
+    if os.environ.get("MCP_FIXTURE_STUBBORN") == "1":  # outlives its stdin's end: only a kill ends it
+        threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
     print(STARTED_MARK, file=sys.stderr, flush=True)
     server = build()
     if "--http" in sys.argv:

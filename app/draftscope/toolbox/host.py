@@ -67,6 +67,11 @@ def _shutdown(runner: _LoopThread, links: list[ServerLink], closing: threading.E
 
     async def close_all() -> None:
         await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
+        # what is left (a liveness check) ends here, not as "Task was destroyed" on the app's stderr
+        left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
 
     try:
         runner.submit(close_all()).result(CLOSE_S)
@@ -148,13 +153,14 @@ class ToolHost:
         """Run ``tool`` of ``server`` and wait for its outcome (blocking; thread-safe); a server that
         crashed is started again first. Never raises for the server's failure."""
         began = time.monotonic()
-        refused = self._refusal(server, tool)
+        refused = self._refusal(server, tool, arguments)
         if refused:
             return ToolOutcome("failed", refused, 0.0)
         timeout = self.call_timeout_s if timeout_s is None else timeout_s
-        future = self._runner.submit(self._links[server].call(tool, dict(arguments), timeout, cancel))
-        self._calls.add(future)
+        future: concurrent.futures.Future[ToolOutcome] = concurrent.futures.Future()
         try:
+            future = self._runner.submit(self._links[server].call(tool, dict(arguments), timeout, cancel))
+            self._calls.add(future)
             outcome = future.result(self.start_timeout_s + timeout + SLACK_S)
         except concurrent.futures.CancelledError:
             outcome = ToolOutcome(
@@ -169,7 +175,7 @@ class ToolHost:
             self._calls.discard(future)
         return replace(outcome, seconds=time.monotonic() - began)
 
-    def _refusal(self, server: str, tool: str) -> str:
+    def _refusal(self, server: str, tool: str, arguments: object) -> str:
         """Why a call cannot be made at all ("" when it can)."""
         if self._closing.is_set():
             return f"the call to {tool!r} of server {server!r} was not made: the tool host is closed"
@@ -180,6 +186,8 @@ class ToolHost:
             return f"server {server!r} {there}"
         if tool in self._links[server].server.disabled_tools:
             return f"tool {tool!r} of server {server!r} is switched off"
+        if not isinstance(arguments, dict):
+            return f"the call to {tool!r} of server {server!r} was not made: its arguments are not a JSON object"
         if threading.current_thread() is self._runner.thread:
             return f"the call to {tool!r} of server {server!r} was made from the tool host's own thread"
         return ""

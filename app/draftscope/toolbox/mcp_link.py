@@ -259,6 +259,8 @@ class Connection:
 
     async def answers(self) -> bool:
         """Whether it still answers a request within PING_S."""
+        if self.client is None:
+            return False
         try:
             # a listing, not a ping: servers on the 2026-07-28 protocol no longer answer pings
             await asyncio.wait_for(self.client.list_tools(cache_mode="refresh"), PING_S)
@@ -270,11 +272,11 @@ class Connection:
         """Its stderr closed, or a call timed out: a started server that no longer answers a ping is
         ended (restarted at its next call), and ``why`` names what happened."""
         started = self._ready is not None and self._ready.done() and not self._ready.result()
-        if not started or self.down:
+        if not started or self.down or self._stop.is_set():
             return
 
         async def check() -> None:
-            if not self.down and not await self.answers():
+            if not await self.answers() and not (self.down or self._stop.is_set()):
                 await self.end(f"server {self.name!r} {why}")
 
         task = asyncio.create_task(check())

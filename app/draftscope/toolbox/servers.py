@@ -173,7 +173,7 @@ def _server_from_entry(name: str, entry: object) -> McpServer:
     disabled = next((entry[k] for k in DISABLED_KEYS if k in entry), False)
     if not isinstance(disabled, bool):
         raise ValueError(f'server {name!r}: "disabled" must be true or false')
-    always = next((entry[k] for k in ALWAYS_KEYS if k in entry), [])
+    always: object = next((entry[k] for k in ALWAYS_KEYS if k in entry), [])
     return McpServer.from_dict(
         {
             "name": name,
