@@ -1,4 +1,4 @@
-"""The settings dialog: edits a copy of the Settings in five tabs and refuses OK, with an inline
+"""The settings dialog: edits a copy of the Settings in six tabs and refuses OK, with an inline
 message, while a field is invalid (out of range, a model path or datastore that does not exist,
 a file that is not a Draftscope index, a newly chosen catalogue model not downloaded yet).
 
@@ -6,7 +6,7 @@ The Model tab offers the model catalogue (size, memory needed, downloaded or not
 in the dialog with progress and cancel: ``DownloadBox``), the precision (auto says what it picks
 here and why) and only the draft models that share the chosen model's tokenizer, saying why the
 others are not offered. Its widgets and downloads: ``settings_model_tab``; the other tabs:
-``settings_tabs``; the rules, without Qt: ``draftscope.core.settings_checks``."""
+``settings_tabs`` and ``tools_tab`` (MCP servers); the rules, without Qt: ``draftscope.core.settings_checks``."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from draftscope.engine.backends.llama import gpu_offload
 from draftscope.gui.dialogs.gpu_layers_row import GpuLayers
 from draftscope.gui.dialogs.settings_model_tab import OTHER_TEXT, ModelTabParts
 from draftscope.gui.dialogs.settings_tabs import AppearanceTab, ContextLength, DraftingTab, GenerationTab, ServerTab
+from draftscope.gui.dialogs.tools_tab import ToolsTab
 from draftscope.gui.fit_screen import fit_dialog, scroll_tabs
 from draftscope.gui.form_widgets import align_label_columns, hint, row, show_error
 from draftscope.models import catalog
@@ -87,10 +88,12 @@ class SettingsDialog(ModelTabParts, QDialog):
             learned=learned, recurrent=recurrent, model_spec=lambda: self._model_spec() or DEFAULT_MODEL
         )
         self.generation, self.appearance, self.server = GenerationTab(), AppearanceTab(), ServerTab()
+        self.tools = ToolsTab()
         self.tabs.addTab(self.drafting, "Drafting")
         self.tabs.addTab(self.generation, "Generation")
         self.tabs.addTab(self.appearance, "Appearance")
         self.tabs.addTab(self.server, "Server")
+        self.tabs.addTab(self.tools, "Tools")
         align_label_columns(self.tabs)
         scroll_tabs(self.tabs)  # a short screen scrolls a page, never OK and Cancel off the screen
 
@@ -109,7 +112,7 @@ class SettingsDialog(ModelTabParts, QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setObjectName("cancelButton")
         self.restore_button = self.buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults)
         self.restore_button.setObjectName("restoreDefaultsButton")
-        self.restore_button.clicked.connect(lambda: self._show(Settings(prompt_presets=self.generation.presets.user)))
+        self.restore_button.clicked.connect(self._restore_defaults)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
 
@@ -184,6 +187,10 @@ class SettingsDialog(ModelTabParts, QDialog):
         backend, device = self.backend_combo.currentData() or "auto", self.device_combo.currentData() or "auto"
         self.gpu_layers.offer(backend, device, self.workers_edit.text())
 
+    def _restore_defaults(self) -> None:
+        """The defaults, but the user's own things kept: their presets and their MCP servers."""
+        self._show(Settings(prompt_presets=self.generation.presets.user, mcp_servers=self.tools.model.values()))
+
     def _show(self, s: Settings) -> None:
         if self._downloading():  # Restore defaults during a download: it goes on
             return
@@ -198,7 +205,8 @@ class SettingsDialog(ModelTabParts, QDialog):
             self._fill_drafts(s.draft_model)
         finally:
             self._filling = False
-        for tab in (self.context, self.gpu_layers, self.drafting, self.generation, self.appearance, self.server):
+        tabs = (self.context, self.gpu_layers, self.drafting, self.generation, self.appearance, self.server, self.tools)
+        for tab in tabs:
             tab.show_settings(s)
         self._on_precision_changed()
         self._offer_gpu_layers()
@@ -222,6 +230,7 @@ class SettingsDialog(ModelTabParts, QDialog):
             **self.generation.values(self._original),
             **self.appearance.values(),
             **self.server.values(),
+            **self.tools.values(),
             **self.context.values(),
             **self.gpu_layers.values(),
         )
@@ -413,6 +422,7 @@ class SettingsDialog(ModelTabParts, QDialog):
             **self.generation.fields,
             **self.appearance.fields,
             **self.server.fields,
+            **self.tools.fields,
             **self.context.fields,
             **self.gpu_layers.fields,
         }
@@ -465,3 +475,4 @@ class SettingsDialog(ModelTabParts, QDialog):
         super().done(result)
         for box in (self.model_box, self.draft_box):
             box.download.close()
+        self.tools.close()  # a listing of a server's tools under way is given up
