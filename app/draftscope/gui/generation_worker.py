@@ -4,6 +4,8 @@
 one answer loop (``ChatSession.stream``, which also keeps the answer in the history). It says
 nothing of the answer itself: its start, steps, end and failure are the session's to tell, and
 views hear them through one channel, ``gui/session_qt.py``.
+``run_tools`` runs the approved calls of a tool loop (core/tool_turns.py) on the same thread, so a
+call and the answer that reads its result never overlap; ``tools_ran`` says when they are done.
 ``measure_baseline`` re-measures plain decoding speed, telling ``baseline_progress`` how far it is,
 and reports it with ``baseline_measured``.
 ``stop`` may be called from any thread: the engine checks the flag between steps, so an answer
@@ -58,6 +60,7 @@ def lower_decoding_priority() -> None:
 class GenerationWorker(QObject):
     baseline_measured = Signal(float)  # plain decoding tokens/s, measured again on this thread
     baseline_progress = Signal(object)  # the measurement's Stage (engine/stages.py): how far it is
+    tools_ran = Signal(object)  # the ToolTurns whose approved calls were run (their results kept)
 
     def __init__(self, session, *, keep: bool = True) -> None:
         """``session``: the ChatSession whose answers this runs; ``keep``: record them (the race
@@ -81,6 +84,15 @@ class GenerationWorker(QObject):
                     lower_decoding_priority()
         except Exception:  # e.g. the prompt outgrew the context window: the session told answer_failed
             log.exception("an answer ended in an error")  # what happened before the session could tell it
+
+    @Slot(object)
+    def run_tools(self, turns) -> None:
+        """Run a tool loop's approved calls (blocking: MCP servers answer here, never on the UI thread)."""
+        try:
+            turns.run_approved()
+        except Exception:  # a call's failure is its card's (the loop keeps it); this is the loop's own
+            log.exception("running the approved tool calls failed")
+        self.tools_ran.emit(turns)
 
     @Slot()
     def measure_baseline(self) -> None:

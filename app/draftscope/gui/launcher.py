@@ -9,6 +9,8 @@ storage/settings.py: the model, device, precision...). A reload is a transaction
 once the new model has opened; a failed one leaves the running model, the window and the settings file as they
 were and offers Retry, another model, or keeping the current one; one that opened frees the window and model it
 replaced (_let_go). Each new loader ends the last one's thread first (Qt aborts when a running QThread is dropped).
+The MCP servers (gui/tool_host_qt.py) are the launcher's, not a window's: started once the first window shows,
+again when Settings ▸ Tools change, kept across a reload, and closed when the app quits.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from draftscope.gui.platform_check import xcb_problem
 from draftscope.gui.server_control import LocalServer
 from draftscope.gui.smoke_run import quit_after
 from draftscope.gui.theme import app_icon, apply_theme, code_style, effective_theme
+from draftscope.gui.tool_host_qt import ToolHostQt
 from draftscope.storage import HistoryStore, load_settings, save_settings
 from draftscope.storage.settings import MAX_RECENT, Change, change_between
 from draftscope.sysinfo import freeze_loaded_objects
@@ -97,12 +100,15 @@ class Launcher(QObject):
         self.server.stored.connect(lambda cid: self.window and self.window.served_answer_stored(cid))
         QApplication.instance().aboutToQuit.connect(self.server.stop)
         QApplication.instance().aboutToQuit.connect(lambda: self.window and self._keep_window(self.window))
+        self.tool_host = ToolHostQt()  # the MCP servers: no orphan process once the app has quit
+        QApplication.instance().aboutToQuit.connect(self.tool_host.close)
         self.changes = self._settings_events()
 
     def _settings_events(self):
         """What a settings change does here, each heard as its own event (core/settings_change.py)."""
         changes = SettingsEvents()
         changes.look.connect(self._apply_look)
+        changes.tools.connect(lambda _old, new: self.tool_host.apply(new))  # the servers started again
         changes.model.connect(self._load_with)
         changes.server.connect(self._server_changed)
         changes.drafters.connect(self._drafters_changed)
@@ -141,7 +147,10 @@ class Launcher(QObject):
         self._remember_model()
         previous, self.window = self.window, None
         theme = effective_theme(self.settings.theme)
-        self.window = MainWindow(runtime, self.history, code_style=code_style(theme), dark=theme == "dark")
+        self.window = MainWindow(
+            runtime, self.history, code_style=code_style(theme), dark=theme == "dark", tool_host=self.tool_host
+        )
+        self.window.tool_loop.settings_changed.connect(self._keep_tool_settings)
         self.window.settings_requested.connect(self.open_settings)
         self.window.model_chosen.connect(
             lambda spec: self.apply_settings(dataclasses.replace(self.settings, model=spec))
@@ -154,6 +163,8 @@ class Launcher(QObject):
             release(self.progress)  # shown over the window being let go: not deleted with it
             _let_go(previous, runtime)
         self.window.show()
+        if previous is None:  # the first window: the MCP servers start behind it
+            self.tool_host.apply(self.settings)
         if runtime.engine.baseline_measured_at is None:  # measured now, behind the open window
             self.window.measure_baseline()
         server_problem = self._apply_server()
@@ -189,6 +200,11 @@ class Launcher(QObject):
         for settings in {id(kept): kept, id(self.settings): self.settings}.values():
             window_memory.remember(window, settings)
         self._save_quietly(kept)
+
+    def _keep_tool_settings(self) -> None:
+        """A tool allowed for good ("Always for this tool") changed the window's settings: kept in the file."""
+        self.settings.mcp_servers = self.window.settings.mcp_servers
+        self._save_quietly(self.settings)
 
     def _save_quietly(self, settings) -> None:
         try:

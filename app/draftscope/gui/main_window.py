@@ -30,6 +30,7 @@ from draftscope.gui.chat.conversation_list import ConversationList
 from draftscope.gui.chat.read_ahead import ReadAhead
 from draftscope.gui.chat.reading import ReadingIndicator
 from draftscope.gui.chat.render import provenance_legend
+from draftscope.gui.chat.tool_turns_qt import ToolLoop
 from draftscope.gui.chat.versions import page_to
 from draftscope.gui.chat.view import ChatTranscript
 from draftscope.gui.chat.welcome import use_example
@@ -57,8 +58,8 @@ class MainWindow(QMainWindow):
     datastore_chosen = Signal(str)  # a datastore built in the wizard, to be used from now on
     answer_selected = Signal(int, list)  # a stored answer picked for inspection: (message id, its StepEvents)
 
-    def __init__(self, runtime, history, *, code_style: str = "default", dark: bool = False) -> None:
-        """``runtime``: the model and what it drafts with (draftscope.core.runtime)."""
+    def __init__(self, runtime, history, *, code_style: str = "default", dark: bool = False, tool_host=None) -> None:
+        """``runtime``: the model and what drafts (core/runtime.py); ``tool_host``: gui/tool_host_qt.py's."""
         super().__init__()
         self.runtime = runtime
         engine = self.engine = runtime.engine
@@ -103,6 +104,7 @@ class MainWindow(QMainWindow):
         self.worker.baseline_measured.connect(self._on_baseline)
         self.worker.baseline_progress.connect(self.status.show_measuring)
         self.request_baseline.connect(self.worker.measure_baseline)
+        self.tool_loop = ToolLoop(self, tool_host)  # an answer's tool calls: cards, approval, the calls run
         # Quitting the app without closing the window (Ctrl+Q, a session logout) must still end the
         # worker thread before Qt destroys it. A method, never a lambda: a lambda's closure would
         # keep the runtime (the model) alive after a reload replaced the window (tested).
@@ -162,8 +164,8 @@ class MainWindow(QMainWindow):
         return self.session.conversation_id
 
     @property
-    def streaming(self) -> bool:
-        return self.chat_view.streaming
+    def streaming(self) -> bool:  # an answer being written, or a tool loop under way
+        return self.chat_view.streaming or self.tool_loop.busy
 
     @property
     def editing_message_id(self) -> int | None:
@@ -278,9 +280,9 @@ class MainWindow(QMainWindow):
     def _generate(self, *, new_seed: bool = False, request=None) -> None:
         """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate);
         ``request``: one made already (Continue's)."""
-        request = request or self.session.request(
-            sampling=self.session.sampling(seed=fresh_seed()) if new_seed else None
-        )
+        if request is None:  # a message's first answer: its tool loop begins (gui/chat/tool_turns_qt.py)
+            request = self.session.request(sampling=self.session.sampling(seed=fresh_seed()) if new_seed else None)
+            self.tool_loop.prepare(request)
         self.read_ahead.cancel()  # never queued behind it: it ends at its next chunk
         self.chat_view.begin_stream()
         self._update_actions()
@@ -288,6 +290,7 @@ class MainWindow(QMainWindow):
 
     def stop(self) -> None:
         self.worker.stop()
+        self.tool_loop.stop()
 
     def _on_steps(self, events: list) -> None:
         self.inspection.add_live(events)
@@ -302,6 +305,8 @@ class MainWindow(QMainWindow):
         if message_id is not None:
             self.inspection.finish_live(message_id)
         self._end_stream()
+        if self.tool_loop.answer_ended(final):  # it called tools: they run, or wait for the user
+            return
         measured = self.engine.baseline_measured_at
         if measured is not None and (
             time.monotonic() - measured > BASELINE_MAX_AGE_S
@@ -311,6 +316,7 @@ class MainWindow(QMainWindow):
             self.measure_baseline()
 
     def _on_failed(self, message: str) -> None:
+        self.tool_loop.stop()
         self._end_stream()
         if (question := self.session.take_back_unanswered()) is not None:  # back in the box, files and all:
             self.composer.restore(question.content, question.attachments())  # nothing typed is lost, and
@@ -484,6 +490,7 @@ class MainWindow(QMainWindow):
 
     def _end_threads(self) -> None:
         self.read_ahead.close()
+        self.tool_loop.close()  # a call running is cancelled; the window's own tool servers end
         self.documents_panel.close_jobs()
         self.composer.reader.close()  # a file being read: its reader is ended
         self.worker_thread.shutdown()

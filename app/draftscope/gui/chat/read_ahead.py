@@ -5,10 +5,11 @@ conversation is opened, a file is attached or removed, an answer ends, and when 
 Send then reads only the rest (the kept-cache rule: the longest common prefix), and the answer is
 the one a cold read gives.
 
-The prompt is built as Send builds it (``ChatSession.outgoing``), cut before the last word typed,
-whose tokens may still change. It is read on a thread of its own (never the worker's: Send would
-queue behind it) as a background answer of no tokens, which any real answer ends within one
-reading chunk; Send also cancels it first. The composer says how far it got.
+The prompt is built as Send builds it (``ChatSession.outgoing``, with the tools Send would show the
+model: gui/chat/tool_turns_qt.py), cut before the last word typed, whose tokens may still change. It
+is read on a thread of its own (never the worker's: Send would queue behind it) as a background
+answer of no tokens, which any real answer ends within one reading chunk; Send also cancels it
+first. The composer says how far it got.
 """
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ class ReadPlan:
     total: int  # tokens of the prompt Send would send now
 
 
-def plan_read(session, text: str, files, replacing: int | None) -> ReadPlan:
+def plan_read(session, text: str, files, replacing: int | None, tools: list[dict] | None = None) -> ReadPlan:
     """What to read ahead of Send: the prompt ``session.outgoing`` builds for the composer's ``text``
-    (as typed) and ``files``, as far as it stays the same whatever word comes next. The files'
-    passages are the ones Send would choose for the text so far. Raises what ``outgoing`` raises."""
+    (as typed) and ``files``, shown ``tools`` (Send's), as far as it stays the same whatever word
+    comes next. The files' passages are the ones Send would choose for the text so far. Raises what
+    ``outgoing`` raises."""
     out = session.outgoing(text.strip(), files, replacing=replacing)
-    encode = session.engine.encode_chat
+
+    def encode(messages: list[dict]) -> list[int]:
+        return session.engine.encode_chat(messages, tools)
+
     now = encode(out.messages)
     done = finished_words(text)
     sure = encode(session.messages_with(done, out.sent, replacing=replacing))
@@ -77,6 +82,8 @@ class ReadAhead(QObject):
         self._plan: ReadPlan | None = None
         self._cancel: threading.Event | None = None
         self.threads: list[threading.Thread] = []
+        self.offered = lambda: None  # () -> the tools Send would show the model (the window's tool loop)
+        self.busy = lambda: False  # () -> whether a tool loop is under way (the window is not idle)
         composer.chat_input.textChanged.connect(self.schedule)
         composer.chips.changed.connect(self.schedule)
 
@@ -93,6 +100,7 @@ class ReadAhead(QObject):
             self.session.engine is not None
             and self.session.settings.read_ahead
             and not self.transcript.streaming
+            and not self.busy()
             and not self.composer.reader.reading
         )
 
@@ -104,7 +112,11 @@ class ReadAhead(QObject):
         composer = self.composer
         try:
             plan = plan_read(
-                self.session, composer.chat_input.toPlainText(), composer.attachments, composer.editing_message_id
+                self.session,
+                composer.chat_input.toPlainText(),
+                composer.attachments,
+                composer.editing_message_id,
+                self.offered(),
             )
         except Exception as exc:  # files that cannot fit, a template that fails: Send will say what is wrong
             log.warning("read ahead: nothing read (%s)", exc or type(exc).__name__)

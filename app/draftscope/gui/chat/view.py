@@ -19,6 +19,7 @@ from draftscope.core.words import answer_stats
 from draftscope.documents.prompt import left_out_note
 from draftscope.gui.chat.continuing import Continuing
 from draftscope.gui.chat.render import ACTION_SCHEME, COPY_SCHEME, STEP_SCHEME, ChatRenderer
+from draftscope.gui.chat.tool_cards import TOOL_SCHEME, answer_calls, card_calls, cards_html, results_by_call
 from draftscope.gui.chat.versions import first_version_text, version_note
 from draftscope.gui.chat.welcome import welcome_html
 
@@ -83,6 +84,8 @@ class ChatTranscript(QTextBrowser):
     step_clicked = Signal(str, int)  # a token's step: (message id or "live", step index)
     said = Signal(str)  # a short confirmation for the status bar ("Code copied …")
 
+    tool_decision = Signal(str, str)  # "approve" / "deny" / "always", a call's id (a card's links)
+
     def __init__(self, session, *, code_style: str = "default", dark: bool = False) -> None:
         super().__init__(objectName="chatView")
         self.session = session
@@ -90,6 +93,10 @@ class ChatTranscript(QTextBrowser):
         self.renderer = ChatRenderer(code_style, dark=dark)
         self.show_provenance = False  # tokens coloured by their drafter, each a link to its step
         self.selection = lambda: None  # () -> (answer id or None for the live one, step index) to mark
+        self.live_calls = dict  # () -> {call id: ToolCall}: the calls of the tool loop under way (newer than kept)
+        self.stream_text = None  # text -> the part shown (a tool loop holds calls back); None: all of it
+        self.unfolded: set[int] = set()  # tool results shown unfolded (their messages' ids)
+        self._results: dict = {}  # the conversation's tool results by call id (their cards show them)
         # Messages are known by (id, when written): SQLite gives a message written after others were
         # deleted (an edit, a regenerate) the id the first deleted one had, so an id alone would show
         # the old message's text under the new one's figures.
@@ -168,7 +175,8 @@ class ChatTranscript(QTextBrowser):
 
     def add_steps(self, events: list) -> None:
         self.current_steps.extend(events)
-        self.streaming_text += "".join("".join(e.pieces) for e in events)
+        text = "".join("".join(e.pieces) for e in events)
+        self.streaming_text += self.stream_text(text) if self.stream_text is not None else text
         self.render(stream_only=True)
 
     def end_stream(self) -> None:
@@ -205,7 +213,9 @@ class ChatTranscript(QTextBrowser):
             self._drop_stream_region()
             messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
             messages, self._offer = self._continuing.shown(messages, streaming=self.streaming)
-            ids = [(_key(m), m.id == self._offer) for m in messages]  # Continue moves on: render again
+            self._results = results_by_call(messages)
+            live = self.live_calls()  # a card that changed state, a result unfolded: render again
+            ids = [(_key(m), m.id == self._offer, self._cards_key(m, live)) for m in messages]
             if ids[: len(self._shown)] != self._shown or not self._shown:
                 welcome = "" if messages or self.streaming else welcome_html()  # an empty conversation's page
                 self.setHtml("".join(self._message_block(m) for m in messages) + welcome)
@@ -254,10 +264,18 @@ class ChatTranscript(QTextBrowser):
     def _text_colour(self) -> str:
         return self.palette().color(QPalette.ColorRole.Text).name()
 
+    def _cards_key(self, m, live: dict) -> tuple:
+        cards = card_calls(m, self._results, live) if answer_calls(m) else []
+        return tuple((c.key, c.message_id in self.unfolded) for c in cards)
+
     def _message_block(self, m) -> str:
+        if m.role == "tool":  # a call's result: shown in its call's card
+            return ""
         key = _key(m)
+        calls = answer_calls(m)
         if key not in self._html_cache:
-            steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" else []
+            # an answer that called tools shows its prose (its steps hold the calls' text, shown as cards)
+            steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" and not calls else []
             blocks: list[str] = []
             if steps:
                 self._html_cache[key] = self.renderer.markdown_with_provenance(
@@ -272,9 +290,11 @@ class ChatTranscript(QTextBrowser):
         names = {"copy": "Copy", "edit": "Edit", "regenerate": "Regenerate", "inspect": "Inspect drafts"}
         names["continue"] = "Continue"
         actions = [f'<a href="{ACTION_SCHEME}:{verb}/{m.id}">{names[verb]}</a>' for verb in verbs]
-        return message_html(
-            m.role, self._html_cache[key], actions, m.stats, files_html(m), versions_html(m, self.history)
-        )
+        body = self._html_cache[key]
+        if calls:
+            cards = card_calls(m, self._results, self.live_calls())
+            body += cards_html(cards, self.unfolded, dark=self.renderer.dark)
+        return message_html(m.role, body, actions, m.stats, files_html(m), versions_html(m, self.history))
 
     def _append_html(self, fragment: str) -> int:
         """Append HTML at the end in a new block; returns where it starts."""
@@ -357,6 +377,8 @@ class ChatTranscript(QTextBrowser):
             self.step_clicked.emit(key, int(ident))
         elif scheme == FILE_SCHEME and key.isdigit() and ident.isdigit():
             self._show_file(int(key), int(ident))
+        elif scheme == TOOL_SCHEME:
+            self._on_tool_link(key, url.path(QUrl.ComponentFormattingOption.FullyDecoded).partition("/")[2])
         elif scheme in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
 
@@ -374,3 +396,16 @@ class ChatTranscript(QTextBrowser):
             if m.id == message_id:
                 QApplication.clipboard().setText(m.content)
                 self.said.emit("Message copied to the clipboard")
+
+    def _on_tool_link(self, verb: str, target: str) -> None:
+        """A card's link: a decision on a call (the loop's), or its result unfolded, folded or copied."""
+        if verb in ("approve", "deny", "always"):
+            self.tool_decision.emit(verb, target)
+        elif verb in ("show", "hide") and target.isdigit():
+            (self.unfolded.add if verb == "show" else self.unfolded.discard)(int(target))
+            self.render()
+        elif verb == "copy" and target.isdigit():
+            result = next((m for m in self._results.values() if m.id == int(target)), None)
+            if result is not None:
+                QApplication.clipboard().setText(result.content)
+                self.said.emit("Tool result copied to the clipboard")

@@ -1,0 +1,245 @@
+"""The window's tool loop with a tiny real model and the real fixture MCP server (tests/toolbox/
+mcp_fixture_server.py, over stdio): a call appears as a card waiting for the user, Approve runs it
+and the model answers after its result, Deny, "Always for this tool" (kept in the settings: the next
+call runs without asking), a server that dies mid-call named in words with the window still usable,
+Stop, a restart showing the calls, a server that does not start, what is read ahead is what Send
+sends, and no server process left once the window is closed.
+
+A tiny random model calls no tool by itself: the first answer to each message is held to a named
+tool's grammar (the loop's ``choice``); ``pid`` takes no arguments (the tools are offered strict, no
+keys beyond their own), so its call is whole in a few tokens, and its result (the server's process
+id) is checked against the process itself."""
+
+import copy
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+pytest.importorskip("mcp")
+psutil = pytest.importorskip("psutil")
+
+from engine_fixtures import tiny_llama
+from PySide6.QtCore import QUrl
+from PySide6.QtWidgets import QPushButton
+from runtime_helpers import runtime_for
+
+from draftscope.core.tool_turns import DENIED
+from draftscope.engine.engine import Engine
+from draftscope.gui.chat.read_ahead import plan_read
+from draftscope.gui.main_window import MainWindow
+from draftscope.storage import HistoryStore
+from draftscope.toolbox.servers import McpServer
+
+FIXTURE = Path(__file__).resolve().parents[1] / "toolbox" / "mcp_fixture_server.py"
+QWEN_TEMPLATE = (Path(__file__).resolve().parents[1] / "data" / "qwen2.5_chat_template.jinja").read_text()
+WAIT_MS = 60_000
+
+
+def fixture_server(name: str = "files", command: str = sys.executable) -> dict:
+    return McpServer(name, command=command, args=(str(FIXTURE),)).to_dict()
+
+
+@pytest.fixture(scope="module")
+def tool_engine(tokenizer):
+    """A tiny random model with Qwen's template (it shows tools); its EOS never comes (a required
+    call ends with its grammar, a free answer at the length limit)."""
+    qwen = copy.deepcopy(tokenizer)
+    qwen.chat_template = QWEN_TEMPLATE
+    model = tiny_llama(len(qwen), seed=3, layers=1, hidden=32, sharpen=4.0, max_positions=4096)
+    engine = Engine(model, qwen, name="tiny")
+    engine.eos_ids = set()
+    return engine
+
+
+def tool_window(qtbot, engine, db, *, choice: str | None = "pid", servers=None, **settings) -> MainWindow:
+    """A window whose own tool host runs ``servers`` (default: the fixture server as "files"), ready."""
+    servers = [fixture_server()] if servers is None else servers
+    runtime = runtime_for(engine, max_new_tokens=80, mcp_servers=servers, tool_timeout_s=20, **settings)
+    window = MainWindow(runtime, HistoryStore(db))
+    qtbot.addWidget(window)
+    with qtbot.waitSignal(window.tool_loop.host.ready, timeout=WAIT_MS):
+        window.show()
+    if choice is not None:
+        window.tool_loop.choice = choice
+        window.tool_loop.host.tools = [strict(t) for t in window.tool_loop.host.tools]
+    return window
+
+
+def strict(tool: dict) -> dict:
+    """A tool whose arguments take no keys beyond its own (as a strict server declares them): a random
+    model held to its grammar writes ``pid``'s call as ``{}``, not a key of random text."""
+    tool = copy.deepcopy(tool)
+    tool["function"]["parameters"]["additionalProperties"] = False
+    return tool
+
+
+def send(window: MainWindow, text: str) -> list:
+    """Send ``text``; the requests the worker is handed from now on."""
+    requests = []
+    window.request_generation.connect(requests.append)
+    window.chat_input.setPlainText(text)
+    window.send()
+    return requests
+
+
+def asking(qtbot, window: MainWindow):
+    qtbot.waitUntil(lambda: any(c.state == "asking" for c in window.tool_loop.live_calls().values()), timeout=WAIT_MS)
+    return next(c for c in window.tool_loop.live_calls().values() if c.state == "asking")
+
+
+def click(window: MainWindow, href: str) -> None:
+    window.chat_view.anchorClicked.emit(QUrl(href))
+
+
+def idle(qtbot, window: MainWindow) -> None:
+    qtbot.waitUntil(lambda: not window.streaming, timeout=WAIT_MS)
+    assert window.findChild(QPushButton, "sendButton").isEnabled()
+
+
+def kept(window: MainWindow) -> list:
+    return window.history.messages(window.conversation_id)
+
+
+def fixture_processes() -> list:
+    return [p for p in psutil.Process().children(recursive=True) if str(FIXTURE) in " ".join(p.cmdline())]
+
+
+def test_approve_runs_the_call_and_the_model_answers_after_its_result(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
+    requests = send(window, "What is the tool server's process id?")
+    call = asking(qtbot, window)
+    text = window.chat_view.toPlainText()
+    assert "pid" in text and "on files" in text and "waits for your approval" in text
+    assert "<tool_call>" not in text, "the call shows as a card, not as the text the model wrote"
+    assert window.findChild(QPushButton, "stopButton").isEnabled(), "a call waiting: the loop can be stopped"
+    click(window, f"tool:approve/{call.id}")
+    idle(qtbot, window)
+
+    messages = kept(window)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[1].tool_fields["tool_calls"][0]["function"]["name"] == "pid"
+    result = messages[2]
+    assert result.tool_fields["status"] == "ok" and result.tool_fields["server"] == "files"
+    assert int(result.content) in {p.pid for p in fixture_processes()}, "the result is the running server's"
+    assert len(requests) == 2 and requests[1].messages[-1]["role"] == "tool"
+    assert requests[1].messages[-1]["content"] == result.content, "the model answers after reading the result"
+    assert requests[1].tools == requests[0].tools, "every answer of the loop is shown the same tools"
+    text = window.chat_view.toPlainText()
+    assert "done" in text and "show result (" in text and "waits for your approval" not in text
+
+    window.close()  # the window's own servers end with it
+    qtbot.waitUntil(lambda: not fixture_processes(), timeout=20_000)
+
+
+def test_deny_keeps_the_denial_and_the_model_answers_without_the_call(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
+    requests = send(window, "What is the process id?")
+    click(window, f"tool:deny/{asking(qtbot, window).id}")
+    idle(qtbot, window)
+    messages = kept(window)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2].content == DENIED and messages[2].tool_fields["status"] == "denied"
+    assert requests[1].messages[-1]["content"] == DENIED
+    assert "denied: not run" in window.chat_view.toPlainText()
+
+
+def test_always_for_this_tool_is_kept_and_the_next_call_runs_without_asking(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
+    send(window, "What is the process id?")
+    call = asking(qtbot, window)
+    with qtbot.waitSignal(window.tool_loop.settings_changed, timeout=WAIT_MS):
+        click(window, f"tool:always/{call.id}")
+    idle(qtbot, window)
+    assert window.settings.mcp_servers[0]["always_allowed"] == ["pid"]
+
+    asked = []
+    window.tool_loop.host.ready.connect(lambda: asked.append("restarted"))  # nothing restarts for it
+    send(window, "And again?")
+    qtbot.waitUntil(lambda: len([m for m in kept(window) if m.role == "tool"]) == 2, timeout=WAIT_MS)
+    assert not any(c.state == "asking" for c in window.tool_loop.live_calls().values())
+    idle(qtbot, window)
+    results = [m for m in kept(window) if m.role == "tool"]
+    assert [r.tool_fields["status"] for r in results] == ["ok", "ok"] and not asked
+
+
+def test_a_server_that_dies_mid_call_is_named_and_the_window_stays_usable(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3", choice="crash")
+    send(window, "Crash, please")
+    click(window, f"tool:approve/{asking(qtbot, window).id}")
+    idle(qtbot, window)
+    failure = next(m for m in kept(window) if m.role == "tool")
+    assert failure.tool_fields["status"] == "failed" and "files" in failure.content
+    assert "failed" in window.chat_view.toPlainText() and "'files'" in window.chat_view.toPlainText()
+    assert "files" in window.statusBar().currentMessage()
+    assert kept(window)[-1].role == "assistant", "the model answered, told of the failure"
+
+    window.tool_loop.choice = "pid"  # the next call starts the server again
+    send(window, "Try another tool")
+    click(window, f"tool:approve/{asking(qtbot, window).id}")
+    idle(qtbot, window)
+    assert [m for m in kept(window) if m.role == "tool"][-1].tool_fields["status"] == "ok"
+
+
+def test_stop_while_a_call_waits_ends_the_loop(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
+    send(window, "What is the process id?")
+    asking(qtbot, window)
+    qtbot.mouseClick(window.findChild(QPushButton, "stopButton"), qtbot_left())
+    idle(qtbot, window)
+    messages = kept(window)
+    assert [m.role for m in messages] == ["user", "assistant", "tool"], "no answer follows a Stop"
+    assert messages[-1].tool_fields["status"] == "stopped"
+    assert "stopped: not run" in window.chat_view.toPlainText()
+    assert not window.findChild(QPushButton, "stopButton").isEnabled()
+
+
+def test_a_restart_shows_the_conversations_calls(qtbot, tool_engine, tmp_path):
+    db = tmp_path / "h.sqlite3"
+    window = tool_window(qtbot, tool_engine, db)
+    send(window, "What is the process id?")
+    click(window, f"tool:approve/{asking(qtbot, window).id}")
+    idle(qtbot, window)
+    conversation = window.conversation_id
+    window.close()
+
+    again = tool_window(qtbot, tool_engine, db, servers=[])  # a new window on the same history file
+    again.show_conversation(conversation)
+    text = again.chat_view.toPlainText()
+    assert "pid" in text and "on files" in text and "done" in text and "show result (" in text
+    model_reads = again.session.messages()
+    assert [m["role"] for m in model_reads] == ["user", "assistant", "tool", "assistant"]
+    assert model_reads[1]["tool_calls"][0]["function"]["name"] == "pid" and "server" not in model_reads[2]
+
+
+def test_what_is_read_ahead_is_what_send_sends(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3", choice=None)
+    offered = window.tool_loop.offered()
+    assert offered and {t["function"]["name"] for t in offered} >= {"pid", "read_note", "crash"}
+    text = "Read me the harbour note please"
+    plan = plan_read(window.session, text + " ", [], None, offered)
+    requests = send(window, text)
+    idle(qtbot, window)
+    sent = tool_engine.encode_chat(requests[0].messages, requests[0].tools)
+    assert requests[0].tools == offered and len(plan.ids) > 100
+    assert sent[: len(plan.ids)] == plan.ids, "the read ahead read the prompt Send sent, tools and all"
+
+
+def test_a_server_that_does_not_start_is_named_and_answers_go_on_without_tools(qtbot, tool_engine, tmp_path):
+    window = tool_window(
+        qtbot, tool_engine, tmp_path / "h.sqlite3", servers=[fixture_server("ghost", "/nonexistent/mcp-server")]
+    )
+    assert "ghost" in window.statusBar().currentMessage()
+    assert window.tool_loop.offered() is None
+    requests = send(window, "Hello")
+    idle(qtbot, window)
+    assert requests[0].tools is None and [m.role for m in kept(window)] == ["user", "assistant"]
+
+
+def qtbot_left():
+    from PySide6.QtCore import Qt
+
+    return Qt.MouseButton.LeftButton
