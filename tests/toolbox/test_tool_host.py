@@ -3,7 +3,9 @@
 server started again at the next call."""
 
 import threading
+import time
 
+import psutil
 import pytest
 from conftest import START_S, fixture_server
 
@@ -111,6 +113,24 @@ def test_a_crash_mid_call_is_named_and_the_next_call_starts_the_server_again():
         again = host.call("crashy", "add", {"a": 3, "b": 4})
         assert (again.status, again.text) == ("ok", "7")
         assert host.call("crashy", "pid", {}).text != first_pid
+        assert host.errors() == {}
+    finally:
+        host.close()
+
+
+def test_a_server_killed_while_idle_is_named_and_started_again_at_its_next_call():
+    host = ToolHost([fixture_server("idle")], start_timeout_s=START_S, call_timeout_s=20)
+    try:
+        assert host.start() == {}
+        pid = int(host.call("idle", "pid", {}).text)
+        psutil.Process(pid).kill()
+        deadline = time.monotonic() + 10  # its stderr's end is heard on the host's thread
+        while "idle" not in host.errors() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host.errors()["idle"].startswith("server 'idle' stopped")
+        assert {t.server for t in host.tools()} == {"idle"}  # its tools stay offered: a call restarts it
+        again = host.call("idle", "add", {"a": 1, "b": 1})
+        assert (again.status, again.text) == ("ok", "2")
         assert host.errors() == {}
     finally:
         host.close()

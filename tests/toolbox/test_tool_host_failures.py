@@ -123,6 +123,8 @@ def test_a_streamable_http_server_is_listed_called_and_named_when_gone(http_fixt
         process.kill()
         process.wait(10)
         gone = host.call("web", "add", {"a": 1, "b": 1})
-        assert gone.status == "failed" and gone.text.startswith("server 'web'")
-    with pytest.raises(ValueError, match=f"server 'web' could not start at {url}"):
+        assert gone.status == "failed" and gone.text.startswith("server 'web' closed the connection during the call")
+        again = host.call("web", "add", {"a": 1, "b": 1})  # a reconnection, refused
+        assert again.status == "failed" and again.text.startswith(f"server 'web' could not be reached at {url}")
+    with pytest.raises(ValueError, match=f"server 'web' could not be reached at {url}"):
         probe_server(web, timeout_s=10)

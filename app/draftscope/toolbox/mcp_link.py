@@ -80,6 +80,7 @@ class Connection:
         self._holder: asyncio.Task[None] | None = None
         self._scope: Any = None
         self._tail_transport: asyncio.BaseTransport | None = None
+        self._errlog: Any = None  # our copy of the stderr pipe's writing end
         self._checks: set[asyncio.Task[None]] = set()
         self._ending = False  # told to end while starting
 
@@ -102,6 +103,8 @@ class Connection:
                 self._scope = scope
                 async with AsyncExitStack() as stack:
                     self.client = await self._enter_client(stack)
+                    if self._errlog is not None:
+                        self._errlog.close()
                     self.tools = await self._list_tools()
                     scope.deadline = math.inf  # started: from now on only a stop ends it
                     self._ready.set_result("")
@@ -146,7 +149,8 @@ class Connection:
         loop = asyncio.get_running_loop()
         self._tail_transport, _ = await loop.connect_read_pipe(lambda: self.tail, os.fdopen(read_fd, "rb", 0))
         errlog = os.fdopen(write_fd, "w")
-        stack.callback(errlog.close)  # the child has its own copy; ours closes when the client is left
+        self._errlog = errlog  # closed once the child has its copy: its end is then the child's end
+        stack.callback(errlog.close)  # (and if the start fails before that)
         params = StdioServerParameters(command=server.command, args=list(server.args), env=dict(server.env) or None)
         return stdio_client(params, errlog=errlog)
 
@@ -185,8 +189,8 @@ class Connection:
         if any(isinstance(e, MCPError) and e.code == CONNECTION_CLOSED for e in leaves):
             ended = "exited at start" if self.server.kind == "stdio" else "closed the connection at start"
             return f"server {name!r} {ended}{self._not_mcp_said()}"
-        where = f" at {self.server.url}" if self.server.kind == "http" else ""
-        return f"server {name!r} could not start{where}: {exception_words(exc)}{self._not_mcp_said()}"
+        failed = f"could not be reached at {self.server.url}" if self.server.kind == "http" else "could not start"
+        return f"server {name!r} {failed}: {exception_words(exc)}{self._not_mcp_said()}"
 
     def _down_words(self, exc: BaseException) -> str:
         return f"server {self.name!r} stopped: {exception_words(exc)}"
@@ -222,8 +226,9 @@ class Connection:
                 return ToolOutcome(
                     "error", f"server {self.name!r} refused the call to {tool!r}: {exc.error.message}", 0.0
                 )
+            ended = "stopped" if self.server.kind == "stdio" else "closed the connection"
             return ToolOutcome(
-                "failed", await self.end(f"server {self.name!r} stopped during the call to {tool!r}"), 0.0
+                "failed", await self.end(f"server {self.name!r} {ended} during the call to {tool!r}"), 0.0
             )
         except ValueError as exc:  # pydantic's ValidationError: a result of the wrong shape
             words = f"server {self.name!r} answered {tool!r} with what is not an MCP result: {exception_words(exc)}"
