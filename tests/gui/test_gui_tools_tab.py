@@ -93,7 +93,7 @@ def test_a_server_is_added_with_the_form_refused_while_it_is_not_one(qtbot):
     tab = dialog.tools
     qtbot.mouseClick(tab.findChild(type(tab.edit_button), "addToolServer"), Qt.MouseButton.LeftButton)
     form = tab.form
-    assert isinstance(form, ServerForm) and form.isVisible() and form.stdio.isChecked()
+    assert isinstance(form, ServerForm) and form.isVisible() and not form.is_http()
     form.name_edit.setText("web")
     form.accept()
     assert form.isVisible() and "already in the list" in form.error_label.text()
@@ -122,7 +122,7 @@ def test_editing_a_server_keeps_its_switches_and_can_make_it_a_url(qtbot):
     tab.edit_server()
     form = tab.form
     assert form.name_edit.text() == "local" and form.command_edit.text() == "no-such-program-for-draftscope"
-    form.http.setChecked(True)
+    form.kind.setCurrentIndex(form.kind.findData("http"))
     assert form.url_edit.isVisible() and not form.command_edit.isVisible()
     form.name_edit.setText("remote")
     form.url_edit.setText("ftp://example")

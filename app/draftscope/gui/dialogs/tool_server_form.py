@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QButtonGroup,
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QRadioButton,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -49,6 +48,7 @@ def _one_label_width(form: QFormLayout) -> None:
     width = max(w.sizeHint().width() for w in widgets)
     for w in widgets:
         w.setMinimumWidth(width)
+        w.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
 
 class KeyValueRows(QWidget):
@@ -127,14 +127,11 @@ class ServerForm(QDialog):
         form = form_layout(self)
         self.name_edit = QLineEdit(objectName="serverNameEdit", placeholderText="files")
         form.addRow("Name:", self.name_edit)
-        self.stdio = QRadioButton("A program this computer runs (stdio)", objectName="serverKindStdio")
-        self.http = QRadioButton("A URL (streamable HTTP)", objectName="serverKindHttp")
-        kinds = QButtonGroup(self)
-        for button in (self.stdio, self.http):
-            kinds.addButton(button)
-            button.toggled.connect(self._show_kind)
-        form.addRow("Reached by:", self.stdio)
-        form.addRow("", self.http)
+        self.kind = QComboBox(objectName="serverKindCombo")
+        self.kind.addItem("A program this computer runs (stdio)", "stdio")
+        self.kind.addItem("A URL (streamable HTTP)", "http")
+        self.kind.currentIndexChanged.connect(self._show_kind)
+        form.addRow("Reached by:", row(self.kind, stretch_first=False))
         self._program_rows(form)
         self._url_rows(form)
         self.error_label = wrapping_label(objectName="serverFormError")
@@ -171,7 +168,7 @@ class ServerForm(QDialog):
 
     def _show(self, server: McpServer) -> None:
         self.name_edit.setText(server.name)
-        (self.http if server.url else self.stdio).setChecked(True)
+        self.kind.setCurrentIndex(self.kind.findData(server.kind))
         self.command_edit.setText(server.command)
         self.args_edit.setText(shlex.join(server.args))
         self.env.show_values(server.env)
@@ -181,9 +178,12 @@ class ServerForm(QDialog):
 
     def _show_kind(self, *_args) -> None:
         for widget in self._stdio_rows:
-            self._form.setRowVisible(widget, self.stdio.isChecked())
+            self._form.setRowVisible(widget, not self.is_http())
         for widget in self._http_rows:
-            self._form.setRowVisible(widget, self.http.isChecked())
+            self._form.setRowVisible(widget, self.is_http())
+
+    def is_http(self) -> bool:
+        return self.kind.currentData() == "http"
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "The server's program", self.command_edit.text())
@@ -193,7 +193,7 @@ class ServerForm(QDialog):
     def server(self) -> McpServer:
         """The server the form holds (ValueError in words where it cannot be one)."""
         name = self.name_edit.text().strip()
-        if self.http.isChecked():
+        if self.is_http():
             return replace(self._base, name=name, command="", args=(), env={}, url=self.url_edit.text().strip(),
                            headers=self.headers.values())  # fmt: skip
         try:
@@ -206,7 +206,7 @@ class ServerForm(QDialog):
     def problems(self) -> list[str]:
         """Why OK is refused, in words (none: the form holds a server)."""
         out = [p for p in (self._name_problem(self.name_edit.text().strip()),) if p]
-        table, what = (self.headers, "header") if self.http.isChecked() else (self.env, "variable")
+        table, what = (self.headers, "header") if self.is_http() else (self.env, "variable")
         out += [p for p in (table.problem(what),) if p]
         try:
             out += self.server().problems()

@@ -15,7 +15,6 @@ import shlex
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHeaderView,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -34,6 +33,8 @@ from draftscope.storage.settings import MAX_TOOL_CALLS, MAX_TOOL_TIMEOUT_S, Sett
 from draftscope.toolbox.servers import McpServer
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
+MAX_NAME_COLUMN = 260  # px: a longer name is elided, the description keeps its room
+INDICATOR_ROOM = 12  # px: the style sheet's check box is wider than the one Qt measures names with
 SERVERS_HINT = (
     "The model sees the tools of the servers ticked here. Each call it makes is shown in the "
     "conversation and runs only once you approve it (or, for a tool you always allow, at once)."
@@ -61,9 +62,15 @@ def _table(name: str, titles: list[str], *, height: tuple[int, int]) -> QTreeWid
     table.setMaximumHeight(height[1])
     if height[1] < 1000:  # a list of a few rows: the page's spare height goes to the tools instead
         table.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
-    table.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
     table.header().setStretchLastSection(True)
     return table
+
+
+def _fit_names(table: QTreeWidget) -> None:
+    """The names' column as wide as its longest name (within MAX_NAME_COLUMN): Qt's measure leaves out the style sheet's
+    larger check box (app.qss), which would cut each name short by a few letters."""
+    table.resizeColumnToContents(0)
+    table.setColumnWidth(0, min(table.columnWidth(0) + INDICATOR_ROOM, MAX_NAME_COLUMN))
 
 
 def server_summary(server: McpServer) -> str:
@@ -208,6 +215,7 @@ class ToolsTab(QWidget):
                 item.setToolTip(1, f"{server.name} ({server.kind}): {server_summary(server)}")
         finally:
             self._filling = False
+        _fit_names(self.server_list)
         self.select(current)
         if self.server_list.currentItem() is None and self.server_list.topLevelItemCount():
             self.server_list.setCurrentItem(self.server_list.topLevelItem(0))
@@ -338,6 +346,7 @@ class ToolsTab(QWidget):
                 item.setToolTip(1, r.description.strip())
         finally:
             self._filling = False
+        _fit_names(self.tool_list)
 
     def _tool_switched(self, item: QTreeWidgetItem, column: int) -> None:
         if not self._filling and column == 0:
