@@ -113,7 +113,8 @@ def test_approve_runs_the_call_and_the_model_answers_after_its_result(qtbot, too
     requests = send(window, "What is the tool server's process id?")
     call = asking(qtbot, window)
     text = window.chat_view.toPlainText()
-    assert "pid" in text and "on files" in text and "waits for your approval" in text
+    assert "pid" in text and "on files" in text and "(no arguments)" in text and "waits for your approval" in text
+    assert "Waiting for your approval: files.pid" in window.statusBar().currentMessage()
     assert "<tool_call>" not in text, "the call shows as a card, not as the text the model wrote"
     assert window.findChild(QPushButton, "stopButton").isEnabled(), "a call waiting: the loop can be stopped"
     click(window, f"tool:approve/{call.id}")
@@ -130,6 +131,7 @@ def test_approve_runs_the_call_and_the_model_answers_after_its_result(qtbot, too
     assert requests[1].tools == requests[0].tools, "every answer of the loop is shown the same tools"
     text = window.chat_view.toPlainText()
     assert "done" in text and "show result (" in text and "waits for your approval" not in text
+    assert "Waiting for your approval" not in window.statusBar().currentMessage()
 
     window.close()  # the window's own servers end with it
     qtbot.waitUntil(lambda: not fixture_processes(), timeout=20_000)

@@ -161,6 +161,8 @@ def arguments_text(arguments) -> str:
     """A call's arguments as one line of JSON, cut at ARGUMENT_CHARS."""
     if arguments is None:
         return "(no arguments the tool can read)"
+    if arguments == {}:
+        return "(no arguments)"
     text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return text if len(text) <= ARGUMENT_CHARS else text[: ARGUMENT_CHARS - 1] + "…"
 
@@ -231,10 +233,12 @@ def card_html(card: CardCall, *, unfolded: bool = False, dark: bool = False) -> 
         first = card.result.strip().splitlines()[0] if card.result.strip() else ""
         line += f'<br><span style="color:{_colour("bad", dark)};">{html.escape(first[:INLINE_CHARS])}</span>'
     arguments = html.escape(arguments_text(card.arguments))
+    background, muted = _colour("card", dark), _colour("muted", dark)
     return (
-        f'<table width="100%" cellspacing="0" cellpadding="8" border="1" bgcolor="{_colour("card", dark)}" '
-        f'style="border-style:solid; border-color:{_colour("border", dark)}; margin-top:4px; margin-bottom:6px;">'
-        f'<tr><td><span class="{CHROME}"><small style="color:{_colour("muted", dark)};">Tool call</small> '
+        f'<table width="100%" cellspacing="0" cellpadding="8" border="1" bgcolor="{background}" '
+        f'style="border-style:solid; border-collapse:collapse; border-color:{_colour("border", dark)}; '
+        f'margin-top:4px; margin-bottom:6px;"><tr><td bgcolor="{background}">'
+        f'<span class="{CHROME}"><small style="color:{muted};">Tool call</small> '
         f'<b style="font-family:monospace;">{html.escape(card.name)}</b>{where}</span><br>'
         f'<span style="font-family:monospace;">{arguments}</span><br>{line}'
         f"{_result_html(card, unfolded, dark)}</td></tr></table>"

@@ -23,6 +23,7 @@ from draftscope.storage.settings import allow_always, tool_servers
 log = logging.getLogger(__name__)
 
 SAY_MS = 20_000  # how long a tool's news stays in the status bar
+WAITING = "Waiting for your approval:"
 
 
 class ToolLoop(QObject):
@@ -150,10 +151,11 @@ class ToolLoop(QObject):
         if turns is None or self._running:
             return
         states = {c.state for c in turns.calls}
+        self._unsay_waiting()
         if "asking" in states:
             self.window.chat_view.render()
             waiting = ", ".join(c.label for c in turns.calls if c.state == "asking")
-            self.window.status.say(f"Waiting for your approval: {waiting}", SAY_MS)
+            self.window.status.say(f"{WAITING} {waiting}", SAY_MS)
         elif "approved" in states:
             self._running = True
             self.window.chat_view.render()
@@ -165,6 +167,12 @@ class ToolLoop(QObject):
             self.window._generate(request=request)
         else:
             self._finish()
+
+    def _unsay_waiting(self) -> None:
+        """The status bar no longer says a call waits once none does."""
+        bar = self.window.statusBar()
+        if bar.currentMessage().startswith(WAITING):
+            bar.clearMessage()
 
     def decide(self, verb: str, call_id: str) -> None:
         """A card's link: Approve, Deny or Always for this tool."""
