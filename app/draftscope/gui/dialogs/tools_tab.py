@@ -15,6 +15,7 @@ import shlex
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QHBoxLayout,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -50,6 +51,16 @@ def _column(*widgets: QWidget) -> QWidget:
     column.setContentsMargins(0, 0, 0, 0)
     for widget in widgets:
         column.addWidget(widget)
+    return box
+
+
+def _beside(field: QWidget, words: str) -> QWidget:
+    """A field at its own width and its hint beside it, wrapped where the page is narrow."""
+    box = QWidget()
+    line = QHBoxLayout(box)
+    line.setContentsMargins(0, 0, 0, 0)
+    line.addWidget(field)
+    line.addWidget(hint(words, wrap=True), 1)
     return box
 
 
@@ -94,13 +105,13 @@ class ToolsTab(QWidget):
         form.addRow("Servers:", self._servers_box())
         form.addRow("", hint(SERVERS_HINT, wrap=True))
         form.addRow("Tools:", self._tools_box())
-        form.addRow("Run without asking:", self._allowed_box())
+        form.addRow("Always allowed:", self._allowed_box())
         self.calls = int_spin("toolCallsSpin", 1, MAX_TOOL_CALLS)
-        form.addRow("Calls per answer:", row(self.calls, hint(CALLS_HINT), stretch_first=False))
+        form.addRow("Calls per answer:", _beside(self.calls, CALLS_HINT))
         self.timeout = double_spin("toolTimeoutSpin", 1, MAX_TOOL_TIMEOUT_S, 10)
         self.timeout.setDecimals(0)
         self.timeout.setSuffix(" s")
-        form.addRow("Call timeout:", row(self.timeout, hint(TIMEOUT_HINT), stretch_first=False))
+        form.addRow("Call timeout:", _beside(self.timeout, TIMEOUT_HINT))
         self.fields = {
             "mcp_servers": self.server_list,
             "tool_calls_per_answer": self.calls,
