@@ -11,8 +11,9 @@ from engine_fixtures import IdTokenizer, tiny_llama
 from draftscope.core.session import answer_record
 from draftscope.core.words import answer_stats
 from draftscope.drafters import ContextDrafter
-from draftscope.engine.engine import Engine, GenerationRequest
+from draftscope.engine.engine import SLOPE_CONTEXT, Engine, GenerationRequest
 from draftscope.engine.events import StepEvent
+from draftscope.engine.plain_rate import MIN_BUSY_STEPS
 from draftscope.engine.policy import PAUSED_AFTER, PAUSED_NOTE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -76,19 +77,39 @@ def test_nothing_accepted_says_no_drafts_used(slowed):
     assert "no drafts used" in line and "x plain" not in line
 
 
+def test_the_first_long_answer_drafting_every_step_compares_with_plain_decoding_there(slowed):
+    """No plain answer before it and too few plain steps of its own: plain decoding's rate at 1,400 tokens
+    comes from the measurement at load, which times plain steps at a longer context too."""
+    engine, _ = slowed
+    steps, drafted = answer(engine, long_prompt(1400, repeat=True), drafters=[ContextDrafter()], budget=8)
+    assert sum(s.proposed == 0 for s in steps[1:]) < MIN_BUSY_STEPS and drafted.stats.tau > 1.5, "drafts at each step"
+    context = 1400 + drafted.stats.tokens / 2
+    truth = drafted.stats.decode_tokens_per_second * (A_S + B_S * context)  # the forwards' own time is ~1 ms
+    assert drafted.stats.speedup_estimate == pytest.approx(truth, rel=0.2), "the speedup over plain at 1,400 tokens"
+    assert not drafted.stats.busy
+    slope = engine.plain_rate.line()[1]  # measured at load, at two contexts
+    assert slope == pytest.approx(B_S, rel=0.35), "plain steps at a longer context showed what it costs"
+
+
 def test_a_busy_computer_is_said_and_not_learned(slowed):
+    """Drafts at (nearly) every step, too few plain steps to judge: each drafted forward is judged against
+    what its tree cost at load, so an answer six times slower says the computer was busy, not 0.4x plain."""
     engine, steps = slowed
     rate_before = engine.plain_rate.tokens_per_second(300)
-    steps.times = 4.0  # another program has the CPU: every step four times slower
-    events, final = answer(engine, long_prompt(250))
+    steps.times = 6.0  # another program has the CPU: every step six times slower
+    events, final = answer(engine, long_prompt(250, repeat=True), drafters=[ContextDrafter()], budget=8)
+    plain_steps = sum(s.proposed == 0 for s in events[1:])
+    assert plain_steps < MIN_BUSY_STEPS and final.stats.tau > 1.5, "too few plain steps to tell: the drafted ones tell"
     assert final.stats.busy and events[-1].busy
     line = answer_stats(answer_record(final, engine.baseline_tokens_per_second)[0])
-    assert "the computer was busy" in line or "no drafts used" in line
+    assert "the computer was busy" in line and "x plain" not in line
     assert final.stats.plain_tokens_per_second == pytest.approx(rate_before, rel=0.25), "compared with what it was"
     assert engine.plain_rate.tokens_per_second(300) == pytest.approx(rate_before, rel=0.01)
+    _, plain = answer(engine, long_prompt(250))  # plain decoding, busy all the same
+    assert plain.stats.busy
     steps.times = 1.0
-    _, calm = answer(engine, long_prompt(250))
-    assert not calm.stats.busy
+    _, calm = answer(engine, long_prompt(250, repeat=True), drafters=[ContextDrafter()], budget=8)
+    assert not calm.stats.busy and calm.stats.tau > 1.5
 
 
 def test_drafting_paused_by_the_policy_is_said_in_the_steps_and_the_answer():
@@ -103,3 +124,16 @@ def test_drafting_paused_by_the_policy_is_said_in_the_steps_and_the_answer():
     assert PAUSED_NOTE.startswith("drafting paused: ")
     line = answer_stats(answer_record(final, None)[0])
     assert "no drafts used" in line
+
+
+def test_a_longer_context_is_timed_only_while_the_curve_has_no_slope():
+    """The load's measurement reads on to half the window (at most SLOPE_CONTEXT tokens), once: measuring
+    again, or a window too short to span MIN_SPREAD tokens, reads no long prompt."""
+    engine = Engine(tiny_llama(VOCAB, seed=2, max_positions=2048), IdTokenizer(), name="tiny")
+    read_on = engine.slope_prompt(160)
+    assert len(read_on) == min(1024, SLOPE_CONTEXT) - 160 and all(0 <= t < VOCAB for t in read_on)
+    engine.plain_rate.observe(150, 0.030)
+    engine.plain_rate.observe(1030, 0.065)
+    assert engine.slope_prompt(160) == [], "a slope known: measuring again keeps to the conversation"
+    small = Engine(tiny_llama(VOCAB, seed=2, max_positions=1024), IdTokenizer(), name="tiny")
+    assert small.slope_prompt(160) == [], "512 tokens at most: too close to 160 to tell a slope"

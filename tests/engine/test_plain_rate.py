@@ -72,6 +72,36 @@ def test_plain_steps_far_below_the_rate_say_busy_and_are_not_learned_until_they_
     assert curve.tokens_per_second(SHORT) < 10
 
 
+def test_drafted_steps_are_judged_against_what_their_tree_cost_at_load():
+    """An answer that drafts at every step has no plain step to judge: a drafted forward is compared
+    with a plain step at its context plus what its nodes added at load (each node's reading of a longer
+    context at the curve's slope), so a busy computer is said and a calm long context is not."""
+    curve = measured_curve()
+    assert curve.spread() >= 3000
+    nodes, per_node = 8, 0.002  # at load (256 tokens): 8 nodes add 16 ms to a 30 ms verify
+    curve.costs_measured({0: 0.030, 4: 0.038, 8: 0.030 + nodes * per_node, 64: 0.2}, 256)
+    slope = curve.line()[1]
+    assert curve.verify_seconds(nodes, 256) == pytest.approx(curve.step_seconds(256) + nodes * per_node)
+    assert curve.verify_seconds(nodes, LONG) == pytest.approx(
+        LONG_S + nodes * per_node + nodes * slope * (LONG - 256), rel=0.03
+    )
+    assert curve.verify_seconds(6, SHORT) == pytest.approx(curve.step_seconds(SHORT) + 0.012)  # between sizes
+    assert curve.verify_seconds(96, SHORT) == pytest.approx(
+        curve.step_seconds(SHORT) + 0.17 + 32 * 0.154 / 56
+    )  # past: the last stretch
+    calm, busy = AnswerPlainSteps(curve), AnswerPlainSteps(curve)
+    for i in range(12):
+        calm.add_drafted(SHORT + 3 * i, nodes, 1.3 * (SHORT_S + nodes * per_node))
+        calm.add_drafted(LONG + 3 * i, nodes, LONG_S + nodes * per_node + nodes * 0.5 * slope * LONG)
+        busy.add_drafted(SHORT + 3 * i, nodes, 6 * (SHORT_S + nodes * per_node))
+    assert not calm.busy() and busy.busy() and calm.count == 24
+    assert calm.steps == busy.steps == 0, "a drafted step is no plain step: the curve learns nothing from it"
+    unmeasured = AnswerPlainSteps(measured_curve())  # no verify costs measured (plain speed only)
+    for i in range(12):
+        unmeasured.add_drafted(SHORT + i, nodes, 1.0)
+    assert unmeasured.count == 0 and not unmeasured.busy()
+
+
 def test_contexts_too_close_to_tell_a_slope_give_a_flat_rate_never_a_rising_one():
     curve = PlainRate()
     curve.observe(100, 0.030, at=0.0)

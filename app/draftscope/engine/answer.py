@@ -25,7 +25,7 @@ import torch
 from draftscope.draft_tree import DraftTree, drop_foreign_tokens, first_nodes, limit_leaves, prune_depth
 from draftscope.engine.acceptance import Calibration
 from draftscope.engine.ahead_marks import AheadMark, prompt_figures
-from draftscope.engine.answer_speed import AnswerSpeed, EngineRates
+from draftscope.engine.answer_speed import AnswerSpeed, EngineRates, StepTiming
 from draftscope.engine.backends.base import Backend, SlotView, Verified
 from draftscope.engine.backends.work import PREFILL_BATCH, SHARED_PREFILL, ForwardStats, Prefill, Verify
 from draftscope.engine.budget import DraftBudget, FixedBudget, measure_verify_costs
@@ -88,6 +88,7 @@ class _Step:
     began: float
     drafted_at: float
     masks: np.ndarray | None = None  # each verify row's grammar mask (None: no grammar)
+    forward_seconds: float = 0.0  # its forward's time (the verify's sampling aside)
 
 
 @dataclass
@@ -345,7 +346,7 @@ class Answer:
         self.backend.commit_slot(self.slot, path)
         if self.wants_hidden and self.drafter is not None:  # the position that predicted the bonus token, the next root
             self.drafter.set_hidden(self._hidden(verified)[1 + path[-1] if path else 0])
-        verify_s = seconds + time.perf_counter() - began_accept
+        verify_s, step.forward_seconds = seconds + time.perf_counter() - began_accept, seconds
         said = self.writing.say(tree, path, bonus)
         if self.constraint is not None:
             self.constraint.consume(said.tokens)
@@ -398,8 +399,7 @@ class Answer:
             now=now,
             done=done,
             emitted=len(said.tokens),
-            plain=alone and len(step.tree) == 0,
-            draft_seconds=step.drafted_at - step.began,
+            timing=StepTiming(len(step.tree), alone, step.drafted_at - step.began, step.forward_seconds),
             budget=self.budget,
         )
         return StepEvent(

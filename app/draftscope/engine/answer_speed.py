@@ -9,6 +9,7 @@ Plain decoding is the same loop with empty trees, so its rate is measured the sa
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from draftscope.engine.drafting import SLOW_SHARE
@@ -54,6 +55,18 @@ def unused_drafters_note(gates: dict, names: list[str], step_cost: float | None)
     return "; ".join(notes) or None
 
 
+@dataclass(frozen=True)
+class StepTiming:
+    """What one step took: ``nodes`` drafted nodes verified, in a forward of its own (``alone``) or
+    shared with other answers; ``draft_seconds`` drafting, ``forward_seconds`` its forward (sampling
+    the rows aside: it grows with them, and a plain step's was measured with one)."""
+
+    nodes: int
+    alone: bool
+    draft_seconds: float
+    forward_seconds: float
+
+
 class AnswerSpeed:
     """An answer's figures, step by step: ``step`` after each one, then ``figures``."""
 
@@ -67,15 +80,16 @@ class AnswerSpeed:
         self.notes: Counter[str | None] = Counter()  # each step's drafting note (None: drafting ran)
         self.note: str | None = None
 
-    def step(
-        self, *, now: float, done: int, emitted: int, plain: bool, draft_seconds: float, budget: DraftBudget
-    ) -> None:
-        """A step ended at ``now`` with ``done`` tokens written (``emitted`` by it). ``plain``: its tree
-        was empty and the forward was its own, so its time is a plain step's (its drafting aside)."""
+    def step(self, *, now: float, done: int, emitted: int, timing: StepTiming, budget: DraftBudget) -> None:
+        """A step ended at ``now`` with ``done`` tokens written (``emitted`` by it). Where its forward
+        was its own, an empty tree's time is a plain step's (its drafting aside), and a drafted one's
+        forward is judged against what its tree costs (engine/plain_rate.py): busy either way."""
         if self.first_token_at is None:
             self.first_token_at, self.first_step_tokens = now, done
-        elif plain:
-            self.plain.add(self.prompt_tokens + done - emitted, now - self.last_at - draft_seconds)
+        elif timing.alone and timing.nodes == 0:
+            self.plain.add(self.prompt_tokens + done - emitted, now - self.last_at - timing.draft_seconds)
+        elif timing.alone:
+            self.plain.add_drafted(self.prompt_tokens + done - emitted, timing.nodes, timing.forward_seconds)
         self.last_at = now
         step_cost = (self.engine.verify_costs or {}).get(0)
         self.note = budget.drafting_note() or unused_drafters_note(self.engine.drafter_gates, self.gated, step_cost)

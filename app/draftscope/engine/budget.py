@@ -19,6 +19,12 @@ from draftscope.engine.backends.work import ForwardStats
 # (llama.cpp leaves its one-row kernels), and a line drawn from 0 to 2 makes a one-node tree look
 # half as dear as it is.
 SIZES = (0, 1, 2, 3, 4, 8, 16, 32, 64)
+COST_CONTEXT = 256  # cached tokens the verify costs are measured over
+
+
+def cost_context(max_context: int, context: int = COST_CONTEXT, sizes: Sequence[int] = SIZES) -> int:
+    """The context the verify costs are measured at: ``context``, where the model's window leaves room."""
+    return max(1, min(context, max_context - max(sizes) - 2))
 
 
 class DraftBudget(Protocol):
@@ -107,7 +113,7 @@ def costs_at(costs: dict[int, float], sizes: Sequence[int] | np.ndarray) -> np.n
 def measure_verify_costs(
     backend: Backend | SlotView,
     *,
-    context: int = 256,
+    context: int = COST_CONTEXT,
     sizes: Sequence[int] = SIZES,
     repeats: int = 3,
     progress: Callable[[float], None] | None = None,
@@ -117,7 +123,7 @@ def measure_verify_costs(
     each round over every size (a load spike then hits one round, not every try of one size), made
     monotone in n. ``progress(fraction)`` hears how far it is, in verified tokens (a tree's cost
     grows with its size, so a count of verifies would run ahead of the time)."""
-    context = max(1, min(context, backend.max_context - max(sizes) - 2))
+    context = cost_context(backend.max_context, context, sizes)
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, backend.vocab, context + 1).tolist()
     backend.start(prompt)

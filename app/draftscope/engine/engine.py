@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any, cast
 
 import torch
@@ -20,13 +20,13 @@ from draftscope.engine.answer import Answer
 from draftscope.engine.auto_threads import ThreadsChoice, choose_for
 from draftscope.engine.backends import open_backend, torch_backend_for
 from draftscope.engine.backends.base import Backend
-from draftscope.engine.budget import measure_verify_costs
+from draftscope.engine.budget import cost_context, measure_verify_costs
 from draftscope.engine.detokenizer import Tokenizer
 from draftscope.engine.event_feed import follow, follow_async
 from draftscope.engine.events import Event, FinalEvent, StepEvent
 from draftscope.engine.kv_disk import KvDiskStore
 from draftscope.engine.load_spec import LoadSpec
-from draftscope.engine.plain_rate import AnswerPlainSteps, PlainRate
+from draftscope.engine.plain_rate import MIN_SPREAD, AnswerPlainSteps, PlainRate
 from draftscope.engine.policy import Calibration
 from draftscope.engine.request import GenerationRequest
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, Progress, StageClock
@@ -38,6 +38,11 @@ __all__ = ["Engine", "GenerationRequest", "PromptTooLongError"]
 log = logging.getLogger(__name__)
 
 MIN_HELD_FOR_BASELINE = 64  # a cache holding fewer tokens is measured on the fixed prompt instead
+# Plain steps are also timed at a longer context (half the model's window, at most SLOPE_CONTEXT tokens), so
+# the curve's slope is known before the first long answer: without it, plain decoding there was taken at
+# the short prompt's rate (a drafted answer at 1,400 tokens, 2.4x plain, was shown as 1.1x).
+SLOPE_CONTEXT = 1024
+SLOPE_STEPS = 8  # plain steps timed there (a bucket's mean: one step's noise is no slope)
 
 
 class PromptTooLongError(ValueError):
@@ -176,23 +181,44 @@ class Engine:
             return measure_verify_costs(self.backend, progress=StageClock(MEASURING_COSTS, progress))
 
         self.verify_costs = self.stepper.call(measure, exclusive=True)
+        self.plain_rate.costs_measured(self.verify_costs, cost_context(self.max_context))
         return self.verify_costs
 
     def measure_baseline(self, tokens: int = 32, *, progress: Progress | None = None) -> float | None:
         """Plain decoding speed after the first token (prefill excluded): on what the model's cache
         holds (the conversation so far), so measuring again keeps its cache for the next turn, or
-        on a fixed prompt when it holds little. ``progress(stage)`` hears how far it is."""
+        on a fixed prompt when it holds little; then, while the curve has no slope, a few steps at a
+        longer context (:meth:`slope_prompt`). ``progress(stage)`` hears how far it is."""
         held = self.backend.held_tokens(0)
         fits = MIN_HELD_FOR_BASELINE <= len(held) < self.max_context - tokens - 1
         prompt = held if fits else list(range(10, 138))
-        req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
         clock = StageClock(MEASURING_SPEED, progress)
-        for event in self.generate(req, _ignore_eos=True):
-            clock(event.tokens_total / tokens if isinstance(event, StepEvent) else 1.0)
-        final = cast(FinalEvent, event)  # generate's last event is the answer's FinalEvent
+        slope = self.slope_prompt(len(prompt) + tokens)
+        share = 0.5 if slope else 1.0  # of the stage: the long prompt's reading is most of the rest
+        final = self._plain_steps(prompt, tokens, lambda done: clock(share * done))
         self.baseline_tokens_per_second = final.stats.decode_tokens_per_second
         self.baseline_measured_at = time.monotonic()
+        if slope:
+            read_on = [*prompt, *final.token_ids, *slope]  # the slot's cache kept: only the rest is read
+            self._plain_steps(read_on, SLOPE_STEPS + 1, lambda d: clock(share + share * d))
         return self.baseline_tokens_per_second
+
+    def slope_prompt(self, held: int) -> list[int]:
+        """What a cache holding ``held`` tokens reads on to time plain steps at a longer context (half
+        the model's window, at most SLOPE_CONTEXT), kept from the conversation's cache by reading on
+        from it; empty where the curve has a slope already, or the window leaves no room for one."""
+        long = min(self.max_context // 2, SLOPE_CONTEXT)
+        if self.plain_rate.spread() >= MIN_SPREAD or long - held < MIN_SPREAD:
+            return []
+        return [10 + (i * 37) % max(1, self.vocab - 10) for i in range(long - held)]
+
+    def _plain_steps(self, prompt: list[int], tokens: int, done: Callable[[float], None]) -> FinalEvent:
+        """Plain decoding of ``tokens`` after ``prompt`` (its steps teach the curve as an answer's do);
+        ``done(fraction)`` hears how far it is."""
+        req = GenerationRequest(prompt_ids=prompt, max_new_tokens=tokens)
+        for event in self.generate(req, _ignore_eos=True):
+            done(event.tokens_total / tokens if isinstance(event, StepEvent) else 1.0)
+        return cast(FinalEvent, event)  # generate's last event is the answer's FinalEvent
 
     def plain_tokens_per_second(
         self, context: float | None = None, around: AnswerPlainSteps | None = None

@@ -5,15 +5,21 @@ A plain step (one token, no draft) costs about ``a + b * context`` seconds: the 
 once a step (a) and attention reads every cached position (b), so plain decoding at a 3,600-token
 context writes slower than at 100; an answer there compared with a rate measured on a short prompt
 looked slower than plain (0.64x) for its context's length alone. The curve is fitted from plain
-steps, wherever they run: the plain-speed measurement at load (and again when the window is idle, on
+steps, wherever they run: the plain-speed measurement at load (a short prompt, then a few steps at a
+longer context, so the slope is known before the first long answer; again when the window is idle, on
 the conversation's own context), and every step of an answer whose tree was empty. Steps are kept by
 context bucket (an exponential average each); the slope comes from every bucket once they span
 MIN_SPREAD tokens, the level from the latest one (machines drift: one measured 26.9 and 36.7 tokens/s
 within 35 minutes).
 
-An answer whose plain steps ran BUSY_RATIO times slower than the curve says so (another program had
-the CPU): its steps are not learned, so one busy minute does not become the machine's speed, unless
-SETTLE_ANSWERS answers in a row were that slow (then slower is the new normal)."""
+An answer whose steps ran BUSY_RATIO times slower than they should says so (another program had the
+CPU): its steps are not learned, so one busy minute does not become the machine's speed, unless
+SETTLE_ANSWERS answers in a row were that slow (then slower is the new normal). A plain step is judged
+against the curve; a drafted one (an answer that drafts at every step has no plain step to judge)
+against a plain step there plus what its tree's nodes added to a verify at load (``tree_costs``, the
+verify costs measured at ``tree_context`` tokens), each node's reading of the longer context counted
+at the curve's slope: a bound from above where attention reads the cache once for every row, so a
+calm answer is never called busy for its tree; a busy one, many times slower, still is."""
 
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ BUCKET_TOKENS = 256  # contexts within one bucket share an average
 MIN_SPREAD = 512  # tokens of context the buckets must span before a slope is fitted (closer: noise)
 SMOOTHING = 0.3  # weight of a new step in its bucket's average
 BUSY_RATIO = 2.0  # plain steps this many times slower than the curve: the computer is busy
-MIN_BUSY_STEPS = 4  # plain steps an answer needs before it can say the computer is busy
+MIN_BUSY_STEPS = 4  # steps judged (plain or drafted) an answer needs before it can say the computer is busy
 SETTLE_ANSWERS = 3  # busy answers in a row after which their speed is taken as the machine's
 KNOWN_SHARE = 0.25  # a plain step within this share of a context (or KNOWN_TOKENS) tells its speed:
 KNOWN_TOKENS = 512  # answers run on until the model stops, so an exact length is rarely measured
@@ -46,6 +52,8 @@ class PlainRate:
 
     buckets: dict[int, _Bucket] = field(default_factory=dict)
     busy_answers: int = 0  # busy answers in a row (SETTLE_ANSWERS of them settle)
+    tree_costs: dict[int, float] = field(default_factory=dict)  # a verify's seconds by tree size, at load
+    tree_context: int = 0  # the context they were measured at
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def copied(self) -> dict[int, _Bucket]:
@@ -117,6 +125,27 @@ class PlainRate:
         near = max(KNOWN_TOKENS, KNOWN_SHARE * context)
         return any(abs(b.context - context) <= near for b in self.points())
 
+    def spread(self) -> float:
+        """Tokens of context between the shortest and the longest buckets (MIN_SPREAD: a slope)."""
+        contexts = [b.context for b in self.points()]
+        return max(contexts) - min(contexts) if contexts else 0.0
+
+    def costs_measured(self, costs: dict[int, float], context: int) -> None:
+        """The verify costs measured at load (seconds by tree size, at ``context`` cached tokens)."""
+        self.tree_costs, self.tree_context = dict(costs), context
+
+    def verify_seconds(self, nodes: int, context: float) -> float | None:
+        """What a step verifying ``nodes`` drafted nodes at ``context`` should take on a calm machine:
+        a plain step there, what the nodes added to a verify at load, and each node's reading of the
+        context beyond the load's at the curve's slope (from above). None where the curve does not
+        cover ``context`` or no verify cost was measured."""
+        line = self.line()
+        if line is None or 0 not in self.tree_costs or not self.covers(context):
+            return None
+        plain = max(1e-6, line[0] + line[1] * context)
+        added = extra_cost(self.tree_costs, nodes)
+        return plain + added + nodes * line[1] * max(0.0, context - self.tree_context)
+
     def learn_answer(self, steps: AnswerPlainSteps) -> None:
         """Take an answer's plain steps into the curve, unless they ran busy (SETTLE_ANSWERS busy
         answers in a row are learned all the same: slower is then the machine's speed)."""
@@ -129,24 +158,51 @@ class PlainRate:
             self.observe(bucket.context, bucket.seconds, bucket.at)
 
 
+def extra_cost(costs: dict[int, float], nodes: int) -> float:
+    """Seconds ``nodes`` drafted nodes add to a verify on the measured ``costs`` (size 0: a plain
+    step): linear between the sizes measured, past the largest at its last stretch's rate."""
+    sizes = sorted(costs)
+    below = max((n for n in sizes if n <= nodes), default=0)
+    above = min((n for n in sizes if n >= nodes), default=None)
+    if above is None:  # past the curve: the last stretch continued
+        last, before = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
+        rate = (costs[last] - costs[before]) / (last - before) if last > before else 0.0
+        seconds = costs[last] + rate * (nodes - last)
+    elif above == below:
+        seconds = costs[below]
+    else:
+        share = (nodes - below) / (above - below)
+        seconds = costs[below] + share * (costs[above] - costs[below])
+    return max(0.0, seconds - costs[0])
+
+
 class AnswerPlainSteps:
-    """One answer's plain steps: their mean time by context bucket, and how many ran far slower
-    than the engine's curve said."""
+    """One answer's plain steps: their mean time by context bucket, and how many steps (plain, or
+    drafted: :meth:`add_drafted`) ran far slower than the engine's curve said."""
 
     def __init__(self, reference: PlainRate) -> None:
         self.reference = reference  # the engine's curve (what the machine did before this answer)
         self.sums: dict[int, list[float]] = {}  # bucket -> [contexts, seconds, steps, last time]
-        self.steps = self.count = self.slow = 0  # its plain steps; those the engine's curve could judge, slow ones
+        self.steps = self.count = self.slow = 0  # its plain steps; steps the engine's curve could judge, slow ones
+
+    def judge(self, seconds: float, expected: float | None) -> None:
+        """A step of ``seconds`` that should have taken ``expected`` (None: nothing to judge it by)."""
+        if expected is not None:
+            self.count += 1
+            self.slow += seconds > BUSY_RATIO * expected
+
+    def add_drafted(self, context: int, nodes: int, seconds: float) -> None:
+        """A step that verified ``nodes`` drafted nodes at ``context`` in a forward of ``seconds``:
+        judged for busy, never learned (its time is no plain step's)."""
+        if seconds > 0:
+            self.judge(seconds, self.reference.verify_seconds(nodes, context))
 
     def add(self, context: int, seconds: float) -> None:
         if seconds <= 0:
             return
         self.steps += 1
         # judged only where the machine's speed was seen: past it, a slower step may be the context's length
-        expected = self.reference.step_seconds(context) if self.reference.covers(context) else None
-        if expected is not None:
-            self.count += 1
-            self.slow += seconds > BUSY_RATIO * expected
+        self.judge(seconds, self.reference.step_seconds(context) if self.reference.covers(context) else None)
         sums = self.sums.setdefault(int(context) // BUCKET_TOKENS, [0.0, 0.0, 0, 0.0])
         sums[0] += context
         sums[1] += seconds
@@ -158,7 +214,7 @@ class AnswerPlainSteps:
         return PlainRate({k: _Bucket(c / n, s / n, at) for k, (c, s, n, at) in self.sums.items()})
 
     def busy(self) -> bool:
-        """Whether most of its plain steps ran BUSY_RATIO times slower than the machine did before."""
+        """Whether most of its judged steps ran BUSY_RATIO times slower than the machine did before."""
         return self.count >= MIN_BUSY_STEPS and 2 * self.slow > self.count
 
     def tokens_per_second(self, context: float) -> float | None:
