@@ -110,7 +110,7 @@ def ended(call: ToolCall) -> str:
     lines = call.result.strip().splitlines()
     first = lines[0] if lines else ""
     first = first if len(first) <= RESULT_LINE_CHARS else first[: RESULT_LINE_CHARS - 1] + "…"
-    if call.state not in ENDS or (call.state == "stopped" and not call.seconds):
+    if call.state not in ENDS or not call.seconds:  # not run: its words say why
         return f"{head} {first}"
     size = f"{len(call.result):,} character{'s' if len(call.result) != 1 else ''}"
     return f"{head} {ENDS[call.state]} in {call.seconds:.2f} s, {size}: {first}"

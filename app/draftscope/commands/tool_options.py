@@ -111,7 +111,7 @@ def read_tool_options(args) -> TerminalTools | None:
 
 def open_mcp(path: str, choice: str | None) -> TerminalTools:
     """The servers of ``path`` started and their tools listed; ValueError when none has a tool."""
-    from draftscope.toolbox.servers import read_mcp_config
+    from draftscope.toolbox import ToolHost, openai_tools, read_mcp_config
 
     try:
         servers = [s for s in read_mcp_config(path) if s.enabled]
@@ -119,9 +119,6 @@ def open_mcp(path: str, choice: str | None) -> TerminalTools:
         raise ValueError(f"--mcp {exc}") from exc
     if not servers:
         raise ValueError(f"--mcp {path}: no MCP server is enabled in it")
-    from draftscope.toolbox.catalog import openai_tools
-    from draftscope.toolbox.host import ToolHost
-
     host = ToolHost(servers, start_timeout_s=START_TIMEOUT_S, call_timeout_s=CALL_TIMEOUT_S)
     try:
         for name, words in host.start().items():
