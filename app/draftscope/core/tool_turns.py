@@ -141,6 +141,7 @@ class ToolTurns:
     def prepare(self, request) -> None:
         """``request`` shows the tools; the first answer to a user message (its last message is the
         user's, not a tool's result) starts the loop afresh and is held to a required call's grammar.
+        Every piece of the answer's text then goes through :meth:`said` (the calls are read from it).
         ValueError when that grammar and the request's own would both hold the answer."""
         follow_up = bool(request.messages) and request.messages[-1].get("role") == "tool"
         fitted: ToolPlan | None = self.after if follow_up else self.first
@@ -386,9 +387,7 @@ def _plans(tools: list[dict], choice: str, tokenizer: Any) -> tuple[ToolPlan | N
 def cut_to_tokens(text: str, tokens: int, count: Callable[[str], int]) -> str:
     """``text`` cut to about ``tokens`` tokens (by ``count``) with a note saying how much it was;
     whole when it fits. A long text is measured on a sample, not tokenized whole (a 1 MB result)."""
-    if len(text) <= tokens:  # a token is at least a character
-        return text
-    sample = text[: tokens * 8]
+    sample = text[: tokens * 8]  # a token is rarely more than 8 characters: enough to measure by
     used = count(sample)
     if used <= tokens and len(sample) == len(text):
         return text
