@@ -1,5 +1,6 @@
-"""The window fits the screen and keeps its shape (issue 62): the Settings dialog no taller than the
-screen with OK on it, the main window no wider than a 1280-pixel screen with every panel open and a
+"""The window fits the screen and keeps its shape (issue 62): the Settings dialog, the first-run dialog
+(both pages), the datastore wizard, the race and the train-head dialogs no taller than the screen with
+their buttons on it, the main window no wider than a 1280-pixel screen with every panel open and a
 message being edited, and the window's size, panels, colouring and conversation kept across a reload
 and a restart. Offscreen Qt (an 800x800 screen), the launcher's own paths, a tiny real model."""
 
@@ -54,12 +55,75 @@ def test_the_settings_dialog_is_no_taller_than_the_screen_and_ok_is_on_it(qtbot)
     qtbot.addWidget(dialog)
     dialog.show()
     qtbot.waitExposed(dialog)
-    screen = dialog.screen().availableGeometry()
-    assert dialog.frameGeometry().height() <= screen.height(), (dialog.frameGeometry(), screen)
-    assert screen.contains(dialog.frameGeometry().topLeft()), dialog.frameGeometry()
-    ok = dialog.findChild(QPushButton, "okButton")
-    ok_on_screen = QRect(ok.mapToGlobal(ok.rect().topLeft()), ok.size())
-    assert ok.isVisible() and screen.contains(ok_on_screen), (ok_on_screen, screen)
+    assert_fits(dialog, "okButton")
+
+
+def assert_fits(dialog, *buttons: str) -> None:
+    """``dialog`` (shown) within its screen (offscreen Qt's: 800 px high), and each named button
+    visible on it."""
+    QApplication.processEvents()
+    screen, frame = dialog.screen().availableGeometry(), dialog.frameGeometry()
+    assert screen.height() <= 800, screen
+    assert frame.height() <= screen.height(), (dialog.objectName(), frame, screen)
+    assert screen.contains(frame.topLeft()), (dialog.objectName(), frame)
+    for name in buttons:
+        button = dialog.findChild(QPushButton, name)
+        assert button is not None and button.isVisible(), name
+        on_screen = QRect(button.mapToGlobal(button.rect().topLeft()), button.size())
+        assert screen.contains(on_screen), (dialog.objectName(), name, on_screen, screen)
+
+
+def shown(qtbot, dialog):
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    return dialog
+
+
+@pytest.mark.usefixtures("app_font")
+def test_the_first_run_dialog_fits_an_800_pixel_screen_on_both_pages(qtbot, tmp_path):
+    from draftscope.gui.dialogs.first_run import FirstRunDialog
+
+    dialog = shown(qtbot, FirstRunDialog(Settings(), settings_file=tmp_path / "settings.json"))
+    assert_fits(dialog, "continueButton", "quitSetupButton")
+    dialog._show_page(1)  # the datastore page, as Continue shows it once a model is chosen
+    assert_fits(dialog, "backButton", "finishButton", "buildDatastoreButton")
+
+
+@pytest.mark.usefixtures("app_font")
+def test_the_datastore_wizard_fits_an_800_pixel_screen(qtbot, tokenizer, tmp_path):
+    from PySide6.QtWidgets import QWizard
+
+    from draftscope.gui.wizard.wizard import DatastoreWizard
+
+    (tmp_path / "notes.md").write_text("# Notes\n\nSome text to build a datastore from.\n")
+    wizard = shown(
+        qtbot,
+        DatastoreWizard(
+            "tiny-test-model",
+            sources=[str(tmp_path / "notes.md")],
+            tokenizer_loader=lambda spec: tokenizer,
+            out_dir=tmp_path / "out",
+        ),
+    )
+    for name, which in (("next", QWizard.WizardButton.NextButton), ("close", QWizard.WizardButton.CancelButton)):
+        wizard.button(which).setObjectName(f"wizard_{name}")
+    assert_fits(wizard, "wizard_next", "wizard_close")
+    wizard.next()  # the options page: the tallest form
+    assert wizard.currentPage() is wizard.options_page
+    assert_fits(wizard, "wizard_next", "wizard_close")
+
+
+@pytest.mark.usefixtures("app_font")
+def test_the_race_dialog_and_train_head_fit_an_800_pixel_screen(qtbot, tokenizer):
+    from draftscope.gui.dialogs.race import RaceDialog
+    from draftscope.gui.dialogs.train_head import TrainHeadDialog
+
+    engine = window_engine(tokenizer)
+    race = shown(qtbot, RaceDialog(runtime_for(engine)))
+    assert_fits(race, "raceButton")
+    train = shown(qtbot, TrainHeadDialog(engine, "tiny"))
+    assert_fits(train, "trainStart", "trainClose")
 
 
 def make_launcher(tokenizer, tmp_path, settings=None):

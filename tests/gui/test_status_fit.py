@@ -139,3 +139,31 @@ def test_the_answer_line_the_speedup_panel_and_the_status_bar_show_one_tokens_pe
     ]
     assert rates[0] == rates[1] == rates[2] == f"{final.stats.decode_tokens_per_second:.1f}", (line, rates)
     assert f"first token {final.stats.time_to_first_token_ms:.0f} ms" in line, "the first token apart"
+
+
+def test_the_speedup_panels_caption_says_why_drafting_is_off(qtbot):
+    """The policy's decision, as the status bar's tooltip says it, in the speedup panel's caption too;
+    gone once drafting runs again."""
+    from draftscope.engine.events import StepEvent, StepTree
+    from draftscope.engine.policy import PAUSED_NOTE
+    from draftscope.gui.panels.speedup import SpeedupPanel
+
+    panel = SpeedupPanel()
+    qtbot.addWidget(panel)
+    panel.reset(31.0)
+    step = StepEvent(
+        **dict(step=1, token_ids=[1], pieces=["a"], provenance=["target"], tree=StepTree(), accepted_path=[]),
+        **dict(proposed=0, accepted=0, draft_ms=0.0, verify_ms=30.0, total_ms=30.0, tokens_total=1, steps_total=1),
+        **dict(tau=1.0, tokens_per_second=30.0, speedup_estimate=None, elapsed_ms=30.0),
+        **dict(plain_tokens_per_second=31.0, drafting=PAUSED_NOTE),
+    )
+    later = [
+        StepEvent(**{**step.__dict__, "step": n, "tokens_total": n, "steps_total": n, "elapsed_ms": 30.0 * n})
+        for n in range(2, 9)
+    ]
+    panel.add_steps([step, *later])
+    caption = panel.findChild(QLabel, "speedupCaption").text()
+    assert PAUSED_NOTE in caption and caption.endswith(PAUSED_NOTE), caption
+    assert "31.0 tokens/s plain" in caption
+    panel.add_steps([StepEvent(**{**later[-1].__dict__, "step": 9, "drafting": None})])
+    assert "drafting paused" not in panel.findChild(QLabel, "speedupCaption").text()
