@@ -11,9 +11,9 @@ from engine_fixtures import IdTokenizer, tiny_llama
 from draftscope.core.session import answer_record
 from draftscope.core.words import answer_stats
 from draftscope.drafters import ContextDrafter
-from draftscope.engine.engine import SLOPE_CONTEXT, Engine, GenerationRequest
+from draftscope.engine.engine import SLOPE_CONTEXT, SLOPE_SECONDS, Engine, GenerationRequest
 from draftscope.engine.events import StepEvent
-from draftscope.engine.plain_rate import MIN_BUSY_STEPS
+from draftscope.engine.plain_rate import MIN_BUSY_STEPS, MIN_SPREAD
 from draftscope.engine.policy import PAUSED_AFTER, PAUSED_NOTE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -127,11 +127,18 @@ def test_drafting_paused_by_the_policy_is_said_in_the_steps_and_the_answer():
 
 
 def test_a_longer_context_is_timed_only_while_the_curve_has_no_slope():
-    """The load's measurement reads on to half the window (at most SLOPE_CONTEXT tokens), once: measuring
-    again, or a window too short to span MIN_SPREAD tokens, reads no long prompt."""
+    """The load's measurement reads on to half the window (at most SLOPE_CONTEXT tokens, and what the verify
+    costs say SLOPE_SECONDS read), once: measuring again, or a window or a time too short to span
+    MIN_SPREAD tokens, reads no long prompt."""
     engine = Engine(tiny_llama(VOCAB, seed=2, max_positions=2048), IdTokenizer(), name="tiny")
     read_on = engine.slope_prompt(160)
     assert len(read_on) == min(1024, SLOPE_CONTEXT) - 160 and all(0 <= t < VOCAB for t in read_on)
+    engine.plain_rate.costs_measured({0: 0.030, 64: 0.130}, 256)  # reads 500 tokens a second: 864 in 1.7 s
+    assert len(engine.slope_prompt(160)) == 1024 - 160
+    engine.plain_rate.costs_measured({0: 0.050, 64: 2.0}, 256)  # 32 tokens a second: 512 would take 16 s
+    assert SLOPE_SECONDS * 65 / 2.0 < MIN_SPREAD and engine.slope_prompt(160) == [], "the load kept short"
+    engine.plain_rate.costs_measured({0: 0.050, 64: 1.0}, 256)  # 65 a second: what SLOPE_SECONDS read
+    assert len(engine.slope_prompt(160)) == int(SLOPE_SECONDS * 65) >= MIN_SPREAD
     engine.plain_rate.observe(150, 0.030)
     engine.plain_rate.observe(1030, 0.065)
     assert engine.slope_prompt(160) == [], "a slope known: measuring again keeps to the conversation"

@@ -41,7 +41,10 @@ MIN_HELD_FOR_BASELINE = 64  # a cache holding fewer tokens is measured on the fi
 # Plain steps are also timed at a longer context (half the model's window, at most SLOPE_CONTEXT tokens), so
 # the curve's slope is known before the first long answer: without it, plain decoding there was taken at
 # the short prompt's rate (a drafted answer at 1,400 tokens, 2.4x plain, was shown as 1.1x).
+# Reading there costs the load time: at most SLOPE_SECONDS as the verify costs forecast it (a verify of n
+# nodes reads n + 1 tokens), none where that reaches less than MIN_SPREAD tokens further.
 SLOPE_CONTEXT = 1024
+SLOPE_SECONDS = 8.0
 SLOPE_STEPS = 8  # plain steps timed there (a bucket's mean: one step's noise is no slope)
 
 
@@ -194,20 +197,34 @@ class Engine:
         prompt = held if fits else list(range(10, 138))
         clock = StageClock(MEASURING_SPEED, progress)
         slope = self.slope_prompt(len(prompt) + tokens)
-        share = 0.5 if slope else 1.0  # of the stage: the long prompt's reading is most of the rest
+        share = self._short_share(tokens, len(slope))  # of the stage's time
         final = self._plain_steps(prompt, tokens, lambda done: clock(share * done))
         self.baseline_tokens_per_second = final.stats.decode_tokens_per_second
         self.baseline_measured_at = time.monotonic()
         if slope:
             read_on = [*prompt, *final.token_ids, *slope]  # the slot's cache kept: only the rest is read
-            self._plain_steps(read_on, SLOPE_STEPS + 1, lambda d: clock(share + share * d))
+            self._plain_steps(read_on, SLOPE_STEPS + 1, lambda d: clock(share + (1 - share) * d))
         return self.baseline_tokens_per_second
+
+    def _short_share(self, tokens: int, read: int) -> float:
+        """The share of the measurement's time ``tokens`` plain steps take beside reading ``read`` more
+        tokens and SLOPE_STEPS steps there, as the verify costs forecast it (half before they are known)."""
+        costs = self.plain_rate.tree_costs
+        if not read or not costs or costs.get(0, 0.0) <= 0:
+            return 1.0 if not read else 0.5
+        most = max(costs)
+        short, slope = tokens * costs[0], read * costs[most] / (most + 1) + SLOPE_STEPS * costs[0]
+        return short / (short + slope)
 
     def slope_prompt(self, held: int) -> list[int]:
         """What a cache holding ``held`` tokens reads on to time plain steps at a longer context (half
-        the model's window, at most SLOPE_CONTEXT), kept from the conversation's cache by reading on
-        from it; empty where the curve has a slope already, or the window leaves no room for one."""
+        the model's window, at most SLOPE_CONTEXT, and what SLOPE_SECONDS read), kept from the
+        conversation's cache by reading on from it; empty where the curve has a slope already, or
+        the window or the time leaves no room for one."""
         long = min(self.max_context // 2, SLOPE_CONTEXT)
+        costs = self.plain_rate.tree_costs
+        if costs and (most := max(costs)) > 0 and costs[most] > 0:  # a verify of n nodes reads n + 1 tokens
+            long = min(long, held + int(SLOPE_SECONDS * (most + 1) / costs[most]))
         if self.plain_rate.spread() >= MIN_SPREAD or long - held < MIN_SPREAD:
             return []
         return [10 + (i * 37) % max(1, self.vocab - 10) for i in range(long - held)]
