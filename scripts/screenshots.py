@@ -1,9 +1,11 @@
 """Render the desktop app with real answers to docs/screenshots/ (offscreen Qt): the main window
 in the light and the dark theme with the inspection panels, each panel on its own, the chat with
 drafted tokens coloured; the race of plain against speculative decoding, the settings and the
-first run's two pages; and the pages of the datastore wizard building from real files.
+first run's two pages; the pages of the datastore wizard building from real files; and a question
+answered with a tool of an MCP server (the tests' fixture server): its call waiting for approval,
+then the answer after its result.
 
-    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|dialogs|wizard|files]
+    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--model qwen2.5-coder-1.5b] [--only window|dialogs|wizard|files|tools]
 
 The model runs as the app runs it (the runtime from Settings: a GGUF on llama.cpp); drafts come
 from the default chat datastore when it was built (`draftscope datastore build-default`), the
@@ -13,6 +15,7 @@ conversation and, as in a first session, nothing learned yet.
 import argparse
 import json
 import os
+import sys
 import sysconfig
 import tempfile
 from pathlib import Path
@@ -32,7 +35,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", default="qwen2.5-coder-1.5b")
 parser.add_argument("--max-new-tokens", type=int, default=200)
 parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
-parser.add_argument("--only", choices=("window", "dialogs", "wizard", "files"))
+parser.add_argument("--only", choices=("window", "dialogs", "wizard", "files", "tools"))
 parser.add_argument(
     "--head-model",
     default="smollm2-135m",
@@ -156,6 +159,45 @@ def files_shots() -> None:
     settle()
     save(window, "attach-answer.png")
     window.close()
+
+
+def tools_shots() -> None:
+    """The model asked about a note it can read with an MCP server's tool (the tests' fixture server,
+    its other tools switched off): the call waiting for approval, then the answer after its result."""
+    from draftscope.toolbox.servers import McpServer
+
+    fixture = Path(__file__).resolve().parents[1] / "tests" / "toolbox" / "mcp_fixture_server.py"
+    others = ("big_result", "crash", "hang", "fail", "env_value", "garbage", "pid")
+    notes = McpServer("notes", command=sys.executable, args=(str(fixture),), disabled_tools=others)
+    runtime.settings.mcp_servers = [notes.to_dict()]
+    window = MainWindow(runtime, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), code_style=code_style("light"))
+    window.resize(1200, 820)
+    window.show()
+    # Qwen2.5-Coder writes a free call as a ```json fence, which is not read as a call: the first
+    # answer is held to one call of read_note (the answer after the result is free)
+    window.tool_loop.choice = "read_note"
+    host = window.tool_loop.host
+    wait_until(lambda: bool(host.tools or host.problems), 60_000)
+    runtime.settings.tool_calls_per_answer = 1  # a small model calls again after the result: it answers instead
+    window.chat_input.setPlainText("What does my note called 'harbour' say? How many gulls were counted?")
+    window.send()
+    calls = window.tool_loop.live_calls
+    wait_until(lambda: any(c.state == "asking" for c in calls().values()) or not window.streaming, 300_000)
+    settle()
+    save(window, "tool-call-asking.png")
+
+    def approve() -> bool:  # a call that waits is approved (the first; any later one is past the limit)
+        for call in [c for c in calls().values() if c.state == "asking"]:
+            window.tool_loop.decide("approve", call.id)
+        return not window.streaming
+
+    wait_until(approve, 300_000)
+    window.chat_view.unfolded.update(m.id for m in window.history.messages(window.conversation_id) if m.role == "tool")
+    window.chat_view.refresh()
+    settle()
+    save(window, "tool-call-answer.png")
+    window.close()
+    runtime.settings.mcp_servers, runtime.settings.tool_calls_per_answer = [], Settings().tool_calls_per_answer
 
 
 def dialog_shots() -> None:
@@ -303,3 +345,5 @@ if args.only in (None, "dialogs"):
     dialog_shots()
 if args.only in (None, "wizard"):
     wizard_shots()
+if args.only in (None, "tools"):
+    tools_shots()
