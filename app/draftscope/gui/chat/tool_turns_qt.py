@@ -55,8 +55,10 @@ class ToolLoop(QObject):
         window.worker.tools_ran.connect(self._on_ran)
         self._relay.connect(self._deliver)  # direct on the UI thread, queued from the worker's
         host.ready.connect(self._on_host_ready)
-        if self.own_host:
-            QTimer.singleShot(0, self._start_own_host)
+        if self.own_host:  # once the event loop runs (a timer of its own: a closed window holds nothing)
+            self._start = QTimer(self, singleShot=True, interval=0)
+            self._start.timeout.connect(self._start_own_host)
+            self._start.start()
 
     def _start_own_host(self) -> None:
         self.host.apply(self.window.settings)
