@@ -195,8 +195,26 @@ def test_stop_while_a_call_waits_ends_the_loop(qtbot, tool_engine, tmp_path):
     messages = kept(window)
     assert [m.role for m in messages] == ["user", "assistant", "tool"], "no answer follows a Stop"
     assert messages[-1].tool_fields["status"] == "stopped"
-    assert "stopped: not run" in window.chat_view.toPlainText()
+    assert "stopped" in window.chat_view.toPlainText()
     assert not window.findChild(QPushButton, "stopButton").isEnabled()
+
+
+def test_stop_while_a_call_runs_cancels_it_on_the_server(qtbot, tool_engine, tmp_path):
+    """The call runs the server's ``hang`` for a minute; Stop ends it at once, and the loop with it."""
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
+    host = window.tool_loop.host
+    real = host.call
+    host.call = lambda server, tool, arguments, cancel: real(server, "hang", {"seconds": 60}, cancel)
+    send(window, "What is the process id?")
+    call = asking(qtbot, window)
+    click(window, f"tool:approve/{call.id}")
+    qtbot.waitUntil(lambda: call.state == "running", timeout=WAIT_MS)
+    qtbot.mouseClick(window.findChild(QPushButton, "stopButton"), qtbot_left())
+    qtbot.waitUntil(lambda: not window.streaming, timeout=15_000)
+    messages = kept(window)
+    assert [m.role for m in messages] == ["user", "assistant", "tool"] and call.seconds < 30
+    assert messages[-1].tool_fields["status"] == "stopped"
+    assert "stopped" in window.chat_view.toPlainText()
 
 
 def test_a_restart_shows_the_conversations_calls(qtbot, tool_engine, tmp_path):

@@ -37,7 +37,7 @@ STATE_WORDS = {
     "timeout": "timed out",
     "failed": "failed",
     "denied": "denied: not run",
-    "stopped": "stopped: not run",
+    "stopped": "stopped",
     "over_limit": "not run: the limit of calls for one message was reached",
     "unknown": "not run: the model named a tool that is not offered",
     "unanswered": "not run",
