@@ -124,3 +124,12 @@ TREE_STOP_COLOURS = {"light": "#e8590c", "dark": "#ff922b"}  # where verificatio
 # Code blocks: the background where the highlighting style names none, and the language label.
 CODE_BACKGROUND = {"light": "#f6f8fa", "dark": "#1e1e1e"}
 CODE_LABEL = {"light": "#6a737d", "dark": "#9aa4b2"}
+# The transcript's tool call cards (gui/chat/tool_cards.py): name: (light, dark)
+TOOL_CARD_COLOURS = {
+    "card": ("#f7f7fb", "#262830"),  # the card's background
+    "border": ("#d5d8de", "#3a3d44"),
+    "muted": ("#6b7079", "#a3a9b3"),  # "Tool call", the server's name, notes
+    "waiting": ("#b45309", "#fbbf24"),  # waits for the user, or runs
+    "good": ("#15803d", "#4ade80"),  # done
+    "bad": ("#c62828", "#f97066"),  # failed, timed out, the tool's error
+}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from draftscope.gui.chat.render import CHROME
+from draftscope.gui.palettes import TOOL_CARD_COLOURS
 
 TOOL_SCHEME = "tool"
 DECISIONS = ("approve", "deny", "always")  # what the user may answer a call that waits
@@ -27,7 +28,7 @@ SHOWN_CHARS = 20_000  # an unfolded result shows this much: a 1 MB result laid o
 ARGUMENT_CHARS = 600  # a call's arguments shown up to this much (the tool receives them whole)
 INLINE_CHARS = 400  # a failure's first line, said on its card
 
-# state: (its words, its colour's name); the words may name the result's first line
+# a call's state in words
 STATE_WORDS = {
     "asking": "waits for your approval",
     "approved": "approved: about to run",
@@ -47,18 +48,9 @@ QUIET = ("denied", "stopped", "over_limit", "unanswered")
 # a stored result's status (ToolOutcome.status, or the loop's own) as a card's state
 STATUS_STATE = {"ok": "done", "done": "done"}
 
-COLOURS = {  # name: (light, dark)
-    "card": ("#f7f7fb", "#262830"),
-    "border": ("#d5d8de", "#3a3d44"),
-    "muted": ("#6b7079", "#a3a9b3"),
-    "waiting": ("#b45309", "#fbbf24"),
-    "good": ("#15803d", "#4ade80"),
-    "bad": ("#c62828", "#f97066"),
-}
-
 
 def _colour(name: str, dark: bool) -> str:
-    return COLOURS[name][1 if dark else 0]
+    return TOOL_CARD_COLOURS[name][1 if dark else 0]
 
 
 @dataclass(frozen=True)
