@@ -39,8 +39,11 @@ QWEN_TEMPLATE = (Path(__file__).resolve().parents[1] / "data" / "qwen2.5_chat_te
 WAIT_MS = 60_000
 
 
+UNUSED = ("add", "big_result", "fail", "env_value", "garbage")  # switched off: a shorter prompt to read
+
+
 def fixture_server(name: str = "files", command: str = sys.executable) -> dict:
-    return McpServer(name, command=command, args=(str(FIXTURE),)).to_dict()
+    return McpServer(name, command=command, args=(str(FIXTURE),), disabled_tools=UNUSED).to_dict()
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,8 @@ def strict(tool):  # no keys beyond the tool's own: a random model's call of pid
     tool["function"]["parameters"]["additionalProperties"] = False
     return tool
 
-files = McpServer("files", command=sys.executable, args=(str(fixture),)).to_dict()
+others = ("add", "read_note", "big_result", "crash", "hang", "fail", "env_value", "garbage")  # a short prompt
+files = McpServer("files", command=sys.executable, args=(str(fixture),), disabled_tools=others).to_dict()
 fields = {**GREEDY, "max_new_tokens": 80}
 settings = Settings(model="tiny", drafters=dict(CONTEXT_ONLY), read_ahead=False, mcp_servers=[files], **fields)
 launcher = Launcher(factory, HistoryStore(work / "h.sqlite3"), settings, settings_file=work / "settings.json")
@@ -98,7 +99,7 @@ window.chat_view.anchorClicked.emit(QUrl(f"tool:show/{result.id}"))
 settle(1.0)
 window.screen().grabWindow(0).save(str(out / "tool-call-done-xcb.png"))
 
-notes = McpServer("notes", command=sys.executable, args=(str(fixture),)).to_dict()
+notes = McpServer("notes", command=sys.executable, args=(str(fixture),), disabled_tools=others).to_dict()
 launcher.apply_settings(dataclasses.replace(launcher.settings, mcp_servers=[notes]))
 wait(lambda: host.route and all(s == "notes" for s, _ in host.route.values()), "the servers started again")
 wait(lambda: not set(report["first"]) & set(servers()), "the old server's end")
