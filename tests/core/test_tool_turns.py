@@ -201,11 +201,31 @@ def test_past_the_limit_the_calls_are_not_run_and_the_model_answers_once_more(qw
     turns.run_approved()
     assert len(runner.ran) == 2 and "limit of 2 tool calls" in session.results()[-1]["content"]
     assert turns.wants_answer(), "the model answers without the call past the limit"
-    _, calls, _ = answer(turns, session, called("add", a=9, b=9))
-    assert [c.state for c in calls] == ["over_limit"] and len(runner.ran) == 2
-    assert not turns.wants_answer() and heard.done == 1, "told once, it called again: the loop ends"
+    shown, calls, request = answer(turns, session, "Those are the sums.")
+    assert request.tools is None, "past the limit the model is shown no tools: it can only answer in words"
+    assert shown == "Those are the sums." and calls == [] and len(runner.ran) == 2
+    assert not turns.wants_answer() and heard.done == 1
     session.say("And 2 + 2?")  # a new message: the count starts again
     _, calls, _ = answer(turns, session, called("add", a=2, b=2))
+    assert calls[0].state == "approved"
+
+
+def test_a_call_made_again_with_the_same_arguments_is_not_run_and_the_model_answers_in_words(qwen_tokenizer):
+    """Small Qwen models call the same tool again after its result: not run twice, and the next answer
+    is shown no tools, so it answers with the result it has."""
+    runner = Runner()
+    session, turns, heard = looped(qwen_tokenizer, runner, allowed=lambda s, t: True)
+    answer(turns, session, called("add", a=1, b=2))
+    turns.run_approved()
+    _, calls, request = answer(turns, session, called("add", b=2, a=1))
+    assert request.tools == TOOLS and [c.state for c in calls] == ["repeated"]
+    turns.run_approved()
+    assert runner.ran == [("calc", "add", {"a": 1, "b": 2})], "the same call runs once"
+    assert "made already" in session.results()[-1]["content"] and turns.wants_answer()
+    shown, calls, request = answer(turns, session, "1 + 2 = 3.")
+    assert request.tools is None and shown == "1 + 2 = 3." and calls == [] and heard.done == 1
+    session.say("And again?")  # a new message may call it again
+    _, calls, _ = answer(turns, session, called("add", a=1, b=2))
     assert calls[0].state == "approved"
 
 

@@ -9,7 +9,8 @@ stream as they are written: the grammar lets nothing else through. Where the mod
 a call is sent once it is complete, and a call it writes badly (not JSON, a tool it was not given, no
 name) stays text content, as llama-server and vLLM leave it: the client sees what the model said. An
 answer that is nothing but a call's JSON, without the format's tags, is that call (small Qwen models
-write calls so after a tool's result).
+write calls so after a tool's result), and so is an answer that opens with that JSON in a ```json fence
+(Qwen2.5-Coder-1.5B's way of calling when it is free to): what follows the fence is content.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from draftscope.core.tool_formats import CallFormat
 
 _DECODER = json.JSONDecoder()
+_FENCE_OPEN = re.compile(r"```(?:json)?[ \t]*\n")
+_FENCE_STARTS = ("```json\n", "```\n")  # what an answer that is one fenced call may begin with
 
 
 @dataclass
@@ -69,7 +72,7 @@ class CallReader:
 
     def finish(self) -> list[dict]:
         out = self._read(final=True)
-        if self._text and not self._in_block:
+        if self._text and not self._in_block and not (self._after_call and not self._text.strip()):
             out += self._say(self._text)
         self._text = ""
         return out
@@ -118,16 +121,20 @@ class CallReader:
         JSON (an offered tool's name, object arguments) is that call. Such an answer is held to its end
         (None: not this case)."""
         text = self._text
-        if self.eager or self._started or self.calls or not text.lstrip().startswith("{"):
+        if self.eager or self._started or self.calls or any(o in text for o in self.fmt.openers):
             return None
-        if any(o in text for o in self.fmt.openers) or not self._may_be_bare_call(text):
+        head = text.lstrip()
+        if not final and any(start.startswith(head) for start in _FENCE_STARTS):
+            return []  # a fence being opened: what is in it decides
+        body, rest = _fenced(head)
+        if not body.lstrip().startswith("{") or not self._may_be_bare_call(body):
             return None
-        if not final:
+        if not final and rest is None:
             return []
-        calls = _calls_in(text, self.fmt, self.names)
+        calls = _calls_in(body, self.fmt, self.names)
         if calls is None:
             return None
-        self._text, self._after_call = "", True
+        self._text, self._after_call = rest or "", True
         return [self._called(name, arguments) for name, arguments in calls]
 
     def _may_be_bare_call(self, text: str) -> bool:
@@ -290,6 +297,17 @@ def _after_call(text: str, fmt: CallFormat, final: bool) -> tuple[str, bool] | N
     if final or (not last and rest and not fmt.between.startswith(rest[:1])):
         return rest, True
     return None
+
+
+def _fenced(text: str) -> tuple[str, str | None]:
+    """``text`` as (what a ```json fence opening it holds, what follows the fence's close: None while it is
+    open); a text without a fence is all body, never closed."""
+    opened = _FENCE_OPEN.match(text)
+    if opened is None:
+        return text, None
+    body = text[opened.end() :]
+    end = body.find("```")
+    return (body, None) if end < 0 else (body[:end], body[end + 3 :])
 
 
 def _calls_in(body: str, fmt: CallFormat, names: frozenset[str]) -> list[tuple[str, str]] | None:

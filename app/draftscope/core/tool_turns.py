@@ -62,7 +62,7 @@ class ToolCall:
     tool: str  # the tool's own name on its server
     arguments: dict | None  # None: not a JSON object (cut by the length limit, or written badly)
     # "asking" | "approved" | "running" | "done" | "error" | "timeout" | "failed" | "denied" | "stopped" |
-    # "over_limit" | "unknown" (no such tool)
+    # "over_limit" | "repeated" (made already for this message) | "unknown" (no such tool)
     state: str = "asking"
     result: str = ""  # the whole result (or the error's words); the model may read less: result_tokens
     seconds: float = 0.0
@@ -122,6 +122,8 @@ class ToolTurns:
         self._always: set[tuple[str, str]] = set()
         self._kept: set[str] = set()  # the ids of the calls whose results are kept
         self._made = 0  # calls the model made for the user's message
+        self._ran: set[tuple[str, str]] = set()  # (tool, arguments) already called for it
+        self._plain_next = False  # the next answer is shown no tools: a repeat or the limit said enough
         self._over = 0  # answers to it whose calls passed the limit
         self._stopped = self._running = self._over_now = self._ended = False
         self._finished = True
@@ -147,6 +149,8 @@ class ToolTurns:
         fitted: ToolPlan | None = self.after if follow_up else self.first
         if not follow_up:
             self._start_message()
+        elif self._plain_next:  # small models call again and again: this answer can only be words
+            fitted = None
         if fitted is None:
             self.reader = None
             return
@@ -160,7 +164,8 @@ class ToolTurns:
     def _start_message(self) -> None:
         with self._lock:
             self._made = self._over = 0
-            self._stopped = self._ended = False
+            self._stopped = self._ended = self._plain_next = False
+            self._ran = set()
             self._cancel = threading.Event()
             self._kept, self.calls = set(), []
 
@@ -191,6 +196,7 @@ class ToolTurns:
             self._made += len(made)
             self._over_now = any(c.state == "over_limit" for c in self.calls)
             self._over += self._over_now
+            self._plain_next = any(c.state in ("over_limit", "repeated") for c in self.calls)
         for call in self.calls:
             self.events.changed.emit(call)
         asking = [c for c in self.calls if c.state == "asking"]
@@ -214,6 +220,10 @@ class ToolTurns:
             return _settle(call, "unknown", f"(not run: there is no tool named {call.name!r})")
         if call.arguments is None:
             return _settle(call, "error", BAD_ARGUMENTS)
+        key = (call.name, json.dumps(call.arguments, sort_keys=True))
+        if key in self._ran:
+            return _settle(call, "repeated", REPEATED)
+        self._ran.add(key)
         if (call.server, call.tool) in self._always or self.allowed(call.server, call.tool):
             call.state = "approved"
         return call
@@ -396,6 +406,9 @@ def cut_to_tokens(text: str, tokens: int, count: Callable[[str], int]) -> str:
         keep = int(keep * 0.9)
     note = f"\n\n[cut: the result is {len(text):,} characters; the first {keep:,} are shown]"
     return text[:keep] + note
+
+
+REPEATED = "(not run again: this call was made already with these arguments; its result is above)"
 
 
 def _settle(call: ToolCall, state: str, text: str) -> ToolCall:

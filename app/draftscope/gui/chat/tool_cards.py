@@ -40,11 +40,12 @@ STATE_WORDS = {
     "denied": "denied: not run",
     "stopped": "stopped",
     "over_limit": "not run: the limit of calls for one message was reached",
+    "repeated": "not run again: the same call was made already",
     "unknown": "not run: the model named a tool that is not offered",
     "unanswered": "not run",
 }
 WARN = ("error", "timeout", "failed", "unknown")  # shown in the error colour, the words inline
-QUIET = ("denied", "stopped", "over_limit", "unanswered")
+QUIET = ("denied", "stopped", "over_limit", "repeated", "unanswered")
 # a stored result's status (ToolOutcome.status, or the loop's own) as a card's state
 STATUS_STATE = {"ok": "done", "done": "done"}
 
