@@ -167,18 +167,14 @@ def tools_shots() -> None:
     from draftscope.toolbox.servers import McpServer
 
     fixture = Path(__file__).resolve().parents[1] / "tests" / "toolbox" / "mcp_fixture_server.py"
-    others = ("big_result", "crash", "hang", "fail", "env_value", "garbage", "pid")
+    others = ("add", "big_result", "crash", "hang", "fail", "env_value", "garbage", "pid")
     notes = McpServer("notes", command=sys.executable, args=(str(fixture),), disabled_tools=others)
     runtime.settings.mcp_servers = [notes.to_dict()]
     window = MainWindow(runtime, HistoryStore(Path(tempfile.mkdtemp()) / "h.sqlite3"), code_style=code_style("light"))
     window.resize(1200, 820)
     window.show()
-    # Qwen2.5-Coder writes a free call as a ```json fence, which is not read as a call: the first
-    # answer is held to one call of read_note (the answer after the result is free)
-    window.tool_loop.choice = "read_note"
-    host = window.tool_loop.host
+    host = window.tool_loop.host  # the model is free to call (tool choice "auto"), as a user's is
     wait_until(lambda: bool(host.tools or host.problems), 60_000)
-    runtime.settings.tool_calls_per_answer = 1  # a small model calls again after the result: it answers instead
     window.chat_input.setPlainText("What does my note called 'harbour' say? How many gulls were counted?")
     window.send()
     calls = window.tool_loop.live_calls
@@ -186,7 +182,7 @@ def tools_shots() -> None:
     settle()
     save(window, "tool-call-asking.png")
 
-    def approve() -> bool:  # a call that waits is approved (the first; any later one is past the limit)
+    def approve() -> bool:  # a call that waits is approved
         for call in [c for c in calls().values() if c.state == "asking"]:
             window.tool_loop.decide("approve", call.id)
         return not window.streaming
@@ -197,7 +193,7 @@ def tools_shots() -> None:
     settle()
     save(window, "tool-call-answer.png")
     window.close()
-    runtime.settings.mcp_servers, runtime.settings.tool_calls_per_answer = [], Settings().tool_calls_per_answer
+    runtime.settings.mcp_servers = []
 
 
 def dialog_shots() -> None:
