@@ -237,3 +237,27 @@ def test_a_tool_choice_no_server_offers_is_said_before_the_model_loads(config, m
     assert main(["chat", "--mcp", config.path, "--tool-choice", "read_note", "--model", "tiny"]) == 2
     assert "--tool-choice read_note: tool_choice names 'read_note', which is not one" in capsys.readouterr().err
     assert not fixture_servers()
+
+
+@pytest.mark.parametrize("failure", ["refused", "error"])
+def test_a_failed_follow_up_answer_keeps_the_tools_result(qwen_tokenizer, monkeypatch, capsys, failure):
+    """The answer after a tool's result fails (the prompt outgrew the context, or the engine failed):
+    the result stays in the conversation; only a question left unanswered is taken back."""
+    session = ChatSession(tiny_runtime(qwen_tokenizer))
+    session.say(QUESTION)
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+    session.say("", role="assistant", tool_fields={"tool_calls": [call]})
+    session.say("5", role="tool", tool_fields={"tool_call_id": "c1", "name": "add"})
+
+    def failing(session, args):
+        if failure == "refused":
+            raise ValueError("the prompt has 5,000 tokens")
+        return SimpleNamespace(finish_reason="error", error="the engine broke", text="")
+
+    monkeypatch.setattr(chat, "_answer", failing)
+    assert chat._reply(session, SimpleNamespace()) is None
+    assert [t.role for t in session.turns()] == ["user", "assistant", "tool"]
+    session.drop_last()
+    session.drop_last()  # the question alone, its answer failing
+    assert chat._reply(session, SimpleNamespace()) is None
+    assert session.turns() == [], "a question left unanswered is taken back"

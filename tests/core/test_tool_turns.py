@@ -50,6 +50,10 @@ class Memory:
     def __init__(self, tokenizer, context: int = 4096) -> None:
         self.engine = SimpleNamespace(tokenizer=tokenizer, max_context=context)
         self.said: list[dict] = []
+        self.room = 10**6  # tokens left in the context for the results (ChatSession.room_left)
+
+    def room_left(self, tools=None, then=()) -> int:
+        return self.room - sum(self.count_tokens(m["content"]) for m in self.results())
 
     def say(self, text: str, *, role: str = "user", tool_fields: dict | None = None) -> None:
         self.said.append({"role": role, "content": text, **(tool_fields or {})})
@@ -136,7 +140,7 @@ def test_an_allowed_call_runs_and_the_model_reads_its_result(qwen_tokenizer):
     call_id = calls[0].id
     assert session.results() == [
         {"role": "tool", "content": "3", "tool_call_id": call_id, "name": "add", "server": "calc"}
-        | {"status": "ok", "chars": 1}
+        | {"status": "ok", "chars": 1, "seconds": 0.01}
     ]
     assert [s for i, s in heard.changed] == ["approved", "running", "done", "done"]  # the last: kept
     assert turns.wants_answer() and not heard.done
@@ -303,14 +307,67 @@ def test_a_big_result_is_cut_to_what_the_model_may_read(qwen_tokenizer):
     kept = session.results()[0]
     assert calls[0].result == big, "the whole result stays with the call"
     assert session.count_tokens(kept["content"]) <= 300 + 40 and kept["chars"] == len(big)
-    assert f"the result is {len(big):,} characters" in kept["content"]
+    assert f"the result is {len(big):,} characters" in kept["content"] and "left out]" in kept["content"]
+
+
+def test_results_share_the_context_left_and_the_note_says_how_much_was_left_out(qwen_tokenizer):
+    """Three big results where the context has room for about 600 tokens of them: each reads its share of
+    the room, never more than result_tokens, so the follow-up still fits."""
+    big = "a line of a long note\n" * 2000
+    session, turns, heard = looped(qwen_tokenizer, Runner({"read_note": big}), allowed=lambda s, t: True)
+    session.room = 600
+    answer(turns, session, "".join(called("read_note", name=n) for n in "abc"))
+    turns.run_approved()
+    used = [session.count_tokens(m["content"]) for m in session.results()]
+    assert len(used) == 3 and sum(used) <= 600, used
+    assert all(u >= 100 for u in used), "the room is shared, not taken by the first"
+    kept = session.results()[0]["content"]
+    shown = int(kept.split("the first ")[1].split(" are shown")[0].replace(",", ""))
+    assert f"{len(big) - shown:,} left out]" in kept
+
+
+def test_a_call_that_failed_may_be_made_again_and_runs(qwen_tokenizer):
+    """Only a call that was answered (done or error) is not run again: a timeout, a crash or a denial
+    leaves the model free to retry it."""
+    outcomes = iter([Outcome("timeout", "files.read_note timed out"), Outcome("ok", "the note")])
+    runner = Runner({"read_note": lambda arguments, cancel: next(outcomes)})
+    session, turns, heard = looped(qwen_tokenizer, runner, allowed=lambda s, t: True)
+    answer(turns, session, called("read_note", name="n"))
+    turns.run_approved()
+    _, calls, _ = answer(turns, session, called("read_note", name="n"))
+    assert [c.state for c in calls] == ["approved"], "a timed-out call may be retried"
+    turns.run_approved()
+    assert calls[0].state == "done" and len(runner.ran) == 2
+    _, calls, _ = answer(turns, session, called("read_note", name="n"))
+    assert [c.state for c in calls] == ["repeated"] and len(runner.ran) == 2
+
+
+def test_a_denied_call_may_be_asked_again(qwen_tokenizer):
+    session, turns, heard = looped(qwen_tokenizer)
+    _, calls, _ = answer(turns, session, called("read_note", name="n"))
+    turns.deny(calls[0].id)
+    assert turns.wants_answer()
+    _, calls, _ = answer(turns, session, called("read_note", name="n"))
+    assert [c.state for c in calls] == ["asking"]
+
+
+def test_a_result_keeps_how_long_its_call_ran(qwen_tokenizer):
+    session, turns, heard = looped(
+        qwen_tokenizer,
+        Runner({"add": lambda arguments, cancel: Outcome("ok", "3", seconds=1.5)}),
+        allowed=lambda s, t: True,
+    )
+    answer(turns, session, called("add", a=1, b=2))
+    turns.run_approved()
+    assert session.results()[0]["seconds"] == 1.5
 
 
 def test_cut_to_tokens_leaves_a_short_text_whole():
     assert cut_to_tokens("short", 10, len) == "short"
     assert cut_to_tokens("x" * 50, 100, len) == "x" * 50
-    cut = cut_to_tokens("x" * 500, 100, len)
-    assert cut.startswith("x" * 90) and "500 characters" in cut
+    cut = cut_to_tokens("x" * 500, 300, len)
+    assert cut.startswith("x" * 150) and len(cut) <= 300, "the note is counted within the tokens"
+    assert "500 characters" in cut and f"{500 - cut.count('x'):,} left out" in cut
 
 
 def test_results_given_by_the_face_when_nothing_runs_them(qwen_tokenizer):

@@ -95,12 +95,14 @@ def test_a_required_call_runs_on_the_server_and_is_kept_in_the_history(runtime, 
     again = HistoryStore(tmp_path / "history.sqlite3").messages(session.conversation_id)
     assert [m.role for m in again] == ["user", "assistant", "tool", "assistant"], "kept after a restart"
     assert again[1].tool_fields["tool_calls"][0]["function"] == {"name": "add", "arguments": call.arguments}
-    assert again[2].tool_fields | {"chars": 0} == {
+    assert again[2].tool_fields["seconds"] == round(call.seconds, 3) > 0, "how long the call ran is kept"
+    assert again[2].tool_fields | {"chars": 0, "seconds": 0} == {
         "tool_call_id": call.id,
         "name": "add",
         "server": "notes",
         "status": "ok",
         "chars": 0,
+        "seconds": 0,
     }
 
 

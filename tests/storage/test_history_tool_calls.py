@@ -18,7 +18,14 @@ from draftscope.storage.transfer import ImportError_, export_json, import_file, 
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "read_note", "arguments": {"name": "lisbon"}}}
 NOTE = "\n".join(f"line {i} of the note" for i in range(1, 21))
-RESULT = {"tool_call_id": "call_1", "name": "read_note", "server": "files", "status": "ok", "chars": 5000}
+RESULT = {
+    "tool_call_id": "call_1",
+    "name": "read_note",
+    "server": "files",
+    "status": "ok",
+    "chars": 5000,
+    "seconds": 0.25,
+}
 
 
 def conversation_with_a_call(store: HistoryStore) -> int:
@@ -173,6 +180,10 @@ MALFORMED = {
     "a negative size": (
         {"role": "tool", "content": "5", "tool_fields": {"tool_call_id": "c", "chars": -1}},
         "'tool_fields': 'chars' must be a count",
+    ),
+    "a negative call time": (
+        {"role": "tool", "content": "5", "tool_fields": {"tool_call_id": "c", "seconds": -2}},
+        "'tool_fields': 'seconds' must be a time in seconds",
     ),
     "a status that is a number": (
         {"role": "tool", "content": "5", "tool_fields": {"tool_call_id": "c", "status": 3}},

@@ -301,13 +301,13 @@ def _reply(session, args: argparse.Namespace):
     try:
         final = _answer(session, args)
     except ValueError as exc:  # e.g. the conversation outgrew the context window
-        session.drop_last()
+        session.take_back_unanswered()  # the question, never a tool's result (a follow-up answer failed)
         print(f"\n[{exc}]", file=sys.stderr)
         return None
     print()
     if final.finish_reason == "error":
         print(f"[error: {final.error}]", file=sys.stderr)
-        session.drop_last()
+        session.take_back_unanswered()
         return None
     print(_stats_line(final), file=sys.stderr)
     return final

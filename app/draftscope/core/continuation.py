@@ -80,9 +80,10 @@ def by_running_model(session, message) -> bool:
     return written_by(session.engine.tokenizer, message.content, tokens)
 
 
-def prepare(session, message_id: int, before: list[dict]) -> Continuation:
+def prepare(session, message_id: int, before: list[dict], tools: list[dict] | None = None) -> Continuation:
     """What continuing ``message_id`` needs (``before``: the conversation the model read for it, as
-    messages); ValueError, in words, when it cannot be continued."""
+    messages; ``tools``: those it was shown, in its prompt as the template shows them); ValueError,
+    in words, when it cannot be continued."""
     history = session.history
     if history is None or session.conversation_id is None:
         raise ValueError("only an answer kept in the history can be continued")
@@ -96,7 +97,7 @@ def prepare(session, message_id: int, before: list[dict]) -> Continuation:
     tokens = answer_tokens(steps)
     if not written_by(session.engine.tokenizer, message.content, tokens):
         raise ValueError(OTHER_MODEL)
-    prompt = session.engine.encode_chat(before) + tokens
+    prompt = session.engine.encode_chat(before, tools) + tokens
     if len(prompt) >= session.engine.max_context:
         raise ValueError(
             f"the conversation and this answer fill the model's context ({session.engine.max_context:,} tokens): "

@@ -43,8 +43,8 @@ TITLE_CHARS = 48
 # its context, and whether the computer was busy and drafting off (words.answer_stats shows them)
 SPEED_FIGURES = ("decode_tokens_per_second", "plain_tokens_per_second", "busy", "drafting")
 # a tool result's fields the history keeps for the views (which server, how it went, its whole
-# size), dropped from what the chat template reads
-OWN_TOOL_FIELDS = ("server", "status", "chars")
+# size, how long it ran), dropped from what the chat template reads
+OWN_TOOL_FIELDS = ("server", "status", "chars", "seconds")
 DOCUMENT_TOKENS = 1500  # at most this much of the prompt for a documents folder's passages
 ANSWER_ROOM_MIN = 64  # tokens kept free for the answer at least when attachments fill the context
 
@@ -249,13 +249,23 @@ class ChatSession:
             return []
         turns = self._model_messages(self._turns_before(replacing))
         used = len(self.engine.encode_chat(turns + [{"role": "user", "content": text}]))
-        answer_room = max(ANSWER_ROOM_MIN, min(self.answer_limit(), self.engine.max_context // 4))
-        room = self.engine.max_context - used - answer_room
+        room = self.engine.max_context - used - self.answer_room()
         found = None
         if folder is not None:  # the folder's passages for the question, in up to half the room
             found = from_documents(folder, text, min(DOCUMENT_TOKENS, room // 2), self.count_tokens)
         sent = prepare(list(files), text, room - (found.tokens + HEADING_TOKENS if found else 0), self.count_tokens)
         return ([found] if found else []) + sent
+
+    def answer_room(self) -> int:
+        """Tokens kept free for the next answer when the prompt is filled (files, tool results)."""
+        return max(ANSWER_ROOM_MIN, min(self.answer_limit(), self.engine.max_context // 4))
+
+    def room_left(self, tools: Sequence[dict] | None = None, then: Sequence[dict] = ()) -> int:
+        """Tokens left for the text of the messages ``then`` said next (their marks counted, their
+        text not): the context less the conversation as the model reads it (shown ``tools``) and the
+        answer's room; 0 or less when there is none."""
+        used = len(self.engine.encode_chat([*self.messages(), *then], tools))
+        return self.engine.max_context - used - self.answer_room()
 
     def count_tokens(self, text: str) -> int:
         return len(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -266,10 +276,11 @@ class ChatSession:
         user message (edit-and-resend) goes, with all that followed it. True when there is
         something left to answer."""
         turns = self.turns()
-        if message_id is None:
-            message_id = turns[-1].id if turns and turns[-1].role == "assistant" else None
-            if not self._stored() and turns and turns[-1].role == "assistant":
-                self._memory.pop()
+        if message_id is None:  # the last answer, also when tool results follow it (a stopped tool loop)
+            last = next((i for i in range(len(turns) - 1, -1, -1) if turns[i].role == "assistant"), None)
+            message_id = turns[last].id if last is not None else None
+            if not self._stored() and last is not None:
+                del self._memory[last:]
         if message_id is not None and self._stored():
             if any(t.id == message_id and t.role == "assistant" for t in turns):
                 self.history.hide_version(message_id)
@@ -354,13 +365,15 @@ class ChatSession:
             stop_loops=self.settings.stop_loops,
         )
 
-    def continue_request(self, message_id: int) -> GenerationRequest:
+    def continue_request(self, message_id: int, *, tools: list[dict] | None = None) -> GenerationRequest:
         """The request that writes on the conversation's last answer, cut at the length limit or
         stopped (core/continuation.py): as the uncut answer would have gone on (its tokens, its
-        seed); kept in the same message. ValueError, in words, when it cannot be continued."""
+        seed); kept in the same message. ``tools``: those the answer was shown (its prompt showed
+        them, and so does the continuation's). ValueError, in words, when it cannot be continued."""
         before = self._model_messages([t for t in self.turns() if t.id != message_id])  # what the model read
-        continuing = continuation.prepare(self, message_id, before)
+        continuing = continuation.prepare(self, message_id, before, tools)
         request = self.request(prompt_ids=continuing.prompt)
+        request.tools = list(tools) if tools else None
         if continuing.stats.get("seed") is not None:
             request.sampling = replace(request.sampling, seed=continuing.stats["seed"])
         continuing.request, self.continuing = request, continuing

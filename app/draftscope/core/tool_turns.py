@@ -35,7 +35,8 @@ from draftscope.core.tools import CHOICES, ToolError, ToolPlan, message_tool_fie
 DENIED = "(the user denied this call)"
 STOPPED = "(not run: the user stopped the tool calls)"
 BAD_ARGUMENTS = "(not run: the call's arguments are not a JSON object; the answer may have been cut inside it)"
-RESULT_TOKENS_MIN = 256  # a result is never cut shorter than this, whatever the context
+RESULT_TOKENS_MIN = 256  # the default share of a result: never less, however small the context
+SLACK_TOKENS = 8  # a result read inside its message may take a few tokens more than read alone
 # what a finished call's state is for each ToolOutcome status
 STATE_OF = {"ok": "done", "error": "error", "timeout": "timeout", "failed": "failed", "stopped": "stopped"}
 UNDONE = ("asking", "approved", "running")
@@ -106,7 +107,8 @@ class ToolTurns:
         -> (server, tool) (None: no servers, a call's server is "" and its tool its name); ``run``
         runs one (None: nothing is run, a face supplies results with :meth:`give`); ``allowed(server,
         tool)``: run without asking; ``limit``: calls for one user message; ``result_tokens``: the most
-        of a result the model reads (None: a quarter of its context); ``choice``: "auto", "required",
+        of a result the model reads (None: a quarter of its context; less when the context left is
+        shared among the results still to keep: ``session.room_left``); ``choice``: "auto", "required",
         "none" or a tool's name (the first answer to each message held to it). ValueError in words when
         the tools or the choice are malformed, or the model's template cannot show it tools."""
         self.session, self.route, self.run, self.allowed = session, route, run, allowed
@@ -118,11 +120,13 @@ class ToolTurns:
         self.calls: list[ToolCall] = []  # the last answer's
         self.reader: CallReader | None = None
         self._lock = threading.RLock()  # the UI thread decides while a worker runs
+        self._keep_lock = threading.Lock()  # results written one at a time, in call order, by either thread
         self._cancel = threading.Event()
         self._always: set[tuple[str, str]] = set()
         self._kept: set[str] = set()  # the ids of the calls whose results are kept
         self._made = 0  # calls the model made for the user's message
-        self._ran: set[tuple[str, str]] = set()  # (tool, arguments) already called for it
+        self._ran: set[tuple[str, str]] = set()  # (tool, arguments) called for it and answered (done or error)
+        self._asked: set[tuple[str, str]] = set()  # (tool, arguments) of the last answer's calls
         self._plain_next = False  # the next answer is shown no tools: a repeat or the limit said enough
         self._over = 0  # answers to it whose calls passed the limit
         self._stopped = self._running = self._over_now = self._ended = False
@@ -192,6 +196,7 @@ class ToolTurns:
             return []
         self.session.keep_calls(self.reader.content if self.reader else "", _template_calls(made))
         with self._lock:
+            self._asked = set()
             self.calls = [self._first_state(self._call(c), i) for i, c in enumerate(made)]
             self._made += len(made)
             self._over_now = any(c.state == "over_limit" for c in self.calls)
@@ -220,10 +225,10 @@ class ToolTurns:
             return _settle(call, "unknown", f"(not run: there is no tool named {call.name!r})")
         if call.arguments is None:
             return _settle(call, "error", BAD_ARGUMENTS)
-        key = (call.name, json.dumps(call.arguments, sort_keys=True))
-        if key in self._ran:
+        key = _key(call)
+        if key in self._ran or key in self._asked:  # a failed, timed out or denied call may be made again
             return _settle(call, "repeated", REPEATED)
-        self._ran.add(key)
+        self._asked.add(key)
         if (call.server, call.tool) in self._always or self.allowed(call.server, call.tool):
             call.state = "approved"
         return call
@@ -271,6 +276,7 @@ class ToolTurns:
             if call is None:
                 return
             _settle(call, "done", text)
+            self._ran.add(_key(call))
         self.events.changed.emit(call)
         self._keep_settled()
 
@@ -331,6 +337,8 @@ class ToolTurns:
             if self._stopped and state != "done":
                 state, text = "stopped", STOPPED + (f" {text}" if text else "")
             call.state, call.result, call.seconds = state, text, seconds
+            if state in ("done", "error"):  # answered: the same call again would read the same
+                self._ran.add(_key(call))
         self.events.changed.emit(call)
 
     def _keep_settled(self) -> None:
@@ -350,20 +358,40 @@ class ToolTurns:
             self._end()
 
     def _keep(self, call: ToolCall) -> None:
-        """A settled call's result as a tool message: the model reads at most ``result_tokens`` of it."""
-        with self._lock:
-            if call.id in self._kept or call.state in UNDONE:
-                return
-            self._kept.add(call.id)
-        fields: dict[str, Any] = {"tool_call_id": call.id, "name": call.name, "server": call.server}
-        fields.update(status=_status(call.state), chars=len(call.result))
-        kept = self.session.say(self.model_text(call.result), role="tool", tool_fields=fields)
-        call.message_id = kept if isinstance(kept, int) else _last_id(self.session)
-        self.events.changed.emit(call)
+        """A settled call's result as a tool message (and those of the settled calls before it not kept
+        yet: the UI thread and the worker may both keep, the results stay in call order)."""
+        kept: list[ToolCall] = []
+        with self._keep_lock:
+            for each in list(self.calls):
+                with self._lock:
+                    if each.state in UNDONE:
+                        break
+                    if each.id in self._kept:
+                        continue
+                    self._kept.add(each.id)
+                self._write(each)
+                kept.append(each)
+                if each is call:
+                    break
+        for each in kept:
+            self.events.changed.emit(each)
 
-    def model_text(self, text: str) -> str:
-        """``text`` as the model reads it: at most ``result_tokens`` tokens, with a note of what was cut."""
-        return cut_to_tokens(text, self.result_tokens, self.session.count_tokens)
+    def _write(self, call: ToolCall) -> None:
+        """The result said as a tool message; the model reads its share of the context left."""
+        fields: dict[str, Any] = {"tool_call_id": call.id, "name": call.name, "server": call.server}
+        fields.update(status=_status(call.state), chars=len(call.result), seconds=round(call.seconds, 3))
+        with self._lock:  # this result and those after it share the room (their marks counted)
+            waiting = [call] + [c for c in self.calls if c.id not in self._kept]
+        then = [{"role": "tool", "content": "", "tool_call_id": c.id, "name": c.name} for c in waiting]
+        room = self.session.room_left(self.tools or None, then) // len(then)
+        kept = self.session.say(self.model_text(call.result, room=room), role="tool", tool_fields=fields)
+        call.message_id = kept if isinstance(kept, int) else _last_id(self.session)
+
+    def model_text(self, text: str, *, room: int | None = None) -> str:
+        """``text`` as the model reads it, with a note of what was cut: at most ``result_tokens``
+        tokens, and at most ``room`` (its share of the context left)."""
+        most = self.result_tokens if room is None else max(0, min(self.result_tokens, room - SLACK_TOKENS))
+        return cut_to_tokens(text, most, self.session.count_tokens)
 
     def wants_answer(self) -> bool:
         """Whether the model answers again: every call of its last answer settled and kept, no Stop, and
@@ -395,20 +423,30 @@ def _plans(tools: list[dict], choice: str, tokenizer: Any) -> tuple[ToolPlan | N
 
 
 def cut_to_tokens(text: str, tokens: int, count: Callable[[str], int]) -> str:
-    """``text`` cut to about ``tokens`` tokens (by ``count``) with a note saying how much it was;
-    whole when it fits. A long text is measured on a sample, not tokenized whole (a 1 MB result)."""
+    """``text`` cut to about ``tokens`` tokens (by ``count``), its note saying how much was left out
+    within them; whole when it fits. A long text is measured on a sample, not tokenized whole (a 1 MB
+    result)."""
     sample = text[: tokens * 8]  # a token is rarely more than 8 characters: enough to measure by
     used = count(sample)
     if used <= tokens and len(sample) == len(text):
         return text
-    keep = int(len(sample) * tokens / max(used, 1) * 0.95)
-    while keep > 0 and count(text[:keep]) > tokens:
+    room = max(0, tokens - count(_cut_note(len(text), len(text))))
+    keep = int(len(sample) * room / max(used, 1) * 0.95)
+    while keep > 0 and count(text[:keep]) > room:
         keep = int(keep * 0.9)
-    note = f"\n\n[cut: the result is {len(text):,} characters; the first {keep:,} are shown]"
-    return text[:keep] + note
+    return text[:keep] + _cut_note(len(text), keep)
+
+
+def _cut_note(size: int, keep: int) -> str:
+    return f"\n\n[cut: the result is {size:,} characters; the first {keep:,} are shown, {size - keep:,} left out]"
 
 
 REPEATED = "(not run again: this call was made already with these arguments; its result is above)"
+
+
+def _key(call: ToolCall) -> tuple[str, str]:
+    """What makes two calls the same call: the tool and its arguments."""
+    return call.name, json.dumps(call.arguments, sort_keys=True)
 
 
 def _settle(call: ToolCall, state: str, text: str) -> ToolCall:

@@ -156,11 +156,13 @@ MAX_TOOL_CALLS = 1000  # calls in one answer: far past any limit on calls per an
 MAX_TOOL_NAME = 256  # characters of a call's id, a tool's or a server's name
 MAX_ARGUMENTS = 10**6  # characters of one call's arguments (as JSON)
 MAX_STATUS = 40  # characters of a result's status ("ok", "error", "timeout", "denied", ...)
+MAX_CALL_SECONDS = 10**6  # how long one call ran: far past any timeout
 
 
 def tool_fields(value, where: str, role: str) -> dict:
     """A message's part in tool calling ({} when missing): an answer's ``tool_calls``; a tool
-    result's ``tool_call_id`` (needed), ``name``, ``server``, ``status`` and ``chars``. Each by type
+    result's ``tool_call_id`` (needed), ``name``, ``server``, ``status``, ``chars`` and ``seconds`` (how
+    long the call ran, shown on its card). Each by type
     and size; a field this version does not know is left out (the chat template would read it)."""
     if value is None:
         value = {}
@@ -179,6 +181,10 @@ def tool_fields(value, where: str, role: str) -> dict:
             out[key] = _short_text(value[key], f"{where}: '{key}'", MAX_STATUS if key == "status" else MAX_TOOL_NAME)
     if value.get("chars") is not None:
         out["chars"] = count(value["chars"], f"{where}: 'chars'")
+    if value.get("seconds") is not None:
+        if not _number_in(value["seconds"], 0, MAX_CALL_SECONDS):
+            raise ImportError_(f"{where}: 'seconds' must be a time in seconds, got {shown(value['seconds'])}")
+        out["seconds"] = float(value["seconds"])
     if role == "tool" and "tool_call_id" not in out:
         raise ImportError_(f"{where}: a tool's result needs the 'tool_call_id' of the call it answers")
     return out
