@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 from conftest import FIXTURE, START_S, alive, fixture_processes, fixture_server
 
@@ -128,3 +129,33 @@ def test_a_streamable_http_server_is_listed_called_and_named_when_gone(http_fixt
         assert again.status == "failed" and again.text.startswith(f"server 'web' could not be reached at {url}")
     with pytest.raises(ValueError, match=f"server 'web' could not be reached at {url}"):
         probe_server(web, timeout_s=10)
+
+
+MUTE = "import time; time.sleep(120)"  # a server's process that never answers MCP's first request
+
+
+def mute_processes() -> list[int]:
+    return alive([p.pid for p in psutil.Process().children(recursive=True) if MUTE in " ".join(p.cmdline())])
+
+
+@pytest.mark.parametrize("by", ["stop", "close"])
+def test_stop_or_close_during_a_servers_start_ends_the_call_at_once(by):
+    """A call starts its server on demand; Stop (its cancel event) or the host's close while that
+    start waits (up to its timeout) ends the call "stopped" at once, and close leaves no process."""
+    host = ToolHost([McpServer("mute", command=sys.executable, args=("-c", MUTE))], start_timeout_s=60)
+    cancel = threading.Event()
+    cut = cancel.set if by == "stop" else host.close
+    try:
+        threading.Timer(1.0, cut).start()
+        began = time.monotonic()
+        outcome = host.call("mute", "add", {"a": 1}, cancel=cancel)
+        assert time.monotonic() - began < 8, "the call waited for the start it was stopped in"
+        assert outcome.status == "stopped" and "'mute'" in outcome.text and "while the server started" in outcome.text
+    finally:
+        began = time.monotonic()
+        host.close()
+        assert time.monotonic() - began < 15
+    deadline = time.monotonic() + 15  # its process ends as the SDK's shutdown does (a kill after a grace)
+    while mute_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not mute_processes()

@@ -304,6 +304,15 @@ async def _watch(scope: Any, cancel: Any, closing: threading.Event, stopped: lis
     scope.cancel()
 
 
+async def _stopped_before(task: asyncio.Future, cancel: Any, closing: threading.Event) -> bool:
+    """Waits for ``task``; True when its cancel event (a threading.Event) or the host's closing came first."""
+    while not task.done():
+        if closing.is_set() or (cancel is not None and cancel.is_set()):
+            return True
+        await asyncio.wait({task}, timeout=CANCEL_POLL_S)
+    return False
+
+
 class ServerLink:
     """A server's current connection: started on demand, started again after it died."""
 
@@ -316,6 +325,7 @@ class ServerLink:
         self.error = ""  # why its last start failed
         self._lock = asyncio.Lock()
         self._starting: Connection | None = None
+        self._opening: set[asyncio.Future] = set()  # starts a stopped call left running (held, not dropped)
 
     @property
     def problem(self) -> str:
@@ -344,12 +354,26 @@ class ServerLink:
             return ""
 
     async def call(self, tool: str, arguments: dict, timeout_s: float, cancel: Any) -> ToolOutcome:
-        """A call, starting the server first when it is not running."""
-        words = await self.open()
+        """A call, starting the server first when it is not running. Stop (``cancel``) or the host's
+        closing during that start ends the call at once; the start goes on (for the next call), or
+        is ended by the host's close."""
+        opening = asyncio.ensure_future(self.open())
+        self._opening.add(opening)
+        opening.add_done_callback(self._opened)
+        if await _stopped_before(opening, cancel, self.closing):
+            why = "the tool host closed" if self.closing.is_set() else "it was stopped"
+            words = f"the call to {tool!r} of server {self.server.name!r} ended while the server started: {why}"
+            return ToolOutcome("stopped", words, 0.0)
+        words = opening.result()
         conn = self.connection
         if words or conn is None:
             return ToolOutcome("failed", words or f"server {self.server.name!r} is not running", 0.0)
         return await conn.call(tool, arguments, timeout_s, cancel, self.closing)
+
+    def _opened(self, opening: asyncio.Future) -> None:
+        self._opening.discard(opening)
+        if not opening.cancelled():
+            opening.exception()  # a stopped call's start that failed: retrieved, never "never retrieved"
 
     async def close(self) -> None:
         """End its connection (and a start under way): its process ends."""
