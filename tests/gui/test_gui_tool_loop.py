@@ -11,6 +11,7 @@ keys beyond their own), so its call is whole in a few tokens, and its result (th
 id) is checked against the process itself."""
 
 import copy
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from runtime_helpers import runtime_for
 from draftscope.core.tool_turns import DENIED
 from draftscope.engine.engine import Engine
 from draftscope.gui.chat.read_ahead import plan_read
+from draftscope.gui.chat.tool_turns_qt import STARTING, opened_call
 from draftscope.gui.main_window import MainWindow
 from draftscope.storage import HistoryStore
 from draftscope.toolbox.servers import McpServer
@@ -61,7 +63,8 @@ def tool_engine(tokenizer):
 def tool_window(qtbot, engine, db, *, choice: str | None = "pid", servers=None, **settings) -> MainWindow:
     """A window whose own tool host runs ``servers`` (default: the fixture server as "files"), ready."""
     servers = [fixture_server()] if servers is None else servers
-    runtime = runtime_for(engine, max_new_tokens=80, mcp_servers=servers, tool_timeout_s=20, **settings)
+    settings = {"max_new_tokens": 80, "tool_timeout_s": 20, **settings}
+    runtime = runtime_for(engine, mcp_servers=servers, **settings)
     window = MainWindow(runtime, HistoryStore(db))
     qtbot.addWidget(window)
     with qtbot.waitSignal(window.tool_loop.host.ready, timeout=WAIT_MS):
@@ -207,7 +210,7 @@ def test_stop_while_a_call_runs_cancels_it_on_the_server(qtbot, tool_engine, tmp
     window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
     host = window.tool_loop.host
     real = host.call
-    host.call = lambda server, tool, arguments, cancel: real(server, "hang", {"seconds": 60}, cancel)
+    host.call = lambda server, tool, arguments, cancel, **kw: real(server, "hang", {"seconds": 60}, cancel, **kw)
     send(window, "What is the process id?")
     call = asking(qtbot, window)
     click(window, f"tool:approve/{call.id}")
@@ -260,6 +263,91 @@ def test_a_server_that_does_not_start_is_named_and_answers_go_on_without_tools(q
     requests = send(window, "Hello")
     idle(qtbot, window)
     assert requests[0].tools is None and [m.role for m in kept(window)] == ["user", "assistant"]
+
+
+def test_stop_inside_a_call_keeps_no_call_text_and_offers_no_continue(qtbot, tool_engine, tmp_path):
+    """Stop once the answer has opened a call (its name written, its arguments not): the answer ends
+    there, with neither the cut call's text nor Continue."""
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3", choice="read_note")
+    stopped = []
+
+    def stop_inside_the_call(_steps) -> None:
+        turns = window.tool_loop.turns
+        if not stopped and turns is not None and opened_call(turns.reader):
+            stopped.append(True)
+            window.stop()
+
+    window.answer_signals.steps.connect(stop_inside_the_call)
+    send(window, "Read the harbour note")
+    idle(qtbot, window)
+    assert stopped
+    messages = kept(window)
+    assert [m.role for m in messages] == ["user", "assistant"], "a cut call is no call: nothing ran"
+    assert "<tool_call>" not in messages[1].content and '"name"' not in messages[1].content
+    text = window.chat_view.toPlainText()
+    assert "<tool_call>" not in text and '"name"' not in text and "Continue" not in text
+
+
+def test_the_length_limit_inside_a_call_keeps_no_call_text(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3", choice="read_note", max_new_tokens=12)
+    send(window, "Read the harbour note")
+    idle(qtbot, window)
+    messages = kept(window)
+    assert messages[-1].stats["finish_reason"] == "length" and messages[-1].role == "assistant"
+    assert "<tool_call>" not in messages[-1].content and '"name"' not in messages[-1].content
+    text = window.chat_view.toPlainText()
+    assert "<tool_call>" not in text and '"name"' not in text and "Continue" not in text
+
+
+def test_continue_shows_the_tools_the_answer_was_shown(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3", choice=None, max_new_tokens=12)
+    requests = send(window, "Tell me about the harbour")
+    idle(qtbot, window)
+    answer = kept(window)[-1]
+    assert answer.stats["finish_reason"] == "length" and "Continue" in window.chat_view.toPlainText()
+    click(window, f"action:continue/{answer.id}")
+    idle(qtbot, window)
+    assert len(requests) == 2 and requests[1].tools == requests[0].tools == window.tool_loop.offered()
+
+
+def test_a_message_sent_while_the_servers_start_waits_for_their_tools(qtbot, tool_engine, tmp_path):
+    runtime = runtime_for(tool_engine, max_new_tokens=20, mcp_servers=[fixture_server()], tool_timeout_s=20)
+    window = MainWindow(runtime, HistoryStore(tmp_path / "h.sqlite3"))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.tool_loop.host.starting, timeout=WAIT_MS)
+    requests = send(window, "Hello")
+    assert STARTING in window.statusBar().currentMessage() and window.streaming
+    assert not requests, "the answer waits for the servers"
+    idle(qtbot, window)
+    assert requests and requests[0].tools, "the answer was shown the servers' tools"
+
+
+def test_the_call_timeout_is_read_at_each_call(qtbot, tool_engine, tmp_path):
+    """Settings ▸ Tools' call timeout, changed after the servers started, bounds the next call."""
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
+    host = window.tool_loop.host
+    real = host.call
+    host.call = lambda server, tool, arguments, cancel, **kw: real(server, "hang", {"seconds": 60}, cancel, **kw)
+    window.settings.tool_timeout_s = 1.0
+    send(window, "What is the process id?")
+    call = asking(qtbot, window)
+    click(window, f"tool:approve/{call.id}")
+    qtbot.waitUntil(lambda: call.state == "timeout", timeout=WAIT_MS)
+    assert call.seconds < 10
+    idle(qtbot, window)
+
+
+def test_only_a_change_of_servers_starts_them_again(qtbot, tool_engine, tmp_path):
+    window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3", choice=None)
+    tool_host, settings = window.tool_loop.host, window.settings
+    running = tool_host.host
+    allowed = [dict(settings.mcp_servers[0], always_allowed=["pid"])]
+    tool_host.apply(dataclasses.replace(settings, tool_calls_per_answer=3, tool_timeout_s=5, mcp_servers=allowed))
+    assert tool_host.host is running and not tool_host.starting and tool_host.call_timeout_s == 5
+    with qtbot.waitSignal(tool_host.ready, timeout=WAIT_MS):
+        tool_host.apply(dataclasses.replace(settings, mcp_servers=[fixture_server("other")]))
+    assert tool_host.host is not running and {s for s, _ in tool_host.route.values()} == {"other"}
 
 
 def qtbot_left():

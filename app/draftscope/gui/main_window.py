@@ -247,11 +247,8 @@ class MainWindow(QMainWindow):
         self._generate(new_seed=True)
 
     def edit_last(self) -> None:
-        users = (
-            [m for m in self.history.messages(self.conversation_id) if m.role == "user"]
-            if self.conversation_id is not None
-            else []
-        )
+        messages = self.history.messages(self.conversation_id) if self.conversation_id is not None else []
+        users = [m for m in messages if m.role == "user"]
         if users:
             self.edit(users[-1].id)
 
@@ -278,8 +275,9 @@ class MainWindow(QMainWindow):
             act(message_id)
 
     def _generate(self, *, new_seed: bool = False, request=None) -> None:
-        """``new_seed``: another answer, not the settings' fixed seed's again (Regenerate);
-        ``request``: one made already (Continue's)."""
+        """``new_seed``: not the settings' fixed seed (Regenerate); ``request``: made already (Continue's)."""
+        if request is None and self.tool_loop.hold(lambda: self._generate(new_seed=new_seed)):
+            return  # the MCP servers are starting: the answer waits for their tools
         if request is None:  # a message's first answer: its tool loop begins (gui/chat/tool_turns_qt.py)
             request = self.session.request(sampling=self.session.sampling(seed=fresh_seed()) if new_seed else None)
             self.tool_loop.prepare(request)
@@ -316,8 +314,8 @@ class MainWindow(QMainWindow):
             self.measure_baseline()
 
     def _on_failed(self, message: str) -> None:
-        self.tool_loop.stop()
         self._end_stream()
+        self.tool_loop.stop()  # after the stream's end: a loop waits for the answer's end while it streams
         if (question := self.session.take_back_unanswered()) is not None:  # back in the box, files and all:
             self.composer.restore(question.content, question.attachments())  # nothing typed is lost, and
             self.chat_view.refresh()  # the next message is not refused for it again

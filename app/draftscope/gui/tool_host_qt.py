@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -40,6 +41,11 @@ def _close_quietly(host) -> None:
         log.exception("closing the tool servers failed")
 
 
+def _unallowed(servers) -> list:
+    """The servers as what a start depends on: which tools are always allowed is not part of it."""
+    return [replace(s, always_allowed=()) for s in servers]
+
+
 class ToolHostQt(QObject):
     """The MCP servers the settings name, started and closed with the app (see the module's docstring)."""
 
@@ -61,12 +67,20 @@ class ToolHostQt(QObject):
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._started.connect(self._on_started)  # queued: emitted on the starting thread
+        self._applied: list | None = None  # the servers last started (their always-allowed tools aside)
+        self.call_timeout_s: float | None = None  # Settings ▸ Tools' call timeout, as last applied
 
     def apply(self, settings) -> None:
-        """Run the servers ``settings`` enable (the ones running now are closed first, in the background)."""
+        """Run the servers ``settings`` enable (the ones running now are closed first, in the background).
+        Started again only when the servers changed (or some could not start): the limits and the
+        always-allowed tools are read at each call, so a change to them leaves the servers be."""
         if self.closed:
             return
+        self.call_timeout_s = float(settings.tool_timeout_s)
         servers = [s for s in tool_servers(settings) if s.enabled]
+        if self._applied is not None and _unallowed(servers) == self._applied and not self.problems:
+            return
+        self._applied = _unallowed(servers)
         self._let_go()
         self._number += 1
         if not servers:
@@ -138,12 +152,16 @@ class ToolHostQt(QObject):
         """The servers that could not start, in a line for the status bar ("" : none)."""
         return " · ".join(self.problems.values())
 
-    def call(self, server: str, tool: str, arguments: dict, cancel: threading.Event) -> ToolOutcome:
-        """Run one call (blocking: the tool loop's thread); a failure is an outcome in words naming the server."""
+    def call(
+        self, server: str, tool: str, arguments: dict, cancel: threading.Event, *, timeout_s: float | None = None
+    ) -> ToolOutcome:
+        """Run one call (blocking: the tool loop's thread) within ``timeout_s`` (None: the settings' as
+        last applied); a failure is an outcome in words naming the server."""
         host = self.host
         if host is None:
             return ToolOutcome("failed", f"server '{server}': {NO_HOST}", 0.0)
-        return host.call(server, tool, arguments, cancel=cancel)
+        timeout = timeout_s if timeout_s is not None else self.call_timeout_s
+        return host.call(server, tool, arguments, cancel=cancel, timeout_s=timeout)
 
     def close(self) -> None:
         """The app quits: every server's process ends (those still starting too); idempotent."""

@@ -8,6 +8,8 @@ the new ones (so a token's step is the same index live and once stored)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from draftscope.core.continuation import by_running_model, can_continue
 from draftscope.core.words import sentence
 from draftscope.engine.events import StepEvent, step_from_dict
@@ -21,6 +23,7 @@ class Continuing:
         self.message_id: int | None = None  # the answer being written on (None: a new answer, or none)
         self.prefix = ""  # its text before this continuation
         self._checked: tuple = ((), False)  # ((answer id, its text, the tokenizer), whether it offers Continue)
+        self.opens_call: Callable[[str], bool] = lambda text: False  # the window's tool loop's (tools offered)
 
     def begin(self) -> list[StepEvent]:
         """An answer starts streaming (a continuation when the session's request is one): its steps so far."""
@@ -44,6 +47,8 @@ class Continuing:
 
     def _offers(self, message) -> bool:
         session = self.session
+        if message.tool_fields or self.opens_call(message.content):  # it called, or opened a call: no prose
+            return False  # to write on (a continuation would not read it as a call)
         has_steps = session.history.has_steps(message.id)
         if not can_continue(message, has_steps=has_steps, max_context=session.engine.max_context):
             return False
@@ -60,7 +65,7 @@ def continue_answer(window, message_id: int) -> None:
     if window.streaming:
         return
     try:
-        request = window.session.continue_request(message_id)
+        request = window.session.continue_request(message_id, tools=window.tool_loop.offered())  # as first shown
     except ValueError as exc:  # not the last answer, no room left in the context: said, nothing changes
         window.warn(sentence(str(exc)), "continueErrorDialog")
         return

@@ -200,7 +200,7 @@ def _result_html(card: CardCall, unfolded: bool, dark: bool) -> str:
         "<br>"
         + _link("hide", target, "hide result")
         + " &nbsp;·&nbsp; "
-        + _link("copy", target, "copy result")
+        + _link("copy", target, "copy what the model read" if card.chars > len(card.result) else "copy result")
         + note
         + f'<p style="white-space:pre-wrap; font-family:monospace; margin-top:4px;">{html.escape(shown)}</p>'
     )

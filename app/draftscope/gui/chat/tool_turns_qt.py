@@ -12,6 +12,7 @@ the tools is ``offered()``, which the read ahead reads too."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -24,6 +25,26 @@ log = logging.getLogger(__name__)
 
 SAY_MS = 20_000  # how long a tool's news stays in the status bar
 WAITING = "Waiting for your approval:"
+STARTING = "MCP servers starting… the answer follows once their tools are ready"
+
+
+def opened_call(reader) -> bool:
+    """Whether the answer read so far is inside a call (cut there, it is neither a call nor text): a
+    call's block opened, or an answer that so far is only the start of a bare call's JSON."""
+    if reader is None:
+        return False
+    if reader._in_block:
+        return True
+    held = reader._text.lstrip()
+    return not reader._started and not reader.calls and held.startswith(("{", "`"))
+
+
+def whole_arguments(arguments: str) -> bool:
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
 
 
 class ToolLoop(QObject):
@@ -46,7 +67,11 @@ class ToolLoop(QObject):
         self._running = False  # the worker runs calls
         self._offer: tuple | None = None  # (what it was made of, the tools Send shows or None)
         self._said_unusable = False
+        self._stop_asked = False  # Stop pressed while an answer is written: its end settles the loop
+        self._held = None  # a message's answer waiting for the servers' start (its resume)
+        self._plan = None  # the first answer's plan for the tools offered (its reader reads Continue's answers)
         view = window.chat_view
+        view._continuing.opens_call = self.opens_call
         view.tool_decision.connect(self.decide)
         view.live_calls = self.live_calls
         window.read_ahead.offered = self.offered  # what is read ahead is what Send sends: the tools too
@@ -81,18 +106,43 @@ class ToolLoop(QObject):
         if not tools:
             return None
         try:
-            return ToolTurns(self.window.session, tools, self.host.route, None).tools or None
+            turns = ToolTurns(self.window.session, tools, self.host.route, None)
+            self._plan = turns.first
+            return turns.tools or None
         except ValueError as exc:  # the model's template shows no tools: said once, answers go on without
             if not self._said_unusable:
                 self._said_unusable = True
                 self.window.status.say(f"The tools are not offered: {exc}", SAY_MS)
             return None
 
+    def opens_call(self, text: str) -> bool:
+        """Whether an answer's ``text`` calls a tool, or opened a call (Continue is not offered for it)."""
+        if self.offered() is None or self._plan is None:
+            return False
+        reader = self._plan.reader()
+        reader.push(text)
+        return bool(reader.calls) or opened_call(reader)
+
     def _on_host_ready(self) -> None:
         self._offer, self._said_unusable = None, False
         if problems := self.host.problem_words():
             self.window.status.say(problems, SAY_MS)
+        elif self.window.statusBar().currentMessage() == STARTING:
+            self.window.statusBar().clearMessage()
         self.window.read_ahead.schedule()  # the prompt read ahead shows the tools as they are now
+        if self._held is not None:  # the message sent meanwhile is answered now, with the tools
+            resume, self._held, self.busy = self._held, None, False
+            resume()
+
+    def hold(self, resume) -> bool:
+        """Whether a message's answer waits for the servers' start (``resume`` writes it once they are
+        up, with their tools): the message is in the transcript, Stop takes it back."""
+        if not self.host.starting:
+            return False
+        self._held, self.busy = resume, True
+        self.window.status.say(STARTING, SAY_MS * 3)
+        self.window._update_actions()
+        return True
 
     def prepare(self, request) -> None:
         """A message's first request (Send, Regenerate): its loop begins with the tools offered (none:
@@ -108,7 +158,7 @@ class ToolLoop(QObject):
                 self.window.session,
                 tools,
                 self.host.route,
-                self.host.call,
+                self._run,
                 allowed=self._allowed,
                 limit=settings.tool_calls_per_answer,
                 choice=self.choice,
@@ -119,8 +169,12 @@ class ToolLoop(QObject):
             return
         for name in ("changed", "always", "done"):
             getattr(turns.events, name).connect(getattr(self, f"_heard_{name}"))
-        self.turns, self.busy = turns, True
+        self.turns, self.busy, self._stop_asked = turns, True, False
         self.window.chat_view.stream_text = turns.said  # calls show as cards, not as the text they are
+
+    def _run(self, server: str, tool: str, arguments: dict, cancel) -> object:
+        """One call, within Settings ▸ Tools' call timeout as it is now (read at each call)."""
+        return self.host.call(server, tool, arguments, cancel, timeout_s=float(self.window.settings.tool_timeout_s))
 
     def _allowed(self, server: str, tool: str) -> bool:
         """Whether the settings run this tool without asking ("Always for this tool")."""
@@ -139,13 +193,32 @@ class ToolLoop(QObject):
         if turns is None:
             return False
         self.window.chat_view.stream_text = None
-        if final.finish_reason in ("cancel", "error"):  # stopped (or failed) while writing: the loop ends
-            turns.stop()
+        cut = final.finish_reason in ("cancel", "error") or self._stop_asked
+        if cut or final.finish_reason == "length" and opened_call(turns.reader):
+            self._settle_cut(turns)  # stopped, failed, or cut inside a call: the loop ends
             self._finish()
+            self.window.chat_view.render()  # what it kept (the loop's end may have come before it)
             return False
         turns.after_answer()
         self.advance()
         return self.busy
+
+    def _settle_cut(self, turns) -> None:
+        """An answer cut while written: its prose is kept, its whole calls as calls, "stopped" (never
+        run); a call it was cut inside is neither a call nor text."""
+        reader = turns.reader
+        if reader is None:
+            turns.stop()
+            return
+        opened = opened_call(reader)
+        prose, whole = reader.content, [c for c in reader.calls if whole_arguments(c.arguments)]
+        turns.finish()
+        if opened:  # what finish let out of the cut call is no prose
+            reader.content, reader.calls = prose.rstrip(), whole
+        turns.stop()
+        if opened and not whole:  # the prose alone, marked as having called (no Continue, no steps shown)
+            self.window.session.keep_calls(reader.content, [])
+        turns.after_answer()  # its whole calls kept "stopped"; the loop's end renders the transcript
 
     def advance(self) -> None:
         """What comes next: wait for the user, run the approved calls, answer again, or end."""
@@ -189,7 +262,18 @@ class ToolLoop(QObject):
 
     def stop(self) -> None:
         """Stop: the call running is cancelled, the calls not run are kept as stopped, no answer follows."""
+        if self._held is not None:  # the answer waited for the servers: none is written, the message
+            self._held, self.busy = None, False  # goes back in the box
+            self.window.statusBar().clearMessage()
+            if (question := self.window.session.take_back_unanswered()) is not None:
+                self.window.composer.restore(question.content, question.attachments())
+            self.window.chat_view.refresh()
+            self.window._update_actions()
+            return
         if self.turns is None:
+            return
+        if self.window.chat_view.streaming:  # the answer's end (cancelled) settles it, its calls too
+            self._stop_asked = True
             return
         self.turns.stop()
         self.advance()  # while calls run, their end finishes the loop
@@ -204,7 +288,7 @@ class ToolLoop(QObject):
     def _finish(self) -> None:
         if self.turns is None:
             return
-        self.turns, self.busy, self._running = None, False, False
+        self.turns, self.busy, self._running, self._stop_asked = None, False, False, False
         self.window.chat_view.stream_text = None
         self.window.chat_view.render()
         self.window._update_actions()
@@ -213,6 +297,7 @@ class ToolLoop(QObject):
     def close(self) -> None:
         """The window goes: a running call is cancelled (its thread ends with the worker's); the
         window's own servers end."""
+        self._held = None
         if self.turns is not None:
             self.turns.stop()
         if self.own_host:

@@ -274,8 +274,10 @@ class ChatTranscript(QTextBrowser):
         key = _key(m)
         calls = answer_calls(m)
         if key not in self._html_cache:
-            # an answer that called tools shows its prose (its steps hold the calls' text, shown as cards)
-            steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" and not calls else []
+            # an answer that called tools (or was cut inside a call: its calls []) shows its prose (its
+            # steps hold the calls' text, shown as cards)
+            called = calls or "tool_calls" in (m.tool_fields or {})
+            steps = self.history.steps(m.id) if self.show_provenance and m.role == "assistant" and not called else []
             blocks: list[str] = []
             if steps:
                 self._html_cache[key] = self.renderer.markdown_with_provenance(
