@@ -7,7 +7,7 @@ import time
 
 import psutil
 import pytest
-from conftest import START_S, fixture_server
+from mcp_helpers import START_S, fixture_server
 
 from draftscope.toolbox import ToolHost, ToolInfo, openai_tools
 

@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import FIXTURE, START_S, alive, fixture_processes, fixture_server
+from mcp_helpers import FIXTURE, START_S, alive, fixture_processes, fixture_server
 
 from draftscope.toolbox import McpServer, ToolHost, probe_server
 
