@@ -97,7 +97,21 @@ def watched(runtime, monkeypatch) -> list:
     return requests
 
 
+EARLIER: set[int] = set()  # fixture servers of earlier tests (a cancelled listing ends its own later)
+
+
+@pytest.fixture(autouse=True)
+def _earlier_servers():
+    EARLIER.clear()
+    EARLIER.update(p.pid for p in _running_fixture_servers())
+
+
 def fixture_servers() -> list[psutil.Process]:
+    """The fixture servers this test started that still run."""
+    return [p for p in _running_fixture_servers() if p.pid not in EARLIER]
+
+
+def _running_fixture_servers() -> list[psutil.Process]:
     found = []
     for child in psutil.Process().children(recursive=True):
         try:

@@ -111,10 +111,19 @@ def kept(window: MainWindow) -> list:
 
 
 def fixture_processes() -> list:
-    return [p for p in psutil.Process().children(recursive=True) if str(FIXTURE) in " ".join(p.cmdline())]
+    """The fixture servers running (zombies have ended)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if str(FIXTURE) in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
 
 
 def test_approve_runs_the_call_and_the_model_answers_after_its_result(qtbot, tool_engine, tmp_path):
+    earlier = {p.pid for p in fixture_processes()}  # another test's (a cancelled listing ends its own later)
     window = tool_window(qtbot, tool_engine, tmp_path / "h.sqlite3")
     requests = send(window, "What is the tool server's process id?")
     call = asking(qtbot, window)
@@ -140,7 +149,7 @@ def test_approve_runs_the_call_and_the_model_answers_after_its_result(qtbot, too
     assert "Waiting for your approval" not in window.statusBar().currentMessage()
 
     window.close()  # the window's own servers end with it
-    qtbot.waitUntil(lambda: not fixture_processes(), timeout=20_000)
+    qtbot.waitUntil(lambda: not {p.pid for p in fixture_processes()} - earlier, timeout=20_000)
 
 
 def test_deny_keeps_the_denial_and_the_model_answers_without_the_call(qtbot, tool_engine, tmp_path):
