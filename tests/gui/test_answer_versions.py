@@ -11,6 +11,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from draftscope.storage import HistoryStore
+from draftscope.storage.history_schema import SCHEMA_VERSION
 from draftscope.storage.transfer import export_json
 
 STEPS = [{"step": 0, "token_ids": [1, 2], "pieces": ["a", "b"]}]
@@ -65,7 +66,7 @@ def test_a_version_3_history_migrates(tmp_path):
     store = HistoryStore(path)
     assert [m.content for m in store.messages(1)] == ["a", "b", "c"]
     assert [m.content for m in store.messages(2)] == ["x", "y"]
-    assert store._read("PRAGMA user_version")[0][0] == 4
+    assert store._read("PRAGMA user_version")[0][0] == SCHEMA_VERSION  # upgraded through every step
     store.hide_version(4)  # an old answer regenerated
     new = store.add_message(2, "assistant", "z")
     assert [(m.content, m.versions) for m in store.messages(2)] == [("x", ()), ("z", (4, new))]
