@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from engine_fixtures import tiny_llama
+from mcp_helpers import fixture_processes
 from runtime_helpers import runtime_for
 
 import draftscope.toolbox
@@ -103,23 +104,12 @@ EARLIER: set[int] = set()  # fixture servers of earlier tests (a cancelled listi
 @pytest.fixture(autouse=True)
 def _earlier_servers():
     EARLIER.clear()
-    EARLIER.update(p.pid for p in _running_fixture_servers())
+    EARLIER.update(p.pid for p in fixture_processes())
 
 
 def fixture_servers() -> list[psutil.Process]:
     """The fixture servers this test started that still run."""
-    return [p for p in _running_fixture_servers() if p.pid not in EARLIER]
-
-
-def _running_fixture_servers() -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if str(FIXTURE) in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return found
+    return [p for p in fixture_processes() if p.pid not in EARLIER]
 
 
 def results(request) -> list[dict]:

@@ -24,6 +24,7 @@ pytest.importorskip("mcp")
 psutil = pytest.importorskip("psutil")
 
 from engine_fixtures import tiny_llama
+from mcp_helpers import fixture_processes
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QPushButton
 from runtime_helpers import runtime_for
@@ -108,18 +109,6 @@ def idle(qtbot, window: MainWindow) -> None:
 
 def kept(window: MainWindow) -> list:
     return window.history.messages(window.conversation_id)
-
-
-def fixture_processes() -> list:
-    """The fixture servers running (zombies have ended)."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if str(FIXTURE) in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            continue
-    return out
 
 
 def test_approve_runs_the_call_and_the_model_answers_after_its_result(qtbot, tool_engine, tmp_path):
