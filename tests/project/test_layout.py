@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "app" / "draftscope"
 
 # Bottom to top. A module's layer is that of the longest prefix naming it.
 LAYERS = [
-    ["paths", "sysinfo", "_retriever", "draft_tree", "rules", "drafter_kinds"],
+    ["paths", "sysinfo", "_retriever", "draft_tree", "rules", "drafter_kinds", "optional_torch"],
     ["models", "retrieval"],  # getting models (catalogue, downloads, local files); the suffix-array index
     ["engine"],  # the decoder: backends, the stepper, answers, verification, sampling, the policy
     ["drafters"],  # drafting above it: the seam, every drafter (they use the engine; it takes them as given)
