@@ -1,21 +1,78 @@
 #!/usr/bin/env bash
 # One-stop set-up for a fresh machine, then run the app or the whole test suite.
 #
-#   scripts/setup.sh run    install everything and launch Draftscope
-#   scripts/setup.sh test   install everything, check the style (ruff) and the types (mypy), and run every test (cargo test + pytest)
-#   scripts/setup.sh        install everything only (also: rebuild the Rust extension after
-#                           a change under retriever_rs/)
+#   scripts/setup.sh run    install Draftscope and launch it (arguments after `run` go to draftscope)
+#   scripts/setup.sh test   install it with the test tools, check the style (ruff) and the types (mypy), and
+#                           run every test (cargo test + pytest; arguments after `test` go to pytest)
+#   scripts/setup.sh        install only (also: rebuild the Rust extension after a change under retriever_rs/)
 #
-# Installs into the Python that runs `python3` (use a virtual environment if you prefer; create
-# it with --system-site-packages to reuse a torch that is already installed).
+# PyTorch is optional: GGUF models run on llama.cpp without it. It is installed where an NVIDIA card is
+# (`nvidia-smi` on the PATH: PyPI's CUDA build), with --with-torch in any mode (without a card, the CPU
+# build from download.pytorch.org: a few hundred MB instead of several GB), and always by `test`.
+# A compatible torch that is already installed is kept. --torch-plan prints that choice and exits.
+#
+# Installs into the Python that runs `python3` (PYTHON=... for another; use a virtual environment if you
+# prefer, created with --system-site-packages to reuse a torch that is already installed).
 set -euo pipefail
 
-mode="${1:-install}"
+with_torch=0
+plan_only=0
+args=()
+for arg in "$@"; do
+    case "$arg" in
+        --with-torch) with_torch=1 ;;
+        --torch-plan) plan_only=1 ;;
+        *) args+=("$arg") ;;
+    esac
+done
+mode="${args[0]:-install}"
+rest=("${args[@]:1}")
+case "$mode" in
+    run|test|install) ;;
+    *) echo "usage: scripts/setup.sh [run|test|install] [--with-torch] [--torch-plan] [arguments]" >&2; exit 2 ;;
+esac
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PY="${PYTHON:-python3}"
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- torch: whether it is wanted here, which build, and why (installed further down) ----------------
+# optional_torch.install_plan is the one place that knows how torch is installed on this machine: the
+# first line is the build (cuda: nvidia-smi finds a card), the second its size, then pip's arguments
+mapfile -t torch_plan < <("$PY" -c '
+import sys
+sys.path.insert(0, "app")
+from draftscope.optional_torch import has_nvidia_card, install_plan
+plan = install_plan()
+print("cuda" if has_nvidia_card() else "cpu", plan.size_words, *plan.pip_args, sep="\n")
+')
+((${#torch_plan[@]} >= 3)) || { say "could not read torch's install plan from app/draftscope/optional_torch.py"; exit 1; }
+torch_pip_args=("${torch_plan[@]:2}")
+if [ "${torch_plan[0]}" = cuda ]; then
+    torch_build="PyPI's CUDA build"
+    torch_card="nvidia-smi finds an NVIDIA card"
+else
+    torch_build="the CPU build from download.pytorch.org"
+    torch_card="no NVIDIA card: nvidia-smi is not on the PATH"
+fi
+torch_why=""
+if [ "$mode" = test ]; then
+    torch_why="setup.sh test runs the torch backend's tests; $torch_card"
+elif ((with_torch)); then
+    torch_why="--with-torch; $torch_card"
+elif [ "${torch_plan[0]}" = cuda ]; then
+    torch_why="$torch_card"
+fi
+if [ -n "$torch_why" ]; then
+    say "torch: $torch_build ($torch_why), ${torch_plan[1]}"
+else
+    say "torch: not needed ($torch_card, and no --with-torch): GGUF models run on llama.cpp without it;" \
+        "add it later with 'bash scripts/setup.sh --with-torch' (${torch_plan[1]})"
+fi
+if ((plan_only)); then
+    exit 0
+fi
 
 # --- System libraries Qt needs (installed only when missing) ---------------------------------
 # The xcb (X11) platform plugin's libraries are those `ldd` lists for PySide6's
@@ -55,25 +112,33 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-# --- torch: keep a compatible one (a GPU machine's CUDA build), else install from PyPI --------
-if "$PY" - <<'PYEOF' 2>/dev/null; then
+# --- pip >= 24.1 reports download progress in a form the first-run dialog can show -----------
+"$PY" -m pip install -q -U "pip>=24.1"
+
+# --- torch, where it is wanted: keep a compatible one (a GPU machine's CUDA build), else the plan's -----
+if [ -n "$torch_why" ]; then
+    if "$PY" - <<'PYEOF' 2>/dev/null; then
 import sys
 import torch
 major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 sys.exit(0 if (major, minor) >= (2, 1) else 1)
 PYEOF
-    say "using installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
-else
-    say "installing torch (several GB for the CUDA build; cached by pip afterwards)"
-    "$PY" -m pip install "torch>=2.1"
+        say "using the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+    else
+        say "installing torch: pip install ${torch_pip_args[*]}"
+        "$PY" -m pip install "${torch_pip_args[@]}"
+    fi
 fi
 
-# --- pip >= 24.1 reports download progress in a form the first-run dialog can show -----------
-"$PY" -m pip install -q -U "pip>=24.1"
-
 # --- The package itself (maturin builds the Rust extension; editable, so Python edits apply) ---
+# torch is an extra (draftscope[torch]), which the test extra includes: installed above where wanted, so
+# pip finds it satisfied and a CPU machine does not fetch PyPI's CUDA build for the tests
 say "building the Rust extension and installing draftscope"
-"$PY" -m pip install -q -e ".[test]"
+if [ "$mode" = test ]; then
+    "$PY" -m pip install -q -e ".[test]"
+else
+    "$PY" -m pip install -q -e .
+fi
 
 # --- llama.cpp: GGUF models run on it (llama-cpp-python, built from PyPI's source) -----------
 # The build needs C and C++ compilers (cmake and ninja come from PyPI as wheels); with a CUDA
@@ -98,7 +163,7 @@ fi
 
 case "$mode" in
     run)
-        exec "$PY" -m draftscope "${@:2}"
+        exec "$PY" -m draftscope "${rest[@]}"
         ;;
     test)
         say "ruff format --check; ruff check"  # the style is checked first: a violation fails CI in seconds
@@ -112,13 +177,9 @@ case "$mode" in
         # in an xdist worker: a test that dies of a native crash (a faulting kernel) fails by name, with
         # its signal (tests/crash_report.py), and a new worker runs the rest; the 30 slowest are listed
         # so the suite can be kept under its 25 minutes
-        exec "$PY" -m pytest -q -n 1 --max-worker-restart 100 --durations=30 "${@:2}"
+        exec "$PY" -m pytest -q -n 1 --max-worker-restart 100 --durations=30 "${rest[@]}"
         ;;
     install)
         say "done; run 'draftscope' to start"
-        ;;
-    *)
-        echo "usage: scripts/setup.sh [run|test|install]" >&2
-        exit 2
         ;;
 esac
