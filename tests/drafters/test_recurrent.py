@@ -23,9 +23,9 @@ from draftscope.drafters.recurrent.train import (
     TrainError,
     TrainOptions,
     checkpoint_path,
-    draft_vocabulary,
     train_head,
 )
+from draftscope.drafters.recurrent.train_run import draft_vocabulary
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.policy import shares
 

@@ -88,7 +88,7 @@ def load_audit(args) -> Audit:
 
     from draftscope.core.drafter_factory import drafter_maker
     from draftscope.datastore.default import default_datastore_path
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent
+    from draftscope.drafters.recurrent.heads import find_recurrent
     from draftscope.engine.engine import Engine
     from draftscope.retrieval import Reader
 

@@ -257,7 +257,7 @@ def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
     from draftscope.bench.spec_methods import LlamaReference, Runners, server_peers
     from draftscope.datastore.default import default_datastore_path
     from draftscope.drafters.draft_model import load_draft_model
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent
+    from draftscope.drafters.recurrent.heads import find_recurrent
     from draftscope.retrieval import Reader
 
     kind = engine.backend.kind
@@ -289,8 +289,10 @@ def _open_runners(args, engine, methods: list[str], learned) -> _Opened:
 
 
 def _print_header(args, engine, runners, methods, questions, learned) -> None:
-    import torch
+    import sys
 
+    torch = sys.modules.get("torch")  # its version where a method ran on it; llama.cpp's runs need none
+    torch_words = f"torch {torch.__version__}" if torch else "no torch"
     recurrent = runners.recurrent
     print(
         f"draftscope bench spec: {engine.name} on {engine.backend.describe()} ({engine.dtype_reason}), "
@@ -306,7 +308,7 @@ def _print_header(args, engine, runners, methods, questions, learned) -> None:
             f"{ {w: round(s * 1000, 2) for w, s in recurrent.measured.items()} } ({recurrent.layout or 'GPU'})"
         )
     print(
-        f"machine: {platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"machine: {platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, {torch_words}, "
         f"{time.strftime('%Y-%m-%d')}; "
         f"verify cost ms by tree size: { {k: round(v * 1000, 1) for k, v in engine.verify_costs.items()} }"
     )

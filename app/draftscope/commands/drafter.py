@@ -69,22 +69,24 @@ def _eta(seconds: float | None) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from draftscope.drafters.recurrent.files import HeadError, default_head_path
-    from draftscope.drafters.recurrent.head_drafter import target_for
-    from draftscope.drafters.recurrent.train import TrainError
-    from draftscope.engine.engine import Engine
+    from draftscope.drafters.recurrent.files import HeadError, default_head_path, require_torch_for
+    from draftscope.drafters.recurrent.heads import training_target
+    from draftscope.drafters.recurrent.train_options import TrainError
 
-    options = _train_options(args)
-    try:
+    try:  # before the corpus is fetched and the model loads: a head is a torch module
+        require_torch_for("Training a recurrent head (draftscope drafter train)")
+        options = _train_options(args)
         options.validate()
-    except TrainError as exc:
+    except (HeadError, TrainError) as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
+    from draftscope.engine.engine import Engine
+
     out = args.out or str(default_head_path(args.model))
     print(f"loading {args.model} ...", file=sys.stderr)
     engine = Engine.load(args.model, device=args.device, dtype=args.dtype, backend=args.backend, measure=False)
     try:
-        target = target_for(engine)
+        target = training_target(engine)
     except HeadError as exc:
         print(f"draftscope: {exc}", file=sys.stderr)
         return 2
@@ -94,7 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_options(args: argparse.Namespace):
     """The command's training options; without --data, the ShareGPT chats (fetched once)."""
-    from draftscope.drafters.recurrent.train import TrainOptions
+    from draftscope.drafters.recurrent.train_options import TrainOptions
     from draftscope.models import assets
 
     data = args.data or [f"chat:{assets.fetch(assets.SHAREGPT_JSON, quiet=True)}"]

@@ -24,6 +24,8 @@ from draftscope.core.datastore_choice import datastore_for
 from draftscope.core.drafter_factory import DrafterSetup, setup_drafters
 from draftscope.drafter_kinds import switched_on
 from draftscope.drafters.learned import LearnedStore, Learner, model_key
+from draftscope.drafters.recurrent.files import HeadError
+from draftscope.drafters.recurrent.heads import find_recurrent
 from draftscope.engine.kv_disk import KvDiskStore
 from draftscope.engine.load_spec import LoadSpec
 from draftscope.engine.stages import LOADING_DRAFT_MODEL, Stage
@@ -177,9 +179,6 @@ class Runtime:
     def use_head(self, path: str | Path | None = None) -> str | None:
         """Use the recurrent head at ``path`` (default: the app's head for this model), e.g. one
         just trained; the drafters are rebuilt with it. Returns why it cannot be used, or None."""
-        from draftscope.drafters.recurrent.files import HeadError  # noqa: PLC0415  # torch
-        from draftscope.drafters.recurrent.head_drafter import find_recurrent  # noqa: PLC0415  # torch
-
         try:
             recurrent = find_recurrent(self.settings.model, self.engine, path)
         except HeadError as exc:
@@ -313,10 +312,8 @@ def _open_recurrent(
     model: str, engine: Engine, path: str | Path | None, notices: list[str], strict: bool
 ) -> RecurrentSetup | None:
     """The head trained for this model (``path``, else the app's head for it); None when there is
-    none, or, with a notice saying why, when it cannot be used (another model's, damaged)."""
-    from draftscope.drafters.recurrent.files import HeadError  # noqa: PLC0415  # torch
-    from draftscope.drafters.recurrent.head_drafter import find_recurrent  # noqa: PLC0415  # torch
-
+    none, or, with a notice saying why, when it cannot be used (another model's, damaged, or no
+    torch here)."""
     try:
         return find_recurrent(model, engine, path)
     except HeadError as exc:

@@ -4,6 +4,9 @@
 A head only makes sense for the model it was trained on, so the JSON records that model's
 identity (architecture, sizes and a hash of its output rows) and loading refuses a head for
 another model with both identities in words.
+
+Reading a head's description, and where the app keeps it, need no torch (the window lists heads on a
+machine without it); the weights, a torch module's, import it where they are read or written.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from draftscope import paths
 from draftscope.drafters.learned import model_key
-from draftscope.drafters.recurrent.head import HeadConfig, RecurrentHead
-from draftscope.drafters.recurrent.target import as_target
+from draftscope.optional_torch import TorchMissing, torch_available
+
+if TYPE_CHECKING:
+    from draftscope.drafters.recurrent.head import RecurrentHead
 
 FORMAT = "draftscope-recurrent-head"
 VERSION = 1
@@ -28,11 +32,28 @@ class HeadError(ValueError):
     """A head file that cannot be used (missing, damaged, or for another model): the message says why."""
 
 
+class HeadNeedsTorch(HeadError, TorchMissing):
+    """A head cannot be used or trained without torch: optional_torch's words (what, how to install)."""
+
+    def __init__(self, what: str) -> None:
+        TorchMissing.__init__(self, what)
+
+
+def require_torch_for(what: str) -> None:
+    """Raise :class:`HeadNeedsTorch` naming ``what`` where torch is not installed."""
+    if not torch_available():
+        raise HeadNeedsTorch(what)
+
+
 def target_identity(model, name: str = "") -> dict:
     """What a head must match: architecture, sizes and a hash of the model's output rows (taken
     in bf16, so the same weights loaded in fp32 or bf16 hash the same, and a GGUF read by
     llama.cpp hashes as its de-quantised torch copy does). ``model``: a transformers model or a
     target view (recurrent.target)."""
+    import torch  # noqa: PLC0415  # a target view is torch's: torch is there
+
+    from draftscope.drafters.recurrent.target import as_target  # noqa: PLC0415  # torch
+
     target = as_target(model)
     rows = target.edge_rows().to(torch.bfloat16).view(torch.int16).numpy().tobytes()
     return {
@@ -115,9 +136,13 @@ def read_meta(path: str | os.PathLike[str]) -> dict:
 
 
 def load_head(path: str | os.PathLike[str], model=None, *, model_name: str = "") -> tuple[RecurrentHead, dict]:
-    """(head, its JSON description); with ``model``, refuses a head trained for another model."""
+    """(head, its JSON description); with ``model``, refuses a head trained for another model.
+    Raises HeadError (HeadNeedsTorch where torch is not installed: a head is a torch module)."""
+    require_torch_for("A recurrent head (the recurrent drafter's)")
     from safetensors import SafetensorError  # noqa: PLC0415  # safetensors: heavy (TID253's list)
     from safetensors.torch import load_file  # noqa: PLC0415  # safetensors: heavy (TID253's list)
+
+    from draftscope.drafters.recurrent.head import HeadConfig, RecurrentHead  # noqa: PLC0415  # torch
 
     meta = read_meta(path)
     try:

@@ -17,7 +17,7 @@ import torch
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters.interface import Drafter
 from draftscope.drafters.recurrent.beams import beam_search, beams_to_tree, end_rows
-from draftscope.drafters.recurrent.files import HeadError, default_head_path, load_head
+from draftscope.drafters.recurrent.files import HeadError, load_head
 from draftscope.drafters.recurrent.target import GgufTarget, TorchTarget, as_target
 from draftscope.engine.backends.pytorch.cpu_linear import MIN_GAIN, _set_layout
 
@@ -47,9 +47,10 @@ class RecurrentDrafter(Drafter):
     def reset(self, context_ids: Sequence[int]) -> None:
         self.hidden = None
 
-    def set_hidden(self, hidden: torch.Tensor) -> None:
-        """The target's hidden state at the position before the current root (it predicted the root)."""
-        self.hidden = hidden
+    def set_hidden(self, hidden) -> None:
+        """The target's hidden state at the position before the current root (it predicted the root):
+        a tensor from the torch backend, a NumPy row from llama.cpp's (the head runs on the CPU then)."""
+        self.hidden = torch.as_tensor(hidden)
 
     def observe(self, accepted_ids: Sequence[int]) -> None:
         pass  # set_hidden carries everything the head needs
@@ -145,18 +146,9 @@ class RecurrentSetup:
         )
 
 
-def find_recurrent(model: str, engine, head=None) -> RecurrentSetup | None:
-    """The head for ``engine``: ``head`` (a path: it must load) or else the app's head for
-    ``model`` when one was trained (None when there is none). Raises recurrent.files.HeadError."""
-    path = Path(head) if head else default_head_path(model)
-    if not head and not path.with_suffix(".json").exists():
-        return None
-    return RecurrentSetup.for_engine(path, engine)
-
-
 def target_for(engine):
     """The target view of a loaded engine: its torch model, or its GGUF on llama.cpp. Raises
-    HeadError where the backend gives no hidden states."""
+    HeadError where the backend gives no hidden states. (Without torch: heads.training_target.)"""
     backend = engine.backend
     if not backend.gives_hidden:
         raise HeadError(

@@ -106,8 +106,9 @@ class GgufTarget:
                 read = [
                     self.pool.call(lambda row=row: self.backend.read_rows(slot, row, greedy=greedy)) for row in rows
                 ]
-        hidden = torch.stack([h for h, _ in read])
-        return hidden, torch.stack([g for _, g in read]) if greedy else None
+        # llama.cpp's rows are NumPy's (the engine needs no torch for them): the head's are tensors
+        hidden = torch.stack([torch.as_tensor(h) for h, _ in read])
+        return hidden, torch.stack([torch.as_tensor(g) for _, g in read]) if greedy else None
 
 
 def as_target(model_or_target):
