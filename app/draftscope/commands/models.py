@@ -56,19 +56,21 @@ def catalogue_rows(dtype: str, backend: str = "torch") -> list[dict]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from draftscope.core.words import run_precision
     from draftscope.engine.backends import backend_for_gguf
-    from draftscope.engine.backends.pytorch import precision
-    from draftscope.engine.backends.pytorch.precision import pick_device
+    from draftscope.engine.backends.pytorch.precision import device_type
     from draftscope.models import catalog
 
-    chosen = precision.choose(pick_device(args.device), args.dtype)
+    # torch's precision sizes the torch backend's memory; without torch there is none (llama.cpp's is the file's)
+    chosen = run_precision(args.device or "auto", args.dtype or "auto")
+    dtype = chosen.name if chosen is not None else (args.dtype or "float32")
     backend = backend_for_gguf("auto", args.device)
-    rows = catalogue_rows(chosen.name, backend)
+    rows = catalogue_rows(dtype, backend)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    rec = catalog.recommend(catalog.total_memory(), pick_device(args.device).type, chosen.name, backend)
-    how = "llama.cpp (the GGUF as it is)" if backend == "llama.cpp" else f"{chosen.name} ({chosen.reason})"
+    rec = catalog.recommend(catalog.total_memory(), device_type(args.device), dtype, backend)
+    how = "llama.cpp (the GGUF as it is)" if backend == "llama.cpp" else f"{dtype} ({_why(chosen)})"
     print(f"memory figures for {how}; recommended here: {rec.name}")
     head = ("name", "size", "memory", "fetched", "draft models", "good for")
     table = [head] + [
@@ -86,6 +88,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     return 0
+
+
+def _why(chosen) -> str:
+    """Why the torch backend would run in that precision (none chosen: torch is not here, or the device)."""
+    from draftscope.optional_torch import torch_available
+
+    if chosen is not None:
+        return chosen.reason
+    return "this device is not available here" if torch_available() else "PyTorch is not installed here"
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

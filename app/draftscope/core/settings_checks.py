@@ -9,15 +9,24 @@ from pathlib import Path
 from draftscope.core.words import memory_text, sentence, setting_name, size_text
 from draftscope.models import catalog
 from draftscope.models.resolve import resolve_model
+from draftscope.optional_torch import torch_available
 from draftscope.retrieval import Reader
 
 OTHER = "\x00other"  # the choice that reveals a line edit for a folder, a .gguf file or a hub id
+# why Auto names no precision without torch: the precisions are the torch backend's
+NO_TORCH_PRECISION = (
+    "PyTorch is not installed here: a GGUF model runs on llama.cpp in its own file's precision; float32, "
+    "bfloat16 and float16 are for the torch backend (Settings ▸ Model ▸ Install PyTorch)"
+)
 EMPTY_MODEL = "Model: choose a model, or enter a model folder, a .gguf file or a hub id"
 
 
 def available_devices() -> list[str]:
-    """Devices torch can use here, besides "auto"."""
-    import torch  # already loaded by the engine in the app; imported late to keep this module light
+    """Devices torch can use here, besides "auto" (only the CPU where torch is not installed:
+    llama.cpp puts layers on a card of its own accord, under "auto")."""
+    if not torch_available():
+        return ["cpu"]
+    import torch  # seconds to import: only for the settings dialog's device list
 
     devices = ["cpu"]
     if torch.cuda.is_available():
@@ -56,6 +65,8 @@ def catalog_item_text(model: catalog.CatalogModel, dtype: str, backend: str) -> 
 def auto_precision_text(auto) -> tuple[str, str]:
     """The Auto precision choice's (text, tooltip) for a ``words.run_precision`` (None: the device
     is not here)."""
+    if auto is None and not torch_available():
+        return "Auto (the GGUF's own)", sentence(NO_TORCH_PRECISION)
     if auto is None:
         return "Auto (chosen when the model loads)", "This device is not available here."
     # the reason's first clause in the list, all of it in the tooltip

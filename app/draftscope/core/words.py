@@ -10,6 +10,7 @@ from pathlib import Path
 
 from draftscope.models import assets, catalog
 from draftscope.models.resolve import DEFAULT_MODEL, ModelNotFoundError
+from draftscope.optional_torch import torch_available
 
 
 def size_text(n: int) -> str:
@@ -157,9 +158,11 @@ def setting_name(model: catalog.CatalogModel) -> str:
 
 def run_precision(device: str = "auto", dtype: str = "auto"):
     """The engine's ``Precision`` for these settings (imports torch), or None when it cannot be
-    told (a device that is not there)."""
-    from draftscope.engine.backends.pytorch import precision  # noqa: PLC0415  # torch
+    told (a device that is not there, or no torch here: a GGUF on llama.cpp keeps its own)."""
+    from draftscope.engine.backends.pytorch import precision  # noqa: PLC0415  # the engine's backends load with it
 
+    if not torch_available():
+        return None
     try:
         return precision.choose(precision.pick_device(device), dtype)
     except (RuntimeError, ValueError, AssertionError):  # e.g. "cuda" stored, no CUDA here

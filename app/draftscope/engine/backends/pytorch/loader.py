@@ -1,20 +1,22 @@
 """Loading a causal LM for the engine: device and dtype per machine, and a safetensors copy of
-GGUF models in the user cache (dequantising a GGUF takes seconds; the copy loads fast)."""
+GGUF models in the user cache (dequantising a GGUF takes seconds; the copy loads fast). torch is
+imported by :func:`load_model`, not with the module: where it is not installed, a load says so in
+words (optional_torch), and what merely names these types imports nothing heavy."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from draftscope import paths
 from draftscope.engine.backends.llama.gguf_check import read_header
 from draftscope.engine.backends.pytorch import precision
-from draftscope.engine.backends.pytorch.cpu_linear import use_fast_layout
-from draftscope.engine.backends.pytorch.precision import pick_device
 from draftscope.models.resolve import ModelNotFoundError, ModelSource, file_digest, load_tokenizer
+from draftscope.optional_torch import require_torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -36,12 +38,16 @@ class LoadedModel:
 
 
 def load_model(source: ModelSource, *, device: str | None = None, dtype: str | None = None) -> LoadedModel:
-    """``source`` (resolved once, where the user's choice is read: models/resolve.py) as a torch model."""
-    from transformers import AutoModelForCausalLM  # noqa: PLC0415  # heavy: loaded with the first model
-
+    """``source`` (resolved once, where the user's choice is read: models/resolve.py) as a torch model.
+    Raises optional_torch.TorchMissing where torch is not installed."""
     if not isinstance(source, ModelSource):  # a name is resolved once, where it is read (resolve_model)
         raise TypeError(f"load_model takes a resolved ModelSource, not {type(source).__name__}")
-    dev = pick_device(device)
+    require_torch(f"{source.display_name} on the torch backend")
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415  # heavy: loaded with the first model
+
+    from draftscope.engine.backends.pytorch.cpu_linear import use_fast_layout  # noqa: PLC0415  # torch
+
+    dev = precision.pick_device(device)
     chosen = precision.choose(dev, dtype)
     dt = chosen.dtype
     tokenizer = load_tokenizer(source)
@@ -58,6 +64,7 @@ def load_model(source: ModelSource, *, device: str | None = None, dtype: str | N
 
 
 def _load_gguf(source: ModelSource, dtype: torch.dtype):
+    import torch  # noqa: PLC0415  # imported by load_model first (require_torch)
     from transformers import AutoModelForCausalLM  # noqa: PLC0415  # heavy: loaded with the first model
 
     gguf = source.gguf_path
@@ -89,6 +96,8 @@ def truncated_model(model, layers: int):
     """An early-exit draft model: the target's first ``layers`` decoder layers with its own final
     norm and head, sharing the target's weights (no extra memory) and tokenizer. Its
     distribution differs from the target's, which is what a draft model's should do."""
+    import torch  # noqa: PLC0415  # a torch model is given: torch is there
+
     inner = getattr(model, model.base_model_prefix, None)
     blocks = getattr(inner, "layers", None)
     if inner is None or blocks is None:

@@ -1,7 +1,9 @@
 """Which dtype to run in: bf16 where the hardware computes it natively (GPUs that support it, CPUs
 with AVX512-BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and many times slower (seen
 on an AVX2-only EPYC: bf16 matmuls 35-65x slower than fp32). Every choice comes with the
-reason in words, for the status bar and ``--verbose``."""
+reason in words, for the status bar and ``--verbose``. torch is imported where a choice is made,
+not with the module: the window and the terminal ask what device a model would run on
+(:func:`device_type`) where torch is not installed."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from draftscope.optional_torch import torch_available
 from draftscope.rules import DTYPES
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ def cpu_bf16_features() -> tuple[bool | None, str]:
 def bf16_speed_ratio(size: int = 1024, rows: int = 16, repeats: int = 5) -> float:
     """fp32 time / bf16 time of one matmul shaped like a verify step (>1: bf16 is faster). Runs
     alternate so a busy machine slows both alike; the best of each is compared."""
+    import torch  # noqa: PLC0415  # seconds to import: not with the module (device_type needs none)
+
     best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
     for _ in range(repeats):
         for dtype in best:
@@ -69,6 +76,8 @@ def bf16_speed_ratio(size: int = 1024, rows: int = 16, repeats: int = 5) -> floa
 
 def choose(device: torch.device, requested: str | None = None) -> Precision:
     """The dtype for ``device``; ``requested`` (a DTYPES name) other than auto wins."""
+    import torch  # noqa: PLC0415  # seconds to import: not with the module (device_type needs none)
+
     if requested and requested != "auto":
         if requested not in DTYPES:
             raise ValueError(f"unknown dtype {requested!r} (choose from {', '.join(DTYPES)})")
@@ -92,6 +101,8 @@ def choose(device: torch.device, requested: str | None = None) -> Precision:
 
 def pick_device(requested: str | None = None) -> torch.device:
     """The device a model runs on: the one asked for, else CUDA, else MPS, else the CPU."""
+    import torch  # noqa: PLC0415  # seconds to import: not with the module (device_type needs none)
+
     if requested and requested != "auto":
         return torch.device(requested)
     if torch.cuda.is_available():
@@ -99,3 +110,11 @@ def pick_device(requested: str | None = None) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def device_type(requested: str | None = None) -> str:
+    """The type of the device a model would run on ("cpu", "cuda", "mps"), as :func:`pick_device`
+    says; without torch, the one asked for, else the CPU (llama.cpp finds its card itself)."""
+    if torch_available():
+        return pick_device(requested).type
+    return requested.split(":")[0] if requested and requested != "auto" else "cpu"
