@@ -19,7 +19,9 @@ from draftscope.commands import (
     serve,
     worker,
 )
+from draftscope.optional_torch import TorchMissing
 
+TORCH_MODULES = ("torch", "accelerate")  # what the draftscope[torch] extra installs
 GROUPS = (
     index_info,
     gui,
@@ -60,12 +62,18 @@ def main(argv: list[str] | None = None) -> int:
 
             fetch_named_models(args)
         return args.func(args)
-    except (FileNotFoundError, ValueError, OSError) as exc:
+    except (FileNotFoundError, ValueError, OSError, TorchMissing) as exc:  # TorchMissing: what needs it, how to install
         print(f"draftscope: error: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:  # a failed download (AssetFetchError), a device torch does not know
         print(f"draftscope: error: {exc}", file=sys.stderr)
         return 1
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in TORCH_MODULES:
+            raise
+        # a torch path that did not ask first (optional_torch): the same words, never a traceback
+        print(f"draftscope: error: {TorchMissing(f'draftscope {args.command}')}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("draftscope: interrupted", file=sys.stderr)
         return 130

@@ -50,6 +50,7 @@ from draftscope.bench.gpu_report import (
 )
 from draftscope.bench.gpu_step_costs import COMMIT, verify_curve, worst_step
 from draftscope.core import argtypes
+from draftscope.optional_torch import require_torch
 
 PROMPT_LEN = 128  # random-id prompt of a shape model (sections 3-5)
 QUESTION = "Explain how a hash table works, with a short example in Python."  # a real model's prompt
@@ -399,6 +400,8 @@ def refuse_early(args) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # its clocks wait on the card through torch, on llama.cpp too: said before a model opens
+    require_torch("draftscope bench gpu (it times the steps with torch's device clocks)")
     refuse_early(args)
     report = Report(args.json_out)
     try:

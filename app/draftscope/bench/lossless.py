@@ -37,6 +37,7 @@ from draftscope.bench.lossless_setup import Audit, load_audit
 from draftscope.bench.lossless_stats import logit_rows, noise_keyed_by_step, one_token_logits, reused_noise
 from draftscope.commands.sampling_options import add_sampling_options, given_sampling
 from draftscope.core import argtypes
+from draftscope.optional_torch import require_torch
 from draftscope.rules import SamplingParams
 
 
@@ -120,6 +121,8 @@ def _add_running_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    # its statistics (the distribution tests, the noise keyed by step) are torch's: said before a model opens
+    require_torch("draftscope bench lossless (its statistics run in torch)")
     temps = _temperatures(args)
     sampling = _sampling(args)
     audit = load_audit(args)

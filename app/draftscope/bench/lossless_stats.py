@@ -125,7 +125,8 @@ def logit_rows(engine, prompt: list[int], continuation: list[int]):
     with torch.inference_mode():
         engine.backend.truncate(0)  # read afresh: a kept cache was computed in other batch shapes
         engine.backend.start(prompt)
-        return engine.backend.verify(prompt[-1], chain_tree(continuation)).logits.float().cpu()
+        logits = engine.backend.verify(prompt[-1], chain_tree(continuation)).logits
+        return torch.as_tensor(logits).float().cpu()  # llama.cpp's rows are NumPy's: the statistics are torch's
 
 
 def one_token_logits(engine, prefix: list[int]):

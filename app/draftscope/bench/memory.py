@@ -14,6 +14,7 @@ import sys
 import time
 
 from draftscope.core import argtypes
+from draftscope.optional_torch import require_torch
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome, with a short docstring."
 
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.child:
         child(args.child, args.model, args.tokens)
         return 0
+    if args.torch:
+        require_torch("draftscope bench memory --torch (the torch backend)")
     kinds = ["llama-cpp-python", "llama.cpp"] + (["torch"] if args.torch else [])
     results = {}
     for kind in kinds:

@@ -278,8 +278,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
     from draftscope.datastore import CancelToken, DatastoreError
     from draftscope.datastore.distill import answers_path_for, distill, read_prompts
     from draftscope.models.resolve import ModelNotFoundError
+    from draftscope.optional_torch import require_torch
     from draftscope.retrieval import BuildCancelled
 
+    # the model answers through transformers' generate, in torch: said before the prompts are fetched
+    require_torch("Learning a model's style (draftscope datastore distill)")
     status = (lambda m: None) if args.quiet or args.json else (lambda m: print(m, file=sys.stderr))
     out = Path(args.out).expanduser()
     cancel = CancelToken()

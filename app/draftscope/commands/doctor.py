@@ -1,7 +1,8 @@
 """``draftscope doctor``: what runs here and why, in one page — the model the settings name and
-the backend it opens on, llama.cpp's build and its kept verdict on this CPU, torch's devices, and
-the folders Draftscope reads and writes. ``--forget`` drops the kept verdict (the next GGUF load
-checks again); ``--check`` runs llama.cpp's self-test now and keeps what it finds as a load would."""
+the backend it opens on, llama.cpp's build and its kept verdict on this CPU, torch's devices (or
+that it is not installed: optional), and the folders Draftscope reads and writes. ``--forget``
+drops the kept verdict (the next GGUF load checks again); ``--check`` runs llama.cpp's self-test
+now and keeps what it finds as a load would."""
 
 from __future__ import annotations
 
@@ -174,12 +175,20 @@ def _verdict_words(found) -> str:
 
 
 def _torch() -> dict:
+    """torch's version and devices; where it is not installed, that (a fact, not a problem: the
+    default path, a GGUF on llama.cpp, needs none) and what would need it."""
+    from draftscope.optional_torch import install_plan, torch_available
+
+    if not torch_available():
+        plan = install_plan()
+        return {"installed": False, "install": plan.command_words, "size": plan.size_words}
     try:
         import torch
     except Exception as exc:  # a broken install is something to report, not to die of
         return {"problem": f"torch does not import: {exc}"}
     cuda = torch.cuda.is_available()
     return {
+        "installed": True,
         "version": torch.__version__,
         "threads": torch.get_num_threads(),
         "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
@@ -265,7 +274,10 @@ def _model_lines(model: dict, llama: dict) -> list[str]:
 
 def _llama_lines(llama: dict) -> list[str]:
     if not llama["installed"]:
-        return ["  not installed: GGUF models run on torch (bash scripts/setup.sh builds llama.cpp for this CPU)"]
+        return [
+            "  not installed: bash scripts/setup.sh builds llama.cpp for this CPU (without it GGUF models need "
+            "the torch backend)"
+        ]
     yes = {True: "yes", False: "no"}
     return [
         f"  llama-cpp-python {llama['version']} · kernels {' '.join(llama['kernels']) or 'baseline'}",
@@ -275,6 +287,12 @@ def _llama_lines(llama: dict) -> list[str]:
 
 
 def _torch_lines(info: dict) -> list[str]:
+    if info.get("installed") is False:
+        return [
+            "  not installed (optional: GGUF models on llama.cpp need none; the torch backend, Hugging Face "
+            "models, training a recurrent head and learning a model's style do)",
+            f"  install       {info['install']} ({info['size']}), or bash scripts/setup.sh --with-torch",
+        ]
     if "problem" in info:
         return [f"  {info['problem']}"]
     devices = ", ".join(info["cuda"]) or "none (CPU only)"
