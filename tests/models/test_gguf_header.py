@@ -1,7 +1,7 @@
 """The one GGUF header reader (models/gguf_header.py): on a good file it gives what the ``gguf``
-package reads (architecture, counts, every tensor's place and size, the vocabulary's length); a
-damaged or hostile header is an error naming the file and the fault, never a crash; a file is read
-once while it is unchanged."""
+package reads (architecture, counts, every tensor's place and size, the vocabulary's length, and
+the arrays asked for in full); a damaged or hostile header or array is an error naming the file and
+the fault, never a crash; a file is read once while it is unchanged."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from draftscope.engine.backends.llama.gguf_writer import byte_vocab, random_llama
-from draftscope.models.gguf_header import GgufHeaderError, read_gguf_header
+from draftscope.models.gguf_header import GgufHeaderError, read_gguf_arrays, read_gguf_header
 
 STRING, ARRAY, UINT32 = 8, 9, 4
 
@@ -102,3 +102,46 @@ def test_a_small_sound_header_reads_and_a_missing_file_is_named(tmp_path):
     assert header.tensors[0].offset % 32 == 0 and header.data_end > header.size  # no data: cut short
     with pytest.raises(GgufHeaderError, match="missing.gguf"):
         read_gguf_header(tmp_path / "missing.gguf")
+
+
+def test_arrays_asked_for_read_in_full_as_the_gguf_package_reads_them(good):
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(good)).fields
+    tokens, merges, kinds = "tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"
+    arrays = read_gguf_arrays(good, [tokens, merges, kinds, "no.such.key"])
+    assert set(arrays) == {tokens, merges, kinds}  # a key the file lacks is left out
+    for key in (tokens, merges):
+        assert arrays[key] == [bytes(fields[key].parts[i]).decode() for i in fields[key].data]
+    assert arrays[kinds] == [int(fields[kinds].parts[i][0]) for i in fields[kinds].data]
+    assert arrays[tokens] == byte_vocab() and arrays[kinds].count(3) == 2  # the two controls
+
+
+def array(item: int, length: int, payload: bytes = b"") -> bytes:
+    return struct.pack("<IQ", item, length) + payload
+
+
+DAMAGED_ARRAYS = {
+    "not utf-8": (
+        gguf([ARCH, key("t", ARRAY, array(STRING, 1, struct.pack("<Q", 2) + b"\xff\xfe"))]),
+        "item 0 of t is not UTF-8",
+    ),
+    "strings past the end": (gguf([ARCH, key("t", ARRAY, array(STRING, 1 << 60))]), "array longer than the file"),
+    "numbers past the end": (gguf([ARCH, key("t", ARRAY, array(UINT32, 1 << 60))]), "runs past the end"),
+    "cut inside": (gguf([ARCH, key("t", ARRAY, array(STRING, 2, text("a") + text("bc")))])[:-1], "runs past the end"),
+    "arrays of arrays": (
+        gguf([ARCH, key("t", ARRAY, array(ARRAY, 1, array(UINT32, 0)))]),
+        "t is an array of value type 9",
+    ),
+    "a single value": (gguf([ARCH, key("t", UINT32, struct.pack("<I", 7))]), "t is a single value"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED_ARRAYS)
+def test_a_damaged_array_is_an_error_naming_the_file_and_the_fault(tmp_path, case):
+    data, words = DAMAGED_ARRAYS[case]
+    path = tmp_path / f"{case.replace(' ', '-')}.gguf"
+    path.write_bytes(data)
+    with pytest.raises(GgufHeaderError, match=words) as caught:
+        read_gguf_arrays(path, ["t"])
+    assert path.name in str(caught.value)

@@ -6,7 +6,8 @@ Read with a small parser of our own, not the ``gguf`` package's reader: that one
 for every token of the vocabulary (seconds for a large one) and meets a damaged file with whatever
 numpy raises. Here every length and count is checked against the file before it is used, so a
 damaged or hostile file is a :class:`GgufHeaderError` naming the file, never a crash or a huge
-allocation. Arrays (the vocabulary, its merges) are skipped and kept as their lengths.
+allocation. Arrays (the vocabulary, its merges) are skipped and kept as their lengths and places;
+:func:`read_gguf_arrays` reads the ones a caller names (the tokenizer's), with the same checks.
 
 The result is kept per file (path, size, modification time): one load reads the header once,
 whoever asks.
@@ -14,6 +15,7 @@ whoever asks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import struct
@@ -35,6 +37,12 @@ class GgufHeaderError(ValueError):
     """A file whose header cannot be read: the message names the file and what is wrong."""
 
 
+class ArrayInfo(NamedTuple):
+    item: int  # the value type of its items
+    length: int
+    offset: int  # where its first item starts in the file
+
+
 class TensorInfo(NamedTuple):
     name: str
     shape: tuple[int, ...]  # as the file lists it (innermost first)
@@ -50,6 +58,7 @@ class GgufHeader:
     values: dict  # key -> scalar or string (strings past MAX_KEPT_STRING left out)
     lengths: dict  # key of an array value -> its length
     tensors: tuple[TensorInfo, ...]
+    arrays: dict  # key of an array value -> its ArrayInfo (read by read_gguf_arrays)
 
     @property
     def architecture(self) -> str | None:
@@ -80,6 +89,31 @@ def read_gguf_header(path) -> GgufHeader:
 
 @functools.lru_cache(maxsize=8)
 def _read_kept(path: str, size: int, mtime_ns: int) -> GgufHeader:
+    with _mapped(path) as data:
+        return _parse(data)
+
+
+def read_gguf_arrays(path, keys) -> dict[str, list]:
+    """The arrays under ``keys`` (of strings or of numbers: a vocabulary, its merges, token types),
+    read in full; a key the file lacks is left out. Raises GgufHeaderError naming the file."""
+    path = Path(path)
+    header = read_gguf_header(path)
+    with _mapped(str(path.resolve())) as data:
+        if len(data) != header.size:
+            raise ValueError("the file changed while it was read")
+        found = {}
+        for key in keys:
+            if key in header.values:
+                raise ValueError(f"metadata {key} is a single value, not an array")
+            if key in header.arrays:
+                found[key] = _array(data, header.arrays[key], key)
+        return found
+
+
+@contextlib.contextmanager
+def _mapped(path: str):
+    """The GGUF at ``path``, mapped for reading; any fault met while it is read is a GgufHeaderError
+    naming the file."""
     name = Path(path).name
     try:
         with open(path, "rb") as f:
@@ -87,7 +121,7 @@ def _read_kept(path: str, size: int, mtime_ns: int) -> GgufHeader:
             if magic != b"GGUF":
                 raise GgufHeaderError(f"{name} is not a GGUF file (it starts with {magic!r}, not b'GGUF')")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _parse(data)
+                yield data
     except OSError as exc:
         raise GgufHeaderError(f"cannot read {name}: {exc.strerror or exc}") from None
     except (struct.error, IndexError, OverflowError, UnicodeDecodeError, ValueError) as exc:
@@ -109,21 +143,22 @@ def _parse(data) -> GgufHeader:
         raise ValueError(f"GGUF version {version}, not one llama.cpp reads ({', '.join(map(str, VERSIONS))})")
     if key_count > len(data) or tensor_count > len(data):  # each takes bytes of the file
         raise ValueError(f"{key_count:,} keys and {tensor_count:,} tensors do not fit in the file")
-    values, lengths, at = {}, {}, 24
+    values, arrays, at = {}, {}, 24
     for _ in range(key_count):
         key, at = _string(data, at)
         (kind,) = struct.unpack_from("<I", data, at)
-        at = _value(data, kind, at + 4, key, values, lengths)
+        at = _value(data, kind, at + 4, key, values, arrays)
     if at > len(data):
         raise ValueError("its metadata runs past the end of the file")
     table, at = _tensor_table(data, at, tensor_count)
     start = _aligned(at, _alignment(values))
     tensors = tuple(info._replace(offset=start + info.offset) for info in table)
-    return GgufHeader(version, len(data), values, lengths, tensors)
+    lengths = {key: info.length for key, info in arrays.items()}
+    return GgufHeader(version, len(data), values, lengths, tensors, arrays)
 
 
-def _value(data, kind: int, at: int, key: str, values: dict, lengths: dict) -> int:
-    """Reads the value of ``key`` (type ``kind``) at ``at`` into ``values`` or ``lengths``; returns its end."""
+def _value(data, kind: int, at: int, key: str, values: dict, arrays: dict) -> int:
+    """Reads the value of ``key`` (type ``kind``) at ``at`` into ``values`` or ``arrays``; returns its end."""
     if kind in _SCALARS:
         (values[key],) = struct.unpack_from(_SCALARS[kind], data, at)
     elif kind == _STRING:
@@ -131,7 +166,7 @@ def _value(data, kind: int, at: int, key: str, values: dict, lengths: dict) -> i
         if length <= MAX_KEPT_STRING:
             values[key], _ = _string(data, at, strict=False)
     elif kind == _ARRAY:
-        (lengths[key],) = struct.unpack_from("<Q", data, at + 4)
+        arrays[key] = ArrayInfo(*struct.unpack_from("<IQ", data, at), at + 12)
     else:
         raise ValueError(f"metadata {key} has an unknown value type {kind}")
     return _skip(data, kind, at)
@@ -168,6 +203,28 @@ def _skip(data, kind: int, at: int, depth: int = 0) -> int:
         if at > len(data):
             raise ValueError("an array runs past the end of the file")
     return at
+
+
+def _array(data, info: ArrayInfo, key: str) -> list:
+    """The items of the array ``key`` described by ``info``, each checked to lie inside the file."""
+    room = len(data) - info.offset
+    if info.item in _SCALARS:
+        fmt = _SCALARS[info.item]
+        if info.length * struct.calcsize(fmt) > room:
+            raise ValueError(f"{key} runs past the end of the file")
+        return list(struct.unpack_from(f"<{info.length}{fmt[1]}", data, info.offset))
+    if info.item != _STRING:
+        raise ValueError(f"{key} is an array of value type {info.item}, not of strings or numbers")
+    if info.length * 8 > room:  # each string takes at least its 8-byte length
+        raise ValueError(f"{key} holds more strings than fit in the file")
+    items, at = [], info.offset
+    for index in range(info.length):
+        try:
+            item, at = _string(data, at)
+        except UnicodeDecodeError:
+            raise ValueError(f"item {index} of {key} is not UTF-8 text") from None
+        items.append(item)
+    return items
 
 
 def _tensor_table(data, at: int, count: int) -> tuple[list[TensorInfo], int]:
