@@ -85,15 +85,14 @@ def _contexts_from(held_back: list[np.ndarray], n: int, length: int, rng: np.ran
 
 
 def sharegpt_corpus(work: Path, n_contexts: int, context_len: int) -> Corpus:
-    from transformers import AutoTokenizer
-
     from draftscope.datastore.fingerprint import tokenizer_fingerprint
     from draftscope.datastore.records import SkipLog
     from draftscope.datastore.sources import Source
     from draftscope.models import assets
+    from draftscope.models.resolve import load_tokenizer, resolve_model
 
     gguf = assets.fetch(assets.SMOLLM2_GGUF)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tokenizer = load_tokenizer(resolve_model(str(gguf)))  # the GGUF's own tokenizer, as llama.cpp reads it
     fp = tokenizer_fingerprint(tokenizer)
     source = Source.parse(f"chat:{assets.fetch(assets.SHAREGPT_JSON)}")
     convs = [c.messages for c in source.iter_items(source.files(), SkipLog())]
