@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from draftscope import optional_torch
 from draftscope.core.words import catalog_note, run_precision, size_text
 from draftscope.engine.backends import backend_for_gguf
 from draftscope.engine.backends.pytorch import precision
@@ -114,10 +115,18 @@ class ModelPage(QWidget):
         self.hub_id = QLineEdit(objectName="hubModelId")
         self.hub_id.setPlaceholderText("e.g. HuggingFaceTB/SmolLM2-360M-Instruct")
         self.hub_id.textEdited.connect(lambda _: self.hub_radio.setChecked(True))
-        return _note(
-            "Needs the network for the first load, or the model already in the local Hugging Face "
-            "cache (transformers' settings such as HF_HUB_OFFLINE apply)."
+        missing = (
+            " Hugging Face models (a hub id, or a folder) run on PyTorch, which is not installed here: "
+            f"Draftscope offers to install it ({optional_torch.install_plan().size_words})."
+            if not optional_torch.torch_available()
+            else ""
         )
+        note = _note(
+            "Needs the network for the first load, or the model already in the local Hugging Face "
+            "cache (transformers' settings such as HF_HUB_OFFLINE apply)." + missing
+        )
+        note.setObjectName("hubNote")
+        return note
 
     def _lay_out(self, intro: QLabel, local_row: QHBoxLayout, hub_note: QLabel, download: ModelDownload) -> None:
         layout = QVBoxLayout(self)
@@ -148,7 +157,7 @@ class ModelPage(QWidget):
 
     def _device_type(self) -> str:
         try:
-            return precision.pick_device(self.settings.device).type
+            return precision.device_type(self.settings.device)
         except (RuntimeError, ValueError):
             return "cpu"
 

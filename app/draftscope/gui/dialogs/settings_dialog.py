@@ -158,6 +158,7 @@ class SettingsDialog(ModelTabParts, QDialog):
                 wrap=True,
             ),
         )
+        self._torch_row(form)
         self._gpu_layers_row(form)
         self.workers_edit = QLineEdit(objectName="workersEdit")
         self.workers_edit.setPlaceholderText("none: the whole model on this computer")

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QLineEdit, QPushButton, QS
 from draftscope.core.settings_checks import OTHER, browse_start
 from draftscope.core.words import size_text
 from draftscope.gui.dialogs.model_download import DownloadBox
+from draftscope.gui.dialogs.torch_offer import TorchOffer
 from draftscope.gui.form_widgets import form_layout, hint, row
 from draftscope.models import catalog
 from draftscope.models.local import find_local_models
@@ -96,7 +97,27 @@ class ModelTabParts:
         box.download.ended.connect(lambda outcome: self._download_ended(box, outcome))
         return box
 
-    # --- settings <-> widgets ---------------------------------------------------------------
+    # --- PyTorch, where it is not installed ---------------------------------------------------
+
+    def _torch_row(self, form) -> None:
+        """While PyTorch is missing: what needs it, its size and Install PyTorch…; the backend and
+        precision chosen say when they need it."""
+        self.torch_offer = TorchOffer()
+        form.addRow("PyTorch:", self.torch_offer)
+        form.setRowVisible(self.torch_offer, self.torch_offer.missing)
+        for combo in (self.backend_combo, self.dtype_combo):
+            combo.currentIndexChanged.connect(
+                lambda _i: self.torch_offer.note_choice(
+                    self.backend_combo.currentData(), self.dtype_combo.currentData()
+                )
+            )
+        self.torch_offer.installed.connect(self._torch_installed)
+
+    def _torch_installed(self, now: bool) -> None:
+        if now:  # what Auto picks can be told now
+            self._precisions.clear()
+            self._on_precision_changed()
+
     # --- downloading a catalogue model: one at a time -------------------------------------------
 
     def _downloading(self) -> bool:
