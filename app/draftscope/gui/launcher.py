@@ -30,8 +30,9 @@ from draftscope.core.runtime import load_runtime
 from draftscope.core.settings_change import SettingsEvents
 from draftscope.gui import window_memory
 from draftscope.gui.dialogs.first_run import FirstRunDialog, needs_first_run
+from draftscope.gui.dialogs.recurrent_head import head_description
 from draftscope.gui.dialogs.settings_dialog import SettingsDialog
-from draftscope.gui.dialogs.train_head import head_description
+from draftscope.gui.dialogs.torch_install import install_action
 from draftscope.gui.generation_worker import WorkerThread
 from draftscope.gui.loading import LoadingProgress, release, show_over
 from draftscope.gui.main_window import MainWindow
@@ -40,6 +41,7 @@ from draftscope.gui.server_control import LocalServer
 from draftscope.gui.smoke_run import quit_after
 from draftscope.gui.theme import app_icon, apply_theme, code_style, effective_theme
 from draftscope.gui.tool_host_qt import ToolHostQt
+from draftscope.optional_torch import TorchMissing
 from draftscope.storage import HistoryStore, load_settings, save_settings
 from draftscope.storage.settings import MAX_RECENT, Change, change_between
 from draftscope.sysinfo import freeze_loaded_objects
@@ -47,7 +49,7 @@ from draftscope.sysinfo import freeze_loaded_objects
 
 class ModelLoader(QObject):
     loaded = Signal(object)  # the Runtime
-    failed = Signal(str)
+    failed = Signal(str, object)  # in words; the exception (PyTorch missing: the box offers to install it)
     progress = Signal(object)  # the load's stage (engine/stages.py), or a line of text
 
     def __init__(self, factory) -> None:
@@ -61,7 +63,7 @@ class ModelLoader(QObject):
             freeze_loaded_objects()  # here, off the UI thread, not as a pause in the middle of an answer
             self.loaded.emit(runtime)
         except Exception as exc:  # shown to the user with a retry
-            self.failed.emit(f"{type(exc).__name__}: {exc}")
+            self.failed.emit(str(exc) if isinstance(exc, TorchMissing) else f"{type(exc).__name__}: {exc}", exc)
 
 
 class Launcher(QObject):
@@ -212,12 +214,12 @@ class Launcher(QObject):
         except OSError:
             pass  # remembered for this session; the settings file is said to fail when settings are saved
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, message: str, error: BaseException | None = None) -> None:
         self.loading = False
         self.stages.end()
         self.progress.hide()
         if self.running_settings is not None:
-            self._switch_failed(message)
+            self._switch_failed(message, error)
             return
         box = QMessageBox(
             QMessageBox.Icon.Critical,
@@ -231,13 +233,12 @@ class Launcher(QObject):
         choose.setObjectName("chooseAnotherModel")
         retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
         box.addButton("Quit", QMessageBox.ButtonRole.RejectRole)
-        box.buttonClicked.connect(
-            lambda b: self._retry() if b is retry else self.choose_model() if b is choose else QApplication.quit()
-        )
+        actions = {retry: self._retry, choose: self.choose_model, **install_action(box, error, self._retry)}
+        box.buttonClicked.connect(lambda b: actions.get(b, QApplication.quit)())
         self.error_box = box
         box.open()
 
-    def _switch_failed(self, message: str) -> None:
+    def _switch_failed(self, message: str, error: BaseException | None = None) -> None:
         """A model switch that failed leaves the running model, the window and the settings file as
         they were; the message (over the window: it waits for an answer) offers Retry, Choose another
         model and Keep the current one."""
@@ -255,9 +256,8 @@ class Launcher(QObject):
         retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
         keep = box.addButton(f"Keep {Path(kept).name}", QMessageBox.ButtonRole.RejectRole)
         keep.setObjectName("keepCurrentModel")
-        box.buttonClicked.connect(
-            lambda b: self._retry() if b is retry else self.open_settings() if b is choose else self._keep_current()
-        )
+        actions = {retry: self._retry, choose: self.open_settings, **install_action(box, error, self._retry)}
+        box.buttonClicked.connect(lambda b: actions.get(b, self._keep_current)())
         self.error_box = box
         box.open()
 

@@ -36,7 +36,7 @@ from draftscope.gui.chat.view import ChatTranscript
 from draftscope.gui.chat.welcome import use_example
 from draftscope.gui.dialogs.help import add_help_menu
 from draftscope.gui.dialogs.race import RaceDialog
-from draftscope.gui.dialogs.train_head import open_for_window
+from draftscope.gui.dialogs.train_head_start import open_for_window
 from draftscope.gui.generation_worker import GenerationWorker, WorkerThread
 from draftscope.gui.model_switcher import ModelSwitcher
 from draftscope.gui.panels.docks import build_docks

@@ -7,7 +7,8 @@ thread (the dialogs' one ``JobRunner``), with progress, speed, time left, loss
 and the latest validation τ. Cancel keeps a checkpoint, and a later Start with the same data and
 token budget resumes from it. Closing the dialog while training cancels and closes once the
 checkpoint is saved. When a head is written, ``head_trained(path)`` is emitted. The form's
-widgets and choices: ``train_head_form``.
+widgets and choices: ``train_head_form``; opening it from the window (PyTorch offered first where
+it is missing) and the head in words: ``recurrent_head``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QDialog, QMessageBox, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QDialog, QWidget
 
 from draftscope.core.words import describe_error
 from draftscope.core.words import eta_text as _eta
-from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
+from draftscope.drafters.recurrent.files import default_head_path
 from draftscope.drafters.recurrent.head_drafter import target_for
 from draftscope.drafters.recurrent.train import (
     TrainCancelled,
@@ -31,39 +32,11 @@ from draftscope.drafters.recurrent.train import (
     checkpoint_path,
     train_head,
 )
+from draftscope.gui.dialogs.recurrent_head import head_description, head_training
 from draftscope.gui.dialogs.train_head_form import TrainHeadForm
 from draftscope.gui.fit_screen import grow_to
 from draftscope.gui.jobs import JobRunner
 from draftscope.models import assets
-
-
-def _tokens_text(n: int) -> str:
-    if n >= 1_000_000:
-        return f"{n / 1e6:.1f}M"
-    return f"{n / 1000:,.0f}k" if n >= 10_000 else f"{n / 1000:.1f}k" if n >= 1000 else f"{n:,}"
-
-
-def head_training(model_spec: str) -> dict | None:
-    """The ``training`` part of the model's head description (None when it has no usable head)."""
-    path = default_head_path(model_spec)
-    if not path.with_suffix(".json").exists():
-        return None
-    try:
-        return read_meta(path).get("training") or {}
-    except HeadError:
-        return None
-
-
-def head_description(model_spec: str) -> str:
-    """The model's head in words ("trained on 600k tokens, validation τ 1.90"); "" when it has none."""
-    training = head_training(model_spec)
-    if training is None:
-        return ""
-    parts = [f"trained on {_tokens_text(int(training['tokens']))} tokens"] if training.get("tokens") else ["trained"]
-    tau = (training.get("validation") or {}).get("tau_chain")
-    if tau is not None:
-        parts.append(f"validation τ {tau:.2f}")
-    return ", ".join(parts)
 
 
 class TrainHeadDialog(TrainHeadForm, QDialog):
@@ -322,26 +295,3 @@ class TrainHeadDialog(TrainHeadForm, QDialog):
     def done(self, result: int) -> None:
         super().done(result)
         self.job.close()
-
-
-def open_for_window(window, options_overrides: dict | None = None) -> None:
-    """Train a recurrent head for ``window``'s loaded model (window-modal: the model trains or
-    answers, never both); once written, it drafts from the next answer on (window.use_trained_head)."""
-    if window.streaming:
-        window.status.say("The recurrent drafter can be trained once the answer is done")
-        return
-    backend = window.engine.backend
-    if not backend.gives_hidden:  # say so rather than fail inside the dialog
-        QMessageBox.information(
-            window,
-            "Train the recurrent drafter",
-            f"The recurrent drafter trains on and reads the model's hidden state: the "
-            f"{backend.kind} backend {backend.no_hidden_reason}.",
-        )
-        return
-    window.train_dialog = TrainHeadDialog(
-        window.engine, window.settings.model, options_overrides=options_overrides, parent=window
-    )
-    window.train_dialog.setWindowModality(Qt.WindowModality.WindowModal)
-    window.train_dialog.head_trained.connect(window.use_trained_head)
-    window.train_dialog.open()

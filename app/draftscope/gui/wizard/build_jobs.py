@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from draftscope import optional_torch
 from draftscope.datastore.distill import distill, read_prompts
 from draftscope.datastore.pipeline import BuildOptions, build_datastore
 from draftscope.datastore.preview import model_display_name, without_spec
@@ -24,6 +25,7 @@ from draftscope.models.resolve import resolve_model
 from draftscope.retrieval import BuildCancelled
 
 NOTHING_WRITTEN = "datastore build cancelled; nothing was written"
+DISTILLING = "Learning the model's style"  # what needs PyTorch, when the window's model is on llama.cpp
 
 Status = Callable[[str], None]
 Job = Callable[[Callable[[Any], None], Status, CancelToken], Any]
@@ -61,7 +63,8 @@ class TokenizerOnce(LoadedOnce):
 
 def load_torch_model(model_spec: str):
     """The model as transformers loads it (``distill`` batches its answers with ``generate``), on
-    the device and in the precision torch picks here."""
+    the device and in the precision torch picks here; without PyTorch, TorchMissing says so in words."""
+    optional_torch.require_torch(DISTILLING)
     from draftscope.engine.backends.pytorch.loader import load_model  # noqa: PLC0415  # torch, transformers
 
     return load_model(resolve_model(model_spec)).model

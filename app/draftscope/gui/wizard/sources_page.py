@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+from draftscope import optional_torch
 from draftscope.datastore.preview import (
     DISTILL_PROMPTS,
     KIND_LABELS,
@@ -42,9 +43,11 @@ from draftscope.datastore.preview import (
     source_name,
 )
 from draftscope.datastore.sources import DatastoreError, Source
+from draftscope.gui.dialogs.torch_install import offer_install
 from draftscope.gui.form_widgets import note as _note
 from draftscope.gui.form_widgets import show_error
 from draftscope.gui.form_widgets import wrapping_label as _wrapping_label
+from draftscope.gui.wizard.build_jobs import DISTILLING
 
 
 @dataclass
@@ -183,8 +186,30 @@ class SourcesPage(QWizardPage):
         column.setContentsMargins(0, 6, 0, 0)
         column.addLayout(row)
         column.addWidget(note)
+        if self._wiz.loads_a_model() and not optional_torch.torch_available():
+            self._offer_torch(row, column)
         box.setVisible(self._wiz.can_distill())
         return box
+
+    def _offer_torch(self, row: QHBoxLayout, column: QVBoxLayout) -> None:
+        """Learning the style loads the model with torch, which is not installed: the box says so and
+        offers to install it; the choice opens once it can be used."""
+        self.distill_check.setEnabled(False)
+        button = QPushButton("Install PyTorch…", objectName="distillInstallTorchButton")
+        button.setAutoDefault(False)
+        row.insertWidget(row.count() - 1, button)
+        missing = _wrapping_label(
+            f"{DISTILLING} needs PyTorch, which is not installed here ({optional_torch.install_plan().size_words}).",
+            objectName="distillTorchMissing",
+        )
+        column.addWidget(missing)
+
+        def installed(now: bool) -> None:
+            button.hide()
+            self.distill_check.setEnabled(now)
+            missing.setText("PyTorch installed." if now else "PyTorch installed: restart Draftscope to use it here.")
+
+        button.clicked.connect(lambda: offer_install(self.wizard(), DISTILLING).installed.connect(installed))
 
     def distilling(self) -> bool:
         return self._wiz.can_distill() and self.distill_check.isChecked()
