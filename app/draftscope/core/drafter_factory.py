@@ -25,6 +25,7 @@ from draftscope.drafter_kinds import (
     switched_on,
 )
 from draftscope.drafters.context import ContextDrafter
+from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.drafters.retrieval import LearnedDrafter, RetrievalDrafter
 from draftscope.retrieval import Reader
 from draftscope.retrieval.live import LiveReader
@@ -259,7 +260,6 @@ def drafter_maker(
 
 def _builders(*, live, learned, draft_model, eos_token_id, recurrent, notify) -> dict[str, Callable[[], object]]:
     """How each kind is made for one answer, by its name (None: nothing to draft with yet)."""
-    from draftscope.drafters.model_drafter import ModelDrafter  # noqa: PLC0415  # torch
 
     def retrieval():
         reader, notice = live.current()  # the datastore followed on disk between answers

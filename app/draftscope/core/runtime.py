@@ -23,9 +23,14 @@ from psygnal import Signal, SignalGroup
 from draftscope.core.datastore_choice import datastore_for
 from draftscope.core.drafter_factory import DrafterSetup, setup_drafters
 from draftscope.drafter_kinds import switched_on
+from draftscope.drafters.draft_model import load_draft_model
 from draftscope.drafters.learned import LearnedStore, Learner, model_key
 from draftscope.drafters.recurrent.files import HeadError
 from draftscope.drafters.recurrent.heads import find_recurrent
+from draftscope.engine.backends import answers_held
+from draftscope.engine.backends.base import Backend
+from draftscope.engine.backends.llama.rpc import parse_workers
+from draftscope.engine.engine import Engine
 from draftscope.engine.kv_disk import KvDiskStore
 from draftscope.engine.load_spec import LoadSpec
 from draftscope.engine.stages import LOADING_DRAFT_MODEL, Stage
@@ -36,7 +41,6 @@ from draftscope.storage.settings import Change, Settings, answer_slots, change_b
 if TYPE_CHECKING:
     from draftscope.documents.folder import FolderIndex
     from draftscope.drafters.recurrent.head_drafter import RecurrentSetup
-    from draftscope.engine.engine import Engine
 
 
 class RuntimeEvents(SignalGroup):
@@ -134,8 +138,6 @@ class Runtime:
         """Close, then free the models now, for a runtime a reload replaced: the engine's thread
         ended and its memory given back, the draft model's too (a llama.cpp context of its own).
         The runtime answers no more."""
-        from draftscope.engine.backends.base import Backend  # noqa: PLC0415  # torch
-
         self.close(timeout)
         self.engine.close()
         if isinstance(self.draft_model, Backend):
@@ -155,8 +157,6 @@ class Runtime:
         return change
 
     def _holds_too_few(self, new: Settings) -> bool:
-        from draftscope.engine.backends import answers_held  # noqa: PLC0415  # torch
-
         backend = self.engine.backend
         return self.engine.stepper.size < answers_held(backend.kind, backend.device, answer_slots(new))
 
@@ -210,9 +210,6 @@ def load_runtime(
     how far it is (engine/stages.py; a line of text for the first). ``baseline``: measure the plain
     speed now (the window measures it after it opens, so it does not wait for it). ``slots``: answers the model
     holds at once (default: as the settings' server asks, see ``answer_slots``)."""
-    from draftscope.drafters.draft_model import load_draft_model  # noqa: PLC0415  # torch
-    from draftscope.engine.engine import Engine  # noqa: PLC0415  # torch
-
     if log is not None:
         log(f"loading {settings.model} ...")
     spec = load_spec(settings, slots=slots or answer_slots(settings))
@@ -283,8 +280,6 @@ def _load_notices(engine: Engine, settings: Settings, spec: LoadSpec) -> list[st
 
 def load_spec(settings: Settings, *, slots: int) -> LoadSpec:
     """How the settings' model opens (engine/load_spec.py): the model resolved here, once."""
-    from draftscope.engine.backends.llama.rpc import parse_workers  # noqa: PLC0415  # torch (engine.backends)
-
     return LoadSpec.of(
         settings.model,
         device=None if settings.device == "auto" else settings.device,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from draftscope.core.words import memory_text, sentence, setting_name, size_text
+from draftscope.engine.backends.llama.gguf_check import read_header
 from draftscope.models import catalog
 from draftscope.models.resolve import resolve_model
 from draftscope.optional_torch import torch_available
@@ -139,8 +140,6 @@ def model_problem(label: str, spec: str) -> str | None:
 def read_model(spec: str):
     """``spec`` resolved as the model will be (never fetched), its GGUF read as llama.cpp will read
     it: a text file or a cut-short download is refused here, in words, however it was chosen."""
-    from draftscope.engine.backends.llama.gguf_check import read_header  # noqa: PLC0415  # torch (engine.backends)
-
     source = resolve_model(spec, fetch_default=False)
     if source.kind == "gguf" and source.gguf_path.is_file():  # a catalogue model not fetched yet has none
         read_header(source.gguf_path)

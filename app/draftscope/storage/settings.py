@@ -15,6 +15,7 @@ import json
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from draftscope.drafter_kinds import default_switches
+from draftscope.engine.backends.llama.rpc import parse_workers
 from draftscope.rules import (
     BACKENDS,
     DEFAULT_SAMPLING,
@@ -218,8 +219,6 @@ def _text_problems(s: Settings) -> list[str]:
         if len(getattr(s, name)) > MAX_TEXT:
             out.append(f"{name} must be at most {MAX_TEXT:,} characters")
     try:
-        from draftscope.engine.backends.llama.rpc import parse_workers  # noqa: PLC0415  # the engine's backends bring torch
-
         parse_workers(s.workers)
     except ValueError as exc:
         out.append(f"workers must be host:port addresses: {exc}")
