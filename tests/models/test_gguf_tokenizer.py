@@ -18,7 +18,7 @@ from llama_helpers import need_llama_cpp
 from draftscope.engine.backends.llama.gguf_writer import random_llama
 from draftscope.models import catalog
 from draftscope.models.gguf_header import GgufHeaderError, read_gguf_header
-from draftscope.models.gguf_tokenizer import gguf_tokenizer
+from draftscope.models.gguf_tokenizer import MARK, gguf_tokenizer
 from draftscope.models.resolve import ModelNotFoundError, file_digest, load_tokenizer, resolve_model
 
 NO_TORCH = Path(__file__).parent / "no_torch"  # its sitecustomize hides torch from a child interpreter
@@ -96,18 +96,23 @@ def test_qwen_coders_tokenizer_gives_llama_cpps_ids(name):
     assert tokenizer.apply_chat_template(CONVERSATIONS[1], tokenize=False).count("<|im_start|>") == 4
 
 
-@pytest.mark.network
-def test_the_template_and_tokens_are_those_of_the_earlier_conversion_whose_cache_stays_valid(
-    smollm2, own_cache, monkeypatch
-):
+def earlier_conversion(path: Path):
+    """The tokenizer transformers' own GGUF reader builds (it needs torch): what load_tokenizer kept before."""
     pytest.importorskip("torch", reason="the earlier conversion (transformers' own GGUF reader) needs torch")
     from transformers import AutoTokenizer
 
-    from draftscope import paths
-    from draftscope.models import resolve
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
-    earlier = AutoTokenizer.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name)
-    ours = gguf_tokenizer(smollm2)
+
+def kept_folder(path: Path) -> Path:
+    from draftscope import paths
+
+    return paths.tokenizers_dir() / file_digest(path)[:24]
+
+
+@pytest.mark.network
+def test_the_template_and_tokens_are_those_of_the_earlier_conversion_but_digits_split_as_llama_cpp(smollm2, own_cache):
+    earlier, ours = earlier_conversion(smollm2), gguf_tokenizer(smollm2)
     assert ours.chat_template == earlier.chat_template
     for messages in CONVERSATIONS:
         for prompt in (True, False):
@@ -118,11 +123,23 @@ def test_the_template_and_tokens_are_those_of_the_earlier_conversion_whose_cache
     assert ours.get_vocab() == earlier.get_vocab() and ours.all_special_tokens == earlier.all_special_tokens
     assert ours.pad_token == earlier.pad_token and ours.unk_token == earlier.unk_token
 
-    # a folder the earlier conversion wrote under the file's digest loads as it is, unbuilt again
-    earlier.save_pretrained(str(paths.tokenizers_dir() / file_digest(smollm2)[:24]))
-    monkeypatch.setattr(resolve, "gguf_tokenizer", lambda path: pytest.fail("rebuilt a cached tokenizer"))
-    cached = load_tokenizer(resolve_model(str(smollm2)))
-    assert cached.get_vocab() == earlier.get_vocab() and cached.chat_template == earlier.chat_template
+    # the earlier conversion split no digits off: its folder, kept before, is built again
+    earlier.save_pretrained(str(kept_folder(smollm2)))
+    text, llama_ids = "x ½", llama_vocab(smollm2).tokenize(b"x \xc2\xbd", add_bos=False, special=False)
+    assert earlier(text, add_special_tokens=False)["input_ids"] != llama_ids
+    assert load_tokenizer(resolve_model(str(smollm2)))(text, add_special_tokens=False)["input_ids"] == llama_ids
+    assert (kept_folder(smollm2) / MARK).is_file()
+
+
+def test_an_earlier_conversions_folder_stays_valid_where_it_agrees_with_llama_cpp(tiny, own_cache, monkeypatch):
+    from draftscope.models import gguf_tokenizer as module
+
+    earlier = earlier_conversion(tiny)
+    earlier.save_pretrained(str(kept_folder(tiny)))
+    monkeypatch.setattr(module, "gguf_tokenizer", lambda path: pytest.fail("rebuilt a kept tokenizer"))
+    kept = load_tokenizer(resolve_model(str(tiny)))
+    assert kept.get_vocab() == earlier.get_vocab() and kept.eos_token == earlier.eos_token == "</s>"
+    assert not (kept_folder(tiny) / MARK).exists()
 
 
 CHILD = """

