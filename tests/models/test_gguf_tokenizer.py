@@ -21,7 +21,7 @@ from draftscope.models.gguf_header import GgufHeaderError, read_gguf_header
 from draftscope.models.gguf_tokenizer import MARK, gguf_tokenizer
 from draftscope.models.resolve import ModelNotFoundError, file_digest, load_tokenizer, resolve_model
 
-NO_TORCH = Path(__file__).parent / "no_torch"  # its sitecustomize hides torch from a child interpreter
+NO_TORCH = Path(__file__).parents[1] / "no_torch"  # its sitecustomize hides torch from a child interpreter
 TEXTS = (
     "Hello, world! How are you today?",
     "def square(x: int) -> int:\n    return x ** 2  # squared\n\nprint(square(12))\n",
@@ -162,6 +162,7 @@ def test_it_is_built_and_cached_with_torch_hidden(smollm2, tmp_path):
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(NO_TORCH), os.environ.get("PYTHONPATH", "")]),
         "DRAFTSCOPE_CACHE_DIR": str(tmp_path / "cache"),
+        "DRAFTSCOPE_TORCH_TRIES": str(tmp_path / "tries.txt"),  # where our code tried `import torch`
     }
     argv = [str(smollm2), json.dumps(TEXTS), json.dumps(CONVERSATIONS[1])]
     done = subprocess.run(
@@ -170,6 +171,7 @@ def test_it_is_built_and_cached_with_torch_hidden(smollm2, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     child = json.loads(done.stdout.strip().splitlines()[-1])
     assert child["torch"] is False  # torch was hidden, and nothing found it
+    assert not (tmp_path / "tries.txt").exists()  # nor did our code try it
     vocab = llama_vocab(smollm2)
     llama_ids = [vocab.tokenize(text.encode(), add_bos=False, special=True) for text in TEXTS]
     assert child["ids"] == [llama_ids, llama_ids]  # built, and loaded back from the cache
