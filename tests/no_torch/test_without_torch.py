@@ -17,12 +17,9 @@ from pathlib import Path
 from urllib.request import Request, urlopen
 
 import pytest
-from llama_helpers import need_llama_cpp
-
-need_llama_cpp()
-
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
+from llama_helpers import need_llama_cpp
 
 HIDER = Path(__file__).with_name("sitecustomize.py")
 PROMPT = "def main(): print('hello world')"
@@ -51,6 +48,14 @@ runtime.close()
 @pytest.fixture(scope="module")
 def gguf(tokenizer, tokenizer_dir, tmp_path_factory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-F32.gguf", tiny_llama(len(tokenizer)), tokenizer_dir)
+
+
+@pytest.fixture
+def on_llama(gguf) -> Path:
+    """The GGUF, for a test that answers with it on llama.cpp (skipped where llama.cpp is not installed,
+    failed where it is required)."""
+    need_llama_cpp()
+    return gguf
 
 
 class Hidden:
@@ -111,16 +116,16 @@ def test_help_and_doctor_run_without_torch_and_doctor_says_it_is_optional(hidden
     assert "not installed (optional" in said and "--with-torch" in said
 
 
-def test_the_terminal_answers_on_llama_cpp_without_torch(hidden, gguf):
+def test_the_terminal_answers_on_llama_cpp_without_torch(hidden, on_llama):
     done = hidden.draftscope(
-        "generate", PROMPT, "--model", str(gguf), "--backend", "llama.cpp", "--threads", "1",
+        "generate", PROMPT, "--model", str(on_llama), "--backend", "llama.cpp", "--threads", "1",
         "--drafters", "context", "--max-new-tokens", "8",
     )  # fmt: skip
     assert answered(done, hidden).strip() and "llama.cpp" in done.stderr
 
 
-def test_the_window_is_built_on_llama_cpp_without_torch(hidden, gguf, tmp_path):
-    done = hidden.run("-c", WINDOW, str(gguf), str(tmp_path / "history.sqlite3"))
+def test_the_window_is_built_on_llama_cpp_without_torch(hidden, on_llama, tmp_path):
+    done = hidden.run("-c", WINDOW, str(on_llama), str(tmp_path / "history.sqlite3"))
     assert answered(done, hidden).strip() == "Draftscope on llama.cpp"
 
 
@@ -130,9 +135,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_server_answers_on_llama_cpp_without_torch(hidden, gguf):
+def test_the_server_answers_on_llama_cpp_without_torch(hidden, on_llama):
     port = free_port()
-    args = ["serve", "--model", str(gguf), "--backend", "llama.cpp", "--threads", "1", "--port", str(port)]
+    args = ["serve", "--model", str(on_llama), "--backend", "llama.cpp", "--threads", "1", "--port", str(port)]
     args += ["--drafters", "context", "--max-new-tokens", "8", "--no-history"]
     server = subprocess.Popen(
         [sys.executable, "-m", "draftscope", *args], env=hidden.env, stderr=subprocess.PIPE, text=True
