@@ -346,7 +346,7 @@ def test_the_threads_setting_reaches_llama_cpp_and_torch(gguf_file, tokenizer_di
     model's torch on that many; 0 is Automatic: every core or one left free, as timed at load
     (torch stays at one thread beside llama.cpp)."""
     from draftscope.core.runtime import load_runtime
-    from draftscope.engine.engine import TORCH_THREADS
+    from draftscope.engine.engine import torch_default_threads
     from draftscope.storage import Settings
     from draftscope.sysinfo import usable_cores
 
@@ -368,7 +368,7 @@ def test_the_threads_setting_reaches_llama_cpp_and_torch(gguf_file, tokenizer_di
 
         shutil.copytree(tokenizer_dir, folder)
         model.save_pretrained(folder)
-        for threads, want in ((1, 1), (0, TORCH_THREADS)):
+        for threads, want in ((1, 1), (0, torch_default_threads())):
             load_runtime(Settings(model=str(folder), backend="torch", dtype="float32", threads=threads))
             assert torch.get_num_threads() == want
     finally:

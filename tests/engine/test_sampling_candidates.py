@@ -4,6 +4,7 @@ entries only, top-p and min-p sorted over the k candidates, ties at the k-th kep
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -45,7 +46,7 @@ def whole_vocabulary(logits, params, seen):
 
 def old_tokens(logits, params, positions, noise, seen):
     probs = whole_vocabulary(logits, params, seen)
-    g = torch.stack([noise.at(p) for p in positions])
+    g = torch.from_numpy(np.stack([noise.at(p) for p in positions]))
     return (probs.log() + g).argmax(-1).tolist()
 
 
@@ -73,7 +74,7 @@ def test_the_candidates_choose_the_tokens_the_whole_vocabulary_chose(params):
     for seed in range(3):
         logits, contexts = rows_and_contexts(65, seed)
         positions = [500 + r for r in range(65)]
-        mask = recent_tokens(contexts, params.repetition_window, VOCAB)
+        mask = recent_tokens(contexts, params.repetition_window, VOCAB, like=logits)
         want = old_tokens(logits, params, positions, noise, mask)
         entries = recent_entries(contexts, params.repetition_window, VOCAB)
         assert next_tokens(logits, params, positions, noise, entries) == want
@@ -94,7 +95,7 @@ def test_a_tie_at_the_kth_keeps_every_tied_token_as_hugging_face_does():
 
 def test_the_penalty_at_the_seen_entries_equals_the_whole_rows_where():
     logits, contexts = rows_and_contexts(8, 5)
-    mask = recent_tokens(contexts, 64, VOCAB)
+    mask = recent_tokens(contexts, 64, VOCAB, like=logits)
     entries = recent_entries(contexts, 64, VOCAB)
     assert isinstance(entries, SeenTokens)
     for penalty in (1.1, 0.7):

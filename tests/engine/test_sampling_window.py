@@ -106,7 +106,7 @@ def reference_answer(model, prompt: list[int], params: SamplingParams, tokens: i
             ids.append(int(scores.argmax()))
             continue
         probs = hf_processors(params)(torch.tensor([ids]), scores).softmax(-1)[0]
-        ids.append(int((probs.log() + noise.at(len(ids))).argmax()))
+        ids.append(int((probs.log() + torch.from_numpy(noise.at(len(ids)))).argmax()))
     return ids[len(prompt) :]
 
 
@@ -211,8 +211,8 @@ def test_each_row_looks_back_over_the_tokens_plain_decoding_has_there():
     assert rows[1] == [6, 5, 3]  # node 0 (token 3, depth 1)
     assert rows[4] == [5, 3, 2]  # node 3 (token 2 under token 3, depth 2)
     seen = recent_tokens(rows[:2], 3, 10)
-    assert seen[0].nonzero().flatten().tolist() == [5, 6, 7]
-    assert seen[1].nonzero().flatten().tolist() == [3, 5, 6]
+    assert seen[0].nonzero()[0].tolist() == [5, 6, 7]
+    assert seen[1].nonzero()[0].tolist() == [3, 5, 6]
 
 
 def test_min_p_drops_tokens_below_its_share_of_the_top_token():
@@ -254,4 +254,4 @@ def test_a_draft_model_drafting_for_itself_under_the_penalty_has_every_draft_acc
 
 def _short_window(drafter, tokens, row):
     params = drafter.sampling
-    return recent_tokens([list(tokens)[:-1]], params.repetition_window, row.shape[-1])
+    return recent_tokens([list(tokens)[:-1]], params.repetition_window, row.shape[-1], like=row)

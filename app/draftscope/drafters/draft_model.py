@@ -1,14 +1,14 @@
 """A draft model for a target: opened on the target's device and dtype (a GGUF beside a llama.cpp
-target in a llama.cpp context of its own), refused in words when its tokenizer differs."""
+target in a llama.cpp context of its own, with no torch), refused in words when its tokenizer differs."""
 
 from __future__ import annotations
 
-import torch
-
+from draftscope.engine.arrays import is_torch
 from draftscope.engine.backends import open_backend
 from draftscope.engine.backends.pytorch.loader import LoadedModel, load_model
 from draftscope.engine.engine import Engine
 from draftscope.models.resolve import load_tokenizer, resolve_model
+from draftscope.optional_torch import require_torch
 
 
 def load_draft_model(
@@ -27,8 +27,9 @@ def load_draft_model(
     if target_backend is not None and target_backend.kind == "llama.cpp" and source.kind == "gguf":
         # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own
         opened = open_backend(source, backend="llama.cpp", context=target.max_context, threads=target_backend.threads)
-        return LoadedModel(opened, opened.tokenizer, source, torch.device("cpu"), None, opened.precision_reason)
-    dev = str(device or (target.device if isinstance(target.device, torch.device) else "cpu"))
+        return LoadedModel(opened, opened.tokenizer, source, opened.device, None, opened.precision_reason)
+    require_torch(f"The draft model {source.display_name} (it runs on torch beside this model)")
+    dev = str(device or (target.device if is_torch(target.device) else "cpu"))  # llama.cpp's device is a word
     dt = dtype or (str(target.dtype).removeprefix("torch.") if target.dtype is not None else None)
     return load_model(source, device=dev, dtype=dt)
 

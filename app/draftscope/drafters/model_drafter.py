@@ -21,15 +21,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from draftscope.draft_tree import DraftSource, DraftTree, chain_tree
 from draftscope.drafters.interface import Drafter
+from draftscope.engine import arrays as A
 from draftscope.engine.backends.base import Backend
-from draftscope.engine.backends.pytorch.torch_backend import TorchBackend
 from draftscope.engine.sampling import PositionNoise, SamplingParams, choose, probabilities, recent_tokens
+
+if TYPE_CHECKING:
+    import torch
+
+    from draftscope.engine.arrays import Array
 
 
 @dataclass
@@ -38,7 +43,6 @@ class DraftOut:
     token_logits: torch.Tensor  # [batch, n, vocab]
 
 
-@torch.inference_mode()
 def draft(
     model,
     query_token_ids: torch.Tensor,
@@ -49,29 +53,35 @@ def draft(
     eos_token_id: int | None = None,
     noise: PositionNoise | None = None,
 ) -> DraftOut:
-    """``noise``: the answer's keyed noise at T > 0 (drafts coupled to the target's choice)."""
-    past = kv_cache.get_seq_length()
-    q_len = query_token_ids.shape[1]
-    positions = torch.arange(past, past + q_len, device=query_token_ids.device)[None]
-    # Only the last position's logits are used: the head over a long query is most of its cost.
-    logits = model(
-        input_ids=query_token_ids, position_ids=positions, past_key_values=kv_cache, use_cache=True, logits_to_keep=1
-    ).logits[:, -1]
-    ids, all_logits = [], []
-    for k in range(num_draft_tokens):
-        rows = probabilities(logits, sample_strategy)
-        position = past + q_len + k  # the absolute position this draft token would take
-        tok = torch.tensor(choose(rows, [position] * rows.shape[0], noise), device=logits.device)
-        ids.append(tok)
-        all_logits.append(logits)
-        if eos_token_id is not None and bool((tok == eos_token_id).all()):
-            break
-        if k + 1 < num_draft_tokens:
-            pos = torch.full((tok.shape[0], 1), past + q_len + k, device=tok.device)
-            logits = model(input_ids=tok[:, None], position_ids=pos, past_key_values=kv_cache, use_cache=True).logits[
-                :, -1
-            ]
-    return DraftOut(torch.stack(ids, dim=1), torch.stack(all_logits, dim=1))
+    """A torch causal LM's draft (naive_speculate's API). ``noise``: the answer's keyed noise at T > 0
+    (drafts coupled to the target's choice)."""
+    torch = A.torch_module()  # a torch model is given: torch is loaded
+    with torch.inference_mode():
+        past = kv_cache.get_seq_length()
+        q_len = query_token_ids.shape[1]
+        positions = torch.arange(past, past + q_len, device=query_token_ids.device)[None]
+        # Only the last position's logits are used: the head over a long query is most of its cost.
+        logits = model(
+            input_ids=query_token_ids,
+            position_ids=positions,
+            past_key_values=kv_cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+        ids, all_logits = [], []
+        for k in range(num_draft_tokens):
+            rows = probabilities(logits, sample_strategy)
+            position = past + q_len + k  # the absolute position this draft token would take
+            tok = torch.tensor(choose(rows, [position] * rows.shape[0], noise), device=logits.device)
+            ids.append(tok)
+            all_logits.append(logits)
+            if eos_token_id is not None and bool((tok == eos_token_id).all()):
+                break
+            if k + 1 < num_draft_tokens:
+                pos = torch.full((tok.shape[0], 1), past + q_len + k, device=tok.device)
+                out = model(input_ids=tok[:, None], position_ids=pos, past_key_values=kv_cache, use_cache=True)
+                logits = out.logits[:, -1]
+        return DraftOut(torch.stack(ids, dim=1), torch.stack(all_logits, dim=1))
 
 
 _locks_guard = threading.Lock()
@@ -87,13 +97,16 @@ def _draft_lock(backend) -> threading.Lock:
 
 class ModelDrafter(Drafter):
     """``model``: a torch causal LM or an opened Backend (a GGUF draft model on llama.cpp runs in
-    its own llama.cpp context); either way it drafts through the backend seam the target uses."""
+    its own llama.cpp context, with no torch); either way it drafts through the backend seam the
+    target uses, and samples by the target's rule on the rows the backend gives (NumPy's or torch's)."""
 
     name = "model"
     source = DraftSource.MODEL
 
-    def __init__(self, model, *, max_tokens: int = 6, eos_token_id: int | None = None) -> None:
-        if not isinstance(model, Backend):
+    def __init__(self, model: Any, *, max_tokens: int = 6, eos_token_id: int | None = None) -> None:
+        if not isinstance(model, Backend):  # a torch module: torch is loaded already
+            from draftscope.engine.backends.pytorch.torch_backend import TorchBackend  # noqa: PLC0415  # torch
+
             model = TorchBackend(model, None, name="draft model")
         self.backend = model
         self.max_tokens = max_tokens
@@ -111,12 +124,12 @@ class ModelDrafter(Drafter):
     def reset(self, context_ids: Sequence[int]) -> None:
         self.cached = []
 
-    def _penalised(self, tokens: Sequence[int], row: torch.Tensor) -> torch.Tensor | None:
+    def _penalised(self, tokens: Sequence[int], row: Array) -> Array | None:
         """What the repetition penalty covers before the next token (None: no penalty)."""
         params = self.sampling
         if not params.penalised:
             return None
-        return recent_tokens([tokens], params.repetition_window, row.shape[-1]).to(row.device)
+        return recent_tokens([tokens], params.repetition_window, row.shape[-1], like=row)
 
     def observe(self, accepted_ids: Sequence[int]) -> None:
         pass  # resynchronised lazily in propose
@@ -130,12 +143,12 @@ class ModelDrafter(Drafter):
             if getattr(self.backend, "draft_owner", None) is not self:
                 self.cached = []
                 self.backend.draft_owner = self
-            return self._propose(context_ids, budget)
+            with A.inference():  # torch's inference mode where a torch draft model runs
+                return self._propose(context_ids, budget)
 
-    @torch.inference_mode()
-    def _propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
-        n = min(budget, self.max_tokens)
-        context = list(context_ids)
+    def _catch_up(self, context: list[int]) -> Array:
+        """The draft model's cache brought to ``context`` (what it holds of it kept): the row of logits
+        after its last token."""
         backend = self.backend
         common = 0
         limit = min(len(self.cached), len(context) - 1)  # feed at least the last token
@@ -149,7 +162,14 @@ class ModelDrafter(Drafter):
             rest = context[common + 1 :]
             row = backend.verify(context[common], chain_tree(rest)).logits[-1:]
         backend.commit(list(range(len(context) - common - 1)) if common else [])
-        drafted, rows, recent = [], [], []
+        return row
+
+    def _propose(self, context_ids: Sequence[int], budget: int) -> DraftTree:
+        n = min(budget, self.max_tokens)
+        context = list(context_ids)
+        row = self._catch_up(context)
+        drafted: list[int] = []
+        rows, recent = [], []
         for k in range(n):
             # the target's penalty at this position: over the same window of context and drafts
             recent.append(self._penalised(context + drafted, row))
@@ -160,25 +180,27 @@ class ModelDrafter(Drafter):
             rows.append(row)
             if tok in self.stop_ids or k + 1 == n:
                 break
-            row = backend.verify(tok, DraftTree.empty()).logits[-1:]
-            backend.commit([])
+            row = self.backend.verify(tok, DraftTree.empty()).logits[-1:]
+            self.backend.commit([])
         # The draft model now holds the context and all drafted tokens but the last.
         self.cached = context + drafted[:-1]
-        # Support = path probability under the draft model (raw softmax when greedy, where the
-        # processed distribution is one-hot).
-        logits = torch.cat(rows)
-        seen = torch.cat(recent) if self.sampling.penalised else None
-        greedy = self.sampling.greedy
-        conf = (logits.float().softmax(-1) if greedy else probabilities(logits, self.sampling, seen)).cpu()
-        path_prob, support = 1.0, []
-        for i, tok in enumerate(drafted):
-            path_prob *= float(conf[i, tok])
-            support.append(path_prob)
+        support = np.cumprod(self._chosen_probabilities(rows, recent, drafted))
         k = len(drafted)
         return DraftTree(
             tokens=np.array(drafted, dtype=np.int64),
             parents=np.arange(-1, k - 1, dtype=np.int32),
             depth=np.arange(1, k + 1, dtype=np.int32),
-            support=np.array(support, dtype=np.float32),
+            support=support.astype(np.float32),
             source=np.full(k, DraftSource.MODEL, dtype=np.int8),
         )
+
+    def _chosen_probabilities(self, rows: list, recent: list, drafted: list[int]) -> np.ndarray:
+        """Each drafted token's probability under the draft model (raw softmax when greedy, where the
+        processed distribution is one-hot): its path's product is the draft's support. Only those
+        entries go to the host, not the rows."""
+        logits = A.cat(rows)
+        greedy = self.sampling.greedy
+        seen = A.cat(recent) if self.sampling.penalised else None
+        conf = A.softmax(A.floats(logits)) if greedy else probabilities(logits, self.sampling, seen)
+        picked = A.gather(conf, A.like(np.array(drafted, dtype=np.int64)[:, None], conf))
+        return A.to_numpy(picked)[:, 0].astype(np.float64)

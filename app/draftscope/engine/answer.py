@@ -17,10 +17,9 @@ from __future__ import annotations
 import queue
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 import numpy as np
-import torch
 
 from draftscope.draft_tree import DraftTree, drop_foreign_tokens, first_nodes, limit_leaves, prune_depth
 from draftscope.engine.acceptance import Calibration
@@ -42,6 +41,9 @@ from draftscope.engine.sampling import PositionNoise, SeenTokens, fresh_seed, ne
 from draftscope.engine.verify import penalised_rows, token_positions, verify_tree
 from draftscope.engine.writing import Said, Writing
 
+if TYPE_CHECKING:
+    from draftscope.engine.arrays import Array
+
 # Prompt tokens between two ReadingEvents, for a request that asks for them (the window): a long
 # prompt is read in parts of this size, so its reader hears how far the reading is.
 READ_CHUNK = 256
@@ -53,7 +55,7 @@ AHEAD_CHUNK = 64
 
 # What a forward gives an answer for its work: a Prefill's last hidden state (when asked) or None, a
 # Verify's Verified, or the error that work met
-ForwardResult: TypeAlias = Verified | torch.Tensor | BaseException | None
+ForwardResult: TypeAlias = "Verified | Array | BaseException | None"
 
 
 class AnswerEngine(EngineRates, Protocol):
@@ -321,7 +323,7 @@ class Answer:
             self._say_reading(self.reading.at)
             # the prompt's last position: the recurrent drafter's first state (wants_hidden: a drafter)
             if item.want_hidden and result is not None and self.drafter is not None:
-                self.drafter.set_hidden(cast(torch.Tensor, result))  # a Prefill's result: its hidden state
+                self.drafter.set_hidden(cast("Array", result))  # a Prefill's result: its hidden state
             return
         if self.backend.slots > 1:
             self.writing.forward_answers.append(answers)
@@ -371,18 +373,18 @@ class Answer:
         if said.stop:
             self.end()
 
-    def _hidden(self, verified: Verified) -> torch.Tensor:
+    def _hidden(self, verified: Verified) -> Array:
         """The verify's hidden states, asked for (want_hidden) by an answer whose drafter reads them."""
         if verified.hidden is None:
             raise RuntimeError(f"the {self.backend.kind} backend gave no hidden state for a verify that asked for it")
         return verified.hidden
 
-    def _rows_seen(self, tree: DraftTree, logits: torch.Tensor) -> SeenTokens | None:
+    def _rows_seen(self, tree: DraftTree, logits: Array) -> SeenTokens | None:
         """For the repetition penalty: the tokens it covers at each row (the last window of them)."""
         params = self.request.sampling
         if not params.penalised:
             return None
-        return penalised_rows(self.writing.ids, tree, params.repetition_window, logits.shape[-1]).to(logits.device)
+        return penalised_rows(self.writing.ids, tree, params.repetition_window, logits.shape[-1])
 
     def _step_event(
         self, step: _Step, path: list[int], said: Said, verify_s: float, shared: ForwardStats | None

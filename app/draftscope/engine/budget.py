@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from draftscope.draft_tree import DraftTree, chain_tree
+from draftscope.engine.arrays import inference
 from draftscope.engine.backends.base import Backend, SlotView
 from draftscope.engine.backends.work import ForwardStats
 
@@ -109,7 +109,6 @@ def costs_at(costs: dict[int, float], sizes: Sequence[int] | np.ndarray) -> np.n
     return out
 
 
-@torch.inference_mode()
 def measure_verify_costs(
     backend: Backend | SlotView,
     *,
@@ -123,7 +122,17 @@ def measure_verify_costs(
     each round over every size (a load spike then hits one round, not every try of one size), made
     monotone in n. ``progress(fraction)`` hears how far it is, in verified tokens (a tree's cost
     grows with its size, so a count of verifies would run ahead of the time)."""
-    context = cost_context(backend.max_context, context, sizes)
+    with inference():  # torch's inference mode where a torch model runs
+        return _measure(backend, cost_context(backend.max_context, context, sizes), sizes, repeats, progress)
+
+
+def _measure(
+    backend: Backend | SlotView,
+    context: int,
+    sizes: Sequence[int],
+    repeats: int,
+    progress: Callable[[float], None] | None,
+) -> dict[int, float]:
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, backend.vocab, context + 1).tolist()
     backend.start(prompt)

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from draftscope.draft_tree import DraftTree
 
 if TYPE_CHECKING:
-    import torch
-
+    from draftscope.engine.arrays import Array
     from draftscope.engine.sampling import PositionNoise
     from draftscope.rules import SamplingParams
 
@@ -45,7 +44,7 @@ class Drafting(Protocol):
 
     def observe(self, accepted_ids: Sequence[int]) -> None: ...
 
-    def set_hidden(self, hidden: torch.Tensor) -> None: ...
+    def set_hidden(self, hidden: Array) -> None: ...
 
     def feedback(self, tree: DraftTree, accepted_path: Sequence[int]) -> None: ...
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from typing import Any, cast
-
-import torch
+from typing import TYPE_CHECKING, Any, cast
 
 from draftscope.engine.answer import Answer
 from draftscope.engine.auto_threads import ThreadsChoice, choose_for
@@ -32,6 +31,9 @@ from draftscope.engine.request import GenerationRequest
 from draftscope.engine.stages import MEASURING_COSTS, MEASURING_SPEED, Progress, StageClock
 from draftscope.engine.stepper import Stepper
 from draftscope.models.resolve import ModelSource
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Engine", "GenerationRequest", "PromptTooLongError"]
 
@@ -52,16 +54,29 @@ class PromptTooLongError(ValueError):
     pass
 
 
-TORCH_THREADS = torch.get_num_threads()  # what torch chose for this machine, before anyone changed it
+_torch_threads: list[int] = []  # what torch chose for this machine, read before anyone changed it
+
+
+def torch_default_threads() -> int:
+    """The threads torch chose for this machine (asked where torch is loaded: a torch model runs)."""
+    torch = sys.modules["torch"]
+    if not _torch_threads:
+        _torch_threads.append(torch.get_num_threads())
+    return _torch_threads[0]
 
 
 def share_cores_with(backend: Backend, threads: int | None = None) -> None:
-    """On llama.cpp, torch only samples (a few small ops a step), but its OpenMP threads spin
-    between ops and take the cores llama.cpp's threads compute on: off a process's main thread (the
-    window's worker, the server's answers) a step cost 86-100 ms instead of 62 (Qwen2.5-1.5B, 2
-    cores). One torch thread there; when a torch model runs, ``threads`` (Settings ▸ Generation ▸
-    Threads, --threads), else torch's own choice."""
-    torch.set_num_threads(1 if backend.kind == "llama.cpp" else threads or TORCH_THREADS)
+    """torch's CPU threads, where torch is loaded (nothing to do, and nothing loaded, where it is
+    not: on llama.cpp the sampling is NumPy's). Beside llama.cpp, torch (a recurrent head, a torch
+    draft model) gets one thread: its OpenMP threads spin between ops and take the cores llama.cpp's
+    threads compute on (off a process's main thread a step cost 86-100 ms instead of 62, Qwen2.5-1.5B,
+    2 cores). When a torch model runs, ``threads`` (Settings ▸ Generation ▸ Threads, --threads), else
+    torch's own choice."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    default = torch_default_threads()
+    torch.set_num_threads(1 if backend.kind == "llama.cpp" else threads or default)
 
 
 class Engine:

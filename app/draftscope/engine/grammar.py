@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from draftscope.draft_tree import DraftSource, DraftTree, chain_tree, children_lists, subtree
+from draftscope.engine import arrays as A
 
 # JSON as json.dumps writes it (", " and ": ", no other whitespace): the grammar then fixes every byte
 # between values, so a model's whitespace habits cannot run an answer into its length limit
@@ -193,13 +194,11 @@ def _allows(mask: np.ndarray, token: int) -> bool:
 
 
 def masked(logits: Any, masks: np.ndarray) -> Any:
-    """Rows of logits (a torch tensor) with every token the row's mask forbids at -inf (the vocabulary past the
-    mask's bits too)."""
-    import torch
-
+    """Rows of logits (NumPy's or torch's) with every token the row's mask forbids at -inf (the
+    vocabulary past the mask's bits too)."""
     bits = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little").astype(bool)
     width = logits.shape[-1]
     allowed = np.zeros((bits.shape[0], width), dtype=bool)
     shared = min(width, bits.shape[1])
     allowed[:, :shared] = bits[:, :shared]
-    return logits.masked_fill(~torch.from_numpy(allowed).to(logits.device), float("-inf"))
+    return A.masked_fill(logits, A.like(~allowed, logits), A.NEG_INF)

@@ -15,10 +15,13 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from draftscope.engine import arrays as A
 from draftscope.engine.events import TokenLogprob
 
 if TYPE_CHECKING:
-    import torch
+    from draftscope.engine.arrays import Array
 
 MAX_TOP = 20  # alternatives a token may list at most (OpenAI's top_logprobs limit)
 
@@ -30,24 +33,22 @@ def said_rows(path: Sequence[int], count: int) -> list[int]:
 
 
 def said_logprobs(
-    logits: torch.Tensor, path: Sequence[int], tokens: Sequence[int], ends: Collection[int], top: int
+    logits: Array, path: Sequence[int], tokens: Sequence[int], ends: Collection[int], top: int
 ) -> list[TokenLogprob]:
     """Each said token's logprob and the ``top`` most likely tokens at its position (most likely first),
-    from the verify's raw ``logits`` [1 + nodes, vocab]. The tokens stop before an end of the answer (one
-    of ``ends``): its text is no part of the answer."""
-    import torch
-
+    from the verify's raw ``logits`` [1 + nodes, vocab] (NumPy's or torch's). The tokens stop before an
+    end of the answer (one of ``ends``): its text is no part of the answer."""
     spoken = next((k for k, t in enumerate(tokens) if int(t) in ends), len(tokens))
     rows = said_rows(path, spoken)
     if not rows:
         return []
-    logprobs = torch.log_softmax(logits[rows].float(), dim=-1)
-    ids = torch.tensor([int(t) for t in tokens[:spoken]], device=logprobs.device)
-    chosen = logprobs.gather(-1, ids[:, None]).squeeze(-1).tolist()
+    logprobs = A.log_softmax(A.floats(logits[rows]))
+    ids = A.like(np.array([[int(t)] for t in tokens[:spoken]], dtype=np.int64), logprobs)
+    chosen = A.gather(logprobs, ids)[:, 0].tolist()
     k = min(max(0, top), MAX_TOP, logprobs.shape[-1])
     if k == 0:
         return [TokenLogprob(int(t), lp) for t, lp in zip(tokens, chosen)]
-    values, which = logprobs.topk(k, dim=-1)
+    values, which = A.topk(logprobs, k)
     alternatives = [list(zip(w, v)) for w, v in zip(which.tolist(), values.tolist())]
     return [TokenLogprob(int(t), lp, alt) for t, lp, alt in zip(tokens, chosen, alternatives)]
 

@@ -16,29 +16,34 @@ SamplingParams, each field's range, default and words, is declared in rules.py (
 settings, the command line, the server and the settings dialog read it without torch); a new field
 is its line there and its filter here, in ``processed`` (``_finish``) and, for the reference the
 lossless bench compares with, bench/lossless_stats.py.
+
+The rule is written once, in engine/arrays.py's operations, and runs on the rows as the backend gives
+them: NumPy's from llama.cpp (the default path loads no torch), torch's on their device from the torch
+backends (a CUDA row never goes to the host whole).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
 
+from draftscope.engine import arrays as A
 from draftscope.rules import SEED_RANGE, SamplingParams
+
+if TYPE_CHECKING:
+    from draftscope.engine.arrays import Array
 
 
 class SeenTokens(NamedTuple):
     """The entries the repetition penalty covers, as index pairs: token ``tokens[j]`` of row
-    ``rows[j]`` (a handful a row, where a [rows, vocab] mask is mostly zeros)."""
+    ``rows[j]`` (a handful a row, where a [rows, vocab] mask is mostly zeros). NumPy's: the penalty
+    moves them to the logits' device."""
 
-    rows: torch.Tensor
-    tokens: torch.Tensor
-
-    def to(self, device: torch.device | str) -> SeenTokens:
-        return SeenTokens(self.rows.to(device), self.tokens.to(device))
+    rows: np.ndarray
+    tokens: np.ndarray
 
 
 def recent_entries(rows: Sequence[Sequence[int]], window: int, vocab: int) -> SeenTokens:
@@ -49,53 +54,44 @@ def recent_entries(rows: Sequence[Sequence[int]], window: int, vocab: int) -> Se
         recent = [t for t in context[-window:] if 0 <= t < vocab]
         row_ids += [r] * len(recent)
         token_ids += recent
-    return SeenTokens(torch.tensor(row_ids, dtype=torch.long), torch.tensor(token_ids, dtype=torch.long))
+    return SeenTokens(np.array(row_ids, dtype=np.int64), np.array(token_ids, dtype=np.int64))
 
 
-def recent_tokens(rows: Sequence[Sequence[int]], window: int, vocab: int) -> torch.Tensor:
-    """``recent_entries`` as a [len(rows), vocab] bool mask."""
-    seen = torch.zeros(len(rows), vocab, dtype=torch.bool)
+def recent_tokens(rows: Sequence[Sequence[int]], window: int, vocab: int, like: Array | None = None) -> Array:
+    """``recent_entries`` as a [len(rows), vocab] bool mask: NumPy's, or of ``like``'s kind and device."""
+    seen = np.zeros((len(rows), vocab), dtype=bool)
     entries = recent_entries(rows, window, vocab)
     seen[entries.rows, entries.tokens] = True
-    return seen
+    return seen if like is None else A.like(seen, like)
 
 
-def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | SeenTokens, penalty: float) -> torch.Tensor:
+def apply_repetition_penalty(logits: Array, seen: Array | SeenTokens, penalty: float) -> Array:
     """logits [n, V]; seen: a [n, V] bool mask or SeenTokens, the tokens already in each row's
     context (HF's rule). Only those entries are computed (a copy of the rows with them changed)."""
     if penalty == 1.0:
         return logits
-    rows, tokens = seen if isinstance(seen, SeenTokens) else seen.nonzero(as_tuple=True)
+    rows, tokens = seen if isinstance(seen, SeenTokens) else A.nonzero(seen)
+    rows, tokens = A.like(rows, logits), A.like(tokens, logits)
     values = logits[rows, tokens]
-    out = logits.clone()
-    out[rows, tokens] = torch.where(values > 0, values / penalty, values * penalty)
+    out = A.copy(logits)
+    out[rows, tokens] = A.where(values > 0, values / penalty, values * penalty)
     return out
 
 
-def probabilities(
-    logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | SeenTokens | None = None
-) -> torch.Tensor:
+def probabilities(logits: Array, params: SamplingParams, seen: Array | SeenTokens | None = None) -> Array:
     """Rows of logits [n, V] -> rows of sampling probabilities (float32) after processing."""
     if params.greedy:
-        logits = (
-            logits.float()
-            if seen is None
-            else apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
-        )
-        out = torch.zeros_like(logits)
-        out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-        return out
+        logits = A.floats(logits)
+        if seen is not None:
+            logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
+        return A.scatter(A.zeros(logits.shape, logits), A.argmax(logits)[:, None], 1.0)
     probs, ids = processed(logits, params, seen)
-    return (
-        probs
-        if ids is None
-        else torch.zeros(logits.shape, dtype=probs.dtype, device=probs.device).scatter_(-1, ids, probs)
-    )
+    return probs if ids is None else A.scatter(A.zeros(logits.shape, probs), ids, probs)
 
 
 def processed(
-    logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | SeenTokens | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logits: Array, params: SamplingParams, seen: Array | SeenTokens | None = None
+) -> tuple[Array, Array | None]:
     """The processing at T > 0, over each row's candidates: (probabilities [n, m], their token ids
     [n, m], in id order); with top-k the k candidates left, so top-p, min-p and the draw sort and
     read k entries a row, not the vocabulary (a 64-node tree's 65 rows of 152k sorted whole cost
@@ -103,56 +99,56 @@ def processed(
     rows come back whole (ids None): each tied row processed alone over the vocabulary, the others
     over their candidates and scattered, so a row's tokens never depend on the rows beside it (plain
     decoding reads one row, a verify many)."""
-    logits = logits.float()
+    logits = A.floats(logits)
     if seen is not None:
         logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
     k, width = params.top_k, logits.shape[-1]
     if not k or k >= width:
         return _finish(logits / params.temperature, params), None
-    top = torch.topk(logits, k + 1, dim=-1)
+    values, indices = A.topk(logits, k + 1)
     # HF keeps every token tied at the k-th; tokens at -inf (a grammar's mask) have probability 0 either way
-    tied = (top.values[:, k] == top.values[:, k - 1]) & torch.isfinite(top.values[:, k - 1])
-    ids, order = top.indices[:, :k].sort(-1)  # id order: ties break as over the whole row
-    probs = _finish(top.values[:, :k].gather(-1, order) / params.temperature, params)
+    tied = (values[:, k] == values[:, k - 1]) & A.isfinite(values[:, k - 1])
+    ids, order = A.sort_stable(indices[:, :k])  # id order: ties break as over the whole row
+    probs = _finish(A.gather(values[:, :k], order) / params.temperature, params)
     if not bool(tied.any()):
         return probs, ids
-    whole = torch.zeros(logits.shape, dtype=probs.dtype, device=probs.device).scatter_(-1, ids, probs)
-    for row in tied.nonzero().flatten().tolist():
+    whole = A.scatter(A.zeros(logits.shape, probs), ids, probs)
+    for row in A.nonzero(tied)[0].tolist():
         scaled = logits[row : row + 1] / params.temperature
-        kth = top.values[row, k - 1] / params.temperature
-        whole[row : row + 1] = _finish(scaled.masked_fill(scaled < kth, float("-inf")), params)
+        kth = values[row, k - 1] / params.temperature
+        whole[row : row + 1] = _finish(A.masked_fill(scaled, scaled < kth, A.NEG_INF), params)
     return whole, None
 
 
-def _finish(values: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def _finish(values: Array, params: SamplingParams) -> Array:
     """Top-p, then min-p, over rows of scaled logits (candidates or whole rows): their probabilities."""
     if params.top_p < 1.0:
         values = _top_p(values, params.top_p)
     if params.min_p > 0.0:
         # HF MinPLogitsWarper: drop tokens less likely than min_p times the top token (which stays).
-        probs = values.softmax(-1)
-        values = values.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), float("-inf"))
-    return values.softmax(-1)
+        probs = A.softmax(values)
+        values = A.masked_fill(values, probs < params.min_p * A.amax(probs), A.NEG_INF)
+    return A.softmax(values)
 
 
-def _top_p(values: torch.Tensor, top_p: float) -> torch.Tensor:
+def _top_p(values: Array, top_p: float) -> Array:
     """HF TopPLogitsWarper: drop the low tail whose cumulative mass is <= 1 - top_p, keep >= 1 token.
     A stable sort: tokens tied at the cut go lowest id first, over candidates or whole rows alike."""
-    sorted_values, order = torch.sort(values, descending=False, dim=-1, stable=True)
-    cumulative = sorted_values.softmax(-1).cumsum(-1)
+    sorted_values, order = A.sort_stable(values)
+    cumulative = A.cumsum(A.softmax(sorted_values))
     remove_sorted = cumulative <= (1 - top_p)
     remove_sorted[..., -1:] = False
-    remove = remove_sorted.scatter(-1, order, remove_sorted)
-    return values.masked_fill(remove, float("-inf"))
+    remove = A.scatter(A.copy(remove_sorted), order, remove_sorted)
+    return A.masked_fill(values, remove, A.NEG_INF)
 
 
 def next_tokens(
-    logits: torch.Tensor,
+    logits: Array,
     params: SamplingParams,
     positions: Sequence[int],
     noise: PositionNoise | None,
-    seen: torch.Tensor | SeenTokens | None = None,
-    best: torch.Tensor | None = None,
+    seen: Array | SeenTokens | None = None,
+    best: Array | None = None,
 ) -> list[int]:
     """The token chosen at each row of ``logits`` [n, V] (row r at absolute position ``positions[r]``):
     greedy takes the argmax of the processed logits straight away (a one-hot distribution over a
@@ -163,8 +159,8 @@ def next_tokens(
         return best.tolist()
     if params.greedy:
         if seen is not None:
-            logits = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
-        return logits.argmax(-1).tolist()
+            logits = apply_repetition_penalty(A.floats(logits), seen, params.repetition_penalty)
+        return A.argmax(logits).tolist()
     probs, ids = processed(logits, params, seen)
     return choose(probs, positions, noise, ids)
 
@@ -187,23 +183,24 @@ class PositionNoise:
     def __init__(self, seed: int, vocab: int) -> None:
         self.seed = int(seed) % 2**64  # SeedSequence wants non-negative entropy; OpenAI seeds may be negative
         self.vocab = int(vocab)
-        self._cache: dict[int, torch.Tensor] = {}
+        self._cache: dict[int, np.ndarray] = {}
 
-    def at(self, position: int) -> torch.Tensor:
+    def at(self, position: int) -> np.ndarray:
+        """The noise at ``position``: float32 [vocab], on the host (sent to a device by the rows that read it)."""
         noise = self._cache.get(position)
         if noise is None:
             rng = np.random.default_rng([self.seed, int(position)])
             # G = -log E with E ~ Exp(1) is Gumbel(0, 1); E is kept off 0 (an infinite G would
             # turn a zero-probability token's -inf score into NaN).
             e = rng.standard_exponential(self.vocab, dtype=np.float32)
-            noise = torch.from_numpy(-np.log(np.maximum(e, np.float32(1e-30))))
+            noise = -np.log(np.maximum(e, np.float32(1e-30)))
             if len(self._cache) >= self.KEEP:
                 self._cache.pop(min(self._cache))
             self._cache[position] = noise
         return noise
 
 
-def fit_vocab(probs: torch.Tensor, size: int) -> torch.Tensor:
+def fit_vocab(probs: Array, size: int) -> Array:
     """Rows of a distribution over another vocabulary size (a draft model padded differently):
     ids the other model lacks get probability 0 (they can never be chosen)."""
     width = probs.shape[-1]
@@ -211,36 +208,35 @@ def fit_vocab(probs: torch.Tensor, size: int) -> torch.Tensor:
         return probs
     if width > size:
         return probs[..., :size]
-    return torch.nn.functional.pad(probs, (0, size - width))
+    return A.pad_last(probs, size - width)
 
 
-def choose(
-    probs: torch.Tensor, positions: Sequence[int], noise: PositionNoise | None, ids: torch.Tensor | None = None
-) -> list[int]:
+def choose(probs: Array, positions: Sequence[int], noise: PositionNoise | None, ids: Array | None = None) -> list[int]:
     """The token of each row of ``probs`` [n, V], row r being the distribution at absolute
     position ``positions[r]``: the argmax when ``noise`` is None (greedy), else the Gumbel-max
     sample with the position's noise (rows over a smaller vocabulary than the noise's are fine).
     ``ids`` [n, m]: ``probs`` covers those tokens only (every other token has probability 0)."""
     if ids is None:
         if noise is None:
-            return probs.argmax(-1).tolist()
-        probs = fit_vocab(probs.float(), noise.vocab)
-        return (probs.log() + _noise_rows(noise, positions, probs.device)).argmax(-1).tolist()
+            return A.argmax(probs).tolist()
+        probs = fit_vocab(A.floats(probs), noise.vocab)
+        return A.argmax(A.log(probs) + _noise_rows(noise, positions, probs)).tolist()
     if noise is None:
-        return ids.gather(-1, probs.argmax(-1, keepdim=True)).squeeze(-1).tolist()
+        return A.gather(ids, A.argmax(probs)[:, None])[:, 0].tolist()
     # each row's noise at its candidates only (a deep chain's rows whole would be rows x vocab floats)
-    at = ids.clamp(max=noise.vocab - 1).cpu()
-    g = torch.stack([noise.at(p)[at[r]] for r, p in enumerate(positions)]).to(probs.device)
-    scores = probs.float().log() + g
-    scores = scores.masked_fill(ids >= noise.vocab, float("-inf"))  # a token the noise's vocabulary lacks
-    return ids.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1).tolist()
+    at = A.to_numpy(A.clamp_max(ids, noise.vocab - 1))
+    g = A.like(np.stack([noise.at(p)[at[r]] for r, p in enumerate(positions)]), probs)
+    scores = A.log(A.floats(probs)) + g
+    scores = A.masked_fill(scores, ids >= noise.vocab, A.NEG_INF)  # a token the noise's vocabulary lacks
+    return A.gather(ids, A.argmax(scores)[:, None])[:, 0].tolist()
 
 
-def _noise_rows(noise: PositionNoise, positions: Sequence[int], device: torch.device | str) -> torch.Tensor:
-    """[len(positions), noise.vocab]: each row's position's noise. It goes to the rows' device once
-    per distinct position (a tree's rows share a few depths), rather than every row's distribution
-    to the host: on a GPU a 64-node tree's rows are 65 x vocab floats, its noise depth + 1 rows."""
+def _noise_rows(noise: PositionNoise, positions: Sequence[int], rows: Array) -> Array:
+    """[len(positions), noise.vocab]: each row's position's noise, of ``rows``' kind. It goes to the
+    rows' device once per distinct position (a tree's rows share a few depths), rather than every
+    row's distribution to the host: on a GPU a 64-node tree's rows are 65 x vocab floats, its noise
+    depth + 1 rows."""
     distinct = sorted(set(positions))
     row_of = {p: i for i, p in enumerate(distinct)}
-    g = torch.stack([noise.at(p) for p in distinct]).to(device)
-    return g[torch.tensor([row_of[p] for p in positions], device=device)]
+    g = A.like(np.stack([noise.at(p) for p in distinct]), rows)
+    return g[A.like(np.array([row_of[p] for p in positions], dtype=np.int64), rows)]

@@ -26,10 +26,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-import torch
-
 from draftscope.engine.ahead_marks import SlotMarks
 from draftscope.engine.answer import Answer
+from draftscope.engine.arrays import inference
 from draftscope.engine.backends.base import Backend
 from draftscope.engine.backends.work import ForwardStats, Prefill, Verify, tokens_of
 from draftscope.engine.cache_prefix import common_prefix
@@ -216,7 +215,7 @@ class Stepper:
         self._cond.notify_all()
 
     def _drive(self) -> None:
-        with torch.inference_mode():
+        with inference():  # torch's inference mode where a torch model runs; nothing on llama.cpp
             while True:
                 with self._cond:
                     if self._closed:

@@ -5,10 +5,14 @@ Hugging Face folders, hub ids, and cards only torch drives open on torch.
 
 A backend's modules are imported in the function that opens it, not here: every backend module,
 and every child process (the self-test and the GGUF check run as ``python -m``, the isolated
-llama.cpp is spawned), imports this package first."""
+llama.cpp is spawned), imports this package first. torch is optional: what opens on torch asks
+optional_torch first, which says in words what needs it where it is not installed."""
 
 from __future__ import annotations
 
+import platform
+import shutil
+import sys
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -18,6 +22,7 @@ from draftscope.engine.backends.llama.rpc import WorkerError, rpc_supported
 from draftscope.engine.load_spec import LoadSpec
 from draftscope.engine.stages import LOADING_WEIGHTS, Stage
 from draftscope.models.resolve import load_tokenizer
+from draftscope.optional_torch import has_nvidia_card, require_torch, torch_available
 from draftscope.rules import BACKENDS
 
 __all__ = [
@@ -107,9 +112,7 @@ def _choose_for_gguf(device, check, progress, threads) -> BackendChoice:
     drives (de-quantised), and on llama.cpp on the CPU."""
     card = _card_for(device)
     if card is None and device in (None, "auto"):
-        from draftscope.engine.backends.pytorch.precision import pick_device
-
-        device = pick_device().type  # a GPU llama.cpp has no backend for: torch runs it
+        device = _torch_device()  # a GPU llama.cpp has no backend for: torch runs it
     if card is None and device != "cpu":
         lacking = f" (llama.cpp here has no CUDA backend: {NO_CUDA_FIX})" if device == "cuda" else ""
         return BackendChoice("torch", f"the {device} device runs on torch{lacking}")
@@ -122,6 +125,18 @@ def _choose_for_gguf(device, check, progress, threads) -> BackendChoice:
         why = f"a GGUF file with the {card.description} at hand: llama.cpp runs its quantised weights on the card"
         return _on_llama(why, found, True)
     return _on_llama("a GGUF file on the CPU: llama.cpp computes with its quantised weights directly", found)
+
+
+def _torch_device() -> str:
+    """The device torch would run a model on: asked of torch only where it is installed and a card it
+    drives could be there (an NVIDIA or AMD driver, an Apple GPU), so a GGUF opened on a CPU loads no
+    torch (seconds, where it is installed at all)."""
+    apple = sys.platform == "darwin" and platform.machine() == "arm64"
+    if not torch_available() or not (has_nvidia_card() or shutil.which("rocm-smi") or apple):
+        return "cpu"
+    from draftscope.engine.backends.pytorch.precision import pick_device
+
+    return pick_device().type
 
 
 def _on_llama(why: str, found, on_card: bool = False) -> BackendChoice:
@@ -161,6 +176,7 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
     if kind == "llama.cpp":
         opened = _open_on_llama(spec, repacked, on_card)
     else:
+        require_torch(_needs_torch(spec, why))  # in words, before anything of torch is imported
         opened = _open_on_torch(spec, progress)
         if source.kind == "gguf":
             opened.precision_reason += f"; torch backend: {why}"
@@ -168,6 +184,15 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
     # the window, the terminal and the server say it, once per load
     opened.notice = " ".join(filter(None, (notice, getattr(opened, "offload_notice", None)))) or None
     return opened
+
+
+def _needs_torch(spec: LoadSpec, why: str) -> str:
+    """What needs torch, in words (optional_torch.TorchMissing's first words), for a model that opens on it."""
+    if spec.backend == "torch":
+        return "The torch backend (Settings ▸ Model ▸ Backend)"
+    if spec.source.kind != "gguf":
+        return f"A Hugging Face model folder ({spec.source.display_name})"
+    return f"Running a GGUF without llama.cpp ({why})"
 
 
 def _open_on_llama(spec, repacked, on_card: bool = False) -> Backend:

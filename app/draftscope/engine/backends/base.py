@@ -18,22 +18,26 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from draftscope.draft_tree import DraftTree
 from draftscope.engine.backends.held import CacheOnDisk
 from draftscope.engine.backends.work import PREFILL_BATCH, Prefill, Verify
 from draftscope.engine.kv_restore import DiskCache
 
+if TYPE_CHECKING:  # rows are NumPy's on llama.cpp, torch's on the torch backends: torch is never loaded here
+    import torch
+
+    from draftscope.engine.arrays import Array
+
 __all__ = ["Backend", "OneSlotBackend", "SlotView", "Verified"]
 
 
 @dataclass
 class Verified:
-    logits: torch.Tensor  # float [1 + nodes, vocab]: row 0 after the root, row 1 + i after node i
-    hidden: torch.Tensor | None = None  # [1 + nodes, hidden] last hidden states, when asked for
-    best: torch.Tensor | None = None  # [1 + nodes] each row's most likely token, where the step computed it (graphs)
+    logits: Array  # float [1 + nodes, vocab]: row 0 after the root, row 1 + i after node i
+    hidden: Array | None = None  # [1 + nodes, hidden] last hidden states, when asked for
+    best: Array | None = None  # [1 + nodes] each row's most likely token, where the step computed it (graphs)
 
 
 class Backend(ABC):
@@ -104,7 +108,7 @@ class Backend(ABC):
 
     # ------------------------------------------------------------------ one answer: slot 0's view
 
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> Array | None:
         """Slot 0 reads ``prompt`` but its last token (SlotView.start)."""
         return SlotView(self).start(prompt, want_hidden=want_hidden)
 
@@ -200,7 +204,7 @@ class SlotView:
         self.backend, self.slot = backend, slot
         self.max_context, self.vocab = backend.max_context, backend.vocab
 
-    def start(self, prompt: list[int], *, want_hidden: bool = False) -> torch.Tensor | None:
+    def start(self, prompt: list[int], *, want_hidden: bool = False) -> Array | None:
         """Feed every prompt token but the last (the first root), keeping what the slot's cache
         already holds of them (held.py; ``last_kept`` says how many) and forgetting the rest. Returns
         the last hidden state of that reading when asked and there was something to read."""
@@ -239,7 +243,7 @@ class OneSlotBackend(Backend):
     and gets the face from them: one item a forward, slot 0's."""
 
     @abstractmethod
-    def prefill(self, tokens: list[int], start: int, *, want_hidden: bool = False) -> torch.Tensor | None:
+    def prefill(self, tokens: list[int], start: int, *, want_hidden: bool = False) -> Array | None:
         """Read ``tokens`` into the cache from position ``start`` (what it holds past it is dropped);
         the last one's hidden state when asked."""
 
@@ -256,7 +260,7 @@ class OneSlotBackend(Backend):
         """Keep the first ``length`` cached positions (drop what was verified after them)."""
 
     def decode_many(self, work: dict) -> dict:
-        out: dict[int, torch.Tensor | Verified | Exception | None] = {}
+        out: dict[int, Array | Verified | Exception | None] = {}
         for slot, item in work.items():  # one slot: one item
             try:
                 if isinstance(item, Prefill):

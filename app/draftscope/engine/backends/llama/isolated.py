@@ -24,7 +24,6 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from draftscope.engine.backends.base import Backend, Verified
 from draftscope.engine.backends.llama.llama_lib import LlamaCppError
@@ -154,7 +153,7 @@ class IsolatedLlamaBackend(Backend):
         if isinstance(value, tuple) and value and value[0] == "logits":
             _, first, rows = value
             view = np.ndarray((rows, self.vocab), dtype=np.float32, buffer=self._shm.buf, offset=first * self.vocab * 4)
-            return Verified(torch.from_numpy(view.copy()))
+            return Verified(view.copy())
         if isinstance(value, dict):
             return {k: self._unpack(v) for k, v in value.items()}
         return value
@@ -319,7 +318,7 @@ def _pack(value, shm, rows: int, vocab: int):
             if not isinstance(v, Verified):  # an item's error (pickled as it is)
                 out[key] = v
                 continue
-            logits = v.logits.numpy()
+            logits = v.logits
             n = logits.shape[0]
             if first + n > rows:
                 raise LlamaCppError(f"{first + n} rows of logits; the shared buffer holds {rows}")

@@ -26,7 +26,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from draftscope.draft_tree import leaves_below
 from draftscope.engine.backends.base import Backend, Verified
@@ -270,7 +269,7 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
             if isinstance(item, Prefill):
                 self.held.read(slot, item.start, item.tokens)
                 self._past[slot] += len(item.tokens)
-        out: dict[int, torch.Tensor | Verified] = {}
+        out: dict[int, np.ndarray | Verified] = {}
         for slot, (first, rows) in outputs.items():
             # llama.cpp numbers output rows by the batch tokens that asked for logits, in order (all, with hidden states)
             row = first if hidden else sum(1 for e in entries[:first] if e[3])
@@ -300,12 +299,10 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
         ]
 
     @serialised
-    def read_rows(
-        self, slot: int, tokens: list[int], *, greedy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The final hidden state of every token of ``tokens`` [T, hidden], read from the start in
-        ``slot`` (its answer is forgotten, before and after), and with ``greedy`` the most likely next
-        token after each [T]: what training a recurrent head reads of the model."""
+    def read_rows(self, slot: int, tokens: list[int], *, greedy: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """The final hidden state of every token of ``tokens`` [T, hidden] (float32), read from the start
+        in ``slot`` (its answer is forgotten, before and after), and with ``greedy`` the most likely next
+        token after each [T] (int64): what training a recurrent head reads of the model."""
         L = self._L
         if not tokens or len(tokens) > self.max_context:
             raise ValueError(f"a sequence of {len(tokens)} tokens; between 1 and {self.max_context} can be read")
@@ -321,12 +318,12 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
                 if greedy:  # read in place: a chunk's logits are ~0.6 MB a token for a 152k vocabulary
                     pointer = ctypes.cast(L.llama_get_logits(self._ctx), ctypes.POINTER(ctypes.c_float))
                     logits = np.ctypeslib.as_array(pointer, shape=(len(chunk), self.vocab))
-                    best.append(torch.from_numpy(logits.argmax(-1).astype(np.int64)))
+                    best.append(logits.argmax(-1).astype(np.int64))
                 self._past[slot] += len(chunk)
         finally:
             L.llama_set_embeddings(self._ctx, False)
             self.clear_slot(slot)
-        return torch.cat(hidden), torch.cat(best) if greedy else None
+        return np.concatenate(hidden), np.concatenate(best) if greedy else None
 
     def _last_tokens_apart(self, work: dict, failed: dict) -> dict:
         """Prompt chunks that want their last token's hidden state are read without it first, but for
@@ -349,14 +346,14 @@ class LlamaCppBackend(ChangesThreads, KeepsPrefixes, Backend):
             if slot not in failed
         }
 
-    def _rows(self, getter, first: int, rows: int, width: int) -> torch.Tensor:
-        """Rows of the last decode's logits or hidden states (``getter``), copied out of llama.cpp's
-        buffer (which the next decode reuses) straight into a tensor: np.ctypeslib's array view cost
-        a tenth of a millisecond a step."""
-        out = torch.empty((rows, width), dtype=torch.float32)
+    def _rows(self, getter, first: int, rows: int, width: int) -> np.ndarray:
+        """Rows of the last decode's logits or hidden states (``getter``), float32, copied out of
+        llama.cpp's buffer (which the next decode reuses) straight into an array: np.ctypeslib's array
+        view cost a tenth of a millisecond a step."""
+        out = np.empty((rows, width), dtype=np.float32)
         # the buffer is there after a decode that asked for these rows (None: a NULL pointer)
         source = ctypes.cast(getter(self._ctx), ctypes.c_void_p).value + first * width * 4  # type: ignore[operator]
-        ctypes.memmove(out.data_ptr(), source, rows * width * 4)
+        ctypes.memmove(out.ctypes.data, source, rows * width * 4)
         return out
 
     @serialised

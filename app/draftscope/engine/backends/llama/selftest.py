@@ -198,7 +198,7 @@ def _child(repacked: bool, threads: int | None) -> int:
                 np.ones(6, np.int8),
             )
             rows = backend.verify(PROMPT[-1], tree).logits
-            if rows.shape[0] != 7 or not bool(rows.isfinite().all()):
+            if rows.shape[0] != 7 or not bool(np.isfinite(rows).all()):
                 say("error: llama.cpp ran but gave unusable logits")
                 return 1
             backend.commit([0, 1])
