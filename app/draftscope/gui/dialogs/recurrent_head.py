@@ -1,9 +1,11 @@
-"""The model's recurrent head in words (Settings ▸ Drafting, the training dialog): read off the head's
-description beside it. Without PyTorch a head cannot draft, so it is described as none."""
+"""The model's recurrent head in words (Settings ▸ Drafting, the training dialog), read off the head's
+description beside it (no torch needed: the window starts without it). Without PyTorch a head cannot
+draft, and its description says so."""
 
 from __future__ import annotations
 
 from draftscope import optional_torch
+from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta
 
 
 def _tokens_text(n: int) -> str:
@@ -13,12 +15,7 @@ def _tokens_text(n: int) -> str:
 
 
 def head_training(model_spec: str) -> dict | None:
-    """The ``training`` part of the model's head description (None when it has no usable head: none
-    written, or no PyTorch to draft with it)."""
-    if not optional_torch.torch_available():
-        return None
-    from draftscope.drafters.recurrent.files import HeadError, default_head_path, read_meta  # noqa: PLC0415  # torch
-
+    """The ``training`` part of the model's head description (None when it has no usable head)."""
     path = default_head_path(model_spec)
     if not path.with_suffix(".json").exists():
         return None
@@ -29,7 +26,8 @@ def head_training(model_spec: str) -> dict | None:
 
 
 def head_description(model_spec: str) -> str:
-    """The model's head in words ("trained on 600k tokens, validation τ 1.90"); "" when it has none."""
+    """The model's head in words ("trained on 600k tokens, validation τ 1.90"); "" when it has none;
+    "…; it needs PyTorch, not installed here" where it cannot draft."""
     training = head_training(model_spec)
     if training is None:
         return ""
@@ -37,4 +35,5 @@ def head_description(model_spec: str) -> str:
     tau = (training.get("validation") or {}).get("tau_chain")
     if tau is not None:
         parts.append(f"validation τ {tau:.2f}")
-    return ", ".join(parts)
+    missing = "" if optional_torch.torch_available() else "; it needs PyTorch, not installed here"
+    return ", ".join(parts) + missing
