@@ -239,7 +239,7 @@ def test_a_failing_install_shows_pips_words_and_the_window_stays_usable(qtbot, i
     assert settings.result_settings().temperature == 0.5
 
 
-def test_cancel_kills_pip(qtbot, index, tmp_path):
+def test_cancel_and_closing_kill_pip(qtbot, index, tmp_path):
     index.handler.pace = 0.5  # ten seconds of download: cancelled long before its end
     target = tmp_path / "site"
     dialog = TorchInstallDialog(plan=local_plan(index, target))
@@ -259,6 +259,14 @@ def test_cancel_kills_pip(qtbot, index, tmp_path):
     assert not os.path.exists(temp), "pip's temporary files went with it"
     assert not (target / "tinypkg").exists()
     assert button(dialog, "installTorchButton").isEnabled()
+
+    button(dialog, "installTorchButton").click()  # again, then the dialog closed mid-download: pip ends too
+    qtbot.waitUntil(lambda: dialog.running and dialog.process.processId() not in (0, pid), timeout=10_000)
+    pid = dialog.process.processId()
+    dialog.reject()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not dialog.isVisible() and not (target / "tinypkg").exists()
 
 
 def test_a_load_that_needs_pytorch_offers_it_then_loads(qtbot, chat_engine, index, tmp_path, monkeypatch):

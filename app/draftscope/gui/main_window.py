@@ -443,7 +443,7 @@ class MainWindow(QMainWindow):
         self.datastore_wizard.open()
 
     def open_train_dialog(self, *, options_overrides: dict | None = None) -> None:
-        """Train a recurrent head for the loaded model (train_head.open_for_window)."""
+        """Train a recurrent head for the loaded model (train_head_start.open_for_window)."""
         open_for_window(self, options_overrides)
 
     def use_trained_head(self, path: str) -> None:
