@@ -29,11 +29,9 @@ SPECIAL_IDS = {
 BOS_EOS_RULES = ("add_bos_token", "add_eos_token")  # whether encoding puts BOS in front, EOS at the end
 # Pre-tokenizers llama.cpp runs as "every digit alone, then GPT-2's split" (its regexes "\p{N}" and
 # GPT-2's), which transformers' converter does not list: it would leave GPT-2's split alone, and
-# " ½" would be one piece for transformers and two for llama.cpp. These models' own tokenizer.json
-# say the same thing as Digits(individual_digits) before ByteLevel.
+# " ½" would be one piece for transformers and two for llama.cpp. SmolLM2's and StarCoder's own
+# tokenizer.json say the same as llama.cpp: Digits(individual_digits) before ByteLevel.
 DIGITS_FIRST = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"})
-
-
 MARK = "draftscope-gguf-tokenizer.txt"  # in a kept folder: built here, not by the earlier conversion
 
 
