@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 EXTRA = "draftscope[torch]"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-REQUIREMENT = "torch>=2.1"
+REQUIREMENT = "torch>=2.6"  # transformers 5 turns torch off below 2.6
 
 
 class TorchMissing(RuntimeError):

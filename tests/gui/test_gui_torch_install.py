@@ -162,7 +162,7 @@ def test_settings_model_offers_pytorch_with_its_size(qtbot, no_torch, monkeypatc
     sizes = label(install_dialog(dialog), "torchSize").text()
     assert "about 200 MB to download" in sizes and "the CPU build (no NVIDIA card was found here)" in sizes
     assert (
-        "'torch>=2.1' --extra-index-url https://download.pytorch.org/whl/cpu"
+        "'torch>=2.6' --extra-index-url https://download.pytorch.org/whl/cpu"
         in label(install_dialog(dialog), "torchCommand").text()
     )
     install_dialog(dialog).reject()
