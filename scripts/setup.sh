@@ -119,9 +119,12 @@ fi
 if [ -n "$torch_why" ]; then
     if "$PY" - <<'PYEOF' 2>/dev/null; then
 import sys
+sys.path.insert(0, "app")
+from draftscope.optional_torch import REQUIREMENT
 import torch
-major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-sys.exit(0 if (major, minor) >= (2, 1) else 1)
+need = tuple(int(x) for x in REQUIREMENT.split(">=")[1].split(".")[:2])
+have = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+sys.exit(0 if have >= need else 1)
 PYEOF
         say "using the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
     else
@@ -131,11 +134,13 @@ PYEOF
 fi
 
 # --- The package itself (maturin builds the Rust extension; editable, so Python edits apply) ---
-# torch is an extra (draftscope[torch]), which the test extra includes: installed above where wanted, so
-# pip finds it satisfied and a CPU machine does not fetch PyPI's CUDA build for the tests
+# torch is the extra draftscope[torch] (with accelerate), which the test extra includes: torch is installed
+# above where wanted, so pip finds it satisfied and a CPU machine does not fetch PyPI's CUDA build
 say "building the Rust extension and installing draftscope"
 if [ "$mode" = test ]; then
     "$PY" -m pip install -q -e ".[test]"
+elif [ -n "$torch_why" ]; then
+    "$PY" -m pip install -q -e ".[torch]"
 else
     "$PY" -m pip install -q -e .
 fi
