@@ -8,6 +8,7 @@ CUDA build where ``nvidia-smi`` finds a card (several GB)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -22,12 +23,28 @@ class TorchMissing(RuntimeError):
 
     def __init__(self, what: str) -> None:
         self.what = what
-        plan = install_plan()
-        super().__init__(
-            f"{what} needs PyTorch, which is not installed here. Install it ({plan.size_words}) with "
-            f"`{plan.command_words}`, or `bash scripts/setup.sh --with-torch`; in the window, "
-            "Settings ▸ Model ▸ Install PyTorch. GGUF models on llama.cpp need no torch."
+        super().__init__(f"{what} needs PyTorch, which is not installed here. {how_to_install()}")
+
+
+def how_to_install() -> str:
+    """Where torch can be added: pip and set-up from a source install; a bundle holds none and takes none."""
+    if getattr(sys, "frozen", False):  # the PyInstaller bundle: its packages are fixed at build time
+        return (
+            "This bundle is built without it, for GGUF models on llama.cpp; for the torch backend install "
+            f"Draftscope with pip instead: `pip install '{EXTRA}'`."
         )
+    plan = install_plan()
+    return (
+        f"Install it ({plan.size_words}) with `{plan.command_words}`, or `bash scripts/setup.sh --with-torch`; "
+        "in the window, Settings ▸ Model ▸ Install PyTorch. GGUF models on llama.cpp need no torch."
+    )
+
+
+def quiet_transformers() -> None:
+    """transformers warns "PyTorch was not found" on every start without torch; TorchMissing says, where it
+    matters, what needs it. Set before transformers is first imported (its warning is read at import)."""
+    if not torch_available():
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 def torch_available() -> bool:
