@@ -1,9 +1,11 @@
-"""Tiny random Llamas for engine tests (built from a config: no download)."""
+"""Tiny random Llamas for engine tests (built from a config: no download), and models of NumPy rows."""
 
+import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from draftscope.engine.backends.base import Backend, Verified
+from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.base import Backend, OneSlotBackend, Verified
 from draftscope.engine.backends.work import Prefill
 from draftscope.engine.verify import token_positions
 
@@ -115,3 +117,49 @@ class Scripted(Backend):
     @property
     def cached(self):
         return self._cached
+
+
+class NumpyModel(OneSlotBackend):
+    """A model whose rows are NumPy's, as llama.cpp's are: float32 logits that are a function of the
+    prefix alone (each of the last two tokens adds its random row, scaled by ``sharpen``), the same
+    whatever the batch, so answers with drafts must equal plain decoding's token for token. No torch
+    runs in its steps: what samples them is the NumPy path of the one rule."""
+
+    kind, device, precision = "numpy", "cpu", "float32"
+
+    def __init__(self, vocab: int, *, seed: int = 0, sharpen: float = 3.0, name: str = "numpy model") -> None:
+        rng = np.random.default_rng(seed)
+        self.last = (rng.standard_normal((vocab, vocab)) * sharpen).astype(np.float32)
+        self.before = (rng.standard_normal((vocab, vocab)) * sharpen / 2).astype(np.float32)
+        self.tokenizer, self.name, self.vocab = IdTokenizer(), name, vocab
+        self.max_context, self.eos_ids = 4096, set()
+        self.ids: list[int] = []  # what the cache holds
+        self._verified: tuple[int, DraftTree] | None = None
+
+    def row(self, prefix: list[int]) -> np.ndarray:
+        out = self.last[prefix[-1]].copy()
+        if len(prefix) > 1:
+            out += self.before[prefix[-2]]
+        return out
+
+    def prefill(self, tokens, start, *, want_hidden=False):
+        self.ids = self.ids[:start] + list(tokens)
+        return None
+
+    def verify(self, root, tree, *, want_hidden=False):
+        context = self.ids + [int(root)]
+        rows = [self.row(context)] + [self.row(context + tree.token_path(i)) for i in range(len(tree))]
+        self._verified = (int(root), tree)
+        return Verified(np.stack(rows))
+
+    def commit(self, path):
+        root, tree = self._verified
+        self.ids = self.ids + [root] + [int(tree.tokens[p]) for p in path]
+        self._verified = None
+
+    def truncate(self, length):
+        self.ids = self.ids[:length]
+
+    @property
+    def cached(self):
+        return len(self.ids)
