@@ -107,9 +107,10 @@ def read(backend, slot: int, ids: list[int]) -> None:
 
 
 def rows(out: dict, slot: int) -> torch.Tensor:
+    """The slot's rows as a tensor, to compare across backends (llama.cpp's are NumPy's: no torch there)."""
     got = out[slot]
     assert not isinstance(got, Exception), f"slot {slot}: {got}"
-    return got.logits
+    return torch.as_tensor(got.logits)
 
 
 def alone(backend, ids: list[int], tree: DraftTree | None = None) -> torch.Tensor:

@@ -14,6 +14,7 @@ llama_cpp = need_llama_cpp()
 from engine_fixtures import tiny_llama
 from gguf_fixtures import write_tiny_gguf
 
+from draftscope.engine import backends
 from draftscope.engine.backends import choose_backend, open_backend
 from draftscope.engine.backends.llama import gpu_offload
 from draftscope.engine.backends.llama.gguf_memory import CARD_RESERVE, GgufMemory, _group
@@ -122,6 +123,7 @@ def test_a_card_only_torch_drives_opens_the_gguf_on_torch_and_says_which_build_i
     from draftscope.engine.backends.pytorch import precision
 
     monkeypatch.setattr(precision, "pick_device", lambda *a, **k: torch.device("cuda"))
+    monkeypatch.setattr(backends, "has_nvidia_card", lambda: True)  # the card's driver is there
     source = resolve_model(str(gguf))
     choice = choose_backend(source, "auto", None, check=False)
     assert choice.kind == "torch" and "build_llama_cuda.sh" in choice.why
@@ -129,7 +131,18 @@ def test_a_card_only_torch_drives_opens_the_gguf_on_torch_and_says_which_build_i
         choose_backend(source, "llama.cpp", "cuda", check=False)
 
 
-def test_without_a_card_a_gguf_stays_on_llama_cpp_on_the_cpu(gguf, no_card):
+def test_without_a_card_a_gguf_stays_on_llama_cpp_on_the_cpu(gguf, no_card, monkeypatch):
+    """And torch is not asked for a device there (importing it would cost seconds, where it is installed at all)."""
+    from draftscope.engine.backends.pytorch import precision
+
+    monkeypatch.setattr(backends, "has_nvidia_card", lambda: False)
+    monkeypatch.setattr(backends.sys, "platform", "linux")
+    monkeypatch.setattr(backends.shutil, "which", lambda name: None)
+
+    def asked(*args, **kwargs):
+        raise AssertionError("torch was asked which device it would run on")
+
+    monkeypatch.setattr(precision, "pick_device", asked)
     choice = choose_backend(resolve_model(str(gguf)), "auto", None, check=False)
     assert (choice.kind, choice.on_card) == ("llama.cpp", False)
 

@@ -70,10 +70,10 @@ def test_speculation_gives_the_backends_plain_decoding(engine, tmp_path):
         if k is not None:  # the same position computed one token at a time and inside a batch
             prefix = ids + plain[:k]
             backend.start(prefix)
-            single = backend.verify(prefix[-1], DraftTree.empty()).logits[0]
+            single = torch.from_numpy(backend.verify(prefix[-1], DraftTree.empty()).logits[0])
             n = 12  # the last 12 tokens in one batch, as a verified tree holds them
             backend.start(prefix[:-n])
-            batched = backend.verify(prefix[-n - 1], chain_tree(prefix[-n:])).logits[-1]
+            batched = torch.from_numpy(backend.verify(prefix[-n - 1], chain_tree(prefix[-n:])).logits[-1])
             top = torch.topk(single, 2)
             gap = float(top.values[0] - top.values[1])
             noise = float((single - batched).abs().max())
