@@ -20,15 +20,17 @@ def load_draft_model(
     words, so every one would be rejected (or, worse, accepted by chance)."""
 
     source = resolve_model(spec)
+    target_backend = target.backend if isinstance(target, Engine) else None  # a LoadedModel runs on torch
+    # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own; else on torch
+    on_llama = target_backend is not None and target_backend.kind == "llama.cpp" and source.kind == "gguf"
+    if not on_llama:
+        require_torch(f"The draft model {source.display_name} (it runs on torch beside this model)")
     why = draft_incompatibility(target.tokenizer, load_tokenizer(source))
     if why:
         raise ValueError(f"{source.display_name} cannot be a draft model here: {why}")
-    target_backend = target.backend if isinstance(target, Engine) else None  # a LoadedModel runs on torch
-    if target_backend is not None and target_backend.kind == "llama.cpp" and source.kind == "gguf":
-        # beside a llama.cpp target, a GGUF draft model runs in a llama.cpp context of its own
+    if on_llama:
         opened = open_backend(source, backend="llama.cpp", context=target.max_context, threads=target_backend.threads)
         return LoadedModel(opened, opened.tokenizer, source, opened.device, None, opened.precision_reason)
-    require_torch(f"The draft model {source.display_name} (it runs on torch beside this model)")
     dev = str(device or (target.device if is_torch(target.device) else "cpu"))  # llama.cpp's device is a word
     dt = dtype or (str(target.dtype).removeprefix("torch.") if target.dtype is not None else None)
     return load_model(source, device=dev, dtype=dt)

@@ -166,17 +166,18 @@ def open_backend(spec, *, progress=None, **options) -> Backend:
     kind, why, notice, repacked, on_card = choose_backend(
         source, spec.backend, spec.device, progress=progress, threads=spec.threads
     )
-    if progress is not None:
-        progress(Stage(LOADING_WEIGHTS))
     if spec.workers and kind != "llama.cpp":
         raise ValueError(
             f"workers share a model's layers on llama.cpp, and {source.display_name} opens on {kind} "
             f"({why}): use a GGUF model on the llama.cpp backend, or no workers"
         )
+    if kind != "llama.cpp":
+        require_torch(_needs_torch(spec, why))  # in words, before anything of torch is imported or loaded
+    if progress is not None:
+        progress(Stage(LOADING_WEIGHTS))
     if kind == "llama.cpp":
         opened = _open_on_llama(spec, repacked, on_card)
     else:
-        require_torch(_needs_torch(spec, why))  # in words, before anything of torch is imported
         opened = _open_on_torch(spec, progress)
         if source.kind == "gguf":
             opened.precision_reason += f"; torch backend: {why}"
