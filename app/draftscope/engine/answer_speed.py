@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from draftscope.engine.budget import DraftBudget
 from draftscope.engine.drafting import SLOW_SHARE
 from draftscope.engine.plain_rate import AnswerPlainSteps, PlainRate
-
-if TYPE_CHECKING:
-    from draftscope.engine.budget import DraftBudget  # torch
 
 
 class EngineRates(Protocol):

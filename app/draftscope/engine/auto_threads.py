@@ -17,15 +17,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from draftscope.draft_tree import DraftTree
+from draftscope.engine.backends.base import Backend
 from draftscope.engine.stages import Progress, StageClock
-
-if TYPE_CHECKING:
-    from draftscope.engine.backends.base import Backend  # torch
 
 log = logging.getLogger(__name__)
 

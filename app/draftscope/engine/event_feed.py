@@ -12,13 +12,10 @@ import asyncio
 import contextlib
 import queue
 from collections.abc import AsyncGenerator, Iterator
-from typing import TYPE_CHECKING
 
+from draftscope.engine.answer import Answer
 from draftscope.engine.events import Event, FinalEvent
-
-if TYPE_CHECKING:  # torch: a reader's module need not load them (the tests drive scripted ones)
-    from draftscope.engine.answer import Answer
-    from draftscope.engine.stepper import Stepper
+from draftscope.engine.stepper import Stepper
 
 
 class LoopFeed:
