@@ -97,3 +97,23 @@ def test_a_gguf_on_llama_cpp_answers_with_a_llama_cpp_draft_model(no_torch, gguf
     finally:
         draft.close()
         engine.close()
+
+
+def test_torch_loaded_after_a_llama_cpp_model_opened_gets_one_thread_at_the_next_answer(monkeypatch):
+    """A recurrent head or a torch draft model beside llama.cpp loads torch after the model opened: its
+    spinning threads would take llama.cpp's cores, so the next answer gives torch one thread."""
+    import torch
+    from engine_fixtures import NumpyModel
+
+    backend = NumpyModel(16)
+    backend.kind = "llama.cpp"
+    with monkeypatch.context() as hidden:
+        hidden.setitem(sys.modules, "torch", None)
+        engine = Engine(backend=backend)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        list(engine.generate(GenerationRequest(prompt_ids=[1, 2, 3], max_new_tokens=2)))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

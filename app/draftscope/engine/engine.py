@@ -9,6 +9,7 @@ cache and logit processing. What runs the target (torch or llama.cpp) sits behin
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import time
@@ -54,29 +55,26 @@ class PromptTooLongError(ValueError):
     pass
 
 
-_torch_threads: list[int] = []  # what torch chose for this machine, read before anyone changed it
-
-
+@functools.cache
 def torch_default_threads() -> int:
-    """The threads torch chose for this machine (asked where torch is loaded: a torch model runs)."""
-    torch = sys.modules["torch"]
-    if not _torch_threads:
-        _torch_threads.append(torch.get_num_threads())
-    return _torch_threads[0]
+    """The threads torch chose for this machine, read before anyone changed them (asked where torch
+    is loaded)."""
+    return sys.modules["torch"].get_num_threads()
 
 
-def share_cores_with(backend: Backend, threads: int | None = None) -> None:
-    """torch's CPU threads, where torch is loaded (nothing to do, and nothing loaded, where it is
-    not: on llama.cpp the sampling is NumPy's). Beside llama.cpp, torch (a recurrent head, a torch
+def share_cores_with(backend: Backend, threads: int | None = None) -> bool:
+    """torch's CPU threads, where torch is loaded; False where it is not (nothing to do, and nothing
+    loaded: on llama.cpp the sampling is NumPy's). Beside llama.cpp, torch (a recurrent head, a torch
     draft model) gets one thread: its OpenMP threads spin between ops and take the cores llama.cpp's
     threads compute on (off a process's main thread a step cost 86-100 ms instead of 62, Qwen2.5-1.5B,
     2 cores). When a torch model runs, ``threads`` (Settings ▸ Generation ▸ Threads, --threads), else
     torch's own choice."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return
+        return False
     default = torch_default_threads()
     torch.set_num_threads(1 if backend.kind == "llama.cpp" else threads or default)
+    return True
 
 
 class Engine:
@@ -99,7 +97,8 @@ class Engine:
             backend = torch_backend_for(model, tokenizer, name=name, device=device)
         self.backend = backend
         backend.keep_on_disk(kv_store)
-        share_cores_with(backend, threads)
+        # torch's threads set once it is loaded: here, or at the first answer after a torch drafter loaded it
+        self._torch_threads_set = share_cores_with(backend, threads)
         # every backend's tokenizer is a Hugging Face one (base.py declares it an object)
         self.tokenizer = cast(Tokenizer, backend.tokenizer)
         self.name = backend.name
@@ -313,13 +312,21 @@ class Engine:
         (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""
         prompt = self._prompt(request)
+        self._share_cores()
         yield from follow(self.stepper, Answer(self, request, prompt, ignore_eos=_ignore_eos))
+
+    def _share_cores(self) -> None:
+        """torch's threads, the first time an answer finds torch loaded (a recurrent head or a torch draft
+        model beside llama.cpp loaded it after the model opened)."""
+        if not self._torch_threads_set:
+            self._torch_threads_set = share_cores_with(self.backend, self.threads_asked)
 
     async def generate_async(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
         """``generate`` for a reader on an asyncio event loop (the server): the events awaited there, fed
         from the stepper's thread (engine/event_feed.py), no thread of the reader's own. Closing it
         (``contextlib.aclosing``) before the end frees the answer's slot."""
         answer = Answer(self, request, self._prompt(request))
+        self._share_cores()
         async with contextlib.aclosing(follow_async(self.stepper, answer)) as events:
             async for event in events:
                 yield event
