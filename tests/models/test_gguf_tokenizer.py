@@ -131,15 +131,18 @@ def test_the_template_and_tokens_are_those_of_the_earlier_conversion_but_digits_
     assert (kept_folder(smollm2) / MARK).is_file()
 
 
-def test_an_earlier_conversions_folder_stays_valid_where_it_agrees_with_llama_cpp(tiny, own_cache, monkeypatch):
+def test_an_earlier_conversions_folder_is_built_again_then_kept(tiny, own_cache, monkeypatch):
+    """The earlier conversion's folder loads through AutoTokenizer (torch wherever installed): it is replaced
+    once by ours, which later loads read back without building it again."""
     from draftscope.models import gguf_tokenizer as module
 
     earlier = earlier_conversion(tiny)
     earlier.save_pretrained(str(kept_folder(tiny)))
+    rebuilt = load_tokenizer(resolve_model(str(tiny)))
+    assert (kept_folder(tiny) / MARK).is_file()
+    assert rebuilt.get_vocab() == earlier.get_vocab() and rebuilt.eos_token == earlier.eos_token == "</s>"
     monkeypatch.setattr(module, "gguf_tokenizer", lambda path: pytest.fail("rebuilt a kept tokenizer"))
-    kept = load_tokenizer(resolve_model(str(tiny)))
-    assert kept.get_vocab() == earlier.get_vocab() and kept.eos_token == earlier.eos_token == "</s>"
-    assert not (kept_folder(tiny) / MARK).exists()
+    assert load_tokenizer(resolve_model(str(tiny))).get_vocab() == rebuilt.get_vocab()
 
 
 CHILD = """

@@ -57,13 +57,14 @@ def gguf_tokenizer(path):
 
 
 def kept_gguf_tokenizer(path: Path, folder: Path):
-    """The tokenizer of the GGUF at ``path``, kept in ``folder``: loaded from there when it holds one
-    (also one the earlier transformers conversion wrote, unless that one lacks the digit split the
-    file asks for), else built, saved there and loaded back."""
-    from transformers import AutoTokenizer
+    """The tokenizer of the GGUF at ``path``, kept in ``folder``: loaded from there when this code built
+    it (its MARK), else built, saved there and loaded back. A folder the earlier transformers conversion
+    wrote is built again: that one split no digits off where llama.cpp does (SmolLM2's " ½"), and it
+    loads through AutoTokenizer, which imports torch wherever torch is installed (seconds at each load)."""
+    from transformers import PreTrainedTokenizerFast
 
-    if (folder / "tokenizer_config.json").is_file() and not _earlier_without_digit_split(path, folder):
-        return AutoTokenizer.from_pretrained(str(folder))
+    if (folder / MARK).is_file() and (folder / "tokenizer_config.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
     partial = folder.with_name(folder.name + ".part")
     gguf_tokenizer(path).save_pretrained(str(partial))
     (partial / MARK).write_text("built by Draftscope from the GGUF's own tokenizer metadata\n")
@@ -72,16 +73,7 @@ def kept_gguf_tokenizer(path: Path, folder: Path):
         partial.replace(folder)
     except OSError:  # another process kept its own meanwhile: the same tokenizer
         shutil.rmtree(partial, ignore_errors=True)
-    return AutoTokenizer.from_pretrained(str(folder))
-
-
-def _earlier_without_digit_split(path: Path, folder: Path) -> bool:
-    """Whether ``folder`` was written by the earlier conversion (transformers' own) for a vocabulary
-    of DIGITS_FIRST: that one splits no digits off, and differs from llama.cpp on text like " ½"."""
-    if (folder / MARK).is_file():
-        return False
-    values = read_gguf_header(path).values
-    return values.get("tokenizer.ggml.model") == "gpt2" and values.get("tokenizer.ggml.pre") in DIGITS_FIRST
+    return PreTrainedTokenizerFast.from_pretrained(str(folder))
 
 
 def tokenizer_metadata(path: Path) -> tuple[str, dict, dict]:

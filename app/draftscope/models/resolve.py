@@ -106,20 +106,11 @@ def _digest(path: str, size: int, mtime_ns: int) -> str:
 
 def load_tokenizer(source: ModelSource):
     """The model's fast tokenizer (with its chat template), for a source resolved by the caller."""
-    from transformers import AutoTokenizer
-
     if not isinstance(source, ModelSource):  # a name is resolved once, where it is read (resolve_model)
         raise TypeError(f"load_tokenizer takes a resolved ModelSource, not {type(source).__name__}")
 
-    if source.kind == "folder":
-        return AutoTokenizer.from_pretrained(source.location)
-    if source.kind == "hub":
-        try:
-            return AutoTokenizer.from_pretrained(source.location)
-        except OSError as exc:
-            raise ModelNotFoundError(
-                f"could not load {source.location!r} from the Hugging Face hub (offline, or no such model): {exc}"
-            ) from exc
+    if source.kind in ("folder", "hub"):
+        return _folder_or_hub_tokenizer(source)
     gguf = source.gguf_path
     if not gguf.is_file():
         raise ModelNotFoundError(f"model file not found: {gguf}")
@@ -127,3 +118,17 @@ def load_tokenizer(source: ModelSource):
         return kept_gguf_tokenizer(gguf, paths.tokenizers_dir() / file_digest(gguf)[:24])
     except GgufHeaderError as exc:
         raise ModelNotFoundError(f"{gguf} could not be read as a GGUF model: {exc}") from exc
+
+
+def _folder_or_hub_tokenizer(source: ModelSource):
+    """A Hugging Face folder's or hub model's own tokenizer (AutoTokenizer: it brings torch where installed)."""
+    from transformers import AutoTokenizer
+
+    if source.kind == "folder":
+        return AutoTokenizer.from_pretrained(source.location)
+    try:
+        return AutoTokenizer.from_pretrained(source.location)
+    except OSError as exc:
+        raise ModelNotFoundError(
+            f"could not load {source.location!r} from the Hugging Face hub (offline, or no such model): {exc}"
+        ) from exc
