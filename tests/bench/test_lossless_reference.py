@@ -44,7 +44,7 @@ def reference_picks(engine, prompt, tokens, params) -> list[int]:
     if params.greedy:
         return rows.argmax(-1).tolist()
     noise = PositionNoise(params.seed, engine.vocab)
-    return [int((rows[i].log() + noise.at(len(prompt) + i)).argmax()) for i in range(len(tokens))]
+    return [int((rows[i].log() + torch.from_numpy(noise.at(len(prompt) + i))).argmax()) for i in range(len(tokens))]
 
 
 def test_the_reference_is_the_engines_rule_with_the_penalty_window(engine, prompt):

@@ -287,7 +287,7 @@ def divergence(engine, prompt, ref, got, params) -> dict:
         if params.greedy:
             return logits[0].float().cpu()
         seen = recent_tokens([prefix], params.repetition_window, engine.vocab)  # what the penalty covers
-        noise = PositionNoise(params.seed, engine.vocab).at(len(prefix))
+        noise = torch.from_numpy(PositionNoise(params.seed, engine.vocab).at(len(prefix)))
         return probabilities(logits.cpu(), params, seen)[0].log() + noise
 
     s_whole, s_one = scores(whole), scores(one)
