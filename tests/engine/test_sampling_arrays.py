@@ -92,6 +92,18 @@ def test_a_tie_at_the_kth_keeps_every_tied_token_on_numpy_rows():
         assert next_tokens(logits, params, [p], noise) == next_tokens(torch.from_numpy(logits), params, [p], noise)
 
 
+@pytest.mark.parametrize("temperature", [0.3, 0.7, 1.3])
+def test_a_tie_at_the_kth_keeps_every_tied_token_at_any_temperature(temperature):
+    """The k-th is compared with its row scaled the same way: a k-th divided apart (NumPy 1 divides a
+    float32 scalar in float64) rounds above its own tied entries in some rows and drops them all."""
+    params = SamplingParams(temperature=temperature, top_k=4)
+    rng = np.random.default_rng(11)
+    for v in rng.uniform(-20, 20, 300).astype(np.float32):
+        logits = np.full((1, 16), -30.0, np.float32)
+        logits[0, :6] = [v + 5, v + 5, v + 5, v, v, v]  # three above the k-th, which ties with two more
+        assert int((probabilities(logits, params) > 0).sum()) == 6, v
+
+
 def test_choose_over_candidates_and_whole_rows_agrees_across_kinds():
     """The Gumbel-max draw over top-k's candidates (ids given) and over whole rows, rows of another
     vocabulary size padded: the same tokens from NumPy and torch."""

@@ -115,7 +115,8 @@ def processed(
     whole = A.scatter(A.zeros(logits.shape, probs), ids, probs)
     for row in A.nonzero(tied)[0].tolist():
         scaled = logits[row : row + 1] / params.temperature
-        kth = values[row, k - 1] / params.temperature
+        # the k-th's own scaled entry: a scalar divided apart would round apart (NumPy 1 divides it in float64)
+        kth = scaled[0, int(indices[row, k - 1])]
         whole[row : row + 1] = _finish(A.masked_fill(scaled, scaled < kth, A.NEG_INF), params)
     return whole, None
 
