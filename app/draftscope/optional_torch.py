@@ -7,6 +7,7 @@ CUDA build where ``nvidia-smi`` finds a card (several GB)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -16,14 +17,19 @@ from dataclasses import dataclass
 EXTRA = "draftscope[torch]"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 REQUIREMENT = "torch>=2.6"  # transformers 5 turns torch off below 2.6
+MIN_VERSION = (2, 6)
+RESTART = "was installed after Draftscope started"
 
 
 class TorchMissing(RuntimeError):
-    """What needs PyTorch, which is not installed, and how to install it."""
+    """What needs PyTorch, which is not usable here (missing, too old, or installed after the start), and
+    what to do."""
 
     def __init__(self, what: str) -> None:
         self.what = what
-        super().__init__(f"{what} needs PyTorch, which is not installed here. {how_to_install()}")
+        why = why_not_usable() or "is not installed here"
+        todo = "Restart Draftscope to use it." if why == RESTART else how_to_install()
+        super().__init__(f"{what} needs PyTorch, which {why}. {todo}")
 
 
 def how_to_install() -> str:
@@ -48,13 +54,31 @@ def quiet_transformers() -> None:
 
 
 def torch_available() -> bool:
-    """Whether ``import torch`` would find it (without importing it: that costs seconds)."""
-    if "torch" in sys.modules:
-        return sys.modules["torch"] is not None
+    """Whether torch can be used here (without importing it: that costs seconds)."""
+    return why_not_usable() is None
+
+
+def why_not_usable() -> str | None:
+    """Why torch cannot be used, in words (None when it can): not found; found without its metadata (an
+    install cut short, which transformers' import then fails on); older than REQUIREMENT; or installed
+    after transformers judged it missing (it decides once, at its import)."""
+    if "torch" in sys.modules and sys.modules["torch"] is None:
+        return "is not installed here"
     try:
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):  # a broken or half-removed install
-        return False
+        if importlib.util.find_spec("torch") is None:
+            return "is not installed here"
+        version = importlib.metadata.version("torch")
+    except (ImportError, ValueError):  # PackageNotFoundError is an ImportError: files without their metadata
+        return "is not installed whole here (an install cut short): install it again"
+    if _major_minor(version) < MIN_VERSION:
+        return f"is {version} here, older than {REQUIREMENT[len('torch>=') :]}"
+    judged = sys.modules.get("transformers.utils.import_utils")
+    return None if judged is None or judged.is_torch_available() else RESTART
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    parts = version.split("+")[0].split(".")[:2]
+    return tuple(int(p) if p.isdigit() else 0 for p in parts)
 
 
 def require_torch(what: str) -> None:

@@ -354,3 +354,24 @@ def test_the_bundle_says_it_cannot_take_pytorch(qtbot, monkeypatch):
     qtbot.addWidget(dialog)
     assert not button(dialog, "installTorchButton").isEnabled()
     assert "bundled app" in label(dialog, "torchInstallStatus").text()
+
+
+def test_once_pip_unpacks_neither_cancel_nor_closing_stops_it(qtbot, tmp_path, monkeypatch):
+    """Killed while unpacking, torch would be left without its metadata (transformers' import then fails, and
+    with it every model): from pip's "Installing collected packages" on, the dialog waits for pip."""
+    from draftscope.gui.dialogs import torch_install
+
+    unpacking = "print('Installing collected packages: torch', flush=True); import time; time.sleep(60)"
+    monkeypatch.setattr(torch_install, "install_arguments", lambda plan: ["-c", unpacking])
+    dialog = TorchInstallDialog(plan=local_plan(type("Index", (), {"url": "http://127.0.0.1:9/"}), tmp_path / "s"))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    button(dialog, "installTorchButton").click()
+    cancel = button(dialog, "cancelTorchInstallButton")
+    qtbot.waitUntil(lambda: dialog.output.installing and not cancel.isEnabled(), timeout=20_000)
+    assert not dialog.cancel() and dialog.running
+    dialog.reject()
+    assert dialog.isVisible() and dialog.running, "closing waits for pip to finish unpacking"
+    assert label(dialog, "torchInstallStatus").text().startswith("Installing: this closes when pip has finished")
+    dialog.process.kill()
+    qtbot.waitUntil(lambda: not dialog.running, timeout=5000)

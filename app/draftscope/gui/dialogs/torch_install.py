@@ -149,7 +149,7 @@ class TorchInstallDialog(QDialog):
 
     def cancel(self) -> bool:
         """End pip (it is killed: nothing it half-downloaded is kept); True when it was running."""
-        if not self.running:
+        if not self.running or self.output.installing:  # killed while unpacking, torch would be left half-installed
             return False
         self._cancelled = True
         self.cancel_button.setEnabled(False)
@@ -162,6 +162,9 @@ class TorchInstallDialog(QDialog):
         *lines, self._partial = text.replace("\r", "\n").split("\n")
         if any([self.output.feed(line) for line in lines]) and not self._cancelled:
             self._show_output()
+        if self.output.installing and self.cancel_button.isEnabled():
+            self.cancel_button.setEnabled(False)
+            self.cancel_button.setToolTip("pip is unpacking PyTorch: stopped now, it would be left half-installed")
 
     def _show_output(self) -> None:
         out = self.output
@@ -230,6 +233,9 @@ class TorchInstallDialog(QDialog):
 
     def done(self, result: int) -> None:
         """Closing while pip runs ends it first (a pip left running would install behind the window's back)."""
+        if self.running and self.output.installing:
+            self._say("Installing: this closes when pip has finished (stopped now, PyTorch would be half-installed).")
+            return
         if self.cancel():
             self.process.waitForFinished(5000)
         super().done(result)
