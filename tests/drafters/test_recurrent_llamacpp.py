@@ -373,3 +373,24 @@ def test_the_threads_setting_reaches_llama_cpp_and_torch(gguf_file, tokenizer_di
             assert torch.get_num_threads() == want
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_head_beside_llama_cpp_is_tuned_at_the_one_thread_it_drafts_with(gguf_file, tokenizer, heads, monkeypatch):
+    """Where torch is loaded only by the head (no torch before it, on a CPU machine), its layout and beam
+    width must be measured at the one thread torch gets beside llama.cpp, not at torch's default."""
+    from draftscope.drafters.recurrent import head_drafter
+
+    threads_at_tune = []
+    tune = RecurrentSetup.tune
+    monkeypatch.setattr(
+        RecurrentSetup, "tune", lambda self: (threads_at_tune.append(torch.get_num_threads()), tune(self))
+    )
+    backend = LlamaCppBackend(gguf_file, tokenizer, context=512, threads=1)
+    try:
+        eng = Engine(backend=backend)
+        eng._torch_threads_set = False  # as where torch was not loaded when the model opened
+        torch.set_num_threads(2)
+        head_drafter.RecurrentSetup.for_engine(heads[0].out, eng)
+    finally:
+        backend.close()
+    assert threads_at_tune == [1]

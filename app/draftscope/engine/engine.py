@@ -312,12 +312,12 @@ class Engine:
         (ReadingEvents first, if the request asks: ``reading_progress``).
         Closing (or dropping) the generator before the end frees the answer's slot."""
         prompt = self._prompt(request)
-        self._share_cores()
+        self.share_cores()
         yield from follow(self.stepper, Answer(self, request, prompt, ignore_eos=_ignore_eos))
 
-    def _share_cores(self) -> None:
-        """torch's threads, the first time an answer finds torch loaded (a recurrent head or a torch draft
-        model beside llama.cpp loaded it after the model opened)."""
+    def share_cores(self) -> None:
+        """torch's threads, the first time torch is found loaded (a recurrent head or a torch draft model
+        beside llama.cpp loaded it after the model opened): at each answer, and by what tunes on torch."""
         if not self._torch_threads_set:
             self._torch_threads_set = share_cores_with(self.backend, self.threads_asked)
 
@@ -326,7 +326,7 @@ class Engine:
         from the stepper's thread (engine/event_feed.py), no thread of the reader's own. Closing it
         (``contextlib.aclosing``) before the end frees the answer's slot."""
         answer = Answer(self, request, self._prompt(request))
-        self._share_cores()
+        self.share_cores()
         async with contextlib.aclosing(follow_async(self.stepper, answer)) as events:
             async for event in events:
                 yield event

@@ -11,6 +11,7 @@ Built once per file and kept in a folder (load_tokenizer's cache).
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def kept_gguf_tokenizer(path: Path, folder: Path):
 
     if (folder / MARK).is_file() and (folder / "tokenizer_config.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(str(folder))
-    partial = folder.with_name(folder.name + ".part")
+    partial = folder.with_name(f"{folder.name}.{os.getpid()}.part")  # two processes building at once keep apart
     gguf_tokenizer(path).save_pretrained(str(partial))
     (partial / MARK).write_text("built by Draftscope from the GGUF's own tokenizer metadata\n")
     shutil.rmtree(folder, ignore_errors=True)  # an earlier conversion's, replaced

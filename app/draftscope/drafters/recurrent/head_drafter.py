@@ -88,6 +88,7 @@ class RecurrentSetup:
         """The head at ``path`` for a loaded engine (torch or llama.cpp), its layout and beam width
         tuned to this device."""
         setup = cls.load(path, target_for(engine), model_name=engine.name, eos_ids=sorted(engine.eos_ids))
+        engine.share_cores()  # torch is loaded now: tuned at the threads it will draft with (one beside llama.cpp)
         setup.layout = setup.choose_layout()
         setup.tune()
         return setup
