@@ -17,10 +17,15 @@ def quit_after(launcher, quit_after_ms: int, screenshot: str | None) -> None:
         print(f"draftscope: main window shown (model {window.engine.name} on {window.engine.device})", flush=True)
         QTimer.singleShot(quit_after_ms, lambda: _quit_with_screenshot(window, quit_after_ms, screenshot))
 
-    def failed(message):
+    def end(message):
         print(f"draftscope: the model could not be loaded: {message}", file=sys.stderr, flush=True)
         launcher.loader_thread.shutdown()  # end the thread before Qt tears it down
         QApplication.exit(1)
+
+    def failed(message, _error=None):
+        # a plain function connected to the loader's signal runs on the loader's thread, which cannot wait
+        # for itself (it hung there at times): the ending runs on the launcher's, the UI thread
+        QTimer.singleShot(0, launcher, lambda: end(message))
 
     launcher.window_ready.connect(shown)
     launcher.loader.failed.disconnect(launcher._on_failed)
