@@ -292,7 +292,7 @@ class FirstRunDialog(QDialog):
         model = catalog.find(self.settings.model)
         self.build_button.setText(
             "Build the default datastore (~27 MB download, "
-            f"{'a few minutes' if model is not None and model.code else 'about a minute'})"
+            f"{'a minute or two' if model is not None and model.code else 'about a minute'})"
         )
         existing = default_datastore_path(self.settings.model)
         if model is None:
