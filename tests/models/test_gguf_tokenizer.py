@@ -140,7 +140,9 @@ def test_an_earlier_conversions_folder_is_built_again_then_kept(tiny, own_cache,
     earlier.save_pretrained(str(kept_folder(tiny)))
     rebuilt = load_tokenizer(resolve_model(str(tiny)))
     assert (kept_folder(tiny) / MARK).is_file()
-    assert rebuilt.get_vocab() == earlier.get_vocab() and rebuilt.eos_token == earlier.eos_token == "</s>"
+    # the same tokens, but none past the file's own (the earlier one added GPT-2's <|endoftext|> as 259 of 259)
+    within = {token: i for token, i in earlier.get_vocab().items() if i < len(rebuilt)}
+    assert rebuilt.get_vocab() == within and rebuilt.eos_token == earlier.eos_token == "</s>"
     monkeypatch.setattr(module, "gguf_tokenizer", lambda path: pytest.fail("rebuilt a kept tokenizer"))
     assert load_tokenizer(resolve_model(str(tiny))).get_vocab() == rebuilt.get_vocab()
 
@@ -252,3 +254,17 @@ def test_a_damaged_tokenizer_is_an_error_in_words(tiny, tmp_path, own_cache, cas
         gguf_tokenizer(path)
     with pytest.raises(ModelNotFoundError, match=f"{path} could not be read as a GGUF model: {DAMAGED[case]}"):
         load_tokenizer(resolve_model(str(path)))
+
+
+def test_no_id_past_the_files_vocabulary(tokenizer, tokenizer_dir, tmp_path):
+    """A file without GPT-2's ``<|endoftext|>``: the converter's default is not added as a token the model
+    has no row for (it was id 400 of a 400-token model, and a datastore built for it was refused)."""
+    from engine_fixtures import tiny_llama
+    from gguf_fixtures import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny-F32.gguf", tiny_llama(len(tokenizer), seed=1), tokenizer_dir)
+    ours = gguf_tokenizer(gguf)
+    assert len(ours) == len(tokenizer) == 400
+    text = "hello <|im_start|>user\nhi<|im_end|> <|endoftext|>"
+    assert ours(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert max(ours(text)["input_ids"]) < 400

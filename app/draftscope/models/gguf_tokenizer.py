@@ -11,11 +11,12 @@ Built once per file and kept in a folder (load_tokenizer's cache).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
-from tokenizers import pre_tokenizers
+from tokenizers import Tokenizer, pre_tokenizers
 
 from draftscope.models.gguf_header import GgufHeaderError, read_gguf_arrays, read_gguf_header
 
@@ -52,9 +53,21 @@ def gguf_tokenizer(path):
     try:
         backend, extra = convert_gguf_tokenizer(architecture, described)
         _split_digits_first(backend, described)
+        backend = _within_the_files_vocabulary(backend, len(described["tokens"]))
         return PreTrainedTokenizerFast(tokenizer_object=backend, **config, **extra)
     except Exception as exc:  # the file's values reach the library's builders unvetted: any fault is the file's
         raise GgufTokenizerError(f"{path.name}: its tokenizer cannot be built ({type(exc).__name__}: {exc})") from None
+
+
+def _within_the_files_vocabulary(backend, size: int):
+    """The builder's own defaults (GPT-2's ``<|endoftext|>``) are added past the file's tokens where the
+    file lacks them: an id the model has no row for, and a vocabulary that no longer matches the model's
+    (its datastores refused). Only the file's tokens stay."""
+    if backend.get_vocab_size(with_added_tokens=True) <= size:
+        return backend
+    described = json.loads(backend.to_str())
+    described["added_tokens"] = [t for t in described.get("added_tokens", []) if t["id"] < size]
+    return Tokenizer.from_str(json.dumps(described))
 
 
 def kept_gguf_tokenizer(path: Path, folder: Path):
