@@ -4,7 +4,8 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from draftscope.draft_tree import DraftTree
+from draftscope.draft_tree import DraftSource, DraftTree
+from draftscope.drafters import Drafter
 from draftscope.engine.backends.base import Backend, OneSlotBackend, Verified
 from draftscope.engine.backends.work import Prefill
 from draftscope.engine.verify import token_positions
@@ -163,3 +164,26 @@ class NumpyModel(OneSlotBackend):
     @property
     def cached(self):
         return len(self.ids)
+
+
+class FixedTree(Drafter):
+    """A deterministic drafter: the same tree every step, siblings at both levels (a verify holds rows
+    that miss)."""
+
+    name = "retrieval"
+    source = DraftSource.RETRIEVAL
+
+    def reset(self, context_ids):
+        pass
+
+    def observe(self, ids):
+        pass
+
+    def propose(self, context_ids, budget):
+        return DraftTree(
+            tokens=np.array([3, 5, 1, 2, 7, 0, 4, 6], dtype=np.int64),
+            parents=np.array([-1, -1, -1, 0, 0, 1, 1, 2], dtype=np.int32),
+            depth=np.array([1, 1, 1, 2, 2, 2, 2, 2], dtype=np.int32),
+            support=np.array([8, 6, 4, 5, 3, 4, 2, 3], np.float32),
+            source=np.full(8, DraftSource.RETRIEVAL, np.int8),
+        )

@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from engine_fixtures import IdTokenizer, tiny_llama
+from engine_fixtures import FixedTree, IdTokenizer, tiny_llama
 from transformers import (
     LogitsProcessorList,
     RepetitionPenaltyLogitsProcessor,
@@ -36,7 +36,6 @@ import draftscope.engine.answer as engine_mod
 from draftscope.draft_tree import DraftSource, DraftTree
 from draftscope.drafters import (
     ContextDrafter,
-    Drafter,
     RetrievalDrafter,
 )
 from draftscope.drafters.model_drafter import ModelDrafter
@@ -55,28 +54,6 @@ RUNS = 2000
 T1 = SamplingParams(temperature=1.0)
 PROCESSED = SamplingParams(temperature=0.8, top_k=4, repetition_penalty=1.3)
 TOP_P = SamplingParams(temperature=0.7, top_p=0.9)
-
-
-class FixedTree(Drafter):
-    """A deterministic drafter: the same tree every step, siblings at both levels."""
-
-    name = "retrieval"
-    source = DraftSource.RETRIEVAL
-
-    def reset(self, context_ids):
-        pass
-
-    def observe(self, ids):
-        pass
-
-    def propose(self, context_ids, budget):
-        return DraftTree(
-            tokens=np.array([3, 5, 1, 2, 7, 0, 4, 6], dtype=np.int64),
-            parents=np.array([-1, -1, -1, 0, 0, 1, 1, 2], dtype=np.int32),
-            depth=np.array([1, 1, 1, 2, 2, 2, 2, 2], dtype=np.int32),
-            support=np.array([8, 6, 4, 5, 3, 4, 2, 3], np.float32),
-            source=np.full(8, DraftSource.RETRIEVAL, np.int8),
-        )
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -19,19 +19,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from engine_fixtures import NumpyModel
-from transformers import (
-    LogitsProcessorList,
-    MinPLogitsWarper,
-    RepetitionPenaltyLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
+from engine_fixtures import FixedTree, NumpyModel
 
 import draftscope.engine.answer as engine_mod
-from draftscope.draft_tree import DraftSource, DraftTree, children_lists
-from draftscope.drafters import ContextDrafter, Drafter
+from draftscope.bench.lossless_stats import hf_processors
+from draftscope.draft_tree import children_lists
+from draftscope.drafters import ContextDrafter
 from draftscope.drafters.model_drafter import ModelDrafter
 from draftscope.engine.engine import Engine, GenerationRequest
 from draftscope.engine.sampling import PositionNoise, SamplingParams
@@ -45,28 +38,6 @@ SEEDS = 20
 T1 = SamplingParams(temperature=1.0)
 PROCESSED = SamplingParams(temperature=0.8, top_k=6, top_p=0.95, min_p=0.05, repetition_penalty=1.3)
 TOP_P = SamplingParams(temperature=0.7, top_p=0.9)
-
-
-class FixedTree(Drafter):
-    """The same tree every step: siblings at both levels, so a verify holds rows that miss."""
-
-    name = "retrieval"
-    source = DraftSource.RETRIEVAL
-
-    def reset(self, context_ids):
-        pass
-
-    def observe(self, ids):
-        pass
-
-    def propose(self, context_ids, budget):
-        return DraftTree(
-            tokens=np.array([3, 5, 1, 2, 7, 0, 4, 6], dtype=np.int64),
-            parents=np.array([-1, -1, -1, 0, 0, 1, 1, 2], dtype=np.int32),
-            depth=np.array([1, 1, 1, 2, 2, 2, 2, 2], dtype=np.int32),
-            support=np.array([8, 6, 4, 5, 3, 4, 2, 3], np.float32),
-            source=np.full(8, DraftSource.RETRIEVAL, np.int8),
-        )
 
 
 def target(vocab: int = V) -> NumpyModel:
@@ -183,20 +154,6 @@ def test_the_identity_check_rejects_a_biased_verifier(monkeypatch, broken):
 
 TOKENS = 3
 RUNS = 2000
-
-
-def hf_processors(params: SamplingParams) -> LogitsProcessorList:
-    procs = LogitsProcessorList()
-    if params.repetition_penalty != 1.0:
-        procs.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
-    procs.append(TemperatureLogitsWarper(params.temperature))
-    if params.top_k:
-        procs.append(TopKLogitsWarper(params.top_k))
-    if params.top_p < 1.0:
-        procs.append(TopPLogitsWarper(params.top_p))
-    if params.min_p > 0.0:
-        procs.append(MinPLogitsWarper(params.min_p))
-    return procs
 
 
 def exact_joint(model: NumpyModel, params: SamplingParams) -> np.ndarray:
